@@ -1,0 +1,50 @@
+// Element types of gpukit arrays and their properties.
+//
+// DType is the runtime's own enum (the proto has a mirror with an UNSPECIFIED value; the
+// service layer translates). Usage:
+//
+//   DType t = DType::kFloat16;
+//   int64_t bytes = DTypeSize(t) * elements;          // 2 bytes per element
+//   absl::StatusOr<DType> parsed = ParseDType("bf16"); // kBFloat16
+#ifndef GPUKIT_RUNTIME_BASE_DTYPE_H_
+#define GPUKIT_RUNTIME_BASE_DTYPE_H_
+
+#include <cstdint>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace gpukit {
+
+enum class DType : uint8_t {
+  kFloat32,
+  kFloat16,
+  kBFloat16,
+  kInt32,
+  kInt64,
+  kUInt8,
+};
+
+inline constexpr DType kAllDTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16,
+                                       DType::kInt32,   DType::kInt64,   DType::kUInt8};
+
+// Bytes per element.
+int64_t DTypeSize(DType dtype);
+
+// Canonical lower-case name, as NumPy spells it ("float32", "bfloat16", "uint8").
+std::string_view DTypeName(DType dtype);
+
+// Accepts canonical names and the short forms f32, f16, bf16, i32, i64, u8.
+absl::StatusOr<DType> ParseDType(std::string_view name);
+
+bool IsFloating(DType dtype);
+
+// The dtype both operands of a binary arithmetic op are converted to before it runs:
+// equal dtypes stay; two integer types give the wider (uint8 with int32 gives int32);
+// a floating and an integer type give the floating one; float16 with bfloat16 gives float32.
+// (NumPy would widen some of these to float64, which gpukit does not have.)
+DType PromoteTypes(DType a, DType b);
+
+}  // namespace gpukit
+
+#endif  // GPUKIT_RUNTIME_BASE_DTYPE_H_
