@@ -22,7 +22,7 @@ int64_t DTypeSize(DType dtype) {
   return 0;
 }
 
-std::string_view DTypeName(DType dtype) {
+absl::string_view DTypeName(DType dtype) {
   switch (dtype) {
     case DType::kFloat32:
       return "float32";
@@ -40,9 +40,9 @@ std::string_view DTypeName(DType dtype) {
   return "unknown";
 }
 
-absl::StatusOr<DType> ParseDType(std::string_view name) {
+absl::StatusOr<DType> ParseDType(absl::string_view name) {
   struct Alias {
-    std::string_view name;
+    absl::string_view name;
     DType dtype;
   };
   static constexpr Alias kAliases[] = {

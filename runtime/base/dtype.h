@@ -10,7 +10,7 @@
 #define GPUKIT_RUNTIME_BASE_DTYPE_H_
 
 #include <cstdint>
-#include <string_view>
+#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
 
@@ -32,10 +32,10 @@ inline constexpr DType kAllDTypes[] = {DType::kFloat32, DType::kFloat16, DType::
 int64_t DTypeSize(DType dtype);
 
 // Canonical lower-case name, as NumPy spells it ("float32", "bfloat16", "uint8").
-std::string_view DTypeName(DType dtype);
+absl::string_view DTypeName(DType dtype);
 
 // Accepts canonical names and the short forms f32, f16, bf16, i32, i64, u8.
-absl::StatusOr<DType> ParseDType(std::string_view name);
+absl::StatusOr<DType> ParseDType(absl::string_view name);
 
 bool IsFloating(DType dtype);
 

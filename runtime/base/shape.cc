@@ -11,7 +11,7 @@ std::string ShapeToString(absl::Span<const int64_t> shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
-absl::Status ValidateShape(absl::Span<const int64_t> shape, std::string_view field) {
+absl::Status ValidateShape(absl::Span<const int64_t> shape, absl::string_view field) {
   if (shape.size() > static_cast<size_t>(kMaxRank)) {
     return absl::InvalidArgumentError(absl::StrCat(field, " has ", shape.size(),
                                                    " dimensions; at most ", kMaxRank,
@@ -90,7 +90,7 @@ std::vector<int64_t> BroadcastStrides(absl::Span<const int64_t> in_shape,
   return strides;
 }
 
-absl::StatusOr<int> NormalizeAxis(int64_t axis, int rank, std::string_view field) {
+absl::StatusOr<int> NormalizeAxis(int64_t axis, int rank, absl::string_view field) {
   if (axis < -rank || axis >= rank) {
     return absl::InvalidArgumentError(absl::StrCat(field, " = ", axis,
                                                    " is out of range for an array of rank ",

@@ -11,7 +11,7 @@
 
 #include <cstdint>
 #include <string>
-#include <string_view>
+#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/status.h"
@@ -31,7 +31,7 @@ std::string ShapeToString(absl::Span<const int64_t> shape);
 
 // Checks rank <= kMaxRank, every dimension >= 0 and the element count within int64.
 // `field` names the request field in messages: "shape[1] = -3 must be >= 0".
-absl::Status ValidateShape(absl::Span<const int64_t> shape, std::string_view field);
+absl::Status ValidateShape(absl::Span<const int64_t> shape, absl::string_view field);
 
 // Product of the dimensions; 1 for the empty shape. Fails on int64 overflow.
 absl::StatusOr<int64_t> ElementCount(absl::Span<const int64_t> shape);
@@ -51,7 +51,7 @@ std::vector<int64_t> BroadcastStrides(absl::Span<const int64_t> in_shape,
                                       absl::Span<const int64_t> out_shape);
 
 // Resolves a possibly negative axis against `rank`; fails if out of range.
-absl::StatusOr<int> NormalizeAxis(int64_t axis, int rank, std::string_view field);
+absl::StatusOr<int> NormalizeAxis(int64_t axis, int rank, absl::string_view field);
 
 }  // namespace gpukit
 

@@ -1,0 +1,235 @@
+#include "daemon/config/config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "google/protobuf/util/json_util.h"
+#include "gpukit/config/v1/daemon_config.pb.h"
+#include "runtime/base/status_macros.h"
+#include "runtime/base/units.h"
+
+namespace gpukit {
+namespace {
+
+constexpr absl::string_view kDefaultConfig = R"json({
+  "listen": [],
+  "backend": "auto",
+  "logLevel": "info",
+  "cpu": {"memory": "4GiB"},
+  "limits": {"maxArraySize": "2GiB", "maxSessions": 1024, "maxArraysPerSession": 65536},
+  "sessions": {"defaultLease": "30s", "minLease": "1s", "maxLease": "10m"},
+  "streamsPerDevice": 4
+}
+)json";
+
+absl::Status CheckLogLevel(absl::string_view level) {
+  for (absl::string_view known : {"trace", "debug", "info", "warn", "error", "critical", "off"}) {
+    if (level == known) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "log level \"", level, "\" is not one of trace, debug, info, warn, error, critical, off"));
+}
+
+absl::StatusOr<absl::Duration> ParsePositiveDuration(const std::string& text,
+                                                     absl::string_view field) {
+  absl::Duration d;
+  if (!absl::ParseDuration(text, &d) || d <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " = \"", text, "\" is not a positive duration such as 30s or 5m"));
+  }
+  return d;
+}
+
+absl::StatusOr<int64_t> ParsePositiveBytes(const std::string& text, absl::string_view field) {
+  absl::StatusOr<int64_t> bytes = ParseBytes(text);
+  if (!bytes.ok()) return absl::InvalidArgumentError(absl::StrCat(field, ": ", bytes.status().message()));
+  if (*bytes <= 0) return absl::InvalidArgumentError(absl::StrCat(field, " = \"", text, "\" must be > 0"));
+  return *bytes;
+}
+
+}  // namespace
+
+absl::string_view EmbeddedDefaultConfigJson() { return kDefaultConfig; }
+
+absl::Status ValidateListenAddress(absl::string_view address) {
+  if (absl::StartsWith(address, "unix://")) {
+    absl::string_view path = address.substr(7);
+    if (path.empty() || path[0] != '/') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "listen address \"", address, "\": a unix socket needs an absolute path, "
+          "unix:///path/to.sock"));
+    }
+    if (path.size() > 107) {  // sun_path holds 108 bytes with the terminator
+      return absl::InvalidArgumentError(absl::StrCat("listen address \"", address,
+                                                     "\": socket path longer than 107 bytes"));
+    }
+    return absl::OkStatus();
+  }
+  const size_t colon = address.rfind(':');
+  int port = 0;
+  if (colon == absl::string_view::npos || colon == 0 ||
+      !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "listen address \"", address, "\" is neither unix:///path nor host:port"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DaemonConfig> ApplyConfigJson(absl::string_view json, DaemonConfig config) {
+  gpukit::config::v1::DaemonConfig file;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  auto parsed = google::protobuf::util::JsonStringToMessage(
+      google::protobuf::StringPiece(json.data(), json.size()), &file, options);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("configuration is not valid: ", parsed.message().as_string()));
+  }
+  if (file.listen_size() > 0) {
+    config.listen.assign(file.listen().begin(), file.listen().end());
+    for (const std::string& address : config.listen) {
+      GPUKIT_RETURN_IF_ERROR(ValidateListenAddress(address));
+    }
+  }
+  if (!file.backend().empty()) {
+    GPUKIT_ASSIGN_OR_RETURN(config.backend, ParseBackendChoice(file.backend()));
+  }
+  if (!file.log_level().empty()) {
+    GPUKIT_RETURN_IF_ERROR(CheckLogLevel(file.log_level()));
+    config.log_level = file.log_level();
+  }
+  if (!file.cpu().memory().empty()) {
+    GPUKIT_ASSIGN_OR_RETURN(config.cpu_memory_bytes,
+                            ParsePositiveBytes(file.cpu().memory(), "cpu.memory"));
+  }
+  const auto& limits = file.limits();
+  if (!limits.max_array_size().empty()) {
+    GPUKIT_ASSIGN_OR_RETURN(config.core.limits.max_array_bytes,
+                            ParsePositiveBytes(limits.max_array_size(), "limits.maxArraySize"));
+  }
+  if (limits.max_sessions() < 0 || limits.max_arrays_per_session() < 0) {
+    return absl::InvalidArgumentError(
+        "limits.maxSessions and limits.maxArraysPerSession must be > 0");
+  }
+  if (limits.max_sessions() > 0) config.core.limits.max_sessions = limits.max_sessions();
+  if (limits.max_arrays_per_session() > 0) {
+    config.core.limits.max_arrays_per_session = limits.max_arrays_per_session();
+  }
+  const auto& sessions = file.sessions();
+  SessionOptions& leases = config.core.sessions;
+  if (!sessions.default_lease().empty()) {
+    GPUKIT_ASSIGN_OR_RETURN(leases.default_lease, ParsePositiveDuration(sessions.default_lease(),
+                                                                        "sessions.defaultLease"));
+  }
+  if (!sessions.min_lease().empty()) {
+    GPUKIT_ASSIGN_OR_RETURN(leases.min_lease,
+                            ParsePositiveDuration(sessions.min_lease(), "sessions.minLease"));
+  }
+  if (!sessions.max_lease().empty()) {
+    GPUKIT_ASSIGN_OR_RETURN(leases.max_lease,
+                            ParsePositiveDuration(sessions.max_lease(), "sessions.maxLease"));
+  }
+  if (leases.min_lease > leases.max_lease) {
+    return absl::InvalidArgumentError("sessions.minLease is longer than sessions.maxLease");
+  }
+  if (file.streams_per_device() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "streamsPerDevice = ", file.streams_per_device(), " must be > 0"));
+  }
+  if (file.streams_per_device() > 0) config.core.streams_per_device = file.streams_per_device();
+  return config;
+}
+
+absl::StatusOr<CommandLine> ParseCommandLine(int argc, const char* const* argv) {
+  CommandLine flags;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::string name = arg, value;
+    bool has_value = false;
+    if (size_t eq = arg.find('='); absl::StartsWith(arg, "--") && eq != std::string::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      has_value = true;
+    }
+    auto take_value = [&]() -> absl::StatusOr<std::string> {
+      if (has_value) return value;
+      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(name, " needs a value"));
+      return std::string(argv[++i]);
+    };
+    if (name == "--help" || name == "-h") {
+      flags.help = true;
+    } else if (name == "--version") {
+      flags.version = true;
+    } else if (name == "--print-default-config") {
+      flags.print_default_config = true;
+    } else if (name == "--listen") {
+      GPUKIT_ASSIGN_OR_RETURN(std::string address, take_value());
+      GPUKIT_RETURN_IF_ERROR(ValidateListenAddress(address));
+      flags.listen.push_back(std::move(address));
+    } else if (name == "--backend") {
+      GPUKIT_ASSIGN_OR_RETURN(flags.backend, take_value());
+      GPUKIT_RETURN_IF_ERROR(ParseBackendChoice(*flags.backend).status());
+    } else if (name == "--config") {
+      GPUKIT_ASSIGN_OR_RETURN(flags.config_path, take_value());
+    } else if (name == "--log-level") {
+      GPUKIT_ASSIGN_OR_RETURN(flags.log_level, take_value());
+      GPUKIT_RETURN_IF_ERROR(CheckLogLevel(*flags.log_level));
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown argument \"", arg, "\" (see gpukitd --help)"));
+    }
+  }
+  return flags;
+}
+
+std::string UsageText() {
+  return R"(Usage: gpukitd [flags]
+
+gpukitd owns this machine's GPUs and shares them among client processes over gRPC.
+
+Flags:
+  --listen ADDR            Listen on ADDR: unix:///path/to.sock or host:port. Repeatable.
+                           Default: unix:///run/gpukit/gpukitd.sock when /run/gpukit is
+                           writable, else $XDG_RUNTIME_DIR/gpukit/gpukitd.sock, else
+                           /tmp/gpukit-$UID/gpukitd.sock.
+  --backend auto|cpu|cuda  Device backend (default auto: CUDA when a usable driver is found,
+                           else the CPU simulation backend).
+  --config FILE            JSON configuration (see --print-default-config); flags override it.
+  --log-level LEVEL        trace, debug, info (default), warn, error, critical or off.
+  --print-default-config   Print the embedded default configuration and exit.
+  --version                Print the version and exit.
+  --help                   Print this help and exit.
+)";
+}
+
+absl::StatusOr<DaemonConfig> ResolveConfig(const CommandLine& flags) {
+  GPUKIT_ASSIGN_OR_RETURN(DaemonConfig config,
+                          ApplyConfigJson(EmbeddedDefaultConfigJson(), DaemonConfig{}));
+  if (flags.config_path.has_value()) {
+    std::ifstream file(*flags.config_path);
+    if (!file) {
+      return absl::NotFoundError(
+          absl::StrCat("cannot read --config file ", *flags.config_path));
+    }
+    std::stringstream text;
+    text << file.rdbuf();
+    absl::StatusOr<DaemonConfig> applied = ApplyConfigJson(text.str(), std::move(config));
+    if (!applied.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(*flags.config_path, ": ", applied.status().message()));
+    }
+    config = *std::move(applied);
+  }
+  if (!flags.listen.empty()) config.listen = flags.listen;
+  if (flags.backend.has_value()) {
+    GPUKIT_ASSIGN_OR_RETURN(config.backend, ParseBackendChoice(*flags.backend));
+  }
+  if (flags.log_level.has_value()) config.log_level = *flags.log_level;
+  return config;
+}
+
+}  // namespace gpukit

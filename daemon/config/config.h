@@ -1,0 +1,61 @@
+// gpukitd's configuration: the embedded default, the --config file and the command line.
+//
+// Precedence, lowest first: embedded default < config file < flags. The file is JSON in
+// the schema of proto/gpukit/config/v1/daemon_config.proto. Only daemon/main.cc calls
+// ParseCommandLine; everything else receives a DaemonConfig.
+//
+//   GPUKIT_ASSIGN_OR_RETURN(CommandLine flags, ParseCommandLine(argc, argv));
+//   GPUKIT_ASSIGN_OR_RETURN(DaemonConfig config, ResolveConfig(flags));
+#ifndef GPUKIT_DAEMON_CONFIG_CONFIG_H_
+#define GPUKIT_DAEMON_CONFIG_CONFIG_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "daemon/core/core.h"
+#include "runtime/device_factory.h"
+
+namespace gpukit {
+
+struct DaemonConfig {
+  std::vector<std::string> listen;  // empty: DefaultListenAddress()
+  BackendChoice backend = BackendChoice::kAuto;
+  std::string log_level = "info";
+  int64_t cpu_memory_bytes = 0;
+  CoreOptions core;
+};
+
+// The configuration gpukitd runs with when given no file, as JSON.
+absl::string_view EmbeddedDefaultConfigJson();
+
+// Applies the fields present in `json` on top of `base`. INVALID_ARGUMENT naming the field
+// for malformed JSON, unknown fields and bad values.
+absl::StatusOr<DaemonConfig> ApplyConfigJson(absl::string_view json, DaemonConfig base);
+
+struct CommandLine {
+  std::vector<std::string> listen;  // --listen, repeatable
+  std::optional<std::string> backend;
+  std::optional<std::string> config_path;
+  std::optional<std::string> log_level;
+  bool help = false;
+  bool version = false;
+  bool print_default_config = false;
+};
+
+// Accepts "--flag value" and "--flag=value". INVALID_ARGUMENT for unknown flags and
+// missing values.
+absl::StatusOr<CommandLine> ParseCommandLine(int argc, const char* const* argv);
+std::string UsageText();
+
+// Embedded default, then the --config file, then the flags.
+absl::StatusOr<DaemonConfig> ResolveConfig(const CommandLine& flags);
+
+// Checks a "unix:///abs/path" or "host:port" address.
+absl::Status ValidateListenAddress(absl::string_view address);
+
+}  // namespace gpukit
+
+#endif  // GPUKIT_DAEMON_CONFIG_CONFIG_H_

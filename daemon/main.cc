@@ -1,0 +1,88 @@
+// gpukitd: parses flags, wires the layers together and serves until SIGTERM or SIGINT.
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+
+#include "absl/strings/str_join.h"
+#include "daemon/config/config.h"
+#include "daemon/core/core.h"
+#include "daemon/server.h"
+#include "runtime/base/default_address.h"
+#include "runtime/base/units.h"
+#include "runtime/device_factory.h"
+#include "spdlog/spdlog.h"
+
+namespace {
+
+int Fail(const absl::Status& status) {
+  spdlog::critical("{}", std::string(status.message()));
+  return 1;
+}
+
+int Run(int argc, char** argv) {
+  absl::StatusOr<gpukit::CommandLine> flags = gpukit::ParseCommandLine(argc, argv);
+  if (!flags.ok()) {
+    std::fprintf(stderr, "gpukitd: %s\n", std::string(flags.status().message()).c_str());
+    return 2;
+  }
+  if (flags->help) {
+    std::cout << gpukit::UsageText();
+    return 0;
+  }
+  if (flags->version) {
+    std::cout << "gpukitd " << GPUKIT_VERSION_STRING << "\n";
+    return 0;
+  }
+  if (flags->print_default_config) {
+    std::cout << gpukit::EmbeddedDefaultConfigJson();
+    return 0;
+  }
+  absl::StatusOr<gpukit::DaemonConfig> config = gpukit::ResolveConfig(*flags);
+  if (!config.ok()) {
+    std::fprintf(stderr, "gpukitd: %s\n", std::string(config.status().message()).c_str());
+    return 2;
+  }
+  spdlog::set_level(spdlog::level::from_str(config->log_level));
+  if (config->listen.empty()) config->listen.push_back(gpukit::DefaultListenAddress());
+
+  // Block the stop signals in every thread; the main thread takes them with sigwait.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  spdlog::info("gpukitd {} starting", GPUKIT_VERSION_STRING);
+  gpukit::DeviceFactoryOptions device_options;
+  device_options.backend = config->backend;
+  device_options.cpu_memory_bytes = config->cpu_memory_bytes;
+  auto devices = gpukit::CreateDevices(device_options);
+  if (!devices.ok()) return Fail(devices.status());
+  for (const auto& device : *devices) {
+    const gpukit::DeviceProperties& p = device->properties();
+    spdlog::info("backend {}: device {} \"{}\" with {}", std::string(gpukit::BackendName(p.backend)),
+                 p.index, p.name, gpukit::FormatBytes(p.memory_total_bytes));
+  }
+
+  gpukit::SystemClock clock;
+  auto core = gpukit::Core::Create(clock, *std::move(devices), config->core);
+  if (!core.ok()) return Fail(core.status());
+  gpukit::ServerOptions server_options;
+  server_options.listen = config->listen;
+  server_options.version = GPUKIT_VERSION_STRING;
+  auto server = gpukit::Server::Start(**core, clock, server_options);
+  if (!server.ok()) return Fail(server.status());
+  spdlog::info("gpukitd ready");
+
+  int signal = 0;
+  sigwait(&stop_signals, &signal);
+  spdlog::info("received {}, shutting down", signal == SIGTERM ? "SIGTERM" : "SIGINT");
+  (*server)->Shutdown();
+  (*core)->CloseAllSessions();
+  spdlog::info("gpukitd stopped");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return Run(argc, argv); }

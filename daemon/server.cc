@@ -1,0 +1,124 @@
+#include "daemon/server.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "daemon/service/convert.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "spdlog/spdlog.h"
+
+namespace gpukit {
+
+absl::StatusOr<std::string> PrepareUnixSocket(absl::string_view address) {
+  if (!absl::StartsWith(address, "unix://")) return std::string();
+  const std::string path(address.substr(7));
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  std::error_code error;
+  if (!std::filesystem::exists(dir, error)) {
+    std::filesystem::create_directories(dir, error);
+    if (error) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot create socket directory ", dir.string(), ": ", error.message()));
+    }
+    chmod(dir.c_str(), absl::StartsWith(dir.string(), "/tmp/") ? 0700 : 0755);
+  }
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return path;  // nothing there
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " exists and is not a socket; refusing to replace it"));
+  }
+  // A socket file: live if someone accepts a connection on it.
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::strncpy(sa.sun_path, path.c_str(), sizeof(sa.sun_path) - 1);
+  const bool live = connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0;
+  close(fd);
+  if (live) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("another process is listening on ", path, " (is gpukitd running?)"));
+  }
+  spdlog::info("removing stale socket {}", path);
+  unlink(path.c_str());
+  return path;
+}
+
+Server::Server(Core& core, const Clock& clock, const ServerOptions& options)
+    : core_(core),
+      session_service_(core),
+      array_service_(core),
+      compute_service_(core),
+      admin_service_(core, clock,
+                     service::AdminFacts{options.version, clock.Now(), options.listen}) {}
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(Core& core, const Clock& clock,
+                                                      const ServerOptions& options) {
+  if (options.listen.empty()) return absl::InvalidArgumentError("no listen address");
+  std::unique_ptr<Server> server(new Server(core, clock, options));
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.SetMaxReceiveMessageSize(service::kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(service::kMaxMessageBytes);
+  std::vector<int> ports(options.listen.size(), 0);
+  for (size_t i = 0; i < options.listen.size(); ++i) {
+    absl::StatusOr<std::string> path = PrepareUnixSocket(options.listen[i]);
+    if (!path.ok()) return path.status();
+    if (!path->empty()) server->socket_paths_.push_back(*path);
+    builder.AddListeningPort(options.listen[i], grpc::InsecureServerCredentials(), &ports[i]);
+  }
+  builder.RegisterService(&server->session_service_);
+  builder.RegisterService(&server->array_service_);
+  builder.RegisterService(&server->compute_service_);
+  builder.RegisterService(&server->admin_service_);
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on every address of ", absl::StrJoin(options.listen, ", "),
+        " (in use, or no permission)"));
+  }
+  for (size_t i = 0; i < options.listen.size(); ++i) {
+    const std::string& address = options.listen[i];
+    if (absl::StartsWith(address, "unix://")) {
+      server->addresses_.push_back(address);
+    } else {
+      // Report the bound port, which differs from the request for "host:0".
+      server->addresses_.push_back(
+          absl::StrCat(address.substr(0, address.rfind(':')), ":", ports[i]));
+    }
+    spdlog::info("listening on {}", server->addresses_.back());
+  }
+  server->reaper_ = std::thread([s = server.get(), interval = options.reap_interval] {
+    s->ReapLoop(interval);
+  });
+  return server;
+}
+
+void Server::ReapLoop(absl::Duration interval) {
+  while (!stop_reaper_.WaitForNotificationWithTimeout(interval)) core_.ExpireLeases();
+}
+
+void Server::Shutdown(absl::Duration grace) {
+  if (server_ == nullptr) return;
+  server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
+  server_->Wait();
+  server_.reset();
+  if (!stop_reaper_.HasBeenNotified()) stop_reaper_.Notify();
+  if (reaper_.joinable()) reaper_.join();
+  for (const std::string& path : socket_paths_) unlink(path.c_str());
+}
+
+Server::~Server() { Shutdown(absl::ZeroDuration()); }
+
+}  // namespace gpukit

@@ -1,0 +1,69 @@
+// Server: the gRPC server of gpukitd (the four gpukit.v1 services, grpc.health.v1 and
+// server reflection) on its listen addresses, plus the lease reaper.
+//
+//   GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<Server> server,
+//                           Server::Start(*core, clock, options));
+//   ... until a signal ...
+//   server->Shutdown();  // stops taking requests, finishes those in flight
+//
+// Thread safety: Start and Shutdown from one thread (main).
+#ifndef GPUKIT_DAEMON_SERVER_H_
+#define GPUKIT_DAEMON_SERVER_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "daemon/core/core.h"
+#include "daemon/service/services.h"
+#include "grpcpp/grpcpp.h"
+
+namespace gpukit {
+
+struct ServerOptions {
+  std::vector<std::string> listen;  // must not be empty
+  std::string version;
+  // How often lapsed leases are collected; a dead client's memory is free within
+  // lease + this.
+  absl::Duration reap_interval = absl::Seconds(1);
+};
+
+class Server {
+ public:
+  static absl::StatusOr<std::unique_ptr<Server>> Start(Core& core, const Clock& clock,
+                                                       const ServerOptions& options);
+  ~Server();
+
+  // Stops accepting requests, waits up to `grace` for those in flight, then cancels them.
+  void Shutdown(absl::Duration grace = absl::Seconds(5));
+
+  const std::vector<std::string>& addresses() const { return addresses_; }
+
+ private:
+  Server(Core& core, const Clock& clock, const ServerOptions& options);
+  void ReapLoop(absl::Duration interval);
+
+  Core& core_;
+  std::vector<std::string> addresses_;
+  std::vector<std::string> socket_paths_;  // unix sockets to remove at shutdown
+  service::SessionServiceImpl session_service_;
+  service::ArrayServiceImpl array_service_;
+  service::ComputeServiceImpl compute_service_;
+  service::AdminServiceImpl admin_service_;
+  std::unique_ptr<grpc::Server> server_;
+  absl::Notification stop_reaper_;
+  std::thread reaper_;
+};
+
+// For a "unix:///path" address: creates the socket's directory if missing (mode 0755, or
+// 0700 under /tmp) and removes a stale socket file left by a daemon that died. Fails with
+// FAILED_PRECONDITION if another process is listening there. Returns the path ("" for
+// TCP addresses).
+absl::StatusOr<std::string> PrepareUnixSocket(absl::string_view address);
+
+}  // namespace gpukit
+
+#endif  // GPUKIT_DAEMON_SERVER_H_

@@ -1,0 +1,118 @@
+#include "absl/strings/str_cat.h"
+#include "daemon/service/convert.h"
+#include "daemon/service/services.h"
+
+namespace gpukit::service {
+
+grpc::Status ArrayServiceImpl::Create(grpc::ServerContext* context,
+                                      const v1::CreateArrayRequest* request,
+                                      v1::CreateArrayResponse* response) {
+  absl::StatusOr<DType> dtype = FromProto(request->dtype(), "dtype");
+  if (!dtype.ok()) return ToGrpc(dtype.status(), context);
+  absl::StatusOr<ArrayView> view = core_.CreateArray(
+      request->session_id(), {*dtype, Shape(request->shape().begin(), request->shape().end())});
+  if (!view.ok()) return ToGrpc(view.status(), context);
+  ToProto(*view, response->mutable_array());
+  return grpc::Status::OK;
+}
+
+grpc::Status ArrayServiceImpl::Upload(grpc::ServerContext* context,
+                                      grpc::ServerReader<v1::UploadRequest>* reader,
+                                      v1::UploadResponse* response) {
+  v1::UploadRequest message;
+  if (!reader->Read(&message)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "upload stream is empty");
+  }
+  if (!message.has_header()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "the first upload message must carry the header");
+  }
+  const v1::UploadRequest::Header header = message.header();
+  absl::StatusOr<ArrayView> view = core_.DescribeArray(header.session_id(), header.handle());
+  if (!view.ok()) return ToGrpc(view.status(), context);
+  int64_t written = 0;
+  while (reader->Read(&message)) {
+    if (!message.has_chunk()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "only the first upload message may carry a header");
+    }
+    const v1::DataChunk& chunk = message.chunk();
+    if (chunk.offset() != written) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("chunk.offset = ", chunk.offset(), " but ", written,
+                                       " bytes were written so far; chunks go in order"));
+    }
+    if (static_cast<int64_t>(chunk.data().size()) > kMaxChunkBytes) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("chunk.data has ", chunk.data().size(),
+                                       " bytes; at most ", kMaxChunkBytes, " per chunk"));
+    }
+    absl::Status status = core_.WriteArray(header.session_id(), header.handle(),
+                                           chunk.offset(), chunk.data());
+    if (absl::IsOutOfRange(status)) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("upload exceeds the array: ", status.message()));
+    }
+    if (!status.ok()) return ToGrpc(status, context);
+    written += static_cast<int64_t>(chunk.data().size());
+  }
+  if (written != view->bytes) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("upload wrote ", written, " bytes but array ",
+                                     view->handle, " has ", view->bytes));
+  }
+  ToProto(*view, response->mutable_array());
+  response->set_bytes_written(written);
+  return grpc::Status::OK;
+}
+
+grpc::Status ArrayServiceImpl::Download(grpc::ServerContext* context,
+                                        const v1::DownloadRequest* request,
+                                        grpc::ServerWriter<v1::DownloadResponse>* writer) {
+  if (request->chunk_bytes() < 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("chunk_bytes = ", request->chunk_bytes(), " must be >= 0"));
+  }
+  const int64_t chunk_bytes = request->chunk_bytes() == 0
+                                  ? kMaxChunkBytes
+                                  : std::min(request->chunk_bytes(), kMaxChunkBytes);
+  absl::StatusOr<ArrayView> view = core_.DescribeArray(request->session_id(), request->handle());
+  if (!view.ok()) return ToGrpc(view.status(), context);
+  int64_t offset = 0;
+  do {
+    v1::DownloadResponse message;
+    if (offset == 0) ToProto(*view, message.mutable_array());
+    const int64_t bytes = std::min(chunk_bytes, view->bytes - offset);
+    std::string* data = message.mutable_chunk()->mutable_data();
+    data->resize(bytes);
+    absl::Status status =
+        core_.ReadArray(request->session_id(), request->handle(), offset, absl::MakeSpan(*data));
+    if (!status.ok()) return ToGrpc(status, context);
+    message.mutable_chunk()->set_offset(offset);
+    if (!writer->Write(message)) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "client stopped reading");
+    }
+    offset += bytes;
+  } while (offset < view->bytes);
+  return grpc::Status::OK;
+}
+
+grpc::Status ArrayServiceImpl::Free(grpc::ServerContext* context,
+                                    const v1::FreeArrayRequest* request,
+                                    v1::FreeArrayResponse* response) {
+  absl::StatusOr<int64_t> bytes = core_.FreeArray(request->session_id(), request->handle());
+  if (!bytes.ok()) return ToGrpc(bytes.status(), context);
+  response->set_bytes_freed(*bytes);
+  return grpc::Status::OK;
+}
+
+grpc::Status ArrayServiceImpl::Describe(grpc::ServerContext* context,
+                                        const v1::DescribeArrayRequest* request,
+                                        v1::DescribeArrayResponse* response) {
+  absl::StatusOr<ArrayView> view = core_.DescribeArray(request->session_id(), request->handle());
+  if (!view.ok()) return ToGrpc(view.status(), context);
+  ToProto(*view, response->mutable_array());
+  return grpc::Status::OK;
+}
+
+}  // namespace gpukit::service

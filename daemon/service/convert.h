@@ -1,0 +1,37 @@
+// Translation between gpukit.v1 messages and the core's plain types, and the one place
+// where absl::Status becomes grpc::Status.
+//
+// Thread safety: pure functions.
+#ifndef GPUKIT_DAEMON_SERVICE_CONVERT_H_
+#define GPUKIT_DAEMON_SERVICE_CONVERT_H_
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "daemon/core/core.h"
+#include "gpukit/v1/common.pb.h"
+#include "gpukit/v1/compute.pb.h"
+#include "grpcpp/grpcpp.h"
+
+namespace gpukit::service {
+
+// Largest data chunk in Upload/Download messages; the gRPC message limit is set above it.
+inline constexpr int64_t kMaxChunkBytes = int64_t{4} << 20;
+inline constexpr int kMaxMessageBytes = 8 << 20;
+
+// `field` names the request field in the error: "dtype = 42 is not a known dtype".
+absl::StatusOr<DType> FromProto(v1::DType dtype, absl::string_view field);
+v1::DType ToProto(DType dtype);
+void ToProto(const ArrayView& view, v1::ArrayInfo* info);
+
+absl::StatusOr<AttrMap> FromProto(
+    const google::protobuf::Map<std::string, v1::AttrValue>& attrs);
+absl::StatusOr<std::vector<OpInput>> FromProto(
+    const google::protobuf::RepeatedPtrField<v1::Operand>& inputs);
+
+// The status mapping: code and message carry over; an admission reason goes into the
+// "gpukit-reason" trailer. `context` may be null (no trailer then).
+grpc::Status ToGrpc(const absl::Status& status, grpc::ServerContext* context);
+
+}  // namespace gpukit::service
+
+#endif  // GPUKIT_DAEMON_SERVICE_CONVERT_H_

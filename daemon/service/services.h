@@ -1,0 +1,90 @@
+// The gRPC services of gpukit.v1. Each handler validates the request's form, calls the
+// Core and translates the answer; no rule of the product lives here.
+//
+// Thread safety: handlers run on gRPC's threads concurrently; all state is in the Core.
+#ifndef GPUKIT_DAEMON_SERVICE_SERVICES_H_
+#define GPUKIT_DAEMON_SERVICE_SERVICES_H_
+
+#include <string>
+#include <vector>
+
+#include "daemon/core/core.h"
+#include "gpukit/v1/admin.grpc.pb.h"
+#include "gpukit/v1/array.grpc.pb.h"
+#include "gpukit/v1/compute.grpc.pb.h"
+#include "gpukit/v1/session.grpc.pb.h"
+
+namespace gpukit::service {
+
+class SessionServiceImpl final : public v1::SessionService::Service {
+ public:
+  explicit SessionServiceImpl(Core& core) : core_(core) {}
+  grpc::Status Open(grpc::ServerContext* context, const v1::OpenSessionRequest* request,
+                    v1::OpenSessionResponse* response) override;
+  grpc::Status KeepAlive(grpc::ServerContext* context, const v1::KeepAliveRequest* request,
+                         v1::KeepAliveResponse* response) override;
+  grpc::Status Close(grpc::ServerContext* context, const v1::CloseSessionRequest* request,
+                     v1::CloseSessionResponse* response) override;
+
+ private:
+  Core& core_;
+};
+
+class ArrayServiceImpl final : public v1::ArrayService::Service {
+ public:
+  explicit ArrayServiceImpl(Core& core) : core_(core) {}
+  grpc::Status Create(grpc::ServerContext* context, const v1::CreateArrayRequest* request,
+                      v1::CreateArrayResponse* response) override;
+  grpc::Status Upload(grpc::ServerContext* context,
+                      grpc::ServerReader<v1::UploadRequest>* reader,
+                      v1::UploadResponse* response) override;
+  grpc::Status Download(grpc::ServerContext* context, const v1::DownloadRequest* request,
+                        grpc::ServerWriter<v1::DownloadResponse>* writer) override;
+  grpc::Status Free(grpc::ServerContext* context, const v1::FreeArrayRequest* request,
+                    v1::FreeArrayResponse* response) override;
+  grpc::Status Describe(grpc::ServerContext* context, const v1::DescribeArrayRequest* request,
+                        v1::DescribeArrayResponse* response) override;
+
+ private:
+  Core& core_;
+};
+
+class ComputeServiceImpl final : public v1::ComputeService::Service {
+ public:
+  explicit ComputeServiceImpl(Core& core) : core_(core) {}
+  grpc::Status RunOp(grpc::ServerContext* context, const v1::RunOpRequest* request,
+                     v1::RunOpResponse* response) override;
+  grpc::Status ListOps(grpc::ServerContext* context, const v1::ListOpsRequest* request,
+                       v1::ListOpsResponse* response) override;
+
+ private:
+  Core& core_;
+};
+
+struct AdminFacts {
+  std::string version;
+  absl::Time started_at;
+  std::vector<std::string> listen_addresses;
+};
+
+class AdminServiceImpl final : public v1::AdminService::Service {
+ public:
+  AdminServiceImpl(Core& core, const Clock& clock, AdminFacts facts)
+      : core_(core), clock_(clock), facts_(std::move(facts)) {}
+  grpc::Status Status(grpc::ServerContext* context, const v1::StatusRequest* request,
+                      v1::StatusResponse* response) override;
+  grpc::Status ListDevices(grpc::ServerContext* context, const v1::ListDevicesRequest* request,
+                           v1::ListDevicesResponse* response) override;
+  grpc::Status ListSessions(grpc::ServerContext* context,
+                            const v1::ListSessionsRequest* request,
+                            v1::ListSessionsResponse* response) override;
+
+ private:
+  Core& core_;
+  const Clock& clock_;
+  const AdminFacts facts_;
+};
+
+}  // namespace gpukit::service
+
+#endif  // GPUKIT_DAEMON_SERVICE_SERVICES_H_

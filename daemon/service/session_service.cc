@@ -1,0 +1,42 @@
+#include "daemon/service/convert.h"
+#include "daemon/service/services.h"
+
+namespace gpukit::service {
+
+grpc::Status SessionServiceImpl::Open(grpc::ServerContext* context,
+                                      const v1::OpenSessionRequest* request,
+                                      v1::OpenSessionResponse* response) {
+  OpenSessionParams params;
+  params.tenant = request->tenant();
+  params.partition = request->partition();
+  params.client = {request->client().name(), request->client().library_version(),
+                   request->client().hostname(), request->client().pid()};
+  params.lease = absl::Milliseconds(request->lease_ms());
+  absl::StatusOr<SessionGrant> grant = core_.OpenSession(std::move(params));
+  if (!grant.ok()) return ToGrpc(grant.status(), context);
+  response->set_session_id(grant->session_id);
+  response->set_lease_ms(absl::ToInt64Milliseconds(grant->lease));
+  response->set_partition(grant->partition);
+  return grpc::Status::OK;
+}
+
+grpc::Status SessionServiceImpl::KeepAlive(grpc::ServerContext* context,
+                                           const v1::KeepAliveRequest* request,
+                                           v1::KeepAliveResponse* response) {
+  absl::StatusOr<absl::Duration> lease = core_.KeepAlive(request->session_id());
+  if (!lease.ok()) return ToGrpc(lease.status(), context);
+  response->set_lease_ms(absl::ToInt64Milliseconds(*lease));
+  return grpc::Status::OK;
+}
+
+grpc::Status SessionServiceImpl::Close(grpc::ServerContext* context,
+                                       const v1::CloseSessionRequest* request,
+                                       v1::CloseSessionResponse* response) {
+  absl::StatusOr<CloseStats> stats = core_.CloseSession(request->session_id());
+  if (!stats.ok()) return ToGrpc(stats.status(), context);
+  response->set_arrays_freed(stats->arrays_freed);
+  response->set_bytes_freed(stats->bytes_freed);
+  return grpc::Status::OK;
+}
+
+}  // namespace gpukit::service

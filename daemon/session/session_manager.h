@@ -1,0 +1,143 @@
+// Sessions: who owns what, and for how long.
+//
+// A Session is one client's identity (tenant, partition, client facts) and the owner of
+// every array it creates. A session lives while its lease is renewed: every request
+// through the session and every KeepAlive pushes the deadline out by the lease; when the
+// client closes it or the deadline passes (the client died), SessionManager removes it and
+// drops its arrays, whose destructors free device memory and return their reservations.
+// Arrays still used by work in flight are freed when that work lets go of them.
+//
+//   SessionManager sessions(clock, options);
+//   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, sessions.Open(params));
+//   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> again, sessions.Touch(s->id()));
+//   sessions.ExpireLeases();  // called periodically by the daemon, directly by tests
+//
+// Thread safety: SessionManager and Session are thread-safe.
+#ifndef GPUKIT_DAEMON_SESSION_SESSION_MANAGER_H_
+#define GPUKIT_DAEMON_SESSION_SESSION_MANAGER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/scheduler/admission.h"
+#include "daemon/scheduler/clock.h"
+#include "daemon/session/device_array.h"
+#include "runtime/device.h"
+
+namespace gpukit {
+
+struct ClientDescription {
+  std::string name;
+  std::string library_version;
+  std::string hostname;
+  int64_t pid = 0;
+};
+
+struct SessionOptions {
+  absl::Duration default_lease = absl::Seconds(30);
+  // Requested leases are clamped into [min_lease, max_lease].
+  absl::Duration min_lease = absl::Seconds(1);
+  absl::Duration max_lease = absl::Minutes(10);
+};
+
+struct OpenSessionParams {
+  std::string tenant;
+  std::string partition;  // empty: "default"
+  ClientDescription client;
+  absl::Duration lease = absl::ZeroDuration();  // zero: the default
+  StreamId stream;        // where the session's work runs
+};
+
+class Session {
+ public:
+  Session(std::string id, const OpenSessionParams& params, absl::Time now,
+          absl::Duration lease);
+
+  const std::string& id() const { return id_; }
+  const std::string& tenant() const { return tenant_; }
+  const std::string& partition() const { return partition_; }
+  const ClientDescription& client() const { return client_; }
+  absl::Time opened_at() const { return opened_at_; }
+  absl::Duration lease() const { return lease_; }
+  StreamId stream() const { return stream_; }
+
+  // NOT_FOUND `array handle "h" not found in this session` for unknown, freed and
+  // foreign handles alike (a session must not learn about another session's handles).
+  absl::StatusOr<std::shared_ptr<DeviceArray>> FindArray(absl::string_view handle) const;
+  // Adds an array; NOT_FOUND if the session has closed meanwhile (the array is dropped).
+  absl::Status AddArray(std::shared_ptr<DeviceArray> array);
+  absl::StatusOr<std::shared_ptr<DeviceArray>> RemoveArray(absl::string_view handle);
+
+  int array_count() const;
+  int64_t memory_bytes() const;
+  absl::Time lease_deadline() const;
+
+ private:
+  friend class SessionManager;
+  void Renew(absl::Time now);
+  // Marks the session closed and hands over its arrays.
+  std::vector<std::shared_ptr<DeviceArray>> CloseAndTakeArrays();
+
+  const std::string id_;
+  const std::string tenant_;
+  const std::string partition_;
+  const ClientDescription client_;
+  const absl::Time opened_at_;
+  const absl::Duration lease_;
+  const StreamId stream_;
+
+  mutable absl::Mutex mu_;
+  absl::Time lease_deadline_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t memory_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<std::string, std::shared_ptr<DeviceArray>> arrays_ ABSL_GUARDED_BY(mu_);
+};
+
+struct CloseStats {
+  std::string session_id;
+  std::string tenant;
+  int64_t arrays_freed = 0;
+  int64_t bytes_freed = 0;
+};
+
+class SessionManager {
+ public:
+  SessionManager(const Clock& clock, const SessionOptions& options,
+                 const AdmissionLimits& limits);
+
+  // Validates the tenant name (1-63 of [A-Za-z0-9._-]) and admits the session.
+  absl::StatusOr<std::shared_ptr<Session>> Open(const OpenSessionParams& params);
+  // Finds a live session and renews its lease. NOT_FOUND for unknown, closed or expired
+  // (deadline passed, even if the reaper has not run yet) sessions.
+  absl::StatusOr<std::shared_ptr<Session>> Touch(absl::string_view session_id);
+  absl::StatusOr<CloseStats> Close(absl::string_view session_id);
+  // Closes every session whose lease deadline has passed.
+  std::vector<CloseStats> ExpireLeases();
+  std::vector<CloseStats> CloseAll();
+
+  std::vector<std::shared_ptr<Session>> List() const;
+  int count() const;
+  const Clock& clock() const { return clock_; }
+
+ private:
+  CloseStats CloseLocked(std::shared_ptr<Session> session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Clock& clock_;
+  const SessionOptions options_;
+  const AdmissionLimits limits_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
+};
+
+// A random, unguessable id: `prefix` followed by 32 hex digits (128 bits from getrandom).
+std::string NewOpaqueId(absl::string_view prefix);
+
+}  // namespace gpukit
+
+#endif  // GPUKIT_DAEMON_SESSION_SESSION_MANAGER_H_

@@ -1,0 +1,334 @@
+#include "runtime/cpu/cpu_device.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/base/status_macros.h"
+#include "runtime/cpu/cpu_op_kernels.h"
+
+namespace gpukit {
+
+struct CpuDevice::Buffer {
+  struct FreeDeleter {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  std::unique_ptr<std::byte, FreeDeleter> data;
+  int64_t bytes = 0;
+};
+
+struct CpuDevice::Event {
+  absl::Mutex mu;
+  bool done ABSL_GUARDED_BY(mu) = false;
+  absl::Status status ABSL_GUARDED_BY(mu);
+};
+
+// A worker thread running queued work in order. The first error since the last event is
+// kept and handed to the next event, like a stream's sticky error on a GPU.
+class CpuDevice::Stream {
+ public:
+  using Work = std::function<absl::Status()>;
+
+  Stream() : thread_([this] { Run(); }) {}
+  ~Stream() {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    thread_.join();
+  }
+
+  void Enqueue(Work work) {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(std::move(work));
+  }
+
+  void EnqueueEvent(std::shared_ptr<Event> event) {
+    Enqueue([this, event = std::move(event)] {
+      absl::Status status = std::exchange(pending_error_, absl::OkStatus());
+      absl::MutexLock lock(&event->mu);
+      event->done = true;
+      event->status = std::move(status);
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  void Run() {
+    while (true) {
+      Work work;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](Stream* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+              return s->stopping_ || !s->queue_.empty();
+            },
+            this));
+        if (queue_.empty()) return;  // stopping, and everything queued has run
+        work = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      absl::Status status = work();
+      if (!status.ok() && pending_error_.ok()) pending_error_ = std::move(status);
+    }
+  }
+
+  absl::Mutex mu_;
+  std::deque<Work> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status pending_error_;  // touched only by the worker thread
+  std::thread thread_;          // last: starts after the fields above exist
+};
+
+absl::StatusOr<std::unique_ptr<CpuDevice>> CpuDevice::Create(const CpuDeviceOptions& options) {
+  if (options.memory_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CPU device memory_bytes = ", options.memory_bytes, " must be > 0"));
+  }
+  return std::unique_ptr<CpuDevice>(new CpuDevice(options));
+}
+
+CpuDevice::CpuDevice(const CpuDeviceOptions& options) {
+  properties_.index = options.index;
+  properties_.name = "CPU simulation device";
+  properties_.backend = BackendKind::kCpu;
+  properties_.memory_total_bytes = options.memory_bytes;
+}
+
+CpuDevice::~CpuDevice() {
+  // Streams first: their threads may still touch buffers.
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Stream>> streams;
+  {
+    absl::MutexLock lock(&mu_);
+    streams.swap(streams_);
+  }
+  streams.clear();
+}
+
+MemoryInfo CpuDevice::GetMemoryInfo() const {
+  absl::MutexLock lock(&mu_);
+  return {properties_.memory_total_bytes, used_bytes_};
+}
+
+absl::StatusOr<BufferId> CpuDevice::Allocate(int64_t bytes) {
+  if (bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("allocation of ", bytes, " bytes"));
+  }
+  absl::MutexLock lock(&mu_);
+  if (bytes > properties_.memory_total_bytes - used_bytes_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("device ", properties_.index, " cannot hold ", bytes, " more bytes (",
+                     used_bytes_, " of ", properties_.memory_total_bytes, " in use)"));
+  }
+  constexpr int64_t kAlignment = 64;
+  const int64_t rounded = (std::max<int64_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+  auto buffer = std::make_unique<Buffer>();
+  buffer->data.reset(static_cast<std::byte*>(std::aligned_alloc(kAlignment, rounded)));
+  if (buffer->data == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("host allocation of ", bytes, " bytes for the CPU device failed"));
+  }
+  buffer->bytes = bytes;
+  used_bytes_ += bytes;
+  const uint64_t id = next_id_++;
+  buffers_.emplace(id, std::move(buffer));
+  return BufferId{id};
+}
+
+absl::Status CpuDevice::Free(BufferId buffer) {
+  std::unique_ptr<Buffer> doomed;  // released outside the lock
+  absl::MutexLock lock(&mu_);
+  auto it = buffers_.find(buffer.value);
+  if (it == buffers_.end()) {
+    return absl::NotFoundError(absl::StrCat("buffer ", buffer.value, " not found"));
+  }
+  used_bytes_ -= it->second->bytes;
+  doomed = std::move(it->second);
+  buffers_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> CpuDevice::BufferBytes(BufferId buffer) const {
+  absl::MutexLock lock(&mu_);
+  auto it = buffers_.find(buffer.value);
+  if (it == buffers_.end()) {
+    return absl::NotFoundError(absl::StrCat("buffer ", buffer.value, " not found"));
+  }
+  return it->second->bytes;
+}
+
+absl::StatusOr<std::byte*> CpuDevice::Resolve(BufferId buffer, int64_t offset,
+                                              int64_t bytes) const {
+  absl::MutexLock lock(&mu_);
+  auto it = buffers_.find(buffer.value);
+  if (it == buffers_.end()) {
+    return absl::NotFoundError(absl::StrCat("buffer ", buffer.value, " not found"));
+  }
+  const int64_t size = it->second->bytes;
+  if (offset < 0 || bytes < 0 || offset > size || bytes > size - offset) {
+    return absl::OutOfRangeError(absl::StrCat("range [", offset, ", +", bytes,
+                                              ") outside buffer ", buffer.value, " of ", size,
+                                              " bytes"));
+  }
+  return it->second->data.get() + offset;
+}
+
+absl::StatusOr<StreamId> CpuDevice::CreateStream(StreamPriority /*priority*/) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t id = next_id_++;
+  streams_.emplace(id, std::make_unique<Stream>());
+  return StreamId{id};
+}
+
+absl::Status CpuDevice::DestroyStream(StreamId stream) {
+  std::unique_ptr<Stream> doomed;  // joined outside the lock: its work may need mu_
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = streams_.find(stream.value);
+    if (it == streams_.end()) {
+      return absl::NotFoundError(absl::StrCat("stream ", stream.value, " not found"));
+    }
+    doomed = std::move(it->second);
+    streams_.erase(it);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CpuDevice::Stream*> CpuDevice::FindStream(StreamId stream) const {
+  absl::MutexLock lock(&mu_);
+  auto it = streams_.find(stream.value);
+  if (it == streams_.end()) {
+    return absl::NotFoundError(absl::StrCat("stream ", stream.value, " not found"));
+  }
+  return it->second.get();
+}
+
+absl::Status CpuDevice::CopyHostToDevice(BufferId dst, int64_t dst_offset, const void* src,
+                                         int64_t bytes, StreamId stream) {
+  GPUKIT_ASSIGN_OR_RETURN(std::byte * to, Resolve(dst, dst_offset, bytes));
+  GPUKIT_ASSIGN_OR_RETURN(Stream * s, FindStream(stream));
+  s->Enqueue([to, src, bytes] {
+    std::memcpy(to, src, bytes);
+    return absl::OkStatus();
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::CopyDeviceToHost(void* dst, BufferId src, int64_t src_offset,
+                                         int64_t bytes, StreamId stream) {
+  GPUKIT_ASSIGN_OR_RETURN(const std::byte* from, Resolve(src, src_offset, bytes));
+  GPUKIT_ASSIGN_OR_RETURN(Stream * s, FindStream(stream));
+  s->Enqueue([dst, from, bytes] {
+    std::memcpy(dst, from, bytes);
+    return absl::OkStatus();
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::CopyDeviceToDevice(BufferId dst, int64_t dst_offset, BufferId src,
+                                           int64_t src_offset, int64_t bytes,
+                                           StreamId stream) {
+  GPUKIT_ASSIGN_OR_RETURN(std::byte * to, Resolve(dst, dst_offset, bytes));
+  GPUKIT_ASSIGN_OR_RETURN(const std::byte* from, Resolve(src, src_offset, bytes));
+  GPUKIT_ASSIGN_OR_RETURN(Stream * s, FindStream(stream));
+  s->Enqueue([to, from, bytes] {
+    std::memmove(to, from, bytes);
+    return absl::OkStatus();
+  });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<EventId> CpuDevice::RecordEvent(StreamId stream) {
+  GPUKIT_ASSIGN_OR_RETURN(Stream * s, FindStream(stream));
+  auto event = std::make_shared<Event>();
+  uint64_t id;
+  {
+    absl::MutexLock lock(&mu_);
+    id = next_id_++;
+    events_.emplace(id, event);
+  }
+  s->EnqueueEvent(std::move(event));
+  return EventId{id};
+}
+
+absl::StatusOr<std::shared_ptr<CpuDevice::Event>> CpuDevice::FindEvent(EventId event) const {
+  absl::MutexLock lock(&mu_);
+  auto it = events_.find(event.value);
+  if (it == events_.end()) {
+    return absl::NotFoundError(absl::StrCat("event ", event.value, " not found"));
+  }
+  return it->second;
+}
+
+absl::Status CpuDevice::WaitEvent(EventId event) {
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Event> e, FindEvent(event));
+  absl::MutexLock lock(&e->mu);
+  e->mu.Await(absl::Condition(&e->done));
+  return e->status;
+}
+
+absl::StatusOr<bool> CpuDevice::QueryEvent(EventId event) {
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Event> e, FindEvent(event));
+  absl::MutexLock lock(&e->mu);
+  return e->done;
+}
+
+absl::Status CpuDevice::DestroyEvent(EventId event) {
+  absl::MutexLock lock(&mu_);
+  if (events_.erase(event.value) == 0) {
+    return absl::NotFoundError(absl::StrCat("event ", event.value, " not found"));
+  }
+  return absl::OkStatus();
+}
+
+bool CpuDevice::SupportsOp(absl::string_view op_name) const {
+  return FindCpuOpKernel(op_name) != nullptr;
+}
+
+absl::Status CpuDevice::RunOp(const OpLaunch& launch, StreamId stream) {
+  CpuOpKernel kernel = FindCpuOpKernel(launch.op->name);
+  if (kernel == nullptr) {
+    return absl::UnimplementedError(
+        absl::StrCat("op \"", launch.op->name, "\" has no CPU implementation"));
+  }
+  // Resolve every buffer now, so a stale id fails the call rather than the stream.
+  std::vector<const void*> inputs;
+  for (const OpOperand& operand : launch.inputs) {
+    if (operand.is_scalar) {
+      inputs.push_back(nullptr);
+      continue;
+    }
+    GPUKIT_ASSIGN_OR_RETURN(int64_t bytes, ByteSize(operand.desc.shape, operand.desc.dtype));
+    GPUKIT_ASSIGN_OR_RETURN(const std::byte* data, Resolve(operand.buffer, 0, bytes));
+    inputs.push_back(data);
+  }
+  GPUKIT_ASSIGN_OR_RETURN(int64_t out_bytes,
+                          ByteSize(launch.plan.output.shape, launch.plan.output.dtype));
+  GPUKIT_ASSIGN_OR_RETURN(std::byte * out, Resolve(launch.output, 0, out_bytes));
+  GPUKIT_ASSIGN_OR_RETURN(Stream * s, FindStream(stream));
+  s->Enqueue([kernel, launch, inputs = std::move(inputs), out] {
+    return kernel(launch, inputs, out);
+  });
+  return absl::OkStatus();
+}
+
+namespace {
+absl::Status NoDeviceCode() {
+  return absl::FailedPreconditionError(
+      "kernel launch requires a GPU; the CPU simulation backend cannot run device code");
+}
+}  // namespace
+
+absl::StatusOr<ModuleId> CpuDevice::LoadModule(absl::string_view) { return NoDeviceCode(); }
+absl::Status CpuDevice::UnloadModule(ModuleId) { return NoDeviceCode(); }
+absl::StatusOr<FunctionId> CpuDevice::GetFunction(ModuleId, absl::string_view) {
+  return NoDeviceCode();
+}
+absl::Status CpuDevice::Launch(FunctionId, const LaunchConfig&, absl::Span<const KernelArg>,
+                               StreamId) {
+  return NoDeviceCode();
+}
+
+}  // namespace gpukit

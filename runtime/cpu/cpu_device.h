@@ -1,0 +1,93 @@
+// CpuDevice: the CPU simulation backend.
+//
+// Runs the whole Device interface on host memory so gpukitd serves the same API without a
+// GPU (and CI tests it). Buffers are 64-byte aligned host allocations counted against a
+// configured memory size; each stream is a worker thread that runs its queue in order, so
+// completion is asynchronous exactly as on a GPU. Built-in ops run the reference kernels of
+// kernels/cpu. Device code cannot run here: LoadModule and Launch return
+// FAILED_PRECONDITION "kernel launch requires a GPU".
+//
+//   GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<CpuDevice> device, CpuDevice::Create({}));
+//
+// Thread safety: all methods are thread-safe (see Device).
+#ifndef GPUKIT_RUNTIME_CPU_CPU_DEVICE_H_
+#define GPUKIT_RUNTIME_CPU_CPU_DEVICE_H_
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "runtime/device.h"
+
+namespace gpukit {
+
+struct CpuDeviceOptions {
+  int index = 0;
+  // Memory the simulated device offers; allocations beyond it are RESOURCE_EXHAUSTED.
+  int64_t memory_bytes = int64_t{4} << 30;
+};
+
+class CpuDevice final : public Device {
+ public:
+  static absl::StatusOr<std::unique_ptr<CpuDevice>> Create(const CpuDeviceOptions& options);
+  ~CpuDevice() override;
+
+  const DeviceProperties& properties() const override { return properties_; }
+  MemoryInfo GetMemoryInfo() const override;
+
+  absl::StatusOr<BufferId> Allocate(int64_t bytes) override;
+  absl::Status Free(BufferId buffer) override;
+  absl::StatusOr<int64_t> BufferBytes(BufferId buffer) const override;
+
+  absl::StatusOr<StreamId> CreateStream(StreamPriority priority) override;
+  absl::Status DestroyStream(StreamId stream) override;
+
+  absl::Status CopyHostToDevice(BufferId dst, int64_t dst_offset, const void* src,
+                                int64_t bytes, StreamId stream) override;
+  absl::Status CopyDeviceToHost(void* dst, BufferId src, int64_t src_offset, int64_t bytes,
+                                StreamId stream) override;
+  absl::Status CopyDeviceToDevice(BufferId dst, int64_t dst_offset, BufferId src,
+                                  int64_t src_offset, int64_t bytes, StreamId stream) override;
+
+  absl::StatusOr<EventId> RecordEvent(StreamId stream) override;
+  absl::Status WaitEvent(EventId event) override;
+  absl::StatusOr<bool> QueryEvent(EventId event) override;
+  absl::Status DestroyEvent(EventId event) override;
+
+  bool SupportsOp(absl::string_view op_name) const override;
+  absl::Status RunOp(const OpLaunch& launch, StreamId stream) override;
+
+  absl::StatusOr<ModuleId> LoadModule(absl::string_view image) override;
+  absl::Status UnloadModule(ModuleId module) override;
+  absl::StatusOr<FunctionId> GetFunction(ModuleId module, absl::string_view name) override;
+  absl::Status Launch(FunctionId function, const LaunchConfig& config,
+                      absl::Span<const KernelArg> args, StreamId stream) override;
+
+ private:
+  struct Buffer;
+  class Stream;
+  struct Event;
+
+  explicit CpuDevice(const CpuDeviceOptions& options);
+
+  // Host address of `buffer` + offset after checking [offset, offset + bytes) lies inside.
+  absl::StatusOr<std::byte*> Resolve(BufferId buffer, int64_t offset, int64_t bytes) const;
+  absl::StatusOr<Stream*> FindStream(StreamId stream) const;
+  absl::StatusOr<std::shared_ptr<Event>> FindEvent(EventId event) const;
+
+  DeviceProperties properties_;
+
+  mutable absl::Mutex mu_;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Buffer>> buffers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Stream>> streams_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Event>> events_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace gpukit
+
+#endif  // GPUKIT_RUNTIME_CPU_CPU_DEVICE_H_

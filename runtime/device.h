@@ -1,0 +1,162 @@
+// Device: the one interface every backend implements (CPU simulation now, CUDA later).
+//
+// Everything above runtime/ talks to a GPU only through this interface, and only through
+// opaque ids: no CUDA type and no device pointer crosses it. That keeps the door open for a
+// device executor in a child process (a faulting kernel poisons its whole process, so
+// containing a tenant's bad kernel needs a process boundary): every call here can be
+// carried over a pipe or shared memory as it is.
+//
+// Work is asynchronous and stream-ordered, as on a GPU: Copy*, RunOp and Launch enqueue
+// work on a stream and return once it is queued (validation errors are returned at once);
+// RecordEvent + WaitEvent observe completion and report the first execution error of the
+// work enqueued on that stream before the event.
+//
+//   GPUKIT_ASSIGN_OR_RETURN(BufferId buf, device.Allocate(1024));
+//   GPUKIT_RETURN_IF_ERROR(device.CopyHostToDevice(buf, 0, host, 1024, stream));
+//   GPUKIT_ASSIGN_OR_RETURN(EventId done, device.RecordEvent(stream));
+//   GPUKIT_RETURN_IF_ERROR(device.WaitEvent(done));   // host memory may be reused now
+//   GPUKIT_RETURN_IF_ERROR(device.DestroyEvent(done));
+//
+// Thread safety: every method may be called from any thread. Work on one stream runs in
+// enqueue order; work on different streams may run concurrently. Freeing a buffer that
+// queued work still uses is the caller's error (the session layer waits first).
+#ifndef GPUKIT_RUNTIME_DEVICE_H_
+#define GPUKIT_RUNTIME_DEVICE_H_
+
+#include <cstdint>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "runtime/op_registry.h"
+
+namespace gpukit {
+
+enum class BackendKind { kCpu, kCuda };
+absl::string_view BackendName(BackendKind backend);
+
+// Opaque ids, unique per device for its lifetime; 0 is never a valid id.
+struct BufferId {
+  uint64_t value = 0;
+  friend bool operator==(BufferId, BufferId) = default;
+};
+struct StreamId {
+  uint64_t value = 0;
+  friend bool operator==(StreamId, StreamId) = default;
+};
+struct EventId {
+  uint64_t value = 0;
+};
+struct ModuleId {
+  uint64_t value = 0;
+};
+struct FunctionId {
+  uint64_t value = 0;
+};
+
+struct DeviceProperties {
+  int index = 0;
+  std::string name;
+  BackendKind backend = BackendKind::kCpu;
+  int64_t memory_total_bytes = 0;
+};
+
+struct MemoryInfo {
+  int64_t total_bytes = 0;
+  int64_t used_bytes = 0;  // held by live buffers
+};
+
+// Scheduling hint for a stream; backends map it to their own priority range.
+enum class StreamPriority { kLow, kNormal, kHigh };
+
+struct LaunchConfig {
+  uint32_t grid[3] = {1, 1, 1};
+  uint32_t block[3] = {1, 1, 1};
+  uint32_t shared_memory_bytes = 0;
+};
+
+// One argument of a raw kernel launch: a buffer (passed as its device address) or a
+// scalar passed by value (`bytes` holds its little-endian representation).
+struct KernelArg {
+  enum class Kind { kBuffer, kScalar } kind = Kind::kScalar;
+  BufferId buffer;
+  uint8_t bytes[8] = {};
+  uint8_t size_bytes = 0;
+};
+
+// An operand of a built-in op as the device sees it: a buffer with its layout, or a scalar.
+struct OpOperand {
+  bool is_scalar = false;
+  BufferId buffer;          // when !is_scalar
+  TensorDesc desc;          // when !is_scalar
+  ScalarValue scalar;       // when is_scalar
+};
+
+// A built-in op planned by the OpRegistry, ready to run on a device.
+struct OpLaunch {
+  const OpDef* op = nullptr;
+  OpPlan plan;
+  std::vector<OpOperand> inputs;
+  BufferId output;  // allocated by the caller with plan.output's size
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual const DeviceProperties& properties() const = 0;
+  virtual MemoryInfo GetMemoryInfo() const = 0;
+
+  // Allocates `bytes` (> 0 or 0) of device memory, uninitialised. RESOURCE_EXHAUSTED when
+  // the device cannot hold it.
+  virtual absl::StatusOr<BufferId> Allocate(int64_t bytes) = 0;
+  // NOT_FOUND for an unknown or already freed buffer.
+  virtual absl::Status Free(BufferId buffer) = 0;
+  // Size the buffer was allocated with; NOT_FOUND if unknown.
+  virtual absl::StatusOr<int64_t> BufferBytes(BufferId buffer) const = 0;
+
+  virtual absl::StatusOr<StreamId> CreateStream(StreamPriority priority) = 0;
+  // Waits for the stream's queued work, then destroys it.
+  virtual absl::Status DestroyStream(StreamId stream) = 0;
+
+  // Copies enqueue on `stream`; the host memory must stay valid until an event recorded
+  // after the copy completes. OUT_OF_RANGE if the range exceeds the buffer.
+  virtual absl::Status CopyHostToDevice(BufferId dst, int64_t dst_offset, const void* src,
+                                        int64_t bytes, StreamId stream) = 0;
+  virtual absl::Status CopyDeviceToHost(void* dst, BufferId src, int64_t src_offset,
+                                        int64_t bytes, StreamId stream) = 0;
+  virtual absl::Status CopyDeviceToDevice(BufferId dst, int64_t dst_offset, BufferId src,
+                                          int64_t src_offset, int64_t bytes,
+                                          StreamId stream) = 0;
+
+  virtual absl::StatusOr<EventId> RecordEvent(StreamId stream) = 0;
+  // Blocks until the work before the event has run; returns the first error that work
+  // produced (since the previous event on the same stream).
+  virtual absl::Status WaitEvent(EventId event) = 0;
+  // True once the work before the event has run (its error is reported by WaitEvent).
+  virtual absl::StatusOr<bool> QueryEvent(EventId event) = 0;
+  virtual absl::Status DestroyEvent(EventId event) = 0;
+
+  // Runs a built-in op planned by the OpRegistry. UNIMPLEMENTED if this backend has no
+  // implementation of the op (see SupportsOp).
+  virtual bool SupportsOp(absl::string_view op_name) const = 0;
+  virtual absl::Status RunOp(const OpLaunch& launch, StreamId stream) = 0;
+
+  // Compiled device code (a cubin or PTX image) and raw kernel launches. Backends that
+  // cannot run device code return FAILED_PRECONDITION.
+  virtual absl::StatusOr<ModuleId> LoadModule(absl::string_view image) = 0;
+  virtual absl::Status UnloadModule(ModuleId module) = 0;
+  virtual absl::StatusOr<FunctionId> GetFunction(ModuleId module, absl::string_view name) = 0;
+  virtual absl::Status Launch(FunctionId function, const LaunchConfig& config,
+                              absl::Span<const KernelArg> args, StreamId stream) = 0;
+};
+
+// Enqueues an event on `stream` and waits for it: the synchronous tail of most requests.
+absl::Status SynchronizeStream(Device& device, StreamId stream);
+
+}  // namespace gpukit
+
+#endif  // GPUKIT_RUNTIME_DEVICE_H_

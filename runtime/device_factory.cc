@@ -1,0 +1,95 @@
+#include "runtime/device_factory.h"
+
+#include <cuda.h>  // types only; nothing from libcuda is linked
+
+#include "absl/strings/str_cat.h"
+#include "runtime/base/status_macros.h"
+#include "runtime/cpu/cpu_device.h"
+#include "runtime/dynamic_library.h"
+#include "spdlog/spdlog.h"
+
+namespace gpukit {
+
+absl::StatusOr<BackendChoice> ParseBackendChoice(absl::string_view name) {
+  if (name == "auto") return BackendChoice::kAuto;
+  if (name == "cpu") return BackendChoice::kCpu;
+  if (name == "cuda") return BackendChoice::kCuda;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown backend \"", name, "\"; expected auto, cpu or cuda"));
+}
+
+DriverProbe ProbeCudaDriver() {
+  DriverProbe probe;
+  absl::StatusOr<DynamicLibrary> lib = DynamicLibrary::Open("libcuda.so.1", {});
+  if (!lib.ok()) {
+    probe.error = std::string(lib.status().message());
+    return probe;
+  }
+  probe.driver_loaded = true;
+  probe.library_path = lib->path();
+  using InitFn = CUresult (*)(unsigned int);
+  using VersionFn = CUresult (*)(int*);
+  using CountFn = CUresult (*)(int*);
+  auto init = lib->Symbol("cuInit");
+  auto version = lib->Symbol("cuDriverGetVersion");
+  auto count = lib->Symbol("cuDeviceGetCount");
+  if (!init.ok() || !version.ok() || !count.ok()) {
+    probe.error = "libcuda.so.1 lacks cuInit, cuDriverGetVersion or cuDeviceGetCount";
+    return probe;
+  }
+  reinterpret_cast<VersionFn>(*version)(&probe.driver_version);
+  if (CUresult r = reinterpret_cast<InitFn>(*init)(0); r != CUDA_SUCCESS) {
+    probe.error = absl::StrCat("cuInit failed with CUresult ", static_cast<int>(r));
+    return probe;
+  }
+  if (CUresult r = reinterpret_cast<CountFn>(*count)(&probe.device_count); r != CUDA_SUCCESS) {
+    probe.error = absl::StrCat("cuDeviceGetCount failed with CUresult ", static_cast<int>(r));
+  } else if (probe.device_count == 0) {
+    probe.error = "the CUDA driver reports no devices";
+  }
+  return probe;
+}
+
+namespace {
+
+absl::StatusOr<std::vector<std::unique_ptr<Device>>> CpuDevices(
+    const DeviceFactoryOptions& options) {
+  CpuDeviceOptions cpu;
+  cpu.memory_bytes = options.cpu_memory_bytes;
+  GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<CpuDevice> device, CpuDevice::Create(cpu));
+  std::vector<std::unique_ptr<Device>> devices;
+  devices.push_back(std::move(device));
+  return devices;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateDevices(
+    const DeviceFactoryOptions& options) {
+  if (options.backend == BackendChoice::kCpu) {
+    spdlog::info("Using the CPU simulation backend (--backend=cpu)");
+    return CpuDevices(options);
+  }
+  const DriverProbe probe = ProbeCudaDriver();
+  // The CUDA device itself arrives with the CUDA backend; until then a usable driver is
+  // reported but not used.
+  std::string reason;
+  if (!probe.driver_loaded) {
+    reason = absl::StrCat("CUDA driver not detected (", probe.error, ")");
+  } else if (!probe.error.empty()) {
+    reason = absl::StrCat("CUDA driver ", probe.driver_version, " at ", probe.library_path,
+                          " is unusable: ", probe.error);
+  } else {
+    reason = absl::StrCat("CUDA driver ", probe.driver_version, " found with ",
+                          probe.device_count,
+                          " device(s), but this gpukitd build has no CUDA backend yet");
+  }
+  if (options.backend == BackendChoice::kCuda) {
+    return absl::FailedPreconditionError(absl::StrCat("--backend=cuda: ", reason));
+  }
+  spdlog::warn("{}", reason);
+  spdlog::warn("Falling back to CPU simulation backend");
+  return CpuDevices(options);
+}
+
+}  // namespace gpukit

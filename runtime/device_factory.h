@@ -1,0 +1,52 @@
+// Backend selection: probes for the CUDA driver and builds the daemon's devices.
+//
+//   DeviceFactoryOptions options;
+//   options.backend = BackendChoice::kAuto;
+//   GPUKIT_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Device>> devices,
+//                           CreateDevices(options));
+//
+// Thread safety: call from one thread at start-up.
+#ifndef GPUKIT_RUNTIME_DEVICE_FACTORY_H_
+#define GPUKIT_RUNTIME_DEVICE_FACTORY_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/device.h"
+
+namespace gpukit {
+
+enum class BackendChoice { kAuto, kCpu, kCuda };
+absl::StatusOr<BackendChoice> ParseBackendChoice(absl::string_view name);
+
+struct DriverProbe {
+  bool driver_loaded = false;
+  std::string library_path;  // where libcuda was found
+  int driver_version = 0;    // e.g. 13000 for CUDA 13.0
+  int device_count = 0;
+  std::string error;         // why the driver is unusable, when it is
+};
+
+// Opens libcuda.so.1 through the system loader (the driver's own library, never a copy),
+// calls cuInit and counts devices. Never fails: what went wrong is in `error`.
+DriverProbe ProbeCudaDriver();
+
+struct DeviceFactoryOptions {
+  BackendChoice backend = BackendChoice::kAuto;
+  // Memory the CPU simulation device offers (default 4 GiB: enough for tests and demos,
+  // small enough not to hurt a laptop).
+  int64_t cpu_memory_bytes = int64_t{4} << 30;
+};
+
+// kCpu: one CPU simulation device. kCuda: the CUDA devices, or FAILED_PRECONDITION with the
+// reason (no driver, no device, or no CUDA backend in this build). kAuto: CUDA when usable,
+// else the CPU device, logging "CUDA driver not detected" and "Falling back to CPU
+// simulation backend".
+absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateDevices(
+    const DeviceFactoryOptions& options);
+
+}  // namespace gpukit
+
+#endif  // GPUKIT_RUNTIME_DEVICE_FACTORY_H_
