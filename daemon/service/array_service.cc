@@ -1,13 +1,14 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/service/convert.h"
 #include "daemon/service/services.h"
+#include "proto/dtype_convert.h"
 
 namespace gpukit::service {
 
 grpc::Status ArrayServiceImpl::Create(grpc::ServerContext* context,
                                       const v1::CreateArrayRequest* request,
                                       v1::CreateArrayResponse* response) {
-  absl::StatusOr<DType> dtype = FromProto(request->dtype(), "dtype");
+  absl::StatusOr<DType> dtype = DTypeFromProto(request->dtype(), "dtype");
   if (!dtype.ok()) return ToGrpc(dtype.status(), context);
   absl::StatusOr<ArrayView> view = core_.CreateArray(
       request->session_id(), {*dtype, Shape(request->shape().begin(), request->shape().end())});

@@ -2,54 +2,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/scheduler/admission.h"
+#include "proto/dtype_convert.h"
 #include "runtime/base/status_macros.h"
 
 namespace gpukit::service {
 
-absl::StatusOr<DType> FromProto(v1::DType dtype, absl::string_view field) {
-  switch (dtype) {
-    case v1::DTYPE_FLOAT32:
-      return DType::kFloat32;
-    case v1::DTYPE_FLOAT16:
-      return DType::kFloat16;
-    case v1::DTYPE_BFLOAT16:
-      return DType::kBFloat16;
-    case v1::DTYPE_INT32:
-      return DType::kInt32;
-    case v1::DTYPE_INT64:
-      return DType::kInt64;
-    case v1::DTYPE_UINT8:
-      return DType::kUInt8;
-    case v1::DTYPE_UNSPECIFIED:
-      return absl::InvalidArgumentError(absl::StrCat(field, " is unspecified"));
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, " = ", static_cast<int>(dtype), " is not a known dtype"));
-  }
-}
-
-v1::DType ToProto(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return v1::DTYPE_FLOAT32;
-    case DType::kFloat16:
-      return v1::DTYPE_FLOAT16;
-    case DType::kBFloat16:
-      return v1::DTYPE_BFLOAT16;
-    case DType::kInt32:
-      return v1::DTYPE_INT32;
-    case DType::kInt64:
-      return v1::DTYPE_INT64;
-    case DType::kUInt8:
-      return v1::DTYPE_UINT8;
-  }
-  return v1::DTYPE_UNSPECIFIED;
-}
-
 void ToProto(const ArrayView& view, v1::ArrayInfo* info) {
   info->set_handle(view.handle);
   info->mutable_shape()->Assign(view.desc.shape.begin(), view.desc.shape.end());
-  info->set_dtype(ToProto(view.desc.dtype));
+  info->set_dtype(DTypeToProto(view.desc.dtype));
   info->set_size_bytes(view.bytes);
   info->set_device_index(view.device_index);
 }
@@ -70,7 +31,7 @@ absl::StatusOr<AttrMap> FromProto(
         out.emplace(name, value.bool_value());
         break;
       case v1::AttrValue::kDtypeValue: {
-        GPUKIT_ASSIGN_OR_RETURN(DType dtype, FromProto(value.dtype_value(), field));
+        GPUKIT_ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(value.dtype_value(), field));
         out.emplace(name, dtype);
         break;
       }

@@ -18,9 +18,6 @@ namespace gpukit::service {
 inline constexpr int64_t kMaxChunkBytes = int64_t{4} << 20;
 inline constexpr int kMaxMessageBytes = 8 << 20;
 
-// `field` names the request field in the error: "dtype = 42 is not a known dtype".
-absl::StatusOr<DType> FromProto(v1::DType dtype, absl::string_view field);
-v1::DType ToProto(DType dtype);
 void ToProto(const ArrayView& view, v1::ArrayInfo* info);
 
 absl::StatusOr<AttrMap> FromProto(

@@ -44,8 +44,7 @@ struct HostArray {
 // out.shape == BroadcastShapes(a.shape, b.shape). Integer division is not supported here
 // (the registry casts integer operands of div to float32 first); float division by zero
 // gives inf or nan as IEEE 754 says.
-void BinaryCpu(BinaryOp op, const ConstHostArray& a, const ConstHostArray& b,
-               const HostArray& out);
+void BinaryCpu(BinaryOp op, const ConstHostArray& a, const ConstHostArray& b, const HostArray& out);
 
 // Element-wise conversion; in and out have the same element count. Float to integer
 // truncates toward zero and saturates at the target's range; NaN becomes 0. Integer to

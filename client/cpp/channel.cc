@@ -1,0 +1,38 @@
+#include "client/cpp/channel.h"
+
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+#include "runtime/base/default_address.h"
+
+namespace gpukit {
+
+std::string DefaultClientTarget() { return DefaultClientAddress(); }
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectChannel(const std::string& target,
+                                                              absl::Duration timeout) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(8 << 20);  // 4 MiB data chunks plus framing
+  args.SetMaxSendMessageSize(8 << 20);
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  if (!channel->WaitForConnected(std::chrono::system_clock::now() +
+                                 absl::ToChronoMilliseconds(timeout))) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot connect to gpukitd at ", target,
+        " (is it running? pass --addr or set GPUKIT_ADDR)"));
+  }
+  return channel;
+}
+
+absl::Status FromGrpc(const grpc::Status& status, const grpc::ClientContext& context) {
+  if (status.ok()) return absl::OkStatus();
+  absl::Status out(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+  const auto& trailers = context.GetServerTrailingMetadata();
+  if (auto it = trailers.find("gpukit-reason"); it != trailers.end()) {
+    out.SetPayload(kReasonPayloadUrl, absl::Cord(absl::string_view(it->second.data(),
+                                                                   it->second.size())));
+  }
+  return out;
+}
+
+}  // namespace gpukit

@@ -1,0 +1,34 @@
+// Connection and error plumbing shared by libgpukit and gpukitctl (not a public header).
+//
+// Thread safety: pure functions.
+#ifndef GPUKIT_CLIENT_CPP_CHANNEL_H_
+#define GPUKIT_CLIENT_CPP_CHANNEL_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+
+namespace gpukit {
+
+// Payload key under which FromGrpc stores the daemon's "gpukit-reason" trailer.
+inline constexpr absl::string_view kReasonPayloadUrl = "type.gpukit.dev/gpukit.v1.Reason";
+
+// $GPUKIT_ADDR, else the default socket (runtime/base/default_address.h).
+std::string DefaultClientTarget();
+
+// A channel to `target` that is connected, or UNAVAILABLE naming the address when no
+// daemon accepts within `timeout`.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectChannel(const std::string& target,
+                                                              absl::Duration timeout);
+
+// grpc::Status -> absl::Status, keeping code and message, and the "gpukit-reason" trailer
+// (when the call has one) as a payload read by RejectReason().
+absl::Status FromGrpc(const grpc::Status& status, const grpc::ClientContext& context);
+
+}  // namespace gpukit
+
+#endif  // GPUKIT_CLIENT_CPP_CHANNEL_H_

@@ -1,0 +1,383 @@
+#include "gpukit/client.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "client/cpp/channel.h"
+#include "gpukit/v1/array.grpc.pb.h"
+#include "gpukit/v1/compute.grpc.pb.h"
+#include "gpukit/v1/session.grpc.pb.h"
+#include "proto/dtype_convert.h"
+#include "runtime/base/shape.h"
+
+namespace gpukit {
+namespace {
+
+constexpr int64_t kChunkBytes = int64_t{4} << 20;
+
+std::string ProgramName() {
+  std::ifstream comm("/proc/self/comm");
+  std::string name;
+  std::getline(comm, name);
+  return name.empty() ? "gpukit-client" : name;
+}
+
+std::string HostName() {
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+}  // namespace
+
+namespace internal {
+
+// Everything a session needs, shared by the Client and its Arrays so that an Array that
+// outlives its Client stays safe to destroy.
+class SessionState {
+ public:
+  SessionState(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options)
+      : options_(options),
+        channel_(std::move(channel)),
+        sessions_(v1::SessionService::NewStub(channel_)),
+        arrays_(v1::ArrayService::NewStub(channel_)),
+        compute_(v1::ComputeService::NewStub(channel_)) {}
+
+  ~SessionState() {
+    StopKeepAlive();
+    Close().IgnoreError();
+  }
+
+  absl::Status Open() {
+    v1::OpenSessionRequest request;
+    request.set_tenant(options_.tenant);
+    request.set_partition(options_.partition);
+    request.mutable_client()->set_name(options_.client_name.empty() ? ProgramName()
+                                                                    : options_.client_name);
+    request.mutable_client()->set_library_version(
+        absl::StrCat("gpukit-cpp/", GPUKIT_VERSION_STRING));
+    request.mutable_client()->set_pid(getpid());
+    request.mutable_client()->set_hostname(HostName());
+    request.set_lease_ms(absl::ToInt64Milliseconds(options_.lease));
+    v1::OpenSessionResponse response;
+    grpc::ClientContext context;
+    SetDeadline(context);
+    absl::Status status = FromGrpc(sessions_->Open(&context, request, &response), context);
+    if (!status.ok()) return status;
+    session_id_ = response.session_id();
+    lease_ = absl::Milliseconds(response.lease_ms());
+    keepalive_ = std::thread([this] { KeepAliveLoop(); });
+    return absl::OkStatus();
+  }
+
+  absl::Status KeepAlive() {
+    v1::KeepAliveRequest request;
+    request.set_session_id(session_id_);
+    v1::KeepAliveResponse response;
+    grpc::ClientContext context;
+    SetDeadline(context);
+    return FromGrpc(sessions_->KeepAlive(&context, request, &response), context);
+  }
+
+  absl::Status Close() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (closed_ || session_id_.empty()) return absl::OkStatus();
+      closed_ = true;
+    }
+    StopKeepAlive();
+    v1::CloseSessionRequest request;
+    request.set_session_id(session_id_);
+    v1::CloseSessionResponse response;
+    grpc::ClientContext context;
+    SetDeadline(context);
+    return FromGrpc(sessions_->Close(&context, request, &response), context);
+  }
+
+  bool closed() const {
+    absl::MutexLock lock(&mu_);
+    return closed_;
+  }
+
+  void SetDeadline(grpc::ClientContext& context) const {
+    context.set_deadline(std::chrono::system_clock::now() +
+                         absl::ToChronoMilliseconds(options_.call_timeout));
+  }
+
+  const ClientOptions options_;
+  std::string session_id_;
+  absl::Duration lease_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::SessionService::Stub> sessions_;
+  std::unique_ptr<v1::ArrayService::Stub> arrays_;
+  std::unique_ptr<v1::ComputeService::Stub> compute_;
+
+ private:
+  void KeepAliveLoop() {
+    const absl::Duration period = std::max(lease_ / 3, absl::Milliseconds(100));
+    while (!stop_.WaitForNotificationWithTimeout(period)) {
+      KeepAlive().IgnoreError();  // a missed renewal is retried; the lease has slack
+    }
+  }
+
+  void StopKeepAlive() {
+    absl::MutexLock lock(&keepalive_mu_);
+    if (!stop_.HasBeenNotified()) stop_.Notify();
+    if (keepalive_.joinable() && keepalive_.get_id() != std::this_thread::get_id()) {
+      keepalive_.join();
+    }
+  }
+
+  mutable absl::Mutex mu_;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Mutex keepalive_mu_;
+  absl::Notification stop_;
+  std::thread keepalive_;
+};
+
+}  // namespace internal
+
+using internal::SessionState;
+
+int64_t Array::element_count() const {
+  int64_t count = 1;
+  for (int64_t d : shape_) count *= d;
+  return count;
+}
+
+Array& Array::operator=(Array&& other) noexcept {
+  if (this != &other) {
+    Free().IgnoreError();
+    session_ = std::move(other.session_);
+    handle_ = std::move(other.handle_);
+    shape_ = std::move(other.shape_);
+    dtype_ = other.dtype_;
+    size_bytes_ = other.size_bytes_;
+  }
+  return *this;
+}
+
+Array::~Array() { Free().IgnoreError(); }
+
+absl::Status Array::Free() {
+  if (session_ == nullptr) return absl::FailedPreconditionError("array was freed or moved");
+  std::shared_ptr<SessionState> session = std::move(session_);
+  if (session->closed()) return absl::OkStatus();  // the session freed it already
+  v1::FreeArrayRequest request;
+  request.set_session_id(session->session_id_);
+  request.set_handle(handle_);
+  v1::FreeArrayResponse response;
+  grpc::ClientContext context;
+  session->SetDeadline(context);
+  return FromGrpc(session->arrays_->Free(&context, request, &response), context);
+}
+
+absl::Status Array::Write(const void* data, int64_t bytes) const {
+  if (session_ == nullptr) return absl::FailedPreconditionError("array was freed or moved");
+  if (bytes != size_bytes_) {
+    return absl::InvalidArgumentError(absl::StrCat("write of ", bytes, " bytes into array ",
+                                                   handle_, " of ", size_bytes_, " bytes"));
+  }
+  grpc::ClientContext context;
+  session_->SetDeadline(context);
+  v1::UploadResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::UploadRequest>> writer =
+      session_->arrays_->Upload(&context, &response);
+  v1::UploadRequest message;
+  message.mutable_header()->set_session_id(session_->session_id_);
+  message.mutable_header()->set_handle(handle_);
+  bool ok = writer->Write(message);
+  const char* bytes_in = static_cast<const char*>(data);
+  for (int64_t offset = 0; ok && offset < bytes; offset += kChunkBytes) {
+    v1::UploadRequest chunk;
+    chunk.mutable_chunk()->set_offset(offset);
+    chunk.mutable_chunk()->set_data(bytes_in + offset, std::min(kChunkBytes, bytes - offset));
+    ok = writer->Write(chunk);
+  }
+  writer->WritesDone();
+  return FromGrpc(writer->Finish(), context);
+}
+
+absl::Status Array::Read(void* out, int64_t bytes) const {
+  if (session_ == nullptr) return absl::FailedPreconditionError("array was freed or moved");
+  if (bytes != size_bytes_) {
+    return absl::InvalidArgumentError(absl::StrCat("read of ", bytes, " bytes from array ",
+                                                   handle_, " of ", size_bytes_, " bytes"));
+  }
+  v1::DownloadRequest request;
+  request.set_session_id(session_->session_id_);
+  request.set_handle(handle_);
+  grpc::ClientContext context;
+  session_->SetDeadline(context);
+  std::unique_ptr<grpc::ClientReader<v1::DownloadResponse>> reader =
+      session_->arrays_->Download(&context, request);
+  v1::DownloadResponse message;
+  char* bytes_out = static_cast<char*>(out);
+  int64_t received = 0;
+  bool overflow = false;
+  while (reader->Read(&message)) {
+    const v1::DataChunk& chunk = message.chunk();
+    const int64_t size = static_cast<int64_t>(chunk.data().size());
+    if (chunk.offset() < 0 || chunk.offset() > bytes || size > bytes - chunk.offset()) {
+      overflow = true;
+      context.TryCancel();
+      break;
+    }
+    std::memcpy(bytes_out + chunk.offset(), chunk.data().data(), size);
+    received += size;
+  }
+  absl::Status status = FromGrpc(reader->Finish(), context);
+  if (overflow) return absl::InternalError("daemon sent a chunk outside the array");
+  if (!status.ok()) return status;
+  if (received != bytes) {
+    return absl::InternalError(
+        absl::StrCat("download returned ", received, " of ", bytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  ClientOptions resolved = options;
+  if (resolved.address.empty()) resolved.address = DefaultClientTarget();
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      ConnectChannel(resolved.address, resolved.connect_timeout);
+  if (!channel.ok()) return channel.status();
+  auto state = std::make_shared<SessionState>(*std::move(channel), resolved);
+  absl::Status status = state->Open();
+  if (!status.ok()) return status;
+  return std::unique_ptr<Client>(new Client(std::move(state)));
+}
+
+Client::~Client() { state_->Close().IgnoreError(); }
+
+const std::string& Client::session_id() const { return state_->session_id_; }
+absl::Duration Client::lease() const { return state_->lease_; }
+const std::string& Client::address() const { return state_->options_.address; }
+
+absl::Status Client::KeepAlive() { return state_->KeepAlive(); }
+absl::Status Client::Close() { return state_->Close(); }
+
+absl::StatusOr<Array> Client::Empty(std::vector<int64_t> shape, DType dtype) {
+  v1::CreateArrayRequest request;
+  request.set_session_id(state_->session_id_);
+  request.mutable_shape()->Assign(shape.begin(), shape.end());
+  request.set_dtype(DTypeToProto(dtype));
+  v1::CreateArrayResponse response;
+  grpc::ClientContext context;
+  state_->SetDeadline(context);
+  absl::Status status = FromGrpc(state_->arrays_->Create(&context, request, &response), context);
+  if (!status.ok()) return status;
+  return Array(state_, response.array().handle(), std::move(shape), dtype,
+               response.array().size_bytes());
+}
+
+absl::StatusOr<Array> Client::FromBytes(const void* data, int64_t bytes,
+                                        std::vector<int64_t> shape, DType dtype) {
+  absl::StatusOr<int64_t> expected = ByteSize(shape, dtype);
+  if (expected.ok() && *expected != bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        bytes, " bytes of data for shape ", ShapeToString(shape), " ", DTypeName(dtype),
+        ", which needs ", *expected));
+  }
+  absl::StatusOr<Array> array = Empty(std::move(shape), dtype);
+  if (!array.ok()) return array.status();
+  absl::Status status = array->Write(data, bytes);
+  if (!status.ok()) return status;
+  return array;
+}
+
+absl::StatusOr<Array> Client::RunOp(absl::string_view op, const std::vector<Operand>& inputs,
+                                    const Attrs& attrs) {
+  v1::RunOpRequest request;
+  request.set_session_id(state_->session_id_);
+  request.set_op(std::string(op));
+  for (const Operand& operand : inputs) {
+    v1::Operand* out = request.add_inputs();
+    if (const Array* const* array = std::get_if<const Array*>(&operand.value())) {
+      out->set_handle((*array)->handle());
+    } else if (const double* f = std::get_if<double>(&operand.value())) {
+      out->mutable_scalar()->set_float_value(*f);
+    } else {
+      out->mutable_scalar()->set_int_value(std::get<int64_t>(operand.value()));
+    }
+  }
+  for (const auto& [name, value] : attrs) {
+    v1::AttrValue& out = (*request.mutable_attrs())[name];
+    std::visit(
+        [&out](const auto& v) {
+          using T = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<T, int64_t>) {
+            out.set_int_value(v);
+          } else if constexpr (std::is_same_v<T, double>) {
+            out.set_float_value(v);
+          } else if constexpr (std::is_same_v<T, bool>) {
+            out.set_bool_value(v);
+          } else if constexpr (std::is_same_v<T, DType>) {
+            out.set_dtype_value(DTypeToProto(v));
+          } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+            out.mutable_int_list()->mutable_values()->Assign(v.begin(), v.end());
+          } else {
+            out.set_string_value(v);
+          }
+        },
+        value);
+  }
+  v1::RunOpResponse response;
+  grpc::ClientContext context;
+  state_->SetDeadline(context);
+  absl::Status status = FromGrpc(state_->compute_->RunOp(&context, request, &response), context);
+  if (!status.ok()) return status;
+  const v1::ArrayInfo& info = response.output();
+  absl::StatusOr<DType> dtype = DTypeFromProto(info.dtype(), "output.dtype");
+  if (!dtype.ok()) return dtype.status();
+  return Array(state_, info.handle(), std::vector<int64_t>(info.shape().begin(), info.shape().end()),
+               *dtype, info.size_bytes());
+}
+
+absl::StatusOr<Array> Client::Reduce(absl::string_view op, const Array& a,
+                                     std::optional<int64_t> axis, bool keepdims) {
+  Attrs attrs;
+  if (axis.has_value()) attrs.emplace_back("axis", *axis);
+  if (keepdims) attrs.emplace_back("keepdims", true);
+  return RunOp(op, {a}, attrs);
+}
+
+absl::StatusOr<Array> Client::Sum(const Array& a, std::optional<int64_t> axis, bool keepdims) {
+  return Reduce("sum", a, axis, keepdims);
+}
+absl::StatusOr<Array> Client::Mean(const Array& a, std::optional<int64_t> axis, bool keepdims) {
+  return Reduce("mean", a, axis, keepdims);
+}
+absl::StatusOr<Array> Client::Max(const Array& a, std::optional<int64_t> axis, bool keepdims) {
+  return Reduce("max", a, axis, keepdims);
+}
+absl::StatusOr<Array> Client::Min(const Array& a, std::optional<int64_t> axis, bool keepdims) {
+  return Reduce("min", a, axis, keepdims);
+}
+
+absl::StatusOr<Array> Client::Astype(const Array& a, DType dtype) {
+  return RunOp("astype", {a}, {{"dtype", dtype}});
+}
+
+absl::StatusOr<Array> Client::Reshape(const Array& a, std::vector<int64_t> shape) {
+  return RunOp("reshape", {a}, {{"shape", std::move(shape)}});
+}
+
+absl::StatusOr<Array> Client::Transpose(const Array& a, std::vector<int64_t> perm) {
+  if (perm.empty()) return RunOp("transpose", {a});
+  return RunOp("transpose", {a}, {{"perm", std::move(perm)}});
+}
+
+std::string RejectReason(const absl::Status& status) {
+  absl::optional<absl::Cord> reason = status.GetPayload(kReasonPayloadUrl);
+  return reason.has_value() ? std::string(*reason) : std::string();
+}
+
+}  // namespace gpukit

@@ -1,0 +1,217 @@
+// libgpukit: the C++ client of gpukitd.
+//
+// A Client is one session with the daemon: it opens the session when it connects, keeps its
+// lease alive from a background thread, and closes it (freeing everything the session
+// holds) when destroyed. An Array is a handle to device memory owned by that session; it
+// frees the memory when it goes out of scope.
+//
+//   gpukit::ClientOptions options;             // default socket or $GPUKIT_ADDR
+//   options.tenant = "inference";
+//   auto client = gpukit::Client::Connect(options);
+//   if (!client.ok()) { /* client.status() says why */ }
+//   auto a = (*client)->FromVector<float>({1, 2, 3, 4}, {2, 2});
+//   auto b = (*client)->FromVector<float>({10, 20}, {2});
+//   auto c = (*client)->Add(*a, *b);            // broadcasting: [[11, 22], [13, 24]]
+//   auto values = c->ToVector<float>();
+//
+// Errors are absl::Status with the daemon's gRPC code and message; RejectReason() gives
+// the admission reason ("REASON_DEVICE_MEMORY_EXHAUSTED", ...) of a refused request.
+//
+// Cost: every call is one gRPC round trip (about 80 to 200 us on a unix socket), except
+// Upload/Download, which stream 4 MiB chunks.
+//
+// Thread safety: a Client and its Arrays may be used from several threads at once. An
+// Array must not be used after its Client's session has been closed (calls then return
+// NOT_FOUND); destroying it afterwards is harmless.
+#ifndef GPUKIT_CLIENT_CPP_INCLUDE_GPUKIT_CLIENT_H_
+#define GPUKIT_CLIENT_CPP_INCLUDE_GPUKIT_CLIENT_H_
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "runtime/base/dtype.h"  // gpukit::DType, shared with the daemon
+
+namespace gpukit {
+
+// C++ element type -> DType for ToVector/FromVector (float, int32_t, int64_t, uint8_t).
+template <typename T>
+constexpr DType DTypeOf();
+template <>
+constexpr DType DTypeOf<float>() { return DType::kFloat32; }
+template <>
+constexpr DType DTypeOf<int32_t>() { return DType::kInt32; }
+template <>
+constexpr DType DTypeOf<int64_t>() { return DType::kInt64; }
+template <>
+constexpr DType DTypeOf<uint8_t>() { return DType::kUInt8; }
+
+struct ClientOptions {
+  // gRPC target: "unix:///path.sock" or "host:port". Empty: $GPUKIT_ADDR, else the
+  // default socket (see gpukitd --help).
+  std::string address;
+  // Tenant the session acts for (1-63 of [A-Za-z0-9._-]).
+  std::string tenant = "default";
+  // Partition; empty: "default".
+  std::string partition;
+  // Shown to operators in `gpukitctl sessions`; empty: the program's name.
+  std::string client_name;
+  // Lease to ask for; zero: the daemon's default. The client renews it at a third of the
+  // granted lease while it lives.
+  absl::Duration lease = absl::ZeroDuration();
+  // Deadline of each call.
+  absl::Duration call_timeout = absl::Seconds(60);
+  // How long Connect waits for the daemon to accept a connection.
+  absl::Duration connect_timeout = absl::Seconds(5);
+};
+
+namespace internal {
+class SessionState;
+}  // namespace internal
+
+class Array;
+
+// An operand of an op: an array or a scalar.
+class Operand {
+ public:
+  Operand(const Array& array) : value_(&array) {}  // NOLINT: implicit by design
+  Operand(double value) : value_(value) {}         // NOLINT
+  Operand(float value) : value_(static_cast<double>(value)) {}  // NOLINT
+  Operand(int64_t value) : value_(value) {}        // NOLINT
+  Operand(int value) : value_(static_cast<int64_t>(value)) {}  // NOLINT
+  const std::variant<const Array*, double, int64_t>& value() const { return value_; }
+
+ private:
+  std::variant<const Array*, double, int64_t> value_;
+};
+
+// Value of an op attribute (see docs/api.md for each op's attributes).
+using Attr = std::variant<int64_t, double, bool, DType, std::vector<int64_t>, std::string>;
+using Attrs = std::vector<std::pair<std::string, Attr>>;
+
+class Array {
+ public:
+  Array(Array&& other) noexcept = default;
+  Array& operator=(Array&& other) noexcept;
+  Array(const Array&) = delete;
+  Array& operator=(const Array&) = delete;
+  ~Array();  // frees the device memory (errors are ignored: the session may be gone)
+
+  const std::string& handle() const { return handle_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  DType dtype() const { return dtype_; }
+  int64_t size_bytes() const { return size_bytes_; }
+  int64_t element_count() const;
+
+  // Writes exactly size_bytes() bytes from `data`.
+  absl::Status Write(const void* data, int64_t bytes) const;
+  // Reads exactly size_bytes() bytes into `out`.
+  absl::Status Read(void* out, int64_t bytes) const;
+
+  // The array's elements; INVALID_ARGUMENT if T does not match dtype().
+  template <typename T>
+  absl::StatusOr<std::vector<T>> ToVector() const {
+    if (DTypeOf<T>() != dtype_) {
+      return absl::InvalidArgumentError(
+          std::string("array has dtype ") + std::string(DTypeName(dtype_)));
+    }
+    std::vector<T> values(element_count());
+    absl::Status status = Read(values.data(), size_bytes_);
+    if (!status.ok()) return status;
+    return values;
+  }
+
+  // Frees now; later calls on this Array return FAILED_PRECONDITION.
+  absl::Status Free();
+
+ private:
+  friend class Client;
+  Array(std::shared_ptr<internal::SessionState> session, std::string handle,
+        std::vector<int64_t> shape, DType dtype, int64_t size_bytes)
+      : session_(std::move(session)),
+        handle_(std::move(handle)),
+        shape_(std::move(shape)),
+        dtype_(dtype),
+        size_bytes_(size_bytes) {}
+
+  std::shared_ptr<internal::SessionState> session_;
+  std::string handle_;
+  std::vector<int64_t> shape_;
+  DType dtype_ = DType::kFloat32;
+  int64_t size_bytes_ = 0;
+};
+
+class Client {
+ public:
+  // Connects to the daemon and opens a session. UNAVAILABLE if no daemon answers at the
+  // address within options.connect_timeout.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options = {});
+  ~Client();  // closes the session
+
+  const std::string& session_id() const;
+  // The lease the daemon granted.
+  absl::Duration lease() const;
+  const std::string& address() const;
+
+  // Uninitialised array.
+  absl::StatusOr<Array> Empty(std::vector<int64_t> shape, DType dtype);
+  // Array holding `bytes` bytes of `data` (must equal the shape's size in bytes).
+  absl::StatusOr<Array> FromBytes(const void* data, int64_t bytes, std::vector<int64_t> shape,
+                                  DType dtype);
+  template <typename T>
+  absl::StatusOr<Array> FromVector(const std::vector<T>& values, std::vector<int64_t> shape) {
+    return FromBytes(values.data(), static_cast<int64_t>(values.size() * sizeof(T)),
+                     std::move(shape), DTypeOf<T>());
+  }
+
+  // Any built-in op by name; the result is a new array of this session.
+  absl::StatusOr<Array> RunOp(absl::string_view op, const std::vector<Operand>& inputs,
+                              const Attrs& attrs = {});
+
+  absl::StatusOr<Array> Add(const Operand& a, const Operand& b) { return RunOp("add", {a, b}); }
+  absl::StatusOr<Array> Sub(const Operand& a, const Operand& b) { return RunOp("sub", {a, b}); }
+  absl::StatusOr<Array> Mul(const Operand& a, const Operand& b) { return RunOp("mul", {a, b}); }
+  absl::StatusOr<Array> Div(const Operand& a, const Operand& b) { return RunOp("div", {a, b}); }
+  absl::StatusOr<Array> Matmul(const Array& a, const Array& b) { return RunOp("matmul", {a, b}); }
+  // Reductions over everything, or along `axis` when given.
+  absl::StatusOr<Array> Sum(const Array& a, std::optional<int64_t> axis = {},
+                            bool keepdims = false);
+  absl::StatusOr<Array> Mean(const Array& a, std::optional<int64_t> axis = {},
+                             bool keepdims = false);
+  absl::StatusOr<Array> Max(const Array& a, std::optional<int64_t> axis = {},
+                            bool keepdims = false);
+  absl::StatusOr<Array> Min(const Array& a, std::optional<int64_t> axis = {},
+                            bool keepdims = false);
+  absl::StatusOr<Array> Astype(const Array& a, DType dtype);
+  absl::StatusOr<Array> Reshape(const Array& a, std::vector<int64_t> shape);
+  // Reverses the axes when `perm` is empty.
+  absl::StatusOr<Array> Transpose(const Array& a, std::vector<int64_t> perm = {});
+
+  // Renews the lease now (the background thread does this by itself).
+  absl::Status KeepAlive();
+  // Closes the session; its arrays become invalid. Called by the destructor.
+  absl::Status Close();
+
+ private:
+  explicit Client(std::shared_ptr<internal::SessionState> state) : state_(std::move(state)) {}
+  absl::StatusOr<Array> Reduce(absl::string_view op, const Array& a,
+                               std::optional<int64_t> axis, bool keepdims);
+  std::shared_ptr<internal::SessionState> state_;
+};
+
+// The admission reason of a refused request ("REASON_DEVICE_MEMORY_EXHAUSTED", ...), or
+// "" when the status carries none.
+std::string RejectReason(const absl::Status& status);
+
+}  // namespace gpukit
+
+#endif  // GPUKIT_CLIENT_CPP_INCLUDE_GPUKIT_CLIENT_H_
