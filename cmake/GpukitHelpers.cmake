@@ -29,4 +29,12 @@ function(gpukit_cc_test)
   target_compile_options(${ARG_NAME} PRIVATE ${GPUKIT_WARNING_FLAGS})
   add_test(NAME ${ARG_NAME} COMMAND ${ARG_NAME})
   set_tests_properties(${ARG_NAME} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT 300)
+  if("gpu" IN_LIST ARG_LABELS)
+    # GoogleTest's skip marker makes CTest report the binary as skipped ("Not Run"), so GPU
+    # tests on a machine without a GPU show up as skipped instead of passed.
+    set_tests_properties(${ARG_NAME} PROPERTIES SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+  endif()
+  if("unit" IN_LIST ARG_LABELS)
+    add_dependencies(unit_tests ${ARG_NAME})
+  endif()
 endfunction()

@@ -25,8 +25,12 @@ struct CpuDevice::Event {
   absl::Status status ABSL_GUARDED_BY(mu);
 };
 
-// A worker thread running queued work in order. The first error since the last event is
-// kept and handed to the next event, like a stream's sticky error on a GPU.
+// Runs work in enqueue order. Work enqueued while the stream is idle runs at once on the
+// caller's thread (as if a GPU had finished it immediately), which saves two thread
+// hand-offs per small request; work enqueued while the stream is busy is queued and run by
+// the stream's worker thread. Exactly one thread executes the stream's work at a time
+// (`busy_`), so order is kept. The first error since the last event is kept and handed to
+// the next event, like a stream's sticky error on a GPU.
 class CpuDevice::Stream {
  public:
   using Work = std::function<absl::Status()>;
@@ -41,8 +45,17 @@ class CpuDevice::Stream {
   }
 
   void Enqueue(Work work) {
+    mu_.Lock();
+    if (busy_ || !queue_.empty()) {
+      queue_.push_back(std::move(work));
+      mu_.Unlock();
+      return;
+    }
+    busy_ = true;
+    mu_.Unlock();
+    Execute(work);
     absl::MutexLock lock(&mu_);
-    queue_.push_back(std::move(work));
+    busy_ = false;
   }
 
   void EnqueueEvent(std::shared_ptr<Event> event) {
@@ -56,6 +69,12 @@ class CpuDevice::Stream {
   }
 
  private:
+  // Called only by the thread that set busy_.
+  void Execute(const Work& work) {
+    absl::Status status = work();
+    if (!status.ok() && pending_error_.ok()) pending_error_ = std::move(status);
+  }
+
   void Run() {
     while (true) {
       Work work;
@@ -63,22 +82,25 @@ class CpuDevice::Stream {
         absl::MutexLock lock(&mu_);
         mu_.Await(absl::Condition(
             +[](Stream* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-              return s->stopping_ || !s->queue_.empty();
+              return !s->busy_ && (s->stopping_ || !s->queue_.empty());
             },
             this));
         if (queue_.empty()) return;  // stopping, and everything queued has run
         work = std::move(queue_.front());
         queue_.pop_front();
+        busy_ = true;
       }
-      absl::Status status = work();
-      if (!status.ok() && pending_error_.ok()) pending_error_ = std::move(status);
+      Execute(work);
+      absl::MutexLock lock(&mu_);
+      busy_ = false;
     }
   }
 
   absl::Mutex mu_;
   std::deque<Work> queue_ ABSL_GUARDED_BY(mu_);
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status pending_error_;  // touched only by the worker thread
+  absl::Status pending_error_;  // touched only by the thread that set busy_
   std::thread thread_;          // last: starts after the fields above exist
 };
 

@@ -2,8 +2,10 @@
 //
 // Runs the whole Device interface on host memory so gpukitd serves the same API without a
 // GPU (and CI tests it). Buffers are 64-byte aligned host allocations counted against a
-// configured memory size; each stream is a worker thread that runs its queue in order, so
-// completion is asynchronous exactly as on a GPU. Built-in ops run the reference kernels of
+// configured memory size. Each stream runs its work in order: work enqueued on an idle
+// stream runs at once on the caller's thread, work enqueued behind other work runs later on
+// the stream's worker thread, so callers must observe completion through events exactly as
+// on a GPU. Built-in ops run the reference kernels of
 // kernels/cpu. Device code cannot run here: LoadModule and Launch return
 // FAILED_PRECONDITION "kernel launch requires a GPU".
 //

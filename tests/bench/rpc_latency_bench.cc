@@ -1,0 +1,249 @@
+// Measures gpukitd on the CPU backend: start-up time, idle memory, and the round trip of a
+// small RunOp against a raw gRPC ping to the same daemon in the same run.
+//
+//   gpukit_rpc_bench --gpukitd build/daemon/gpukitd [--iterations 20000] [--starts 5]
+//
+// The daemon is started by the benchmark on a private unix socket. Start-up time is from
+// posix_spawn to the first answered health check. The ping is grpc.health.v1.Health/Check
+// with an empty request (what any gRPC server answers without touching gpukit code); the
+// op is ComputeService/RunOp "add" of two 16-element float32 arrays, through the generated
+// stub, its result freed after the timed loop.
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/cpp/channel.h"
+#include "gpukit/client.h"
+#include "gpukit/v1/array.grpc.pb.h"
+#include "gpukit/v1/compute.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/codegen/client_unary_call.h"
+
+extern char** environ;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Micros(Clock::duration d) {
+  return std::chrono::duration<double, std::micro>(d).count();
+}
+
+struct Daemon {
+  pid_t pid = -1;
+  std::string address;
+};
+
+Daemon Spawn(const std::string& binary, const std::string& dir) {
+  Daemon daemon;
+  daemon.address = absl::StrCat("unix://", dir, "/gpukitd.sock");
+  std::string listen = absl::StrCat("--listen=", daemon.address);
+  const char* argv[] = {binary.c_str(), listen.c_str(), "--backend=cpu", "--log-level=warn",
+                        nullptr};
+  if (posix_spawn(&daemon.pid, binary.c_str(), nullptr, nullptr,
+                  const_cast<char* const*>(argv), environ) != 0) {
+    std::perror("posix_spawn gpukitd");
+    std::exit(1);
+  }
+  return daemon;
+}
+
+void Stop(Daemon& daemon) {
+  kill(daemon.pid, SIGTERM);
+  int status = 0;
+  waitpid(daemon.pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::fprintf(stderr, "gpukitd did not exit cleanly (status %d)\n", status);
+    std::exit(1);
+  }
+}
+
+// grpc.health.v1.Health/Check with an empty HealthCheckRequest; true when SERVING.
+bool HealthCheck(grpc::Channel& channel) {
+  static const grpc::internal::RpcMethod kMethod("/grpc.health.v1.Health/Check",
+                                                 grpc::internal::RpcMethod::NORMAL_RPC);
+  grpc::ByteBuffer request, response;
+  grpc::Slice empty;
+  request = grpc::ByteBuffer(&empty, 1);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  grpc::Status status = grpc::internal::BlockingUnaryCall(&channel, kMethod, &context, request,
+                                                         &response);
+  if (!status.ok()) return false;
+  std::vector<grpc::Slice> slices;
+  response.Dump(&slices);
+  std::string bytes;
+  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return bytes == std::string("\x08\x01", 2);  // status = SERVING
+}
+
+// Waits for the daemon to answer a health check; returns the time since `spawned`.
+double WaitReadyMs(const Daemon& daemon, Clock::time_point spawned) {
+  while (Clock::now() - spawned < std::chrono::seconds(10)) {
+    auto channel = grpc::CreateChannel(daemon.address, grpc::InsecureChannelCredentials());
+    if (channel->WaitForConnected(std::chrono::system_clock::now() +
+                                  std::chrono::milliseconds(2)) &&
+        HealthCheck(*channel)) {
+      return std::chrono::duration<double, std::milli>(Clock::now() - spawned).count();
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+  std::fprintf(stderr, "gpukitd did not become ready within 10 s\n");
+  std::exit(1);
+}
+
+long RssKiB(pid_t pid, const char* field) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind(field, 0) == 0) return std::strtol(line.c_str() + std::strlen(field), nullptr, 10);
+  }
+  return -1;
+}
+
+struct Stats {
+  double p50, p99, mean;
+};
+
+Stats Summarise(std::vector<double> us) {
+  std::sort(us.begin(), us.end());
+  const double mean = std::accumulate(us.begin(), us.end(), 0.0) / us.size();
+  return {us[us.size() / 2], us[us.size() * 99 / 100], mean};
+}
+
+// Times each call of each function, interleaving the functions in rounds so that load
+// from elsewhere on the machine falls on all of them alike.
+std::vector<Stats> TimeInterleaved(int iterations, const std::vector<std::function<void()>>& fns) {
+  constexpr int kRounds = 10;
+  for (const auto& fn : fns) {
+    for (int i = 0; i < iterations / 10; ++i) fn();  // warm-up
+  }
+  std::vector<std::vector<double>> us(fns.size());
+  for (int round = 0; round < kRounds; ++round) {
+    for (size_t f = 0; f < fns.size(); ++f) {
+      for (int i = 0; i < iterations / kRounds; ++i) {
+        const auto start = Clock::now();
+        fns[f]();
+        us[f].push_back(Micros(Clock::now() - start));
+      }
+    }
+  }
+  std::vector<Stats> stats;
+  for (auto& samples : us) stats.push_back(Summarise(std::move(samples)));
+  return stats;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string gpukitd;
+  int iterations = 20000, starts = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--gpukitd") == 0) gpukitd = argv[i + 1];
+    if (std::strcmp(argv[i], "--iterations") == 0) iterations = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--starts") == 0) starts = std::atoi(argv[i + 1]);
+  }
+  if (gpukitd.empty()) {
+    std::fprintf(stderr, "usage: %s --gpukitd PATH [--iterations N] [--starts N]\n", argv[0]);
+    return 2;
+  }
+  char dir_template[] = "/tmp/gpukit-bench-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+
+  // Start-up: spawn to first answered health check, several times.
+  std::vector<double> start_ms;
+  for (int i = 0; i < starts; ++i) {
+    const auto spawned = Clock::now();
+    Daemon d = Spawn(gpukitd, dir);
+    start_ms.push_back(WaitReadyMs(d, spawned));
+    Stop(d);
+  }
+  std::sort(start_ms.begin(), start_ms.end());
+
+  const auto spawned = Clock::now();
+  Daemon daemon = Spawn(gpukitd, dir);
+  WaitReadyMs(daemon, spawned);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const long idle_rss = RssKiB(daemon.pid, "VmRSS:");
+
+  auto channel = gpukit::ConnectChannel(daemon.address, absl::Seconds(5));
+  if (!channel.ok()) return 1;
+  gpukit::ClientOptions options;
+  options.address = daemon.address;
+  options.tenant = "bench";
+  auto client = gpukit::Client::Connect(options);
+  if (!client.ok()) {
+    std::fprintf(stderr, "connect: %s\n", std::string(client.status().message()).c_str());
+    return 1;
+  }
+  std::vector<float> values(16);
+  std::iota(values.begin(), values.end(), 1.0f);
+  auto a = (*client)->FromVector(values, {16});
+  auto b = (*client)->FromVector(values, {16});
+  if (!a.ok() || !b.ok()) return 1;
+
+  auto compute = gpukit::v1::ComputeService::NewStub(*channel);
+  gpukit::v1::RunOpRequest run;
+  run.set_session_id((*client)->session_id());
+  run.set_op("add");
+  run.add_inputs()->set_handle(a->handle());
+  run.add_inputs()->set_handle(b->handle());
+  std::vector<std::string> outputs;
+  outputs.reserve(iterations + iterations / 10);  // freed after the timed loops
+
+  const std::vector<Stats> stats = TimeInterleaved(
+      iterations,
+      {[&] {
+         if (!HealthCheck(**channel)) std::exit(1);
+       },
+       [&] {
+         gpukit::v1::RunOpResponse response;
+         grpc::ClientContext context;
+         if (!compute->RunOp(&context, run, &response).ok()) std::exit(1);
+         outputs.push_back(response.output().handle());
+       },
+       [&] {
+         auto c = (*client)->Add(*a, *b);  // RunOp + Free when `c` goes out of scope
+         if (!c.ok()) std::exit(1);
+       }});
+  const Stats& ping = stats[0];
+  const Stats& op = stats[1];
+  const Stats& client_add = stats[2];
+  auto arrays = gpukit::v1::ArrayService::NewStub(*channel);
+  for (const std::string& handle : outputs) {
+    gpukit::v1::FreeArrayRequest free;
+    free.set_session_id((*client)->session_id());
+    free.set_handle(handle);
+    gpukit::v1::FreeArrayResponse freed;
+    grpc::ClientContext context;
+    arrays->Free(&context, free, &freed);
+  }
+  const long busy_rss = RssKiB(daemon.pid, "VmHWM:");
+  client->reset();
+  Stop(daemon);
+  rmdir(dir.c_str());
+
+  std::printf("gpukitd start-up (spawn to first health check), %d starts: median %.1f ms, max %.1f ms\n",
+              starts, start_ms[start_ms.size() / 2], start_ms.back());
+  std::printf("gpukitd idle RSS: %.1f MiB; peak RSS after the run: %.1f MiB\n", idle_rss / 1024.0,
+              busy_rss / 1024.0);
+  std::printf("%-44s %10s %10s %10s\n", "round trip (unix socket)", "p50 us", "p99 us", "mean us");
+  std::printf("%-44s %10.1f %10.1f %10.1f\n", "grpc.health.v1 Check (raw gRPC ping)", ping.p50, ping.p99, ping.mean);
+  std::printf("%-44s %10.1f %10.1f %10.1f\n", "RunOp add, 2 x 16 float32 (stub)", op.p50, op.p99, op.mean);
+  std::printf("%-44s %10.1f %10.1f %10.1f\n", "Client::Add incl. Free of the result", client_add.p50, client_add.p99, client_add.mean);
+  std::printf("RunOp / ping: p50 %.2fx, mean %.2fx (goal <= 1.3x)\n", op.p50 / ping.p50, op.mean / ping.mean);
+  return 0;
+}
