@@ -10,7 +10,6 @@
 namespace gpukit::kernels {
 namespace {
 
-using internal::ComputeT;
 using internal::ConvertTo;
 using internal::DispatchDType;
 using internal::ForEachRun;

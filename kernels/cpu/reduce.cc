@@ -30,8 +30,8 @@ struct Geometry {
 // Runs `combine` over the extent for every (outer, inner) pair and stores the results. It
 // walks the input in memory order with one accumulator per inner index, rather than striding
 // through it once per output element. The first element seeds the accumulator, so that max
-// and min need no identity and the sum of {-0.0} keeps its sign. Floating results are divided by
-// `divisor` (the extent for a mean, 1 otherwise) before the store. Requires extent > 0.
+// and min need no identity and the sum of {-0.0} keeps its sign. Floating results are divided
+// by `divisor` (the extent for a mean, 1 otherwise) before the store. Requires extent > 0.
 template <typename Acc, typename T, typename Combine>
 void ReduceOverExtent(const T* in, const Geometry& g, Combine combine, double divisor,
                       const HostArray& out) {

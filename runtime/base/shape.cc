@@ -1,5 +1,6 @@
 #include "runtime/base/shape.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -32,9 +33,13 @@ absl::Status ValidateShape(absl::Span<const int64_t> shape, absl::string_view fi
 }
 
 absl::StatusOr<int64_t> ElementCount(absl::Span<const int64_t> shape) {
-  int64_t count = 1;
   for (int64_t dim : shape) {
     if (dim < 0) return absl::InvalidArgumentError("negative dimension");
+  }
+  // A zero extent anywhere means no elements, whatever the product of the others.
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
+  int64_t count = 1;
+  for (int64_t dim : shape) {
     if (__builtin_mul_overflow(count, dim, &count)) {
       return absl::InvalidArgumentError("element count overflows int64");
     }

@@ -46,7 +46,8 @@ absl::StatusOr<Shape> BroadcastShapes(absl::Span<const int64_t> a, absl::Span<co
 std::vector<int64_t> ContiguousStrides(absl::Span<const int64_t> shape);
 
 // Strides (in elements) to read an array of `in_shape` as if it had the broadcast
-// `out_shape`: right-aligned, 0 where the input dimension is 1 or missing.
+// `out_shape`: right-aligned, 0 where the input dimension is 1 or missing. Requires
+// in_shape.size() <= out_shape.size() (true of any shape broadcast into out_shape).
 std::vector<int64_t> BroadcastStrides(absl::Span<const int64_t> in_shape,
                                       absl::Span<const int64_t> out_shape);
 

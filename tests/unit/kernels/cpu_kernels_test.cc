@@ -11,6 +11,7 @@
 #include <limits>
 #include <numeric>
 #include <optional>
+#include <ostream>
 #include <random>
 #include <string>
 #include <tuple>
@@ -25,7 +26,17 @@
 #include "runtime/base/dtype.h"
 #include "runtime/base/shape.h"
 
-namespace gpukit::kernels {
+namespace gpukit {
+
+// GoogleTest prints a failing test's parameters; without these it would dump the scoped enums
+// as raw bytes. They must sit in the enums' own namespaces for GoogleTest to find them.
+inline void PrintTo(DType dtype, std::ostream* os) { *os << DTypeName(dtype); }
+
+namespace kernels {
+
+void PrintTo(BinaryOp op, std::ostream* os) { *os << "BinaryOp(" << static_cast<int>(op) << ")"; }
+void PrintTo(ReduceOp op, std::ostream* os) { *os << "ReduceOp(" << static_cast<int>(op) << ")"; }
+
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -281,12 +292,15 @@ struct BinaryCase {
   std::vector<double> expected;
 };
 
+void PrintTo(const BinaryCase& c, std::ostream* os) { *os << c.name; }
+
 // Small non-negative integers: exact in every dtype, uint8 and bfloat16 included.
 // clang-format off
 const BinaryCase kBinaryCases[] = {
     // name, op, a shape, a, b shape, b, out shape, expected
     {"AddsArraysOfSameShape", BinaryOp::kAdd,
-     {2, 3}, {1, 2, 3, 4, 5, 6}, {2, 3}, {10, 20, 30, 40, 50, 60}, {2, 3}, {11, 22, 33, 44, 55, 66}},
+     {2, 3}, {1, 2, 3, 4, 5, 6}, {2, 3}, {10, 20, 30, 40, 50, 60},
+     {2, 3}, {11, 22, 33, 44, 55, 66}},
     {"SubtractsArraysOfSameShape", BinaryOp::kSub,
      {3}, {9, 8, 7}, {3}, {1, 2, 3}, {3}, {8, 6, 4}},
     {"MultipliesArraysOfSameShape", BinaryOp::kMul,
@@ -387,6 +401,8 @@ struct WrapCase {
   BinaryOp op;
   int64_t a, b, expected;
 };
+
+void PrintTo(const WrapCase& c, std::ostream* os) { *os << c.name; }
 
 class BinaryIntegerWrapTest : public testing::TestWithParam<WrapCase> {};
 
@@ -518,6 +534,8 @@ struct CastCase {
   DType to;
   std::vector<double> expected;
 };
+
+void PrintTo(const CastCase& c, std::ostream* os) { *os << c.name; }
 
 // clang-format off
 const CastCase kCastCases[] = {
@@ -797,6 +815,8 @@ struct ReduceCase {
   Shape out_shape;
   std::vector<double> expected;
 };
+
+void PrintTo(const ReduceCase& c, std::ostream* os) { *os << c.name; }
 
 // Over in[i][j][k] = 12 i + 4 j + k, shape [2, 3, 4].
 // clang-format off
@@ -1333,4 +1353,5 @@ INSTANTIATE_TEST_SUITE_P(Seeded, TransposeRandomTest, testing::ValuesIn(kAllDTyp
                          DTypeParamName);
 
 }  // namespace
-}  // namespace gpukit::kernels
+}  // namespace kernels
+}  // namespace gpukit
