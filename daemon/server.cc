@@ -69,8 +69,6 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(Core& core, const Clock& c
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.SetMaxReceiveMessageSize(service::kMaxMessageBytes);
-  builder.SetMaxSendMessageSize(service::kMaxMessageBytes);
   std::vector<int> ports(options.listen.size(), 0);
   for (size_t i = 0; i < options.listen.size(); ++i) {
     absl::StatusOr<std::string> path = PrepareUnixSocket(options.listen[i]);

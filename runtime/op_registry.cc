@@ -30,8 +30,9 @@ absl::StatusOr<OpPlan> OpRegistry::Plan(const OpDef& op, absl::Span<const Operan
         op.min_inputs == op.max_inputs
             ? absl::StrCat(op.min_inputs)
             : absl::StrCat(op.min_inputs, " to ", op.max_inputs);
-    return absl::InvalidArgumentError(
-        absl::StrCat("op \"", op.name, "\" takes ", expected, " inputs, got ", n));
+    return absl::InvalidArgumentError(absl::StrCat("op \"", op.name, "\" takes ", expected,
+                                                   expected == "1" ? " input" : " inputs",
+                                                   ", got ", n));
   }
   for (const auto& [name, value] : attrs) {
     if (std::find(op.attrs.begin(), op.attrs.end(), name) == op.attrs.end()) {

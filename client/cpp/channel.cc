@@ -10,11 +10,8 @@ std::string DefaultClientTarget() { return DefaultClientAddress(); }
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectChannel(const std::string& target,
                                                               absl::Duration timeout) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(8 << 20);  // 4 MiB data chunks plus framing
-  args.SetMaxSendMessageSize(8 << 20);
   std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+      grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
   if (!channel->WaitForConnected(std::chrono::system_clock::now() +
                                  absl::ToChronoMilliseconds(timeout))) {
     return absl::UnavailableError(absl::StrCat(

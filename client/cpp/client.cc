@@ -20,7 +20,8 @@
 namespace gpukit {
 namespace {
 
-constexpr int64_t kChunkBytes = int64_t{4} << 20;
+// The daemon's largest upload chunk: 4 MiB - 64 KiB, so each message stays within 4 MiB.
+constexpr int64_t kChunkBytes = (int64_t{4} << 20) - (int64_t{64} << 10);
 
 std::string ProgramName() {
   std::ifstream comm("/proc/self/comm");

@@ -136,6 +136,10 @@ absl::StatusOr<DaemonConfig> ApplyConfigJson(absl::string_view json, DaemonConfi
   if (leases.min_lease > leases.max_lease) {
     return absl::InvalidArgumentError("sessions.minLease is longer than sessions.maxLease");
   }
+  if (leases.default_lease < leases.min_lease || leases.default_lease > leases.max_lease) {
+    return absl::InvalidArgumentError(
+        "sessions.defaultLease must lie between sessions.minLease and sessions.maxLease");
+  }
   if (file.streams_per_device() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "streamsPerDevice = ", file.streams_per_device(), " must be > 0"));

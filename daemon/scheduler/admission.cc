@@ -58,7 +58,7 @@ Decision AdmitArray(const AdmissionLimits& limits, int64_t bytes, int session_ar
                     int64_t device_free_bytes) {
   if (bytes > limits.max_array_bytes) {
     return {false, RejectReason::kArrayTooLarge,
-            absl::StrCat("array of ", bytes, " bytes exceeds max_array_bytes = ",
+            absl::StrCat("array of ", bytes, " bytes exceeds limits.maxArraySize = ",
                          limits.max_array_bytes)};
   }
   if (session_arrays >= limits.max_arrays_per_session) {

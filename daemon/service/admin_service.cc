@@ -43,6 +43,7 @@ grpc::Status AdminServiceImpl::ListSessions(grpc::ServerContext* /*context*/,
     info->set_client_name(s.client.name);
     info->set_client_pid(s.client.pid);
     info->set_client_hostname(s.client.hostname);
+    info->set_client_library_version(s.client.library_version);
     info->set_arrays(s.arrays);
     info->set_memory_bytes(s.memory_bytes);
     info->set_age_ms(absl::ToInt64Milliseconds(s.age));

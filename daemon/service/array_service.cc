@@ -35,7 +35,7 @@ grpc::Status ArrayServiceImpl::Upload(grpc::ServerContext* context,
   while (reader->Read(&message)) {
     if (!message.has_chunk()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "only the first upload message may carry a header");
+                          "upload messages after the first must carry a chunk");
     }
     const v1::DataChunk& chunk = message.chunk();
     if (chunk.offset() != written) {

@@ -15,8 +15,9 @@
 namespace gpukit::service {
 
 // Largest data chunk in Upload/Download messages; the gRPC message limit is set above it.
-inline constexpr int64_t kMaxChunkBytes = int64_t{4} << 20;
-inline constexpr int kMaxMessageBytes = 8 << 20;
+// 64 KiB under gRPC's default 4 MiB message limit leaves room for the rest of the message,
+// so no message exceeds 4 MiB and stock gRPC clients can read every Download message.
+inline constexpr int64_t kMaxChunkBytes = (int64_t{4} << 20) - (int64_t{64} << 10);
 
 void ToProto(const ArrayView& view, v1::ArrayInfo* info);
 
