@@ -7,6 +7,7 @@
 #include "daemon/config/config.h"
 #include "daemon/core/core.h"
 #include "daemon/server.h"
+#include "grpc/grpc.h"
 #include "runtime/base/default_address.h"
 #include "runtime/base/units.h"
 #include "runtime/device_factory.h"
@@ -51,6 +52,12 @@ int Run(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  // Hold a gRPC library reference for the life of the process. Without it the last one goes
+  // in ~grpc::Server, whose grpc_shutdown joins gRPC's executor threads; after a large
+  // transfer one of them can sit in the TCP backup poller's 10 s epoll_wait, so SIGTERM took
+  // up to 10 s to take effect. The process is exiting anyway: nothing needs that join.
+  grpc_init();
 
   spdlog::info("gpukitd {} starting", GPUKIT_VERSION_STRING);
   gpukit::DeviceFactoryOptions device_options;

@@ -1,6 +1,9 @@
 #include "client/cpp/channel.h"
 
+#include <unistd.h>
+
 #include "absl/strings/cord.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/base/default_address.h"
 
@@ -10,6 +13,13 @@ std::string DefaultClientTarget() { return DefaultClientAddress(); }
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectChannel(const std::string& target,
                                                               absl::Duration timeout) {
+  // A socket file that does not exist will not appear by waiting: say so at once instead of
+  // retrying until the timeout.
+  if (absl::StartsWith(target, "unix://") && access(target.c_str() + 7, F_OK) != 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot connect to gpukitd at ", target,
+        ": no such socket (is gpukitd running? pass --addr or set GPUKIT_ADDR)"));
+  }
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
   if (!channel->WaitForConnected(std::chrono::system_clock::now() +

@@ -92,7 +92,8 @@ absl::StatusOr<ArrayView> Core::CreateArray(absl::string_view session_id,
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceArray> array, Allocate(*session, desc));
   ArrayView view = View(*array);
-  GPUKIT_RETURN_IF_ERROR(session->AddArray(std::move(array)));
+  GPUKIT_RETURN_IF_ERROR(
+      session->AddArray(std::move(array), options_.limits.max_arrays_per_session));
   return view;
 }
 
@@ -184,7 +185,8 @@ absl::StatusOr<ArrayView> Core::RunOp(absl::string_view session_id, absl::string
   GPUKIT_RETURN_IF_ERROR(device.RunOp(launch, session->stream()));
   GPUKIT_RETURN_IF_ERROR(SynchronizeStream(device, session->stream()));
   ArrayView view = View(*output);
-  GPUKIT_RETURN_IF_ERROR(session->AddArray(std::move(output)));
+  GPUKIT_RETURN_IF_ERROR(
+      session->AddArray(std::move(output), options_.limits.max_arrays_per_session));
   return view;
 }
 

@@ -89,9 +89,14 @@ absl::StatusOr<std::shared_ptr<DeviceArray>> Session::FindArray(absl::string_vie
   return it->second;
 }
 
-absl::Status Session::AddArray(std::shared_ptr<DeviceArray> array) {
+absl::Status Session::AddArray(std::shared_ptr<DeviceArray> array, int max_arrays) {
   absl::MutexLock lock(&mu_);
   if (closed_) return absl::NotFoundError(absl::StrCat("session ", id_, " was closed"));
+  if (static_cast<int64_t>(arrays_.size()) >= max_arrays) {
+    return WithReason(absl::ResourceExhaustedError(absl::StrCat(
+                          "session holds ", arrays_.size(), " arrays, its max_arrays_per_session")),
+                      RejectReason::kTooManyArrays);
+  }
   memory_bytes_ += array->bytes();
   arrays_.emplace(array->handle(), std::move(array));
   return absl::OkStatus();

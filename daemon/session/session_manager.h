@@ -16,6 +16,7 @@
 #ifndef GPUKIT_DAEMON_SESSION_SESSION_MANAGER_H_
 #define GPUKIT_DAEMON_SESSION_SESSION_MANAGER_H_
 
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,8 +71,12 @@ class Session {
   // NOT_FOUND `array handle "h" not found in this session` for unknown, freed and
   // foreign handles alike (a session must not learn about another session's handles).
   absl::StatusOr<std::shared_ptr<DeviceArray>> FindArray(absl::string_view handle) const;
-  // Adds an array; NOT_FOUND if the session has closed meanwhile (the array is dropped).
-  absl::Status AddArray(std::shared_ptr<DeviceArray> array);
+  // Adds an array; NOT_FOUND if the session has closed meanwhile, RESOURCE_EXHAUSTED
+  // (reason kTooManyArrays) if it already holds `max_arrays`. On error the array is dropped,
+  // which frees it. The check is here, under the session's lock, so that concurrent
+  // requests cannot together exceed the limit.
+  absl::Status AddArray(std::shared_ptr<DeviceArray> array,
+                        int max_arrays = std::numeric_limits<int>::max());
   absl::StatusOr<std::shared_ptr<DeviceArray>> RemoveArray(absl::string_view handle);
 
   int array_count() const;

@@ -56,8 +56,16 @@ std::string FormatBytes(int64_t bytes) {
     ++unit;
   }
   if (unit == 0) return absl::StrCat(bytes, " B");
-  if (value == std::floor(value)) return absl::StrFormat("%.0f %s", value, kUnits[unit]);
-  return absl::StrFormat("%.1f %s", value, kUnits[unit]);
+  // Decide on the value as shown (one decimal), so 1048575 is "1 MiB" rather than
+  // "1024.0 KiB" and 1025 is "1 KiB" rather than "1.0 KiB".
+  double shown = std::round(value * 10) / 10;
+  if (std::abs(shown) >= 1024 && unit < 5) {
+    value /= 1024;
+    ++unit;
+    shown = std::round(value * 10) / 10;
+  }
+  if (shown == std::floor(shown)) return absl::StrFormat("%.0f %s", shown, kUnits[unit]);
+  return absl::StrFormat("%.1f %s", shown, kUnits[unit]);
 }
 
 }  // namespace gpukit

@@ -1,0 +1,221 @@
+// A gpukit client process for the integration tests, which spawn it (tests never fork a
+// process that has initialised gRPC).
+//
+//   worker --addr ADDR --mode compute --seed N
+//       Connects, runs ops on random non-zero data, checks every result against values
+//       computed here, closes its session. Exit 0 on success, 1 with a message otherwise.
+//   worker --addr ADDR --mode upload-forever [--lease-ms MS]
+//       Opens a session (asking for the lease given), creates a 64 MiB array and uploads
+//       it over and over; prints "uploading" once the first upload has finished, so the
+//       test knows an upload is under way from then on. Runs until killed.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "gpukit/client.h"
+#include "runtime/base/status_macros.h"
+
+namespace {
+
+struct Flags {
+  std::string addr;
+  std::string mode;
+  uint64_t seed = 1;
+  int64_t lease_ms = 0;
+};
+
+// The worker reports the first failure and exits 1.
+int Fail(const std::string& what) {
+  std::cerr << "worker: " << what << "\n";
+  return 1;
+}
+
+int Fail(const std::string& what, const absl::Status& status) {
+  return Fail(absl::StrCat(what, ": ", status.ToString()));
+}
+
+// Non-zero values in [0.5, 2] with a random sign, so products and quotients stay tame.
+std::vector<float> RandomFloats(std::mt19937_64& random, size_t count) {
+  std::uniform_real_distribution<float> magnitude(0.5f, 2.0f);
+  std::bernoulli_distribution negative(0.5);
+  std::vector<float> values(count);
+  for (float& v : values) v = negative(random) ? -magnitude(random) : magnitude(random);
+  return values;
+}
+
+// Non-zero integers in [-1000, 1000].
+std::vector<int32_t> RandomInts(std::mt19937_64& random, size_t count) {
+  std::uniform_int_distribution<int32_t> value(1, 1000);
+  std::bernoulli_distribution negative(0.5);
+  std::vector<int32_t> values(count);
+  for (int32_t& v : values) v = negative(random) ? -value(random) : value(random);
+  return values;
+}
+
+bool Near(double expected, double actual, double relative) {
+  return std::abs(expected - actual) <= relative * std::max(1.0, std::abs(expected));
+}
+
+// Compares element by element; describes the first mismatch.
+template <typename T>
+absl::Status Check(absl::string_view op, const std::vector<T>& expected,
+                   const absl::StatusOr<std::vector<T>>& actual, double relative = 0) {
+  if (!actual.ok())
+    return absl::Status(actual.status().code(), absl::StrCat(op, ": ", actual.status().message()));
+  if (actual->size() != expected.size()) {
+    return absl::InternalError(
+        absl::StrCat(op, ": ", actual->size(), " elements, expected ", expected.size()));
+  }
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const bool equal =
+        relative == 0 ? (*actual)[i] == expected[i] : Near(expected[i], (*actual)[i], relative);
+    if (!equal) {
+      return absl::InternalError(
+          absl::StrCat(op, ": element ", i, " is ", (*actual)[i], ", expected ", expected[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Checks a float32 op's result; `relative` 0 asks for exact equality.
+absl::Status CheckFloat(absl::string_view op, absl::StatusOr<gpukit::Array> result,
+                        const std::vector<float>& expected, double relative) {
+  if (!result.ok()) {
+    return absl::Status(result.status().code(), absl::StrCat(op, ": ", result.status().message()));
+  }
+  return Check<float>(op, expected, result->ToVector<float>(), relative);
+}
+
+absl::Status RunCompute(gpukit::Client& client, uint64_t seed) {
+  std::mt19937_64 random(seed);
+  std::uniform_int_distribution<int64_t> extent(1, 48);
+  const int64_t rows = extent(random), cols = extent(random), inner = extent(random);
+  const size_t n = static_cast<size_t>(rows * cols);
+
+  // float32: elementwise ops with broadcasting are exact in IEEE arithmetic; reductions
+  // and matmul may add in another order, so they get a tolerance.
+  const std::vector<float> a = RandomFloats(random, n);
+  const std::vector<float> row = RandomFloats(random, static_cast<size_t>(cols));
+  const std::vector<float> w = RandomFloats(random, static_cast<size_t>(cols * inner));
+  GPUKIT_ASSIGN_OR_RETURN(gpukit::Array a_arr, client.FromVector<float>(a, {rows, cols}));
+  GPUKIT_ASSIGN_OR_RETURN(gpukit::Array row_arr, client.FromVector<float>(row, {cols}));
+  GPUKIT_ASSIGN_OR_RETURN(gpukit::Array w_arr, client.FromVector<float>(w, {cols, inner}));
+
+  std::vector<float> sum(n), product(n), quotient(n), scaled(n), transposed(n);
+  std::vector<float> row_sums(static_cast<size_t>(rows), 0.0f);
+  double total = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const size_t i = static_cast<size_t>(r * cols + c);
+      sum[i] = a[i] + row[c];
+      product[i] = a[i] * row[c];
+      quotient[i] = a[i] / row[c];
+      scaled[i] = a[i] * 2.5f;
+      transposed[c * rows + r] = a[i];
+      row_sums[r] += a[i];
+      total += a[i];
+    }
+  }
+  std::vector<float> matmul(static_cast<size_t>(rows * inner));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t k = 0; k < inner; ++k) {
+      double acc = 0;
+      for (int64_t c = 0; c < cols; ++c) acc += double{a[r * cols + c]} * w[c * inner + k];
+      matmul[static_cast<size_t>(r * inner + k)] = static_cast<float>(acc);
+    }
+  }
+  GPUKIT_RETURN_IF_ERROR(CheckFloat("add", client.Add(a_arr, row_arr), sum, 0));
+  GPUKIT_RETURN_IF_ERROR(CheckFloat("mul", client.Mul(a_arr, row_arr), product, 0));
+  GPUKIT_RETURN_IF_ERROR(CheckFloat("div", client.Div(a_arr, row_arr), quotient, 0));
+  GPUKIT_RETURN_IF_ERROR(CheckFloat("mul by scalar", client.Mul(a_arr, 2.5), scaled, 0));
+  GPUKIT_RETURN_IF_ERROR(CheckFloat("transpose", client.Transpose(a_arr), transposed, 0));
+  GPUKIT_RETURN_IF_ERROR(CheckFloat("sum axis 1", client.Sum(a_arr, 1), row_sums, 1e-4));
+  GPUKIT_RETURN_IF_ERROR(CheckFloat("sum", client.Sum(a_arr), {static_cast<float>(total)}, 1e-3));
+  GPUKIT_RETURN_IF_ERROR(CheckFloat("matmul", client.Matmul(a_arr, w_arr), matmul, 1e-4));
+
+  // int32: exact, and sums widen to int64.
+  const std::vector<int32_t> x = RandomInts(random, n);
+  const std::vector<int32_t> y = RandomInts(random, n);
+  GPUKIT_ASSIGN_OR_RETURN(gpukit::Array x_arr, client.FromVector<int32_t>(x, {rows, cols}));
+  GPUKIT_ASSIGN_OR_RETURN(gpukit::Array y_arr, client.FromVector<int32_t>(y, {rows, cols}));
+  std::vector<int32_t> difference(n), int_product(n);
+  int64_t int_total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    difference[i] = x[i] - y[i];
+    int_product[i] = x[i] * y[i];
+    int_total += x[i];
+  }
+  GPUKIT_ASSIGN_OR_RETURN(gpukit::Array sub, client.Sub(x_arr, y_arr));
+  GPUKIT_RETURN_IF_ERROR(Check<int32_t>("sub int32", difference, sub.ToVector<int32_t>()));
+  GPUKIT_ASSIGN_OR_RETURN(gpukit::Array mul, client.Mul(x_arr, y_arr));
+  GPUKIT_RETURN_IF_ERROR(Check<int32_t>("mul int32", int_product, mul.ToVector<int32_t>()));
+  GPUKIT_ASSIGN_OR_RETURN(gpukit::Array int_sum, client.Sum(x_arr));
+  return Check<int64_t>("sum int32", {int_total}, int_sum.ToVector<int64_t>());
+}
+
+int Compute(const gpukit::ClientOptions& options, uint64_t seed) {
+  auto client = gpukit::Client::Connect(options);
+  if (!client.ok()) return Fail("connect", client.status());
+  // Several rounds, so that the workers of one test overlap in the daemon.
+  for (int round = 0; round < 3; ++round) {
+    absl::Status status = RunCompute(**client, seed * 1000 + round);
+    if (!status.ok()) return Fail(absl::StrCat("seed ", seed, " round ", round), status);
+  }
+  absl::Status closed = (*client)->Close();
+  if (!closed.ok()) return Fail("close", closed);
+  std::cout << "compute ok\n";
+  return 0;
+}
+
+int UploadForever(const gpukit::ClientOptions& options) {
+  auto client = gpukit::Client::Connect(options);
+  if (!client.ok()) return Fail("connect", client.status());
+  constexpr int64_t kBytes = int64_t{64} << 20;
+  auto array = (*client)->Empty({kBytes}, gpukit::DType::kUInt8);
+  if (!array.ok()) return Fail("create", array.status());
+  const std::vector<char> data(kBytes, '\x5a');
+  for (bool first = true;; first = false) {
+    absl::Status status = array->Write(data.data(), kBytes);
+    if (!status.ok()) return Fail("upload", status);
+    if (first) {
+      std::cout << "uploading" << std::endl;  // flushed: the test is waiting for it
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc % 2 != 1) return Fail("flags come in pairs: --name value");
+  Flags flags;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string name = argv[i], value = argv[i + 1];
+    if (name == "--addr") {
+      flags.addr = value;
+    } else if (name == "--mode") {
+      flags.mode = value;
+    } else if (name == "--seed") {
+      if (!absl::SimpleAtoi(value, &flags.seed)) return Fail("--seed needs a number");
+    } else if (name == "--lease-ms") {
+      if (!absl::SimpleAtoi(value, &flags.lease_ms)) return Fail("--lease-ms needs a number");
+    } else {
+      return Fail(absl::StrCat("unknown flag ", name));
+    }
+  }
+  if (flags.addr.empty()) return Fail("--addr is required");
+  gpukit::ClientOptions options;
+  options.address = flags.addr;
+  options.tenant = absl::StrCat("worker-", flags.seed);
+  options.client_name = absl::StrCat("worker-", flags.mode);
+  options.lease = absl::Milliseconds(flags.lease_ms);
+  options.call_timeout = absl::Seconds(30);
+  if (flags.mode == "compute") return Compute(options, flags.seed);
+  if (flags.mode == "upload-forever") return UploadForever(options);
+  return Fail(absl::StrCat("unknown --mode \"", flags.mode, "\"; modes: compute, upload-forever"));
+}

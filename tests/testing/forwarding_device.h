@@ -1,0 +1,86 @@
+// ForwardingDevice: a Device that passes every call to another one, with hooks for tests.
+//
+// Lets a test act in the middle of a call the code under test makes, deterministically and
+// without threads: free an input while an op is being launched, close the session whose
+// work is running, or use memory behind the back of whoever owns the device.
+//
+//   auto device = std::make_unique<ForwardingDevice>(*CpuDevice::Create({}));
+//   ForwardingDevice* hooks = device.get();
+//   hooks->before_run_op = [&](const OpLaunch&) { core->FreeArray(session, input); };
+//
+// Thread safety: as the wrapped device's; set the hooks before the device is shared.
+#ifndef GPUKIT_TESTS_TESTING_FORWARDING_DEVICE_H_
+#define GPUKIT_TESTS_TESTING_FORWARDING_DEVICE_H_
+
+#include <functional>
+#include <memory>
+#include <utility>
+
+#include "runtime/device.h"
+
+namespace gpukit::testing {
+
+class ForwardingDevice final : public Device {
+ public:
+  explicit ForwardingDevice(std::unique_ptr<Device> inner) : inner_(std::move(inner)) {}
+
+  // Called at the start of RunOp, before the call is passed on.
+  std::function<void(const OpLaunch&)> before_run_op;
+
+  Device& inner() { return *inner_; }
+
+  const DeviceProperties& properties() const override { return inner_->properties(); }
+  MemoryInfo GetMemoryInfo() const override { return inner_->GetMemoryInfo(); }
+  absl::StatusOr<BufferId> Allocate(int64_t bytes) override { return inner_->Allocate(bytes); }
+  absl::Status Free(BufferId buffer) override { return inner_->Free(buffer); }
+  absl::StatusOr<int64_t> BufferBytes(BufferId buffer) const override {
+    return inner_->BufferBytes(buffer);
+  }
+  absl::StatusOr<StreamId> CreateStream(StreamPriority priority) override {
+    return inner_->CreateStream(priority);
+  }
+  absl::Status DestroyStream(StreamId stream) override { return inner_->DestroyStream(stream); }
+  absl::Status CopyHostToDevice(BufferId dst, int64_t dst_offset, const void* src,
+                                int64_t bytes, StreamId stream) override {
+    return inner_->CopyHostToDevice(dst, dst_offset, src, bytes, stream);
+  }
+  absl::Status CopyDeviceToHost(void* dst, BufferId src, int64_t src_offset, int64_t bytes,
+                                StreamId stream) override {
+    return inner_->CopyDeviceToHost(dst, src, src_offset, bytes, stream);
+  }
+  absl::Status CopyDeviceToDevice(BufferId dst, int64_t dst_offset, BufferId src,
+                                  int64_t src_offset, int64_t bytes, StreamId stream) override {
+    return inner_->CopyDeviceToDevice(dst, dst_offset, src, src_offset, bytes, stream);
+  }
+  absl::StatusOr<EventId> RecordEvent(StreamId stream) override {
+    return inner_->RecordEvent(stream);
+  }
+  absl::Status WaitEvent(EventId event) override { return inner_->WaitEvent(event); }
+  absl::StatusOr<bool> QueryEvent(EventId event) override { return inner_->QueryEvent(event); }
+  absl::Status DestroyEvent(EventId event) override { return inner_->DestroyEvent(event); }
+  bool SupportsOp(absl::string_view op_name) const override {
+    return inner_->SupportsOp(op_name);
+  }
+  absl::Status RunOp(const OpLaunch& launch, StreamId stream) override {
+    if (before_run_op) before_run_op(launch);
+    return inner_->RunOp(launch, stream);
+  }
+  absl::StatusOr<ModuleId> LoadModule(absl::string_view image) override {
+    return inner_->LoadModule(image);
+  }
+  absl::Status UnloadModule(ModuleId module) override { return inner_->UnloadModule(module); }
+  absl::StatusOr<FunctionId> GetFunction(ModuleId module, absl::string_view name) override {
+    return inner_->GetFunction(module, name);
+  }
+  absl::Status Launch(FunctionId function, const LaunchConfig& config,
+                      absl::Span<const KernelArg> args, StreamId stream) override {
+    return inner_->Launch(function, config, args, stream);
+  }
+
+ private:
+  std::unique_ptr<Device> inner_;
+};
+
+}  // namespace gpukit::testing
+
+#endif  // GPUKIT_TESTS_TESTING_FORWARDING_DEVICE_H_

@@ -1,0 +1,416 @@
+// gpukitd's configuration (daemon/config/config.h): the embedded default, JSON overlays, the
+// command line and their precedence.
+#include "daemon/config/config.h"
+
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+
+namespace gpukit {
+namespace {
+
+using ::gpukit::testing::IsOk;
+using ::gpukit::testing::ScopedTempDir;
+using ::gpukit::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+DaemonConfig EmbeddedDefault() {
+  absl::StatusOr<DaemonConfig> config =
+      ApplyConfigJson(EmbeddedDefaultConfigJson(), DaemonConfig{});
+  EXPECT_THAT(config, IsOk());
+  return config.ok() ? *config : DaemonConfig{};
+}
+
+absl::StatusOr<CommandLine> Parse(std::vector<const char*> args) {
+  args.insert(args.begin(), "gpukitd");
+  return ParseCommandLine(static_cast<int>(args.size()), args.data());
+}
+
+// ---- The embedded default ----
+
+TEST(EmbeddedDefaultTest, ParsesAndGivesTheDocumentedDefaults) {
+  const DaemonConfig config = EmbeddedDefault();
+  EXPECT_THAT(config.listen, IsEmpty());
+  EXPECT_EQ(config.backend, BackendChoice::kAuto);
+  EXPECT_EQ(config.log_level, "info");
+  EXPECT_EQ(config.cpu_memory_bytes, 4 * kGiB);
+  EXPECT_EQ(config.core.limits.max_array_bytes, 2 * kGiB);
+  EXPECT_EQ(config.core.limits.max_sessions, 1024);
+  EXPECT_EQ(config.core.limits.max_arrays_per_session, 65536);
+  EXPECT_EQ(config.core.sessions.default_lease, absl::Seconds(30));
+  EXPECT_EQ(config.core.sessions.min_lease, absl::Seconds(1));
+  EXPECT_EQ(config.core.sessions.max_lease, absl::Minutes(10));
+  EXPECT_EQ(config.core.streams_per_device, 4);
+}
+
+TEST(EmbeddedDefaultTest, AgreesWithTheCompiledInDefaults) {
+  // The JSON and the option structs' own defaults must not drift apart.
+  const DaemonConfig config = EmbeddedDefault();
+  const CoreOptions core;
+  EXPECT_EQ(config.core.limits.max_array_bytes, core.limits.max_array_bytes);
+  EXPECT_EQ(config.core.limits.max_sessions, core.limits.max_sessions);
+  EXPECT_EQ(config.core.limits.max_arrays_per_session, core.limits.max_arrays_per_session);
+  EXPECT_EQ(config.core.sessions.default_lease, core.sessions.default_lease);
+  EXPECT_EQ(config.core.sessions.min_lease, core.sessions.min_lease);
+  EXPECT_EQ(config.core.sessions.max_lease, core.sessions.max_lease);
+  EXPECT_EQ(config.core.streams_per_device, core.streams_per_device);
+  EXPECT_EQ(config.cpu_memory_bytes, DeviceFactoryOptions{}.cpu_memory_bytes);
+}
+
+#ifdef GPUKIT_SOURCE_DIR
+TEST(ShippedConfigTest, DeployExampleIsValid) {
+  std::ifstream file(GPUKIT_SOURCE_DIR "/deploy/gpukitd.json");
+  ASSERT_TRUE(file) << "deploy/gpukitd.json not found";
+  const std::string json((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  absl::StatusOr<DaemonConfig> config = ApplyConfigJson(json, EmbeddedDefault());
+  ASSERT_THAT(config, IsOk());
+  EXPECT_THAT(config->listen, ElementsAre("unix:///run/gpukit/gpukitd.sock"));
+}
+#endif
+
+// ---- ApplyConfigJson: overlays ----
+
+struct OverlayCase {
+  std::string name;
+  std::string json;
+  std::function<void(DaemonConfig&)> expect;  // edits the base into the expected config
+};
+
+class ApplyConfigJsonTest : public ::testing::TestWithParam<OverlayCase> {};
+
+void ExpectSameConfig(const DaemonConfig& got, const DaemonConfig& want) {
+  EXPECT_EQ(got.listen, want.listen);
+  EXPECT_EQ(got.backend, want.backend);
+  EXPECT_EQ(got.log_level, want.log_level);
+  EXPECT_EQ(got.cpu_memory_bytes, want.cpu_memory_bytes);
+  EXPECT_EQ(got.core.limits.max_array_bytes, want.core.limits.max_array_bytes);
+  EXPECT_EQ(got.core.limits.max_sessions, want.core.limits.max_sessions);
+  EXPECT_EQ(got.core.limits.max_arrays_per_session, want.core.limits.max_arrays_per_session);
+  EXPECT_EQ(got.core.sessions.default_lease, want.core.sessions.default_lease);
+  EXPECT_EQ(got.core.sessions.min_lease, want.core.sessions.min_lease);
+  EXPECT_EQ(got.core.sessions.max_lease, want.core.sessions.max_lease);
+  EXPECT_EQ(got.core.streams_per_device, want.core.streams_per_device);
+}
+
+TEST_P(ApplyConfigJsonTest, ChangesOnlyTheFieldsPresent) {
+  const DaemonConfig base = EmbeddedDefault();
+  absl::StatusOr<DaemonConfig> got = ApplyConfigJson(GetParam().json, base);
+  ASSERT_THAT(got, IsOk());
+  DaemonConfig want = base;
+  GetParam().expect(want);
+  ExpectSameConfig(*got, want);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, ApplyConfigJsonTest,
+    ::testing::Values(
+        OverlayCase{"EmptyObject", "{}", [](DaemonConfig&) {}},
+        OverlayCase{"Backend", R"({"backend": "cpu"})",
+                    [](DaemonConfig& c) { c.backend = BackendChoice::kCpu; }},
+        OverlayCase{"LogLevel", R"({"logLevel": "debug"})",
+                    [](DaemonConfig& c) { c.log_level = "debug"; }},
+        OverlayCase{"Listen", R"({"listen": ["unix:///tmp/g.sock", "127.0.0.1:7070"]})",
+                    [](DaemonConfig& c) { c.listen = {"unix:///tmp/g.sock", "127.0.0.1:7070"}; }},
+        OverlayCase{"CpuMemory", R"({"cpu": {"memory": "512MiB"}})",
+                    [](DaemonConfig& c) { c.cpu_memory_bytes = 512 * kMiB; }},
+        OverlayCase{"MaxArraySizeInDecimalUnits", R"({"limits": {"maxArraySize": "1.5GB"}})",
+                    [](DaemonConfig& c) { c.core.limits.max_array_bytes = 1500000000; }},
+        OverlayCase{"CountLimits", R"({"limits": {"maxSessions": 5, "maxArraysPerSession": 9}})",
+                    [](DaemonConfig& c) {
+                      c.core.limits.max_sessions = 5;
+                      c.core.limits.max_arrays_per_session = 9;
+                    }},
+        OverlayCase{"Leases",
+                    R"({"sessions": {"defaultLease": "45s", "minLease": "500ms",
+                                     "maxLease": "1h"}})",
+                    [](DaemonConfig& c) {
+                      c.core.sessions.default_lease = absl::Seconds(45);
+                      c.core.sessions.min_lease = absl::Milliseconds(500);
+                      c.core.sessions.max_lease = absl::Hours(1);
+                    }},
+        OverlayCase{"AllLeasesEqual",
+                    R"({"sessions": {"defaultLease": "10m", "minLease": "10m"}})",
+                    [](DaemonConfig& c) {
+                      c.core.sessions.default_lease = absl::Minutes(10);
+                      c.core.sessions.min_lease = absl::Minutes(10);
+                    }},
+        OverlayCase{"StreamsPerDevice", R"({"streamsPerDevice": 8})",
+                    [](DaemonConfig& c) { c.core.streams_per_device = 8; }}),
+    [](const ::testing::TestParamInfo<OverlayCase>& info) { return info.param.name; });
+
+TEST(ApplyConfigJsonTest, OverlaysStack) {
+  absl::StatusOr<DaemonConfig> first = ApplyConfigJson(R"({"backend": "cpu"})", EmbeddedDefault());
+  ASSERT_THAT(first, IsOk());
+  absl::StatusOr<DaemonConfig> second = ApplyConfigJson(R"({"logLevel": "warn"})", *first);
+  ASSERT_THAT(second, IsOk());
+  EXPECT_EQ(second->backend, BackendChoice::kCpu);
+  EXPECT_EQ(second->log_level, "warn");
+}
+
+// ---- ApplyConfigJson: rejections ----
+
+struct RejectCase {
+  std::string name;
+  std::string json;
+  std::string message;
+};
+
+class RejectConfigJsonTest : public ::testing::TestWithParam<RejectCase> {};
+
+TEST_P(RejectConfigJsonTest, IsInvalidArgumentNamingTheField) {
+  EXPECT_THAT(ApplyConfigJson(GetParam().json, EmbeddedDefault()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(GetParam().message)));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, RejectConfigJsonTest,
+    ::testing::Values(
+        RejectCase{"MalformedJson", R"({"backend": )", "configuration is not valid"},
+        RejectCase{"NotAnObject", R"(["cpu"])", "configuration is not valid"},
+        RejectCase{"UnknownTopLevelField", R"({"backends": "cpu"})", "backends"},
+        RejectCase{"UnknownNestedField", R"({"limits": {"maxArrays": 3}})", "maxArrays"},
+        RejectCase{"WrongType", R"({"streamsPerDevice": "four"})", "configuration is not valid"},
+        RejectCase{"BadBackend", R"({"backend": "gpu"})", "unknown backend \"gpu\""},
+        RejectCase{"BadLogLevel", R"({"logLevel": "verbose"})",
+                   "log level \"verbose\" is not one of"},
+        RejectCase{"ListenWithoutPort", R"({"listen": ["localhost"]})",
+                   "neither unix:///path nor host:port"},
+        RejectCase{"RelativeUnixSocket", R"({"listen": ["unix://gpukit.sock"]})",
+                   "needs an absolute path"},
+        RejectCase{"SizeWithoutNumber", R"({"cpu": {"memory": "lots"}})", "cpu.memory"},
+        RejectCase{"SizeWithUnknownUnit", R"({"limits": {"maxArraySize": "2GiBs"}})",
+                   "limits.maxArraySize"},
+        RejectCase{"ZeroSize", R"({"cpu": {"memory": "0GiB"}})", "cpu.memory = \"0GiB\" must be > 0"},
+        RejectCase{"NegativeSize", R"({"limits": {"maxArraySize": "-1"}})", "limits.maxArraySize"},
+        RejectCase{"DurationWithoutUnit", R"({"sessions": {"defaultLease": "30"}})",
+                   "sessions.defaultLease = \"30\" is not a positive duration"},
+        RejectCase{"ZeroDuration", R"({"sessions": {"minLease": "0s"}})", "sessions.minLease"},
+        RejectCase{"NegativeDuration", R"({"sessions": {"maxLease": "-5m"}})",
+                   "sessions.maxLease"},
+        RejectCase{"GarbageDuration", R"({"sessions": {"maxLease": "soon"}})",
+                   "sessions.maxLease"},
+        RejectCase{"MinLeaseAboveMax", R"({"sessions": {"minLease": "2m", "maxLease": "1m"}})",
+                   "sessions.minLease is longer than sessions.maxLease"},
+        RejectCase{"MaxLeaseBelowDefaultMin", R"({"sessions": {"maxLease": "500ms"}})",
+                   "sessions.minLease is longer than sessions.maxLease"},
+        RejectCase{"DefaultLeaseBelowMin", R"({"sessions": {"defaultLease": "500ms"}})",
+                   "sessions.defaultLease must lie between"},
+        RejectCase{"DefaultLeaseAboveMax", R"({"sessions": {"defaultLease": "11m"}})",
+                   "sessions.defaultLease must lie between"},
+        RejectCase{"MinLeaseAboveTheDefault", R"({"sessions": {"minLease": "1m"}})",
+                   "sessions.defaultLease must lie between"},
+        RejectCase{"NegativeMaxSessions", R"({"limits": {"maxSessions": -1}})", "maxSessions"},
+        RejectCase{"NegativeArraysPerSession", R"({"limits": {"maxArraysPerSession": -3}})",
+                   "maxArraysPerSession"},
+        RejectCase{"NegativeStreams", R"({"streamsPerDevice": -2})",
+                   "streamsPerDevice = -2 must be > 0"}),
+    [](const ::testing::TestParamInfo<RejectCase>& info) { return info.param.name; });
+
+// ---- Listen addresses ----
+
+class ValidListenAddressTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ValidListenAddressTest, IsAccepted) { EXPECT_THAT(ValidateListenAddress(GetParam()), IsOk()); }
+
+INSTANTIATE_TEST_SUITE_P(Table, ValidListenAddressTest,
+                         ::testing::Values("unix:///run/gpukit/gpukitd.sock", "unix:///s",
+                                           "unix:///" + std::string(106, 'p'), "localhost:50051",
+                                           "0.0.0.0:0", "[::1]:7070", "gpu-host.example:65535"));
+
+class BadListenAddressTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BadListenAddressTest, IsInvalidArgumentQuotingIt) {
+  EXPECT_THAT(ValidateListenAddress(GetParam()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("listen address \"")));
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, BadListenAddressTest,
+                         ::testing::Values("", "localhost", ":50051", "host:", "host:65536",
+                                           "host:-1", "host:http", "unix://", "unix://run/x.sock",
+                                           "unix:///" + std::string(107, 'p')));
+
+// ---- ParseCommandLine ----
+
+TEST(ParseCommandLineTest, NoArgumentsSetNothing) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(CommandLine flags, Parse({}));
+  EXPECT_THAT(flags.listen, IsEmpty());
+  EXPECT_FALSE(flags.backend.has_value());
+  EXPECT_FALSE(flags.config_path.has_value());
+  EXPECT_FALSE(flags.log_level.has_value());
+  EXPECT_FALSE(flags.help || flags.version || flags.print_default_config);
+}
+
+TEST(ParseCommandLineTest, AcceptsSpaceAndEqualsForms) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(
+      CommandLine flags,
+      Parse({"--backend", "cpu", "--config=/etc/gpukit/gpukitd.json", "--log-level", "debug"}));
+  EXPECT_EQ(flags.backend, "cpu");
+  EXPECT_EQ(flags.config_path, "/etc/gpukit/gpukitd.json");
+  EXPECT_EQ(flags.log_level, "debug");
+  GPUKIT_ASSERT_OK_AND_ASSIGN(CommandLine equals,
+                              Parse({"--backend=cuda", "--config", "a.json", "--log-level=off"}));
+  EXPECT_EQ(equals.backend, "cuda");
+  EXPECT_EQ(equals.config_path, "a.json");
+  EXPECT_EQ(equals.log_level, "off");
+}
+
+TEST(ParseCommandLineTest, ListenIsRepeatableInOrder) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(
+      CommandLine flags,
+      Parse({"--listen", "unix:///tmp/a.sock", "--listen=127.0.0.1:7070", "--listen", "[::]:1"}));
+  EXPECT_THAT(flags.listen, ElementsAre("unix:///tmp/a.sock", "127.0.0.1:7070", "[::]:1"));
+}
+
+TEST(ParseCommandLineTest, ValueMayContainEqualsSigns) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(CommandLine flags, Parse({"--config=/tmp/a=b.json"}));
+  EXPECT_EQ(flags.config_path, "/tmp/a=b.json");
+}
+
+TEST(ParseCommandLineTest, LaterFlagsOverrideEarlierOnes) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(CommandLine flags, Parse({"--backend=cpu", "--backend=auto"}));
+  EXPECT_EQ(flags.backend, "auto");
+}
+
+TEST(ParseCommandLineTest, RecognisesTheInformationalFlags) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(CommandLine help, Parse({"--help"}));
+  EXPECT_TRUE(help.help);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(CommandLine h, Parse({"-h"}));
+  EXPECT_TRUE(h.help);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(CommandLine version, Parse({"--version"}));
+  EXPECT_TRUE(version.version);
+  EXPECT_FALSE(version.help);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(CommandLine print, Parse({"--print-default-config"}));
+  EXPECT_TRUE(print.print_default_config);
+}
+
+struct BadArgsCase {
+  std::string name;
+  std::vector<const char*> args;
+  std::string message;
+};
+
+class BadCommandLineTest : public ::testing::TestWithParam<BadArgsCase> {};
+
+TEST_P(BadCommandLineTest, IsInvalidArgument) {
+  EXPECT_THAT(Parse(GetParam().args),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(GetParam().message)));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, BadCommandLineTest,
+    ::testing::Values(
+        BadArgsCase{"UnknownFlag", {"--frobnicate"}, "unknown argument \"--frobnicate\""},
+        BadArgsCase{"UnknownFlagWithValue", {"--port=80"}, "unknown argument \"--port=80\""},
+        BadArgsCase{"UnknownShortFlag", {"-x"}, "unknown argument \"-x\""},
+        BadArgsCase{"PositionalArgument", {"serve"}, "unknown argument \"serve\""},
+        BadArgsCase{"SingleDashLongFlag", {"-listen", "host:1"}, "unknown argument \"-listen\""},
+        BadArgsCase{"ListenWithoutValue", {"--listen"}, "--listen needs a value"},
+        BadArgsCase{"BackendWithoutValue", {"--backend=cpu", "--backend"},
+                    "--backend needs a value"},
+        BadArgsCase{"ConfigWithoutValue", {"--config"}, "--config needs a value"},
+        BadArgsCase{"LogLevelWithoutValue", {"--log-level"}, "--log-level needs a value"},
+        BadArgsCase{"BadBackend", {"--backend", "gpu"}, "unknown backend \"gpu\""},
+        BadArgsCase{"BadLogLevel", {"--log-level=loud"}, "log level \"loud\""},
+        BadArgsCase{"ListenWithoutPort", {"--listen", "localhost"}, "listen address \"localhost\""},
+        BadArgsCase{"EmptyListen", {"--listen="}, "listen address \"\""},
+        BadArgsCase{"RelativeUnixListen", {"--listen=unix://x.sock"}, "absolute path"},
+        BadArgsCase{"ListenSwallowsNextFlag", {"--listen", "--backend=cpu"},
+                    "listen address \"--backend=cpu\""}),
+    [](const ::testing::TestParamInfo<BadArgsCase>& info) { return info.param.name; });
+
+TEST(UsageTextTest, DocumentsEveryFlag) {
+  const std::string usage = UsageText();
+  for (const char* flag : {"--listen", "--backend", "--config", "--log-level",
+                           "--print-default-config", "--version", "--help"}) {
+    EXPECT_THAT(usage, HasSubstr(flag));
+  }
+}
+
+// ---- ResolveConfig: precedence ----
+
+TEST(ResolveConfigTest, WithoutFileOrFlagsIsTheEmbeddedDefault) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(CommandLine flags, Parse({}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(DaemonConfig config, ResolveConfig(flags));
+  ExpectSameConfig(config, EmbeddedDefault());
+}
+
+TEST(ResolveConfigTest, FileOverridesDefaultAndFlagsOverrideFile) {
+  ScopedTempDir dir;
+  const std::string path = dir.WriteFile("gpukitd.json", R"({
+    "listen": ["unix:///tmp/from-file.sock"],
+    "backend": "cpu",
+    "logLevel": "warn",
+    "limits": {"maxSessions": 7},
+    "sessions": {"defaultLease": "1m"}
+  })");
+  GPUKIT_ASSERT_OK_AND_ASSIGN(
+      CommandLine flags, Parse({"--config", path.c_str(), "--backend=cuda", "--listen=h:1"}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(DaemonConfig config, ResolveConfig(flags));
+  // Flags win over the file.
+  EXPECT_EQ(config.backend, BackendChoice::kCuda);
+  EXPECT_THAT(config.listen, ElementsAre("h:1"));
+  // The file wins over the default where no flag is given.
+  EXPECT_EQ(config.log_level, "warn");
+  EXPECT_EQ(config.core.limits.max_sessions, 7);
+  EXPECT_EQ(config.core.sessions.default_lease, absl::Minutes(1));
+  // The default fills in what neither sets.
+  EXPECT_EQ(config.cpu_memory_bytes, 4 * kGiB);
+  EXPECT_EQ(config.core.limits.max_arrays_per_session, 65536);
+  EXPECT_EQ(config.core.sessions.max_lease, absl::Minutes(10));
+  EXPECT_EQ(config.core.streams_per_device, 4);
+}
+
+TEST(ResolveConfigTest, FileValuesStandWhereNoFlagIsGiven) {
+  ScopedTempDir dir;
+  const std::string path = dir.WriteFile(
+      "gpukitd.json", R"({"listen": ["unix:///tmp/f.sock"], "backend": "cpu"})");
+  GPUKIT_ASSERT_OK_AND_ASSIGN(CommandLine flags, Parse({"--config", path.c_str(),
+                                                        "--log-level", "error"}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(DaemonConfig config, ResolveConfig(flags));
+  EXPECT_THAT(config.listen, ElementsAre("unix:///tmp/f.sock"));
+  EXPECT_EQ(config.backend, BackendChoice::kCpu);
+  EXPECT_EQ(config.log_level, "error");
+}
+
+TEST(ResolveConfigTest, MissingFileIsNotFoundNamingIt) {
+  ScopedTempDir dir;
+  const std::string path = dir.path() + "/absent.json";
+  GPUKIT_ASSERT_OK_AND_ASSIGN(CommandLine flags, Parse({"--config", path.c_str()}));
+  EXPECT_THAT(ResolveConfig(flags),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("cannot read --config file " + path)));
+}
+
+TEST(ResolveConfigTest, InvalidFileIsInvalidArgumentPrefixedWithItsPath) {
+  ScopedTempDir dir;
+  const std::string path = dir.WriteFile("bad.json", R"({"limits": {"maxArraySize": "huge"}})");
+  GPUKIT_ASSERT_OK_AND_ASSIGN(CommandLine flags, Parse({"--config", path.c_str()}));
+  EXPECT_THAT(ResolveConfig(flags),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::AllOf(HasSubstr(path + ": "),
+                                        HasSubstr("limits.maxArraySize"))));
+}
+
+TEST(ResolveConfigTest, EmptyFileIsInvalid) {
+  ScopedTempDir dir;
+  const std::string path = dir.WriteFile("empty.json", "");
+  GPUKIT_ASSERT_OK_AND_ASSIGN(CommandLine flags, Parse({"--config", path.c_str()}));
+  EXPECT_THAT(ResolveConfig(flags), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace gpukit

@@ -1,0 +1,143 @@
+// The CPU simulation device (runtime/cpu/cpu_device.h): the Device conformance suite, then
+// what is particular to this backend (exact accounting, options, no device code).
+#include "runtime/cpu/cpu_device.h"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/cpu/cpu_op_kernels.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/unit/runtime/device_conformance.h"
+
+namespace gpukit {
+namespace {
+
+using ::gpukit::testing::DeviceConformanceParam;
+using ::gpukit::testing::DeviceConformanceParamName;
+using ::gpukit::testing::DeviceConformanceTest;
+using ::gpukit::testing::IsOk;
+using ::gpukit::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr int64_t kDeviceBytes = int64_t{64} << 20;
+
+absl::StatusOr<std::unique_ptr<Device>> MakeCpuDevice() {
+  CpuDeviceOptions options;
+  options.memory_bytes = kDeviceBytes;  // small: exhaustion is cheap to reach
+  absl::StatusOr<std::unique_ptr<CpuDevice>> device = CpuDevice::Create(options);
+  if (!device.ok()) return device.status();
+  return std::unique_ptr<Device>(*std::move(device));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, DeviceConformanceTest,
+                         ::testing::Values(DeviceConformanceParam{"Cpu", &MakeCpuDevice}),
+                         DeviceConformanceParamName);
+
+std::unique_ptr<CpuDevice> MakeDevice(int64_t memory_bytes, int index = 0) {
+  CpuDeviceOptions options;
+  options.index = index;
+  options.memory_bytes = memory_bytes;
+  absl::StatusOr<std::unique_ptr<CpuDevice>> device = CpuDevice::Create(options);
+  EXPECT_THAT(device, IsOk());
+  return device.ok() ? *std::move(device) : nullptr;
+}
+
+TEST(CpuDeviceTest, CreateRejectsNonPositiveMemory) {
+  for (int64_t bytes : {int64_t{0}, int64_t{-1}}) {
+    CpuDeviceOptions options;
+    options.memory_bytes = bytes;
+    EXPECT_THAT(CpuDevice::Create(options),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("must be > 0")));
+  }
+}
+
+TEST(CpuDeviceTest, DefaultOptionsOfferFourGiB) {
+  EXPECT_EQ(CpuDeviceOptions{}.memory_bytes, int64_t{4} << 30);
+}
+
+TEST(CpuDeviceTest, PropertiesComeFromTheOptions) {
+  std::unique_ptr<CpuDevice> device = MakeDevice(12345, /*index=*/3);
+  ASSERT_NE(device, nullptr);
+  EXPECT_EQ(device->properties().index, 3);
+  EXPECT_EQ(device->properties().memory_total_bytes, 12345);
+  EXPECT_EQ(device->properties().backend, BackendKind::kCpu);
+  EXPECT_EQ(device->properties().name, "CPU simulation device");
+  EXPECT_EQ(device->GetMemoryInfo().total_bytes, 12345);
+  EXPECT_EQ(device->GetMemoryInfo().used_bytes, 0);
+}
+
+TEST(CpuDeviceTest, BackendNamesAreLowerCase) {
+  EXPECT_EQ(BackendName(BackendKind::kCpu), "cpu");
+  EXPECT_EQ(BackendName(BackendKind::kCuda), "cuda");
+}
+
+TEST(CpuDeviceTest, UsedBytesIsTheExactSumOfLiveBuffers) {
+  std::unique_ptr<CpuDevice> device = MakeDevice(1 << 20);
+  ASSERT_NE(device, nullptr);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId a, device->Allocate(1));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId b, device->Allocate(100));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId c, device->Allocate(0));
+  EXPECT_EQ(device->GetMemoryInfo().used_bytes, 101);  // alignment padding is not charged
+  GPUKIT_ASSERT_OK(device->Free(b));
+  EXPECT_EQ(device->GetMemoryInfo().used_bytes, 1);
+  GPUKIT_ASSERT_OK(device->Free(a));
+  GPUKIT_ASSERT_OK(device->Free(c));
+  EXPECT_EQ(device->GetMemoryInfo().used_bytes, 0);
+}
+
+TEST(CpuDeviceTest, AllocationsMayFillTheDeviceExactlyAndNotOneByteMore) {
+  std::unique_ptr<CpuDevice> device = MakeDevice(4096);
+  ASSERT_NE(device, nullptr);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId half, device->Allocate(2048));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId rest, device->Allocate(2048));
+  EXPECT_THAT(device->Allocate(1),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("cannot hold 1 more bytes (4096 of 4096 in use)")));
+  GPUKIT_ASSERT_OK(device->Free(half));
+  EXPECT_THAT(device->Allocate(2049), StatusIs(absl::StatusCode::kResourceExhausted));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId again, device->Allocate(2048));
+  GPUKIT_EXPECT_OK(device->Free(again));
+  GPUKIT_EXPECT_OK(device->Free(rest));
+  EXPECT_EQ(device->GetMemoryInfo().used_bytes, 0);
+}
+
+TEST(CpuDeviceTest, DeviceCodeIsAFailedPreconditionSayingAGpuIsNeeded) {
+  std::unique_ptr<CpuDevice> device = MakeDevice(1 << 20);
+  ASSERT_NE(device, nullptr);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device->CreateStream(StreamPriority::kNormal));
+  const auto needs_gpu = StatusIs(absl::StatusCode::kFailedPrecondition,
+                                  HasSubstr("kernel launch requires a GPU"));
+  EXPECT_THAT(device->LoadModule("\x7f" "ELF fake cubin"), needs_gpu);
+  EXPECT_THAT(device->UnloadModule(ModuleId{1}), needs_gpu);
+  EXPECT_THAT(device->GetFunction(ModuleId{1}, "kernel"), needs_gpu);
+  EXPECT_THAT(device->Launch(FunctionId{1}, LaunchConfig{}, {}, stream), needs_gpu);
+  GPUKIT_EXPECT_OK(device->DestroyStream(stream));
+}
+
+TEST(CpuDeviceTest, EveryBuiltinOpHasACpuKernel) {
+  for (const OpDef& op : OpRegistry::Builtin().ops()) {
+    EXPECT_NE(FindCpuOpKernel(op.name), nullptr) << op.name;
+  }
+  EXPECT_EQ(FindCpuOpKernel("frobnicate"), nullptr);
+  EXPECT_EQ(FindCpuOpKernel(""), nullptr);
+}
+
+TEST(CpuDeviceTest, DestroyingTheDeviceReleasesLiveBuffersStreamsAndEvents) {
+  // Checked by the leak checker under GPUKIT_SANITIZE: nothing here is freed explicitly.
+  std::unique_ptr<CpuDevice> device = MakeDevice(1 << 20);
+  ASSERT_NE(device, nullptr);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId buffer, device->Allocate(4096));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device->CreateStream(StreamPriority::kHigh));
+  std::vector<uint8_t> data(4096, 7);
+  GPUKIT_ASSERT_OK(device->CopyHostToDevice(buffer, 0, data.data(), 4096, stream));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId event, device->RecordEvent(stream));
+  (void)event;
+  device.reset();
+}
+
+}  // namespace
+}  // namespace gpukit

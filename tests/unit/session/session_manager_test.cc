@@ -1,0 +1,515 @@
+// Sessions and leases (daemon/session/session_manager.h). Time is a FakeClock; arrays are real
+// DeviceArrays on a CPU device, so freeing is checked in device memory and in the ledger.
+#include "daemon/session/session_manager.h"
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "daemon/scheduler/admission.h"
+#include "daemon/scheduler/clock.h"
+#include "daemon/session/device_array.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/cpu/cpu_device.h"
+#include "tests/testing/status_matchers.h"
+
+namespace gpukit {
+namespace {
+
+using ::gpukit::testing::IsOk;
+using ::gpukit::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+
+constexpr int64_t kDeviceBytes = 1 << 20;
+
+OpenSessionParams Params(std::string tenant = "team-a") {
+  OpenSessionParams params;
+  params.tenant = std::move(tenant);
+  params.client.name = "session_manager_test";
+  params.client.pid = 4242;
+  return params;
+}
+
+class SessionManagerTest : public ::testing::Test {
+ protected:
+  SessionManagerTest() : ledger_(kDeviceBytes) {
+    CpuDeviceOptions options;
+    options.memory_bytes = kDeviceBytes;
+    device_ = *CpuDevice::Create(options);
+    limits_.max_sessions = 4;
+  }
+
+  SessionManager& manager() {
+    if (manager_ == nullptr) manager_ = std::make_unique<SessionManager>(clock_, options_, limits_);
+    return *manager_;
+  }
+
+  std::shared_ptr<Session> Open(std::string tenant = "team-a") {
+    absl::StatusOr<std::shared_ptr<Session>> session = manager().Open(Params(std::move(tenant)));
+    EXPECT_THAT(session, IsOk());
+    return session.ok() ? *session : nullptr;
+  }
+
+  // A DeviceArray of `bytes` on the CPU device with a reservation from the ledger.
+  std::shared_ptr<DeviceArray> MakeArray(int64_t bytes) {
+    absl::StatusOr<MemoryReservation> reservation = ledger_.Reserve(bytes, limits_, 0);
+    EXPECT_THAT(reservation, IsOk());
+    absl::StatusOr<BufferId> buffer = device_->Allocate(bytes);
+    EXPECT_THAT(buffer, IsOk());
+    if (!reservation.ok() || !buffer.ok()) return nullptr;
+    return std::make_shared<DeviceArray>(NewOpaqueId("a-"), *device_, *buffer,
+                                         TensorDesc{DType::kUInt8, {bytes}}, bytes,
+                                         *std::move(reservation));
+  }
+
+  int64_t DeviceUsedBytes() const { return device_->GetMemoryInfo().used_bytes; }
+
+  FakeClock clock_;
+  SessionOptions options_;
+  AdmissionLimits limits_;
+  MemoryLedger ledger_;
+  std::unique_ptr<CpuDevice> device_;  // outlives the manager and its arrays
+  std::unique_ptr<SessionManager> manager_;
+};
+
+// ---- Opening: validation ----
+
+struct TenantCase {
+  std::string name;
+  std::string tenant;
+  bool valid;
+};
+
+class TenantValidationTest : public SessionManagerTest,
+                             public ::testing::WithParamInterface<TenantCase> {};
+
+TEST_P(TenantValidationTest, AcceptsOnlyShortNamesOfTheAllowedCharacters) {
+  absl::StatusOr<std::shared_ptr<Session>> session = manager().Open(Params(GetParam().tenant));
+  if (GetParam().valid) {
+    ASSERT_THAT(session, IsOk());
+    EXPECT_EQ((*session)->tenant(), GetParam().tenant);
+  } else {
+    EXPECT_THAT(session, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tenant")));
+    EXPECT_EQ(manager().count(), 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, TenantValidationTest,
+    ::testing::Values(TenantCase{"SingleLetter", "a", true},
+                      TenantCase{"AllAllowedPunctuation", "Team-A.prod_01", true},
+                      TenantCase{"Digits", "0123456789", true},
+                      TenantCase{"SixtyThreeCharacters", std::string(63, 'x'), true},
+                      TenantCase{"Empty", "", false},
+                      TenantCase{"SixtyFourCharacters", std::string(64, 'x'), false},
+                      TenantCase{"Space", "team a", false}, TenantCase{"Slash", "team/a", false},
+                      TenantCase{"Colon", "team:a", false}, TenantCase{"At", "a@b", false},
+                      TenantCase{"Newline", "team\n", false},
+                      TenantCase{"NulByte", std::string("te\0am", 5), false},
+                      TenantCase{"NonAscii", "t\xc3\xa9nant", false}),
+    [](const ::testing::TestParamInfo<TenantCase>& info) { return info.param.name; });
+
+TEST_F(SessionManagerTest, TenantErrorsSayWhatIsWrong) {
+  EXPECT_THAT(manager().Open(Params("")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tenant is empty")));
+  EXPECT_THAT(manager().Open(Params(std::string(64, 'x'))),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("tenant is 64 characters long; at most 63")));
+  EXPECT_THAT(manager().Open(Params("a\nb")),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("tenant \"a\\nb\" may contain only letters, digits")));
+}
+
+TEST_F(SessionManagerTest, PartitionDefaultsToDefaultAndOthersDoNotExist) {
+  OpenSessionParams params = Params();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::shared_ptr<Session> unnamed, manager().Open(params));
+  EXPECT_EQ(unnamed->partition(), "default");
+  params.partition = "default";
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::shared_ptr<Session> named, manager().Open(params));
+  EXPECT_EQ(named->partition(), "default");
+  params.partition = "gpu-0";
+  EXPECT_THAT(manager().Open(params),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("partition \"gpu-0\" does not exist")));
+}
+
+TEST_F(SessionManagerTest, RejectsOverlongClientFieldsNamingTheField) {
+  const std::string long_text(254, 'h');
+  OpenSessionParams params = Params();
+  params.client.hostname = long_text;
+  EXPECT_THAT(manager().Open(params),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("client.hostname is 254 characters long; at most 253")));
+  params = Params();
+  params.client.name = long_text;
+  EXPECT_THAT(manager().Open(params), StatusIs(absl::StatusCode::kInvalidArgument,
+                                               HasSubstr("client.name")));
+  params = Params();
+  params.client.library_version = long_text;
+  EXPECT_THAT(manager().Open(params), StatusIs(absl::StatusCode::kInvalidArgument,
+                                               HasSubstr("client.library_version")));
+  params = Params();
+  params.client.hostname = std::string(253, 'h');
+  EXPECT_THAT(manager().Open(params), IsOk());
+}
+
+TEST_F(SessionManagerTest, RejectsNegativeLease) {
+  OpenSessionParams params = Params();
+  params.lease = absl::Milliseconds(-5);
+  EXPECT_THAT(manager().Open(params), StatusIs(absl::StatusCode::kInvalidArgument,
+                                               HasSubstr("lease_ms = -5 must be >= 0")));
+}
+
+TEST_F(SessionManagerTest, SessionRecordsWhoOpenedItAndWhen) {
+  OpenSessionParams params = Params("tenant-1");
+  params.client.hostname = "worker-7";
+  params.stream = StreamId{99};
+  const absl::Time now = clock_.Now();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::shared_ptr<Session> s, manager().Open(params));
+  EXPECT_EQ(s->tenant(), "tenant-1");
+  EXPECT_EQ(s->client().hostname, "worker-7");
+  EXPECT_EQ(s->client().pid, 4242);
+  EXPECT_EQ(s->stream(), StreamId{99});
+  EXPECT_EQ(s->opened_at(), now);
+  EXPECT_EQ(s->lease_deadline(), now + s->lease());
+  EXPECT_EQ(s->array_count(), 0);
+  EXPECT_EQ(s->memory_bytes(), 0);
+}
+
+TEST_F(SessionManagerTest, SessionIdsAreOpaqueAndDistinct) {
+  std::set<std::string> ids;
+  for (int i = 0; i < 4; ++i) {
+    std::shared_ptr<Session> s = Open();
+    ASSERT_NE(s, nullptr);
+    EXPECT_THAT(s->id(), MatchesRegex("s-[0-9a-f]{32}"));
+    ids.insert(s->id());
+  }
+  EXPECT_EQ(ids.size(), 4u);
+}
+
+TEST(NewOpaqueIdTest, IsThePrefixAnd32HexDigitsAndNeverRepeats) {
+  std::set<std::string> ids;
+  for (int i = 0; i < 1000; ++i) {
+    const std::string id = NewOpaqueId("a-");
+    ASSERT_THAT(id, MatchesRegex("a-[0-9a-f]{32}"));
+    ids.insert(id);
+  }
+  EXPECT_EQ(ids.size(), 1000u);
+  EXPECT_THAT(NewOpaqueId(""), MatchesRegex("[0-9a-f]{32}"));
+}
+
+// ---- Leases: defaults and clamping ----
+
+struct LeaseCase {
+  std::string name;
+  absl::Duration requested;
+  absl::Duration granted;
+};
+
+class LeaseClampTest : public SessionManagerTest,
+                       public ::testing::WithParamInterface<LeaseCase> {};
+
+TEST_P(LeaseClampTest, ZeroGivesTheDefaultOthersAreClampedToMinAndMax) {
+  OpenSessionParams params = Params();
+  params.lease = GetParam().requested;
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::shared_ptr<Session> s, manager().Open(params));
+  EXPECT_EQ(s->lease(), GetParam().granted);
+  EXPECT_EQ(s->lease_deadline(), clock_.Now() + GetParam().granted);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, LeaseClampTest,
+    ::testing::Values(LeaseCase{"ZeroMeansDefault", absl::ZeroDuration(), absl::Seconds(30)},
+                      LeaseCase{"BelowMin", absl::Milliseconds(1), absl::Seconds(1)},
+                      LeaseCase{"AtMin", absl::Seconds(1), absl::Seconds(1)},
+                      LeaseCase{"InRange", absl::Seconds(45), absl::Seconds(45)},
+                      LeaseCase{"AtMax", absl::Minutes(10), absl::Minutes(10)},
+                      LeaseCase{"AboveMax", absl::Hours(5), absl::Minutes(10)},
+                      LeaseCase{"Infinite", absl::InfiniteDuration(), absl::Minutes(10)}),
+    [](const ::testing::TestParamInfo<LeaseCase>& info) { return info.param.name; });
+
+TEST(SessionOptionsTest, DefaultsAreTheDocumentedOnes) {
+  const SessionOptions options;
+  EXPECT_EQ(options.default_lease, absl::Seconds(30));
+  EXPECT_EQ(options.min_lease, absl::Seconds(1));
+  EXPECT_EQ(options.max_lease, absl::Minutes(10));
+}
+
+TEST_F(SessionManagerTest, ConfiguredDefaultLeaseIsUsed) {
+  options_.default_lease = absl::Seconds(7);
+  std::shared_ptr<Session> s = Open();
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->lease(), absl::Seconds(7));
+}
+
+// ---- Leases: expiry ----
+
+TEST_F(SessionManagerTest, SessionIsLiveUpToItsDeadlineAndGoneJustAfter) {
+  std::shared_ptr<Session> s = Open();
+  ASSERT_NE(s, nullptr);
+  clock_.Advance(absl::Seconds(30));  // exactly at the deadline: still live
+  EXPECT_THAT(manager().Touch(s->id()), IsOk());
+  EXPECT_TRUE(manager().ExpireLeases().empty());
+
+  clock_.Advance(absl::Seconds(30) + absl::Nanoseconds(1));  // the Touch renewed it to +30s
+  EXPECT_THAT(manager().Touch(s->id()),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("closed, expired or never opened")));
+}
+
+TEST_F(SessionManagerTest, ExpiredButNotYetReapedSessionIsNotFound) {
+  std::shared_ptr<Session> s = Open();
+  ASSERT_NE(s, nullptr);
+  clock_.Advance(absl::Seconds(31));
+  EXPECT_EQ(manager().count(), 1);  // the reaper has not run
+  EXPECT_THAT(manager().Touch(s->id()), StatusIs(absl::StatusCode::kNotFound));
+  // A failed Touch must not revive it: it is still expired afterwards.
+  EXPECT_THAT(manager().Touch(s->id()), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(manager().ExpireLeases().size(), 1u);
+  EXPECT_EQ(manager().count(), 0);
+}
+
+TEST_F(SessionManagerTest, TouchRenewsTheLeaseFromNow) {
+  std::shared_ptr<Session> s = Open();
+  ASSERT_NE(s, nullptr);
+  clock_.Advance(absl::Seconds(25));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::shared_ptr<Session> touched, manager().Touch(s->id()));
+  EXPECT_EQ(touched, s);
+  EXPECT_EQ(s->lease_deadline(), clock_.Now() + absl::Seconds(30));
+  clock_.Advance(absl::Seconds(25));  // 50 s after opening, 25 s after the touch
+  EXPECT_TRUE(manager().ExpireLeases().empty());
+  EXPECT_THAT(manager().Touch(s->id()), IsOk());
+  clock_.Advance(absl::Seconds(31));
+  EXPECT_THAT(manager().Touch(s->id()), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(SessionManagerTest, ExpireLeasesClosesOnlyExpiredSessions) {
+  OpenSessionParams short_params = Params("short");
+  short_params.lease = absl::Seconds(5);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::shared_ptr<Session> short_lived, manager().Open(short_params));
+  std::shared_ptr<Session> long_lived = Open("long");
+  ASSERT_NE(long_lived, nullptr);
+  clock_.Advance(absl::Seconds(6));
+  const std::vector<CloseStats> closed = manager().ExpireLeases();
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_EQ(closed[0].session_id, short_lived->id());
+  EXPECT_EQ(closed[0].tenant, "short");
+  EXPECT_EQ(manager().count(), 1);
+  EXPECT_THAT(manager().Touch(long_lived->id()), IsOk());
+  EXPECT_TRUE(manager().ExpireLeases().empty());  // nothing left to reap
+}
+
+TEST_F(SessionManagerTest, ExpireLeasesFreesEveryArrayOfTheExpiredSession) {
+  std::shared_ptr<Session> s = Open();
+  ASSERT_NE(s, nullptr);
+  GPUKIT_ASSERT_OK(s->AddArray(MakeArray(1000)));
+  GPUKIT_ASSERT_OK(s->AddArray(MakeArray(24)));
+  EXPECT_EQ(DeviceUsedBytes(), 1024);
+  EXPECT_EQ(ledger_.reserved_bytes(), 1024);
+  clock_.Advance(absl::Minutes(1));
+  const std::vector<CloseStats> closed = manager().ExpireLeases();
+  ASSERT_EQ(closed.size(), 1u);
+  EXPECT_EQ(closed[0].arrays_freed, 2);
+  EXPECT_EQ(closed[0].bytes_freed, 1024);
+  EXPECT_EQ(DeviceUsedBytes(), 0);
+  EXPECT_EQ(ledger_.reserved_bytes(), 0);
+  EXPECT_EQ(s->array_count(), 0);
+  EXPECT_EQ(s->memory_bytes(), 0);
+}
+
+// ---- Close ----
+
+TEST_F(SessionManagerTest, CloseFreesArraysAndReportsThem) {
+  std::shared_ptr<Session> s = Open();
+  ASSERT_NE(s, nullptr);
+  GPUKIT_ASSERT_OK(s->AddArray(MakeArray(300)));
+  GPUKIT_ASSERT_OK(s->AddArray(MakeArray(200)));
+  GPUKIT_ASSERT_OK(s->AddArray(MakeArray(0)));
+  EXPECT_EQ(s->array_count(), 3);
+  EXPECT_EQ(s->memory_bytes(), 500);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(CloseStats stats, manager().Close(s->id()));
+  EXPECT_EQ(stats.session_id, s->id());
+  EXPECT_EQ(stats.tenant, "team-a");
+  EXPECT_EQ(stats.arrays_freed, 3);
+  EXPECT_EQ(stats.bytes_freed, 500);
+  EXPECT_EQ(DeviceUsedBytes(), 0);
+  EXPECT_EQ(ledger_.reserved_bytes(), 0);
+  EXPECT_EQ(manager().count(), 0);
+}
+
+TEST_F(SessionManagerTest, ClosedSessionIsNotFoundAnywhere) {
+  std::shared_ptr<Session> s = Open();
+  ASSERT_NE(s, nullptr);
+  GPUKIT_ASSERT_OK(manager().Close(s->id()));
+  EXPECT_THAT(manager().Touch(s->id()), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(manager().Close(s->id()), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(manager().Close("s-never-opened"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(manager().Touch(""), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(SessionManagerTest, ArrayAddedToAClosedSessionIsDroppedAndFreed) {
+  std::shared_ptr<Session> s = Open();
+  ASSERT_NE(s, nullptr);
+  GPUKIT_ASSERT_OK(manager().Close(s->id()));
+  EXPECT_THAT(s->AddArray(MakeArray(128)),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("was closed")));
+  EXPECT_EQ(s->array_count(), 0);
+  EXPECT_EQ(DeviceUsedBytes(), 0);
+  EXPECT_EQ(ledger_.reserved_bytes(), 0);
+}
+
+TEST_F(SessionManagerTest, ArrayHeldByWorkInFlightIsFreedWhenTheWorkLetsGo) {
+  std::shared_ptr<Session> s = Open();
+  ASSERT_NE(s, nullptr);
+  std::shared_ptr<DeviceArray> array = MakeArray(256);
+  ASSERT_NE(array, nullptr);
+  GPUKIT_ASSERT_OK(s->AddArray(array));  // `array` plays the work in flight
+  GPUKIT_ASSERT_OK(manager().Close(s->id()));
+  EXPECT_EQ(DeviceUsedBytes(), 256);
+  array.reset();
+  EXPECT_EQ(DeviceUsedBytes(), 0);
+  EXPECT_EQ(ledger_.reserved_bytes(), 0);
+}
+
+TEST_F(SessionManagerTest, CloseAllClosesEverySession) {
+  for (const char* tenant : {"a", "b", "c"}) {
+    std::shared_ptr<Session> s = Open(tenant);
+    ASSERT_NE(s, nullptr);
+    GPUKIT_ASSERT_OK(s->AddArray(MakeArray(10)));
+  }
+  EXPECT_EQ(manager().CloseAll().size(), 3u);
+  EXPECT_EQ(manager().count(), 0);
+  EXPECT_EQ(DeviceUsedBytes(), 0);
+  EXPECT_EQ(ledger_.reserved_bytes(), 0);
+}
+
+TEST_F(SessionManagerTest, DestroyingTheManagerFreesArraysOfOpenSessions) {
+  std::shared_ptr<Session> s = Open();
+  ASSERT_NE(s, nullptr);
+  GPUKIT_ASSERT_OK(s->AddArray(MakeArray(64)));
+  s.reset();
+  manager_.reset();
+  EXPECT_EQ(DeviceUsedBytes(), 0);
+  EXPECT_EQ(ledger_.reserved_bytes(), 0);
+}
+
+// ---- Arrays of a session ----
+
+TEST_F(SessionManagerTest, FindAndRemoveArraysOfTheSession) {
+  std::shared_ptr<Session> s = Open();
+  ASSERT_NE(s, nullptr);
+  std::shared_ptr<DeviceArray> array = MakeArray(100);
+  ASSERT_NE(array, nullptr);
+  const std::string handle = array->handle();
+  GPUKIT_ASSERT_OK(s->AddArray(std::move(array)));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::shared_ptr<DeviceArray> found, s->FindArray(handle));
+  EXPECT_EQ(found->bytes(), 100);
+  found.reset();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::shared_ptr<DeviceArray> removed, s->RemoveArray(handle));
+  EXPECT_EQ(s->array_count(), 0);
+  EXPECT_EQ(s->memory_bytes(), 0);
+  EXPECT_EQ(DeviceUsedBytes(), 100);  // the caller still holds it
+  removed.reset();
+  EXPECT_EQ(DeviceUsedBytes(), 0);
+  EXPECT_THAT(s->FindArray(handle), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(s->RemoveArray(handle), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(SessionManagerTest, ForeignHandlesAreNotFoundLikeUnknownOnes) {
+  std::shared_ptr<Session> owner = Open("owner");
+  std::shared_ptr<Session> other = Open("other");
+  ASSERT_NE(owner, nullptr);
+  ASSERT_NE(other, nullptr);
+  std::shared_ptr<DeviceArray> array = MakeArray(64);
+  ASSERT_NE(array, nullptr);
+  const std::string handle = array->handle();
+  GPUKIT_ASSERT_OK(owner->AddArray(std::move(array)));
+
+  const std::string expected =
+      "array handle \"" + handle + "\" not found in this session";
+  EXPECT_THAT(other->FindArray(handle), StatusIs(absl::StatusCode::kNotFound, expected));
+  EXPECT_THAT(other->RemoveArray(handle), StatusIs(absl::StatusCode::kNotFound, expected));
+  const std::string unknown = "a-00000000000000000000000000000000";
+  EXPECT_THAT(other->FindArray(unknown),
+              StatusIs(absl::StatusCode::kNotFound,
+                       "array handle \"" + unknown + "\" not found in this session"));
+  EXPECT_THAT(owner->FindArray(handle), IsOk());  // the owner's array is untouched
+  EXPECT_EQ(owner->array_count(), 1);
+}
+
+TEST_F(SessionManagerTest, HandlesInMessagesAreEscapedAndTruncated) {
+  std::shared_ptr<Session> s = Open();
+  ASSERT_NE(s, nullptr);
+  const std::string nasty = "\x01\n" + std::string(200, 'z');
+  absl::StatusOr<std::shared_ptr<DeviceArray>> found = s->FindArray(nasty);
+  ASSERT_THAT(found, StatusIs(absl::StatusCode::kNotFound, HasSubstr("\\x01\\n")));
+  EXPECT_LT(found.status().message().size(), 150u);
+}
+
+// ---- Admission ----
+
+TEST_F(SessionManagerTest, RefusesSessionsBeyondMaxSessionsWithTheReason) {
+  limits_.max_sessions = 2;
+  std::shared_ptr<Session> first = Open("a");
+  std::shared_ptr<Session> second = Open("b");
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(second, nullptr);
+  absl::StatusOr<std::shared_ptr<Session>> third = manager().Open(Params("c"));
+  EXPECT_THAT(third, StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("max_sessions")));
+  EXPECT_EQ(ReasonOf(third.status()), RejectReason::kTooManySessions);
+  EXPECT_EQ(manager().count(), 2);
+  GPUKIT_ASSERT_OK(manager().Close(first->id()));
+  EXPECT_THAT(manager().Open(Params("c")), IsOk());
+}
+
+TEST_F(SessionManagerTest, ReapingExpiredSessionsMakesRoomForNewOnes) {
+  limits_.max_sessions = 1;
+  ASSERT_NE(Open("a"), nullptr);
+  clock_.Advance(absl::Seconds(31));
+  manager().ExpireLeases();
+  EXPECT_THAT(manager().Open(Params("b")), IsOk());
+}
+
+// ---- Listing ----
+
+TEST_F(SessionManagerTest, ListIsOrderedByOpeningTime) {
+  std::vector<std::string> ids;
+  for (const char* tenant : {"first", "second", "third"}) {
+    std::shared_ptr<Session> s = Open(tenant);
+    ASSERT_NE(s, nullptr);
+    ids.push_back(s->id());
+    clock_.Advance(absl::Seconds(1));
+  }
+  std::vector<std::string> listed;
+  for (const std::shared_ptr<Session>& s : manager().List()) listed.push_back(s->id());
+  EXPECT_EQ(listed, ids);
+  EXPECT_EQ(&manager().clock(), &clock_);
+}
+
+TEST_F(SessionManagerTest, ConcurrentOpenTouchAndCloseKeepCountsConsistent) {
+  limits_.max_sessions = 64;
+  SessionManager& sessions = manager();  // made before the threads share it
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&sessions] {
+      for (int i = 0; i < 50; ++i) {
+        absl::StatusOr<std::shared_ptr<Session>> s = sessions.Open(Params());
+        ASSERT_TRUE(s.ok()) << s.status();
+        EXPECT_TRUE(sessions.Touch((*s)->id()).ok());
+        EXPECT_TRUE(sessions.Close((*s)->id()).ok());
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(manager().count(), 0);
+}
+
+}  // namespace
+}  // namespace gpukit
