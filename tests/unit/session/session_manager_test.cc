@@ -365,6 +365,20 @@ TEST_F(SessionManagerTest, ArrayAddedToAClosedSessionIsDroppedAndFreed) {
   EXPECT_EQ(ledger_.reserved_bytes(), 0);
 }
 
+TEST_F(SessionManagerTest, ArrayBeyondMaxArraysIsRefusedWithTheReasonAndFreed) {
+  std::shared_ptr<Session> s = Open();
+  GPUKIT_ASSERT_OK(s->AddArray(MakeArray(100), /*max_arrays=*/2));
+  GPUKIT_ASSERT_OK(s->AddArray(MakeArray(100), /*max_arrays=*/2));
+  absl::Status refused = s->AddArray(MakeArray(50), /*max_arrays=*/2);
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted,
+                                HasSubstr("max_arrays_per_session")));
+  EXPECT_EQ(ReasonOf(refused), RejectReason::kTooManyArrays);
+  EXPECT_EQ(s->array_count(), 2);
+  EXPECT_EQ(s->memory_bytes(), 200);
+  EXPECT_EQ(DeviceUsedBytes(), 200);  // the refused array was dropped and freed
+  EXPECT_EQ(ledger_.reserved_bytes(), 200);
+}
+
 TEST_F(SessionManagerTest, ArrayHeldByWorkInFlightIsFreedWhenTheWorkLetsGo) {
   std::shared_ptr<Session> s = Open();
   ASSERT_NE(s, nullptr);
