@@ -67,8 +67,9 @@ int Run(int argc, char** argv) {
   if (!devices.ok()) return Fail(devices.status());
   for (const auto& device : *devices) {
     const gpukit::DeviceProperties& p = device->properties();
-    spdlog::info("backend {}: device {} \"{}\" with {}", std::string(gpukit::BackendName(p.backend)),
-                 p.index, p.name, gpukit::FormatBytes(p.memory_total_bytes));
+    spdlog::info("backend {}: device {} \"{}\" with {}",
+                 std::string(gpukit::BackendName(p.backend)), p.index, p.name,
+                 gpukit::FormatBytes(p.memory_total_bytes));
   }
 
   gpukit::SystemClock clock;

@@ -1,8 +1,5 @@
 #include "daemon/server.h"
 
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -16,6 +13,9 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "spdlog/spdlog.h"
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 
 namespace gpukit {
 
@@ -82,9 +82,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(Core& core, const Clock& c
   builder.RegisterService(&server->admin_service_);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on every address of ", absl::StrJoin(options.listen, ", "),
-        " (in use, or no permission)"));
+    return absl::UnavailableError(absl::StrCat("cannot listen on every address of ",
+                                               absl::StrJoin(options.listen, ", "),
+                                               " (in use, or no permission)"));
   }
   for (size_t i = 0; i < options.listen.size(); ++i) {
     const std::string& address = options.listen[i];
@@ -97,9 +97,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(Core& core, const Clock& c
     }
     spdlog::info("listening on {}", server->addresses_.back());
   }
-  server->reaper_ = std::thread([s = server.get(), interval = options.reap_interval] {
-    s->ReapLoop(interval);
-  });
+  server->reaper_ =
+      std::thread([s = server.get(), interval = options.reap_interval] { s->ReapLoop(interval); });
   return server;
 }
 

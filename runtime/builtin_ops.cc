@@ -16,8 +16,7 @@ absl::StatusOr<std::optional<T>> GetAttr(const AttrMap& attrs, absl::string_view
   auto it = attrs.find(name);
   if (it == attrs.end()) return std::optional<T>();
   if (const T* value = std::get_if<T>(&it->second)) return std::optional<T>(*value);
-  return absl::InvalidArgumentError(
-      absl::StrCat("attribute \"", name, "\" must be ", type_name));
+  return absl::InvalidArgumentError(absl::StrCat("attribute \"", name, "\" must be ", type_name));
 }
 
 absl::StatusOr<const TensorDesc*> ArrayOperand(absl::Span<const OperandDesc> inputs, int i,
@@ -66,21 +65,20 @@ absl::StatusOr<OpPlan> PlanMatmul(absl::Span<const OperandDesc> in, const AttrMa
   GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* a, ArrayOperand(in, 0, "matmul"));
   GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* b, ArrayOperand(in, 1, "matmul"));
   if (a->shape.size() < 2 || b->shape.size() < 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "matmul needs inputs of rank >= 2, got ", ShapeToString(a->shape), " and ",
-        ShapeToString(b->shape), " (reshape a vector to [1, n] or [n, 1])"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("matmul needs inputs of rank >= 2, got ", ShapeToString(a->shape), " and ",
+                     ShapeToString(b->shape), " (reshape a vector to [1, n] or [n, 1])"));
   }
   const int64_t m = a->shape[a->shape.size() - 2], k = a->shape.back();
   const int64_t kb = b->shape[b->shape.size() - 2], n = b->shape.back();
   if (k != kb) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "matmul inner dimensions differ: inputs[0] ", ShapeToString(a->shape), " has ", k,
-        " columns, inputs[1] ", ShapeToString(b->shape), " has ", kb, " rows"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("matmul inner dimensions differ: inputs[0] ", ShapeToString(a->shape), " has ",
+                     k, " columns, inputs[1] ", ShapeToString(b->shape), " has ", kb, " rows"));
   }
   GPUKIT_ASSIGN_OR_RETURN(
-      Shape batch,
-      BroadcastShapes(absl::MakeConstSpan(a->shape).first(a->shape.size() - 2),
-                      absl::MakeConstSpan(b->shape).first(b->shape.size() - 2)));
+      Shape batch, BroadcastShapes(absl::MakeConstSpan(a->shape).first(a->shape.size() - 2),
+                                   absl::MakeConstSpan(b->shape).first(b->shape.size() - 2)));
   batch.push_back(m);
   batch.push_back(n);
   const DType dtype = PromoteTypes(a->dtype, b->dtype);
@@ -97,8 +95,7 @@ absl::StatusOr<OpPlan> PlanReduce(absl::Span<const OperandDesc> in, const AttrMa
   GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* x, ArrayOperand(in, 0, op));
   GPUKIT_ASSIGN_OR_RETURN(std::optional<int64_t> axis,
                           GetAttr<int64_t>(attrs, "axis", "an integer"));
-  GPUKIT_ASSIGN_OR_RETURN(std::optional<bool> keepdims,
-                          GetAttr<bool>(attrs, "keepdims", "a bool"));
+  GPUKIT_ASSIGN_OR_RETURN(std::optional<bool> keepdims, GetAttr<bool>(attrs, "keepdims", "a bool"));
   OpPlan plan;
   plan.compute_dtype = x->dtype;
   plan.params.keepdims = keepdims.value_or(false);
@@ -121,8 +118,8 @@ absl::StatusOr<OpPlan> PlanReduce(absl::Span<const OperandDesc> in, const AttrMa
     if (plan.params.keepdims) out_shape.assign(rank, 1);
   }
   if (reduced == 0 && (kind == ReduceKind::kMax || kind == ReduceKind::kMin)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, " of an empty extent (shape ", ShapeToString(x->shape), ") has no identity"));
+    return absl::InvalidArgumentError(absl::StrCat(op, " of an empty extent (shape ",
+                                                   ShapeToString(x->shape), ") has no identity"));
   }
   DType out = x->dtype;
   if (kind == ReduceKind::kSum && !IsFloating(out)) out = DType::kInt64;
@@ -173,8 +170,8 @@ absl::StatusOr<OpPlan> PlanReshape(absl::Span<const OperandDesc> in, const AttrM
       continue;
     }
     if (out[i] < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "attribute \"shape\"[", i, "] = ", out[i], " must be >= 0 (or a single -1)"));
+      return absl::InvalidArgumentError(absl::StrCat("attribute \"shape\"[", i, "] = ", out[i],
+                                                     " must be >= 0 (or a single -1)"));
     }
     if (__builtin_mul_overflow(known, out[i], &known)) {
       return absl::InvalidArgumentError("attribute \"shape\" overflows int64 elements");
@@ -182,15 +179,15 @@ absl::StatusOr<OpPlan> PlanReshape(absl::Span<const OperandDesc> in, const AttrM
   }
   if (inferred >= 0) {
     if (known == 0 || count % known != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cannot reshape ", ShapeToString(x->shape), " into ", ShapeToString(*shape)));
+      return absl::InvalidArgumentError(absl::StrCat("cannot reshape ", ShapeToString(x->shape),
+                                                     " into ", ShapeToString(*shape)));
     }
     out[inferred] = count / known;
     known = count;
   }
   if (known != count) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot reshape ", ShapeToString(x->shape),
-                                                   " (", count, " elements) into ",
+    return absl::InvalidArgumentError(absl::StrCat("cannot reshape ", ShapeToString(x->shape), " (",
+                                                   count, " elements) into ",
                                                    ShapeToString(*shape)));
   }
   GPUKIT_RETURN_IF_ERROR(ValidateShape(out, "attribute \"shape\""));
@@ -209,17 +206,17 @@ absl::StatusOr<OpPlan> PlanTranspose(absl::Span<const OperandDesc> in, const Att
   std::vector<int>& perm = plan.params.perm;
   if (perm_attr.has_value()) {
     if (static_cast<int>(perm_attr->size()) != rank) {
-      return absl::InvalidArgumentError(absl::StrCat("attribute \"perm\" has ",
-                                                     perm_attr->size(), " entries; the array "
-                                                     "has rank ", rank));
+      return absl::InvalidArgumentError(absl::StrCat("attribute \"perm\" has ", perm_attr->size(),
+                                                     " entries; the array "
+                                                     "has rank ",
+                                                     rank));
     }
     std::vector<bool> seen(rank, false);
     for (int i = 0; i < rank; ++i) {
       GPUKIT_ASSIGN_OR_RETURN(int axis, NormalizeAxis((*perm_attr)[i], rank,
                                                       absl::StrCat("attribute \"perm\"[", i, "]")));
       if (seen[axis]) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("attribute \"perm\" repeats axis ", axis));
+        return absl::InvalidArgumentError(absl::StrCat("attribute \"perm\" repeats axis ", axis));
       }
       seen[axis] = true;
       perm.push_back(axis);
@@ -242,22 +239,49 @@ const OpRegistry& OpRegistry::Builtin() {
       {"add", "a + b, NumPy broadcasting; either may be a scalar", 2, 2, {}, PlanAddSubMul},
       {"sub", "a - b, NumPy broadcasting; either may be a scalar", 2, 2, {}, PlanAddSubMul},
       {"mul", "a * b, NumPy broadcasting; either may be a scalar", 2, 2, {}, PlanAddSubMul},
-      {"div", "a / b (true division: integers give float32); either may be a scalar", 2, 2,
-       {}, PlanDiv},
-      {"matmul", "a @ b for [..., m, k] x [..., k, n], batch dims broadcast", 2, 2, {},
-       PlanMatmul},
-      {"sum", "sum of all elements or along axis; integers sum into int64", 1, 1,
-       {"axis", "keepdims"}, PlanSum},
-      {"mean", "mean of all elements or along axis; integers give float32", 1, 1,
-       {"axis", "keepdims"}, PlanMean},
-      {"max", "maximum of all elements or along axis; NaN propagates", 1, 1,
-       {"axis", "keepdims"}, PlanMax},
-      {"min", "minimum of all elements or along axis; NaN propagates", 1, 1,
-       {"axis", "keepdims"}, PlanMin},
+      {"div",
+       "a / b (true division: integers give float32); either may be a scalar",
+       2,
+       2,
+       {},
+       PlanDiv},
+      {"matmul", "a @ b for [..., m, k] x [..., k, n], batch dims broadcast", 2, 2, {}, PlanMatmul},
+      {"sum",
+       "sum of all elements or along axis; integers sum into int64",
+       1,
+       1,
+       {"axis", "keepdims"},
+       PlanSum},
+      {"mean",
+       "mean of all elements or along axis; integers give float32",
+       1,
+       1,
+       {"axis", "keepdims"},
+       PlanMean},
+      {"max",
+       "maximum of all elements or along axis; NaN propagates",
+       1,
+       1,
+       {"axis", "keepdims"},
+       PlanMax},
+      {"min",
+       "minimum of all elements or along axis; NaN propagates",
+       1,
+       1,
+       {"axis", "keepdims"},
+       PlanMin},
       {"astype", "convert to attribute dtype", 1, 1, {"dtype"}, PlanAstype},
-      {"reshape", "same elements in attribute shape (one -1 is inferred)", 1, 1, {"shape"},
+      {"reshape",
+       "same elements in attribute shape (one -1 is inferred)",
+       1,
+       1,
+       {"shape"},
        PlanReshape},
-      {"transpose", "permute axes by attribute perm (default: reverse them)", 1, 1, {"perm"},
+      {"transpose",
+       "permute axes by attribute perm (default: reverse them)",
+       1,
+       1,
+       {"perm"},
        PlanTranspose},
   });
   return *registry;

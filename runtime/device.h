@@ -25,11 +25,11 @@
 
 #include <cstdint>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "runtime/op_registry.h"
 
@@ -90,9 +90,9 @@ struct KernelArg {
 // An operand of a built-in op as the device sees it: a buffer with its layout, or a scalar.
 struct OpOperand {
   bool is_scalar = false;
-  BufferId buffer;          // when !is_scalar
-  TensorDesc desc;          // when !is_scalar
-  ScalarValue scalar;       // when is_scalar
+  BufferId buffer;     // when !is_scalar
+  TensorDesc desc;     // when !is_scalar
+  ScalarValue scalar;  // when is_scalar
 };
 
 // A built-in op planned by the OpRegistry, ready to run on a device.
@@ -126,11 +126,10 @@ class Device {
   // after the copy completes. OUT_OF_RANGE if the range exceeds the buffer.
   virtual absl::Status CopyHostToDevice(BufferId dst, int64_t dst_offset, const void* src,
                                         int64_t bytes, StreamId stream) = 0;
-  virtual absl::Status CopyDeviceToHost(void* dst, BufferId src, int64_t src_offset,
-                                        int64_t bytes, StreamId stream) = 0;
+  virtual absl::Status CopyDeviceToHost(void* dst, BufferId src, int64_t src_offset, int64_t bytes,
+                                        StreamId stream) = 0;
   virtual absl::Status CopyDeviceToDevice(BufferId dst, int64_t dst_offset, BufferId src,
-                                          int64_t src_offset, int64_t bytes,
-                                          StreamId stream) = 0;
+                                          int64_t src_offset, int64_t bytes, StreamId stream) = 0;
 
   virtual absl::StatusOr<EventId> RecordEvent(StreamId stream) = 0;
   // Blocks until the work before the event has run; returns the first error that work

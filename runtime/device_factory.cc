@@ -37,7 +37,7 @@ DriverProbe ProbeCudaDriver() {
     probe.error = "libcuda.so.1 lacks cuInit, cuDriverGetVersion or cuDeviceGetCount";
     return probe;
   }
-  reinterpret_cast<VersionFn>(*version)(&probe.driver_version);
+  reinterpret_cast<VersionFn> (*version)(&probe.driver_version);
   if (CUresult r = reinterpret_cast<InitFn>(*init)(0); r != CUDA_SUCCESS) {
     probe.error = absl::StrCat("cuInit failed with CUresult ", static_cast<int>(r));
     return probe;
@@ -80,8 +80,7 @@ absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateDevices(
     reason = absl::StrCat("CUDA driver ", probe.driver_version, " at ", probe.library_path,
                           " is unusable: ", probe.error);
   } else {
-    reason = absl::StrCat("CUDA driver ", probe.driver_version, " found with ",
-                          probe.device_count,
+    reason = absl::StrCat("CUDA driver ", probe.driver_version, " found with ", probe.device_count,
                           " device(s), but this gpukitd build has no CUDA backend yet");
   }
   if (options.backend == BackendChoice::kCuda) {

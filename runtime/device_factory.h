@@ -26,7 +26,7 @@ struct DriverProbe {
   std::string library_path;  // where libcuda was found
   int driver_version = 0;    // e.g. 13000 for CUDA 13.0
   int device_count = 0;
-  std::string error;         // why the driver is unusable, when it is
+  std::string error;  // why the driver is unusable, when it is
 };
 
 // Opens libcuda.so.1 through the system loader (the driver's own library, never a copy),

@@ -11,10 +11,10 @@
 #define GPUKIT_RUNTIME_DYNAMIC_LIBRARY_H_
 
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace gpukit {
 

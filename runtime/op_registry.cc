@@ -38,13 +38,12 @@ absl::StatusOr<OpPlan> OpRegistry::Plan(const OpDef& op, absl::Span<const Operan
                                         const AttrMap& attrs) const {
   const int n = static_cast<int>(inputs.size());
   if (n < op.min_inputs || n > op.max_inputs) {
-    const std::string expected =
-        op.min_inputs == op.max_inputs
-            ? absl::StrCat(op.min_inputs)
-            : absl::StrCat(op.min_inputs, " to ", op.max_inputs);
+    const std::string expected = op.min_inputs == op.max_inputs
+                                     ? absl::StrCat(op.min_inputs)
+                                     : absl::StrCat(op.min_inputs, " to ", op.max_inputs);
     return absl::InvalidArgumentError(absl::StrCat("op \"", op.name, "\" takes ", expected,
-                                                   expected == "1" ? " input" : " inputs",
-                                                   ", got ", n));
+                                                   expected == "1" ? " input" : " inputs", ", got ",
+                                                   n));
   }
   for (const auto& [name, value] : attrs) {
     if (std::find(op.attrs.begin(), op.attrs.end(), name) == op.attrs.end()) {

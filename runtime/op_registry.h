@@ -17,12 +17,12 @@
 
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <variant>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "runtime/base/dtype.h"
 #include "runtime/base/shape.h"
@@ -55,7 +55,7 @@ using AttrMap = absl::flat_hash_map<std::string, AttrValue>;
 struct OpParams {
   std::optional<int> axis;  // reductions: nullopt reduces everything
   bool keepdims = false;
-  std::vector<int> perm;    // transpose
+  std::vector<int> perm;  // transpose
 };
 
 struct OpPlan {

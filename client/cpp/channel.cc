@@ -16,17 +16,16 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectChannel(const std::string&
   // A socket file that does not exist will not appear by waiting: say so at once instead of
   // retrying until the timeout.
   if (absl::StartsWith(target, "unix://") && access(target.c_str() + 7, F_OK) != 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot connect to gpukitd at ", target,
-        ": no such socket (is gpukitd running? pass --addr or set GPUKIT_ADDR)"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect to gpukitd at ", target,
+                     ": no such socket (is gpukitd running? pass --addr or set GPUKIT_ADDR)"));
   }
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
   if (!channel->WaitForConnected(std::chrono::system_clock::now() +
                                  absl::ToChronoMilliseconds(timeout))) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot connect to gpukitd at ", target,
-        " (is it running? pass --addr or set GPUKIT_ADDR)"));
+    return absl::UnavailableError(absl::StrCat("cannot connect to gpukitd at ", target,
+                                               " (is it running? pass --addr or set GPUKIT_ADDR)"));
   }
   return channel;
 }
@@ -36,8 +35,8 @@ absl::Status FromGrpc(const grpc::Status& status, const grpc::ClientContext& con
   absl::Status out(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
   const auto& trailers = context.GetServerTrailingMetadata();
   if (auto it = trailers.find("gpukit-reason"); it != trailers.end()) {
-    out.SetPayload(kReasonPayloadUrl, absl::Cord(absl::string_view(it->second.data(),
-                                                                   it->second.size())));
+    out.SetPayload(kReasonPayloadUrl,
+                   absl::Cord(absl::string_view(it->second.data(), it->second.size())));
   }
   return out;
 }

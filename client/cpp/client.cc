@@ -209,8 +209,8 @@ absl::Status Array::Write(const void* data, int64_t bytes) const {
 absl::Status Array::Read(void* out, int64_t bytes) const {
   if (session_ == nullptr) return absl::FailedPreconditionError("array was freed or moved");
   if (bytes != size_bytes_) {
-    return absl::InvalidArgumentError(absl::StrCat("read of ", bytes, " bytes from array ",
-                                                   handle_, " of ", size_bytes_, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat("read of ", bytes, " bytes from array ", handle_,
+                                                   " of ", size_bytes_, " bytes"));
   }
   v1::DownloadRequest request;
   request.set_session_id(session_->session_id_);
@@ -279,13 +279,13 @@ absl::StatusOr<Array> Client::Empty(std::vector<int64_t> shape, DType dtype) {
                response.array().size_bytes());
 }
 
-absl::StatusOr<Array> Client::FromBytes(const void* data, int64_t bytes,
-                                        std::vector<int64_t> shape, DType dtype) {
+absl::StatusOr<Array> Client::FromBytes(const void* data, int64_t bytes, std::vector<int64_t> shape,
+                                        DType dtype) {
   absl::StatusOr<int64_t> expected = ByteSize(shape, dtype);
   if (expected.ok() && *expected != bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        bytes, " bytes of data for shape ", ShapeToString(shape), " ", DTypeName(dtype),
-        ", which needs ", *expected));
+    return absl::InvalidArgumentError(absl::StrCat(bytes, " bytes of data for shape ",
+                                                   ShapeToString(shape), " ", DTypeName(dtype),
+                                                   ", which needs ", *expected));
   }
   absl::StatusOr<Array> array = Empty(std::move(shape), dtype);
   if (!array.ok()) return array.status();
@@ -338,8 +338,9 @@ absl::StatusOr<Array> Client::RunOp(absl::string_view op, const std::vector<Oper
   const v1::ArrayInfo& info = response.output();
   absl::StatusOr<DType> dtype = DTypeFromProto(info.dtype(), "output.dtype");
   if (!dtype.ok()) return dtype.status();
-  return Array(state_, info.handle(), std::vector<int64_t>(info.shape().begin(), info.shape().end()),
-               *dtype, info.size_bytes());
+  return Array(state_, info.handle(),
+               std::vector<int64_t>(info.shape().begin(), info.shape().end()), *dtype,
+               info.size_bytes());
 }
 
 absl::StatusOr<Array> Client::Reduce(absl::string_view op, const Array& a,

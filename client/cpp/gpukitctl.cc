@@ -99,11 +99,11 @@ class Ctl {
     absl::Status status = FromGrpc(admin_->Status(&context, {}, &response), context);
     if (!status.ok()) return Fail("status", status);
     if (flags_.output == "json") return PrintJson(response);
-    PrintTable({{"VERSION", "BACKEND", "UPTIME", "DEVICES", "SESSIONS", "ARRAYS", "LISTEN"},
-                {response.version(), response.backend(), Age(response.uptime_ms()),
-                 absl::StrCat(response.device_count()), absl::StrCat(response.sessions()),
-                 absl::StrCat(response.arrays()),
-                 absl::StrJoin(response.listen_addresses(), ",")}});
+    PrintTable(
+        {{"VERSION", "BACKEND", "UPTIME", "DEVICES", "SESSIONS", "ARRAYS", "LISTEN"},
+         {response.version(), response.backend(), Age(response.uptime_ms()),
+          absl::StrCat(response.device_count()), absl::StrCat(response.sessions()),
+          absl::StrCat(response.arrays()), absl::StrJoin(response.listen_addresses(), ",")}});
     return 0;
   }
 
@@ -136,13 +136,11 @@ class Ctl {
       return 0;
     }
     std::vector<std::vector<std::string>> rows = {{"SESSION", "TENANT", "PARTITION", "CLIENT",
-                                                   "PID", "ARRAYS", "MEMORY", "AGE",
-                                                   "LEASE-LEFT"}};
+                                                   "PID", "ARRAYS", "MEMORY", "AGE", "LEASE-LEFT"}};
     for (const v1::SessionInfo& s : response.sessions()) {
       rows.push_back({s.session_id(), s.tenant(), s.partition(), s.client_name(),
                       absl::StrCat(s.client_pid()), absl::StrCat(s.arrays()),
-                      FormatBytes(s.memory_bytes()), Age(s.age_ms()),
-                      Age(s.lease_remaining_ms())});
+                      FormatBytes(s.memory_bytes()), Age(s.age_ms()), Age(s.lease_remaining_ms())});
     }
     PrintTable(rows);
     return 0;
@@ -192,8 +190,7 @@ int Main(int argc, char** argv) {
     } else if (arg == "-o" || arg == "--output") {
       if (!next(&flags.output)) return 1;
       if (flags.output != "table" && flags.output != "json") {
-        std::cerr << "gpukitctl: output format \"" << flags.output
-                  << "\" is not table or json\n";
+        std::cerr << "gpukitctl: output format \"" << flags.output << "\" is not table or json\n";
         return 1;
       }
     } else if (arg == "--timeout") {

@@ -46,8 +46,10 @@ absl::StatusOr<absl::Duration> ParsePositiveDuration(const std::string& text,
 
 absl::StatusOr<int64_t> ParsePositiveBytes(const std::string& text, absl::string_view field) {
   absl::StatusOr<int64_t> bytes = ParseBytes(text);
-  if (!bytes.ok()) return absl::InvalidArgumentError(absl::StrCat(field, ": ", bytes.status().message()));
-  if (*bytes <= 0) return absl::InvalidArgumentError(absl::StrCat(field, " = \"", text, "\" must be > 0"));
+  if (!bytes.ok())
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", bytes.status().message()));
+  if (*bytes <= 0)
+    return absl::InvalidArgumentError(absl::StrCat(field, " = \"", text, "\" must be > 0"));
   return *bytes;
 }
 
@@ -59,13 +61,13 @@ absl::Status ValidateListenAddress(absl::string_view address) {
   if (absl::StartsWith(address, "unix://")) {
     absl::string_view path = address.substr(7);
     if (path.empty() || path[0] != '/') {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "listen address \"", address, "\": a unix socket needs an absolute path, "
-          "unix:///path/to.sock"));
+      return absl::InvalidArgumentError(absl::StrCat("listen address \"", address,
+                                                     "\": a unix socket needs an absolute path, "
+                                                     "unix:///path/to.sock"));
     }
     if (path.size() > 107) {  // sun_path holds 108 bytes with the terminator
-      return absl::InvalidArgumentError(absl::StrCat("listen address \"", address,
-                                                     "\": socket path longer than 107 bytes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("listen address \"", address, "\": socket path longer than 107 bytes"));
     }
     return absl::OkStatus();
   }
@@ -73,8 +75,8 @@ absl::Status ValidateListenAddress(absl::string_view address) {
   int port = 0;
   if (colon == absl::string_view::npos || colon == 0 ||
       !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "listen address \"", address, "\" is neither unix:///path nor host:port"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen address \"", address, "\" is neither unix:///path nor host:port"));
   }
   return absl::OkStatus();
 }
@@ -141,8 +143,8 @@ absl::StatusOr<DaemonConfig> ApplyConfigJson(absl::string_view json, DaemonConfi
         "sessions.defaultLease must lie between sessions.minLease and sessions.maxLease");
   }
   if (file.streams_per_device() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "streamsPerDevice = ", file.streams_per_device(), " must be > 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("streamsPerDevice = ", file.streams_per_device(), " must be > 0"));
   }
   if (file.streams_per_device() > 0) config.core.streams_per_device = file.streams_per_device();
   return config;
@@ -216,8 +218,7 @@ absl::StatusOr<DaemonConfig> ResolveConfig(const CommandLine& flags) {
   if (flags.config_path.has_value()) {
     std::ifstream file(*flags.config_path);
     if (!file) {
-      return absl::NotFoundError(
-          absl::StrCat("cannot read --config file ", *flags.config_path));
+      return absl::NotFoundError(absl::StrCat("cannot read --config file ", *flags.config_path));
     }
     std::stringstream text;
     text << file.rdbuf();

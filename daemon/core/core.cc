@@ -11,8 +11,8 @@ absl::StatusOr<std::unique_ptr<Core>> Core::Create(const Clock& clock,
                                                    const CoreOptions& options) {
   if (devices.empty()) return absl::InvalidArgumentError("Core needs at least one device");
   if (options.streams_per_device < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "streams_per_device = ", options.streams_per_device, " must be >= 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("streams_per_device = ", options.streams_per_device, " must be >= 1"));
   }
   std::unique_ptr<Core> core(new Core(clock, options));
   for (std::unique_ptr<Device>& device : devices) {
@@ -87,8 +87,7 @@ absl::StatusOr<std::shared_ptr<DeviceArray>> Core::Allocate(const Session& sessi
                                        std::move(reservation));
 }
 
-absl::StatusOr<ArrayView> Core::CreateArray(absl::string_view session_id,
-                                            const TensorDesc& desc) {
+absl::StatusOr<ArrayView> Core::CreateArray(absl::string_view session_id, const TensorDesc& desc) {
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceArray> array, Allocate(*session, desc));
   ArrayView view = View(*array);
@@ -104,8 +103,7 @@ absl::StatusOr<ArrayView> Core::DescribeArray(absl::string_view session_id,
   return View(*array);
 }
 
-absl::StatusOr<int64_t> Core::FreeArray(absl::string_view session_id,
-                                        absl::string_view handle) {
+absl::StatusOr<int64_t> Core::FreeArray(absl::string_view session_id, absl::string_view handle) {
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceArray> array, session->RemoveArray(handle));
   return array->bytes();
@@ -115,9 +113,9 @@ namespace {
 absl::Status CheckRange(const DeviceArray& array, int64_t offset, size_t bytes) {
   if (offset < 0 || offset > array.bytes() ||
       static_cast<int64_t>(bytes) > array.bytes() - offset) {
-    return absl::OutOfRangeError(absl::StrCat("byte range [", offset, ", ", offset, " + ",
-                                              bytes, ") is outside array ", array.handle(),
-                                              " of ", array.bytes(), " bytes"));
+    return absl::OutOfRangeError(absl::StrCat("byte range [", offset, ", ", offset, " + ", bytes,
+                                              ") is outside array ", array.handle(), " of ",
+                                              array.bytes(), " bytes"));
   }
   return absl::OkStatus();
 }
@@ -130,22 +128,20 @@ absl::Status Core::WriteArray(absl::string_view session_id, absl::string_view ha
   GPUKIT_RETURN_IF_ERROR(CheckRange(*array, offset, data.size()));
   if (data.empty()) return absl::OkStatus();
   Device& device = array->device();
-  GPUKIT_RETURN_IF_ERROR(device.CopyHostToDevice(array->buffer(), offset, data.data(),
-                                                 static_cast<int64_t>(data.size()),
-                                                 session->stream()));
+  GPUKIT_RETURN_IF_ERROR(device.CopyHostToDevice(
+      array->buffer(), offset, data.data(), static_cast<int64_t>(data.size()), session->stream()));
   return SynchronizeStream(device, session->stream());
 }
 
-absl::Status Core::ReadArray(absl::string_view session_id, absl::string_view handle,
-                             int64_t offset, absl::Span<char> out) {
+absl::Status Core::ReadArray(absl::string_view session_id, absl::string_view handle, int64_t offset,
+                             absl::Span<char> out) {
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceArray> array, session->FindArray(handle));
   GPUKIT_RETURN_IF_ERROR(CheckRange(*array, offset, out.size()));
   if (out.empty()) return absl::OkStatus();
   Device& device = array->device();
-  GPUKIT_RETURN_IF_ERROR(device.CopyDeviceToHost(out.data(), array->buffer(), offset,
-                                                 static_cast<int64_t>(out.size()),
-                                                 session->stream()));
+  GPUKIT_RETURN_IF_ERROR(device.CopyDeviceToHost(
+      out.data(), array->buffer(), offset, static_cast<int64_t>(out.size()), session->stream()));
   return SynchronizeStream(device, session->stream());
 }
 

@@ -53,8 +53,8 @@ struct ArrayView {
 // An operand of RunOp as the client named it.
 struct OpInput {
   bool is_scalar = false;
-  std::string handle;   // when !is_scalar
-  ScalarValue scalar;   // when is_scalar
+  std::string handle;  // when !is_scalar
+  ScalarValue scalar;  // when is_scalar
 };
 
 struct SessionSummary {
@@ -76,9 +76,9 @@ struct DeviceSummary {
 class Core {
  public:
   // `devices` must not be empty. The clock must outlive the core.
-  static absl::StatusOr<std::unique_ptr<Core>> Create(
-      const Clock& clock, std::vector<std::unique_ptr<Device>> devices,
-      const CoreOptions& options);
+  static absl::StatusOr<std::unique_ptr<Core>> Create(const Clock& clock,
+                                                      std::vector<std::unique_ptr<Device>> devices,
+                                                      const CoreOptions& options);
   ~Core();
 
   // Sessions.
@@ -91,16 +91,15 @@ class Core {
 
   // Arrays. Every call renews the session's lease; foreign handles are NOT_FOUND.
   absl::StatusOr<ArrayView> CreateArray(absl::string_view session_id, const TensorDesc& desc);
-  absl::StatusOr<ArrayView> DescribeArray(absl::string_view session_id,
-                                          absl::string_view handle);
+  absl::StatusOr<ArrayView> DescribeArray(absl::string_view session_id, absl::string_view handle);
   // Returns the bytes freed.
   absl::StatusOr<int64_t> FreeArray(absl::string_view session_id, absl::string_view handle);
   // Copies `data` into the array at `offset` and waits for it. OUT_OF_RANGE past the end.
-  absl::Status WriteArray(absl::string_view session_id, absl::string_view handle,
-                          int64_t offset, absl::Span<const char> data);
+  absl::Status WriteArray(absl::string_view session_id, absl::string_view handle, int64_t offset,
+                          absl::Span<const char> data);
   // Copies `out.size()` bytes from `offset` into `out` and waits for it.
-  absl::Status ReadArray(absl::string_view session_id, absl::string_view handle,
-                         int64_t offset, absl::Span<char> out);
+  absl::Status ReadArray(absl::string_view session_id, absl::string_view handle, int64_t offset,
+                         absl::Span<char> out);
 
   // Compute: runs a built-in op; the result is a new array of the session.
   absl::StatusOr<ArrayView> RunOp(absl::string_view session_id, absl::string_view op,

@@ -58,13 +58,12 @@ Decision AdmitArray(const AdmissionLimits& limits, int64_t bytes, int session_ar
                     int64_t device_free_bytes) {
   if (bytes > limits.max_array_bytes) {
     return {false, RejectReason::kArrayTooLarge,
-            absl::StrCat("array of ", bytes, " bytes exceeds limits.maxArraySize = ",
-                         limits.max_array_bytes)};
+            absl::StrCat("array of ", bytes,
+                         " bytes exceeds limits.maxArraySize = ", limits.max_array_bytes)};
   }
   if (session_arrays >= limits.max_arrays_per_session) {
     return {false, RejectReason::kTooManyArrays,
-            absl::StrCat("session holds ", session_arrays,
-                         " arrays, its max_arrays_per_session")};
+            absl::StrCat("session holds ", session_arrays, " arrays, its max_arrays_per_session")};
   }
   if (bytes > device_free_bytes) {
     return {false, RejectReason::kDeviceMemoryExhausted,
@@ -93,11 +92,10 @@ void MemoryReservation::Release() {
 }
 
 absl::StatusOr<MemoryReservation> MemoryLedger::Reserve(int64_t bytes,
-                                                         const AdmissionLimits& limits,
-                                                         int session_arrays) {
+                                                        const AdmissionLimits& limits,
+                                                        int session_arrays) {
   absl::MutexLock lock(&mu_);
-  Decision decision =
-      AdmitArray(limits, bytes, session_arrays, capacity_bytes_ - reserved_bytes_);
+  Decision decision = AdmitArray(limits, bytes, session_arrays, capacity_bytes_ - reserved_bytes_);
   if (!decision.admitted) return decision.ToStatus();
   reserved_bytes_ += bytes;
   return MemoryReservation(this, bytes);

@@ -45,11 +45,11 @@ grpc::Status ArrayServiceImpl::Upload(grpc::ServerContext* context,
     }
     if (static_cast<int64_t>(chunk.data().size()) > kMaxChunkBytes) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("chunk.data has ", chunk.data().size(),
-                                       " bytes; at most ", kMaxChunkBytes, " per chunk"));
+                          absl::StrCat("chunk.data has ", chunk.data().size(), " bytes; at most ",
+                                       kMaxChunkBytes, " per chunk"));
     }
-    absl::Status status = core_.WriteArray(header.session_id(), header.handle(),
-                                           chunk.offset(), chunk.data());
+    absl::Status status =
+        core_.WriteArray(header.session_id(), header.handle(), chunk.offset(), chunk.data());
     if (absl::IsOutOfRange(status)) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           absl::StrCat("upload exceeds the array: ", status.message()));
@@ -59,8 +59,8 @@ grpc::Status ArrayServiceImpl::Upload(grpc::ServerContext* context,
   }
   if (written != view->bytes) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("upload wrote ", written, " bytes but array ",
-                                     view->handle, " has ", view->bytes));
+                        absl::StrCat("upload wrote ", written, " bytes but array ", view->handle,
+                                     " has ", view->bytes));
   }
   ToProto(*view, response->mutable_array());
   response->set_bytes_written(written);

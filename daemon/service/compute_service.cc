@@ -30,9 +30,8 @@ grpc::Status ComputeServiceImpl::ListOps(grpc::ServerContext* /*context*/,
     for (int i = 0; i < core_.device_count(); ++i) {
       const Device& device = core_.device(i);
       const std::string backend(BackendName(device.properties().backend));
-      if (device.SupportsOp(op.name) &&
-          std::find(info->backends().begin(), info->backends().end(), backend) ==
-              info->backends().end()) {
+      if (device.SupportsOp(op.name) && std::find(info->backends().begin(), info->backends().end(),
+                                                  backend) == info->backends().end()) {
         info->add_backends(backend);
       }
     }

@@ -15,8 +15,7 @@ void ToProto(const ArrayView& view, v1::ArrayInfo* info) {
   info->set_device_index(view.device_index);
 }
 
-absl::StatusOr<AttrMap> FromProto(
-    const google::protobuf::Map<std::string, v1::AttrValue>& attrs) {
+absl::StatusOr<AttrMap> FromProto(const google::protobuf::Map<std::string, v1::AttrValue>& attrs) {
   AttrMap out;
   for (const auto& [name, value] : attrs) {
     const std::string field = absl::StrCat("attrs[\"", name.substr(0, 64), "\"]");
@@ -88,8 +87,7 @@ grpc::Status ToGrpc(const absl::Status& status, grpc::ServerContext* context) {
     }
   }
   // absl and gRPC share the canonical code numbering.
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
 }  // namespace gpukit::service

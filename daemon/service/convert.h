@@ -21,8 +21,7 @@ inline constexpr int64_t kMaxChunkBytes = (int64_t{4} << 20) - (int64_t{64} << 1
 
 void ToProto(const ArrayView& view, v1::ArrayInfo* info);
 
-absl::StatusOr<AttrMap> FromProto(
-    const google::protobuf::Map<std::string, v1::AttrValue>& attrs);
+absl::StatusOr<AttrMap> FromProto(const google::protobuf::Map<std::string, v1::AttrValue>& attrs);
 absl::StatusOr<std::vector<OpInput>> FromProto(
     const google::protobuf::RepeatedPtrField<v1::Operand>& inputs);
 

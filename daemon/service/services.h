@@ -35,8 +35,7 @@ class ArrayServiceImpl final : public v1::ArrayService::Service {
   explicit ArrayServiceImpl(Core& core) : core_(core) {}
   grpc::Status Create(grpc::ServerContext* context, const v1::CreateArrayRequest* request,
                       v1::CreateArrayResponse* response) override;
-  grpc::Status Upload(grpc::ServerContext* context,
-                      grpc::ServerReader<v1::UploadRequest>* reader,
+  grpc::Status Upload(grpc::ServerContext* context, grpc::ServerReader<v1::UploadRequest>* reader,
                       v1::UploadResponse* response) override;
   grpc::Status Download(grpc::ServerContext* context, const v1::DownloadRequest* request,
                         grpc::ServerWriter<v1::DownloadResponse>* writer) override;
@@ -75,8 +74,7 @@ class AdminServiceImpl final : public v1::AdminService::Service {
                       v1::StatusResponse* response) override;
   grpc::Status ListDevices(grpc::ServerContext* context, const v1::ListDevicesRequest* request,
                            v1::ListDevicesResponse* response) override;
-  grpc::Status ListSessions(grpc::ServerContext* context,
-                            const v1::ListSessionsRequest* request,
+  grpc::Status ListSessions(grpc::ServerContext* context, const v1::ListSessionsRequest* request,
                             v1::ListSessionsResponse* response) override;
 
  private:

@@ -18,8 +18,8 @@ namespace gpukit {
 class DeviceArray {
  public:
   // Takes ownership of `buffer` on `device` (which must outlive the array).
-  DeviceArray(std::string handle, Device& device, BufferId buffer, TensorDesc desc,
-              int64_t bytes, MemoryReservation reservation)
+  DeviceArray(std::string handle, Device& device, BufferId buffer, TensorDesc desc, int64_t bytes,
+              MemoryReservation reservation)
       : handle_(std::move(handle)),
         device_(device),
         buffer_(buffer),

@@ -1,12 +1,11 @@
 #include "daemon/session/session_manager.h"
 
-#include <sys/random.h>
-
 #include <algorithm>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
+#include <sys/random.h>
 
 namespace gpukit {
 namespace {
@@ -15,8 +14,8 @@ constexpr size_t kMaxTenantLength = 63;
 constexpr size_t kMaxNameLength = 253;  // client names, host names, partitions
 
 bool IsNameChar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         c == '.' || c == '_' || c == '-';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == '-';
 }
 
 absl::Status ValidateParams(const OpenSessionParams& params) {
@@ -25,13 +24,13 @@ absl::Status ValidateParams(const OpenSessionParams& params) {
   }
   if (params.tenant.size() > kMaxTenantLength) {
     return absl::InvalidArgumentError(absl::StrCat("tenant is ", params.tenant.size(),
-                                                   " characters long; at most ",
-                                                   kMaxTenantLength, " are allowed"));
+                                                   " characters long; at most ", kMaxTenantLength,
+                                                   " are allowed"));
   }
   if (!std::all_of(params.tenant.begin(), params.tenant.end(), IsNameChar)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tenant \"", absl::CHexEscape(params.tenant),
-        "\" may contain only letters, digits, '.', '_' and '-'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tenant \"", absl::CHexEscape(params.tenant),
+                     "\" may contain only letters, digits, '.', '_' and '-'"));
   }
   if (!params.partition.empty() && params.partition != "default") {
     return absl::InvalidArgumentError(
@@ -44,8 +43,8 @@ absl::Status ValidateParams(const OpenSessionParams& params) {
         {"client.hostname", params.client.hostname}}) {
     if (value.size() > kMaxNameLength) {
       return absl::InvalidArgumentError(absl::StrCat(field, " is ", value.size(),
-                                                     " characters long; at most ",
-                                                     kMaxNameLength, " are allowed"));
+                                                     " characters long; at most ", kMaxNameLength,
+                                                     " are allowed"));
     }
   }
   if (params.lease < absl::ZeroDuration()) {
@@ -83,8 +82,8 @@ absl::StatusOr<std::shared_ptr<DeviceArray>> Session::FindArray(absl::string_vie
   absl::MutexLock lock(&mu_);
   auto it = arrays_.find(handle);
   if (it == arrays_.end()) {
-    return absl::NotFoundError(absl::StrCat("array handle \"", absl::CHexEscape(handle.substr(0, 80)),
-                                            "\" not found in this session"));
+    return absl::NotFoundError(absl::StrCat(
+        "array handle \"", absl::CHexEscape(handle.substr(0, 80)), "\" not found in this session"));
   }
   return it->second;
 }
@@ -106,8 +105,8 @@ absl::StatusOr<std::shared_ptr<DeviceArray>> Session::RemoveArray(absl::string_v
   absl::MutexLock lock(&mu_);
   auto it = arrays_.find(handle);
   if (it == arrays_.end()) {
-    return absl::NotFoundError(absl::StrCat("array handle \"", absl::CHexEscape(handle.substr(0, 80)),
-                                            "\" not found in this session"));
+    return absl::NotFoundError(absl::StrCat(
+        "array handle \"", absl::CHexEscape(handle.substr(0, 80)), "\" not found in this session"));
   }
   std::shared_ptr<DeviceArray> array = std::move(it->second);
   arrays_.erase(it);
@@ -172,9 +171,9 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Touch(absl::string_view
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(session_id);
   if (it == sessions_.end() || it->second->lease_deadline() < now) {
-    return absl::NotFoundError(
-        absl::StrCat("session \"", absl::CHexEscape(session_id.substr(0, 80)),
-                     "\" not found (closed, expired or never opened)"));
+    return absl::NotFoundError(absl::StrCat("session \"",
+                                            absl::CHexEscape(session_id.substr(0, 80)),
+                                            "\" not found (closed, expired or never opened)"));
   }
   it->second->Renew(now);
   return it->second;
@@ -192,8 +191,8 @@ absl::StatusOr<CloseStats> SessionManager::Close(absl::string_view session_id) {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(session_id);
   if (it == sessions_.end()) {
-    return absl::NotFoundError(absl::StrCat(
-        "session \"", absl::CHexEscape(session_id.substr(0, 80)), "\" not found"));
+    return absl::NotFoundError(
+        absl::StrCat("session \"", absl::CHexEscape(session_id.substr(0, 80)), "\" not found"));
   }
   CloseStats stats = CloseLocked(it->second);
   spdlog::info("session closed: session={} tenant={} arrays_freed={} bytes_freed={}",

@@ -52,13 +52,12 @@ struct OpenSessionParams {
   std::string partition;  // empty: "default"
   ClientDescription client;
   absl::Duration lease = absl::ZeroDuration();  // zero: the default
-  StreamId stream;        // where the session's work runs
+  StreamId stream;                              // where the session's work runs
 };
 
 class Session {
  public:
-  Session(std::string id, const OpenSessionParams& params, absl::Time now,
-          absl::Duration lease);
+  Session(std::string id, const OpenSessionParams& params, absl::Time now, absl::Duration lease);
 
   const std::string& id() const { return id_; }
   const std::string& tenant() const { return tenant_; }
@@ -113,8 +112,7 @@ struct CloseStats {
 
 class SessionManager {
  public:
-  SessionManager(const Clock& clock, const SessionOptions& options,
-                 const AdmissionLimits& limits);
+  SessionManager(const Clock& clock, const SessionOptions& options, const AdmissionLimits& limits);
 
   // Validates the tenant name (1-63 of [A-Za-z0-9._-]) and admits the session.
   absl::StatusOr<std::shared_ptr<Session>> Open(const OpenSessionParams& params);

@@ -10,9 +10,9 @@
 #define GPUKIT_RUNTIME_BASE_DTYPE_H_
 
 #include <cstdint>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace gpukit {
 

@@ -14,9 +14,8 @@ std::string ShapeToString(absl::Span<const int64_t> shape) {
 
 absl::Status ValidateShape(absl::Span<const int64_t> shape, absl::string_view field) {
   if (shape.size() > static_cast<size_t>(kMaxRank)) {
-    return absl::InvalidArgumentError(absl::StrCat(field, " has ", shape.size(),
-                                                   " dimensions; at most ", kMaxRank,
-                                                   " are supported"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " has ", shape.size(), " dimensions; at most ", kMaxRank, " are supported"));
   }
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] < 0) {
@@ -65,9 +64,8 @@ absl::StatusOr<Shape> BroadcastShapes(absl::Span<const int64_t> a, absl::Span<co
     const int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
     const int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
     if (da != db && da != 1 && db != 1) {
-      return absl::InvalidArgumentError(absl::StrCat("shapes ", ShapeToString(a), " and ",
-                                                     ShapeToString(b),
-                                                     " cannot be broadcast together"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shapes ", ShapeToString(a), " and ", ShapeToString(b), " cannot be broadcast together"));
     }
     out[i] = da == 1 ? db : da;
   }
@@ -97,9 +95,8 @@ std::vector<int64_t> BroadcastStrides(absl::Span<const int64_t> in_shape,
 
 absl::StatusOr<int> NormalizeAxis(int64_t axis, int rank, absl::string_view field) {
   if (axis < -rank || axis >= rank) {
-    return absl::InvalidArgumentError(absl::StrCat(field, " = ", axis,
-                                                   " is out of range for an array of rank ",
-                                                   rank));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " = ", axis, " is out of range for an array of rank ", rank));
   }
   return static_cast<int>(axis < 0 ? axis + rank : axis);
 }

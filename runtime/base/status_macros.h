@@ -18,10 +18,10 @@
 #define GPUKIT_STATUS_CONCAT_(a, b) GPUKIT_STATUS_CONCAT_INNER_(a, b)
 
 // Evaluates `expr` (an absl::Status) and returns it from the enclosing function if not OK.
-#define GPUKIT_RETURN_IF_ERROR(expr)                        \
-  do {                                                      \
-    ::absl::Status gpukit_status_ = (expr);                 \
-    if (!gpukit_status_.ok()) return gpukit_status_;        \
+#define GPUKIT_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::absl::Status gpukit_status_ = (expr);          \
+    if (!gpukit_status_.ok()) return gpukit_status_; \
   } while (false)
 
 // Evaluates `rexpr` (an absl::StatusOr<T>); on error returns its status, otherwise moves the

@@ -25,9 +25,16 @@ absl::StatusOr<int64_t> ParseBytes(absl::string_view text) {
     double factor;
   };
   static constexpr Unit kUnits[] = {
-      {"", 1},         {"b", 1},          {"kib", 1024.0},       {"mib", 1048576.0},
-      {"gib", 1073741824.0}, {"tib", 1099511627776.0}, {"kb", 1e3}, {"mb", 1e6},
-      {"gb", 1e9},     {"tb", 1e12},
+      {"", 1},
+      {"b", 1},
+      {"kib", 1024.0},
+      {"mib", 1048576.0},
+      {"gib", 1073741824.0},
+      {"tib", 1099511627776.0},
+      {"kb", 1e3},
+      {"mb", 1e6},
+      {"gb", 1e9},
+      {"tb", 1e12},
   };
   double value = 0;
   if (number.empty() || !absl::SimpleAtod(number, &value) || !std::isfinite(value)) {

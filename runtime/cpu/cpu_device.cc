@@ -140,9 +140,9 @@ absl::StatusOr<BufferId> CpuDevice::Allocate(int64_t bytes) {
   }
   absl::MutexLock lock(&mu_);
   if (bytes > properties_.memory_total_bytes - used_bytes_) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("device ", properties_.index, " cannot hold ", bytes, " more bytes (",
-                     used_bytes_, " of ", properties_.memory_total_bytes, " in use)"));
+    return absl::ResourceExhaustedError(absl::StrCat("device ", properties_.index, " cannot hold ",
+                                                     bytes, " more bytes (", used_bytes_, " of ",
+                                                     properties_.memory_total_bytes, " in use)"));
   }
   constexpr int64_t kAlignment = 64;
   const int64_t rounded = (std::max<int64_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
@@ -190,9 +190,8 @@ absl::StatusOr<std::byte*> CpuDevice::Resolve(BufferId buffer, int64_t offset,
   }
   const int64_t size = it->second->bytes;
   if (offset < 0 || bytes < 0 || offset > size || bytes > size - offset) {
-    return absl::OutOfRangeError(absl::StrCat("range [", offset, ", +", bytes,
-                                              ") outside buffer ", buffer.value, " of ", size,
-                                              " bytes"));
+    return absl::OutOfRangeError(absl::StrCat("range [", offset, ", +", bytes, ") outside buffer ",
+                                              buffer.value, " of ", size, " bytes"));
   }
   return it->second->data.get() + offset;
 }
@@ -238,8 +237,8 @@ absl::Status CpuDevice::CopyHostToDevice(BufferId dst, int64_t dst_offset, const
   return absl::OkStatus();
 }
 
-absl::Status CpuDevice::CopyDeviceToHost(void* dst, BufferId src, int64_t src_offset,
-                                         int64_t bytes, StreamId stream) {
+absl::Status CpuDevice::CopyDeviceToHost(void* dst, BufferId src, int64_t src_offset, int64_t bytes,
+                                         StreamId stream) {
   GPUKIT_ASSIGN_OR_RETURN(const std::byte* from, Resolve(src, src_offset, bytes));
   GPUKIT_ASSIGN_OR_RETURN(Stream * s, FindStream(stream));
   s->Enqueue([dst, from, bytes] {
@@ -250,8 +249,7 @@ absl::Status CpuDevice::CopyDeviceToHost(void* dst, BufferId src, int64_t src_of
 }
 
 absl::Status CpuDevice::CopyDeviceToDevice(BufferId dst, int64_t dst_offset, BufferId src,
-                                           int64_t src_offset, int64_t bytes,
-                                           StreamId stream) {
+                                           int64_t src_offset, int64_t bytes, StreamId stream) {
   GPUKIT_ASSIGN_OR_RETURN(std::byte * to, Resolve(dst, dst_offset, bytes));
   GPUKIT_ASSIGN_OR_RETURN(const std::byte* from, Resolve(src, src_offset, bytes));
   GPUKIT_ASSIGN_OR_RETURN(Stream * s, FindStream(stream));
@@ -330,9 +328,8 @@ absl::Status CpuDevice::RunOp(const OpLaunch& launch, StreamId stream) {
                           ByteSize(launch.plan.output.shape, launch.plan.output.dtype));
   GPUKIT_ASSIGN_OR_RETURN(std::byte * out, Resolve(launch.output, 0, out_bytes));
   GPUKIT_ASSIGN_OR_RETURN(Stream * s, FindStream(stream));
-  s->Enqueue([kernel, launch, inputs = std::move(inputs), out] {
-    return kernel(launch, inputs, out);
-  });
+  s->Enqueue(
+      [kernel, launch, inputs = std::move(inputs), out] { return kernel(launch, inputs, out); });
   return absl::OkStatus();
 }
 

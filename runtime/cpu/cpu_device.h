@@ -47,8 +47,8 @@ class CpuDevice final : public Device {
   absl::StatusOr<StreamId> CreateStream(StreamPriority priority) override;
   absl::Status DestroyStream(StreamId stream) override;
 
-  absl::Status CopyHostToDevice(BufferId dst, int64_t dst_offset, const void* src,
-                                int64_t bytes, StreamId stream) override;
+  absl::Status CopyHostToDevice(BufferId dst, int64_t dst_offset, const void* src, int64_t bytes,
+                                StreamId stream) override;
   absl::Status CopyDeviceToHost(void* dst, BufferId src, int64_t src_offset, int64_t bytes,
                                 StreamId stream) override;
   absl::Status CopyDeviceToDevice(BufferId dst, int64_t dst_offset, BufferId src,

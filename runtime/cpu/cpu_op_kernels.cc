@@ -97,8 +97,7 @@ absl::Status Reshape(const OpLaunch& launch, const std::vector<const void*>& dat
   return absl::OkStatus();
 }
 
-absl::Status Transpose(const OpLaunch& launch, const std::vector<const void*>& data,
-                       void* out) {
+absl::Status Transpose(const OpLaunch& launch, const std::vector<const void*>& data, void* out) {
   kernels::TransposeCpu({data[0], launch.inputs[0].desc.dtype, launch.inputs[0].desc.shape},
                         launch.plan.params.perm, Output(launch, out));
   return absl::OkStatus();

@@ -4,18 +4,18 @@
 #ifndef GPUKIT_RUNTIME_CPU_CPU_OP_KERNELS_H_
 #define GPUKIT_RUNTIME_CPU_CPU_OP_KERNELS_H_
 
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "runtime/device.h"
 
 namespace gpukit {
 
 // Runs `launch` with host addresses already resolved: inputs[i] is the data of
 // launch.inputs[i] (nullptr for a scalar operand), `out` the output's.
-using CpuOpKernel = absl::Status (*)(const OpLaunch& launch,
-                                     const std::vector<const void*>& inputs, void* out);
+using CpuOpKernel = absl::Status (*)(const OpLaunch& launch, const std::vector<const void*>& inputs,
+                                     void* out);
 
 // nullptr if the CPU backend has no kernel for the op.
 CpuOpKernel FindCpuOpKernel(absl::string_view op_name);

@@ -10,7 +10,6 @@
 // stub, its result freed after the timed loop.
 #include <signal.h>
 #include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,6 +30,7 @@
 #include "gpukit/v1/compute.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/codegen/client_unary_call.h"
+#include <sys/wait.h>
 
 extern char** environ;
 
@@ -38,9 +38,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Micros(Clock::duration d) {
-  return std::chrono::duration<double, std::micro>(d).count();
-}
+double Micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
 struct Daemon {
   pid_t pid = -1;
@@ -53,8 +51,8 @@ Daemon Spawn(const std::string& binary, const std::string& dir) {
   std::string listen = absl::StrCat("--listen=", daemon.address);
   const char* argv[] = {binary.c_str(), listen.c_str(), "--backend=cpu", "--log-level=warn",
                         nullptr};
-  if (posix_spawn(&daemon.pid, binary.c_str(), nullptr, nullptr,
-                  const_cast<char* const*>(argv), environ) != 0) {
+  if (posix_spawn(&daemon.pid, binary.c_str(), nullptr, nullptr, const_cast<char* const*>(argv),
+                  environ) != 0) {
     std::perror("posix_spawn gpukitd");
     std::exit(1);
   }
@@ -80,13 +78,14 @@ bool HealthCheck(grpc::Channel& channel) {
   request = grpc::ByteBuffer(&empty, 1);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  grpc::Status status = grpc::internal::BlockingUnaryCall(&channel, kMethod, &context, request,
-                                                         &response);
+  grpc::Status status =
+      grpc::internal::BlockingUnaryCall(&channel, kMethod, &context, request, &response);
   if (!status.ok()) return false;
   std::vector<grpc::Slice> slices;
   response.Dump(&slices);
   std::string bytes;
-  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  for (const grpc::Slice& s : slices)
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   return bytes == std::string("\x08\x01", 2);  // status = SERVING
 }
 
@@ -109,7 +108,8 @@ long RssKiB(pid_t pid, const char* field) {
   std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
   std::string line;
   while (std::getline(status, line)) {
-    if (line.rfind(field, 0) == 0) return std::strtol(line.c_str() + std::strlen(field), nullptr, 10);
+    if (line.rfind(field, 0) == 0)
+      return std::strtol(line.c_str() + std::strlen(field), nullptr, 10);
   }
   return -1;
 }
@@ -205,20 +205,19 @@ int main(int argc, char** argv) {
   outputs.reserve(iterations + iterations / 10);  // freed after the timed loops
 
   const std::vector<Stats> stats = TimeInterleaved(
-      iterations,
-      {[&] {
-         if (!HealthCheck(**channel)) std::exit(1);
-       },
-       [&] {
-         gpukit::v1::RunOpResponse response;
-         grpc::ClientContext context;
-         if (!compute->RunOp(&context, run, &response).ok()) std::exit(1);
-         outputs.push_back(response.output().handle());
-       },
-       [&] {
-         auto c = (*client)->Add(*a, *b);  // RunOp + Free when `c` goes out of scope
-         if (!c.ok()) std::exit(1);
-       }});
+      iterations, {[&] {
+                     if (!HealthCheck(**channel)) std::exit(1);
+                   },
+                   [&] {
+                     gpukit::v1::RunOpResponse response;
+                     grpc::ClientContext context;
+                     if (!compute->RunOp(&context, run, &response).ok()) std::exit(1);
+                     outputs.push_back(response.output().handle());
+                   },
+                   [&] {
+                     auto c = (*client)->Add(*a, *b);  // RunOp + Free when `c` goes out of scope
+                     if (!c.ok()) std::exit(1);
+                   }});
   const Stats& ping = stats[0];
   const Stats& op = stats[1];
   const Stats& client_add = stats[2];
@@ -236,14 +235,19 @@ int main(int argc, char** argv) {
   Stop(daemon);
   rmdir(dir.c_str());
 
-  std::printf("gpukitd start-up (spawn to first health check), %d starts: median %.1f ms, max %.1f ms\n",
-              starts, start_ms[start_ms.size() / 2], start_ms.back());
+  std::printf(
+      "gpukitd start-up (spawn to first health check), %d starts: median %.1f ms, max %.1f ms\n",
+      starts, start_ms[start_ms.size() / 2], start_ms.back());
   std::printf("gpukitd idle RSS: %.1f MiB; peak RSS after the run: %.1f MiB\n", idle_rss / 1024.0,
               busy_rss / 1024.0);
   std::printf("%-44s %10s %10s %10s\n", "round trip (unix socket)", "p50 us", "p99 us", "mean us");
-  std::printf("%-44s %10.1f %10.1f %10.1f\n", "grpc.health.v1 Check (raw gRPC ping)", ping.p50, ping.p99, ping.mean);
-  std::printf("%-44s %10.1f %10.1f %10.1f\n", "RunOp add, 2 x 16 float32 (stub)", op.p50, op.p99, op.mean);
-  std::printf("%-44s %10.1f %10.1f %10.1f\n", "Client::Add incl. Free of the result", client_add.p50, client_add.p99, client_add.mean);
-  std::printf("RunOp / ping: p50 %.2fx, mean %.2fx (goal <= 1.3x)\n", op.p50 / ping.p50, op.mean / ping.mean);
+  std::printf("%-44s %10.1f %10.1f %10.1f\n", "grpc.health.v1 Check (raw gRPC ping)", ping.p50,
+              ping.p99, ping.mean);
+  std::printf("%-44s %10.1f %10.1f %10.1f\n", "RunOp add, 2 x 16 float32 (stub)", op.p50, op.p99,
+              op.mean);
+  std::printf("%-44s %10.1f %10.1f %10.1f\n", "Client::Add incl. Free of the result",
+              client_add.p50, client_add.p99, client_add.mean);
+  std::printf("RunOp / ping: p50 %.2fx, mean %.2fx (goal <= 1.3x)\n", op.p50 / ping.p50,
+              op.mean / ping.mean);
   return 0;
 }

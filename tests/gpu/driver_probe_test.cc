@@ -1,9 +1,8 @@
 // GPU host tests of the driver probe: libcuda is found through the system loader, cuInit
 // succeeds and the devices are counted. Skipped (visibly) where no NVIDIA driver exists.
+#include "runtime/device_factory.h"
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include "runtime/device_factory.h"
 
 namespace gpukit {
 namespace {

@@ -40,8 +40,8 @@ class ForwardingDevice final : public Device {
     return inner_->CreateStream(priority);
   }
   absl::Status DestroyStream(StreamId stream) override { return inner_->DestroyStream(stream); }
-  absl::Status CopyHostToDevice(BufferId dst, int64_t dst_offset, const void* src,
-                                int64_t bytes, StreamId stream) override {
+  absl::Status CopyHostToDevice(BufferId dst, int64_t dst_offset, const void* src, int64_t bytes,
+                                StreamId stream) override {
     return inner_->CopyHostToDevice(dst, dst_offset, src, bytes, stream);
   }
   absl::Status CopyDeviceToHost(void* dst, BufferId src, int64_t src_offset, int64_t bytes,
@@ -58,9 +58,7 @@ class ForwardingDevice final : public Device {
   absl::Status WaitEvent(EventId event) override { return inner_->WaitEvent(event); }
   absl::StatusOr<bool> QueryEvent(EventId event) override { return inner_->QueryEvent(event); }
   absl::Status DestroyEvent(EventId event) override { return inner_->DestroyEvent(event); }
-  bool SupportsOp(absl::string_view op_name) const override {
-    return inner_->SupportsOp(op_name);
-  }
+  bool SupportsOp(absl::string_view op_name) const override { return inner_->SupportsOp(op_name); }
   absl::Status RunOp(const OpLaunch& launch, StreamId stream) override {
     if (before_run_op) before_run_op(launch);
     return inner_->RunOp(launch, stream);

@@ -52,8 +52,7 @@ class StatusIsMatcherImpl : public ::testing::MatcherInterface<StatusType> {
     message_.DescribeNegationTo(os);
   }
 
-  bool MatchAndExplain(StatusType value,
-                       ::testing::MatchResultListener* listener) const override {
+  bool MatchAndExplain(StatusType value, ::testing::MatchResultListener* listener) const override {
     const absl::Status& status = GetStatus(value);
     *listener << "whose status is " << status;
     if (status.code() != code_) return false;
@@ -170,8 +169,8 @@ inline internal::StatusIsMatcher IsOk() { return StatusIs(absl::StatusCode::kOk)
   GPUKIT_ASSERT_OK_AND_ASSIGN_IMPL_(GPUKIT_TESTING_CONCAT_(gpukit_statusor_, __LINE__), lhs, rexpr)
 
 #define GPUKIT_ASSERT_OK_AND_ASSIGN_IMPL_(statusor, lhs, rexpr) \
-  auto statusor = (rexpr);                                       \
-  ASSERT_TRUE(statusor.ok()) << statusor.status();               \
+  auto statusor = (rexpr);                                      \
+  ASSERT_TRUE(statusor.ok()) << statusor.status();              \
   lhs = std::move(statusor).value()
 
 // EXPECT/ASSERT that an absl::Status or absl::StatusOr<T> is OK, printing it otherwise.

@@ -18,8 +18,10 @@ int Fail(const char* what, const absl::Status& status) {
 std::string Format(const std::vector<float>& values, int64_t columns) {
   std::string out = "[";
   for (size_t i = 0; i < values.size(); ++i) {
-    if (i % columns == 0) out += i == 0 ? "[" : "], [";
-    else out += ", ";
+    if (i % columns == 0)
+      out += i == 0 ? "[" : "], [";
+    else
+      out += ", ";
     std::string number = std::to_string(values[i]);
     number.erase(number.find_last_not_of('0') + 1);
     if (number.back() == '.') number.pop_back();
@@ -38,8 +40,8 @@ int main(int argc, char** argv) {
   }
   auto client = gpukit::Client::Connect(options);
   if (!client.ok()) return Fail("connect", client.status());
-  std::cout << "connected to " << (*client)->address() << ", session "
-            << (*client)->session_id() << "\n";
+  std::cout << "connected to " << (*client)->address() << ", session " << (*client)->session_id()
+            << "\n";
 
   auto a = (*client)->FromVector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
   if (!a.ok()) return Fail("upload a", a.status());

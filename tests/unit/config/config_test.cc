@@ -125,7 +125,9 @@ INSTANTIATE_TEST_SUITE_P(
         OverlayCase{"LogLevel", R"({"logLevel": "debug"})",
                     [](DaemonConfig& c) { c.log_level = "debug"; }},
         OverlayCase{"Listen", R"({"listen": ["unix:///tmp/g.sock", "127.0.0.1:7070"]})",
-                    [](DaemonConfig& c) { c.listen = {"unix:///tmp/g.sock", "127.0.0.1:7070"}; }},
+                    [](DaemonConfig& c) {
+                      c.listen = {"unix:///tmp/g.sock", "127.0.0.1:7070"};
+                    }},
         OverlayCase{"CpuMemory", R"({"cpu": {"memory": "512MiB"}})",
                     [](DaemonConfig& c) { c.cpu_memory_bytes = 512 * kMiB; }},
         OverlayCase{"MaxArraySizeInDecimalUnits", R"({"limits": {"maxArraySize": "1.5GB"}})",
@@ -143,8 +145,7 @@ INSTANTIATE_TEST_SUITE_P(
                       c.core.sessions.min_lease = absl::Milliseconds(500);
                       c.core.sessions.max_lease = absl::Hours(1);
                     }},
-        OverlayCase{"AllLeasesEqual",
-                    R"({"sessions": {"defaultLease": "10m", "minLease": "10m"}})",
+        OverlayCase{"AllLeasesEqual", R"({"sessions": {"defaultLease": "10m", "minLease": "10m"}})",
                     [](DaemonConfig& c) {
                       c.core.sessions.default_lease = absl::Minutes(10);
                       c.core.sessions.min_lease = absl::Minutes(10);
@@ -195,15 +196,14 @@ INSTANTIATE_TEST_SUITE_P(
         RejectCase{"SizeWithoutNumber", R"({"cpu": {"memory": "lots"}})", "cpu.memory"},
         RejectCase{"SizeWithUnknownUnit", R"({"limits": {"maxArraySize": "2GiBs"}})",
                    "limits.maxArraySize"},
-        RejectCase{"ZeroSize", R"({"cpu": {"memory": "0GiB"}})", "cpu.memory = \"0GiB\" must be > 0"},
+        RejectCase{"ZeroSize", R"({"cpu": {"memory": "0GiB"}})",
+                   "cpu.memory = \"0GiB\" must be > 0"},
         RejectCase{"NegativeSize", R"({"limits": {"maxArraySize": "-1"}})", "limits.maxArraySize"},
         RejectCase{"DurationWithoutUnit", R"({"sessions": {"defaultLease": "30"}})",
                    "sessions.defaultLease = \"30\" is not a positive duration"},
         RejectCase{"ZeroDuration", R"({"sessions": {"minLease": "0s"}})", "sessions.minLease"},
-        RejectCase{"NegativeDuration", R"({"sessions": {"maxLease": "-5m"}})",
-                   "sessions.maxLease"},
-        RejectCase{"GarbageDuration", R"({"sessions": {"maxLease": "soon"}})",
-                   "sessions.maxLease"},
+        RejectCase{"NegativeDuration", R"({"sessions": {"maxLease": "-5m"}})", "sessions.maxLease"},
+        RejectCase{"GarbageDuration", R"({"sessions": {"maxLease": "soon"}})", "sessions.maxLease"},
         RejectCase{"MinLeaseAboveMax", R"({"sessions": {"minLease": "2m", "maxLease": "1m"}})",
                    "sessions.minLease is longer than sessions.maxLease"},
         RejectCase{"MaxLeaseBelowDefaultMin", R"({"sessions": {"maxLease": "500ms"}})",
@@ -225,7 +225,9 @@ INSTANTIATE_TEST_SUITE_P(
 
 class ValidListenAddressTest : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(ValidListenAddressTest, IsAccepted) { EXPECT_THAT(ValidateListenAddress(GetParam()), IsOk()); }
+TEST_P(ValidListenAddressTest, IsAccepted) {
+  EXPECT_THAT(ValidateListenAddress(GetParam()), IsOk());
+}
 
 INSTANTIATE_TEST_SUITE_P(Table, ValidListenAddressTest,
                          ::testing::Values("unix:///run/gpukit/gpukitd.sock", "unix:///s",
@@ -320,8 +322,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadArgsCase{"PositionalArgument", {"serve"}, "unknown argument \"serve\""},
         BadArgsCase{"SingleDashLongFlag", {"-listen", "host:1"}, "unknown argument \"-listen\""},
         BadArgsCase{"ListenWithoutValue", {"--listen"}, "--listen needs a value"},
-        BadArgsCase{"BackendWithoutValue", {"--backend=cpu", "--backend"},
-                    "--backend needs a value"},
+        BadArgsCase{
+            "BackendWithoutValue", {"--backend=cpu", "--backend"}, "--backend needs a value"},
         BadArgsCase{"ConfigWithoutValue", {"--config"}, "--config needs a value"},
         BadArgsCase{"LogLevelWithoutValue", {"--log-level"}, "--log-level needs a value"},
         BadArgsCase{"BadBackend", {"--backend", "gpu"}, "unknown backend \"gpu\""},
@@ -329,7 +331,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadArgsCase{"ListenWithoutPort", {"--listen", "localhost"}, "listen address \"localhost\""},
         BadArgsCase{"EmptyListen", {"--listen="}, "listen address \"\""},
         BadArgsCase{"RelativeUnixListen", {"--listen=unix://x.sock"}, "absolute path"},
-        BadArgsCase{"ListenSwallowsNextFlag", {"--listen", "--backend=cpu"},
+        BadArgsCase{"ListenSwallowsNextFlag",
+                    {"--listen", "--backend=cpu"},
                     "listen address \"--backend=cpu\""}),
     [](const ::testing::TestParamInfo<BadArgsCase>& info) { return info.param.name; });
 
@@ -358,8 +361,8 @@ TEST(ResolveConfigTest, FileOverridesDefaultAndFlagsOverrideFile) {
     "limits": {"maxSessions": 7},
     "sessions": {"defaultLease": "1m"}
   })");
-  GPUKIT_ASSERT_OK_AND_ASSIGN(
-      CommandLine flags, Parse({"--config", path.c_str(), "--backend=cuda", "--listen=h:1"}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(CommandLine flags,
+                              Parse({"--config", path.c_str(), "--backend=cuda", "--listen=h:1"}));
   GPUKIT_ASSERT_OK_AND_ASSIGN(DaemonConfig config, ResolveConfig(flags));
   // Flags win over the file.
   EXPECT_EQ(config.backend, BackendChoice::kCuda);
@@ -377,10 +380,10 @@ TEST(ResolveConfigTest, FileOverridesDefaultAndFlagsOverrideFile) {
 
 TEST(ResolveConfigTest, FileValuesStandWhereNoFlagIsGiven) {
   ScopedTempDir dir;
-  const std::string path = dir.WriteFile(
-      "gpukitd.json", R"({"listen": ["unix:///tmp/f.sock"], "backend": "cpu"})");
-  GPUKIT_ASSERT_OK_AND_ASSIGN(CommandLine flags, Parse({"--config", path.c_str(),
-                                                        "--log-level", "error"}));
+  const std::string path =
+      dir.WriteFile("gpukitd.json", R"({"listen": ["unix:///tmp/f.sock"], "backend": "cpu"})");
+  GPUKIT_ASSERT_OK_AND_ASSIGN(CommandLine flags,
+                              Parse({"--config", path.c_str(), "--log-level", "error"}));
   GPUKIT_ASSERT_OK_AND_ASSIGN(DaemonConfig config, ResolveConfig(flags));
   EXPECT_THAT(config.listen, ElementsAre("unix:///tmp/f.sock"));
   EXPECT_EQ(config.backend, BackendChoice::kCpu);
@@ -391,8 +394,8 @@ TEST(ResolveConfigTest, MissingFileIsNotFoundNamingIt) {
   ScopedTempDir dir;
   const std::string path = dir.path() + "/absent.json";
   GPUKIT_ASSERT_OK_AND_ASSIGN(CommandLine flags, Parse({"--config", path.c_str()}));
-  EXPECT_THAT(ResolveConfig(flags),
-              StatusIs(absl::StatusCode::kNotFound, HasSubstr("cannot read --config file " + path)));
+  EXPECT_THAT(ResolveConfig(flags), StatusIs(absl::StatusCode::kNotFound,
+                                             HasSubstr("cannot read --config file " + path)));
 }
 
 TEST(ResolveConfigTest, InvalidFileIsInvalidArgumentPrefixedWithItsPath) {
@@ -401,8 +404,7 @@ TEST(ResolveConfigTest, InvalidFileIsInvalidArgumentPrefixedWithItsPath) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(CommandLine flags, Parse({"--config", path.c_str()}));
   EXPECT_THAT(ResolveConfig(flags),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       ::testing::AllOf(HasSubstr(path + ": "),
-                                        HasSubstr("limits.maxArraySize"))));
+                       ::testing::AllOf(HasSubstr(path + ": "), HasSubstr("limits.maxArraySize"))));
 }
 
 TEST(ResolveConfigTest, EmptyFileIsInvalid) {

@@ -57,17 +57,29 @@ constexpr absl::StatusCode kResourceExhausted = absl::StatusCode::kResourceExhau
 template <typename T>
 constexpr DType DTypeOf();
 template <>
-constexpr DType DTypeOf<float>() { return DType::kFloat32; }
+constexpr DType DTypeOf<float>() {
+  return DType::kFloat32;
+}
 template <>
-constexpr DType DTypeOf<int32_t>() { return DType::kInt32; }
+constexpr DType DTypeOf<int32_t>() {
+  return DType::kInt32;
+}
 template <>
-constexpr DType DTypeOf<int64_t>() { return DType::kInt64; }
+constexpr DType DTypeOf<int64_t>() {
+  return DType::kInt64;
+}
 template <>
-constexpr DType DTypeOf<uint8_t>() { return DType::kUInt8; }
+constexpr DType DTypeOf<uint8_t>() {
+  return DType::kUInt8;
+}
 template <>
-constexpr DType DTypeOf<kernels::Float16>() { return DType::kFloat16; }
+constexpr DType DTypeOf<kernels::Float16>() {
+  return DType::kFloat16;
+}
 template <>
-constexpr DType DTypeOf<kernels::BFloat16>() { return DType::kBFloat16; }
+constexpr DType DTypeOf<kernels::BFloat16>() {
+  return DType::kBFloat16;
+}
 
 int64_t NumElements(const Shape& shape) {
   return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
@@ -137,8 +149,8 @@ double Apply(absl::string_view op, double a, double b) {
   if (std::abs(got - want) <= relative * std::abs(want) + absolute) {
     return ::testing::AssertionSuccess();
   }
-  return ::testing::AssertionFailure() << "got " << got << ", want " << want << " (difference "
-                                       << got - want << ")";
+  return ::testing::AssertionFailure()
+         << "got " << got << ", want " << want << " (difference " << got - want << ")";
 }
 
 OpInput In(const std::string& handle) {
@@ -184,7 +196,8 @@ class CoreTest : public ::testing::Test {
       }
       std::vector<std::unique_ptr<Device>> devices;
       devices.push_back(std::move(device));
-      absl::StatusOr<std::unique_ptr<Core>> core = Core::Create(clock_, std::move(devices), options_);
+      absl::StatusOr<std::unique_ptr<Core>> core =
+          Core::Create(clock_, std::move(devices), options_);
       EXPECT_THAT(core, IsOk());
       core_ = *std::move(core);
     }
@@ -206,10 +219,10 @@ class CoreTest : public ::testing::Test {
     if (static_cast<int64_t>(values.size()) != NumElements(shape)) {
       return absl::InvalidArgumentError("test bug: values do not fill the shape");
     }
-    GPUKIT_RETURN_IF_ERROR(core().WriteArray(
-        session, view.handle, 0,
-        absl::MakeConstSpan(reinterpret_cast<const char*>(values.data()),
-                            values.size() * sizeof(T))));
+    GPUKIT_RETURN_IF_ERROR(
+        core().WriteArray(session, view.handle, 0,
+                          absl::MakeConstSpan(reinterpret_cast<const char*>(values.data()),
+                                              values.size() * sizeof(T))));
     return view.handle;
   }
 
@@ -217,8 +230,8 @@ class CoreTest : public ::testing::Test {
   absl::StatusOr<std::vector<T>> Download(const std::string& session, const std::string& handle) {
     GPUKIT_ASSIGN_OR_RETURN(ArrayView view, core().DescribeArray(session, handle));
     if (view.desc.dtype != DTypeOf<T>()) {
-      return absl::InvalidArgumentError(absl::StrCat("array is ", DTypeName(view.desc.dtype),
-                                                     ", not ", DTypeName(DTypeOf<T>())));
+      return absl::InvalidArgumentError(
+          absl::StrCat("array is ", DTypeName(view.desc.dtype), ", not ", DTypeName(DTypeOf<T>())));
     }
     std::vector<T> values(static_cast<size_t>(view.bytes / sizeof(T)));
     GPUKIT_RETURN_IF_ERROR(core().ReadArray(
@@ -438,10 +451,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadShapeCase{"NegativeOnly", DType::kUInt8, {-1}, "shape[0] = -1 must be >= 0"},
         BadShapeCase{"RankAboveEight", DType::kFloat32, Shape(9, 1),
                      "shape has 9 dimensions; at most 8"},
-        BadShapeCase{"ElementCountOverflow", DType::kUInt8,
-                     {int64_t{1} << 32, int64_t{1} << 32}, "overflows int64"},
-        BadShapeCase{"ByteSizeOverflow", DType::kFloat32, {int64_t{1} << 62},
-                     "overflows int64 bytes"}),
+        BadShapeCase{"ElementCountOverflow",
+                     DType::kUInt8,
+                     {int64_t{1} << 32, int64_t{1} << 32},
+                     "overflows int64"},
+        BadShapeCase{
+            "ByteSizeOverflow", DType::kFloat32, {int64_t{1} << 62}, "overflows int64 bytes"}),
     [](const ::testing::TestParamInfo<BadShapeCase>& info) { return info.param.name; });
 
 TEST_F(CoreTest, CreateArrayDescribesTheNewArray) {
@@ -632,8 +647,8 @@ TEST_F(CoreTest, IntegerArithmeticPromotesAndWraps) {
   EXPECT_THAT(RunAndRead<int32_t>(s, "add", {In(small), In(wide)}, {}, {3}),
               IsOkAndHolds(ElementsAre(300, 256, -1)));
   // Integer arithmetic wraps modulo 2^32, as NumPy's does.
-  GPUKIT_ASSERT_OK_AND_ASSIGN(
-      std::string max, Upload<int32_t>(s, {2}, {std::numeric_limits<int32_t>::max(), -7}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string max,
+                              Upload<int32_t>(s, {2}, {std::numeric_limits<int32_t>::max(), -7}));
   EXPECT_THAT(RunAndRead<int32_t>(s, "add", {In(max), IntScalar(1)}, {}, {2}),
               IsOkAndHolds(ElementsAre(std::numeric_limits<int32_t>::min(), -6)));
   EXPECT_THAT(RunAndRead<int32_t>(s, "mul", {In(wide), IntScalar(-3)}, {}, {3}),
@@ -663,20 +678,20 @@ TEST_F(CoreTest, HalfPrecisionArithmeticRoundsToHalf) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::string s, Open());
   // float16 1.5 = 0x3e00, 2.0 = 0x4000; 1.5 * 2.0 = 3.0 = 0x4200; 1/3 rounds to 0x3555.
   GPUKIT_ASSERT_OK_AND_ASSIGN(
-      std::string a, Upload<kernels::Float16>(s, {2}, {kernels::Float16{0x3e00},
-                                                       kernels::Float16{0x3c00}}));
-  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<kernels::Float16> product,
-                              RunAndRead<kernels::Float16>(s, "mul", {In(a), FloatScalar(2)}, {},
-                                                           {2}));
+      std::string a,
+      Upload<kernels::Float16>(s, {2}, {kernels::Float16{0x3e00}, kernels::Float16{0x3c00}}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(
+      std::vector<kernels::Float16> product,
+      RunAndRead<kernels::Float16>(s, "mul", {In(a), FloatScalar(2)}, {}, {2}));
   EXPECT_EQ(product[0].bits, 0x4200);
   EXPECT_EQ(product[1].bits, 0x4000);
-  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<kernels::Float16> third,
-                              RunAndRead<kernels::Float16>(s, "div", {In(a), IntScalar(3)}, {},
-                                                           {2}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(
+      std::vector<kernels::Float16> third,
+      RunAndRead<kernels::Float16>(s, "div", {In(a), IntScalar(3)}, {}, {2}));
   EXPECT_EQ(third[1].bits, 0x3555);
   // float16 with bfloat16 computes in float32: 1.5 + 1.0 (bf16 0x3f80) = 2.5 exactly.
-  GPUKIT_ASSERT_OK_AND_ASSIGN(
-      std::string b, Upload<kernels::BFloat16>(s, {1}, {kernels::BFloat16{0x3f80}}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string b,
+                              Upload<kernels::BFloat16>(s, {1}, {kernels::BFloat16{0x3f80}}));
   EXPECT_THAT(RunAndRead<float>(s, "add", {In(a), In(b)}, {}, {2}),
               IsOkAndHolds(ElementsAre(2.5f, 2.0f)));
 }
@@ -692,8 +707,7 @@ TEST_F(CoreTest, MatmulOfTwoMatrices) {
 TEST_F(CoreTest, BatchedMatmulBroadcastsTheRightOperand) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::string s, Open());
   // Two 2x2 matrices times one 2x2 matrix: [[1,2],[3,4]] and [[0,1],[1,0]] times [[5,6],[7,8]].
-  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string a,
-                              Upload<float>(s, {2, 2, 2}, {1, 2, 3, 4, 0, 1, 1, 0}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string a, Upload<float>(s, {2, 2, 2}, {1, 2, 3, 4, 0, 1, 1, 0}));
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::string b, Upload<float>(s, {2, 2}, {5, 6, 7, 8}));
   EXPECT_THAT(RunAndRead<float>(s, "matmul", {In(a), In(b)}, {}, {2, 2, 2}),
               IsOkAndHolds(ElementsAre(19, 22, 43, 50, 7, 8, 5, 6)));
@@ -715,14 +729,14 @@ TEST_F(CoreTest, ReductionsOverEverythingAndAlongEachAxis) {
               IsOkAndHolds(ElementsAre(5)));
   EXPECT_THAT(RunAndRead<float>(s, "sum", {In(x)}, {{"axis", int64_t{0}}}, {3}),
               IsOkAndHolds(ElementsAre(5, 3, -3)));
-  EXPECT_THAT(RunAndRead<float>(s, "sum", {In(x)}, {{"axis", int64_t{1}}, {"keepdims", true}},
-                                {2, 1}),
-              IsOkAndHolds(ElementsAre(2, 3)));
+  EXPECT_THAT(
+      RunAndRead<float>(s, "sum", {In(x)}, {{"axis", int64_t{1}}, {"keepdims", true}}, {2, 1}),
+      IsOkAndHolds(ElementsAre(2, 3)));
   EXPECT_THAT(RunAndRead<float>(s, "mean", {In(x)}, {{"axis", int64_t{-1}}}, {2}),
               IsOkAndHolds(ElementsAre(::testing::FloatEq(2.0f / 3), 1)));
-  EXPECT_THAT(RunAndRead<float>(s, "max", {In(x)}, {{"axis", int64_t{0}}, {"keepdims", true}},
-                                {1, 3}),
-              IsOkAndHolds(ElementsAre(4, 5, 3)));
+  EXPECT_THAT(
+      RunAndRead<float>(s, "max", {In(x)}, {{"axis", int64_t{0}}, {"keepdims", true}}, {1, 3}),
+      IsOkAndHolds(ElementsAre(4, 5, 3)));
   EXPECT_THAT(RunAndRead<float>(s, "min", {In(x)}, {{"axis", int64_t{1}}}, {2}),
               IsOkAndHolds(ElementsAre(-2, -6)));
   EXPECT_THAT(RunAndRead<float>(s, "max", {In(x)}, {}, {}), IsOkAndHolds(ElementsAre(5)));
@@ -731,8 +745,7 @@ TEST_F(CoreTest, ReductionsOverEverythingAndAlongEachAxis) {
 
 TEST_F(CoreTest, IntegerSumsIntoInt64AndMeanIntoFloat32) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::string s, Open());
-  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string x,
-                              Upload<int32_t>(s, {3}, {2000000000, 2000000000, 1}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string x, Upload<int32_t>(s, {3}, {2000000000, 2000000000, 1}));
   EXPECT_THAT(RunAndRead<int64_t>(s, "sum", {In(x)}, {}, {}),
               IsOkAndHolds(ElementsAre(int64_t{4000000001})));
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::string y, Upload<uint8_t>(s, {2, 2}, {1, 2, 255, 255}));
@@ -747,8 +760,8 @@ TEST_F(CoreTest, MaxAndMinPropagateNaN) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::string s, Open());
   const float nan = std::numeric_limits<float>::quiet_NaN();
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::string x, Upload<float>(s, {2, 2}, {1, nan, 3, 4}));
-  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<float> hi, RunAndRead<float>(s, "max", {In(x)},
-                                                                       {{"axis", int64_t{1}}}, {2}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<float> hi,
+                              RunAndRead<float>(s, "max", {In(x)}, {{"axis", int64_t{1}}}, {2}));
   EXPECT_TRUE(std::isnan(hi[0]));
   EXPECT_EQ(hi[1], 4);
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<float> lo, RunAndRead<float>(s, "min", {In(x)}, {}, {}));
@@ -801,10 +814,9 @@ TEST_F(CoreTest, TransposeReversesAxesOrFollowsPerm) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::string x, Upload<float>(s, {2, 3}, {1, 2, 3, 4, 5, 6}));
   EXPECT_THAT(RunAndRead<float>(s, "transpose", {In(x)}, {}, {3, 2}),
               IsOkAndHolds(ElementsAre(1, 4, 2, 5, 3, 6)));
-  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string y,
-                              Upload<float>(s, {1, 2, 2}, {1, 2, 3, 4}));
-  EXPECT_THAT(RunAndRead<float>(s, "transpose", {In(y)},
-                                {{"perm", std::vector<int64_t>{2, 0, 1}}}, {2, 1, 2}),
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string y, Upload<float>(s, {1, 2, 2}, {1, 2, 3, 4}));
+  EXPECT_THAT(RunAndRead<float>(s, "transpose", {In(y)}, {{"perm", std::vector<int64_t>{2, 0, 1}}},
+                                {2, 1, 2}),
               IsOkAndHolds(ElementsAre(1, 3, 2, 4)));
 }
 
@@ -817,8 +829,7 @@ TEST_F(CoreTest, OpResultsAreArraysOfTheSession) {
   EXPECT_EQ(core().array_count(), 2);
   EXPECT_EQ(DeviceMemoryUsed(), 32);
   // Results feed further ops and are freed like any array.
-  EXPECT_THAT(RunAndRead<float>(s, "sum", {In(out.handle)}, {}, {}),
-              IsOkAndHolds(ElementsAre(20)));
+  EXPECT_THAT(RunAndRead<float>(s, "sum", {In(out.handle)}, {}, {}), IsOkAndHolds(ElementsAre(20)));
   GPUKIT_EXPECT_OK(core().FreeArray(s, out.handle));
 }
 
@@ -852,8 +863,10 @@ TEST_F(CoreTest, RunOpErrorsAreInvalidArgumentAndAllocateNothing) {
 TEST_F(CoreTest, OpResultAboveMaxArrayBytesIsRefusedWithTheReason) {
   options_.limits.max_array_bytes = 64 * 64 * 4;
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::string s, Open());
-  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string col, Upload<float>(s, {65, 1}, std::vector<float>(65, 1)));
-  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string row, Upload<float>(s, {1, 64}, std::vector<float>(64, 1)));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string col,
+                              Upload<float>(s, {65, 1}, std::vector<float>(65, 1)));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string row,
+                              Upload<float>(s, {1, 64}, std::vector<float>(64, 1)));
   absl::StatusOr<ArrayView> outer = core().RunOp(s, "matmul", {In(col), In(row)}, {});
   EXPECT_THAT(outer, StatusIs(kResourceExhausted));
   EXPECT_EQ(ReasonOf(outer.status()), RejectReason::kArrayTooLarge);
@@ -942,7 +955,8 @@ TEST_F(CoreTest, LeaseExpiryFreesEverythingTheSessionsHeld) {
   EXPECT_EQ(core().ListDevices()[0].memory_used_bytes, 0);
   // The ledger's reservations are back to zero too: a new session may take the whole device.
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::string fresh, Open("fresh"));
-  GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView all, core().CreateArray(fresh, {DType::kUInt8, {kDeviceBytes}}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView all,
+                              core().CreateArray(fresh, {DType::kUInt8, {kDeviceBytes}}));
   EXPECT_EQ(all.bytes, kDeviceBytes);
   EXPECT_THAT(core().CreateArray(fresh, {DType::kUInt8, {1}}), StatusIs(kResourceExhausted));
 }
@@ -1013,8 +1027,7 @@ struct BinaryRefCase {
   std::optional<Shape> b;
 };
 
-class BinaryReferenceTest : public CoreTest,
-                            public ::testing::WithParamInterface<BinaryRefCase> {};
+class BinaryReferenceTest : public CoreTest, public ::testing::WithParamInterface<BinaryRefCase> {};
 
 TEST_P(BinaryReferenceTest, MatchesFloat64Reference) {
   const BinaryRefCase& c = GetParam();
@@ -1044,24 +1057,23 @@ TEST_P(BinaryReferenceTest, MatchesFloat64Reference) {
   ASSERT_EQ(static_cast<int64_t>(got.size()), NumElements(out_shape));
   for (int64_t i = 0; i < NumElements(out_shape); ++i) {
     const std::vector<int64_t> index = Unravel(i, out_shape);
-    const double want = Apply(c.op, a[BroadcastSource(index, a_shape)],
-                              b[BroadcastSource(index, b_shape)]);
+    const double want =
+        Apply(c.op, a[BroadcastSource(index, a_shape)], b[BroadcastSource(index, b_shape)]);
     ASSERT_TRUE(Near(got[i], want, 1e-6, 1e-30)) << "element " << i;
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Table, BinaryReferenceTest,
-    ::testing::Values(
-        BinaryRefCase{"AddSameShape", "add", Shape{4, 5}, Shape{4, 5}},
-        BinaryRefCase{"SubRowBroadcast", "sub", Shape{6, 7}, Shape{7}},
-        BinaryRefCase{"MulColumnTimesRow", "mul", Shape{5, 1}, Shape{1, 6}},
-        BinaryRefCase{"DivRank3Broadcast", "div", Shape{2, 1, 4}, Shape{3, 1}},
-        BinaryRefCase{"AddLeadingOnes", "add", Shape{1, 1, 3}, Shape{2, 4, 3}},
-        BinaryRefCase{"SubScalarRight", "sub", Shape{3, 4}, std::nullopt},
-        BinaryRefCase{"DivScalarLeft", "div", std::nullopt, Shape{9}},
-        BinaryRefCase{"MulZeroDimArray", "mul", Shape{}, Shape{2, 3}},
-        BinaryRefCase{"DivBothBroadcast", "div", Shape{4, 1, 5}, Shape{1, 3, 1}}),
+    ::testing::Values(BinaryRefCase{"AddSameShape", "add", Shape{4, 5}, Shape{4, 5}},
+                      BinaryRefCase{"SubRowBroadcast", "sub", Shape{6, 7}, Shape{7}},
+                      BinaryRefCase{"MulColumnTimesRow", "mul", Shape{5, 1}, Shape{1, 6}},
+                      BinaryRefCase{"DivRank3Broadcast", "div", Shape{2, 1, 4}, Shape{3, 1}},
+                      BinaryRefCase{"AddLeadingOnes", "add", Shape{1, 1, 3}, Shape{2, 4, 3}},
+                      BinaryRefCase{"SubScalarRight", "sub", Shape{3, 4}, std::nullopt},
+                      BinaryRefCase{"DivScalarLeft", "div", std::nullopt, Shape{9}},
+                      BinaryRefCase{"MulZeroDimArray", "mul", Shape{}, Shape{2, 3}},
+                      BinaryRefCase{"DivBothBroadcast", "div", Shape{4, 1, 5}, Shape{1, 3, 1}}),
     [](const ::testing::TestParamInfo<BinaryRefCase>& info) { return info.param.name; });
 
 TEST_F(CoreTest, IntegerArithmeticMatchesInt64ReferenceOnRandomInputs) {
@@ -1096,8 +1108,7 @@ struct MatmulRefCase {
   Shape b;
 };
 
-class MatmulReferenceTest : public CoreTest,
-                            public ::testing::WithParamInterface<MatmulRefCase> {};
+class MatmulReferenceTest : public CoreTest, public ::testing::WithParamInterface<MatmulRefCase> {};
 
 TEST_P(MatmulReferenceTest, MatchesFloat64Reference) {
   const uint32_t seed = TestSeed();
@@ -1127,7 +1138,8 @@ TEST_P(MatmulReferenceTest, MatchesFloat64Reference) {
       for (int64_t j = 0; j < n; ++j) {
         double want = 0, magnitude = 0;
         for (int64_t p = 0; p < k; ++p) {
-          const double term = static_cast<double>(a[(ta * m + i) * k + p]) * b[(tb * k + p) * n + j];
+          const double term =
+              static_cast<double>(a[(ta * m + i) * k + p]) * b[(tb * k + p) * n + j];
           want += term;
           magnitude += std::abs(term);
         }
@@ -1209,18 +1221,19 @@ TEST_P(ReduceReferenceTest, MatchesFloat64Reference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllAxes, ReduceReferenceTest,
-    ::testing::Combine(::testing::Values("sum", "mean", "max", "min"),
-                       ::testing::Values(kAllAxes, 0, 1, 2, -1), ::testing::Bool()),
-    [](const ::testing::TestParamInfo<ReduceParam>& info) {
-      const int64_t axis = std::get<1>(info.param);
-      return absl::StrCat(std::get<0>(info.param), "_",
-                          axis == kAllAxes ? std::string("AllAxes")
-                                           : absl::StrCat("Axis", axis < 0 ? "Minus" : "",
-                                                          std::abs(axis)),
-                          std::get<2>(info.param) ? "_Keepdims" : "");
-    });
+INSTANTIATE_TEST_SUITE_P(AllAxes, ReduceReferenceTest,
+                         ::testing::Combine(::testing::Values("sum", "mean", "max", "min"),
+                                            ::testing::Values(kAllAxes, 0, 1, 2, -1),
+                                            ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<ReduceParam>& info) {
+                           const int64_t axis = std::get<1>(info.param);
+                           return absl::StrCat(
+                               std::get<0>(info.param), "_",
+                               axis == kAllAxes
+                                   ? std::string("AllAxes")
+                                   : absl::StrCat("Axis", axis < 0 ? "Minus" : "", std::abs(axis)),
+                               std::get<2>(info.param) ? "_Keepdims" : "");
+                         });
 
 class TransposeReferenceTest : public CoreTest,
                                public ::testing::WithParamInterface<std::vector<int64_t>> {};

@@ -109,9 +109,11 @@ TEST(CpuDeviceTest, DeviceCodeIsAFailedPreconditionSayingAGpuIsNeeded) {
   std::unique_ptr<CpuDevice> device = MakeDevice(1 << 20);
   ASSERT_NE(device, nullptr);
   GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device->CreateStream(StreamPriority::kNormal));
-  const auto needs_gpu = StatusIs(absl::StatusCode::kFailedPrecondition,
-                                  HasSubstr("kernel launch requires a GPU"));
-  EXPECT_THAT(device->LoadModule("\x7f" "ELF fake cubin"), needs_gpu);
+  const auto needs_gpu =
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("kernel launch requires a GPU"));
+  EXPECT_THAT(device->LoadModule("\x7f"
+                                 "ELF fake cubin"),
+              needs_gpu);
   EXPECT_THAT(device->UnloadModule(ModuleId{1}), needs_gpu);
   EXPECT_THAT(device->GetFunction(ModuleId{1}, "kernel"), needs_gpu);
   EXPECT_THAT(device->Launch(FunctionId{1}, LaunchConfig{}, {}, stream), needs_gpu);

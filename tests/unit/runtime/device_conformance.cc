@@ -200,14 +200,11 @@ TEST_P(DeviceConformanceTest, CopiesNamingUnknownBuffersOrStreamsAreNotFound) {
   const StreamId no_stream{~uint64_t{0} - 2};
   EXPECT_THAT(device().CopyHostToDevice(unknown, 0, host, 4, stream()), StatusIs(kNotFound));
   EXPECT_THAT(device().CopyDeviceToHost(host, unknown, 0, 4, stream()), StatusIs(kNotFound));
-  EXPECT_THAT(device().CopyDeviceToDevice(buffer, 0, unknown, 0, 4, stream()),
-              StatusIs(kNotFound));
-  EXPECT_THAT(device().CopyDeviceToDevice(unknown, 0, buffer, 0, 4, stream()),
-              StatusIs(kNotFound));
+  EXPECT_THAT(device().CopyDeviceToDevice(buffer, 0, unknown, 0, 4, stream()), StatusIs(kNotFound));
+  EXPECT_THAT(device().CopyDeviceToDevice(unknown, 0, buffer, 0, 4, stream()), StatusIs(kNotFound));
   EXPECT_THAT(device().CopyHostToDevice(buffer, 0, host, 4, no_stream), StatusIs(kNotFound));
   EXPECT_THAT(device().CopyDeviceToHost(host, buffer, 0, 4, no_stream), StatusIs(kNotFound));
-  EXPECT_THAT(device().CopyDeviceToDevice(buffer, 0, buffer, 8, 4, no_stream),
-              StatusIs(kNotFound));
+  EXPECT_THAT(device().CopyDeviceToDevice(buffer, 0, buffer, 8, 4, no_stream), StatusIs(kNotFound));
 }
 
 // ---- Streams and events ----
@@ -384,9 +381,9 @@ TEST_P(DeviceConformanceTest, SupportsEveryBuiltinOp) {
 TEST_P(DeviceConformanceTest, RunsAddWithBroadcasting) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId a, Upload<float>({1, 2, 3, 4, 5, 6}));
   GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId b, Upload<float>({10, 20, 30}));
-  GPUKIT_ASSERT_OK_AND_ASSIGN(
-      OpResult out, RunBuiltin("add", {ArrayOperand(a, DType::kFloat32, {2, 3}),
-                                       ArrayOperand(b, DType::kFloat32, {3})}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(OpResult out,
+                              RunBuiltin("add", {ArrayOperand(a, DType::kFloat32, {2, 3}),
+                                                 ArrayOperand(b, DType::kFloat32, {3})}));
   EXPECT_THAT(out.desc.shape, ElementsAre(2, 3));
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<float> values, Download<float>(out.buffer, 6));
   EXPECT_THAT(values, ElementsAre(11, 22, 33, 14, 25, 36));
@@ -399,8 +396,7 @@ TEST_P(DeviceConformanceTest, RunsSubWithAScalarOnEitherSide) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(
       OpResult left, RunBuiltin("sub", {ArrayOperand(a, DType::kInt32, {3}), ScalarOperand(two)}));
   GPUKIT_ASSERT_OK_AND_ASSIGN(
-      OpResult right,
-      RunBuiltin("sub", {ScalarOperand(two), ArrayOperand(a, DType::kInt32, {3})}));
+      OpResult right, RunBuiltin("sub", {ScalarOperand(two), ArrayOperand(a, DType::kInt32, {3})}));
   EXPECT_EQ(left.desc.dtype, DType::kInt32);
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<int32_t> l, Download<int32_t>(left.buffer, 3));
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<int32_t> r, Download<int32_t>(right.buffer, 3));
@@ -425,7 +421,7 @@ TEST_P(DeviceConformanceTest, RunsMulAndTrueDivision) {
 }
 
 TEST_P(DeviceConformanceTest, RunsMatmul) {
-  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId a, Upload<float>({1, 2, 3, 4, 5, 6}));  // [2, 3]
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId a, Upload<float>({1, 2, 3, 4, 5, 6}));     // [2, 3]
   GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId b, Upload<float>({7, 8, 9, 10, 11, 12}));  // [3, 2]
   GPUKIT_ASSERT_OK_AND_ASSIGN(OpResult out,
                               RunBuiltin("matmul", {ArrayOperand(a, DType::kFloat32, {2, 3}),
@@ -461,8 +457,7 @@ TEST_P(DeviceConformanceTest, RunsAstypeReshapeAndTranspose) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(OpResult cast,
                               RunBuiltin("astype", {in}, {{"dtype", DType::kInt32}}));
   GPUKIT_ASSERT_OK_AND_ASSIGN(
-      OpResult reshaped,
-      RunBuiltin("reshape", {in}, {{"shape", std::vector<int64_t>{3, -1}}}));
+      OpResult reshaped, RunBuiltin("reshape", {in}, {{"shape", std::vector<int64_t>{3, -1}}}));
   GPUKIT_ASSERT_OK_AND_ASSIGN(OpResult transposed, RunBuiltin("transpose", {in}));
   EXPECT_THAT(reshaped.desc.shape, ElementsAre(3, 2));
   EXPECT_THAT(transposed.desc.shape, ElementsAre(3, 2));
@@ -487,9 +482,9 @@ TEST_P(DeviceConformanceTest, OpsSeeTheCopiesEnqueuedBeforeThemAndViceVersa) {
   launch.inputs = {ArrayOperand(a, DType::kFloat32, {4}), ArrayOperand(a, DType::kFloat32, {4})};
   launch.output = out;
   GPUKIT_ASSERT_OK_AND_ASSIGN(
-      launch.plan, registry.Plan(*add,
-                                 std::vector<OperandDesc>(2, OperandDesc{false, {DType::kFloat32, {4}}, {}}),
-                                 {}));
+      launch.plan,
+      registry.Plan(
+          *add, std::vector<OperandDesc>(2, OperandDesc{false, {DType::kFloat32, {4}}, {}}), {}));
   GPUKIT_ASSERT_OK(device().CopyHostToDevice(a, 0, first.data(), 16, stream()));
   GPUKIT_ASSERT_OK(device().RunOp(launch, stream()));
   GPUKIT_ASSERT_OK(device().CopyDeviceToHost(result_first.data(), out, 0, 16, stream()));
@@ -526,7 +521,8 @@ TEST_P(DeviceConformanceTest, RunOpValidatesBuffersWhenItIsCalled) {
   launch.plan.compute_dtype = DType::kFloat32;
   launch.plan.output = {DType::kFloat32, {4}};
 
-  launch.inputs = {ArrayOperand(a, DType::kFloat32, {4}), ArrayOperand(freed, DType::kFloat32, {4})};
+  launch.inputs = {ArrayOperand(a, DType::kFloat32, {4}),
+                   ArrayOperand(freed, DType::kFloat32, {4})};
   GPUKIT_ASSERT_OK_AND_ASSIGN(launch.output, Allocate(16));
   EXPECT_THAT(device().RunOp(launch, stream()), StatusIs(kNotFound));
 
@@ -534,7 +530,8 @@ TEST_P(DeviceConformanceTest, RunOpValidatesBuffersWhenItIsCalled) {
   launch.output = small;
   EXPECT_THAT(device().RunOp(launch, stream()), StatusIs(kOutOfRange));
 
-  launch.inputs = {ArrayOperand(a, DType::kFloat32, {4}), ArrayOperand(small, DType::kFloat32, {4})};
+  launch.inputs = {ArrayOperand(a, DType::kFloat32, {4}),
+                   ArrayOperand(small, DType::kFloat32, {4})};
   GPUKIT_ASSERT_OK_AND_ASSIGN(launch.output, Allocate(16));
   EXPECT_THAT(device().RunOp(launch, stream()), StatusIs(kOutOfRange));
 

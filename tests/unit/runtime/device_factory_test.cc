@@ -40,9 +40,8 @@ INSTANTIATE_TEST_SUITE_P(Table, ParseBackendChoiceTest,
 class BadBackendChoiceTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(BadBackendChoiceTest, IsInvalidArgumentListingTheChoices) {
-  EXPECT_THAT(ParseBackendChoice(GetParam()),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("expected auto, cpu or cuda")));
+  EXPECT_THAT(ParseBackendChoice(GetParam()), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                       HasSubstr("expected auto, cpu or cuda")));
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, BadBackendChoiceTest,
@@ -52,8 +51,7 @@ TEST(CreateDevicesTest, CpuBackendGivesOneCpuDeviceOfTheConfiguredSize) {
   DeviceFactoryOptions options;
   options.backend = BackendChoice::kCpu;
   options.cpu_memory_bytes = int64_t{3} << 20;
-  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<std::unique_ptr<Device>> devices,
-                              CreateDevices(options));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<std::unique_ptr<Device>> devices, CreateDevices(options));
   ASSERT_EQ(devices.size(), 1u);
   EXPECT_EQ(devices[0]->properties().backend, BackendKind::kCpu);
   EXPECT_EQ(devices[0]->properties().index, 0);
@@ -78,20 +76,19 @@ TEST(CreateDevicesTest, CudaBackendIsAFailedPreconditionWithoutAUsableCudaBacken
   // This build has no CUDA device yet, so --backend=cuda fails on every host; the reason
   // depends on whether a driver is present.
   const DriverProbe probe = ProbeCudaDriver();
-  EXPECT_THAT(CreateDevices(options),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       ::testing::AllOf(HasSubstr("--backend=cuda"),
-                                        HasSubstr(probe.driver_loaded
-                                                      ? "CUDA driver "
-                                                      : "CUDA driver not detected"))));
+  EXPECT_THAT(
+      CreateDevices(options),
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               ::testing::AllOf(
+                   HasSubstr("--backend=cuda"),
+                   HasSubstr(probe.driver_loaded ? "CUDA driver " : "CUDA driver not detected"))));
 }
 
 TEST(CreateDevicesTest, AutoFallsBackToTheCpuDevice) {
   DeviceFactoryOptions options;
   options.backend = BackendChoice::kAuto;
   options.cpu_memory_bytes = int64_t{1} << 20;
-  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<std::unique_ptr<Device>> devices,
-                              CreateDevices(options));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<std::unique_ptr<Device>> devices, CreateDevices(options));
   ASSERT_EQ(devices.size(), 1u);
   EXPECT_EQ(devices[0]->properties().backend, BackendKind::kCpu);
   EXPECT_EQ(devices[0]->properties().memory_total_bytes, int64_t{1} << 20);

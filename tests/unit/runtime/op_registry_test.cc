@@ -85,8 +85,8 @@ TEST(OpRegistryTest, FindReturnsTheNamedOp) {
 TEST(OpRegistryTest, FindUnknownOpIsInvalidArgumentListingKnownOps) {
   EXPECT_THAT(OpRegistry::Builtin().Find("frobnicate"),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       ::testing::AllOf(HasSubstr("unknown op \"frobnicate\""),
-                                        HasSubstr("add"), HasSubstr("transpose"))));
+                       ::testing::AllOf(HasSubstr("unknown op \"frobnicate\""), HasSubstr("add"),
+                                        HasSubstr("transpose"))));
 }
 
 TEST(OpRegistryTest, FindIsCaseSensitive) {
@@ -94,14 +94,14 @@ TEST(OpRegistryTest, FindIsCaseSensitive) {
 }
 
 TEST(OpRegistryTest, RejectsWrongOperandCountNamingTheExpectedCount) {
-  EXPECT_THAT(Plan("add", {Array(kF32, {2})}),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("op \"add\" takes 2 inputs, got 1")));
-  EXPECT_THAT(Plan("sum", {Array(kF32, {2}), Array(kF32, {2})}),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("op \"sum\" takes 1 input, got 2")));
-  EXPECT_THAT(Plan("transpose", {}), StatusIs(absl::StatusCode::kInvalidArgument,
-                                              HasSubstr("takes 1 input, got 0")));
+  EXPECT_THAT(
+      Plan("add", {Array(kF32, {2})}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("op \"add\" takes 2 inputs, got 1")));
+  EXPECT_THAT(
+      Plan("sum", {Array(kF32, {2}), Array(kF32, {2})}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("op \"sum\" takes 1 input, got 2")));
+  EXPECT_THAT(Plan("transpose", {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("takes 1 input, got 0")));
 }
 
 TEST(OpRegistryTest, RangeOfInputCountsIsSpelledInTheMessage) {
@@ -169,22 +169,20 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         PromotionCase{"SameFloat32", "add", Array(kF32, {2}), Array(kF32, {2}), kF32},
         PromotionCase{"SameFloat16", "mul", Array(kF16, {2}), Array(kF16, {2}), kF16},
-        PromotionCase{"Float16WithBFloat16GivesFloat32", "add", Array(kF16, {2}),
-                      Array(kBF16, {2}), kF32},
-        PromotionCase{"Float16WithFloat32GivesFloat32", "sub", Array(kF16, {2}),
-                      Array(kF32, {2}), kF32},
-        PromotionCase{"UInt8WithInt32GivesInt32", "add", Array(kU8, {2}), Array(kI32, {2}),
+        PromotionCase{"Float16WithBFloat16GivesFloat32", "add", Array(kF16, {2}), Array(kBF16, {2}),
+                      kF32},
+        PromotionCase{"Float16WithFloat32GivesFloat32", "sub", Array(kF16, {2}), Array(kF32, {2}),
+                      kF32},
+        PromotionCase{"UInt8WithInt32GivesInt32", "add", Array(kU8, {2}), Array(kI32, {2}), kI32},
+        PromotionCase{"Int32WithInt64GivesInt64", "mul", Array(kI32, {2}), Array(kI64, {2}), kI64},
+        PromotionCase{"IntegerWithFloat16GivesFloat16", "add", Array(kI64, {2}), Array(kF16, {2}),
+                      kF16},
+        PromotionCase{"UInt8WithBFloat16GivesBFloat16", "sub", Array(kBF16, {2}), Array(kU8, {2}),
+                      kBF16},
+        PromotionCase{"Int32ArrayWithIntScalarStaysInt32", "add", Array(kI32, {2}), IntScalar(7),
                       kI32},
-        PromotionCase{"Int32WithInt64GivesInt64", "mul", Array(kI32, {2}), Array(kI64, {2}),
-                      kI64},
-        PromotionCase{"IntegerWithFloat16GivesFloat16", "add", Array(kI64, {2}),
-                      Array(kF16, {2}), kF16},
-        PromotionCase{"UInt8WithBFloat16GivesBFloat16", "sub", Array(kBF16, {2}),
-                      Array(kU8, {2}), kBF16},
-        PromotionCase{"Int32ArrayWithIntScalarStaysInt32", "add", Array(kI32, {2}),
-                      IntScalar(7), kI32},
-        PromotionCase{"UInt8ArrayWithIntScalarStaysUInt8", "mul", IntScalar(3),
-                      Array(kU8, {2}), kU8},
+        PromotionCase{"UInt8ArrayWithIntScalarStaysUInt8", "mul", IntScalar(3), Array(kU8, {2}),
+                      kU8},
         PromotionCase{"Int32ArrayWithFloatScalarGivesFloat32", "add", Array(kI32, {2}),
                       FloatScalar(0.5), kF32},
         PromotionCase{"FloatScalarFirstWithInt64ArrayGivesFloat32", "sub", FloatScalar(1.5),
@@ -193,14 +191,12 @@ INSTANTIATE_TEST_SUITE_P(
                       FloatScalar(2.0), kF16},
         PromotionCase{"BFloat16ArrayWithIntScalarStaysBFloat16", "add", Array(kBF16, {2}),
                       IntScalar(2), kBF16},
-        PromotionCase{"DivOfIntegersGivesFloat32", "div", Array(kI32, {2}), Array(kI32, {2}),
+        PromotionCase{"DivOfIntegersGivesFloat32", "div", Array(kI32, {2}), Array(kI32, {2}), kF32},
+        PromotionCase{"DivOfUInt8ByIntScalarGivesFloat32", "div", Array(kU8, {2}), IntScalar(2),
                       kF32},
-        PromotionCase{"DivOfUInt8ByIntScalarGivesFloat32", "div", Array(kU8, {2}),
-                      IntScalar(2), kF32},
-        PromotionCase{"DivOfFloat16StaysFloat16", "div", Array(kF16, {2}), Array(kF16, {2}),
-                      kF16},
-        PromotionCase{"DivOfFloat16ByIntScalarStaysFloat16", "div", IntScalar(1),
-                      Array(kF16, {2}), kF16}),
+        PromotionCase{"DivOfFloat16StaysFloat16", "div", Array(kF16, {2}), Array(kF16, {2}), kF16},
+        PromotionCase{"DivOfFloat16ByIntScalarStaysFloat16", "div", IntScalar(1), Array(kF16, {2}),
+                      kF16}),
     [](const ::testing::TestParamInfo<PromotionCase>& info) { return info.param.name; });
 
 // ---- Binary arithmetic: broadcasting ----
@@ -228,12 +224,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BroadcastCase{"SameShape", Array(kF32, {2, 3}), Array(kF32, {2, 3}), {2, 3}},
         BroadcastCase{"RowVector", Array(kF32, {2, 3}), Array(kF32, {3}), {2, 3}},
-        BroadcastCase{"OnesOnBothSides", Array(kF32, {2, 1, 3}), Array(kF32, {4, 3}),
-                      {2, 4, 3}},
+        BroadcastCase{"OnesOnBothSides", Array(kF32, {2, 1, 3}), Array(kF32, {4, 3}), {2, 4, 3}},
         BroadcastCase{"ColumnTimesRow", Array(kF32, {3, 1}), Array(kF32, {1, 4}), {3, 4}},
         BroadcastCase{"ZeroDimArrayWithVector", Array(kF32, {}), Array(kF32, {5}), {5}},
-        BroadcastCase{"ZeroExtentAgainstOne", Array(kF32, {0, 3}), Array(kF32, {1, 3}),
-                      {0, 3}},
+        BroadcastCase{"ZeroExtentAgainstOne", Array(kF32, {0, 3}), Array(kF32, {1, 3}), {0, 3}},
         BroadcastCase{"ArrayAndScalar", Array(kF32, {2, 3}), FloatScalar(1), {2, 3}},
         BroadcastCase{"ScalarAndArray", IntScalar(1), Array(kI32, {4}), {4}},
         BroadcastCase{"ScalarAndZeroDimArray", IntScalar(1), Array(kI32, {}), {}}),
@@ -349,13 +343,12 @@ INSTANTIATE_TEST_SUITE_P(
     Table, ReduceShapeTest,
     ::testing::Values(
         ReduceShapeCase{"AllElements", {2, 3, 4}, std::nullopt, std::nullopt, {}, std::nullopt},
-        ReduceShapeCase{"AllElementsKeepdims", {2, 3, 4}, std::nullopt, true, {1, 1, 1},
-                        std::nullopt},
+        ReduceShapeCase{
+            "AllElementsKeepdims", {2, 3, 4}, std::nullopt, true, {1, 1, 1}, std::nullopt},
         ReduceShapeCase{"Axis0", {2, 3, 4}, 0, std::nullopt, {3, 4}, 0},
         ReduceShapeCase{"Axis1", {2, 3, 4}, 1, false, {2, 4}, 1},
         ReduceShapeCase{"Axis2Keepdims", {2, 3, 4}, 2, true, {2, 3, 1}, 2},
-        ReduceShapeCase{"NegativeAxisCountsFromTheEnd", {2, 3, 4}, -1, std::nullopt, {2, 3},
-                        2},
+        ReduceShapeCase{"NegativeAxisCountsFromTheEnd", {2, 3, 4}, -1, std::nullopt, {2, 3}, 2},
         ReduceShapeCase{"MostNegativeAxis", {2, 3, 4}, -3, true, {1, 3, 4}, 0},
         ReduceShapeCase{"ZeroDimArray", {}, std::nullopt, true, {}, std::nullopt},
         ReduceShapeCase{"Vector", {5}, 0, std::nullopt, {}, 0}),
@@ -429,9 +422,9 @@ TEST(ReducePlanTest, MaxAndMinOfEmptyExtentHaveNoIdentity) {
     SCOPED_TRACE(op);
     EXPECT_THAT(Plan(op, {Array(kF32, {0})}),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no identity")));
-    EXPECT_THAT(Plan(op, {Array(kF32, {3, 0})}, {{"axis", int64_t{1}}}),
-                StatusIs(absl::StatusCode::kInvalidArgument,
-                         HasSubstr("empty extent (shape [3, 0])")));
+    EXPECT_THAT(
+        Plan(op, {Array(kF32, {3, 0})}, {{"axis", int64_t{1}}}),
+        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("empty extent (shape [3, 0])")));
   }
 }
 
@@ -461,9 +454,9 @@ TEST(AstypePlanTest, OutputHasTheRequestedDtypeAndTheInputShape) {
 }
 
 TEST(AstypePlanTest, RequiresTheDtypeAttribute) {
-  EXPECT_THAT(Plan("astype", {Array(kF32, {2})}),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("astype needs attribute \"dtype\"")));
+  EXPECT_THAT(
+      Plan("astype", {Array(kF32, {2})}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("astype needs attribute \"dtype\"")));
 }
 
 TEST(AstypePlanTest, RejectsDtypeGivenAsAString) {
@@ -527,8 +520,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadReshapeCase{"InferenceDoesNotDivide", {2, 3}, {-1, 4}, "cannot reshape [2, 3] into"},
         BadReshapeCase{"InferenceAgainstZero", {0, 3}, {-1, 0}, "cannot reshape [0, 3] into"},
         BadReshapeCase{"Overflow", {2}, {int64_t{1} << 40, int64_t{1} << 40}, "overflows"},
-        BadReshapeCase{"RankAboveMaximum", {1}, {1, 1, 1, 1, 1, 1, 1, 1, 1},
-                       "9 dimensions; at most 8"}),
+        BadReshapeCase{
+            "RankAboveMaximum", {1}, {1, 1, 1, 1, 1, 1, 1, 1, 1}, "9 dimensions; at most 8"}),
     [](const ::testing::TestParamInfo<BadReshapeCase>& info) { return info.param.name; });
 
 TEST(ReshapePlanTest, RequiresTheShapeAttribute) {
@@ -565,10 +558,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         TransposeCase{"DefaultReversesAxes", {2, 3, 4}, std::nullopt, {2, 1, 0}, {4, 3, 2}},
         TransposeCase{"DefaultOfMatrix", {2, 3}, std::nullopt, {1, 0}, {3, 2}},
-        TransposeCase{"ExplicitPerm", {2, 3, 4}, std::vector<int64_t>{1, 2, 0}, {1, 2, 0},
-                      {3, 4, 2}},
-        TransposeCase{"NegativeAxesInPerm", {2, 3, 4}, std::vector<int64_t>{-1, 0, -2},
-                      {2, 0, 1}, {4, 2, 3}},
+        TransposeCase{
+            "ExplicitPerm", {2, 3, 4}, std::vector<int64_t>{1, 2, 0}, {1, 2, 0}, {3, 4, 2}},
+        TransposeCase{
+            "NegativeAxesInPerm", {2, 3, 4}, std::vector<int64_t>{-1, 0, -2}, {2, 0, 1}, {4, 2, 3}},
         TransposeCase{"IdentityPerm", {2, 3}, std::vector<int64_t>{0, 1}, {0, 1}, {2, 3}},
         TransposeCase{"ZeroDim", {}, std::nullopt, {}, {}}),
     [](const ::testing::TestParamInfo<TransposeCase>& info) { return info.param.name; });
@@ -580,15 +573,13 @@ TEST(TransposePlanTest, RejectsPermOfTheWrongLength) {
 }
 
 TEST(TransposePlanTest, RejectsRepeatedAxis) {
-  EXPECT_THAT(
-      Plan("transpose", {Array(kF32, {2, 3})}, {{"perm", std::vector<int64_t>{1, -1}}}),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"perm\" repeats axis 1")));
+  EXPECT_THAT(Plan("transpose", {Array(kF32, {2, 3})}, {{"perm", std::vector<int64_t>{1, -1}}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"perm\" repeats axis 1")));
 }
 
 TEST(TransposePlanTest, RejectsAxisOutOfRangeNamingTheEntry) {
-  EXPECT_THAT(
-      Plan("transpose", {Array(kF32, {2, 3})}, {{"perm", std::vector<int64_t>{0, 2}}}),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("attribute \"perm\"[1] = 2")));
+  EXPECT_THAT(Plan("transpose", {Array(kF32, {2, 3})}, {{"perm", std::vector<int64_t>{0, 2}}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("attribute \"perm\"[1] = 2")));
 }
 
 }  // namespace

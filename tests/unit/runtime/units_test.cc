@@ -56,9 +56,9 @@ TEST_P(BadBytesTest, IsInvalidArgumentQuotingTheText) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, BadBytesTest,
-                         ::testing::Values("", "   ", "MiB", "abc", "-1", "-1MiB", "+5",
-                                           "1.2.3", ".", "1e3", "12 parsecs", "1 KiB B",
-                                           "1EiB", "0x10", "1,024"));
+                         ::testing::Values("", "   ", "MiB", "abc", "-1", "-1MiB", "+5", "1.2.3",
+                                           ".", "1e3", "12 parsecs", "1 KiB B", "1EiB", "0x10",
+                                           "1,024"));
 
 TEST(ParseBytesTest, UnknownUnitMessageListsTheUnits) {
   EXPECT_THAT(ParseBytes("5 XB"),
@@ -116,8 +116,8 @@ TEST(FormatBytesTest, NeverShowsATrailingZeroDecimalOr1024OfAUnitBelowPiB) {
 }
 
 TEST(FormatBytesTest, ParsesBackToTheSameBytesForWholeUnits) {
-  for (int64_t bytes : {int64_t{0}, int64_t{7}, kKiB, 3 * kKiB / 2, 512 * kMiB, 8 * kGiB,
-                        5 * kGiB / 2, 3 * kTiB}) {
+  for (int64_t bytes :
+       {int64_t{0}, int64_t{7}, kKiB, 3 * kKiB / 2, 512 * kMiB, 8 * kGiB, 5 * kGiB / 2, 3 * kTiB}) {
     EXPECT_THAT(ParseBytes(FormatBytes(bytes)), IsOkAndHolds(bytes)) << FormatBytes(bytes);
   }
 }

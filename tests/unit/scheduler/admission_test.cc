@@ -71,9 +71,9 @@ TEST(ReasonOfTest, AReasonCannotBeAttachedToOk) {
 }
 
 TEST(ReasonOfTest, TheLastReasonAttachedWins) {
-  const absl::Status status = WithReason(
-      WithReason(absl::ResourceExhaustedError("x"), RejectReason::kArrayTooLarge),
-      RejectReason::kTooManyArrays);
+  const absl::Status status =
+      WithReason(WithReason(absl::ResourceExhaustedError("x"), RejectReason::kArrayTooLarge),
+                 RejectReason::kTooManyArrays);
   EXPECT_EQ(ReasonOf(status), RejectReason::kTooManyArrays);
 }
 
@@ -159,22 +159,23 @@ TEST_P(AdmitArrayTest, AppliesTheLimitsInOrder) {
 
 INSTANTIATE_TEST_SUITE_P(
     Table, AdmitArrayTest,
-    ::testing::Values(
-        ArrayCase{"FitsEverywhere", 100, 0, 5000, RejectReason::kNone, ""},
-        ArrayCase{"ExactlyMaxArrayBytes", 1000, 0, 5000, RejectReason::kNone, ""},
-        ArrayCase{"ExactlyTheFreeBytes", 500, 0, 500, RejectReason::kNone, ""},
-        ArrayCase{"EmptyArrayOnAFullDevice", 0, 0, 0, RejectReason::kNone, ""},
-        ArrayCase{"OneBelowMaxArrays", 1, 2, 5000, RejectReason::kNone, ""},
-        ArrayCase{"OneByteAboveMaxArrayBytes", 1001, 0, 5000, RejectReason::kArrayTooLarge,
-                  "array of 1001 bytes exceeds limits.maxArraySize = 1000"},
-        ArrayCase{"AtMaxArraysPerSession", 1, 3, 5000, RejectReason::kTooManyArrays,
-                  "session holds 3 arrays"},
-        ArrayCase{"OneByteMoreThanIsFree", 501, 0, 500, RejectReason::kDeviceMemoryExhausted,
-                  "array of 501 bytes does not fit in the device's 500 free bytes"},
-        ArrayCase{"TooLargeIsReportedBeforeTooMany", 2000, 3, 0, RejectReason::kArrayTooLarge,
-                  "limits.maxArraySize"},
-        ArrayCase{"TooManyIsReportedBeforeDeviceMemory", 10, 3, 0,
-                  RejectReason::kTooManyArrays, "max_arrays_per_session"}),
+    ::testing::Values(ArrayCase{"FitsEverywhere", 100, 0, 5000, RejectReason::kNone, ""},
+                      ArrayCase{"ExactlyMaxArrayBytes", 1000, 0, 5000, RejectReason::kNone, ""},
+                      ArrayCase{"ExactlyTheFreeBytes", 500, 0, 500, RejectReason::kNone, ""},
+                      ArrayCase{"EmptyArrayOnAFullDevice", 0, 0, 0, RejectReason::kNone, ""},
+                      ArrayCase{"OneBelowMaxArrays", 1, 2, 5000, RejectReason::kNone, ""},
+                      ArrayCase{"OneByteAboveMaxArrayBytes", 1001, 0, 5000,
+                                RejectReason::kArrayTooLarge,
+                                "array of 1001 bytes exceeds limits.maxArraySize = 1000"},
+                      ArrayCase{"AtMaxArraysPerSession", 1, 3, 5000, RejectReason::kTooManyArrays,
+                                "session holds 3 arrays"},
+                      ArrayCase{"OneByteMoreThanIsFree", 501, 0, 500,
+                                RejectReason::kDeviceMemoryExhausted,
+                                "array of 501 bytes does not fit in the device's 500 free bytes"},
+                      ArrayCase{"TooLargeIsReportedBeforeTooMany", 2000, 3, 0,
+                                RejectReason::kArrayTooLarge, "limits.maxArraySize"},
+                      ArrayCase{"TooManyIsReportedBeforeDeviceMemory", 10, 3, 0,
+                                RejectReason::kTooManyArrays, "max_arrays_per_session"}),
     [](const ::testing::TestParamInfo<ArrayCase>& info) { return info.param.name; });
 
 // ---- MemoryLedger and MemoryReservation ----
@@ -265,7 +266,7 @@ TEST(MemoryReservationTest, MoveAssignmentReleasesWhatTheTargetHeld) {
   a = std::move(b);
   EXPECT_EQ(a.bytes(), 200);
   EXPECT_EQ(ledger.reserved_bytes(), 200);  // a's 100 went back
-  b.Release();  // NOLINT(bugprone-use-after-move)
+  b.Release();                              // NOLINT(bugprone-use-after-move)
   EXPECT_EQ(ledger.reserved_bytes(), 200);
   a.Release();
   EXPECT_EQ(ledger.reserved_bytes(), 0);

@@ -136,9 +136,8 @@ TEST_F(SessionManagerTest, PartitionDefaultsToDefaultAndOthersDoNotExist) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::shared_ptr<Session> named, manager().Open(params));
   EXPECT_EQ(named->partition(), "default");
   params.partition = "gpu-0";
-  EXPECT_THAT(manager().Open(params),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("partition \"gpu-0\" does not exist")));
+  EXPECT_THAT(manager().Open(params), StatusIs(absl::StatusCode::kInvalidArgument,
+                                               HasSubstr("partition \"gpu-0\" does not exist")));
 }
 
 TEST_F(SessionManagerTest, RejectsOverlongClientFieldsNamingTheField) {
@@ -150,12 +149,12 @@ TEST_F(SessionManagerTest, RejectsOverlongClientFieldsNamingTheField) {
                        HasSubstr("client.hostname is 254 characters long; at most 253")));
   params = Params();
   params.client.name = long_text;
-  EXPECT_THAT(manager().Open(params), StatusIs(absl::StatusCode::kInvalidArgument,
-                                               HasSubstr("client.name")));
+  EXPECT_THAT(manager().Open(params),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("client.name")));
   params = Params();
   params.client.library_version = long_text;
-  EXPECT_THAT(manager().Open(params), StatusIs(absl::StatusCode::kInvalidArgument,
-                                               HasSubstr("client.library_version")));
+  EXPECT_THAT(manager().Open(params),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("client.library_version")));
   params = Params();
   params.client.hostname = std::string(253, 'h');
   EXPECT_THAT(manager().Open(params), IsOk());
@@ -370,8 +369,8 @@ TEST_F(SessionManagerTest, ArrayBeyondMaxArraysIsRefusedWithTheReasonAndFreed) {
   GPUKIT_ASSERT_OK(s->AddArray(MakeArray(100), /*max_arrays=*/2));
   GPUKIT_ASSERT_OK(s->AddArray(MakeArray(100), /*max_arrays=*/2));
   absl::Status refused = s->AddArray(MakeArray(50), /*max_arrays=*/2);
-  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted,
-                                HasSubstr("max_arrays_per_session")));
+  EXPECT_THAT(refused,
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("max_arrays_per_session")));
   EXPECT_EQ(ReasonOf(refused), RejectReason::kTooManyArrays);
   EXPECT_EQ(s->array_count(), 2);
   EXPECT_EQ(s->memory_bytes(), 200);
@@ -446,8 +445,7 @@ TEST_F(SessionManagerTest, ForeignHandlesAreNotFoundLikeUnknownOnes) {
   const std::string handle = array->handle();
   GPUKIT_ASSERT_OK(owner->AddArray(std::move(array)));
 
-  const std::string expected =
-      "array handle \"" + handle + "\" not found in this session";
+  const std::string expected = "array handle \"" + handle + "\" not found in this session";
   EXPECT_THAT(other->FindArray(handle), StatusIs(absl::StatusCode::kNotFound, expected));
   EXPECT_THAT(other->RemoveArray(handle), StatusIs(absl::StatusCode::kNotFound, expected));
   const std::string unknown = "a-00000000000000000000000000000000";

@@ -47,13 +47,21 @@ namespace gpukit {
 template <typename T>
 constexpr DType DTypeOf();
 template <>
-constexpr DType DTypeOf<float>() { return DType::kFloat32; }
+constexpr DType DTypeOf<float>() {
+  return DType::kFloat32;
+}
 template <>
-constexpr DType DTypeOf<int32_t>() { return DType::kInt32; }
+constexpr DType DTypeOf<int32_t>() {
+  return DType::kInt32;
+}
 template <>
-constexpr DType DTypeOf<int64_t>() { return DType::kInt64; }
+constexpr DType DTypeOf<int64_t>() {
+  return DType::kInt64;
+}
 template <>
-constexpr DType DTypeOf<uint8_t>() { return DType::kUInt8; }
+constexpr DType DTypeOf<uint8_t>() {
+  return DType::kUInt8;
+}
 
 struct ClientOptions {
   // gRPC target: "unix:///path.sock" or "host:port". Empty: $GPUKIT_ADDR, else the
@@ -83,11 +91,11 @@ class Array;
 // An operand of an op: an array or a scalar.
 class Operand {
  public:
-  Operand(const Array& array) : value_(&array) {}  // NOLINT: implicit by design
-  Operand(double value) : value_(value) {}         // NOLINT
+  Operand(const Array& array) : value_(&array) {}               // NOLINT: implicit by design
+  Operand(double value) : value_(value) {}                      // NOLINT
   Operand(float value) : value_(static_cast<double>(value)) {}  // NOLINT
-  Operand(int64_t value) : value_(value) {}        // NOLINT
-  Operand(int value) : value_(static_cast<int64_t>(value)) {}  // NOLINT
+  Operand(int64_t value) : value_(value) {}                     // NOLINT
+  Operand(int value) : value_(static_cast<int64_t>(value)) {}   // NOLINT
   const std::variant<const Array*, double, int64_t>& value() const { return value_; }
 
  private:
@@ -121,8 +129,8 @@ class Array {
   template <typename T>
   absl::StatusOr<std::vector<T>> ToVector() const {
     if (DTypeOf<T>() != dtype_) {
-      return absl::InvalidArgumentError(
-          std::string("array has dtype ") + std::string(DTypeName(dtype_)));
+      return absl::InvalidArgumentError(std::string("array has dtype ") +
+                                        std::string(DTypeName(dtype_)));
     }
     std::vector<T> values(element_count());
     absl::Status status = Read(values.data(), size_bytes_);
@@ -203,8 +211,8 @@ class Client {
 
  private:
   explicit Client(std::shared_ptr<internal::SessionState> state) : state_(std::move(state)) {}
-  absl::StatusOr<Array> Reduce(absl::string_view op, const Array& a,
-                               std::optional<int64_t> axis, bool keepdims);
+  absl::StatusOr<Array> Reduce(absl::string_view op, const Array& a, std::optional<int64_t> axis,
+                               bool keepdims);
   std::shared_ptr<internal::SessionState> state_;
 };
 
