@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the dependencies, builds gpukit with warnings as errors, and runs the whole test
-# suite: unit and integration tests (ctest), then the unit tests again under AddressSanitizer
-# and UndefinedBehaviorSanitizer. GPU tests (label gpu) run where a GPU is present and are
+# suite: the unit tests under AddressSanitizer and UndefinedBehaviorSanitizer, then unit,
+# integration and GPU tests in the regular build (ctest), whose summary closes the output. GPU tests (label gpu) run where a GPU is present and are
 # reported as skipped elsewhere. .ci/run calls exactly this script.
 #
 # Environment: BUILD_DIR (default build/), SKIP_SANITIZE=1 to skip the sanitizer pass.
@@ -18,9 +18,6 @@ echo "==> build (warnings are errors) into $BUILD_DIR"
 BUILD_DIR="$BUILD_DIR" "$ROOT/deploy/build.sh" -DGPUKIT_WERROR=ON
 
 status=0
-echo "==> ctest: unit, integration and gpu tests"
-(cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" --timeout 600) || status=1
-
 if [ "${SKIP_SANITIZE:-0}" != "1" ]; then
   echo "==> unit tests under ASan + UBSan ($ASAN_BUILD_DIR)"
   cmake -S "$ROOT" -B "$ASAN_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
@@ -28,6 +25,10 @@ if [ "${SKIP_SANITIZE:-0}" != "1" ]; then
   cmake --build "$ASAN_BUILD_DIR" -j "$JOBS" --target unit_tests
   (cd "$ASAN_BUILD_DIR" && ctest -L unit --output-on-failure -j "$JOBS" --timeout 600) || status=1
 fi
+
+# Last, so that its summary closes the output.
+echo "==> ctest: unit, integration and gpu tests ($BUILD_DIR)"
+(cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" --timeout 600) || status=1
 
 echo "==> done in $(( $(date +%s) - start )) s; $([ $status -eq 0 ] && echo 'all suites passed' || echo 'FAILURES above')"
 exit $status
