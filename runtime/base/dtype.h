@@ -45,6 +45,28 @@ bool IsFloating(DType dtype);
 // (NumPy would widen some of these to float64, which gpukit does not have.)
 DType PromoteTypes(DType a, DType b);
 
+// The DType of a C++ element type, for typed host views: DTypeOf<float>() == kFloat32.
+// Defined for float, int32_t, int64_t and uint8_t; code with 16-bit float types of its own
+// adds specializations for them.
+template <typename T>
+constexpr DType DTypeOf();
+template <>
+constexpr DType DTypeOf<float>() {
+  return DType::kFloat32;
+}
+template <>
+constexpr DType DTypeOf<int32_t>() {
+  return DType::kInt32;
+}
+template <>
+constexpr DType DTypeOf<int64_t>() {
+  return DType::kInt64;
+}
+template <>
+constexpr DType DTypeOf<uint8_t>() {
+  return DType::kUInt8;
+}
+
 }  // namespace gpukit
 
 #endif  // GPUKIT_RUNTIME_BASE_DTYPE_H_

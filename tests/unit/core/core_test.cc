@@ -35,6 +35,17 @@
 #include "tests/testing/status_matchers.h"
 
 namespace gpukit {
+
+// The half types are test-side C++ spellings of float16 and bfloat16.
+template <>
+constexpr DType DTypeOf<kernels::Float16>() {
+  return DType::kFloat16;
+}
+template <>
+constexpr DType DTypeOf<kernels::BFloat16>() {
+  return DType::kBFloat16;
+}
+
 namespace {
 
 using ::gpukit::testing::ForwardingDevice;
@@ -53,33 +64,6 @@ constexpr absl::StatusCode kInvalidArgument = absl::StatusCode::kInvalidArgument
 constexpr absl::StatusCode kResourceExhausted = absl::StatusCode::kResourceExhausted;
 
 // ---- Host-side helpers ----
-
-template <typename T>
-constexpr DType DTypeOf();
-template <>
-constexpr DType DTypeOf<float>() {
-  return DType::kFloat32;
-}
-template <>
-constexpr DType DTypeOf<int32_t>() {
-  return DType::kInt32;
-}
-template <>
-constexpr DType DTypeOf<int64_t>() {
-  return DType::kInt64;
-}
-template <>
-constexpr DType DTypeOf<uint8_t>() {
-  return DType::kUInt8;
-}
-template <>
-constexpr DType DTypeOf<kernels::Float16>() {
-  return DType::kFloat16;
-}
-template <>
-constexpr DType DTypeOf<kernels::BFloat16>() {
-  return DType::kBFloat16;
-}
 
 int64_t NumElements(const Shape& shape) {
   return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());

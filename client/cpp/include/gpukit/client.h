@@ -39,29 +39,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "runtime/base/dtype.h"  // gpukit::DType, shared with the daemon
+#include "runtime/base/dtype.h"  // gpukit::DType and DTypeOf<T>, shared with the daemon
 
 namespace gpukit {
-
-// C++ element type -> DType for ToVector/FromVector (float, int32_t, int64_t, uint8_t).
-template <typename T>
-constexpr DType DTypeOf();
-template <>
-constexpr DType DTypeOf<float>() {
-  return DType::kFloat32;
-}
-template <>
-constexpr DType DTypeOf<int32_t>() {
-  return DType::kInt32;
-}
-template <>
-constexpr DType DTypeOf<int64_t>() {
-  return DType::kInt64;
-}
-template <>
-constexpr DType DTypeOf<uint8_t>() {
-  return DType::kUInt8;
-}
 
 struct ClientOptions {
   // gRPC target: "unix:///path.sock" or "host:port". Empty: $GPUKIT_ADDR, else the
