@@ -3,6 +3,8 @@
 // take it over; a stale one left by a killed daemon is replaced).
 #include <dlfcn.h>
 
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -207,6 +209,20 @@ TEST_F(DaemonLifecycleTest, StaleSocketOfAKilledDaemonIsReplacedOnRestart) {
   ExpectServes(restarted->address());
   GPUKIT_EXPECT_OK(restarted->Stop());
   EXPECT_FALSE(PathExists(socket_path()));
+}
+
+TEST_F(DaemonLifecycleTest, RefusesToReplaceAFileThatIsNotASocket) {
+  { std::ofstream(socket_path()) << "precious"; }
+  GPUKIT_ASSERT_OK_AND_ASSIGN(
+      ProgramResult result,
+      RunProgram({kDaemonPath, "--listen", "unix://" + socket_path(), "--backend=cpu"}, dir_.path(),
+                 kRunTimeout));
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_THAT(result.stdout_text + result.stderr_text,
+              HasSubstr(socket_path() + " exists and is not a socket"));
+  std::ifstream file(socket_path());
+  std::string contents((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(contents, "precious");  // left as it was
 }
 
 }  // namespace
