@@ -138,6 +138,13 @@ class Device {
   // True once the work before the event has run (its error is reported by WaitEvent).
   virtual absl::StatusOr<bool> QueryEvent(EventId event) = 0;
   virtual absl::Status DestroyEvent(EventId event) = 0;
+  // Device time, in nanoseconds, that the work enqueued between two completed events of one
+  // stream took: what pacing charges. On a GPU the time between the events (cuEventElapsed
+  // Time); on the CPU backend the time its threads spent executing that work (the simulated
+  // device clock), so time a stream sat idle is not counted. FAILED_PRECONDITION if either
+  // event has not completed, INVALID_ARGUMENT for events of different streams or `end`
+  // recorded before `start`.
+  virtual absl::StatusOr<int64_t> EventElapsedNs(EventId start, EventId end) = 0;
 
   // Runs a built-in op planned by the OpRegistry. UNIMPLEMENTED if this backend has no
   // implementation of the op (see SupportsOp).

@@ -22,7 +22,9 @@ constexpr absl::string_view kDefaultConfig = R"json({
   "cpu": {"memory": "4GiB"},
   "limits": {"maxArraySize": "2GiB", "maxSessions": 1024, "maxArraysPerSession": 65536},
   "sessions": {"defaultLease": "30s", "minLease": "1s", "maxLease": "10m"},
-  "streamsPerDevice": 4
+  "streamsPerDevice": 4,
+  "partitions": [],
+  "scheduler": {"pacingBurst": "20ms", "taskHistory": 1000}
 }
 )json";
 
@@ -51,6 +53,41 @@ absl::StatusOr<int64_t> ParsePositiveBytes(const std::string& text, absl::string
   if (*bytes <= 0)
     return absl::InvalidArgumentError(absl::StrCat(field, " = \"", text, "\" must be > 0"));
   return *bytes;
+}
+
+absl::StatusOr<std::optional<int64_t>> OptionalBytes(const std::string& text,
+                                                     absl::string_view field) {
+  if (text.empty()) return std::optional<int64_t>();
+  absl::StatusOr<int64_t> bytes = ParseBytes(text);
+  if (!bytes.ok())
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", bytes.status().message()));
+  return std::optional<int64_t>(*bytes);
+}
+
+absl::StatusOr<PartitionSpec> PartitionFromConfig(
+    const gpukit::config::v1::PartitionConfig& in) {
+  PartitionSpec spec;
+  spec.name = in.name();
+  spec.device_index = in.device();
+  if (in.memory().empty()) return absl::InvalidArgumentError("memory is required, e.g. \"8GiB\"");
+  GPUKIT_ASSIGN_OR_RETURN(spec.memory_quota_bytes, ParsePositiveBytes(in.memory(), "memory"));
+  spec.compute_share = in.compute();
+  spec.bandwidth_cap = in.bandwidth();
+  if (in.max_queued_tasks() != 0) spec.max_queued_tasks = in.max_queued_tasks();
+  if (in.max_running_tasks() != 0) spec.max_running_tasks = in.max_running_tasks();
+  spec.max_sessions = in.max_sessions();
+  spec.spill = in.spill();
+  ResourceSpec& defaults = spec.session_defaults;
+  GPUKIT_ASSIGN_OR_RETURN(defaults.memory_request_bytes,
+                          OptionalBytes(in.default_requests().memory(), "defaultRequests.memory"));
+  GPUKIT_ASSIGN_OR_RETURN(defaults.memory_limit_bytes,
+                          OptionalBytes(in.default_limits().memory(), "defaultLimits.memory"));
+  if (in.default_requests().has_compute()) {
+    defaults.compute_request = in.default_requests().compute();
+  }
+  if (in.default_limits().has_compute()) defaults.compute_limit = in.default_limits().compute();
+  GPUKIT_RETURN_IF_ERROR(ValidatePartitionSpec(spec));
+  return spec;
 }
 
 }  // namespace
@@ -147,6 +184,28 @@ absl::StatusOr<DaemonConfig> ApplyConfigJson(absl::string_view json, DaemonConfi
         absl::StrCat("streamsPerDevice = ", file.streams_per_device(), " must be > 0"));
   }
   if (file.streams_per_device() > 0) config.core.streams_per_device = file.streams_per_device();
+  if (file.partitions_size() > 0) {
+    config.core.partitions.clear();
+    for (int i = 0; i < file.partitions_size(); ++i) {
+      absl::StatusOr<PartitionSpec> spec = PartitionFromConfig(file.partitions(i));
+      if (!spec.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("partitions[", i, "]: ", spec.status().message()));
+      }
+      config.core.partitions.push_back(*std::move(spec));
+    }
+  }
+  const auto& scheduler = file.scheduler();
+  if (!scheduler.pacing_burst().empty()) {
+    GPUKIT_ASSIGN_OR_RETURN(config.core.pacing_burst,
+                            ParsePositiveDuration(scheduler.pacing_burst(),
+                                                  "scheduler.pacingBurst"));
+  }
+  if (scheduler.task_history() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "scheduler.taskHistory = ", scheduler.task_history(), " must be >= 0"));
+  }
+  if (scheduler.task_history() > 0) config.core.task_history = scheduler.task_history();
   return config;
 }
 

@@ -1,10 +1,118 @@
 #include "daemon/core/core.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "runtime/base/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace gpukit {
+namespace {
+
+StreamPriority PriorityOf(QosClass qos) {
+  switch (qos) {
+    case QosClass::kGuaranteed:
+      return StreamPriority::kHigh;
+    case QosClass::kBurstable:
+      return StreamPriority::kNormal;
+    case QosClass::kBestEffort:
+      return StreamPriority::kLow;
+  }
+  return StreamPriority::kNormal;
+}
+
+// The partitions to start with: the configured ones, plus "default" from what they leave
+// of device 0 unless they name it.
+std::vector<PartitionSpec> StartupPartitions(const std::vector<PartitionSpec>& configured,
+                                             int64_t device0_bytes) {
+  std::vector<PartitionSpec> partitions = configured;
+  const bool has_default = std::any_of(configured.begin(), configured.end(),
+                                       [](const PartitionSpec& p) { return p.name == kDefaultPartition; });
+  if (has_default) return partitions;
+  int64_t bytes = device0_bytes;
+  double share = 1.0;
+  for (const PartitionSpec& p : configured) {
+    if (p.device_index != 0) continue;
+    bytes -= p.memory_quota_bytes;
+    share -= p.compute_share;
+  }
+  if (bytes > 0 && share > 1e-6) {
+    PartitionSpec d;
+    d.name = std::string(kDefaultPartition);
+    d.device_index = 0;
+    d.memory_quota_bytes = bytes;
+    d.compute_share = std::min(share, 1.0);
+    partitions.insert(partitions.begin(), d);
+  }
+  return partitions;
+}
+
+}  // namespace
+
+// A task of the scheduler for the length of one request: submitted and admitted by Create,
+// finished (Failed, unless Succeeded was reported) when it goes out of scope.
+class Core::RunningTask {
+ public:
+  static absl::StatusOr<RunningTask> Create(Scheduler& scheduler, const Session& session,
+                                            TaskKind kind, absl::string_view name,
+                                            const TaskOptions& options) {
+    TaskRequest request;
+    request.kind = kind;
+    request.name = std::string(name);
+    request.priority = options.priority;
+    request.deadline = options.deadline;
+    GPUKIT_ASSIGN_OR_RETURN(TaskRef task, scheduler.Submit(session.ticket(), request));
+    RunningTask running(scheduler, std::move(task));
+    GPUKIT_RETURN_IF_ERROR(scheduler.AwaitAdmission(running.task_, options.cancelled));
+    return running;
+  }
+  RunningTask(RunningTask&& other) noexcept
+      : scheduler_(other.scheduler_), task_(std::move(other.task_)) {}
+  RunningTask& operator=(RunningTask&&) = delete;
+  ~RunningTask() {
+    if (task_ != nullptr) {
+      scheduler_.Finish(task_, absl::AbortedError("the request failed before the work ran"),
+                        absl::ZeroDuration());
+    }
+  }
+
+  // Runs `enqueue` (work on `stream`) between two events, waits for it and reports the
+  // device time the events measured. The task ends with the work's status.
+  absl::Status Run(Device& device, StreamId stream, const std::function<absl::Status()>& enqueue) {
+    GPUKIT_RETURN_IF_ERROR(scheduler_.Start(task_));
+    absl::Duration device_time;
+    absl::Status status = RunBetweenEvents(device, stream, enqueue, &device_time);
+    scheduler_.Finish(task_, status, device_time);
+    task_.reset();
+    return status;
+  }
+
+ private:
+  RunningTask(Scheduler& scheduler, TaskRef task) : scheduler_(scheduler), task_(std::move(task)) {}
+
+  static absl::Status RunBetweenEvents(Device& device, StreamId stream,
+                                       const std::function<absl::Status()>& enqueue,
+                                       absl::Duration* device_time) {
+    GPUKIT_ASSIGN_OR_RETURN(EventId start, device.RecordEvent(stream));
+    absl::Status status = enqueue();
+    absl::StatusOr<EventId> end = device.RecordEvent(stream);
+    if (!end.ok()) {
+      device.DestroyEvent(start).IgnoreError();
+      return end.status();
+    }
+    absl::Status waited = device.WaitEvent(*end);
+    if (status.ok()) status = waited;
+    if (absl::StatusOr<int64_t> ns = device.EventElapsedNs(start, *end); ns.ok()) {
+      *device_time = absl::Nanoseconds(*ns);
+    }
+    device.DestroyEvent(start).IgnoreError();
+    device.DestroyEvent(*end).IgnoreError();
+    return status;
+  }
+
+  Scheduler& scheduler_;
+  TaskRef task_;
+};
 
 absl::StatusOr<std::unique_ptr<Core>> Core::Create(const Clock& clock,
                                                    std::vector<std::unique_ptr<Device>> devices,
@@ -14,39 +122,66 @@ absl::StatusOr<std::unique_ptr<Core>> Core::Create(const Clock& clock,
     return absl::InvalidArgumentError(
         absl::StrCat("streams_per_device = ", options.streams_per_device, " must be >= 1"));
   }
-  std::unique_ptr<Core> core(new Core(clock, options));
+  std::vector<DeviceCapacity> capacities;
+  std::vector<DeviceSlot> slots;
   for (std::unique_ptr<Device>& device : devices) {
     DeviceSlot slot;
-    slot.ledger = std::make_unique<MemoryLedger>(device->properties().memory_total_bytes);
-    for (int i = 0; i < options.streams_per_device; ++i) {
-      GPUKIT_ASSIGN_OR_RETURN(StreamId stream, device->CreateStream(StreamPriority::kNormal));
-      slot.streams.push_back(stream);
+    for (QosClass qos : {QosClass::kGuaranteed, QosClass::kBurstable, QosClass::kBestEffort}) {
+      for (int i = 0; i < options.streams_per_device; ++i) {
+        GPUKIT_ASSIGN_OR_RETURN(StreamId stream, device->CreateStream(PriorityOf(qos)));
+        slot.streams[static_cast<int>(qos)].push_back(stream);
+      }
     }
+    GPUKIT_ASSIGN_OR_RETURN(slot.spill_stream, device->CreateStream(StreamPriority::kLow));
+    capacities.push_back({static_cast<int>(slots.size()), device->properties().memory_total_bytes});
     slot.device = std::move(device);
-    core->devices_.push_back(std::move(slot));
+    slots.push_back(std::move(slot));
   }
-  return core;
+  SchedulerOptions scheduler_options;
+  scheduler_options.limits = options.limits;
+  scheduler_options.pacing_burst = options.pacing_burst;
+  scheduler_options.task_history = options.task_history;
+  GPUKIT_ASSIGN_OR_RETURN(
+      std::unique_ptr<Scheduler> scheduler,
+      Scheduler::Create(clock, capacities,
+                        StartupPartitions(options.partitions, capacities[0].memory_bytes),
+                        scheduler_options));
+  return std::unique_ptr<Core>(new Core(clock, options, std::move(slots), std::move(scheduler)));
 }
 
-Core::Core(const Clock& clock, const CoreOptions& options)
+Core::Core(const Clock& clock, const CoreOptions& options, std::vector<DeviceSlot> devices,
+           std::unique_ptr<Scheduler> scheduler)
     : clock_(clock),
       options_(options),
       ops_(OpRegistry::Builtin()),
-      sessions_(clock, options.sessions, options.limits) {}
+      devices_(std::move(devices)),
+      scheduler_(std::move(scheduler)),
+      sessions_(clock, options.sessions, *scheduler_) {}
 
 Core::~Core() {
   // Sessions hold arrays whose destructors free buffers on the devices: close them first.
   sessions_.CloseAll();
   for (DeviceSlot& slot : devices_) {
-    for (StreamId stream : slot.streams) slot.device->DestroyStream(stream).IgnoreError();
+    for (const std::vector<StreamId>& streams : slot.streams) {
+      for (StreamId stream : streams) slot.device->DestroyStream(stream).IgnoreError();
+    }
+    slot.device->DestroyStream(slot.spill_stream).IgnoreError();
   }
 }
 
 absl::StatusOr<SessionGrant> Core::OpenSession(OpenSessionParams params) {
-  const DeviceSlot& slot = devices_[0];
-  params.stream = slot.streams[next_stream_++ % slot.streams.size()];
-  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Open(params));
-  return SessionGrant{session->id(), session->partition(), session->lease()};
+  GPUKIT_RETURN_IF_ERROR(ValidateOpenSessionParams(params));
+  const std::string id = NewOpaqueId("s-");
+  GPUKIT_ASSIGN_OR_RETURN(SessionAdmission admission,
+                          scheduler_->AdmitSession(id, params.partition, params.resources));
+  const std::vector<StreamId>& streams =
+      devices_[admission.device_index].streams[static_cast<int>(admission.qos)];
+  params.stream = streams[next_stream_++ % streams.size()];
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session,
+                          sessions_.Open(id, params, std::move(admission)));
+  const SessionAdmission& a = session->admission();
+  return SessionGrant{session->id(), session->partition(), session->lease(),
+                      a.device_index,   a.qos,                a.resources};
 }
 
 absl::StatusOr<absl::Duration> Core::KeepAlive(absl::string_view session_id) {
@@ -69,27 +204,86 @@ ArrayView Core::View(const DeviceArray& array) {
   return {array.handle(), array.desc(), array.bytes(), array.device().properties().index};
 }
 
-absl::StatusOr<std::shared_ptr<DeviceArray>> Core::Allocate(const Session& session,
+int64_t Core::Reclaim(const ReclaimPlan& plan) {
+  // Candidates: resident, unpinned arrays of sessions on the device (of the partition when
+  // the plan names one) whose partitions spill.
+  std::vector<ReclaimCandidate> candidates;
+  std::vector<std::shared_ptr<DeviceArray>> arrays;
+  for (const std::shared_ptr<Session>& session : sessions_.List()) {
+    const SessionAdmission& a = session->admission();
+    if (a.device_index != plan.device_index) continue;
+    if (!plan.partition.empty() && session->partition() != plan.partition) continue;
+    if (!scheduler_->SpillEnabled(session->partition())) continue;
+    const SessionUsage usage = scheduler_->Usage(session->ticket());
+    for (std::shared_ptr<DeviceArray>& array : session->Arrays()) {
+      if (array->spilled() || array->pinned() || array->bytes() == 0) continue;
+      candidates.push_back({reinterpret_cast<uintptr_t>(session.get()), a.qos, array->bytes(),
+                            array->last_used(), usage.memory_used_bytes,
+                            a.resources.memory_request_bytes.value_or(0)});
+      arrays.push_back(std::move(array));
+    }
+  }
+  int64_t freed = 0;
+  for (size_t i : ChooseVictims(candidates, plan.shortfall_bytes, plan.requester)) {
+    absl::StatusOr<int64_t> bytes = arrays[i]->Spill(devices_[plan.device_index].spill_stream);
+    if (!bytes.ok()) {
+      spdlog::error("spilling array {}: {}", arrays[i]->handle(),
+                    std::string(bytes.status().message()));
+      continue;
+    }
+    freed += *bytes;
+  }
+  if (freed > 0) {
+    spdlog::info("reclaimed {} bytes on device {} for a {} session", freed, plan.device_index,
+                 std::string(QosName(plan.requester.qos)));
+  }
+  return freed;
+}
+
+absl::StatusOr<DeviceAllocation> Core::AllocateMemory(const Session& session, int64_t bytes) {
+  DeviceSlot& slot = devices_[session.admission().device_index];
+  // A reclaim frees memory for this request, but another request may take it first, so
+  // try a few times before giving up.
+  constexpr int kAttempts = 3;
+  for (int attempt = 0;; ++attempt) {
+    ReclaimPlan plan;
+    absl::StatusOr<MemoryReservation> reservation =
+        scheduler_->ReserveMemory(session.ticket(), bytes, &plan);
+    if (!reservation.ok()) {
+      if (plan.shortfall_bytes > 0 && attempt < kAttempts && Reclaim(plan) > 0) continue;
+      return reservation.status();
+    }
+    absl::StatusOr<BufferId> buffer = slot.device->Allocate(bytes);
+    if (!buffer.ok()) {
+      if (absl::IsResourceExhausted(buffer.status())) {
+        return WithReason(buffer.status(), RejectReason::kDeviceMemoryExhausted);
+      }
+      return buffer.status();
+    }
+    return DeviceAllocation{*buffer, *std::move(reservation)};
+  }
+}
+
+absl::StatusOr<std::shared_ptr<DeviceArray>> Core::NewArray(const Session& session,
                                                             const TensorDesc& desc) {
   GPUKIT_RETURN_IF_ERROR(ValidateShape(desc.shape, "shape"));
   GPUKIT_ASSIGN_OR_RETURN(int64_t bytes, ByteSize(desc.shape, desc.dtype));
-  DeviceSlot& slot = devices_[0];
-  GPUKIT_ASSIGN_OR_RETURN(MemoryReservation reservation,
-                          slot.ledger->Reserve(bytes, options_.limits, session.array_count()));
-  absl::StatusOr<BufferId> buffer = slot.device->Allocate(bytes);
-  if (!buffer.ok()) {
-    if (absl::IsResourceExhausted(buffer.status())) {
-      return WithReason(buffer.status(), RejectReason::kDeviceMemoryExhausted);
-    }
-    return buffer.status();
-  }
-  return std::make_shared<DeviceArray>(NewOpaqueId("a-"), *slot.device, *buffer, desc, bytes,
-                                       std::move(reservation));
+  GPUKIT_ASSIGN_OR_RETURN(DeviceAllocation memory, AllocateMemory(session, bytes));
+  Device& device = *devices_[session.admission().device_index].device;
+  return std::make_shared<DeviceArray>(NewOpaqueId("a-"), device, memory.buffer, desc, bytes,
+                                       std::move(memory.reservation), clock_.Now());
+}
+
+absl::StatusOr<ArrayPin> Core::PinArray(const Session& session, absl::string_view handle) {
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceArray> array, session.FindArray(handle));
+  auto restore = [&](int64_t bytes) { return AllocateMemory(session, bytes); };
+  return array->Pin(clock_.Now(), restore,
+                    devices_[session.admission().device_index].spill_stream);
 }
 
 absl::StatusOr<ArrayView> Core::CreateArray(absl::string_view session_id, const TensorDesc& desc) {
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
-  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceArray> array, Allocate(*session, desc));
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceArray> array, NewArray(*session, desc));
   ArrayView view = View(*array);
   GPUKIT_RETURN_IF_ERROR(
       session->AddArray(std::move(array), options_.limits.max_arrays_per_session));
@@ -122,77 +316,140 @@ absl::Status CheckRange(const DeviceArray& array, int64_t offset, size_t bytes) 
 }  // namespace
 
 absl::Status Core::WriteArray(absl::string_view session_id, absl::string_view handle,
-                              int64_t offset, absl::Span<const char> data) {
+                              int64_t offset, absl::Span<const char> data,
+                              const TaskOptions& options) {
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceArray> array, session->FindArray(handle));
   GPUKIT_RETURN_IF_ERROR(CheckRange(*array, offset, data.size()));
   if (data.empty()) return absl::OkStatus();
+  GPUKIT_ASSIGN_OR_RETURN(RunningTask task, RunningTask::Create(*scheduler_, *session,
+                                                                TaskKind::kTransfer, "upload",
+                                                                options));
+  GPUKIT_ASSIGN_OR_RETURN(ArrayPin pin, PinArray(*session, handle));
   Device& device = array->device();
-  GPUKIT_RETURN_IF_ERROR(device.CopyHostToDevice(
-      array->buffer(), offset, data.data(), static_cast<int64_t>(data.size()), session->stream()));
-  return SynchronizeStream(device, session->stream());
+  return task.Run(device, session->stream(), [&] {
+    return device.CopyHostToDevice(pin.buffer(), offset, data.data(),
+                                   static_cast<int64_t>(data.size()), session->stream());
+  });
 }
 
 absl::Status Core::ReadArray(absl::string_view session_id, absl::string_view handle, int64_t offset,
-                             absl::Span<char> out) {
+                             absl::Span<char> out, const TaskOptions& options) {
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceArray> array, session->FindArray(handle));
   GPUKIT_RETURN_IF_ERROR(CheckRange(*array, offset, out.size()));
   if (out.empty()) return absl::OkStatus();
+  GPUKIT_ASSIGN_OR_RETURN(RunningTask task, RunningTask::Create(*scheduler_, *session,
+                                                                TaskKind::kTransfer, "download",
+                                                                options));
+  GPUKIT_ASSIGN_OR_RETURN(ArrayPin pin, PinArray(*session, handle));
   Device& device = array->device();
-  GPUKIT_RETURN_IF_ERROR(device.CopyDeviceToHost(
-      out.data(), array->buffer(), offset, static_cast<int64_t>(out.size()), session->stream()));
-  return SynchronizeStream(device, session->stream());
+  return task.Run(device, session->stream(), [&] {
+    return device.CopyDeviceToHost(out.data(), pin.buffer(), offset,
+                                   static_cast<int64_t>(out.size()), session->stream());
+  });
 }
 
 absl::StatusOr<ArrayView> Core::RunOp(absl::string_view session_id, absl::string_view op_name,
-                                      absl::Span<const OpInput> inputs, const AttrMap& attrs) {
+                                      absl::Span<const OpInput> inputs, const AttrMap& attrs,
+                                      const TaskOptions& options) {
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
   GPUKIT_ASSIGN_OR_RETURN(const OpDef* op, ops_.Find(op_name));
-  // Hold every input array until the op has run, even if the client frees it meanwhile.
-  std::vector<std::shared_ptr<DeviceArray>> held;
+  // Plan first: a malformed request is refused before it takes a place in the queue.
+  std::vector<std::shared_ptr<DeviceArray>> arrays(inputs.size());
   std::vector<OperandDesc> descs;
-  OpLaunch launch;
-  launch.op = op;
   for (size_t i = 0; i < inputs.size(); ++i) {
     OperandDesc desc;
-    OpOperand operand;
     if (inputs[i].is_scalar) {
-      desc.is_scalar = operand.is_scalar = true;
-      desc.scalar = operand.scalar = inputs[i].scalar;
+      desc.is_scalar = true;
+      desc.scalar = inputs[i].scalar;
     } else {
       absl::StatusOr<std::shared_ptr<DeviceArray>> array = session->FindArray(inputs[i].handle);
       if (!array.ok()) {
         return absl::Status(array.status().code(),
                             absl::StrCat("inputs[", i, "]: ", array.status().message()));
       }
-      desc.tensor = operand.desc = (*array)->desc();
-      operand.buffer = (*array)->buffer();
-      held.push_back(*std::move(array));
+      desc.tensor = (*array)->desc();
+      arrays[i] = *std::move(array);
     }
     descs.push_back(std::move(desc));
+  }
+  OpLaunch launch;
+  launch.op = op;
+  GPUKIT_ASSIGN_OR_RETURN(launch.plan, ops_.Plan(*op, descs, attrs));
+  GPUKIT_ASSIGN_OR_RETURN(RunningTask task, RunningTask::Create(*scheduler_, *session,
+                                                                TaskKind::kOp, op_name, options));
+  // Pin every input until the op has run, even if the client frees it meanwhile; a spilled
+  // input comes back to the device here.
+  std::vector<ArrayPin> pins;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    OpOperand operand;
+    if (inputs[i].is_scalar) {
+      operand.is_scalar = true;
+      operand.scalar = inputs[i].scalar;
+    } else {
+      auto restore = [&](int64_t bytes) { return AllocateMemory(*session, bytes); };
+      absl::StatusOr<ArrayPin> pin = arrays[i]->Pin(
+          clock_.Now(), restore, devices_[session->admission().device_index].spill_stream);
+      if (!pin.ok()) {
+        return absl::Status(pin.status().code(),
+                            absl::StrCat("inputs[", i, "]: ", pin.status().message()));
+      }
+      operand.desc = arrays[i]->desc();
+      operand.buffer = pin->buffer();
+      pins.push_back(*std::move(pin));
+    }
     launch.inputs.push_back(std::move(operand));
   }
-  GPUKIT_ASSIGN_OR_RETURN(launch.plan, ops_.Plan(*op, descs, attrs));
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceArray> output,
-                          Allocate(*session, launch.plan.output));
-  launch.output = output->buffer();
+                          NewArray(*session, launch.plan.output));
+  auto no_restore = [](int64_t) -> absl::StatusOr<DeviceAllocation> {
+    return absl::InternalError("a new array cannot be spilled before it is registered");
+  };
+  GPUKIT_ASSIGN_OR_RETURN(ArrayPin output_pin, output->Pin(clock_.Now(), no_restore, {}));
+  launch.output = output_pin.buffer();
   Device& device = output->device();
-  GPUKIT_RETURN_IF_ERROR(device.RunOp(launch, session->stream()));
-  GPUKIT_RETURN_IF_ERROR(SynchronizeStream(device, session->stream()));
+  GPUKIT_RETURN_IF_ERROR(task.Run(device, session->stream(),
+                                  [&] { return device.RunOp(launch, session->stream()); }));
   ArrayView view = View(*output);
   GPUKIT_RETURN_IF_ERROR(
       session->AddArray(std::move(output), options_.limits.max_arrays_per_session));
   return view;
 }
 
+absl::StatusOr<int> Core::DeletePartition(absl::string_view name, bool force) {
+  GPUKIT_ASSIGN_OR_RETURN(std::vector<std::string> sessions,
+                          scheduler_->DeletePartition(name, force));
+  int closed = 0;
+  for (const std::string& id : sessions) {
+    if (sessions_.Close(id).ok()) ++closed;
+  }
+  if (closed > 0) {
+    spdlog::warn("partition {} deleted with force: {} session(s) closed", std::string(name),
+                 closed);
+  }
+  return closed;
+}
+
 std::vector<SessionSummary> Core::ListSessions() const {
   const absl::Time now = clock_.Now();
   std::vector<SessionSummary> list;
   for (const std::shared_ptr<Session>& s : sessions_.List()) {
-    list.push_back({s->id(), s->tenant(), s->partition(), s->client(), s->array_count(),
-                    s->memory_bytes(), now - s->opened_at(),
-                    std::max(absl::ZeroDuration(), s->lease_deadline() - now)});
+    const SessionUsage usage = scheduler_->Usage(s->ticket());
+    SessionSummary summary;
+    summary.session_id = s->id();
+    summary.tenant = s->tenant();
+    summary.partition = s->partition();
+    summary.client = s->client();
+    summary.arrays = s->array_count();
+    summary.memory_bytes = usage.memory_used_bytes;
+    summary.spilled_bytes = std::max<int64_t>(0, s->memory_bytes() - usage.memory_used_bytes);
+    summary.age = now - s->opened_at();
+    summary.lease_remaining = std::max(absl::ZeroDuration(), s->lease_deadline() - now);
+    summary.device_index = s->admission().device_index;
+    summary.qos = s->admission().qos;
+    summary.resources = s->admission().resources;
+    list.push_back(std::move(summary));
   }
   return list;
 }

@@ -2,8 +2,11 @@
 // back; nothing here knows protobuf or gRPC (Triton's "core" with thin frontends).
 //
 // It ties the layers together for each request: resolve the session (renewing its lease),
-// resolve handles through it, admit memory, plan the op with the OpRegistry, run it on the
-// session's stream, wait for completion and register the result with the session.
+// resolve and pin its arrays (restoring spilled ones), plan the op with the OpRegistry,
+// submit a task to the scheduler and wait for admission, reserve memory for the result
+// (reclaiming BestEffort and over-request memory by spilling when the partition allows),
+// run it on the session's stream between two events, charge the device time the events
+// measured to the partition's pacing, and register the result with the session.
 //
 //   GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<Core> core,
 //                           Core::Create(clock, std::move(devices), options));
@@ -15,6 +18,7 @@
 #ifndef GPUKIT_DAEMON_CORE_CORE_H_
 #define GPUKIT_DAEMON_CORE_CORE_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +27,8 @@
 #include "absl/types/span.h"
 #include "daemon/scheduler/admission.h"
 #include "daemon/scheduler/clock.h"
+#include "daemon/scheduler/scheduler.h"
+#include "daemon/session/device_array.h"
 #include "daemon/session/session_manager.h"
 #include "runtime/device.h"
 #include "runtime/op_registry.h"
@@ -32,15 +38,32 @@ namespace gpukit {
 struct CoreOptions {
   AdmissionLimits limits;
   SessionOptions sessions;
-  // Streams per device that sessions are spread over (round robin). More streams let more
-  // sessions' work run at once; on the CPU backend each is a worker thread.
+  // Streams per device and QoS class that sessions are spread over (round robin), created
+  // with the class's priority (Guaranteed high, Burstable normal, BestEffort low). More
+  // streams let more sessions' work run at once; on the CPU backend each is a thread.
   int streams_per_device = 4;
+  // Partitions made at start-up. Without one named "default", a "default" partition gets
+  // what the others leave of device 0 (every device 0 resource when the list is empty).
+  std::vector<PartitionSpec> partitions;
+  absl::Duration pacing_burst = absl::Milliseconds(20);
+  int task_history = 1000;
 };
 
 struct SessionGrant {
   std::string session_id;
   std::string partition;
   absl::Duration lease;
+  int device_index = 0;
+  QosClass qos = QosClass::kBestEffort;
+  ResourceSpec resources;
+};
+
+// How a request's task waits in its partition's queue.
+struct TaskOptions {
+  int priority = 0;
+  absl::Time deadline = absl::InfiniteFuture();
+  // Polled while the task waits; true cancels it (the client went away).
+  std::function<bool()> cancelled = [] { return false; };
 };
 
 struct ArrayView {
@@ -63,9 +86,13 @@ struct SessionSummary {
   std::string partition;
   ClientDescription client;
   int64_t arrays = 0;
-  int64_t memory_bytes = 0;
+  int64_t memory_bytes = 0;   // resident on the device
+  int64_t spilled_bytes = 0;  // in host memory after a reclaim
   absl::Duration age;
   absl::Duration lease_remaining;
+  int device_index = 0;
+  QosClass qos = QosClass::kBestEffort;
+  ResourceSpec resources;
 };
 
 struct DeviceSummary {
@@ -95,16 +122,24 @@ class Core {
   // Returns the bytes freed.
   absl::StatusOr<int64_t> FreeArray(absl::string_view session_id, absl::string_view handle);
   // Copies `data` into the array at `offset` and waits for it. OUT_OF_RANGE past the end.
+  // Both are transfer tasks of the session's partition.
   absl::Status WriteArray(absl::string_view session_id, absl::string_view handle, int64_t offset,
-                          absl::Span<const char> data);
+                          absl::Span<const char> data, const TaskOptions& task = {});
   // Copies `out.size()` bytes from `offset` into `out` and waits for it.
   absl::Status ReadArray(absl::string_view session_id, absl::string_view handle, int64_t offset,
-                         absl::Span<char> out);
+                         absl::Span<char> out, const TaskOptions& task = {});
 
-  // Compute: runs a built-in op; the result is a new array of the session.
+  // Compute: runs a built-in op as a task; the result is a new array of the session.
   absl::StatusOr<ArrayView> RunOp(absl::string_view session_id, absl::string_view op,
-                                  absl::Span<const OpInput> inputs, const AttrMap& attrs);
+                                  absl::Span<const OpInput> inputs, const AttrMap& attrs,
+                                  const TaskOptions& task = {});
   const OpRegistry& ops() const { return ops_; }
+
+  // Partitions and tasks (the scheduler's, for operators). DeletePartition with `force`
+  // closes the partition's sessions and returns how many.
+  Scheduler& scheduler() { return *scheduler_; }
+  const Scheduler& scheduler() const { return *scheduler_; }
+  absl::StatusOr<int> DeletePartition(absl::string_view name, bool force);
 
   // Admin.
   std::vector<SessionSummary> ListSessions() const;
@@ -118,20 +153,29 @@ class Core {
  private:
   struct DeviceSlot {
     std::unique_ptr<Device> device;
-    std::unique_ptr<MemoryLedger> ledger;
-    std::vector<StreamId> streams;
+    std::vector<StreamId> streams[3];  // by QosClass
+    StreamId spill_stream;             // spill and restore copies
   };
+  class RunningTask;
 
-  Core(const Clock& clock, const CoreOptions& options);
-  // Admits and allocates an array on device 0 (partitions pick devices later).
-  absl::StatusOr<std::shared_ptr<DeviceArray>> Allocate(const Session& session,
+  Core(const Clock& clock, const CoreOptions& options, std::vector<DeviceSlot> devices,
+       std::unique_ptr<Scheduler> scheduler);
+  // Reserves `bytes` for the session (reclaiming by spilling if the scheduler says that
+  // can help) and allocates a device buffer.
+  absl::StatusOr<DeviceAllocation> AllocateMemory(const Session& session, int64_t bytes);
+  // Spills arrays chosen by the reclaim policy to cover `plan`; returns bytes freed.
+  int64_t Reclaim(const ReclaimPlan& plan);
+  absl::StatusOr<std::shared_ptr<DeviceArray>> NewArray(const Session& session,
                                                         const TensorDesc& desc);
+  // Finds one of the session's arrays and pins it resident.
+  absl::StatusOr<ArrayPin> PinArray(const Session& session, absl::string_view handle);
   static ArrayView View(const DeviceArray& array);
 
   const Clock& clock_;
   const CoreOptions options_;
   const OpRegistry& ops_;
   std::vector<DeviceSlot> devices_;
+  std::unique_ptr<Scheduler> scheduler_;
   SessionManager sessions_;
   std::atomic<uint64_t> next_stream_{0};
 };

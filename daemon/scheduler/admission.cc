@@ -1,114 +1,86 @@
 #include "daemon/scheduler/admission.h"
 
-#include <utility>
-
-#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/base/units.h"
 
 namespace gpukit {
-namespace {
-constexpr absl::string_view kReasonPayloadUrl = "type.gpukit.dev/gpukit.v1.Reason";
-}  // namespace
-
-absl::string_view RejectReasonName(RejectReason reason) {
-  switch (reason) {
-    case RejectReason::kNone:
-      return "REASON_UNSPECIFIED";
-    case RejectReason::kDeviceMemoryExhausted:
-      return "REASON_DEVICE_MEMORY_EXHAUSTED";
-    case RejectReason::kArrayTooLarge:
-      return "REASON_ARRAY_TOO_LARGE";
-    case RejectReason::kTooManySessions:
-      return "REASON_TOO_MANY_SESSIONS";
-    case RejectReason::kTooManyArrays:
-      return "REASON_TOO_MANY_ARRAYS";
-  }
-  return "REASON_UNSPECIFIED";
-}
-
-absl::Status WithReason(absl::Status status, RejectReason reason) {
-  status.SetPayload(kReasonPayloadUrl, absl::Cord(RejectReasonName(reason)));
-  return status;
-}
-
-RejectReason ReasonOf(const absl::Status& status) {
-  absl::optional<absl::Cord> payload = status.GetPayload(kReasonPayloadUrl);
-  if (!payload.has_value()) return RejectReason::kNone;
-  for (RejectReason r : {RejectReason::kDeviceMemoryExhausted, RejectReason::kArrayTooLarge,
-                         RejectReason::kTooManySessions, RejectReason::kTooManyArrays}) {
-    if (*payload == RejectReasonName(r)) return r;
-  }
-  return RejectReason::kNone;
-}
 
 absl::Status Decision::ToStatus() const {
   if (admitted) return absl::OkStatus();
   return WithReason(absl::ResourceExhaustedError(message), reason);
 }
 
-Decision AdmitSession(const AdmissionLimits& limits, int open_sessions) {
-  if (open_sessions >= limits.max_sessions) {
+Decision AdmitSession(const SessionSnapshot& s) {
+  if (s.daemon_sessions >= s.max_sessions) {
     return {false, RejectReason::kTooManySessions,
-            absl::StrCat("the daemon has ", open_sessions, " open sessions, its max_sessions")};
+            absl::StrCat("the daemon has ", s.daemon_sessions, " open sessions, its max_sessions")};
+  }
+  if (s.partition_max_sessions > 0 && s.partition_sessions >= s.partition_max_sessions) {
+    return {false, RejectReason::kTooManySessions,
+            absl::StrCat("the partition has ", s.partition_sessions,
+                         " open sessions, its max sessions")};
+  }
+  const int64_t memory_request = s.resources.memory_request_bytes.value_or(0);
+  const int64_t memory_free =
+      s.partition_memory_quota_bytes - s.partition_memory_requested_bytes;
+  if (memory_request > memory_free) {
+    return {false, RejectReason::kPartitionQuotaExceeded,
+            absl::StrCat("requests.memory = ", FormatBytes(memory_request),
+                         " does not fit: the partition's quota of ",
+                         FormatBytes(s.partition_memory_quota_bytes), " has ",
+                         FormatBytes(std::max<int64_t>(0, memory_free)),
+                         " not requested by its other sessions")};
+  }
+  const double compute_request = s.resources.compute_request.value_or(0);
+  const double compute_free = s.partition_compute_share - s.partition_compute_requested;
+  if (compute_request > compute_free + 1e-9) {
+    return {false, RejectReason::kPartitionQuotaExceeded,
+            absl::StrCat("requests.compute = ", compute_request,
+                         " does not fit: the partition's compute share of ",
+                         s.partition_compute_share, " has ", std::max(0.0, compute_free),
+                         " not requested by its other sessions")};
   }
   return {};
 }
 
-Decision AdmitArray(const AdmissionLimits& limits, int64_t bytes, int session_arrays,
-                    int64_t device_free_bytes) {
-  if (bytes > limits.max_array_bytes) {
-    return {false, RejectReason::kArrayTooLarge,
-            absl::StrCat("array of ", bytes,
-                         " bytes exceeds limits.maxArraySize = ", limits.max_array_bytes)};
+AllocationDecision AdmitAllocation(const AllocationSnapshot& s) {
+  if (s.bytes > s.max_array_bytes) {
+    return {{false, RejectReason::kArrayTooLarge,
+             absl::StrCat("array of ", s.bytes,
+                          " bytes exceeds limits.maxArraySize = ", s.max_array_bytes)}};
   }
-  if (session_arrays >= limits.max_arrays_per_session) {
-    return {false, RejectReason::kTooManyArrays,
-            absl::StrCat("session holds ", session_arrays, " arrays, its max_arrays_per_session")};
+  if (s.session_limit_bytes && s.session_used_bytes + s.bytes > *s.session_limit_bytes) {
+    return {{false, RejectReason::kSessionLimitExceeded,
+             absl::StrCat("array of ", FormatBytes(s.bytes), " would take the session to ",
+                          FormatBytes(s.session_used_bytes + s.bytes), ", above its limits.memory = ",
+                          FormatBytes(*s.session_limit_bytes))}};
   }
-  if (bytes > device_free_bytes) {
-    return {false, RejectReason::kDeviceMemoryExhausted,
-            absl::StrCat("array of ", bytes, " bytes does not fit in the device's ",
-                         device_free_bytes, " free bytes")};
+  if (s.partition_used_bytes + s.bytes > s.partition_quota_bytes) {
+    return {{false, RejectReason::kPartitionQuotaExceeded,
+             absl::StrCat("array of ", FormatBytes(s.bytes), " does not fit in the partition: ",
+                          FormatBytes(s.partition_used_bytes), " of its quota of ",
+                          FormatBytes(s.partition_quota_bytes), " are in use")},
+            s.partition_used_bytes + s.bytes - s.partition_quota_bytes,
+            false};
+  }
+  if (s.device_used_bytes + s.bytes > s.device_capacity_bytes) {
+    return {{false, RejectReason::kDeviceMemoryExhausted,
+             absl::StrCat("array of ", FormatBytes(s.bytes), " does not fit on the device: ",
+                          FormatBytes(s.device_used_bytes), " of ",
+                          FormatBytes(s.device_capacity_bytes), " are in use")},
+            s.device_used_bytes + s.bytes - s.device_capacity_bytes,
+            true};
   }
   return {};
 }
 
-MemoryReservation::MemoryReservation(MemoryReservation&& other) noexcept
-    : ledger_(std::exchange(other.ledger_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
-
-MemoryReservation& MemoryReservation::operator=(MemoryReservation&& other) noexcept {
-  if (this != &other) {
-    Release();
-    ledger_ = std::exchange(other.ledger_, nullptr);
-    bytes_ = std::exchange(other.bytes_, 0);
+Decision AdmitTask(int queued, int max_queued, absl::string_view partition) {
+  if (queued >= max_queued) {
+    return {false, RejectReason::kQueueFull,
+            absl::StrCat("partition \"", partition, "\" has ", queued,
+                         " tasks queued, its max queued tasks")};
   }
-  return *this;
-}
-
-void MemoryReservation::Release() {
-  if (ledger_ != nullptr) ledger_->Return(bytes_);
-  ledger_ = nullptr;
-  bytes_ = 0;
-}
-
-absl::StatusOr<MemoryReservation> MemoryLedger::Reserve(int64_t bytes,
-                                                        const AdmissionLimits& limits,
-                                                        int session_arrays) {
-  absl::MutexLock lock(&mu_);
-  Decision decision = AdmitArray(limits, bytes, session_arrays, capacity_bytes_ - reserved_bytes_);
-  if (!decision.admitted) return decision.ToStatus();
-  reserved_bytes_ += bytes;
-  return MemoryReservation(this, bytes);
-}
-
-int64_t MemoryLedger::reserved_bytes() const {
-  absl::MutexLock lock(&mu_);
-  return reserved_bytes_;
-}
-
-void MemoryLedger::Return(int64_t bytes) {
-  absl::MutexLock lock(&mu_);
-  reserved_bytes_ -= bytes;
+  return {};
 }
 
 }  // namespace gpukit

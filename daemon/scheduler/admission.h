@@ -1,48 +1,28 @@
-// Admission: whether a new session or array may exist, and the memory ledger that keeps
-// every admitted byte accounted for until it is released.
+// Admission: the rules that decide whether a session, an allocation or a task may proceed.
 //
-// Policy apart from mechanism: AdmitSession / AdmitArray are pure functions over a snapshot
-// that return a Decision with a machine-readable reason; MemoryLedger is the mechanism that
-// holds reservations. A MemoryReservation releases its bytes when destroyed, so an error
-// path cannot leak them. The scheduler grows partitions, QoS and queues on this base.
+// Policy apart from mechanism: each rule is a pure function over a snapshot of the numbers
+// it needs and returns a Decision with a machine-readable reason. The Scheduler takes the
+// snapshot under its lock, asks the rule, and applies the answer.
 //
-//   MemoryLedger ledger(/*capacity_bytes=*/4 << 30);
-//   GPUKIT_ASSIGN_OR_RETURN(MemoryReservation r, ledger.Reserve(bytes, limits));
-//   ... allocate, and keep `r` alive as long as the memory is held.
+//   AllocationSnapshot s{.bytes = 4096, .max_array_bytes = 2 << 30, ...};
+//   AllocationDecision d = AdmitAllocation(s);
+//   if (!d.decision.admitted && d.shortfall_bytes > 0) ... reclaim, then ask again
 //
-// Thread safety: MemoryLedger is thread-safe; a MemoryReservation is a move-only value that
-// may be destroyed on any thread (before its ledger).
+// Thread safety: pure functions over values.
 #ifndef GPUKIT_DAEMON_SCHEDULER_ADMISSION_H_
 #define GPUKIT_DAEMON_SCHEDULER_ADMISSION_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
+#include "daemon/scheduler/qos.h"
+#include "daemon/scheduler/reason.h"
 
 namespace gpukit {
 
-// Why a request was refused. The service layer sends the name in the "gpukit-reason"
-// trailer (proto enum gpukit.v1.Reason).
-enum class RejectReason {
-  kNone,
-  kDeviceMemoryExhausted,
-  kArrayTooLarge,
-  kTooManySessions,
-  kTooManyArrays,
-};
-
-// "REASON_DEVICE_MEMORY_EXHAUSTED", ... as in the proto.
-absl::string_view RejectReasonName(RejectReason reason);
-
-// Attaches `reason` to `status` (as a payload) and reads it back.
-absl::Status WithReason(absl::Status status, RejectReason reason);
-RejectReason ReasonOf(const absl::Status& status);
-
+// Daemon-wide limits (the configuration's "limits").
 struct AdmissionLimits {
   int64_t max_array_bytes = int64_t{2} << 30;  // one array; default 2 GiB
   int max_sessions = 1024;
@@ -58,53 +38,51 @@ struct Decision {
   absl::Status ToStatus() const;
 };
 
-Decision AdmitSession(const AdmissionLimits& limits, int open_sessions);
-Decision AdmitArray(const AdmissionLimits& limits, int64_t bytes, int session_arrays,
-                    int64_t device_free_bytes);
-
-class MemoryLedger;
-
-class MemoryReservation {
- public:
-  MemoryReservation() = default;
-  MemoryReservation(MemoryReservation&& other) noexcept;
-  MemoryReservation& operator=(MemoryReservation&& other) noexcept;
-  MemoryReservation(const MemoryReservation&) = delete;
-  MemoryReservation& operator=(const MemoryReservation&) = delete;
-  ~MemoryReservation() { Release(); }
-
-  int64_t bytes() const { return bytes_; }
-  // Returns the bytes to the ledger now; later calls do nothing.
-  void Release();
-
- private:
-  friend class MemoryLedger;
-  MemoryReservation(MemoryLedger* ledger, int64_t bytes) : ledger_(ledger), bytes_(bytes) {}
-  MemoryLedger* ledger_ = nullptr;
-  int64_t bytes_ = 0;
+// A session asking to open in a partition. `resources` has its requests defaulted.
+struct SessionSnapshot {
+  int daemon_sessions = 0;
+  int max_sessions = 0;
+  int partition_sessions = 0;
+  int partition_max_sessions = 0;  // 0: no partition limit
+  ResourceSpec resources;
+  int64_t partition_memory_requested_bytes = 0;  // sum of the open sessions' requests
+  int64_t partition_memory_quota_bytes = 0;
+  double partition_compute_requested = 0;
+  double partition_compute_share = 0;
 };
 
-// Counts the bytes reserved on one device against its capacity.
-class MemoryLedger {
- public:
-  explicit MemoryLedger(int64_t capacity_bytes) : capacity_bytes_(capacity_bytes) {}
+// Sessions are admitted by their requests, as Kubernetes schedules pods: the requests of a
+// partition's sessions sum to at most its quota and compute share, so every request can be
+// honoured at once. Limits may overcommit; memory above a request can be reclaimed.
+Decision AdmitSession(const SessionSnapshot& s);
 
-  // Admits `bytes` (AdmitArray's rules) and reserves them, or RESOURCE_EXHAUSTED with the
-  // reason.
-  absl::StatusOr<MemoryReservation> Reserve(int64_t bytes, const AdmissionLimits& limits,
-                                            int session_arrays);
-
-  int64_t capacity_bytes() const { return capacity_bytes_; }
-  int64_t reserved_bytes() const;
-
- private:
-  friend class MemoryReservation;
-  void Return(int64_t bytes);
-
-  const int64_t capacity_bytes_;
-  mutable absl::Mutex mu_;
-  int64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+// One allocation of `bytes` by a session.
+struct AllocationSnapshot {
+  int64_t bytes = 0;
+  int64_t max_array_bytes = 0;
+  int64_t session_used_bytes = 0;
+  std::optional<int64_t> session_limit_bytes;
+  int64_t partition_used_bytes = 0;
+  int64_t partition_quota_bytes = 0;
+  int64_t device_used_bytes = 0;
+  int64_t device_capacity_bytes = 0;
 };
+
+struct AllocationDecision {
+  Decision decision;
+  // When refused for the partition's quota or the device's memory: the bytes that would
+  // have to be reclaimed (from the partition, or from the device) for it to fit. 0 when no
+  // reclaim can help (the array or the session's limit is the problem).
+  int64_t shortfall_bytes = 0;
+  bool shortfall_is_device_wide = false;
+};
+
+// Checks, in order: the array size limit, the session's memory limit, the partition's
+// quota, the device's capacity.
+AllocationDecision AdmitAllocation(const AllocationSnapshot& s);
+
+// A task joining a partition's queue of `queued` waiting tasks.
+Decision AdmitTask(int queued, int max_queued, absl::string_view partition);
 
 }  // namespace gpukit
 

@@ -1,5 +1,8 @@
+#include "absl/strings/str_cat.h"
 #include "daemon/service/convert.h"
 #include "daemon/service/services.h"
+#include "runtime/base/units.h"
+#include "spdlog/spdlog.h"
 
 namespace gpukit::service {
 
@@ -48,7 +51,108 @@ grpc::Status AdminServiceImpl::ListSessions(grpc::ServerContext* /*context*/,
     info->set_memory_bytes(s.memory_bytes);
     info->set_age_ms(absl::ToInt64Milliseconds(s.age));
     info->set_lease_remaining_ms(absl::ToInt64Milliseconds(s.lease_remaining));
+    info->set_qos_class(ToProto(s.qos));
+    ToProto(s.resources, info->mutable_resources());
+    info->set_device_index(s.device_index);
+    info->set_spilled_bytes(s.spilled_bytes);
   }
+  return grpc::Status::OK;
+}
+
+namespace {
+
+// The partition's current status, for Create/Update replies.
+grpc::Status PartitionReply(const Core& core, const std::string& name, grpc::ServerContext* context,
+                            v1::PartitionStatus* out) {
+  for (const PartitionStatus& status : core.scheduler().ListPartitions()) {
+    if (status.spec.name == name) {
+      ToProto(status, out);
+      return grpc::Status::OK;
+    }
+  }
+  // Deleted by another request in between.
+  return ToGrpc(absl::NotFoundError(absl::StrCat("partition \"", name, "\" does not exist")),
+                context);
+}
+
+}  // namespace
+
+grpc::Status AdminServiceImpl::CreatePartition(grpc::ServerContext* context,
+                                               const v1::CreatePartitionRequest* request,
+                                               v1::CreatePartitionResponse* response) {
+  absl::StatusOr<PartitionSpec> spec = FromProto(request->partition());
+  if (!spec.ok()) return ToGrpc(spec.status(), context);
+  if (absl::Status s = core_.scheduler().CreatePartition(*spec); !s.ok()) {
+    return ToGrpc(s, context);
+  }
+  spdlog::info("partition created: partition={} device={} memory={} compute={}", spec->name,
+               spec->device_index, FormatBytes(spec->memory_quota_bytes), spec->compute_share);
+  return PartitionReply(core_, spec->name, context, response->mutable_partition());
+}
+
+grpc::Status AdminServiceImpl::UpdatePartition(grpc::ServerContext* context,
+                                               const v1::UpdatePartitionRequest* request,
+                                               v1::UpdatePartitionResponse* response) {
+  absl::StatusOr<PartitionSpec> current =
+      core_.scheduler().GetPartition(request->partition().name());
+  if (!current.ok()) return ToGrpc(current.status(), context);
+  absl::StatusOr<PartitionSpec> spec =
+      ApplyPartitionUpdate(*current, request->partition(), request->update_mask());
+  if (!spec.ok()) return ToGrpc(spec.status(), context);
+  if (absl::Status s = core_.scheduler().UpdatePartition(*spec); !s.ok()) {
+    return ToGrpc(s, context);
+  }
+  spdlog::info("partition updated: partition={} memory={} compute={} bandwidth={}", spec->name,
+               FormatBytes(spec->memory_quota_bytes), spec->compute_share, spec->bandwidth_cap);
+  return PartitionReply(core_, spec->name, context, response->mutable_partition());
+}
+
+grpc::Status AdminServiceImpl::DeletePartition(grpc::ServerContext* context,
+                                               const v1::DeletePartitionRequest* request,
+                                               v1::DeletePartitionResponse* response) {
+  absl::StatusOr<int> closed = core_.DeletePartition(request->name(), request->force());
+  if (!closed.ok()) return ToGrpc(closed.status(), context);
+  spdlog::info("partition deleted: partition={} sessions_closed={}", request->name(), *closed);
+  response->set_sessions_closed(*closed);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminServiceImpl::ListPartitions(grpc::ServerContext* /*context*/,
+                                              const v1::ListPartitionsRequest* /*request*/,
+                                              v1::ListPartitionsResponse* response) {
+  for (const PartitionStatus& status : core_.scheduler().ListPartitions()) {
+    ToProto(status, response->add_partitions());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminServiceImpl::ListTasks(grpc::ServerContext* context,
+                                         const v1::ListTasksRequest* request,
+                                         v1::ListTasksResponse* response) {
+  TaskFilter filter;
+  if (!request->partition().empty()) filter.partition = request->partition();
+  absl::StatusOr<std::optional<TaskState>> state = FromProto(request->state());
+  if (!state.ok()) return ToGrpc(state.status(), context);
+  filter.state = *state;
+  if (request->limit() < 0) {
+    return ToGrpc(absl::InvalidArgumentError(
+                      absl::StrCat("limit = ", request->limit(), " must be >= 0")),
+                  context);
+  }
+  filter.limit = request->limit();
+  const absl::Time now = clock_.Now();
+  for (const TaskInfo& task : core_.scheduler().ListTasks(filter)) {
+    ToProto(task, now, response->add_tasks());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminServiceImpl::CancelTask(grpc::ServerContext* context,
+                                          const v1::CancelTaskRequest* request,
+                                          v1::CancelTaskResponse* /*response*/) {
+  absl::Status status = core_.scheduler().Cancel(request->task_id(), "an operator cancelled it");
+  if (!status.ok()) return ToGrpc(status, context);
+  spdlog::info("task cancelled by an operator: task={}", request->task_id());
   return grpc::Status::OK;
 }
 

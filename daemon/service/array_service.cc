@@ -49,7 +49,8 @@ grpc::Status ArrayServiceImpl::Upload(grpc::ServerContext* context,
                                        kMaxChunkBytes, " per chunk"));
     }
     absl::Status status =
-        core_.WriteArray(header.session_id(), header.handle(), chunk.offset(), chunk.data());
+        core_.WriteArray(header.session_id(), header.handle(), chunk.offset(), chunk.data(),
+                         TaskOptionsFrom({}, context, absl::Now()));
     if (absl::IsOutOfRange(status)) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           absl::StrCat("upload exceeds the array: ", status.message()));
@@ -87,7 +88,8 @@ grpc::Status ArrayServiceImpl::Download(grpc::ServerContext* context,
     std::string* data = message.mutable_chunk()->mutable_data();
     data->resize(bytes);
     absl::Status status =
-        core_.ReadArray(request->session_id(), request->handle(), offset, absl::MakeSpan(*data));
+        core_.ReadArray(request->session_id(), request->handle(), offset, absl::MakeSpan(*data),
+                        TaskOptionsFrom({}, context, absl::Now()));
     if (!status.ok()) return ToGrpc(status, context);
     message.mutable_chunk()->set_offset(offset);
     if (!writer->Write(message)) {

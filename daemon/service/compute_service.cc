@@ -1,3 +1,4 @@
+#include "absl/strings/str_cat.h"
 #include "daemon/service/convert.h"
 #include "daemon/service/services.h"
 
@@ -10,8 +11,15 @@ grpc::Status ComputeServiceImpl::RunOp(grpc::ServerContext* context,
   if (!inputs.ok()) return ToGrpc(inputs.status(), context);
   absl::StatusOr<AttrMap> attrs = FromProto(request->attrs());
   if (!attrs.ok()) return ToGrpc(attrs.status(), context);
+  if (request->task().queue_timeout_ms() < 0) {
+    return ToGrpc(absl::InvalidArgumentError(absl::StrCat("task.queue_timeout_ms = ",
+                                                          request->task().queue_timeout_ms(),
+                                                          " must be >= 0")),
+                  context);
+  }
   absl::StatusOr<ArrayView> output =
-      core_.RunOp(request->session_id(), request->op(), *inputs, *attrs);
+      core_.RunOp(request->session_id(), request->op(), *inputs, *attrs,
+                  TaskOptionsFrom(request->task(), context, absl::Now()));
   if (!output.ok()) return ToGrpc(output.status(), context);
   ToProto(*output, response->mutable_output());
   return grpc::Status::OK;

@@ -79,6 +79,175 @@ absl::StatusOr<std::vector<OpInput>> FromProto(
   return out;
 }
 
+absl::StatusOr<ResourceSpec> FromProto(const v1::ResourceRequirements& resources) {
+  ResourceSpec spec;
+  if (resources.requests().has_memory_bytes()) {
+    spec.memory_request_bytes = resources.requests().memory_bytes();
+  }
+  if (resources.limits().has_memory_bytes()) {
+    spec.memory_limit_bytes = resources.limits().memory_bytes();
+  }
+  if (resources.requests().has_compute()) spec.compute_request = resources.requests().compute();
+  if (resources.limits().has_compute()) spec.compute_limit = resources.limits().compute();
+  GPUKIT_RETURN_IF_ERROR(ValidateResourceSpec(spec));
+  return spec;
+}
+
+void ToProto(const ResourceSpec& spec, v1::ResourceRequirements* out) {
+  if (spec.memory_request_bytes) out->mutable_requests()->set_memory_bytes(*spec.memory_request_bytes);
+  if (spec.memory_limit_bytes) out->mutable_limits()->set_memory_bytes(*spec.memory_limit_bytes);
+  if (spec.compute_request) out->mutable_requests()->set_compute(*spec.compute_request);
+  if (spec.compute_limit) out->mutable_limits()->set_compute(*spec.compute_limit);
+}
+
+v1::QosClass ToProto(QosClass qos) {
+  switch (qos) {
+    case QosClass::kGuaranteed:
+      return v1::QOS_CLASS_GUARANTEED;
+    case QosClass::kBurstable:
+      return v1::QOS_CLASS_BURSTABLE;
+    case QosClass::kBestEffort:
+      return v1::QOS_CLASS_BEST_EFFORT;
+  }
+  return v1::QOS_CLASS_UNSPECIFIED;
+}
+
+absl::StatusOr<PartitionSpec> FromProto(const v1::Partition& in) {
+  PartitionSpec spec;
+  spec.name = in.name();
+  spec.device_index = in.device_index();
+  spec.memory_quota_bytes = in.memory_quota_bytes();
+  spec.compute_share = in.compute_share();
+  spec.bandwidth_cap = in.bandwidth_cap();
+  if (in.max_queued_tasks() != 0) spec.max_queued_tasks = in.max_queued_tasks();
+  if (in.max_running_tasks() != 0) spec.max_running_tasks = in.max_running_tasks();
+  spec.max_sessions = in.max_sessions();
+  spec.spill = in.spill();
+  GPUKIT_ASSIGN_OR_RETURN(spec.session_defaults, FromProto(in.session_defaults()));
+  return spec;
+}
+
+void ToProto(const PartitionSpec& spec, v1::Partition* out) {
+  out->set_name(spec.name);
+  out->set_device_index(spec.device_index);
+  out->set_memory_quota_bytes(spec.memory_quota_bytes);
+  out->set_compute_share(spec.compute_share);
+  out->set_bandwidth_cap(spec.bandwidth_cap);
+  out->set_max_queued_tasks(spec.max_queued_tasks);
+  out->set_max_running_tasks(spec.max_running_tasks);
+  out->set_max_sessions(spec.max_sessions);
+  out->set_spill(spec.spill);
+  ToProto(spec.session_defaults, out->mutable_session_defaults());
+}
+
+void ToProto(const PartitionStatus& status, v1::PartitionStatus* out) {
+  ToProto(status.spec, out->mutable_partition());
+  out->set_sessions(status.sessions);
+  out->set_memory_used_bytes(status.memory_used_bytes);
+  out->set_memory_requested_bytes(status.memory_requested_bytes);
+  out->set_compute_requested(status.compute_requested);
+  out->set_queued_tasks(status.queued);
+  out->set_running_tasks(status.running);
+  out->set_admitted_total(status.admitted_total);
+  out->set_succeeded_total(status.succeeded_total);
+  out->set_failed_total(status.failed_total);
+  out->set_device_time_ns(absl::ToInt64Nanoseconds(status.device_time_total));
+  for (int i = 1; i < kRejectReasonCount; ++i) {
+    if (status.rejected[i] > 0) {
+      (*out->mutable_rejected())[std::string(RejectReasonName(static_cast<RejectReason>(i)))] =
+          status.rejected[i];
+    }
+  }
+  out->set_pacing_balance_ns(absl::ToInt64Nanoseconds(status.pacing_balance));
+}
+
+v1::TaskState ToProto(TaskState state) {
+  // The proto enum lists the states in the same order, from 1.
+  return static_cast<v1::TaskState>(static_cast<int>(state) + 1);
+}
+
+absl::StatusOr<std::optional<TaskState>> FromProto(v1::TaskState state) {
+  if (state == v1::TASK_STATE_UNSPECIFIED) return std::optional<TaskState>();
+  const int value = static_cast<int>(state) - 1;
+  if (value < 0 || value >= kTaskStateCount) {
+    return absl::InvalidArgumentError(absl::StrCat("state = ", static_cast<int>(state),
+                                                   " is not a TaskState"));
+  }
+  return std::optional<TaskState>(static_cast<TaskState>(value));
+}
+
+void ToProto(const TaskInfo& task, absl::Time now, v1::TaskInfo* out) {
+  out->set_task_id(task.id);
+  out->set_session_id(task.session_id);
+  out->set_partition(task.partition);
+  out->set_qos_class(ToProto(task.qos));
+  out->set_kind(std::string(TaskKindName(task.kind)));
+  out->set_name(task.name);
+  out->set_priority(task.priority);
+  out->set_state(ToProto(task.state));
+  out->set_submit_time_unix_us(absl::ToUnixMicros(task.submitted));
+  const absl::Time finished = task.finished == absl::InfinitePast() ? now : task.finished;
+  const absl::Time admitted = task.admitted == absl::InfinitePast() ? finished : task.admitted;
+  out->set_wait_us(absl::ToInt64Microseconds(admitted - task.submitted));
+  if (task.started != absl::InfinitePast()) {
+    out->set_run_us(absl::ToInt64Microseconds(finished - task.started));
+  }
+  out->set_device_time_ns(absl::ToInt64Nanoseconds(task.device_time));
+  out->set_error(task.error);
+}
+
+absl::StatusOr<PartitionSpec> ApplyPartitionUpdate(
+    PartitionSpec base, const v1::Partition& update,
+    const google::protobuf::RepeatedPtrField<std::string>& mask) {
+  GPUKIT_ASSIGN_OR_RETURN(PartitionSpec next, FromProto(update));
+  if (mask.empty()) {
+    next.name = base.name;
+    next.device_index = base.device_index;
+    return next;
+  }
+  for (const std::string& field : mask) {
+    if (field == "memory_quota_bytes") {
+      base.memory_quota_bytes = next.memory_quota_bytes;
+    } else if (field == "compute_share") {
+      base.compute_share = next.compute_share;
+    } else if (field == "bandwidth_cap") {
+      base.bandwidth_cap = next.bandwidth_cap;
+    } else if (field == "max_queued_tasks") {
+      base.max_queued_tasks = next.max_queued_tasks;
+    } else if (field == "max_running_tasks") {
+      base.max_running_tasks = next.max_running_tasks;
+    } else if (field == "max_sessions") {
+      base.max_sessions = next.max_sessions;
+    } else if (field == "spill") {
+      base.spill = next.spill;
+    } else if (field == "session_defaults") {
+      base.session_defaults = next.session_defaults;
+    } else if (field == "name" || field == "device_index") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("update_mask names \"", field, "\", which cannot change"));
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "update_mask names \"", field.substr(0, 64), "\", which is not a Partition field"));
+    }
+  }
+  return base;
+}
+
+TaskOptions TaskOptionsFrom(const v1::TaskOptions& options, grpc::ServerContext* context,
+                            absl::Time now) {
+  TaskOptions task;
+  task.priority = options.priority();
+  if (options.queue_timeout_ms() > 0) {
+    task.deadline = now + absl::Milliseconds(options.queue_timeout_ms());
+  }
+  if (context != nullptr) {
+    const absl::Time call_deadline = absl::FromChrono(context->deadline());
+    task.deadline = std::min(task.deadline, call_deadline);
+    task.cancelled = [context] { return context->IsCancelled(); };
+  }
+  return task;
+}
+
 grpc::Status ToGrpc(const absl::Status& status, grpc::ServerContext* context) {
   if (status.ok()) return grpc::Status::OK;
   if (context != nullptr) {

@@ -8,6 +8,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "daemon/core/core.h"
+#include <optional>
+
+#include "gpukit/v1/admin.pb.h"
 #include "gpukit/v1/common.pb.h"
 #include "gpukit/v1/compute.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -24,6 +27,24 @@ void ToProto(const ArrayView& view, v1::ArrayInfo* info);
 absl::StatusOr<AttrMap> FromProto(const google::protobuf::Map<std::string, v1::AttrValue>& attrs);
 absl::StatusOr<std::vector<OpInput>> FromProto(
     const google::protobuf::RepeatedPtrField<v1::Operand>& inputs);
+
+// Resources, QoS, partitions and tasks.
+absl::StatusOr<ResourceSpec> FromProto(const v1::ResourceRequirements& resources);
+void ToProto(const ResourceSpec& spec, v1::ResourceRequirements* out);
+v1::QosClass ToProto(QosClass qos);
+absl::StatusOr<PartitionSpec> FromProto(const v1::Partition& partition);
+void ToProto(const PartitionSpec& spec, v1::Partition* out);
+void ToProto(const PartitionStatus& status, v1::PartitionStatus* out);
+void ToProto(const TaskInfo& task, absl::Time now, v1::TaskInfo* out);
+v1::TaskState ToProto(TaskState state);
+absl::StatusOr<std::optional<TaskState>> FromProto(v1::TaskState state);
+// Applies the `update_mask` fields of `update` to `base` (all but name and device when the
+// mask is empty). INVALID_ARGUMENT for unknown or immutable field names.
+absl::StatusOr<PartitionSpec> ApplyPartitionUpdate(PartitionSpec base, const v1::Partition& update,
+                                                   const google::protobuf::RepeatedPtrField<std::string>& mask);
+// The request's queueing: its TaskOptions, the call's deadline and its cancellation.
+TaskOptions TaskOptionsFrom(const v1::TaskOptions& options, grpc::ServerContext* context,
+                            absl::Time now);
 
 // The status mapping: code and message carry over; an admission reason goes into the
 // "gpukit-reason" trailer. `context` may be null (no trailer then).

@@ -76,6 +76,22 @@ class AdminServiceImpl final : public v1::AdminService::Service {
                            v1::ListDevicesResponse* response) override;
   grpc::Status ListSessions(grpc::ServerContext* context, const v1::ListSessionsRequest* request,
                             v1::ListSessionsResponse* response) override;
+  grpc::Status CreatePartition(grpc::ServerContext* context,
+                               const v1::CreatePartitionRequest* request,
+                               v1::CreatePartitionResponse* response) override;
+  grpc::Status UpdatePartition(grpc::ServerContext* context,
+                               const v1::UpdatePartitionRequest* request,
+                               v1::UpdatePartitionResponse* response) override;
+  grpc::Status DeletePartition(grpc::ServerContext* context,
+                               const v1::DeletePartitionRequest* request,
+                               v1::DeletePartitionResponse* response) override;
+  grpc::Status ListPartitions(grpc::ServerContext* context,
+                              const v1::ListPartitionsRequest* request,
+                              v1::ListPartitionsResponse* response) override;
+  grpc::Status ListTasks(grpc::ServerContext* context, const v1::ListTasksRequest* request,
+                         v1::ListTasksResponse* response) override;
+  grpc::Status CancelTask(grpc::ServerContext* context, const v1::CancelTaskRequest* request,
+                          v1::CancelTaskResponse* response) override;
 
  private:
   Core& core_;

@@ -12,11 +12,17 @@ grpc::Status SessionServiceImpl::Open(grpc::ServerContext* context,
   params.client = {request->client().name(), request->client().library_version(),
                    request->client().hostname(), request->client().pid()};
   params.lease = absl::Milliseconds(request->lease_ms());
+  absl::StatusOr<ResourceSpec> resources = FromProto(request->resources());
+  if (!resources.ok()) return ToGrpc(resources.status(), context);
+  params.resources = *resources;
   absl::StatusOr<SessionGrant> grant = core_.OpenSession(std::move(params));
   if (!grant.ok()) return ToGrpc(grant.status(), context);
   response->set_session_id(grant->session_id);
   response->set_lease_ms(absl::ToInt64Milliseconds(grant->lease));
   response->set_partition(grant->partition);
+  response->set_qos_class(ToProto(grant->qos));
+  ToProto(grant->resources, response->mutable_resources());
+  response->set_device_index(grant->device_index);
   return grpc::Status::OK;
 }
 

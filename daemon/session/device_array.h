@@ -1,48 +1,111 @@
-// DeviceArray: an array's device buffer, layout and memory reservation, as one owner.
+// DeviceArray: an array's data, layout and memory reservation, as one owner.
 //
-// Destroying it frees the buffer and returns the reservation, so whoever holds the last
-// reference (the session, or work in flight that reads it) ends its life; nothing can leak
-// on an error path.
+// The data is resident (a device buffer, counted by a MemoryReservation) or spilled (a copy
+// in host memory, no device memory held) when the scheduler reclaimed it under memory
+// pressure. Work that uses an array pins it: Pin() restores a spilled array first, and a
+// pinned array is never spilled. Destroying the array frees whatever it holds, so whoever
+// drops the last reference (the session, or work in flight) ends its life; nothing can
+// leak on an error path.
 //
-// Thread safety: immutable after construction; safe to share between threads.
+//   GPUKIT_ASSIGN_OR_RETURN(ArrayPin pin, array->Pin(now, restorer));
+//   ... enqueue work on pin.buffer(); wait for it; then drop the pin.
+//
+// Thread safety: thread-safe. Pin and Spill take the array's lock; Spill gives up rather
+// than wait on an array that is busy.
 #ifndef GPUKIT_DAEMON_SESSION_DEVICE_ARRAY_H_
 #define GPUKIT_DAEMON_SESSION_DEVICE_ARRAY_H_
 
+#include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
-#include "daemon/scheduler/admission.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/scheduler/scheduler.h"
 #include "runtime/device.h"
 
 namespace gpukit {
 
-class DeviceArray {
+class ArrayPin;
+
+// Device memory for a restore: a fresh buffer and its reservation.
+struct DeviceAllocation {
+  BufferId buffer;
+  MemoryReservation reservation;
+};
+
+class DeviceArray : public std::enable_shared_from_this<DeviceArray> {
  public:
+  // Gets memory to restore a spilled array of `bytes` (admitted against the owner's
+  // session, reclaiming others if it must).
+  using Restorer = std::function<absl::StatusOr<DeviceAllocation>(int64_t bytes)>;
+
   // Takes ownership of `buffer` on `device` (which must outlive the array).
   DeviceArray(std::string handle, Device& device, BufferId buffer, TensorDesc desc, int64_t bytes,
-              MemoryReservation reservation)
-      : handle_(std::move(handle)),
-        device_(device),
-        buffer_(buffer),
-        desc_(std::move(desc)),
-        bytes_(bytes),
-        reservation_(std::move(reservation)) {}
+              MemoryReservation reservation, absl::Time now);
   DeviceArray(const DeviceArray&) = delete;
   DeviceArray& operator=(const DeviceArray&) = delete;
   ~DeviceArray();
 
   const std::string& handle() const { return handle_; }
   Device& device() const { return device_; }
-  BufferId buffer() const { return buffer_; }
   const TensorDesc& desc() const { return desc_; }
   int64_t bytes() const { return bytes_; }
 
+  // Pins the array resident, restoring it first if it was spilled (copying on `stream`
+  // and waiting). Errors: those of `restore`, and device errors of the copy.
+  absl::StatusOr<ArrayPin> Pin(absl::Time now, const Restorer& restore, StreamId stream);
+
+  // Copies the array to host memory and frees its device buffer and reservation, if it is
+  // resident, unpinned and not locked by another thread. Returns the device bytes freed
+  // (0 when it did nothing).
+  absl::StatusOr<int64_t> Spill(StreamId stream);
+
+  bool spilled() const;
+  bool pinned() const;
+  absl::Time last_used() const;
+
  private:
+  friend class ArrayPin;
+  void Unpin();
+
   const std::string handle_;
   Device& device_;
-  const BufferId buffer_;
   const TensorDesc desc_;
   const int64_t bytes_;
-  MemoryReservation reservation_;
+
+  mutable absl::Mutex mu_;
+  BufferId buffer_ ABSL_GUARDED_BY(mu_);  // valid while resident
+  MemoryReservation reservation_ ABSL_GUARDED_BY(mu_);
+  std::vector<char> host_copy_ ABSL_GUARDED_BY(mu_);  // the data while spilled
+  bool spilled_ ABSL_GUARDED_BY(mu_) = false;
+  int pins_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time last_used_ ABSL_GUARDED_BY(mu_);
+};
+
+// Keeps an array resident and alive while work uses it. Move-only.
+class ArrayPin {
+ public:
+  ArrayPin() = default;
+  ArrayPin(ArrayPin&& other) noexcept = default;
+  ArrayPin& operator=(ArrayPin&& other) noexcept;
+  ArrayPin(const ArrayPin&) = delete;
+  ArrayPin& operator=(const ArrayPin&) = delete;
+  ~ArrayPin() { Reset(); }
+
+  BufferId buffer() const { return buffer_; }
+  DeviceArray& array() const { return *array_; }
+  void Reset();
+
+ private:
+  friend class DeviceArray;
+  ArrayPin(std::shared_ptr<DeviceArray> array, BufferId buffer)
+      : array_(std::move(array)), buffer_(buffer) {}
+  std::shared_ptr<DeviceArray> array_;
+  BufferId buffer_;
 };
 
 }  // namespace gpukit

@@ -18,7 +18,9 @@ bool IsNameChar(char c) {
          c == '_' || c == '-';
 }
 
-absl::Status ValidateParams(const OpenSessionParams& params) {
+}  // namespace
+
+absl::Status ValidateOpenSessionParams(const OpenSessionParams& params) {
   if (params.tenant.empty()) {
     return absl::InvalidArgumentError("tenant is empty; name the tenant the session acts for");
   }
@@ -31,11 +33,6 @@ absl::Status ValidateParams(const OpenSessionParams& params) {
     return absl::InvalidArgumentError(
         absl::StrCat("tenant \"", absl::CHexEscape(params.tenant),
                      "\" may contain only letters, digits, '.', '_' and '-'"));
-  }
-  if (!params.partition.empty() && params.partition != "default") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("partition \"", absl::CHexEscape(params.partition.substr(0, kMaxNameLength)),
-                     "\" does not exist; the daemon has the partition \"default\""));
   }
   for (const auto& [field, value] :
        {std::pair<absl::string_view, const std::string&>{"client.name", params.client.name},
@@ -54,8 +51,6 @@ absl::Status ValidateParams(const OpenSessionParams& params) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
 std::string NewOpaqueId(absl::string_view prefix) {
   unsigned char bytes[16];
   size_t filled = 0;
@@ -67,15 +62,16 @@ std::string NewOpaqueId(absl::string_view prefix) {
       prefix, absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(bytes), 16)));
 }
 
-Session::Session(std::string id, const OpenSessionParams& params, absl::Time now,
-                 absl::Duration lease)
+Session::Session(std::string id, const OpenSessionParams& params, SessionAdmission admission,
+                 absl::Time now, absl::Duration lease)
     : id_(std::move(id)),
       tenant_(params.tenant),
-      partition_(params.partition.empty() ? "default" : params.partition),
+      partition_(admission.partition),
       client_(params.client),
       opened_at_(now),
       lease_(lease),
       stream_(params.stream),
+      admission_(std::move(admission)),
       lease_deadline_(now + lease) {}
 
 absl::StatusOr<std::shared_ptr<DeviceArray>> Session::FindArray(absl::string_view handle) const {
@@ -114,6 +110,14 @@ absl::StatusOr<std::shared_ptr<DeviceArray>> Session::RemoveArray(absl::string_v
   return array;
 }
 
+std::vector<std::shared_ptr<DeviceArray>> Session::Arrays() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<DeviceArray>> arrays;
+  arrays.reserve(arrays_.size());
+  for (const auto& [handle, array] : arrays_) arrays.push_back(array);
+  return arrays;
+}
+
 int Session::array_count() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int>(arrays_.size());
@@ -146,23 +150,28 @@ std::vector<std::shared_ptr<DeviceArray>> Session::CloseAndTakeArrays() {
 }
 
 SessionManager::SessionManager(const Clock& clock, const SessionOptions& options,
-                               const AdmissionLimits& limits)
-    : clock_(clock), options_(options), limits_(limits) {}
+                               Scheduler& scheduler)
+    : clock_(clock), options_(options), scheduler_(scheduler) {}
 
-absl::StatusOr<std::shared_ptr<Session>> SessionManager::Open(const OpenSessionParams& params) {
-  if (absl::Status status = ValidateParams(params); !status.ok()) return status;
+absl::StatusOr<std::shared_ptr<Session>> SessionManager::Open(const std::string& id,
+                                                              const OpenSessionParams& params,
+                                                              SessionAdmission admission) {
+  if (absl::Status status = ValidateOpenSessionParams(params); !status.ok()) {
+    scheduler_.EndSession(admission.ticket);
+    return status;
+  }
   const absl::Duration lease =
       params.lease == absl::ZeroDuration()
           ? options_.default_lease
           : std::clamp(params.lease, options_.min_lease, options_.max_lease);
   absl::MutexLock lock(&mu_);
-  Decision decision = AdmitSession(limits_, static_cast<int>(sessions_.size()));
-  if (!decision.admitted) return decision.ToStatus();
-  auto session = std::make_shared<Session>(NewOpaqueId("s-"), params, clock_.Now(), lease);
+  auto session = std::make_shared<Session>(id, params, std::move(admission), clock_.Now(), lease);
   sessions_.emplace(session->id(), session);
-  spdlog::info("session opened: session={} tenant={} partition={} client={} pid={} lease_ms={}",
-               session->id(), session->tenant(), session->partition(), params.client.name,
-               params.client.pid, absl::ToInt64Milliseconds(lease));
+  spdlog::info(
+      "session opened: session={} tenant={} partition={} qos={} client={} pid={} lease_ms={}",
+      session->id(), session->tenant(), session->partition(),
+      std::string(QosName(session->admission().qos)), params.client.name, params.client.pid,
+      absl::ToInt64Milliseconds(lease));
   return session;
 }
 
@@ -181,6 +190,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Touch(absl::string_view
 
 CloseStats SessionManager::CloseLocked(std::shared_ptr<Session> session) {
   sessions_.erase(session->id());
+  scheduler_.EndSession(session->ticket());
   std::vector<std::shared_ptr<DeviceArray>> arrays = session->CloseAndTakeArrays();
   CloseStats stats{session->id(), session->tenant(), static_cast<int64_t>(arrays.size()), 0};
   for (const auto& array : arrays) stats.bytes_freed += array->bytes();

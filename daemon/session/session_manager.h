@@ -7,8 +7,15 @@
 // drops its arrays, whose destructors free device memory and return their reservations.
 // Arrays still used by work in flight are freed when that work lets go of them.
 //
-//   SessionManager sessions(clock, options);
-//   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, sessions.Open(params));
+// Admission is the scheduler's: the caller admits the session there first and hands the
+// admission to Open; closing a session ends it in the scheduler, which cancels its waiting
+// tasks.
+//
+//   SessionManager sessions(clock, options, scheduler);
+//   GPUKIT_RETURN_IF_ERROR(ValidateOpenSessionParams(params));
+//   GPUKIT_ASSIGN_OR_RETURN(SessionAdmission admission,
+//                           scheduler.AdmitSession(id, params.partition, params.resources));
+//   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, sessions.Open(id, params, admission));
 //   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> again, sessions.Touch(s->id()));
 //   sessions.ExpireLeases();  // called periodically by the daemon, directly by tests
 //
@@ -28,6 +35,7 @@
 #include "absl/time/time.h"
 #include "daemon/scheduler/admission.h"
 #include "daemon/scheduler/clock.h"
+#include "daemon/scheduler/scheduler.h"
 #include "daemon/session/device_array.h"
 #include "runtime/device.h"
 
@@ -52,12 +60,17 @@ struct OpenSessionParams {
   std::string partition;  // empty: "default"
   ClientDescription client;
   absl::Duration lease = absl::ZeroDuration();  // zero: the default
+  ResourceSpec resources;                       // empty: the partition's defaults
   StreamId stream;                              // where the session's work runs
 };
 
+// Checks the tenant name (1-63 of [A-Za-z0-9._-]), client fields and lease. INVALID_ARGUMENT.
+absl::Status ValidateOpenSessionParams(const OpenSessionParams& params);
+
 class Session {
  public:
-  Session(std::string id, const OpenSessionParams& params, absl::Time now, absl::Duration lease);
+  Session(std::string id, const OpenSessionParams& params, SessionAdmission admission,
+          absl::Time now, absl::Duration lease);
 
   const std::string& id() const { return id_; }
   const std::string& tenant() const { return tenant_; }
@@ -66,6 +79,9 @@ class Session {
   absl::Time opened_at() const { return opened_at_; }
   absl::Duration lease() const { return lease_; }
   StreamId stream() const { return stream_; }
+  // The scheduler's view: its ticket, QoS class, resources and device.
+  const SessionAdmission& admission() const { return admission_; }
+  const SessionTicket& ticket() const { return admission_.ticket; }
 
   // NOT_FOUND `array handle "h" not found in this session` for unknown, freed and
   // foreign handles alike (a session must not learn about another session's handles).
@@ -78,7 +94,10 @@ class Session {
                         int max_arrays = std::numeric_limits<int>::max());
   absl::StatusOr<std::shared_ptr<DeviceArray>> RemoveArray(absl::string_view handle);
 
+  // Every array the session holds (a snapshot).
+  std::vector<std::shared_ptr<DeviceArray>> Arrays() const;
   int array_count() const;
+  // Bytes of all its arrays, resident or spilled.
   int64_t memory_bytes() const;
   absl::Time lease_deadline() const;
 
@@ -95,6 +114,7 @@ class Session {
   const absl::Time opened_at_;
   const absl::Duration lease_;
   const StreamId stream_;
+  const SessionAdmission admission_;
 
   mutable absl::Mutex mu_;
   absl::Time lease_deadline_ ABSL_GUARDED_BY(mu_);
@@ -112,10 +132,14 @@ struct CloseStats {
 
 class SessionManager {
  public:
-  SessionManager(const Clock& clock, const SessionOptions& options, const AdmissionLimits& limits);
+  // `scheduler` must outlive the manager.
+  SessionManager(const Clock& clock, const SessionOptions& options, Scheduler& scheduler);
 
-  // Validates the tenant name (1-63 of [A-Za-z0-9._-]) and admits the session.
-  absl::StatusOr<std::shared_ptr<Session>> Open(const OpenSessionParams& params);
+  // Registers a session the scheduler admitted as `id`. Validates `params` first (and ends
+  // the admission if they are bad).
+  absl::StatusOr<std::shared_ptr<Session>> Open(const std::string& id,
+                                                const OpenSessionParams& params,
+                                                SessionAdmission admission);
   // Finds a live session and renews its lease. NOT_FOUND for unknown, closed or expired
   // (deadline passed, even if the reaper has not run yet) sessions.
   absl::StatusOr<std::shared_ptr<Session>> Touch(absl::string_view session_id);
@@ -133,7 +157,7 @@ class SessionManager {
 
   const Clock& clock_;
   const SessionOptions options_;
-  const AdmissionLimits limits_;
+  Scheduler& scheduler_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
 };

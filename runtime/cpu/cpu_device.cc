@@ -1,5 +1,6 @@
 #include "runtime/cpu/cpu_device.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -20,9 +21,12 @@ struct CpuDevice::Buffer {
 };
 
 struct CpuDevice::Event {
+  const void* stream = nullptr;  // the Stream it was recorded on
+  uint64_t seq = 0;              // order among the stream's events
   absl::Mutex mu;
   bool done ABSL_GUARDED_BY(mu) = false;
   absl::Status status ABSL_GUARDED_BY(mu);
+  int64_t busy_ns ABSL_GUARDED_BY(mu) = 0;  // the stream's simulated device clock then
 };
 
 // Runs work in enqueue order. Work enqueued while the stream is idle runs at once on the
@@ -59,19 +63,25 @@ class CpuDevice::Stream {
   }
 
   void EnqueueEvent(std::shared_ptr<Event> event) {
+    event->stream = this;
+    event->seq = next_event_seq_.fetch_add(1);
     Enqueue([this, event = std::move(event)] {
       absl::Status status = std::exchange(pending_error_, absl::OkStatus());
       absl::MutexLock lock(&event->mu);
       event->done = true;
       event->status = std::move(status);
+      event->busy_ns = busy_ns_;
       return absl::OkStatus();
     });
   }
 
  private:
-  // Called only by the thread that set busy_.
+  // Called only by the thread that set busy_. Time spent in work advances the stream's
+  // simulated device clock (busy_ns_), which events read.
   void Execute(const Work& work) {
+    const absl::Time start = absl::Now();
     absl::Status status = work();
+    busy_ns_ += absl::ToInt64Nanoseconds(absl::Now() - start);
     if (!status.ok() && pending_error_.ok()) pending_error_ = std::move(status);
   }
 
@@ -101,6 +111,8 @@ class CpuDevice::Stream {
   bool busy_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status pending_error_;  // touched only by the thread that set busy_
+  int64_t busy_ns_ = 0;         // likewise
+  std::atomic<uint64_t> next_event_seq_{0};
   std::thread thread_;          // last: starts after the fields above exist
 };
 
@@ -293,6 +305,35 @@ absl::StatusOr<bool> CpuDevice::QueryEvent(EventId event) {
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Event> e, FindEvent(event));
   absl::MutexLock lock(&e->mu);
   return e->done;
+}
+
+absl::StatusOr<int64_t> CpuDevice::EventElapsedNs(EventId start, EventId end) {
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Event> a, FindEvent(start));
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Event> b, FindEvent(end));
+  if (a->stream != b->stream) {
+    return absl::InvalidArgumentError(absl::StrCat("events ", start.value, " and ", end.value,
+                                                   " were recorded on different streams"));
+  }
+  if (b->seq < a->seq) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("event ", end.value, " was recorded before event ", start.value));
+  }
+  int64_t a_ns, b_ns;
+  {
+    absl::MutexLock lock(&a->mu);
+    if (!a->done) {
+      return absl::FailedPreconditionError(absl::StrCat("event ", start.value, " has not completed"));
+    }
+    a_ns = a->busy_ns;
+  }
+  {
+    absl::MutexLock lock(&b->mu);
+    if (!b->done) {
+      return absl::FailedPreconditionError(absl::StrCat("event ", end.value, " has not completed"));
+    }
+    b_ns = b->busy_ns;
+  }
+  return b_ns - a_ns;
 }
 
 absl::Status CpuDevice::DestroyEvent(EventId event) {

@@ -58,6 +58,7 @@ class CpuDevice final : public Device {
   absl::Status WaitEvent(EventId event) override;
   absl::StatusOr<bool> QueryEvent(EventId event) override;
   absl::Status DestroyEvent(EventId event) override;
+  absl::StatusOr<int64_t> EventElapsedNs(EventId start, EventId end) override;
 
   bool SupportsOp(absl::string_view op_name) const override;
   absl::Status RunOp(const OpLaunch& launch, StreamId stream) override;

@@ -58,6 +58,9 @@ class ForwardingDevice final : public Device {
   absl::Status WaitEvent(EventId event) override { return inner_->WaitEvent(event); }
   absl::StatusOr<bool> QueryEvent(EventId event) override { return inner_->QueryEvent(event); }
   absl::Status DestroyEvent(EventId event) override { return inner_->DestroyEvent(event); }
+  absl::StatusOr<int64_t> EventElapsedNs(EventId start, EventId end) override {
+    return inner_->EventElapsedNs(start, end);
+  }
   bool SupportsOp(absl::string_view op_name) const override { return inner_->SupportsOp(op_name); }
   absl::Status RunOp(const OpLaunch& launch, StreamId stream) override {
     if (before_run_op) before_run_op(launch);

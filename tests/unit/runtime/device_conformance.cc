@@ -358,6 +358,33 @@ TEST_P(DeviceConformanceTest, UnknownOrDestroyedEventsAreNotFound) {
   EXPECT_THAT(device().DestroyEvent(event), StatusIs(kNotFound));
 }
 
+TEST_P(DeviceConformanceTest, EventElapsedTimeMeasuresTheWorkBetweenTwoEvents) {
+  constexpr int64_t kBytes = 16 << 20;
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId a, Allocate(kBytes));
+  const std::vector<uint8_t> x = Pattern(kBytes, 3);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId start, device().RecordEvent(stream()));
+  for (int i = 0; i < 4; ++i) {
+    GPUKIT_ASSERT_OK(device().CopyHostToDevice(a, 0, x.data(), kBytes, stream()));
+  }
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId end, device().RecordEvent(stream()));
+  GPUKIT_ASSERT_OK(device().WaitEvent(end));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(int64_t elapsed_ns, device().EventElapsedNs(start, end));
+  // 64 MiB of copies cannot take zero time, nor more than a generous minute.
+  EXPECT_GT(elapsed_ns, 0);
+  EXPECT_LT(elapsed_ns, int64_t{60'000'000'000});
+  EXPECT_THAT(device().EventElapsedNs(start, start), IsOkAndHolds(0));
+  EXPECT_THAT(device().EventElapsedNs(end, start),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId other, device().CreateStream(StreamPriority::kNormal));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId elsewhere, device().RecordEvent(other));
+  GPUKIT_ASSERT_OK(device().WaitEvent(elsewhere));
+  EXPECT_THAT(device().EventElapsedNs(start, elsewhere),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(device().EventElapsedNs(start, EventId{0}), StatusIs(kNotFound));
+  for (EventId e : {start, end, elsewhere}) GPUKIT_EXPECT_OK(device().DestroyEvent(e));
+  GPUKIT_EXPECT_OK(device().DestroyStream(other));
+}
+
 TEST_P(DeviceConformanceTest, SynchronizeStreamWaitsForQueuedWork) {
   const std::vector<uint8_t> x = Pattern(2048, 8);
   GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId a, Allocate(2048));

@@ -1,0 +1,57 @@
+// Partition: a named slice of one device, like a Kubernetes namespace with a ResourceQuota.
+//
+// A partition has a memory quota (bytes its sessions may hold at once), a compute share
+// (the fraction of the device's time it is guaranteed when the device is contended), an
+// optional bandwidth cap (the most device time it may take even when the device is idle),
+// queue limits and a session limit. Partitions of one device may not promise more than the
+// device has: their memory quotas and compute shares each sum to at most the device.
+//
+//   PartitionSpec spec{.name = "inference", .device_index = 0,
+//                      .memory_quota_bytes = 8LL << 30, .compute_share = 0.5};
+//   GPUKIT_RETURN_IF_ERROR(ValidatePartitionSpec(spec));
+//   Decision d = AdmitPartition(spec, others_on_device0, device0_memory_bytes);
+//
+// Thread safety: pure functions over values.
+#ifndef GPUKIT_DAEMON_SCHEDULER_PARTITION_H_
+#define GPUKIT_DAEMON_SCHEDULER_PARTITION_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "daemon/scheduler/admission.h"
+#include "daemon/scheduler/qos.h"
+
+namespace gpukit {
+
+inline constexpr absl::string_view kDefaultPartition = "default";
+
+struct PartitionSpec {
+  std::string name;  // 1-63 of [A-Za-z0-9._-]
+  int device_index = 0;
+  int64_t memory_quota_bytes = 0;  // > 0
+  double compute_share = 0;        // (0, 1]
+  double bandwidth_cap = 0;        // 0: none; else in [compute_share, 1]
+  int max_queued_tasks = 1024;     // tasks waiting at once; further submits get QUEUE_FULL
+  int max_running_tasks = 64;      // tasks admitted or running at once
+  int max_sessions = 0;            // 0: only the daemon's max_sessions applies
+  // Reclaimed arrays of this partition's sessions go to host memory and come back on next
+  // use; without it, memory pressure refuses allocations instead.
+  bool spill = false;
+  // Requests and limits of sessions that open without any.
+  ResourceSpec session_defaults;
+};
+
+// INVALID_ARGUMENT naming the field and value.
+absl::Status ValidatePartitionSpec(const PartitionSpec& spec);
+
+// Whether `spec` fits on its device beside `others` (the device's other partitions, not
+// including an older version of `spec`): quotas and shares each sum to at most the device.
+// Refused with kDeviceOvercommitted, naming what is left.
+Decision AdmitPartition(const PartitionSpec& spec, absl::Span<const PartitionSpec> others,
+                        int64_t device_memory_bytes);
+
+}  // namespace gpukit
+
+#endif  // GPUKIT_DAEMON_SCHEDULER_PARTITION_H_

@@ -1,0 +1,651 @@
+#include "daemon/scheduler/scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "runtime/base/status_macros.h"
+#include "absl/strings/str_join.h"
+#include "daemon/scheduler/task_queue.h"
+#include "daemon/scheduler/token_bucket.h"
+
+namespace gpukit {
+
+// A session as the scheduler accounts for it. Reached through its ticket only.
+struct SessionAccount {
+  std::string id;
+  std::shared_ptr<PartitionState> partition;
+  int device_index = 0;
+  QosClass qos = QosClass::kBestEffort;
+  ResourceSpec resources;
+  // Guarded by the scheduler's mutex.
+  int64_t used_bytes = 0;
+  bool ended = false;
+};
+
+struct Task {
+  TaskInfo info;
+  QueueKey key;
+  std::shared_ptr<PartitionState> partition;
+  SessionTicket session;
+};
+
+struct PartitionState {
+  PartitionState(const PartitionSpec& s, absl::Duration burst, absl::Time now)
+      : spec(s), share(s.compute_share, burst, now), cap(CapRate(s), burst, now) {}
+  static double CapRate(const PartitionSpec& s) {
+    return s.bandwidth_cap > 0 ? s.bandwidth_cap : 1.0;
+  }
+
+  PartitionSpec spec;
+  bool deleted = false;
+  absl::flat_hash_set<std::string> sessions;
+  int64_t memory_used_bytes = 0;
+  int64_t memory_requested_bytes = 0;
+  double compute_requested = 0;
+  TaskQueue queue;
+  int running = 0;  // admitted or running
+  TokenBucket share;
+  TokenBucket cap;  // rate 1 (never binding) without a bandwidth cap
+  int64_t admitted_total = 0;
+  int64_t succeeded_total = 0;
+  int64_t failed_total = 0;
+  absl::Duration device_time_total;
+  std::array<int64_t, kRejectReasonCount> rejected{};
+};
+
+namespace {
+
+absl::Status UnknownPartition(absl::string_view name) {
+  return absl::NotFoundError(absl::StrCat("partition \"", absl::CHexEscape(name.substr(0, 80)),
+                                          "\" does not exist"));
+}
+
+absl::Status SessionEnded(const SessionAccount& account) {
+  return absl::NotFoundError(absl::StrCat("session ", account.id, " has ended"));
+}
+
+constexpr int kMaxPriority = 100;
+// How often AwaitAdmission looks at its `cancelled` callback while it waits.
+constexpr absl::Duration kCancelPollInterval = absl::Milliseconds(5);
+
+}  // namespace
+
+// ---- MemoryReservation ---------------------------------------------------------------
+
+MemoryReservation::MemoryReservation(Scheduler* scheduler, SessionTicket account, int64_t bytes)
+    : scheduler_(scheduler), account_(std::move(account)), bytes_(bytes) {}
+
+MemoryReservation::MemoryReservation(MemoryReservation&& other) noexcept
+    : scheduler_(std::exchange(other.scheduler_, nullptr)),
+      account_(std::move(other.account_)),
+      bytes_(std::exchange(other.bytes_, 0)) {}
+
+MemoryReservation& MemoryReservation::operator=(MemoryReservation&& other) noexcept {
+  if (this != &other) {
+    Release();
+    scheduler_ = std::exchange(other.scheduler_, nullptr);
+    account_ = std::move(other.account_);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+void MemoryReservation::Release() {
+  if (scheduler_ != nullptr) scheduler_->ReturnMemory(*account_, bytes_);
+  scheduler_ = nullptr;
+  account_.reset();
+  bytes_ = 0;
+}
+
+void Scheduler::ReturnMemory(SessionAccount& account, int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  account.used_bytes -= bytes;
+  account.partition->memory_used_bytes -= bytes;
+  devices_[account.device_index].used_bytes -= bytes;
+}
+
+// ---- Construction and partitions -----------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
+    const Clock& clock, std::vector<DeviceCapacity> devices,
+    const std::vector<PartitionSpec>& partitions, const SchedulerOptions& options) {
+  if (devices.empty()) return absl::InvalidArgumentError("the scheduler needs a device");
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (devices[i].index != static_cast<int>(i)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("devices[", i, "].index = ", devices[i].index, " must be ", i));
+    }
+  }
+  if (options.pacing_burst <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("pacing burst must be > 0");
+  }
+  if (options.task_history < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("task history = ", options.task_history, " must be >= 0"));
+  }
+  std::unique_ptr<Scheduler> scheduler(new Scheduler(clock, std::move(devices), options));
+  for (const PartitionSpec& spec : partitions) {
+    GPUKIT_RETURN_IF_ERROR(scheduler->CreatePartition(spec));
+  }
+  return scheduler;
+}
+
+Scheduler::Scheduler(const Clock& clock, std::vector<DeviceCapacity> devices,
+                     const SchedulerOptions& options)
+    : clock_(clock), options_(options) {
+  for (const DeviceCapacity& d : devices) devices_.push_back({d.memory_bytes, 0, 0});
+}
+
+Scheduler::~Scheduler() = default;
+
+absl::Status Scheduler::CheckDeviceLocked(int device_index) const {
+  if (device_index < 0 || device_index >= static_cast<int>(devices_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("device ", device_index,
+                                                   " does not exist; the daemon has ",
+                                                   devices_.size(), " device(s)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PartitionState*> Scheduler::FindPartitionLocked(
+    absl::string_view name) const {
+  auto it = partitions_.find(name);
+  if (it == partitions_.end()) return UnknownPartition(name);
+  return it->second.get();
+}
+
+std::vector<PartitionSpec> Scheduler::OtherSpecsLocked(absl::string_view except) const {
+  std::vector<PartitionSpec> specs;
+  for (const auto& [name, p] : partitions_) {
+    if (name != except) specs.push_back(p->spec);
+  }
+  return specs;
+}
+
+absl::Status Scheduler::CreatePartition(const PartitionSpec& spec) {
+  GPUKIT_RETURN_IF_ERROR(ValidatePartitionSpec(spec));
+  absl::MutexLock lock(&mu_);
+  GPUKIT_RETURN_IF_ERROR(CheckDeviceLocked(spec.device_index));
+  if (partitions_.contains(spec.name)) {
+    return absl::AlreadyExistsError(absl::StrCat("partition \"", spec.name, "\" already exists"));
+  }
+  const Decision fits = AdmitPartition(spec, OtherSpecsLocked(spec.name),
+                                       devices_[spec.device_index].capacity_bytes);
+  if (!fits.admitted) return fits.ToStatus();
+  partitions_.emplace(spec.name, std::make_shared<PartitionState>(spec, options_.pacing_burst,
+                                                                  clock_.Now()));
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::UpdatePartition(const PartitionSpec& spec) {
+  GPUKIT_RETURN_IF_ERROR(ValidatePartitionSpec(spec));
+  absl::MutexLock lock(&mu_);
+  GPUKIT_ASSIGN_OR_RETURN(PartitionState * p, FindPartitionLocked(spec.name));
+  if (spec.device_index != p->spec.device_index) {
+    return absl::InvalidArgumentError(absl::StrCat("partition \"", spec.name, "\" is on device ",
+                                                   p->spec.device_index,
+                                                   "; a partition cannot move to another device"));
+  }
+  const Decision fits = AdmitPartition(spec, OtherSpecsLocked(spec.name),
+                                       devices_[spec.device_index].capacity_bytes);
+  if (!fits.admitted) return fits.ToStatus();
+  const absl::Time now = clock_.Now();
+  p->spec = spec;
+  p->share.SetRate(spec.compute_share, now);
+  p->cap.SetRate(PartitionState::CapRate(spec), now);
+  PumpLocked(now);  // a raised limit may let waiting tasks go
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> Scheduler::DeletePartition(absl::string_view name,
+                                                                    bool force) {
+  absl::MutexLock lock(&mu_);
+  auto it = partitions_.find(name);
+  if (it == partitions_.end()) return UnknownPartition(name);
+  PartitionState& p = *it->second;
+  std::vector<std::string> sessions(p.sessions.begin(), p.sessions.end());
+  std::sort(sessions.begin(), sessions.end());
+  if (!sessions.empty() && !force) {
+    return WithReason(
+        absl::FailedPreconditionError(absl::StrCat(
+            "partition \"", name, "\" has ", sessions.size(),
+            " open session(s); close them first or delete with force, which closes them")),
+        RejectReason::kPartitionBusy);
+  }
+  p.deleted = true;
+  partitions_.erase(it);
+  return sessions;
+}
+
+std::vector<PartitionStatus> Scheduler::ListPartitions() const {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_.Now();
+  std::vector<PartitionStatus> list;
+  for (const auto& [name, p] : partitions_) {
+    PartitionStatus s;
+    s.spec = p->spec;
+    s.sessions = static_cast<int>(p->sessions.size());
+    s.memory_used_bytes = p->memory_used_bytes;
+    s.memory_requested_bytes = p->memory_requested_bytes;
+    s.compute_requested = p->compute_requested;
+    s.queued = p->queue.size();
+    s.running = p->running;
+    s.admitted_total = p->admitted_total;
+    s.succeeded_total = p->succeeded_total;
+    s.failed_total = p->failed_total;
+    s.device_time_total = p->device_time_total;
+    s.rejected = p->rejected;
+    s.pacing_balance = absl::Nanoseconds(p->share.BalanceNs(now));
+    list.push_back(std::move(s));
+  }
+  std::sort(list.begin(), list.end(), [](const PartitionStatus& a, const PartitionStatus& b) {
+    if (a.spec.device_index != b.spec.device_index) {
+      return a.spec.device_index < b.spec.device_index;
+    }
+    return a.spec.name < b.spec.name;
+  });
+  return list;
+}
+
+absl::StatusOr<PartitionSpec> Scheduler::GetPartition(absl::string_view name) const {
+  absl::MutexLock lock(&mu_);
+  GPUKIT_ASSIGN_OR_RETURN(PartitionState * p, FindPartitionLocked(name));
+  return p->spec;
+}
+
+void Scheduler::CountLocked(PartitionState& p, RejectReason reason) {
+  ++p.rejected[static_cast<int>(reason)];
+}
+
+// ---- Sessions ------------------------------------------------------------------------
+
+absl::StatusOr<SessionAdmission> Scheduler::AdmitSession(absl::string_view session_id,
+                                                         absl::string_view partition,
+                                                         const ResourceSpec& requested) {
+  GPUKIT_RETURN_IF_ERROR(ValidateResourceSpec(requested));
+  absl::MutexLock lock(&mu_);
+  const absl::string_view name = partition.empty() ? kDefaultPartition : partition;
+  auto it = partitions_.find(name);
+  if (it == partitions_.end()) {
+    std::vector<std::string> names;
+    for (const auto& [n, p] : partitions_) names.push_back(n);
+    std::sort(names.begin(), names.end());
+    return absl::NotFoundError(absl::StrCat("partition \"", absl::CHexEscape(name.substr(0, 80)),
+                                            "\" does not exist; the daemon has: ",
+                                            absl::StrJoin(names, ", ")));
+  }
+  PartitionState& p = *it->second;
+  const ResourceSpec resources =
+      WithDefaultedRequests(requested.empty() ? p.spec.session_defaults : requested);
+  SessionSnapshot snapshot;
+  snapshot.daemon_sessions = sessions_;
+  snapshot.max_sessions = options_.limits.max_sessions;
+  snapshot.partition_sessions = static_cast<int>(p.sessions.size());
+  snapshot.partition_max_sessions = p.spec.max_sessions;
+  snapshot.resources = resources;
+  snapshot.partition_memory_requested_bytes = p.memory_requested_bytes;
+  snapshot.partition_memory_quota_bytes = p.spec.memory_quota_bytes;
+  snapshot.partition_compute_requested = p.compute_requested;
+  snapshot.partition_compute_share = p.spec.compute_share;
+  const Decision decision = ::gpukit::AdmitSession(snapshot);
+  if (!decision.admitted) {
+    CountLocked(p, decision.reason);
+    return decision.ToStatus();
+  }
+  auto account = std::make_shared<SessionAccount>();
+  account->id = std::string(session_id);
+  account->partition = it->second;
+  account->device_index = p.spec.device_index;
+  account->qos = DeriveQos(resources);
+  account->resources = resources;
+  p.sessions.insert(account->id);
+  p.memory_requested_bytes += resources.memory_request_bytes.value_or(0);
+  p.compute_requested += resources.compute_request.value_or(0);
+  ++sessions_;
+  return SessionAdmission{account, p.spec.name, p.spec.device_index, account->qos, resources};
+}
+
+void Scheduler::EndSession(const SessionTicket& ticket) {
+  absl::MutexLock lock(&mu_);
+  if (ticket->ended) return;
+  ticket->ended = true;
+  --sessions_;
+  PartitionState& p = *ticket->partition;
+  p.sessions.erase(ticket->id);
+  p.memory_requested_bytes -= ticket->resources.memory_request_bytes.value_or(0);
+  p.compute_requested -= ticket->resources.compute_request.value_or(0);
+  if (p.sessions.empty()) p.compute_requested = 0;  // no floating-point residue
+  const absl::Time now = clock_.Now();
+  std::vector<TaskRef> waiting;
+  for (const auto& [id, task] : live_) {
+    if (task->session == ticket && (task->info.state == TaskState::kQueued ||
+                                    task->info.state == TaskState::kAdmitted)) {
+      waiting.push_back(task);
+    }
+  }
+  for (const TaskRef& task : waiting) {
+    EndTaskLocked(*task, TaskState::kCancelled, now, "the session ended");
+  }
+  PumpLocked(now);
+}
+
+SessionUsage Scheduler::Usage(const SessionTicket& ticket) const {
+  absl::MutexLock lock(&mu_);
+  return {ticket->partition->spec.name, ticket->qos, ticket->resources, ticket->used_bytes,
+          ticket->ended};
+}
+
+bool Scheduler::SpillEnabled(absl::string_view partition) const {
+  absl::MutexLock lock(&mu_);
+  auto it = partitions_.find(partition);
+  return it != partitions_.end() && it->second->spec.spill;
+}
+
+int Scheduler::session_count() const {
+  absl::MutexLock lock(&mu_);
+  return sessions_;
+}
+
+// ---- Memory --------------------------------------------------------------------------
+
+absl::StatusOr<MemoryReservation> Scheduler::ReserveMemory(const SessionTicket& ticket,
+                                                           int64_t bytes, ReclaimPlan* plan) {
+  if (bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("reservation of ", bytes, " bytes"));
+  }
+  absl::MutexLock lock(&mu_);
+  SessionAccount& account = *ticket;
+  if (account.ended) return SessionEnded(account);
+  PartitionState& p = *account.partition;
+  DeviceState& device = devices_[account.device_index];
+  AllocationSnapshot s;
+  s.bytes = bytes;
+  s.max_array_bytes = options_.limits.max_array_bytes;
+  s.session_used_bytes = account.used_bytes;
+  s.session_limit_bytes = account.resources.memory_limit_bytes;
+  s.partition_used_bytes = p.memory_used_bytes;
+  s.partition_quota_bytes = p.spec.memory_quota_bytes;
+  s.device_used_bytes = device.used_bytes;
+  s.device_capacity_bytes = device.capacity_bytes;
+  const AllocationDecision d = AdmitAllocation(s);
+  if (!d.decision.admitted) {
+    CountLocked(p, d.decision.reason);
+    if (plan != nullptr && d.shortfall_bytes > 0) {
+      const int64_t request = account.resources.memory_request_bytes.value_or(0);
+      *plan = ReclaimPlan{account.device_index,
+                          d.shortfall_is_device_wide ? std::string() : p.spec.name,
+                          d.shortfall_bytes,
+                          Requester{account.qos, account.used_bytes + bytes <= request}};
+    }
+    return d.decision.ToStatus();
+  }
+  account.used_bytes += bytes;
+  p.memory_used_bytes += bytes;
+  device.used_bytes += bytes;
+  return MemoryReservation(this, ticket, bytes);
+}
+
+int64_t Scheduler::device_memory_used(int device_index) const {
+  absl::MutexLock lock(&mu_);
+  return devices_.at(device_index).used_bytes;
+}
+
+// ---- Tasks ---------------------------------------------------------------------------
+
+absl::StatusOr<TaskRef> Scheduler::Submit(const SessionTicket& ticket,
+                                          const TaskRequest& request) {
+  absl::MutexLock lock(&mu_);
+  if (ticket->ended) return SessionEnded(*ticket);
+  PartitionState& p = *ticket->partition;
+  const absl::Time now = clock_.Now();
+  const Decision decision = AdmitTask(p.queue.size(), p.spec.max_queued_tasks, p.spec.name);
+  if (!decision.admitted) {
+    CountLocked(p, decision.reason);
+    return decision.ToStatus();
+  }
+  auto task = std::make_shared<Task>();
+  task->partition = ticket->partition;
+  task->session = ticket;
+  TaskInfo& info = task->info;
+  info.id = next_task_id_++;
+  info.session_id = ticket->id;
+  info.partition = p.spec.name;
+  info.qos = ticket->qos;
+  info.kind = request.kind;
+  info.name = request.name;
+  info.priority = std::clamp(request.priority, -kMaxPriority, kMaxPriority);
+  info.submitted = now;
+  info.deadline = request.deadline;
+  info.state = TaskState::kQueued;
+  task->key = {info.qos, info.priority, info.id};
+  p.queue.Push(task->key, info.id);
+  if (info.qos == QosClass::kGuaranteed) ++devices_[ticket->device_index].guaranteed_active;
+  if (info.deadline != absl::InfiniteFuture()) deadlines_.insert({info.deadline, info.id});
+  live_.emplace(info.id, task);
+  PumpLocked(now);
+  return task;
+}
+
+absl::Time Scheduler::Pump() {
+  absl::MutexLock lock(&mu_);
+  return PumpLocked(clock_.Now());
+}
+
+bool Scheduler::OthersWaitingLocked(const PartitionState& p) const {
+  for (const auto& [name, other] : partitions_) {
+    if (other.get() != &p && other->spec.device_index == p.spec.device_index &&
+        !other->queue.empty()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+absl::Time Scheduler::PumpLocked(absl::Time now) {
+  // Expire what waited past its deadline, wherever it is in its queue.
+  while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+    const uint64_t id = deadlines_.begin()->second;
+    deadlines_.erase(deadlines_.begin());
+    auto it = live_.find(id);
+    if (it != live_.end() && it->second->info.state == TaskState::kQueued) {
+      EndTaskLocked(*it->second, TaskState::kExpired, now,
+                    "its deadline passed while it waited in the queue");
+    }
+  }
+  absl::Time next = deadlines_.empty() ? absl::InfiniteFuture() : deadlines_.begin()->first;
+  for (const auto& [name, holder] : partitions_) {
+    PartitionState& p = *holder;
+    while (!p.queue.empty() && p.running < p.spec.max_running_tasks) {
+      const TaskQueue::Entry& head = p.queue.front();
+      if (head.key.qos == QosClass::kBestEffort &&
+          devices_[p.spec.device_index].guaranteed_active > 0) {
+        break;  // gated until Guaranteed work is done; Finish pumps again
+      }
+      if (!p.cap.Ready(now)) {
+        next = std::min(next, p.cap.ReadyAt(now));
+        break;
+      }
+      if (!p.share.Ready(now) && OthersWaitingLocked(p)) {
+        next = std::min(next, p.share.ReadyAt(now));
+        break;
+      }
+      Task& task = *live_.at(p.queue.Pop().task_id);
+      task.info.state = TaskState::kAdmitted;
+      task.info.admitted = now;
+      if (task.info.deadline != absl::InfiniteFuture()) {
+        deadlines_.erase({task.info.deadline, task.info.id});
+      }
+      ++p.running;
+      ++p.admitted_total;
+    }
+  }
+  return next;
+}
+
+void Scheduler::EndTaskLocked(Task& task, TaskState state, absl::Time now,
+                              absl::string_view error) {
+  PartitionState& p = *task.partition;
+  const TaskState was = task.info.state;
+  if (was == TaskState::kQueued) {
+    p.queue.Remove(task.key);
+    if (task.info.deadline != absl::InfiniteFuture()) {
+      deadlines_.erase({task.info.deadline, task.info.id});
+    }
+  } else if (was == TaskState::kAdmitted || was == TaskState::kRunning) {
+    --p.running;
+  }
+  if (task.info.qos == QosClass::kGuaranteed) {
+    --devices_[task.session->device_index].guaranteed_active;
+  }
+  task.info.state = state;
+  task.info.finished = now;
+  task.info.error = std::string(error);
+  switch (state) {
+    case TaskState::kSucceeded:
+      ++p.succeeded_total;
+      break;
+    case TaskState::kFailed:
+      ++p.failed_total;
+      break;
+    case TaskState::kCancelled:
+      CountLocked(p, RejectReason::kCancelled);
+      break;
+    case TaskState::kExpired:
+      CountLocked(p, RejectReason::kDeadlineExceeded);
+      break;
+    default:
+      break;
+  }
+  if (options_.task_history > 0) {
+    if (static_cast<int>(history_.size()) >= options_.task_history) history_.pop_front();
+    history_.push_back(task.info);
+  }
+  live_.erase(task.info.id);
+}
+
+absl::Status Scheduler::AwaitAdmission(const TaskRef& task,
+                                       const std::function<bool()>& cancelled) {
+  auto not_queued = [](Task* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return t->info.state != TaskState::kQueued;
+  };
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    switch (task->info.state) {
+      case TaskState::kAdmitted:
+      case TaskState::kRunning:
+        return absl::OkStatus();
+      case TaskState::kCancelled:
+        return WithReason(absl::CancelledError(absl::StrCat("task ", task->info.id,
+                                                            " was cancelled: ", task->info.error)),
+                          RejectReason::kCancelled);
+      case TaskState::kExpired:
+        return WithReason(
+            absl::DeadlineExceededError(absl::StrCat(
+                "task ", task->info.id, " waited ",
+                absl::FormatDuration(task->info.finished - task->info.submitted),
+                " in the queue of partition \"", task->info.partition,
+                "\" and its deadline passed")),
+            RejectReason::kDeadlineExceeded);
+      case TaskState::kQueued:
+        break;
+      default:  // Succeeded or Failed: only reachable if the caller finished it already
+        return absl::FailedPreconditionError(
+            absl::StrCat("task ", task->info.id, " has already ended"));
+    }
+    if (cancelled()) {
+      EndTaskLocked(*task, TaskState::kCancelled, clock_.Now(), "its client cancelled it");
+      PumpLocked(clock_.Now());
+      continue;
+    }
+    const absl::Time now = clock_.Now();
+    const absl::Time next = PumpLocked(now);
+    if (task->info.state != TaskState::kQueued) continue;
+    const absl::Duration wait = std::min(std::max(next - now, absl::Microseconds(50)),
+                                         kCancelPollInterval);
+    mu_.AwaitWithTimeout(absl::Condition(+not_queued, task.get()), wait);
+  }
+}
+
+absl::Status Scheduler::Start(const TaskRef& task) {
+  absl::MutexLock lock(&mu_);
+  if (task->info.state != TaskState::kAdmitted) {
+    return absl::CancelledError(absl::StrCat("task ", task->info.id, " is ",
+                                             TaskStateName(task->info.state), ", not Admitted"));
+  }
+  task->info.state = TaskState::kRunning;
+  task->info.started = clock_.Now();
+  return absl::OkStatus();
+}
+
+void Scheduler::Finish(const TaskRef& task, const absl::Status& result,
+                       absl::Duration device_time) {
+  absl::MutexLock lock(&mu_);
+  const TaskState state = task->info.state;
+  if (state != TaskState::kAdmitted && state != TaskState::kRunning) return;
+  PartitionState& p = *task->partition;
+  p.share.Charge(device_time);
+  p.cap.Charge(device_time);
+  p.device_time_total += device_time;
+  task->info.device_time = device_time;
+  const absl::Time now = clock_.Now();
+  EndTaskLocked(*task, result.ok() ? TaskState::kSucceeded : TaskState::kFailed, now,
+                result.ok() ? absl::string_view() : result.message());
+  PumpLocked(now);
+}
+
+absl::Status Scheduler::Cancel(uint64_t task_id, absl::string_view why) {
+  absl::MutexLock lock(&mu_);
+  auto it = live_.find(task_id);
+  if (it == live_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("task ", task_id, " is not waiting or running (unknown or finished)"));
+  }
+  TaskRef task = it->second;
+  if (task->info.state == TaskState::kRunning) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "task ", task_id, " is running; work on the device cannot be stopped midway"));
+  }
+  const absl::Time now = clock_.Now();
+  EndTaskLocked(*task, TaskState::kCancelled, now, why);
+  PumpLocked(now);
+  return absl::OkStatus();
+}
+
+TaskState Scheduler::StateOf(const TaskRef& task) const {
+  absl::MutexLock lock(&mu_);
+  return task->info.state;
+}
+
+uint64_t Scheduler::IdOf(const TaskRef& task) const {
+  absl::MutexLock lock(&mu_);
+  return task->info.id;
+}
+
+std::vector<TaskInfo> Scheduler::ListTasks(const TaskFilter& filter) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<TaskInfo> list;
+  auto wanted = [&](const TaskInfo& info) {
+    return (!filter.partition || info.partition == *filter.partition) &&
+           (!filter.state || info.state == *filter.state);
+  };
+  auto full = [&] { return filter.limit > 0 && static_cast<int>(list.size()) >= filter.limit; };
+  std::vector<const TaskInfo*> live;
+  for (const auto& [id, task] : live_) {
+    if (wanted(task->info)) live.push_back(&task->info);
+  }
+  std::sort(live.begin(), live.end(),
+            [](const TaskInfo* a, const TaskInfo* b) { return a->id < b->id; });
+  for (const TaskInfo* info : live) {
+    if (full()) return list;
+    list.push_back(*info);
+  }
+  for (auto it = history_.rbegin(); it != history_.rend() && !full(); ++it) {
+    if (wanted(*it)) list.push_back(*it);
+  }
+  return list;
+}
+
+}  // namespace gpukit

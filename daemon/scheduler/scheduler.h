@@ -1,0 +1,269 @@
+// Scheduler: partitions, session admission, memory accounting, task queues and pacing; the
+// one place where gpukitd decides who may use a device, how much and when.
+//
+// Everything is enforced, not advisory: a session is admitted against its partition's
+// quota; every allocation holds a MemoryReservation counted against its session's limit,
+// its partition's quota and its device until it is released; every task (op, kernel
+// launch, transfer) waits in its partition's queue until the partition has a free running
+// slot and pacing lets it go.
+//
+// Pacing works in device time. Each partition has a token bucket filled at its compute
+// share and, if it has one, a second filled at its bandwidth cap. A partition whose cap
+// bucket is empty waits. A partition whose share bucket is empty waits only while another
+// partition of the device has tasks waiting, so an idle device is not left idle (shares
+// are guarantees under contention, the cap is a hard limit). BestEffort tasks wait while
+// Guaranteed tasks are queued or running on the same device. Finished tasks are charged the
+// device time the caller measured (CUDA events on a GPU, the simulated clock on the CPU
+// backend), so the scheduler itself needs no device.
+//
+//   GPUKIT_ASSIGN_OR_RETURN(auto scheduler, Scheduler::Create(clock, devices, partitions, {}));
+//   GPUKIT_ASSIGN_OR_RETURN(SessionAdmission s, scheduler->AdmitSession("s-1", "default", {}));
+//   GPUKIT_ASSIGN_OR_RETURN(MemoryReservation r, scheduler->ReserveMemory(s.ticket, 4096));
+//   GPUKIT_ASSIGN_OR_RETURN(TaskRef t, scheduler->Submit(s.ticket, {.name = "add"}));
+//   GPUKIT_RETURN_IF_ERROR(scheduler->AwaitAdmission(t, [] { return false; }));
+//   GPUKIT_RETURN_IF_ERROR(scheduler->Start(t));
+//   ... run on the device, measure device_time ...
+//   scheduler->Finish(t, status, device_time);
+//
+// Tests drive it without threads: Submit, Pump (admits what may run and expires what is
+// overdue at the fake clock's time), Start, Finish, Cancel.
+//
+// Thread safety: thread-safe; one mutex guards all state. It owns no threads: callers that
+// wait do so in AwaitAdmission. MemoryReservation and TaskRef may be dropped on any thread
+// but must not outlive the scheduler.
+#ifndef GPUKIT_DAEMON_SCHEDULER_SCHEDULER_H_
+#define GPUKIT_DAEMON_SCHEDULER_SCHEDULER_H_
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/scheduler/admission.h"
+#include "daemon/scheduler/clock.h"
+#include "daemon/scheduler/partition.h"
+#include "daemon/scheduler/qos.h"
+#include "daemon/scheduler/reclaim.h"
+#include "daemon/scheduler/task.h"
+
+namespace gpukit {
+
+struct SchedulerOptions {
+  AdmissionLimits limits;
+  // Device time a partition may run ahead of its rate before pacing holds it back.
+  absl::Duration pacing_burst = absl::Milliseconds(20);
+  // Finished tasks kept for inspection (gpukitctl tasks), newest last; older ones drop.
+  int task_history = 1000;
+};
+
+struct DeviceCapacity {
+  int index = 0;
+  int64_t memory_bytes = 0;
+};
+
+class Scheduler;
+struct SessionAccount;
+struct PartitionState;
+struct Task;
+using SessionTicket = std::shared_ptr<SessionAccount>;
+using TaskRef = std::shared_ptr<Task>;
+
+struct SessionAdmission {
+  SessionTicket ticket;
+  std::string partition;
+  int device_index = 0;
+  QosClass qos = QosClass::kBestEffort;
+  ResourceSpec resources;  // requests defaulted from limits
+};
+
+// Bytes counted against a session, its partition and its device until released (or
+// destroyed). Move-only.
+class MemoryReservation {
+ public:
+  MemoryReservation() = default;
+  MemoryReservation(MemoryReservation&& other) noexcept;
+  MemoryReservation& operator=(MemoryReservation&& other) noexcept;
+  MemoryReservation(const MemoryReservation&) = delete;
+  MemoryReservation& operator=(const MemoryReservation&) = delete;
+  ~MemoryReservation() { Release(); }
+
+  int64_t bytes() const { return bytes_; }
+  // Returns the bytes now; later calls do nothing.
+  void Release();
+
+ private:
+  friend class Scheduler;
+  MemoryReservation(Scheduler* scheduler, SessionTicket account, int64_t bytes);
+  Scheduler* scheduler_ = nullptr;
+  SessionTicket account_;
+  int64_t bytes_ = 0;
+};
+
+// What ReserveMemory could not fit, for the caller to reclaim and try again.
+struct ReclaimPlan {
+  int device_index = 0;
+  // Victims must come from this partition; empty: from any partition of the device.
+  std::string partition;
+  int64_t shortfall_bytes = 0;
+  Requester requester;
+};
+
+struct SessionUsage {
+  std::string partition;
+  QosClass qos = QosClass::kBestEffort;
+  ResourceSpec resources;
+  int64_t memory_used_bytes = 0;
+  bool ended = false;
+};
+
+struct PartitionStatus {
+  PartitionSpec spec;
+  int sessions = 0;
+  int64_t memory_used_bytes = 0;
+  int64_t memory_requested_bytes = 0;  // sum of its sessions' requests
+  double compute_requested = 0;
+  int queued = 0;
+  int running = 0;  // admitted or running
+  int64_t admitted_total = 0;
+  int64_t succeeded_total = 0;
+  int64_t failed_total = 0;
+  absl::Duration device_time_total;
+  // Refusals and ends by reason (QUEUE_FULL, DEADLINE_EXCEEDED, CANCELLED, quota ...),
+  // indexed by RejectReason.
+  std::array<int64_t, kRejectReasonCount> rejected{};
+  // Share bucket balance: negative while the partition is paying back device time.
+  absl::Duration pacing_balance;
+};
+
+struct TaskFilter {
+  std::optional<std::string> partition;
+  std::optional<TaskState> state;
+  int limit = 0;  // 0: all
+};
+
+class Scheduler {
+ public:
+  // `devices` lists every device; `partitions` are created in order (they must fit).
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(
+      const Clock& clock, std::vector<DeviceCapacity> devices,
+      const std::vector<PartitionSpec>& partitions, const SchedulerOptions& options);
+  ~Scheduler();
+
+  // --- Partitions ---------------------------------------------------------------------
+  // INVALID_ARGUMENT for a bad spec or device, ALREADY_EXISTS, RESOURCE_EXHAUSTED
+  // (kDeviceOvercommitted) when it does not fit beside the device's other partitions.
+  absl::Status CreatePartition(const PartitionSpec& spec);
+  // Replaces a partition's spec (not its device). A quota below current use is allowed:
+  // nothing is taken away, new allocations are refused until use falls below it.
+  absl::Status UpdatePartition(const PartitionSpec& spec);
+  // Deletes a partition. With sessions in it: FAILED_PRECONDITION (kPartitionBusy) unless
+  // `force`, in which case it returns their ids for the caller to close. NOT_FOUND.
+  absl::StatusOr<std::vector<std::string>> DeletePartition(absl::string_view name, bool force);
+  std::vector<PartitionStatus> ListPartitions() const;
+  absl::StatusOr<PartitionSpec> GetPartition(absl::string_view name) const;
+
+  // --- Sessions -----------------------------------------------------------------------
+  // Admits a session into `partition` (empty: "default") with `requested` resources (none:
+  // the partition's session defaults). NOT_FOUND for an unknown partition,
+  // INVALID_ARGUMENT for bad resources, RESOURCE_EXHAUSTED (kTooManySessions,
+  // kPartitionQuotaExceeded) when they do not fit.
+  absl::StatusOr<SessionAdmission> AdmitSession(absl::string_view session_id,
+                                                absl::string_view partition,
+                                                const ResourceSpec& requested);
+  // The session is gone: its waiting tasks are cancelled and its requests leave the
+  // partition. Its memory returns as its reservations are released.
+  void EndSession(const SessionTicket& ticket);
+  SessionUsage Usage(const SessionTicket& ticket) const;
+  bool SpillEnabled(absl::string_view partition) const;
+  int session_count() const;
+
+  // --- Memory -------------------------------------------------------------------------
+  // Reserves `bytes` for the session, or RESOURCE_EXHAUSTED with kArrayTooLarge,
+  // kSessionLimitExceeded, kPartitionQuotaExceeded or kDeviceMemoryExhausted. When the
+  // refusal is the partition's or the device's and spilling could help, `*plan` (if given)
+  // says how much to reclaim and from where; the caller spills and calls again.
+  // NOT_FOUND after EndSession.
+  absl::StatusOr<MemoryReservation> ReserveMemory(const SessionTicket& ticket, int64_t bytes,
+                                                  ReclaimPlan* plan = nullptr);
+  int64_t device_memory_used(int device_index) const;
+
+  // --- Tasks --------------------------------------------------------------------------
+  // Queues a task (and admits it at once if it may run). RESOURCE_EXHAUSTED (kQueueFull),
+  // NOT_FOUND after EndSession.
+  absl::StatusOr<TaskRef> Submit(const SessionTicket& ticket, const TaskRequest& request);
+  // Admits every queued task that may run now and expires those past their deadline.
+  // Returns when something may change next without a call (a deadline, a bucket refilled);
+  // InfiniteFuture if nothing will.
+  absl::Time Pump();
+  // Blocks until the task is admitted (OK) or ends: CANCELLED (kCancelled) or
+  // DEADLINE_EXCEEDED (kDeadlineExceeded). `cancelled` is polled every few milliseconds,
+  // with the scheduler's lock held (so it must be cheap and must not call the scheduler);
+  // when it returns true the task is cancelled. Waits in real time: the injected clock only
+  // decides deadlines and pacing, so with a FakeClock this returns once another thread
+  // advances the clock (or the task changes state) and pumps.
+  absl::Status AwaitAdmission(const TaskRef& task, const std::function<bool()>& cancelled);
+  // Admitted -> Running. CANCELLED if the task was cancelled after admission.
+  absl::Status Start(const TaskRef& task);
+  // Admitted or Running -> Succeeded (ok) or Failed; charges `device_time` to the
+  // partition's pacing. Does nothing for a task that already ended.
+  void Finish(const TaskRef& task, const absl::Status& result, absl::Duration device_time);
+  // Cancels a waiting or admitted task. NOT_FOUND (unknown or finished),
+  // FAILED_PRECONDITION for a running task (device work cannot be stopped midway).
+  absl::Status Cancel(uint64_t task_id, absl::string_view why);
+  TaskState StateOf(const TaskRef& task) const;
+  uint64_t IdOf(const TaskRef& task) const;
+  // Live tasks first (by id), then finished ones newest first.
+  std::vector<TaskInfo> ListTasks(const TaskFilter& filter) const;
+
+ private:
+  friend class MemoryReservation;
+  struct DeviceState {
+    int64_t capacity_bytes = 0;
+    int64_t used_bytes = 0;
+    int guaranteed_active = 0;  // Guaranteed tasks queued, admitted or running
+  };
+
+  Scheduler(const Clock& clock, std::vector<DeviceCapacity> devices,
+            const SchedulerOptions& options);
+
+  absl::StatusOr<PartitionState*> FindPartitionLocked(absl::string_view name) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<PartitionSpec> OtherSpecsLocked(absl::string_view except) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckDeviceLocked(int device_index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Time PumpLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool OthersWaitingLocked(const PartitionState& p) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves a live task to a terminal state and into the history.
+  void EndTaskLocked(Task& task, TaskState state, absl::Time now, absl::string_view error)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CountLocked(PartitionState& p, RejectReason reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReturnMemory(SessionAccount& account, int64_t bytes);
+
+  const Clock& clock_;
+  const SchedulerOptions options_;
+  mutable absl::Mutex mu_;
+  std::vector<DeviceState> devices_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<PartitionState>> partitions_
+      ABSL_GUARDED_BY(mu_);
+  int sessions_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_task_id_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<uint64_t, TaskRef> live_ ABSL_GUARDED_BY(mu_);
+  std::set<std::pair<absl::Time, uint64_t>> deadlines_ ABSL_GUARDED_BY(mu_);
+  std::deque<TaskInfo> history_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace gpukit
+
+#endif  // GPUKIT_DAEMON_SCHEDULER_SCHEDULER_H_

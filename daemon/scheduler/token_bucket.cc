@@ -1,0 +1,47 @@
+#include "daemon/scheduler/token_bucket.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace gpukit {
+
+TokenBucket::TokenBucket(double rate, absl::Duration burst, absl::Time now)
+    : rate_(rate),
+      burst_ns_(absl::ToInt64Nanoseconds(burst)),
+      balance_ns_(static_cast<double>(burst_ns_)),
+      last_(now) {}
+
+void TokenBucket::Accrue(absl::Time now) {
+  if (now <= last_) return;
+  const double elapsed_ns = absl::ToDoubleNanoseconds(now - last_);
+  balance_ns_ = std::min(static_cast<double>(burst_ns_), balance_ns_ + elapsed_ns * rate_);
+  last_ = now;
+}
+
+bool TokenBucket::Ready(absl::Time now) {
+  Accrue(now);
+  return balance_ns_ > 0;
+}
+
+absl::Time TokenBucket::ReadyAt(absl::Time now) {
+  Accrue(now);
+  if (balance_ns_ > 0) return now;
+  // One nanosecond past repaying the debt, rounded up so that Ready() holds then.
+  return now + absl::Nanoseconds(static_cast<int64_t>(std::ceil(-balance_ns_ / rate_)) + 1);
+}
+
+void TokenBucket::Charge(absl::Duration device_time) {
+  balance_ns_ -= absl::ToDoubleNanoseconds(std::max(device_time, absl::ZeroDuration()));
+}
+
+void TokenBucket::SetRate(double rate, absl::Time now) {
+  Accrue(now);
+  rate_ = rate;
+}
+
+int64_t TokenBucket::BalanceNs(absl::Time now) {
+  Accrue(now);
+  return static_cast<int64_t>(balance_ns_);
+}
+
+}  // namespace gpukit
