@@ -67,6 +67,12 @@ class SessionState {
     request.mutable_client()->set_pid(getpid());
     request.mutable_client()->set_hostname(HostName());
     request.set_lease_ms(absl::ToInt64Milliseconds(options_.lease));
+    const ResourceRequirements& r = options_.resources;
+    v1::ResourceRequirements* resources = request.mutable_resources();
+    if (r.memory_request_bytes) resources->mutable_requests()->set_memory_bytes(*r.memory_request_bytes);
+    if (r.memory_limit_bytes) resources->mutable_limits()->set_memory_bytes(*r.memory_limit_bytes);
+    if (r.compute_request) resources->mutable_requests()->set_compute(*r.compute_request);
+    if (r.compute_limit) resources->mutable_limits()->set_compute(*r.compute_limit);
     v1::OpenSessionResponse response;
     grpc::ClientContext context;
     SetDeadline(context);
@@ -74,6 +80,18 @@ class SessionState {
     if (!status.ok()) return status;
     session_id_ = response.session_id();
     lease_ = absl::Milliseconds(response.lease_ms());
+    partition_ = response.partition();
+    device_index_ = response.device_index();
+    switch (response.qos_class()) {
+      case v1::QOS_CLASS_GUARANTEED:
+        qos_class_ = "Guaranteed";
+        break;
+      case v1::QOS_CLASS_BURSTABLE:
+        qos_class_ = "Burstable";
+        break;
+      default:
+        qos_class_ = "BestEffort";
+    }
     keepalive_ = std::thread([this] { KeepAliveLoop(); });
     return absl::OkStatus();
   }
@@ -115,6 +133,9 @@ class SessionState {
   const ClientOptions options_;
   std::string session_id_;
   absl::Duration lease_;
+  std::string partition_;
+  std::string qos_class_;
+  int device_index_ = 0;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::SessionService::Stub> sessions_;
   std::unique_ptr<v1::ArrayService::Stub> arrays_;
@@ -261,6 +282,9 @@ Client::~Client() { state_->Close().IgnoreError(); }
 const std::string& Client::session_id() const { return state_->session_id_; }
 absl::Duration Client::lease() const { return state_->lease_; }
 const std::string& Client::address() const { return state_->options_.address; }
+const std::string& Client::partition() const { return state_->partition_; }
+const std::string& Client::qos_class() const { return state_->qos_class_; }
+int Client::device_index() const { return state_->device_index_; }
 
 absl::Status Client::KeepAlive() { return state_->KeepAlive(); }
 absl::Status Client::Close() { return state_->Close(); }
@@ -296,7 +320,14 @@ absl::StatusOr<Array> Client::FromBytes(const void* data, int64_t bytes, std::ve
 
 absl::StatusOr<Array> Client::RunOp(absl::string_view op, const std::vector<Operand>& inputs,
                                     const Attrs& attrs) {
+  return RunOp(op, inputs, attrs, state_->options_.task);
+}
+
+absl::StatusOr<Array> Client::RunOp(absl::string_view op, const std::vector<Operand>& inputs,
+                                    const Attrs& attrs, const TaskOptions& task) {
   v1::RunOpRequest request;
+  request.mutable_task()->set_priority(task.priority);
+  request.mutable_task()->set_queue_timeout_ms(absl::ToInt64Milliseconds(task.queue_timeout));
   request.set_session_id(state_->session_id_);
   request.set_op(std::string(op));
   for (const Operand& operand : inputs) {

@@ -55,14 +55,6 @@ AllocationDecision AdmitAllocation(const AllocationSnapshot& s) {
                           FormatBytes(s.session_used_bytes + s.bytes), ", above its limits.memory = ",
                           FormatBytes(*s.session_limit_bytes))}};
   }
-  if (s.partition_used_bytes + s.bytes > s.partition_quota_bytes) {
-    return {{false, RejectReason::kPartitionQuotaExceeded,
-             absl::StrCat("array of ", FormatBytes(s.bytes), " does not fit in the partition: ",
-                          FormatBytes(s.partition_used_bytes), " of its quota of ",
-                          FormatBytes(s.partition_quota_bytes), " are in use")},
-            s.partition_used_bytes + s.bytes - s.partition_quota_bytes,
-            false};
-  }
   if (s.device_used_bytes + s.bytes > s.device_capacity_bytes) {
     return {{false, RejectReason::kDeviceMemoryExhausted,
              absl::StrCat("array of ", FormatBytes(s.bytes), " does not fit on the device: ",
@@ -70,6 +62,14 @@ AllocationDecision AdmitAllocation(const AllocationSnapshot& s) {
                           FormatBytes(s.device_capacity_bytes), " are in use")},
             s.device_used_bytes + s.bytes - s.device_capacity_bytes,
             true};
+  }
+  if (s.partition_used_bytes + s.bytes > s.partition_quota_bytes) {
+    return {{false, RejectReason::kPartitionQuotaExceeded,
+             absl::StrCat("array of ", FormatBytes(s.bytes), " does not fit in the partition: ",
+                          FormatBytes(s.partition_used_bytes), " of its quota of ",
+                          FormatBytes(s.partition_quota_bytes), " are in use")},
+            s.partition_used_bytes + s.bytes - s.partition_quota_bytes,
+            false};
   }
   return {};
 }

@@ -77,8 +77,10 @@ struct AllocationDecision {
   bool shortfall_is_device_wide = false;
 };
 
-// Checks, in order: the array size limit, the session's memory limit, the partition's
-// quota, the device's capacity.
+// Checks, in order: the array size limit, the session's memory limit, the device's
+// capacity, the partition's quota. The device comes first so that a daemon with one
+// partition over the whole device (the default) says DEVICE_MEMORY_EXHAUSTED when it is
+// full, as a user expects.
 AllocationDecision AdmitAllocation(const AllocationSnapshot& s);
 
 // A task joining a partition's queue of `queued` waiting tasks.

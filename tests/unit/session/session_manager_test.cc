@@ -1,5 +1,7 @@
-// Sessions and leases (daemon/session/session_manager.h). Time is a FakeClock; arrays are real
-// DeviceArrays on a CPU device, so freeing is checked in device memory and in the ledger.
+// Sessions and leases (daemon/session/session_manager.h). Time is a FakeClock; sessions are
+// admitted by a real Scheduler; arrays are real DeviceArrays on a CPU device with
+// reservations from a second scheduler, so freeing is checked in device memory and in the
+// scheduler's accounting.
 #include "daemon/session/session_manager.h"
 
 #include <cstdint>
@@ -13,6 +15,7 @@
 #include "absl/time/time.h"
 #include "daemon/scheduler/admission.h"
 #include "daemon/scheduler/clock.h"
+#include "daemon/scheduler/scheduler.h"
 #include "daemon/session/device_array.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -40,43 +43,70 @@ OpenSessionParams Params(std::string tenant = "team-a") {
 
 class SessionManagerTest : public ::testing::Test {
  protected:
-  SessionManagerTest() : ledger_(kDeviceBytes) {
+  SessionManagerTest() {
     CpuDeviceOptions options;
     options.memory_bytes = kDeviceBytes;
     device_ = *CpuDevice::Create(options);
     limits_.max_sessions = 4;
+    array_scheduler_ = MakeScheduler(AdmissionLimits{});
+    array_ticket_ = array_scheduler_->AdmitSession("arrays", "default", {})->ticket;
   }
 
+  std::unique_ptr<Scheduler> MakeScheduler(const AdmissionLimits& limits) {
+    SchedulerOptions options;
+    options.limits = limits;
+    PartitionSpec all{.name = "default", .memory_quota_bytes = kDeviceBytes, .compute_share = 1};
+    return *Scheduler::Create(clock_, {{0, kDeviceBytes}}, {all}, options);
+  }
+
+  // Made on first use, so a test can set limits_ first.
   SessionManager& manager() {
-    if (manager_ == nullptr) manager_ = std::make_unique<SessionManager>(clock_, options_, limits_);
+    if (manager_ == nullptr) {
+      scheduler_ = MakeScheduler(limits_);
+      manager_ = std::make_unique<SessionManager>(clock_, options_, *scheduler_);
+    }
     return *manager_;
   }
 
+  // Admits the session with the scheduler, then opens it, as the Core does.
+  absl::StatusOr<std::shared_ptr<Session>> OpenVia(const OpenSessionParams& params) {
+    SessionManager& sessions = manager();
+    const std::string id = NewOpaqueId("s-");
+    absl::StatusOr<SessionAdmission> admission =
+        scheduler_->AdmitSession(id, params.partition, params.resources);
+    if (!admission.ok()) return admission.status();
+    return sessions.Open(id, params, *std::move(admission));
+  }
+
   std::shared_ptr<Session> Open(std::string tenant = "team-a") {
-    absl::StatusOr<std::shared_ptr<Session>> session = manager().Open(Params(std::move(tenant)));
+    absl::StatusOr<std::shared_ptr<Session>> session = OpenVia(Params(std::move(tenant)));
     EXPECT_THAT(session, IsOk());
     return session.ok() ? *session : nullptr;
   }
 
-  // A DeviceArray of `bytes` on the CPU device with a reservation from the ledger.
+  // A DeviceArray of `bytes` on the CPU device with a reservation from array_scheduler_.
   std::shared_ptr<DeviceArray> MakeArray(int64_t bytes) {
-    absl::StatusOr<MemoryReservation> reservation = ledger_.Reserve(bytes, limits_, 0);
+    absl::StatusOr<MemoryReservation> reservation =
+        array_scheduler_->ReserveMemory(array_ticket_, bytes);
     EXPECT_THAT(reservation, IsOk());
     absl::StatusOr<BufferId> buffer = device_->Allocate(bytes);
     EXPECT_THAT(buffer, IsOk());
     if (!reservation.ok() || !buffer.ok()) return nullptr;
     return std::make_shared<DeviceArray>(NewOpaqueId("a-"), *device_, *buffer,
                                          TensorDesc{DType::kUInt8, {bytes}}, bytes,
-                                         *std::move(reservation));
+                                         *std::move(reservation), clock_.Now());
   }
 
   int64_t DeviceUsedBytes() const { return device_->GetMemoryInfo().used_bytes; }
+  int64_t ReservedBytes() const { return array_scheduler_->device_memory_used(0); }
 
   FakeClock clock_;
   SessionOptions options_;
   AdmissionLimits limits_;
-  MemoryLedger ledger_;
   std::unique_ptr<CpuDevice> device_;  // outlives the manager and its arrays
+  std::unique_ptr<Scheduler> array_scheduler_;
+  SessionTicket array_ticket_;
+  std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<SessionManager> manager_;
 };
 
@@ -92,7 +122,7 @@ class TenantValidationTest : public SessionManagerTest,
                              public ::testing::WithParamInterface<TenantCase> {};
 
 TEST_P(TenantValidationTest, AcceptsOnlyShortNamesOfTheAllowedCharacters) {
-  absl::StatusOr<std::shared_ptr<Session>> session = manager().Open(Params(GetParam().tenant));
+  absl::StatusOr<std::shared_ptr<Session>> session = OpenVia(Params(GetParam().tenant));
   if (GetParam().valid) {
     ASSERT_THAT(session, IsOk());
     EXPECT_EQ((*session)->tenant(), GetParam().tenant);
@@ -118,52 +148,52 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<TenantCase>& info) { return info.param.name; });
 
 TEST_F(SessionManagerTest, TenantErrorsSayWhatIsWrong) {
-  EXPECT_THAT(manager().Open(Params("")),
+  EXPECT_THAT(OpenVia(Params("")),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tenant is empty")));
-  EXPECT_THAT(manager().Open(Params(std::string(64, 'x'))),
+  EXPECT_THAT(OpenVia(Params(std::string(64, 'x'))),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("tenant is 64 characters long; at most 63")));
-  EXPECT_THAT(manager().Open(Params("a\nb")),
+  EXPECT_THAT(OpenVia(Params("a\nb")),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("tenant \"a\\nb\" may contain only letters, digits")));
 }
 
 TEST_F(SessionManagerTest, PartitionDefaultsToDefaultAndOthersDoNotExist) {
   OpenSessionParams params = Params();
-  GPUKIT_ASSERT_OK_AND_ASSIGN(std::shared_ptr<Session> unnamed, manager().Open(params));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::shared_ptr<Session> unnamed, OpenVia(params));
   EXPECT_EQ(unnamed->partition(), "default");
   params.partition = "default";
-  GPUKIT_ASSERT_OK_AND_ASSIGN(std::shared_ptr<Session> named, manager().Open(params));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::shared_ptr<Session> named, OpenVia(params));
   EXPECT_EQ(named->partition(), "default");
   params.partition = "gpu-0";
-  EXPECT_THAT(manager().Open(params), StatusIs(absl::StatusCode::kInvalidArgument,
-                                               HasSubstr("partition \"gpu-0\" does not exist")));
+  EXPECT_THAT(OpenVia(params), StatusIs(absl::StatusCode::kNotFound,
+                                        HasSubstr("partition \"gpu-0\" does not exist")));
 }
 
 TEST_F(SessionManagerTest, RejectsOverlongClientFieldsNamingTheField) {
   const std::string long_text(254, 'h');
   OpenSessionParams params = Params();
   params.client.hostname = long_text;
-  EXPECT_THAT(manager().Open(params),
+  EXPECT_THAT(OpenVia(params),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("client.hostname is 254 characters long; at most 253")));
   params = Params();
   params.client.name = long_text;
-  EXPECT_THAT(manager().Open(params),
+  EXPECT_THAT(OpenVia(params),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("client.name")));
   params = Params();
   params.client.library_version = long_text;
-  EXPECT_THAT(manager().Open(params),
+  EXPECT_THAT(OpenVia(params),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("client.library_version")));
   params = Params();
   params.client.hostname = std::string(253, 'h');
-  EXPECT_THAT(manager().Open(params), IsOk());
+  EXPECT_THAT(OpenVia(params), IsOk());
 }
 
 TEST_F(SessionManagerTest, RejectsNegativeLease) {
   OpenSessionParams params = Params();
   params.lease = absl::Milliseconds(-5);
-  EXPECT_THAT(manager().Open(params), StatusIs(absl::StatusCode::kInvalidArgument,
+  EXPECT_THAT(OpenVia(params), StatusIs(absl::StatusCode::kInvalidArgument,
                                                HasSubstr("lease_ms = -5 must be >= 0")));
 }
 
@@ -172,7 +202,7 @@ TEST_F(SessionManagerTest, SessionRecordsWhoOpenedItAndWhen) {
   params.client.hostname = "worker-7";
   params.stream = StreamId{99};
   const absl::Time now = clock_.Now();
-  GPUKIT_ASSERT_OK_AND_ASSIGN(std::shared_ptr<Session> s, manager().Open(params));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::shared_ptr<Session> s, OpenVia(params));
   EXPECT_EQ(s->tenant(), "tenant-1");
   EXPECT_EQ(s->client().hostname, "worker-7");
   EXPECT_EQ(s->client().pid, 4242);
@@ -219,7 +249,7 @@ class LeaseClampTest : public SessionManagerTest,
 TEST_P(LeaseClampTest, ZeroGivesTheDefaultOthersAreClampedToMinAndMax) {
   OpenSessionParams params = Params();
   params.lease = GetParam().requested;
-  GPUKIT_ASSERT_OK_AND_ASSIGN(std::shared_ptr<Session> s, manager().Open(params));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::shared_ptr<Session> s, OpenVia(params));
   EXPECT_EQ(s->lease(), GetParam().granted);
   EXPECT_EQ(s->lease_deadline(), clock_.Now() + GetParam().granted);
 }
@@ -292,7 +322,7 @@ TEST_F(SessionManagerTest, TouchRenewsTheLeaseFromNow) {
 TEST_F(SessionManagerTest, ExpireLeasesClosesOnlyExpiredSessions) {
   OpenSessionParams short_params = Params("short");
   short_params.lease = absl::Seconds(5);
-  GPUKIT_ASSERT_OK_AND_ASSIGN(std::shared_ptr<Session> short_lived, manager().Open(short_params));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::shared_ptr<Session> short_lived, OpenVia(short_params));
   std::shared_ptr<Session> long_lived = Open("long");
   ASSERT_NE(long_lived, nullptr);
   clock_.Advance(absl::Seconds(6));
@@ -311,14 +341,14 @@ TEST_F(SessionManagerTest, ExpireLeasesFreesEveryArrayOfTheExpiredSession) {
   GPUKIT_ASSERT_OK(s->AddArray(MakeArray(1000)));
   GPUKIT_ASSERT_OK(s->AddArray(MakeArray(24)));
   EXPECT_EQ(DeviceUsedBytes(), 1024);
-  EXPECT_EQ(ledger_.reserved_bytes(), 1024);
+  EXPECT_EQ(ReservedBytes(), 1024);
   clock_.Advance(absl::Minutes(1));
   const std::vector<CloseStats> closed = manager().ExpireLeases();
   ASSERT_EQ(closed.size(), 1u);
   EXPECT_EQ(closed[0].arrays_freed, 2);
   EXPECT_EQ(closed[0].bytes_freed, 1024);
   EXPECT_EQ(DeviceUsedBytes(), 0);
-  EXPECT_EQ(ledger_.reserved_bytes(), 0);
+  EXPECT_EQ(ReservedBytes(), 0);
   EXPECT_EQ(s->array_count(), 0);
   EXPECT_EQ(s->memory_bytes(), 0);
 }
@@ -339,7 +369,7 @@ TEST_F(SessionManagerTest, CloseFreesArraysAndReportsThem) {
   EXPECT_EQ(stats.arrays_freed, 3);
   EXPECT_EQ(stats.bytes_freed, 500);
   EXPECT_EQ(DeviceUsedBytes(), 0);
-  EXPECT_EQ(ledger_.reserved_bytes(), 0);
+  EXPECT_EQ(ReservedBytes(), 0);
   EXPECT_EQ(manager().count(), 0);
 }
 
@@ -361,7 +391,7 @@ TEST_F(SessionManagerTest, ArrayAddedToAClosedSessionIsDroppedAndFreed) {
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("was closed")));
   EXPECT_EQ(s->array_count(), 0);
   EXPECT_EQ(DeviceUsedBytes(), 0);
-  EXPECT_EQ(ledger_.reserved_bytes(), 0);
+  EXPECT_EQ(ReservedBytes(), 0);
 }
 
 TEST_F(SessionManagerTest, ArrayBeyondMaxArraysIsRefusedWithTheReasonAndFreed) {
@@ -375,7 +405,7 @@ TEST_F(SessionManagerTest, ArrayBeyondMaxArraysIsRefusedWithTheReasonAndFreed) {
   EXPECT_EQ(s->array_count(), 2);
   EXPECT_EQ(s->memory_bytes(), 200);
   EXPECT_EQ(DeviceUsedBytes(), 200);  // the refused array was dropped and freed
-  EXPECT_EQ(ledger_.reserved_bytes(), 200);
+  EXPECT_EQ(ReservedBytes(), 200);
 }
 
 TEST_F(SessionManagerTest, ArrayHeldByWorkInFlightIsFreedWhenTheWorkLetsGo) {
@@ -388,7 +418,7 @@ TEST_F(SessionManagerTest, ArrayHeldByWorkInFlightIsFreedWhenTheWorkLetsGo) {
   EXPECT_EQ(DeviceUsedBytes(), 256);
   array.reset();
   EXPECT_EQ(DeviceUsedBytes(), 0);
-  EXPECT_EQ(ledger_.reserved_bytes(), 0);
+  EXPECT_EQ(ReservedBytes(), 0);
 }
 
 TEST_F(SessionManagerTest, CloseAllClosesEverySession) {
@@ -400,7 +430,7 @@ TEST_F(SessionManagerTest, CloseAllClosesEverySession) {
   EXPECT_EQ(manager().CloseAll().size(), 3u);
   EXPECT_EQ(manager().count(), 0);
   EXPECT_EQ(DeviceUsedBytes(), 0);
-  EXPECT_EQ(ledger_.reserved_bytes(), 0);
+  EXPECT_EQ(ReservedBytes(), 0);
 }
 
 TEST_F(SessionManagerTest, DestroyingTheManagerFreesArraysOfOpenSessions) {
@@ -410,7 +440,7 @@ TEST_F(SessionManagerTest, DestroyingTheManagerFreesArraysOfOpenSessions) {
   s.reset();
   manager_.reset();
   EXPECT_EQ(DeviceUsedBytes(), 0);
-  EXPECT_EQ(ledger_.reserved_bytes(), 0);
+  EXPECT_EQ(ReservedBytes(), 0);
 }
 
 // ---- Arrays of a session ----
@@ -473,12 +503,12 @@ TEST_F(SessionManagerTest, RefusesSessionsBeyondMaxSessionsWithTheReason) {
   std::shared_ptr<Session> second = Open("b");
   ASSERT_NE(first, nullptr);
   ASSERT_NE(second, nullptr);
-  absl::StatusOr<std::shared_ptr<Session>> third = manager().Open(Params("c"));
+  absl::StatusOr<std::shared_ptr<Session>> third = OpenVia(Params("c"));
   EXPECT_THAT(third, StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("max_sessions")));
   EXPECT_EQ(ReasonOf(third.status()), RejectReason::kTooManySessions);
   EXPECT_EQ(manager().count(), 2);
   GPUKIT_ASSERT_OK(manager().Close(first->id()));
-  EXPECT_THAT(manager().Open(Params("c")), IsOk());
+  EXPECT_THAT(OpenVia(Params("c")), IsOk());
 }
 
 TEST_F(SessionManagerTest, ReapingExpiredSessionsMakesRoomForNewOnes) {
@@ -486,7 +516,30 @@ TEST_F(SessionManagerTest, ReapingExpiredSessionsMakesRoomForNewOnes) {
   ASSERT_NE(Open("a"), nullptr);
   clock_.Advance(absl::Seconds(31));
   manager().ExpireLeases();
-  EXPECT_THAT(manager().Open(Params("b")), IsOk());
+  EXPECT_THAT(OpenVia(Params("b")), IsOk());
+}
+
+TEST_F(SessionManagerTest, ClosingASessionEndsItInTheSchedulerAndCancelsItsWaitingTasks) {
+  std::shared_ptr<Session> s = Open();
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(scheduler_->session_count(), 1);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(TaskRef task, scheduler_->Submit(s->ticket(), {}));
+  GPUKIT_ASSERT_OK(manager().Close(s->id()));
+  EXPECT_EQ(scheduler_->session_count(), 0);
+  EXPECT_EQ(scheduler_->StateOf(task), TaskState::kCancelled);
+}
+
+TEST_F(SessionManagerTest, ExpiryEndsTheSessionInTheScheduler) {
+  ASSERT_NE(Open(), nullptr);
+  clock_.Advance(absl::Seconds(31));
+  manager().ExpireLeases();
+  EXPECT_EQ(scheduler_->session_count(), 0);
+}
+
+TEST_F(SessionManagerTest, BadParamsReturnTheSchedulersAdmission) {
+  OpenSessionParams params = Params("");
+  EXPECT_THAT(OpenVia(params), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(scheduler_->session_count(), 0);
 }
 
 // ---- Listing ----
@@ -510,9 +563,9 @@ TEST_F(SessionManagerTest, ConcurrentOpenTouchAndCloseKeepCountsConsistent) {
   SessionManager& sessions = manager();  // made before the threads share it
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&sessions] {
+    threads.emplace_back([this, &sessions] {
       for (int i = 0; i < 50; ++i) {
-        absl::StatusOr<std::shared_ptr<Session>> s = sessions.Open(Params());
+        absl::StatusOr<std::shared_ptr<Session>> s = OpenVia(Params());
         ASSERT_TRUE(s.ok()) << s.status();
         EXPECT_TRUE(sessions.Touch((*s)->id()).ok());
         EXPECT_TRUE(sessions.Close((*s)->id()).ok());

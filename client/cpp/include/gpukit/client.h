@@ -43,6 +43,26 @@
 
 namespace gpukit {
 
+// A session's resource requests and limits (see docs/api.md, Scheduler). Leave all unset
+// for the partition's defaults. The daemon derives the QoS class from them as Kubernetes
+// does: Guaranteed when memory and compute have limits equal to their requests, BestEffort
+// when nothing is set, Burstable otherwise.
+struct ResourceRequirements {
+  std::optional<int64_t> memory_request_bytes;
+  std::optional<int64_t> memory_limit_bytes;
+  std::optional<double> compute_request;  // share of the device, 0..1
+  std::optional<double> compute_limit;
+};
+
+// How an op waits in its partition's queue.
+struct TaskOptions {
+  // Higher first among the partition's tasks of the same QoS class; -100 to 100.
+  int priority = 0;
+  // Longest wait in the queue; past it the call fails with DEADLINE_EXCEEDED. Zero: no limit
+  // beyond the call timeout.
+  absl::Duration queue_timeout = absl::ZeroDuration();
+};
+
 struct ClientOptions {
   // gRPC target: "unix:///path.sock" or "host:port". Empty: $GPUKIT_ADDR, else the
   // default socket (see gpukitd --help).
@@ -51,6 +71,9 @@ struct ClientOptions {
   std::string tenant = "default";
   // Partition; empty: "default".
   std::string partition;
+  ResourceRequirements resources;
+  // Queueing of every op this client runs, unless a call gives its own.
+  TaskOptions task;
   // Shown to operators in `gpukitctl sessions`; empty: the program's name.
   std::string client_name;
   // Lease to ask for; zero: the daemon's default. The client renews it at a third of the
@@ -149,6 +172,11 @@ class Client {
   // The lease the daemon granted.
   absl::Duration lease() const;
   const std::string& address() const;
+  // Where the daemon placed the session, and its QoS class ("Guaranteed", "Burstable" or
+  // "BestEffort").
+  const std::string& partition() const;
+  const std::string& qos_class() const;
+  int device_index() const;
 
   // Uninitialised array.
   absl::StatusOr<Array> Empty(std::vector<int64_t> shape, DType dtype);
@@ -164,6 +192,8 @@ class Client {
   // Any built-in op by name; the result is a new array of this session.
   absl::StatusOr<Array> RunOp(absl::string_view op, const std::vector<Operand>& inputs,
                               const Attrs& attrs = {});
+  absl::StatusOr<Array> RunOp(absl::string_view op, const std::vector<Operand>& inputs,
+                              const Attrs& attrs, const TaskOptions& task);
 
   absl::StatusOr<Array> Add(const Operand& a, const Operand& b) { return RunOp("add", {a, b}); }
   absl::StatusOr<Array> Sub(const Operand& a, const Operand& b) { return RunOp("sub", {a, b}); }
