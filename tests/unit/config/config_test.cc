@@ -416,3 +416,84 @@ TEST(ResolveConfigTest, EmptyFileIsInvalid) {
 
 }  // namespace
 }  // namespace gpukit
+
+// ---- Partitions and the scheduler ----
+
+namespace gpukit {
+namespace {
+
+TEST(PartitionConfigTest, EmbeddedDefaultHasNoPartitionsAndTheSchedulerDefaults) {
+  const DaemonConfig config = EmbeddedDefault();
+  EXPECT_THAT(config.core.partitions, IsEmpty());
+  EXPECT_EQ(config.core.pacing_burst, absl::Milliseconds(20));
+  EXPECT_EQ(config.core.task_history, 1000);
+}
+
+TEST(PartitionConfigTest, ParsesEveryPartitionField) {
+  absl::StatusOr<DaemonConfig> config = ApplyConfigJson(R"({
+    "partitions": [
+      {"name": "gold", "device": 0, "memory": "1GiB", "compute": 0.5, "bandwidth": 0.75,
+       "maxQueuedTasks": 8, "maxRunningTasks": 2, "maxSessions": 3, "spill": true,
+       "defaultRequests": {"memory": "64MiB", "compute": 0.1},
+       "defaultLimits": {"memory": "128MiB", "compute": 0.2}},
+      {"name": "bronze", "memory": "512MiB", "compute": 0.25}
+    ],
+    "scheduler": {"pacingBurst": "5ms", "taskHistory": 10}
+  })",
+                                                        EmbeddedDefault());
+  ASSERT_THAT(config, IsOk());
+  ASSERT_EQ(config->core.partitions.size(), 2u);
+  const PartitionSpec& gold = config->core.partitions[0];
+  EXPECT_EQ(gold.name, "gold");
+  EXPECT_EQ(gold.memory_quota_bytes, kGiB);
+  EXPECT_DOUBLE_EQ(gold.compute_share, 0.5);
+  EXPECT_DOUBLE_EQ(gold.bandwidth_cap, 0.75);
+  EXPECT_EQ(gold.max_queued_tasks, 8);
+  EXPECT_EQ(gold.max_running_tasks, 2);
+  EXPECT_EQ(gold.max_sessions, 3);
+  EXPECT_TRUE(gold.spill);
+  EXPECT_EQ(gold.session_defaults.memory_request_bytes, 64 * kMiB);
+  EXPECT_EQ(gold.session_defaults.memory_limit_bytes, 128 * kMiB);
+  EXPECT_EQ(gold.session_defaults.compute_request, 0.1);
+  EXPECT_EQ(gold.session_defaults.compute_limit, 0.2);
+  const PartitionSpec& bronze = config->core.partitions[1];
+  EXPECT_EQ(bronze.device_index, 0);
+  EXPECT_EQ(bronze.max_queued_tasks, 1024);  // defaults
+  EXPECT_EQ(bronze.max_running_tasks, 64);
+  EXPECT_FALSE(bronze.spill);
+  EXPECT_TRUE(bronze.session_defaults.empty());
+  EXPECT_EQ(config->core.pacing_burst, absl::Milliseconds(5));
+  EXPECT_EQ(config->core.task_history, 10);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Partitions, RejectConfigJsonTest,
+    ::testing::Values(
+        RejectCase{"PartitionWithoutMemory", R"({"partitions": [{"name": "p", "compute": 0.5}]})",
+                   "partitions[0]: memory is required"},
+        RejectCase{"PartitionWithBadSize",
+                   R"({"partitions": [{"name": "p", "memory": "big", "compute": 0.5}]})",
+                   "partitions[0]: memory"},
+        RejectCase{"PartitionShareAboveOne",
+                   R"({"partitions": [{"name": "p", "memory": "1GiB", "compute": 1.5}]})",
+                   "compute share = 1.5 must be in (0, 1]"},
+        RejectCase{"PartitionWithoutName",
+                   R"({"partitions": [{"memory": "1GiB", "compute": 0.5}]})",
+                   "partition name \"\" must be 1 to 63 characters"},
+        RejectCase{"PartitionCapBelowShare",
+                   R"({"partitions": [{"name": "p", "memory": "1GiB", "compute": 0.5,
+                                       "bandwidth": 0.25}]})",
+                   "bandwidth cap = 0.25"},
+        RejectCase{"PartitionDefaultRequestAboveLimit",
+                   R"({"partitions": [{"name": "p", "memory": "1GiB", "compute": 0.5,
+                                       "defaultRequests": {"memory": "2GiB"},
+                                       "defaultLimits": {"memory": "1GiB"}}]})",
+                   "requests.memory"},
+        RejectCase{"NegativeTaskHistory", R"({"scheduler": {"taskHistory": -1}})",
+                   "scheduler.taskHistory = -1"},
+        RejectCase{"BadPacingBurst", R"({"scheduler": {"pacingBurst": "soon"}})",
+                   "scheduler.pacingBurst"}),
+    [](const ::testing::TestParamInfo<RejectCase>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace gpukit
