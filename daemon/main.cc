@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/config/config.h"
 #include "daemon/core/core.h"
@@ -75,6 +76,14 @@ int Run(int argc, char** argv) {
   gpukit::SystemClock clock;
   auto core = gpukit::Core::Create(clock, *std::move(devices), config->core);
   if (!core.ok()) return Fail(core.status());
+  for (const gpukit::PartitionStatus& p : (*core)->scheduler().ListPartitions()) {
+    spdlog::info("partition {}: device {}, memory {}, compute {}{}{}", p.spec.name,
+                 p.spec.device_index, gpukit::FormatBytes(p.spec.memory_quota_bytes),
+                 p.spec.compute_share,
+                 p.spec.bandwidth_cap > 0 ? absl::StrCat(", bandwidth cap ", p.spec.bandwidth_cap)
+                                          : std::string(),
+                 p.spec.spill ? ", spills to host" : "");
+  }
   gpukit::ServerOptions server_options;
   server_options.listen = config->listen;
   server_options.version = GPUKIT_VERSION_STRING;
