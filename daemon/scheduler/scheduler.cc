@@ -48,7 +48,7 @@ struct PartitionState {
   TaskQueue queue;
   int running = 0;  // admitted or running
   TokenBucket share;
-  TokenBucket cap;  // rate 1 (never binding) without a bandwidth cap
+  TokenBucket cap;  // consulted only when the partition has a bandwidth cap
   int64_t admitted_total = 0;
   int64_t succeeded_total = 0;
   int64_t failed_total = 0;
@@ -411,8 +411,8 @@ absl::StatusOr<TaskRef> Scheduler::Submit(const SessionTicket& ticket,
   task->session = ticket;
   TaskInfo& info = task->info;
   info.id = next_task_id_++;
-  info.session_id = ticket->id;
-  info.partition = p.spec.name;
+  // info.session_id and info.partition are filled when the task is listed: copying them
+  // here would cost an allocation per task on the hot path.
   info.qos = ticket->qos;
   info.kind = request.kind;
   info.name = request.name;
@@ -421,10 +421,15 @@ absl::StatusOr<TaskRef> Scheduler::Submit(const SessionTicket& ticket,
   info.deadline = request.deadline;
   info.state = TaskState::kQueued;
   task->key = {info.qos, info.priority, info.id};
-  p.queue.Push(task->key, info.id);
   if (info.qos == QosClass::kGuaranteed) ++devices_[ticket->device_index].guaranteed_active;
-  if (info.deadline != absl::InfiniteFuture()) deadlines_.insert({info.deadline, info.id});
   live_.emplace(info.id, task);
+  absl::Time ignored;
+  if (p.queue.empty() && info.deadline > now && MayAdmitLocked(p, info.qos, now, &ignored)) {
+    AdmitLocked(p, *task, now);  // nothing waits ahead of it: skip the queue
+    return task;
+  }
+  p.queue.Push(task->key, info.id);
+  if (info.deadline != absl::InfiniteFuture()) deadlines_.insert({info.deadline, info.id});
   PumpLocked(now);
   return task;
 }
@@ -458,31 +463,39 @@ absl::Time Scheduler::PumpLocked(absl::Time now) {
   absl::Time next = deadlines_.empty() ? absl::InfiniteFuture() : deadlines_.begin()->first;
   for (const auto& [name, holder] : partitions_) {
     PartitionState& p = *holder;
-    while (!p.queue.empty() && p.running < p.spec.max_running_tasks) {
-      const TaskQueue::Entry& head = p.queue.front();
-      if (head.key.qos == QosClass::kBestEffort &&
-          devices_[p.spec.device_index].guaranteed_active > 0) {
-        break;  // gated until Guaranteed work is done; Finish pumps again
-      }
-      if (!p.cap.Ready(now)) {
-        next = std::min(next, p.cap.ReadyAt(now));
-        break;
-      }
-      if (!p.share.Ready(now) && OthersWaitingLocked(p)) {
-        next = std::min(next, p.share.ReadyAt(now));
-        break;
-      }
+    while (!p.queue.empty() && MayAdmitLocked(p, p.queue.front().key.qos, now, &next)) {
       Task& task = *live_.at(p.queue.Pop().task_id);
-      task.info.state = TaskState::kAdmitted;
-      task.info.admitted = now;
       if (task.info.deadline != absl::InfiniteFuture()) {
         deadlines_.erase({task.info.deadline, task.info.id});
       }
-      ++p.running;
-      ++p.admitted_total;
+      AdmitLocked(p, task, now);
     }
   }
   return next;
+}
+
+bool Scheduler::MayAdmitLocked(PartitionState& p, QosClass qos, absl::Time now,
+                               absl::Time* next) {
+  if (p.running >= p.spec.max_running_tasks) return false;  // Finish pumps again
+  if (qos == QosClass::kBestEffort && devices_[p.spec.device_index].guaranteed_active > 0) {
+    return false;  // gated until Guaranteed work is done; Finish pumps again
+  }
+  if (p.spec.bandwidth_cap > 0 && !p.cap.Ready(now)) {
+    *next = std::min(*next, p.cap.ReadyAt(now));
+    return false;
+  }
+  if (!p.share.Ready(now) && OthersWaitingLocked(p)) {
+    *next = std::min(*next, p.share.ReadyAt(now));
+    return false;
+  }
+  return true;
+}
+
+void Scheduler::AdmitLocked(PartitionState& p, Task& task, absl::Time now) {
+  task.info.state = TaskState::kAdmitted;
+  task.info.admitted = now;
+  ++p.running;
+  ++p.admitted_total;
 }
 
 void Scheduler::EndTaskLocked(Task& task, TaskState state, absl::Time now,
@@ -521,7 +534,8 @@ void Scheduler::EndTaskLocked(Task& task, TaskState state, absl::Time now,
   }
   if (options_.task_history > 0) {
     if (static_cast<int>(history_.size()) >= options_.task_history) history_.pop_front();
-    history_.push_back(task.info);
+    auto it = live_.find(task.info.id);
+    history_.push_back(it->second);  // an ended task no longer changes: no copy needed
   }
   live_.erase(task.info.id);
 }
@@ -546,7 +560,7 @@ absl::Status Scheduler::AwaitAdmission(const TaskRef& task,
             absl::DeadlineExceededError(absl::StrCat(
                 "task ", task->info.id, " waited ",
                 absl::FormatDuration(task->info.finished - task->info.submitted),
-                " in the queue of partition \"", task->info.partition,
+                " in the queue of partition \"", task->partition->spec.name,
                 "\" and its deadline passed")),
             RejectReason::kDeadlineExceeded);
       case TaskState::kQueued:
@@ -627,23 +641,28 @@ uint64_t Scheduler::IdOf(const TaskRef& task) const {
 std::vector<TaskInfo> Scheduler::ListTasks(const TaskFilter& filter) const {
   absl::MutexLock lock(&mu_);
   std::vector<TaskInfo> list;
-  auto wanted = [&](const TaskInfo& info) {
-    return (!filter.partition || info.partition == *filter.partition) &&
-           (!filter.state || info.state == *filter.state);
+  auto wanted = [&](const Task& task) {
+    return (!filter.partition || task.partition->spec.name == *filter.partition) &&
+           (!filter.state || task.info.state == *filter.state);
   };
   auto full = [&] { return filter.limit > 0 && static_cast<int>(list.size()) >= filter.limit; };
-  std::vector<const TaskInfo*> live;
+  auto add = [&](const Task& task) {
+    list.push_back(task.info);
+    list.back().session_id = task.session->id;
+    list.back().partition = task.partition->spec.name;
+  };
+  std::vector<const Task*> live;
   for (const auto& [id, task] : live_) {
-    if (wanted(task->info)) live.push_back(&task->info);
+    if (wanted(*task)) live.push_back(task.get());
   }
   std::sort(live.begin(), live.end(),
-            [](const TaskInfo* a, const TaskInfo* b) { return a->id < b->id; });
-  for (const TaskInfo* info : live) {
+            [](const Task* a, const Task* b) { return a->info.id < b->info.id; });
+  for (const Task* task : live) {
     if (full()) return list;
-    list.push_back(*info);
+    add(*task);
   }
   for (auto it = history_.rbegin(); it != history_.rend() && !full(); ++it) {
-    if (wanted(*it)) list.push_back(*it);
+    if (wanted(**it)) add(**it);
   }
   return list;
 }

@@ -245,6 +245,13 @@ class Scheduler {
   absl::Status CheckDeviceLocked(int device_index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Time PumpLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool OthersWaitingLocked(const PartitionState& p) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a task of class `qos` at the head of `p`'s queue may start now: a free running
+  // slot, no Guaranteed work gating BestEffort, pacing. Lowers `*next` to when pacing
+  // would allow it.
+  bool MayAdmitLocked(PartitionState& p, QosClass qos, absl::Time now, absl::Time* next)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AdmitLocked(PartitionState& p, Task& task, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves a live task to a terminal state and into the history.
   void EndTaskLocked(Task& task, TaskState state, absl::Time now, absl::string_view error)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -261,7 +268,7 @@ class Scheduler {
   uint64_t next_task_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, TaskRef> live_ ABSL_GUARDED_BY(mu_);
   std::set<std::pair<absl::Time, uint64_t>> deadlines_ ABSL_GUARDED_BY(mu_);
-  std::deque<TaskInfo> history_ ABSL_GUARDED_BY(mu_);
+  std::deque<TaskRef> history_ ABSL_GUARDED_BY(mu_);  // ended tasks, oldest first
 };
 
 }  // namespace gpukit
