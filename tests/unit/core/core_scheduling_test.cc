@@ -7,6 +7,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -277,6 +278,86 @@ TEST_F(CoreSchedulingTest, OpWhoseDeadlinePassedInTheQueueExpires) {
   EXPECT_EQ(ReasonOf(result.status()), RejectReason::kDeadlineExceeded);
   // Nothing was allocated for the result.
   EXPECT_EQ(core().scheduler().device_memory_used(0), 64);
+}
+
+// A task of a scheduler-only session that takes the partition's only running slot and
+// keeps it until the test finishes it.
+class CoreQueueTest : public CoreSchedulingTest {
+ protected:
+  CoreQueueTest() { options_.partitions[0].max_running_tasks = 1; }
+
+  void OccupyTheSlot() {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(SessionAdmission other,
+                                core().scheduler().AdmitSession("s-other", "shared", {}));
+    other_ = other.ticket;
+    GPUKIT_ASSERT_OK_AND_ASSIGN(blocker_, core().scheduler().Submit(other_, {}));
+    ASSERT_EQ(core().scheduler().StateOf(blocker_), TaskState::kAdmitted);
+  }
+
+  void TearDown() override {
+    if (blocker_ != nullptr) core().scheduler().Finish(blocker_, absl::OkStatus(), {});
+    if (other_ != nullptr) core().scheduler().EndSession(other_);
+  }
+
+  SessionTicket other_;
+  TaskRef blocker_;
+};
+
+TEST_F(CoreQueueTest, ClientCancellationEndsAQueuedOpAndAllocatesNothing) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SessionGrant s, Open({}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string a, Fill(s.session_id, 64, 3));
+  OccupyTheSlot();
+  int polls = 0;
+  TaskOptions options;
+  options.cancelled = [&polls] { return ++polls >= 3; };  // the client goes away
+  OpInput in;
+  in.handle = a;
+  absl::StatusOr<ArrayView> result = core().RunOp(s.session_id, "sum", {in}, {}, options);
+  EXPECT_THAT(result, StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_EQ(ReasonOf(result.status()), RejectReason::kCancelled);
+  EXPECT_GE(polls, 3);
+  EXPECT_EQ(core().scheduler().device_memory_used(0), 64);
+  const PartitionStatus p = core().scheduler().ListPartitions()[0];
+  EXPECT_EQ(p.rejected[static_cast<int>(RejectReason::kCancelled)], 1);
+  EXPECT_EQ(p.queued, 0);
+}
+
+TEST_F(CoreQueueTest, QueuedOpExpiresWhenItsDeadlinePasses) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SessionGrant s, Open({}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string a, Fill(s.session_id, 64, 3));
+  OccupyTheSlot();
+  TaskOptions options;
+  options.deadline = clock_.Now() + absl::Milliseconds(10);
+  // Time passes only as the waiter polls: each poll is one fake millisecond.
+  options.cancelled = [this] {
+    clock_.Advance(absl::Milliseconds(1));
+    return false;
+  };
+  OpInput in;
+  in.handle = a;
+  absl::StatusOr<ArrayView> result = core().RunOp(s.session_id, "sum", {in}, {}, options);
+  EXPECT_THAT(result, StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("shared")));
+  EXPECT_EQ(ReasonOf(result.status()), RejectReason::kDeadlineExceeded);
+}
+
+TEST_F(CoreQueueTest, ClosingTheSessionCancelsItsQueuedOp) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SessionGrant s, Open({}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string a, Fill(s.session_id, 64, 3));
+  OccupyTheSlot();
+  std::thread closer;
+  TaskOptions options;
+  // On the waiter's first poll another thread closes the session, as a racing Close would.
+  options.cancelled = [&] {
+    if (!closer.joinable()) {
+      closer = std::thread([&] { EXPECT_THAT(core().CloseSession(s.session_id), IsOk()); });
+    }
+    return false;
+  };
+  OpInput in;
+  in.handle = a;
+  absl::StatusOr<ArrayView> result = core().RunOp(s.session_id, "sum", {in}, {}, options);
+  closer.join();
+  EXPECT_THAT(result, StatusIs(absl::StatusCode::kCancelled, HasSubstr("session ended")));
 }
 
 TEST_F(CoreSchedulingTest, BadOpIsRefusedBeforeItQueues) {
