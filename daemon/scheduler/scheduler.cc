@@ -439,12 +439,21 @@ absl::Time Scheduler::Pump() {
   return PumpLocked(clock_.Now());
 }
 
-bool Scheduler::OthersWaitingLocked(const PartitionState& p) const {
-  for (const auto& [name, other] : partitions_) {
-    if (other.get() != &p && other->spec.device_index == p.spec.device_index &&
-        !other->queue.empty()) {
-      return true;
+bool Scheduler::OthersWaitingLocked(const PartitionState& p, absl::Time now) {
+  // Another partition of the device whose next task could start now if this one held
+  // back. One that is itself blocked (no slot, gated, capped or paying back its own
+  // share) does not count, so two partitions in debt do not leave the device idle.
+  for (const auto& [name, holder] : partitions_) {
+    PartitionState& other = *holder;
+    if (&other == &p || other.spec.device_index != p.spec.device_index) continue;
+    if (other.queue.empty() || other.running >= other.spec.max_running_tasks) continue;
+    if (other.queue.front().key.qos == QosClass::kBestEffort &&
+        devices_[other.spec.device_index].guaranteed_active > 0) {
+      continue;
     }
+    if (other.spec.bandwidth_cap > 0 && !other.cap.Ready(now)) continue;
+    if (!other.share.Ready(now)) continue;
+    return true;
   }
   return false;
 }
@@ -484,7 +493,7 @@ bool Scheduler::MayAdmitLocked(PartitionState& p, QosClass qos, absl::Time now,
     *next = std::min(*next, p.cap.ReadyAt(now));
     return false;
   }
-  if (!p.share.Ready(now) && OthersWaitingLocked(p)) {
+  if (!p.share.Ready(now) && OthersWaitingLocked(p, now)) {
     *next = std::min(*next, p.share.ReadyAt(now));
     return false;
   }

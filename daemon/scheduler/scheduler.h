@@ -10,8 +10,8 @@
 // Pacing works in device time. Each partition has a token bucket filled at its compute
 // share and, if it has one, a second filled at its bandwidth cap. A partition whose cap
 // bucket is empty waits. A partition whose share bucket is empty waits only while another
-// partition of the device has tasks waiting, so an idle device is not left idle (shares
-// are guarantees under contention, the cap is a hard limit). BestEffort tasks wait while
+// partition of the device has a task that could start in its place, so an idle device is
+// not left idle (shares are guarantees under contention, the cap is a hard limit). BestEffort tasks wait while
 // Guaranteed tasks are queued or running on the same device. Finished tasks are charged the
 // device time the caller measured (CUDA events on a GPU, the simulated clock on the CPU
 // backend), so the scheduler itself needs no device.
@@ -244,7 +244,8 @@ class Scheduler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckDeviceLocked(int device_index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Time PumpLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool OthersWaitingLocked(const PartitionState& p) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool OthersWaitingLocked(const PartitionState& p, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a task of class `qos` at the head of `p`'s queue may start now: a free running
   // slot, no Guaranteed work gating BestEffort, pacing. Lowers `*next` to when pacing
   // would allow it.
