@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "daemon/config/config.h"
 #include "daemon/core/core.h"
 #include "daemon/server.h"
@@ -59,6 +60,11 @@ int Run(int argc, char** argv) {
   // transfer one of them can sit in the TCP backup poller's 10 s epoll_wait, so SIGTERM took
   // up to 10 s to take effect. The process is exiting anyway: nothing needs that join.
   grpc_init();
+  // Debian's abseil is built with Mutex deadlock detection on, which keeps a global graph
+  // of every mutex and lock order: it costs every Lock and every Mutex destruction (each
+  // request creates and destroys a few) and serialises them on one global lock. Tests keep
+  // it; the daemon turns it off.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
   spdlog::info("gpukitd {} starting", GPUKIT_VERSION_STRING);
   gpukit::DeviceFactoryOptions device_options;
