@@ -1,235 +1,244 @@
-// gpukitctl: the operator's view of a running gpukitd.
+// gpukitctl: the operator's view of a running gpukitd, and its partitions and tasks.
 //
-//   gpukitctl [--addr ADDR] [-o table|json] status|devices|sessions
+//   gpukitctl [--addr ADDR] [-o table|json] COMMAND [ARGS] [FLAGS]
 //
-// Exit status 0 on success, 1 on any error (the reason goes to stderr).
-#include <cstdio>
+// The command line is checked in full before connecting (gpukitctl_args.h); the commands
+// live in gpukitctl_commands.h. Exit status 0 on success, 1 on any error (the reason goes to
+// stderr).
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/time/time.h"
 #include "client/cpp/channel.h"
-#include "google/protobuf/util/json_util.h"
-#include "gpukit/v1/admin.grpc.pb.h"
-#include "runtime/base/units.h"
+#include "client/cpp/gpukitctl_args.h"
+#include "client/cpp/gpukitctl_commands.h"
 
-namespace gpukit {
+namespace gpukit::ctl {
 namespace {
 
-constexpr char kUsage[] = R"(Usage: gpukitctl [--addr ADDR] [-o table|json] COMMAND
+constexpr char kUsage[] = R"(Usage: gpukitctl [--addr ADDR] [-o table|json] COMMAND [ARGS] [FLAGS]
 
 Commands:
-  status     daemon version, backend, uptime, sessions, listen addresses
-  devices    devices with memory in use and total
-  sessions   open sessions: tenant, partition, client, arrays, memory, age, lease left
+  status                       daemon version, backend, uptime, sessions, listen addresses
+  devices                      devices with memory in use and total
+  sessions                     open sessions: tenant, partition, client, QoS class, requests
+                               and limits (memory/compute), memory resident and spilled,
+                               age, lease left
+  partitions                   partitions: device, memory used/quota, compute requested/share,
+                               bandwidth cap, sessions, tasks queued and running, spill
+  partition create NAME --memory SIZE --compute SHARE [PARTITION FLAGS]
+                               creates a partition
+  partition update NAME [PARTITION FLAGS]
+                               changes the given settings only (not the device)
+  partition delete NAME [--force]
+                               deletes a partition; --force closes its open sessions
+                               (freeing their arrays) instead of refusing
+  queues                       per partition: tasks queued and running, totals admitted,
+                               succeeded and failed, refusals by reason
+  tasks [--partition P] [--state S] [--limit N]
+                               tasks waiting or running, then recently finished ones; S is
+                               pending, queued, admitted, running, succeeded, failed,
+                               cancelled or expired
+  task cancel ID               cancels a waiting task (its request fails with CANCELLED)
+  top [--interval DUR] [--iterations N]
+                               devices, partitions with their queues and the busiest
+                               sessions, refreshed every DUR (default 2s) until Ctrl-C or
+                               N refreshes (0, the default: no end); with -o json, one JSON
+                               object per line and refresh
 
-Flags:
-  --addr ADDR      gpukitd address: unix:///path.sock or host:port
-                   (default: $GPUKIT_ADDR, else the default socket)
-  -o, --output F   table (default) or json
-  --timeout DUR    deadline of the call, e.g. 5s (default 10s)
-  --help           this help
-  --version        print the version
+Partition flags:
+  --device N                   device index (create only; default 0)
+  --memory SIZE                memory quota, e.g. 512MiB, 8GiB (required by create)
+  --compute SHARE              compute share guaranteed under contention, in (0, 1]
+                               (required by create)
+  --bandwidth SHARE            most of the device it may take, in [compute, 1]; 0: no cap
+  --max-queued N               tasks that may wait at once (default 1024)
+  --max-running N              tasks that may run at once (default 64)
+  --max-sessions N             sessions that may be open at once (0: no limit)
+  --spill, --no-spill          spill reclaimed memory to host memory, or refuse allocations
+  --default-memory-request SIZE, --default-memory-limit SIZE,
+  --default-compute-request SHARE, --default-compute-limit SHARE
+                               requests and limits of sessions that open without any
+                               (update changes only the ones given)
+
+Global flags:
+  --addr ADDR                  gpukitd address: unix:///path.sock or host:port
+                               (default: $GPUKIT_ADDR, else the default socket)
+  -o, --output F               table (default) or json
+  --timeout DUR                deadline of each call, e.g. 5s (default 10s)
+  --help                       this help
+  --version                    print the version
+
+Examples:
+  gpukitctl partition update default --memory 2GiB --compute 0.5
+  gpukitctl partition create batch --memory 1GiB --compute 0.25 --bandwidth 0.5 --spill
+  gpukitctl tasks --partition batch --state queued
+  gpukitctl -o json top --interval 1s --iterations 10
 )";
 
-// Columns padded to their widest cell and separated by three spaces, as kubectl prints.
-void PrintTable(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> widths;
-  for (const auto& row : rows) {
-    widths.resize(std::max(widths.size(), row.size()), 0);
-    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
-  }
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t i = 0; i < row.size(); ++i) {
-      line += row[i];
-      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 3, ' ');
+// A command: its words, the operands after them, and the flags it takes.
+struct Command {
+  std::vector<std::string> words;
+  std::vector<std::string> operands;
+  std::vector<std::string> flags;
+};
+
+const std::vector<Command>& Commands() {
+  static const auto* const kCommands = [] {
+    std::vector<std::string> update_flags;
+    for (const std::string& flag : PartitionFlagNames()) {
+      if (flag != "--device") update_flags.push_back(flag);
     }
-    std::cout << line << "\n";
-  }
+    return new std::vector<Command>{
+        {{"status"}, {}, {}},
+        {{"devices"}, {}, {}},
+        {{"sessions"}, {}, {}},
+        {{"partitions"}, {}, {}},
+        {{"partition", "create"}, {"NAME"}, PartitionFlagNames()},
+        {{"partition", "update"}, {"NAME"}, update_flags},
+        {{"partition", "delete"}, {"NAME"}, {"--force"}},
+        {{"queues"}, {}, {}},
+        {{"tasks"}, {}, {"--partition", "--state", "--limit"}},
+        {{"task", "cancel"}, {"ID"}, {}},
+        {{"top"}, {}, {"--interval", "--iterations"}},
+    };
+  }();
+  return *kCommands;
 }
 
-// kubectl-style age: 45s, 12m, 3h, 2d.
-std::string Age(int64_t ms) {
-  const int64_t s = ms / 1000;
-  if (s < 120) return absl::StrCat(s, "s");
-  if (s < 2 * 3600) return absl::StrCat(s / 60, "m");
-  if (s < 2 * 86400) return absl::StrCat(s / 3600, "h");
-  return absl::StrCat(s / 86400, "d");
-}
-
-int PrintJson(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  options.always_print_primitive_fields = true;
-  std::string json;
-  auto status = google::protobuf::util::MessageToJsonString(message, &json, options);
-  if (!status.ok()) {
-    std::cerr << "gpukitctl: cannot print JSON: " << status.message() << "\n";
-    return 1;
-  }
-  std::cout << json;
-  return 0;
-}
-
-int Fail(absl::string_view what, const absl::Status& status) {
-  std::cerr << "gpukitctl: " << what << ": " << status.message() << "\n";
+int UsageError(const std::string& message) {
+  std::cerr << "gpukitctl: " << message << "\n";
   return 1;
 }
 
-struct Flags {
-  std::string addr;
-  std::string output = "table";
-  absl::Duration timeout = absl::Seconds(10);
-  std::string command;
-};
-
-class Ctl {
- public:
-  Ctl(std::shared_ptr<grpc::Channel> channel, const Flags& flags)
-      : admin_(v1::AdminService::NewStub(channel)), flags_(flags) {}
-
-  int Status() {
-    v1::StatusResponse response;
-    grpc::ClientContext context;
-    Deadline(context);
-    absl::Status status = FromGrpc(admin_->Status(&context, {}, &response), context);
-    if (!status.ok()) return Fail("status", status);
-    if (flags_.output == "json") return PrintJson(response);
-    PrintTable(
-        {{"VERSION", "BACKEND", "UPTIME", "DEVICES", "SESSIONS", "ARRAYS", "LISTEN"},
-         {response.version(), response.backend(), Age(response.uptime_ms()),
-          absl::StrCat(response.device_count()), absl::StrCat(response.sessions()),
-          absl::StrCat(response.arrays()), absl::StrJoin(response.listen_addresses(), ",")}});
-    return 0;
-  }
-
-  int Devices() {
-    v1::ListDevicesResponse response;
-    grpc::ClientContext context;
-    Deadline(context);
-    absl::Status status = FromGrpc(admin_->ListDevices(&context, {}, &response), context);
-    if (!status.ok()) return Fail("devices", status);
-    if (flags_.output == "json") return PrintJson(response);
-    std::vector<std::vector<std::string>> rows = {
-        {"INDEX", "NAME", "BACKEND", "MEMORY-USED", "MEMORY-TOTAL"}};
-    for (const v1::DeviceInfo& d : response.devices()) {
-      rows.push_back({absl::StrCat(d.index()), d.name(), d.backend(),
-                      FormatBytes(d.memory_used_bytes()), FormatBytes(d.memory_total_bytes())});
+// The command `words` starts with, or nullptr after printing why there is none.
+const Command* FindCommand(const std::vector<std::string>& words) {
+  for (const Command& command : Commands()) {
+    if (words.size() >= command.words.size() &&
+        std::equal(command.words.begin(), command.words.end(), words.begin())) {
+      return &command;
     }
-    PrintTable(rows);
-    return 0;
   }
-
-  int Sessions() {
-    v1::ListSessionsResponse response;
-    grpc::ClientContext context;
-    Deadline(context);
-    absl::Status status = FromGrpc(admin_->ListSessions(&context, {}, &response), context);
-    if (!status.ok()) return Fail("sessions", status);
-    if (flags_.output == "json") return PrintJson(response);
-    if (response.sessions().empty()) {
-      std::cerr << "No sessions.\n";
-      return 0;
+  std::vector<std::string> subcommands;
+  std::vector<std::string> names;
+  for (const Command& command : Commands()) {
+    if (command.words.size() > 1 && command.words[0] == words[0]) {
+      subcommands.push_back(command.words[1]);
     }
-    std::vector<std::vector<std::string>> rows = {{"SESSION", "TENANT", "PARTITION", "CLIENT",
-                                                   "PID", "ARRAYS", "MEMORY", "AGE", "LEASE-LEFT"}};
-    for (const v1::SessionInfo& s : response.sessions()) {
-      rows.push_back({s.session_id(), s.tenant(), s.partition(), s.client_name(),
-                      absl::StrCat(s.client_pid()), absl::StrCat(s.arrays()),
-                      FormatBytes(s.memory_bytes()), Age(s.age_ms()), Age(s.lease_remaining_ms())});
-    }
-    PrintTable(rows);
-    return 0;
+    if (names.empty() || names.back() != command.words[0]) names.push_back(command.words[0]);
   }
-
- private:
-  void Deadline(grpc::ClientContext& context) const {
-    context.set_deadline(std::chrono::system_clock::now() +
-                         absl::ToChronoMilliseconds(flags_.timeout));
+  if (!subcommands.empty()) {
+    UsageError(
+        words.size() == 1
+            ? absl::StrCat(words[0], " needs a subcommand: ", absl::StrJoin(subcommands, ", "))
+            : absl::StrCat("unknown command \"", words[0], " ", words[1], "\"; ", words[0],
+                           " subcommands: ", absl::StrJoin(subcommands, ", ")));
+  } else {
+    UsageError(
+        absl::StrCat("unknown command \"", words[0], "\"; commands: ", absl::StrJoin(names, ", ")));
   }
-
-  std::unique_ptr<v1::AdminService::Stub> admin_;
-  const Flags& flags_;
-};
+  return nullptr;
+}
 
 int Main(int argc, char** argv) {
-  Flags flags;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::string value;
-    const size_t eq = arg.find('=');
-    const bool inline_value = arg.rfind("--", 0) == 0 && eq != std::string::npos;
-    if (inline_value) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-    }
-    auto next = [&](std::string* out) {
-      if (inline_value) {
-        *out = value;
-        return true;
-      }
-      if (i + 1 >= argc) {
-        std::cerr << "gpukitctl: " << arg << " needs a value\n";
-        return false;
-      }
-      *out = argv[++i];
-      return true;
-    };
-    if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage;
-      return 0;
-    } else if (arg == "--version") {
-      std::cout << "gpukitctl " << GPUKIT_VERSION_STRING << "\n";
-      return 0;
-    } else if (arg == "--addr") {
-      if (!next(&flags.addr)) return 1;
-    } else if (arg == "-o" || arg == "--output") {
-      if (!next(&flags.output)) return 1;
-      if (flags.output != "table" && flags.output != "json") {
-        std::cerr << "gpukitctl: output format \"" << flags.output << "\" is not table or json\n";
-        return 1;
-      }
-    } else if (arg == "--timeout") {
-      std::string text;
-      if (!next(&text)) return 1;
-      if (!absl::ParseDuration(text, &flags.timeout) || flags.timeout <= absl::ZeroDuration()) {
-        std::cerr << "gpukitctl: --timeout \"" << text << "\" is not a positive duration\n";
-        return 1;
-      }
-    } else if (!arg.empty() && arg[0] == '-') {
-      std::cerr << "gpukitctl: unknown flag " << arg << " (see gpukitctl --help)\n";
-      return 1;
-    } else if (flags.command.empty()) {
-      flags.command = arg;
-    } else {
-      std::cerr << "gpukitctl: unexpected argument \"" << arg << "\"\n";
-      return 1;
-    }
+  absl::StatusOr<CommandLine> line = ParseCommandLine(argc, argv);
+  if (!line.ok()) return UsageError(std::string(line.status().message()));
+  if (line->help) {
+    std::cout << kUsage;
+    return 0;
   }
-  if (flags.command.empty()) {
+  if (line->version) {
+    std::cout << "gpukitctl " << GPUKIT_VERSION_STRING << "\n";
+    return 0;
+  }
+  if (line->words.empty()) {
     std::cerr << kUsage;
     return 1;
   }
-  if (flags.command != "status" && flags.command != "devices" && flags.command != "sessions") {
-    std::cerr << "gpukitctl: unknown command \"" << flags.command
-              << "\"; commands: status, devices, sessions\n";
-    return 1;
+  const Command* command = FindCommand(line->words);
+  if (command == nullptr) return 1;
+  const std::string name = absl::StrJoin(command->words, " ");
+  const std::vector<std::string> operands(line->words.begin() + command->words.size(),
+                                          line->words.end());
+  if (operands.size() < command->operands.size()) {
+    return UsageError(absl::StrCat(name, " needs ", absl::StrJoin(command->operands, " "),
+                                   " (see gpukitctl --help)"));
   }
-  if (flags.addr.empty()) flags.addr = DefaultClientTarget();
+  if (operands.size() > command->operands.size()) {
+    return UsageError(
+        absl::StrCat("unexpected argument \"", operands[command->operands.size()], "\""));
+  }
+  if (absl::Status s = CheckFlagsAllowed(line->flags, command->flags, name); !s.ok()) {
+    return UsageError(std::string(s.message()));
+  }
+
+  // Everything the command sends is parsed before connecting.
+  PartitionFlags partition;
+  v1::ListTasksRequest tasks;
+  uint64_t task_id = 0;
+  TopOptions top;
+  bool force = false;
+  absl::Status parsed;
+  if (command->words[0] == "partition" && command->words[1] != "delete") {
+    absl::StatusOr<PartitionFlags> flags = ParsePartitionFlags(operands[0], line->flags);
+    parsed = flags.status();
+    if (flags.ok()) partition = *std::move(flags);
+    if (parsed.ok() && command->words[1] == "create" &&
+        (!line->flags.count("--memory") || !line->flags.count("--compute"))) {
+      return UsageError(
+          "partition create needs --memory SIZE and --compute SHARE, e.g. partition create " +
+          operands[0] + " --memory 1GiB --compute 0.25 (see gpukitctl --help)");
+    }
+    if (parsed.ok() && command->words[1] == "update" && partition.fields.empty()) {
+      return UsageError(
+          "partition update needs a flag to change, e.g. --memory 2GiB (see "
+          "gpukitctl --help)");
+    }
+  } else if (name == "partition delete") {
+    if (auto it = line->flags.find("--force"); it != line->flags.end()) {
+      if (!absl::SimpleAtob(it->second, &force)) {
+        parsed = absl::InvalidArgumentError(
+            absl::StrCat("--force \"", it->second, "\" is not true or false"));
+      }
+    }
+  } else if (name == "tasks") {
+    absl::StatusOr<v1::ListTasksRequest> request = ParseListTasksFlags(line->flags);
+    parsed = request.status();
+    if (request.ok()) tasks = *std::move(request);
+  } else if (name == "task cancel") {
+    absl::StatusOr<uint64_t> id = ParseTaskId(operands[0]);
+    parsed = id.status();
+    if (id.ok()) task_id = *id;
+  } else if (name == "top") {
+    absl::StatusOr<TopOptions> options = ParseTopFlags(line->flags);
+    parsed = options.status();
+    if (options.ok()) top = *options;
+  }
+  if (!parsed.ok()) return UsageError(std::string(parsed.message()));
+
+  GlobalOptions global = line->global;
+  if (global.addr.empty()) global.addr = DefaultClientTarget();
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      ConnectChannel(flags.addr, flags.timeout);
+      ConnectChannel(global.addr, global.timeout);
   if (!channel.ok()) return Fail("connect", channel.status());
-  Ctl ctl(*channel, flags);
-  if (flags.command == "status") return ctl.Status();
-  if (flags.command == "devices") return ctl.Devices();
-  return ctl.Sessions();
+  Ctl ctl(*channel, global);
+  if (name == "status") return ctl.Status();
+  if (name == "devices") return ctl.Devices();
+  if (name == "sessions") return ctl.Sessions();
+  if (name == "partitions") return ctl.Partitions();
+  if (name == "partition create") return ctl.CreatePartition(partition);
+  if (name == "partition update") return ctl.UpdatePartition(partition);
+  if (name == "partition delete") return ctl.DeletePartition(operands[0], force);
+  if (name == "queues") return ctl.Queues();
+  if (name == "tasks") return ctl.Tasks(tasks);
+  if (name == "task cancel") return ctl.CancelTask(task_id);
+  return ctl.Top(top);
 }
 
 }  // namespace
-}  // namespace gpukit
+}  // namespace gpukit::ctl
 
-int main(int argc, char** argv) { return gpukit::Main(argc, argv); }
+int main(int argc, char** argv) { return gpukit::ctl::Main(argc, argv); }

@@ -10,8 +10,10 @@ std::vector<size_t> ChooseVictims(absl::Span<const ReclaimCandidate> candidates,
                                   int64_t shortfall_bytes, const Requester& requester) {
   if (shortfall_bytes <= 0) return {};
   const bool may_take_best_effort = requester.qos != QosClass::kBestEffort;
+  // A BestEffort session has no request to be within, so it takes nothing whatever it says.
   const bool may_take_burstable_excess =
-      requester.qos == QosClass::kGuaranteed || requester.within_request;
+      requester.qos == QosClass::kGuaranteed ||
+      (requester.qos == QosClass::kBurstable && requester.within_request);
 
   std::vector<size_t> best_effort;
   std::vector<size_t> burstable;

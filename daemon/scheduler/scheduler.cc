@@ -469,15 +469,25 @@ absl::Time Scheduler::PumpLocked(absl::Time now) {
                     "its deadline passed while it waited in the queue");
     }
   }
-  absl::Time next = deadlines_.empty() ? absl::InfiniteFuture() : deadlines_.begin()->first;
-  for (const auto& [name, holder] : partitions_) {
-    PartitionState& p = *holder;
-    while (!p.queue.empty() && MayAdmitLocked(p, p.queue.front().key.qos, now, &next)) {
-      Task& task = *live_.at(p.queue.Pop().task_id);
-      if (task.info.deadline != absl::InfiniteFuture()) {
-        deadlines_.erase({task.info.deadline, task.info.id});
+  // A partition in debt is held while another could start a task in its place; once that
+  // one has admitted what it may, the debtor may go. Partitions are visited in hash order,
+  // so pass again until a pass admits nothing: the last pass sees settled state and its
+  // `next` is complete.
+  absl::Time next;
+  bool admitted = true;
+  while (admitted) {
+    admitted = false;
+    next = deadlines_.empty() ? absl::InfiniteFuture() : deadlines_.begin()->first;
+    for (const auto& [name, holder] : partitions_) {
+      PartitionState& p = *holder;
+      while (!p.queue.empty() && MayAdmitLocked(p, p.queue.front().key.qos, now, &next)) {
+        Task& task = *live_.at(p.queue.Pop().task_id);
+        if (task.info.deadline != absl::InfiniteFuture()) {
+          deadlines_.erase({task.info.deadline, task.info.id});
+        }
+        AdmitLocked(p, task, now);
+        admitted = true;
       }
-      AdmitLocked(p, task, now);
     }
   }
   return next;
@@ -609,11 +619,16 @@ void Scheduler::Finish(const TaskRef& task, const absl::Status& result,
   const TaskState state = task->info.state;
   if (state != TaskState::kAdmitted && state != TaskState::kRunning) return;
   PartitionState& p = *task->partition;
+  const absl::Time now = clock_.Now();
+  // TokenBucket::Charge applies to the balance as of the bucket's last accrual, which is
+  // whenever anyone last looked (ListPartitions, another partition's pump): accrue both
+  // buckets to now first, so the charge lands at the finish whoever looked in between.
+  p.share.BalanceNs(now);
+  p.cap.BalanceNs(now);
   p.share.Charge(device_time);
   p.cap.Charge(device_time);
   p.device_time_total += device_time;
   task->info.device_time = device_time;
-  const absl::Time now = clock_.Now();
   EndTaskLocked(*task, result.ok() ? TaskState::kSucceeded : TaskState::kFailed, now,
                 result.ok() ? absl::string_view() : result.message());
   PumpLocked(now);

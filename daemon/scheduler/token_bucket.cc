@@ -26,8 +26,12 @@ bool TokenBucket::Ready(absl::Time now) {
 absl::Time TokenBucket::ReadyAt(absl::Time now) {
   Accrue(now);
   if (balance_ns_ > 0) return now;
-  // One nanosecond past repaying the debt, rounded up so that Ready() holds then.
-  return now + absl::Nanoseconds(static_cast<int64_t>(std::ceil(-balance_ns_ / rate_)) + 1);
+  // The first whole nanosecond at which the debt is more than repaid: floor(debt / rate) + 1
+  // (ceil + 1 would be a nanosecond late whenever debt / rate is not whole). Step past any
+  // rounding in the division so that Ready() holds then, as Accrue computes it.
+  auto wait_ns = static_cast<int64_t>(std::floor(-balance_ns_ / rate_)) + 1;
+  while (balance_ns_ + static_cast<double>(wait_ns) * rate_ <= 0) ++wait_ns;
+  return now + absl::Nanoseconds(wait_ns);
 }
 
 void TokenBucket::Charge(absl::Duration device_time) {

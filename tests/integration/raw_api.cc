@@ -186,6 +186,26 @@ absl::StatusOr<int64_t> RawApi::MemoryUsedBytes() {
   return used_bytes;
 }
 
+absl::StatusOr<v1::ListPartitionsResponse> RawApi::ListPartitions() {
+  return Unary<v1::ListPartitionsResponse>([&](grpc::ClientContext* c, auto* r) {
+    return admin_->ListPartitions(c, v1::ListPartitionsRequest(), r);
+  });
+}
+
+absl::StatusOr<v1::PartitionStatus> RawApi::GetPartition(const std::string& name) {
+  absl::StatusOr<v1::ListPartitionsResponse> partitions = ListPartitions();
+  if (!partitions.ok()) return partitions.status();
+  for (const v1::PartitionStatus& partition : partitions->partitions()) {
+    if (partition.partition().name() == name) return partition;
+  }
+  return absl::NotFoundError("ListPartitions lists no partition \"" + name + "\"");
+}
+
+absl::StatusOr<v1::ListTasksResponse> RawApi::ListTasks(const v1::ListTasksRequest& request) {
+  return Unary<v1::ListTasksResponse>(
+      [&](grpc::ClientContext* c, auto* r) { return admin_->ListTasks(c, request, r); });
+}
+
 v1::UploadRequest UploadHeader(const std::string& session_id, const std::string& handle) {
   v1::UploadRequest message;
   message.mutable_header()->set_session_id(session_id);

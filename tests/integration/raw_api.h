@@ -72,6 +72,10 @@ class RawApi {
   absl::StatusOr<v1::ListDevicesResponse> ListDevices();
   // memory_used_bytes summed over the daemon's devices.
   absl::StatusOr<int64_t> MemoryUsedBytes();
+  absl::StatusOr<v1::ListPartitionsResponse> ListPartitions();
+  // The status of the partition named `name`; NOT_FOUND if the daemon lists none.
+  absl::StatusOr<v1::PartitionStatus> GetPartition(const std::string& name);
+  absl::StatusOr<v1::ListTasksResponse> ListTasks(const v1::ListTasksRequest& request);
 
  private:
   explicit RawApi(std::shared_ptr<grpc::Channel> channel);

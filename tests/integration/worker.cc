@@ -8,18 +8,34 @@
 //       Opens a session (asking for the lease given), creates a 64 MiB array and uploads
 //       it over and over; prints "uploading" once the first upload has finished, so the
 //       test knows an upload is under way from then on. Runs until killed.
+//   worker --addr ADDR --mode hold --bytes SIZE
+//       Opens a session and creates an array of SIZE bytes (e.g. 48MiB); prints "holding"
+//       and then waits, renewing its lease, until killed.
+//   worker --addr ADDR --mode hammer --ops N
+//       Uploads a 1 MiB float32 array and runs N "add" ops on it back to back. A call
+//       refused with RESOURCE_EXHAUSTED and reason REASON_QUEUE_FULL is counted (an op is
+//       not retried; the upload and the final download are); any other error fails.
+//       Prints "hammer ok=<ops that succeeded> queue_full=<refusals>".
+//
+// Every mode also takes --partition NAME, --memory-request SIZE, --memory-limit SIZE,
+// --compute-request SHARE and --compute-limit SHARE for the session it opens, and
+// --tenant NAME (default worker-<seed>).
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gpukit/client.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/base/units.h"
 
 namespace {
 
@@ -28,6 +44,11 @@ struct Flags {
   std::string mode;
   uint64_t seed = 1;
   int64_t lease_ms = 0;
+  std::string tenant;
+  std::string partition;
+  gpukit::ResourceRequirements resources;
+  int64_t bytes = 0;
+  int64_t ops = 0;
 };
 
 // The worker reports the first failure and exits 1.
@@ -189,6 +210,70 @@ int UploadForever(const gpukit::ClientOptions& options) {
   }
 }
 
+int Hold(const gpukit::ClientOptions& options, int64_t bytes) {
+  auto client = gpukit::Client::Connect(options);
+  if (!client.ok()) return Fail("connect", client.status());
+  auto array = (*client)->Empty({bytes}, gpukit::DType::kUInt8);
+  if (!array.ok()) return Fail("create", array.status());
+  std::cout << "holding" << std::endl;  // flushed: the test is waiting for it
+  while (true) absl::SleepFor(absl::Seconds(1));
+}
+
+template <typename T>
+const absl::Status& StatusOf(const absl::StatusOr<T>& result) {
+  return result.status();
+}
+
+bool IsQueueFull(const absl::Status& status) {
+  return absl::IsResourceExhausted(status) && gpukit::RejectReason(status) == "REASON_QUEUE_FULL";
+}
+
+// Calls `call` until it is not refused with QUEUE_FULL, counting the refusals.
+template <typename Call>
+auto UntilNotQueueFull(Call call, int64_t* queue_full) -> decltype(call()) {
+  while (true) {
+    auto result = call();
+    if (!IsQueueFull(StatusOf(result))) return result;
+    ++*queue_full;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+}
+
+int Hammer(const gpukit::ClientOptions& options, int64_t ops) {
+  auto client = gpukit::Client::Connect(options);
+  if (!client.ok()) return Fail("connect", client.status());
+  constexpr int64_t kElements = 256 * 1024;  // 1 MiB of float32
+  const std::vector<float> values(kElements, 1.5f);
+  int64_t queue_full = 0;
+  absl::StatusOr<gpukit::Array> input = UntilNotQueueFull(
+      [&] { return (*client)->FromVector<float>(values, {kElements}); }, &queue_full);
+  if (!input.ok()) return Fail("upload", input.status());
+  int64_t succeeded = 0;
+  std::optional<gpukit::Array> last;
+  for (int64_t i = 0; i < ops; ++i) {
+    absl::StatusOr<gpukit::Array> sum = (*client)->Add(*input, 1.0);
+    if (IsQueueFull(sum.status())) {
+      ++queue_full;
+      continue;
+    }
+    if (!sum.ok()) return Fail(absl::StrCat("op ", i), sum.status());
+    ++succeeded;
+    last = *std::move(sum);
+  }
+  if (last.has_value()) {
+    absl::StatusOr<std::vector<float>> result =
+        UntilNotQueueFull([&] { return last->ToVector<float>(); }, &queue_full);
+    absl::Status checked = Check<float>("add", std::vector<float>(kElements, 2.5f), result);
+    if (!checked.ok()) return Fail("download", checked);
+  }
+  last.reset();
+  input->Free().IgnoreError();
+  absl::Status closed = (*client)->Close();
+  if (!closed.ok()) return Fail("close", closed);
+  std::cout << "hammer ok=" << succeeded << " queue_full=" << queue_full << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -204,6 +289,23 @@ int main(int argc, char** argv) {
       if (!absl::SimpleAtoi(value, &flags.seed)) return Fail("--seed needs a number");
     } else if (name == "--lease-ms") {
       if (!absl::SimpleAtoi(value, &flags.lease_ms)) return Fail("--lease-ms needs a number");
+    } else if (name == "--tenant") {
+      flags.tenant = value;
+    } else if (name == "--partition") {
+      flags.partition = value;
+    } else if (name == "--memory-request" || name == "--memory-limit" || name == "--bytes") {
+      absl::StatusOr<int64_t> bytes = gpukit::ParseBytes(value);
+      if (!bytes.ok()) return Fail(absl::StrCat(name, " needs a size"), bytes.status());
+      if (name == "--memory-request") flags.resources.memory_request_bytes = *bytes;
+      if (name == "--memory-limit") flags.resources.memory_limit_bytes = *bytes;
+      if (name == "--bytes") flags.bytes = *bytes;
+    } else if (name == "--compute-request" || name == "--compute-limit") {
+      double share = 0;
+      if (!absl::SimpleAtod(value, &share)) return Fail(absl::StrCat(name, " needs a number"));
+      (name == "--compute-request" ? flags.resources.compute_request
+                                   : flags.resources.compute_limit) = share;
+    } else if (name == "--ops") {
+      if (!absl::SimpleAtoi(value, &flags.ops)) return Fail("--ops needs a number");
     } else {
       return Fail(absl::StrCat("unknown flag ", name));
     }
@@ -211,11 +313,16 @@ int main(int argc, char** argv) {
   if (flags.addr.empty()) return Fail("--addr is required");
   gpukit::ClientOptions options;
   options.address = flags.addr;
-  options.tenant = absl::StrCat("worker-", flags.seed);
+  options.tenant = flags.tenant.empty() ? absl::StrCat("worker-", flags.seed) : flags.tenant;
+  options.partition = flags.partition;
+  options.resources = flags.resources;
   options.client_name = absl::StrCat("worker-", flags.mode);
   options.lease = absl::Milliseconds(flags.lease_ms);
   options.call_timeout = absl::Seconds(30);
   if (flags.mode == "compute") return Compute(options, flags.seed);
   if (flags.mode == "upload-forever") return UploadForever(options);
-  return Fail(absl::StrCat("unknown --mode \"", flags.mode, "\"; modes: compute, upload-forever"));
+  if (flags.mode == "hold") return Hold(options, flags.bytes);
+  if (flags.mode == "hammer") return Hammer(options, flags.ops);
+  return Fail(absl::StrCat("unknown --mode \"", flags.mode,
+                           "\"; modes: compute, upload-forever, hold, hammer"));
 }

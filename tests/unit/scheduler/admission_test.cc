@@ -1,17 +1,13 @@
-// Admission policy and the memory ledger (daemon/scheduler/admission.h).
+// Admission rules for sessions, allocations and tasks (daemon/scheduler/admission.h).
 #include "daemon/scheduler/admission.h"
 
 #include <cstdint>
-#include <random>
+#include <optional>
 #include <string>
-#include <thread>
-#include <utility>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/testing/random_seed.h"
 #include "tests/testing/status_matchers.h"
 
 namespace gpukit {
@@ -19,69 +15,29 @@ namespace {
 
 using ::gpukit::testing::IsOk;
 using ::gpukit::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-constexpr RejectReason kAllReasons[] = {
-    RejectReason::kNone, RejectReason::kDeviceMemoryExhausted, RejectReason::kArrayTooLarge,
-    RejectReason::kTooManySessions, RejectReason::kTooManyArrays};
-
-// ---- Reasons ----
-
-TEST(RejectReasonTest, NamesMatchTheProtoEnum) {
-  EXPECT_EQ(RejectReasonName(RejectReason::kNone), "REASON_UNSPECIFIED");
-  EXPECT_EQ(RejectReasonName(RejectReason::kDeviceMemoryExhausted),
-            "REASON_DEVICE_MEMORY_EXHAUSTED");
-  EXPECT_EQ(RejectReasonName(RejectReason::kArrayTooLarge), "REASON_ARRAY_TOO_LARGE");
-  EXPECT_EQ(RejectReasonName(RejectReason::kTooManySessions), "REASON_TOO_MANY_SESSIONS");
-  EXPECT_EQ(RejectReasonName(RejectReason::kTooManyArrays), "REASON_TOO_MANY_ARRAYS");
+template <typename Case>
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
+  return info.param.name;
 }
 
-class ReasonRoundTripTest : public ::testing::TestWithParam<RejectReason> {};
-
-TEST_P(ReasonRoundTripTest, WithReasonIsReadBackByReasonOfKeepingCodeAndMessage) {
-  const absl::Status status =
-      WithReason(absl::ResourceExhaustedError("no room for 42 bytes"), GetParam());
-  EXPECT_EQ(ReasonOf(status), GetParam());
-  EXPECT_THAT(status, StatusIs(absl::StatusCode::kResourceExhausted, "no room for 42 bytes"));
-}
-
-TEST_P(ReasonRoundTripTest, SurvivesCopyingTheStatus) {
-  const absl::Status original = WithReason(absl::InternalError("x"), GetParam());
-  absl::Status copy = original;
-  const absl::Status moved = std::move(copy);
-  EXPECT_EQ(ReasonOf(moved), GetParam());
-}
-
-INSTANTIATE_TEST_SUITE_P(AllReasons, ReasonRoundTripTest, ::testing::ValuesIn(kAllReasons),
-                         [](const ::testing::TestParamInfo<RejectReason>& info) {
-                           return std::string(RejectReasonName(info.param));
-                         });
-
-TEST(ReasonOfTest, StatusWithoutAReasonHasNone) {
-  EXPECT_EQ(ReasonOf(absl::OkStatus()), RejectReason::kNone);
-  EXPECT_EQ(ReasonOf(absl::ResourceExhaustedError("plain")), RejectReason::kNone);
-}
-
-TEST(ReasonOfTest, AReasonCannotBeAttachedToOk) {
-  // absl drops payloads on OK: an OK status never carries a rejection.
-  const absl::Status status = WithReason(absl::OkStatus(), RejectReason::kArrayTooLarge);
-  EXPECT_TRUE(status.ok());
-  EXPECT_EQ(ReasonOf(status), RejectReason::kNone);
-}
-
-TEST(ReasonOfTest, TheLastReasonAttachedWins) {
-  const absl::Status status =
-      WithReason(WithReason(absl::ResourceExhaustedError("x"), RejectReason::kArrayTooLarge),
-                 RejectReason::kTooManyArrays);
-  EXPECT_EQ(ReasonOf(status), RejectReason::kTooManyArrays);
+TEST(AdmissionLimitsTest, DefaultsAreTheDocumentedOnes) {
+  const AdmissionLimits limits;
+  EXPECT_EQ(limits.max_array_bytes, int64_t{2} << 30);
+  EXPECT_EQ(limits.max_sessions, 1024);
+  EXPECT_EQ(limits.max_arrays_per_session, 65536);
 }
 
 // ---- Decision ----
 
-TEST(DecisionTest, AdmittedDecisionIsOk) {
-  EXPECT_THAT(Decision{}.ToStatus(), IsOk());
-  EXPECT_EQ(ReasonOf(Decision{}.ToStatus()), RejectReason::kNone);
+TEST(DecisionTest, AdmittedDecisionIsOkWithoutAReason) {
+  const Decision admitted;
+  EXPECT_TRUE(admitted.admitted);
+  EXPECT_THAT(admitted.ToStatus(), IsOk());
+  EXPECT_EQ(ReasonOf(admitted.ToStatus()), RejectReason::kNone);
 }
 
 TEST(DecisionTest, RefusalIsResourceExhaustedCarryingReasonAndMessage) {
@@ -93,265 +49,319 @@ TEST(DecisionTest, RefusalIsResourceExhaustedCarryingReasonAndMessage) {
 
 // ---- AdmitSession ----
 
-struct SessionCase {
+// A partition of 1000 bytes and compute share 0.5 in a daemon of at most 10 sessions, with
+// nothing open yet.
+SessionSnapshot RoomySession() {
+  SessionSnapshot s;
+  s.daemon_sessions = 0;
+  s.max_sessions = 10;
+  s.partition_sessions = 0;
+  s.partition_max_sessions = 0;
+  s.partition_memory_quota_bytes = 1000;
+  s.partition_compute_share = 0.5;
+  return s;
+}
+
+struct SessionCountCase {
   std::string name;
+  int daemon_sessions;
   int max_sessions;
-  int open_sessions;
+  int partition_sessions;
+  int partition_max_sessions;
   bool admitted;
 };
 
-class AdmitSessionTest : public ::testing::TestWithParam<SessionCase> {};
+class AdmitSessionCountTest : public ::testing::TestWithParam<SessionCountCase> {};
 
-TEST_P(AdmitSessionTest, AdmitsWhileBelowMaxSessions) {
-  AdmissionLimits limits;
-  limits.max_sessions = GetParam().max_sessions;
-  const Decision d = AdmitSession(limits, GetParam().open_sessions);
+TEST_P(AdmitSessionCountTest, AdmitsWhileBelowDaemonAndPartitionMaxSessions) {
+  SessionSnapshot s = RoomySession();
+  s.daemon_sessions = GetParam().daemon_sessions;
+  s.max_sessions = GetParam().max_sessions;
+  s.partition_sessions = GetParam().partition_sessions;
+  s.partition_max_sessions = GetParam().partition_max_sessions;
+  const Decision d = AdmitSession(s);
   EXPECT_EQ(d.admitted, GetParam().admitted);
-  if (GetParam().admitted) {
-    EXPECT_EQ(d.reason, RejectReason::kNone);
-    EXPECT_THAT(d.message, IsEmpty());
-  } else {
-    EXPECT_EQ(d.reason, RejectReason::kTooManySessions);
-    EXPECT_THAT(d.message, HasSubstr("max_sessions"));
-    EXPECT_THAT(d.message, HasSubstr(std::to_string(GetParam().open_sessions)));
-  }
+  EXPECT_EQ(d.reason, GetParam().admitted ? RejectReason::kNone : RejectReason::kTooManySessions);
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Table, AdmitSessionTest,
-    ::testing::Values(SessionCase{"NoneOpen", 2, 0, true}, SessionCase{"OneBelowMax", 2, 1, true},
-                      SessionCase{"AtMax", 2, 2, false}, SessionCase{"AboveMax", 2, 5, false},
-                      SessionCase{"MaxZeroAdmitsNobody", 0, 0, false},
-                      SessionCase{"DefaultLimitAt1023", 1024, 1023, true},
-                      SessionCase{"DefaultLimitAt1024", 1024, 1024, false}),
-    [](const ::testing::TestParamInfo<SessionCase>& info) { return info.param.name; });
+    Table, AdmitSessionCountTest,
+    ::testing::Values(SessionCountCase{"NoneOpen", 0, 2, 0, 0, true},
+                      SessionCountCase{"OneBelowDaemonMax", 1, 2, 1, 0, true},
+                      SessionCountCase{"AtDaemonMax", 2, 2, 0, 0, false},
+                      SessionCountCase{"AboveDaemonMax", 5, 2, 0, 0, false},
+                      SessionCountCase{"DaemonMaxZeroAdmitsNobody", 0, 0, 0, 0, false},
+                      SessionCountCase{"PartitionMaxZeroMeansNoPartitionLimit", 9, 10, 9, 0, true},
+                      SessionCountCase{"OneBelowPartitionMax", 1, 10, 1, 2, true},
+                      SessionCountCase{"AtPartitionMax", 2, 10, 2, 2, false},
+                      SessionCountCase{"AbovePartitionMax", 3, 10, 3, 2, false},
+                      SessionCountCase{"DaemonMaxAppliesBesidePartitionMax", 10, 10, 1, 5, false}),
+    CaseName<SessionCountCase>);
 
-TEST(AdmissionLimitsTest, DefaultsAreTheDocumentedOnes) {
-  const AdmissionLimits limits;
-  EXPECT_EQ(limits.max_array_bytes, int64_t{2} << 30);
-  EXPECT_EQ(limits.max_sessions, 1024);
-  EXPECT_EQ(limits.max_arrays_per_session, 65536);
+TEST(AdmitSessionTest, DaemonRefusalNamesTheCountAndMaxSessions) {
+  SessionSnapshot s = RoomySession();
+  s.daemon_sessions = 7;
+  s.max_sessions = 7;
+  const Decision d = AdmitSession(s);
+  EXPECT_FALSE(d.admitted);
+  EXPECT_THAT(d.message, AllOf(HasSubstr("7 open sessions"), HasSubstr("max_sessions")));
 }
 
-// ---- AdmitArray ----
+TEST(AdmitSessionTest, PartitionRefusalNamesTheCount) {
+  SessionSnapshot s = RoomySession();
+  s.partition_sessions = 3;
+  s.partition_max_sessions = 3;
+  const Decision d = AdmitSession(s);
+  EXPECT_FALSE(d.admitted);
+  EXPECT_THAT(d.message, AllOf(HasSubstr("partition"), HasSubstr("3 open sessions")));
+}
 
-struct ArrayCase {
+struct SessionRequestCase {
   std::string name;
-  int64_t bytes;
-  int session_arrays;
-  int64_t device_free_bytes;
-  RejectReason expected;  // kNone: admitted
-  std::string message;    // substring of the refusal
+  ResourceSpec resources;
+  int64_t memory_requested_bytes;  // by the partition's other sessions, of 1000
+  double compute_requested;        // by the partition's other sessions, of 0.3
+  bool admitted;
 };
 
-class AdmitArrayTest : public ::testing::TestWithParam<ArrayCase> {};
+class AdmitSessionRequestTest : public ::testing::TestWithParam<SessionRequestCase> {};
 
-TEST_P(AdmitArrayTest, AppliesTheLimitsInOrder) {
-  AdmissionLimits limits;
-  limits.max_array_bytes = 1000;
-  limits.max_arrays_per_session = 3;
-  const ArrayCase& c = GetParam();
-  const Decision d = AdmitArray(limits, c.bytes, c.session_arrays, c.device_free_bytes);
-  EXPECT_EQ(d.admitted, c.expected == RejectReason::kNone);
-  EXPECT_EQ(d.reason, c.expected) << RejectReasonName(d.reason);
-  EXPECT_THAT(d.message, HasSubstr(c.message));
+TEST_P(AdmitSessionRequestTest, AdmitsWhileRequestsFitTheUnrequestedPartOfTheQuota) {
+  SessionSnapshot s = RoomySession();
+  s.resources = GetParam().resources;
+  s.partition_memory_quota_bytes = 1000;
+  s.partition_memory_requested_bytes = GetParam().memory_requested_bytes;
+  s.partition_compute_share = 0.3;
+  s.partition_compute_requested = GetParam().compute_requested;
+  const Decision d = AdmitSession(s);
+  EXPECT_EQ(d.admitted, GetParam().admitted) << d.message;
+  EXPECT_EQ(d.reason,
+            GetParam().admitted ? RejectReason::kNone : RejectReason::kPartitionQuotaExceeded);
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Table, AdmitArrayTest,
-    ::testing::Values(ArrayCase{"FitsEverywhere", 100, 0, 5000, RejectReason::kNone, ""},
-                      ArrayCase{"ExactlyMaxArrayBytes", 1000, 0, 5000, RejectReason::kNone, ""},
-                      ArrayCase{"ExactlyTheFreeBytes", 500, 0, 500, RejectReason::kNone, ""},
-                      ArrayCase{"EmptyArrayOnAFullDevice", 0, 0, 0, RejectReason::kNone, ""},
-                      ArrayCase{"OneBelowMaxArrays", 1, 2, 5000, RejectReason::kNone, ""},
-                      ArrayCase{"OneByteAboveMaxArrayBytes", 1001, 0, 5000,
-                                RejectReason::kArrayTooLarge,
-                                "array of 1001 bytes exceeds limits.maxArraySize = 1000"},
-                      ArrayCase{"AtMaxArraysPerSession", 1, 3, 5000, RejectReason::kTooManyArrays,
-                                "session holds 3 arrays"},
-                      ArrayCase{"OneByteMoreThanIsFree", 501, 0, 500,
-                                RejectReason::kDeviceMemoryExhausted,
-                                "array of 501 bytes does not fit in the device's 500 free bytes"},
-                      ArrayCase{"TooLargeIsReportedBeforeTooMany", 2000, 3, 0,
-                                RejectReason::kArrayTooLarge, "limits.maxArraySize"},
-                      ArrayCase{"TooManyIsReportedBeforeDeviceMemory", 10, 3, 0,
-                                RejectReason::kTooManyArrays, "max_arrays_per_session"}),
-    [](const ::testing::TestParamInfo<ArrayCase>& info) { return info.param.name; });
+    Table, AdmitSessionRequestTest,
+    ::testing::Values(
+        SessionRequestCase{"NoRequestsFitAFullyRequestedPartition", {}, 1000, 0.3, true},
+        SessionRequestCase{"MemoryRequestFitsExactly", {.memory_request_bytes = 400}, 600, 0, true},
+        SessionRequestCase{
+            "MemoryRequestOneByteOver", {.memory_request_bytes = 401}, 600, 0, false},
+        SessionRequestCase{
+            "MemoryRequestOfTheWholeQuota", {.memory_request_bytes = 1000}, 0, 0, true},
+        SessionRequestCase{
+            "MemoryLimitAloneDoesNotCount", {.memory_limit_bytes = 5000}, 600, 0, true},
+        SessionRequestCase{"ComputeRequestFitsExactly", {.compute_request = 0.1}, 0, 0.2, true},
+        SessionRequestCase{
+            "PointOnePlusPointTwoOfPointThreeFits", {.compute_request = 0.2}, 0, 0.1, true},
+        SessionRequestCase{"ComputeRequestOver", {.compute_request = 0.2}, 0, 0.2, false},
+        SessionRequestCase{
+            "ComputeRequestOverByOneThousandth", {.compute_request = 0.101}, 0, 0.2, false},
+        SessionRequestCase{
+            "OtherSessionsAlreadyOverTheQuota", {.memory_request_bytes = 1}, 1200, 0, false},
+        SessionRequestCase{"MemoryFitsButComputeDoesNot",
+                           {.memory_request_bytes = 100, .compute_request = 0.5},
+                           0,
+                           0,
+                           false}),
+    CaseName<SessionRequestCase>);
 
-// ---- MemoryLedger and MemoryReservation ----
-
-AdmissionLimits BigLimits() {
-  AdmissionLimits limits;
-  limits.max_array_bytes = int64_t{1} << 40;
-  return limits;
+TEST(AdmitSessionTest, MemoryRefusalNamesTheRequestAndWhatIsLeft) {
+  SessionSnapshot s = RoomySession();
+  s.resources.memory_request_bytes = 401;
+  s.partition_memory_quota_bytes = 1000;
+  s.partition_memory_requested_bytes = 600;
+  const Decision d = AdmitSession(s);
+  EXPECT_FALSE(d.admitted);
+  EXPECT_THAT(d.message, AllOf(HasSubstr("requests.memory = 401 B"), HasSubstr("1000 B"),
+                               HasSubstr("has 400 B not requested")));
 }
 
-TEST(MemoryLedgerTest, StartsEmpty) {
-  const MemoryLedger ledger(4096);
-  EXPECT_EQ(ledger.capacity_bytes(), 4096);
-  EXPECT_EQ(ledger.reserved_bytes(), 0);
+TEST(AdmitSessionTest, ComputeRefusalNamesTheRequestAndWhatIsLeft) {
+  SessionSnapshot s = RoomySession();
+  s.resources.compute_request = 0.5;
+  s.partition_compute_share = 0.5;
+  s.partition_compute_requested = 0.25;
+  const Decision d = AdmitSession(s);
+  EXPECT_FALSE(d.admitted);
+  EXPECT_THAT(d.message, AllOf(HasSubstr("requests.compute = 0.5"),
+                               HasSubstr("compute share of 0.5 has 0.25 not requested")));
 }
 
-TEST(MemoryLedgerTest, ReservationsCountUntilDestroyed) {
-  MemoryLedger ledger(4096);
-  {
-    GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation a, ledger.Reserve(1000, BigLimits(), 0));
-    EXPECT_EQ(a.bytes(), 1000);
-    EXPECT_EQ(ledger.reserved_bytes(), 1000);
-    GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation b, ledger.Reserve(3096, BigLimits(), 1));
-    EXPECT_EQ(ledger.reserved_bytes(), 4096);
+// ---- AdmitAllocation ----
+
+struct AllocationCase {
+  std::string name;
+  AllocationSnapshot snapshot;
+  RejectReason reason;  // kNone: admitted
+  int64_t shortfall_bytes = 0;
+  bool shortfall_is_device_wide = false;
+};
+
+class AdmitAllocationTest : public ::testing::TestWithParam<AllocationCase> {};
+
+TEST_P(AdmitAllocationTest, DecidesWithReasonAndShortfall) {
+  const AllocationDecision d = AdmitAllocation(GetParam().snapshot);
+  EXPECT_EQ(d.decision.admitted, GetParam().reason == RejectReason::kNone) << d.decision.message;
+  EXPECT_EQ(d.decision.reason, GetParam().reason) << d.decision.message;
+  EXPECT_EQ(d.shortfall_bytes, GetParam().shortfall_bytes);
+  EXPECT_EQ(d.shortfall_is_device_wide, GetParam().shortfall_is_device_wide);
+  if (d.decision.admitted) {
+    EXPECT_THAT(d.decision.message, IsEmpty());
   }
-  EXPECT_EQ(ledger.reserved_bytes(), 0);
 }
 
-TEST(MemoryLedgerTest, RefusesBeyondCapacityWithDeviceMemoryExhausted) {
-  MemoryLedger ledger(4096);
-  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation a, ledger.Reserve(4000, BigLimits(), 0));
-  absl::StatusOr<MemoryReservation> b = ledger.Reserve(97, BigLimits(), 1);
-  EXPECT_THAT(b, StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("96 free bytes")));
-  EXPECT_EQ(ReasonOf(b.status()), RejectReason::kDeviceMemoryExhausted);
-  EXPECT_EQ(ledger.reserved_bytes(), 4000);  // a refusal reserves nothing
-  GPUKIT_EXPECT_OK(ledger.Reserve(96, BigLimits(), 1));
+// Every row starts from room everywhere (a 100-byte array; limits of 1000 bytes for the array,
+// the session, the partition and the device) and changes what it is about.
+AllocationSnapshot Roomy() {
+  return {.bytes = 100,
+          .max_array_bytes = 1000,
+          .session_used_bytes = 0,
+          .session_limit_bytes = 1000,
+          .partition_used_bytes = 0,
+          .partition_quota_bytes = 1000,
+          .device_used_bytes = 0,
+          .device_capacity_bytes = 1000};
 }
 
-TEST(MemoryLedgerTest, AppliesTheArrayLimitsWithTheirReasons) {
-  MemoryLedger ledger(1 << 20);
-  AdmissionLimits limits;
-  limits.max_array_bytes = 100;
-  limits.max_arrays_per_session = 2;
-  absl::StatusOr<MemoryReservation> too_large = ledger.Reserve(101, limits, 0);
-  EXPECT_THAT(too_large, StatusIs(absl::StatusCode::kResourceExhausted));
-  EXPECT_EQ(ReasonOf(too_large.status()), RejectReason::kArrayTooLarge);
-  absl::StatusOr<MemoryReservation> too_many = ledger.Reserve(1, limits, 2);
-  EXPECT_THAT(too_many, StatusIs(absl::StatusCode::kResourceExhausted));
-  EXPECT_EQ(ReasonOf(too_many.status()), RejectReason::kTooManyArrays);
-  EXPECT_EQ(ledger.reserved_bytes(), 0);
+template <typename Change>
+AllocationSnapshot RoomyWith(Change change) {
+  AllocationSnapshot s = Roomy();
+  change(s);
+  return s;
 }
 
-TEST(MemoryReservationTest, ReleaseReturnsTheBytesOnce) {
-  MemoryLedger ledger(4096);
-  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation r, ledger.Reserve(100, BigLimits(), 0));
-  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation other, ledger.Reserve(50, BigLimits(), 0));
-  r.Release();
-  EXPECT_EQ(r.bytes(), 0);
-  EXPECT_EQ(ledger.reserved_bytes(), 50);
-  r.Release();  // later calls do nothing: the other reservation's bytes stay
-  EXPECT_EQ(ledger.reserved_bytes(), 50);
+INSTANTIATE_TEST_SUITE_P(
+    Table, AdmitAllocationTest,
+    ::testing::Values(
+        AllocationCase{"FitsEverywhere", Roomy(), RejectReason::kNone},
+        AllocationCase{"FitsExactlyEverywhere", RoomyWith([](AllocationSnapshot& s) {
+                         s.bytes = 400;
+                         s.max_array_bytes = 400;
+                         s.session_used_bytes = 600;
+                         s.partition_used_bytes = 600;
+                         s.device_used_bytes = 600;
+                       }),
+                       RejectReason::kNone},
+        AllocationCase{"WithoutASessionLimitOnlyPartitionAndDeviceCount",
+                       RoomyWith([](AllocationSnapshot& s) {
+                         s.session_used_bytes = int64_t{1} << 40;
+                         s.session_limit_bytes = std::nullopt;
+                       }),
+                       RejectReason::kNone},
+        AllocationCase{"ArrayOneByteAboveMax",
+                       RoomyWith([](AllocationSnapshot& s) { s.bytes = s.max_array_bytes + 1; }),
+                       RejectReason::kArrayTooLarge},
+        AllocationCase{"ArrayTooLargeBeatsEverything", RoomyWith([](AllocationSnapshot& s) {
+                         s.bytes = 2000;
+                         s.session_used_bytes = 1000;
+                         s.partition_used_bytes = 1000;
+                         s.device_used_bytes = 1000;
+                       }),
+                       RejectReason::kArrayTooLarge},
+        AllocationCase{"SessionLimitOneByteOverHasNoShortfall",
+                       RoomyWith([](AllocationSnapshot& s) { s.session_used_bytes = 901; }),
+                       RejectReason::kSessionLimitExceeded},
+        AllocationCase{"SessionLimitBeatsPartitionAndDevice", RoomyWith([](AllocationSnapshot& s) {
+                         s.session_used_bytes = 1000;
+                         s.partition_used_bytes = 1000;
+                         s.device_used_bytes = 1000;
+                       }),
+                       RejectReason::kSessionLimitExceeded},
+        AllocationCase{"PartitionQuotaOneByteOver",
+                       RoomyWith([](AllocationSnapshot& s) { s.partition_used_bytes = 901; }),
+                       RejectReason::kPartitionQuotaExceeded, 1, false},
+        AllocationCase{"PartitionShortfallIsUsedPlusBytesMinusQuota",
+                       RoomyWith([](AllocationSnapshot& s) {
+                         s.bytes = 300;
+                         s.partition_used_bytes = 900;
+                       }),
+                       RejectReason::kPartitionQuotaExceeded, 200, false},
+        AllocationCase{"DeviceOneByteOver",
+                       RoomyWith([](AllocationSnapshot& s) { s.device_used_bytes = 901; }),
+                       RejectReason::kDeviceMemoryExhausted, 1, true},
+        AllocationCase{"DeviceShortfallIsUsedPlusBytesMinusCapacity",
+                       RoomyWith([](AllocationSnapshot& s) {
+                         s.bytes = 300;
+                         s.device_used_bytes = 950;
+                       }),
+                       RejectReason::kDeviceMemoryExhausted, 250, true},
+        // The header's order: the device before the partition, so a daemon with one
+        // partition over the whole device reports DEVICE_MEMORY_EXHAUSTED when full.
+        AllocationCase{"DeviceBeatsPartitionWhenBothAreFull", RoomyWith([](AllocationSnapshot& s) {
+                         s.partition_used_bytes = 1000;
+                         s.device_used_bytes = 1000;
+                       }),
+                       RejectReason::kDeviceMemoryExhausted, 100, true}),
+    CaseName<AllocationCase>);
+
+TEST(AdmitAllocationTest, ArrayTooLargeNamesTheSizeAndTheLimit) {
+  const AllocationDecision d =
+      AdmitAllocation(RoomyWith([](AllocationSnapshot& s) { s.bytes = 1001; }));
+  EXPECT_THAT(d.decision.message,
+              AllOf(HasSubstr("1001 bytes"), HasSubstr("limits.maxArraySize = 1000")));
 }
 
-TEST(MemoryReservationTest, DefaultConstructedHoldsNothing) {
-  MemoryReservation r;
-  EXPECT_EQ(r.bytes(), 0);
-  r.Release();
+TEST(AdmitAllocationTest, SessionLimitNamesTheLimit) {
+  const AllocationDecision d = AdmitAllocation(RoomyWith([](AllocationSnapshot& s) {
+    s.session_used_bytes = 450;
+    s.session_limit_bytes = 500;
+  }));
+  EXPECT_THAT(d.decision.message,
+              AllOf(HasSubstr("to 550 B"), HasSubstr("above its limits.memory = 500 B")));
 }
 
-TEST(MemoryReservationTest, MoveConstructionTransfersOwnership) {
-  MemoryLedger ledger(4096);
-  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation source, ledger.Reserve(300, BigLimits(), 0));
-  {
-    MemoryReservation target(std::move(source));
-    EXPECT_EQ(target.bytes(), 300);
-    EXPECT_EQ(source.bytes(), 0);  // NOLINT(bugprone-use-after-move): moved-from is empty
-    source.Release();              // must not return the bytes a second time
-    EXPECT_EQ(ledger.reserved_bytes(), 300);
-  }
-  EXPECT_EQ(ledger.reserved_bytes(), 0);
+TEST(AdmitAllocationTest, PartitionQuotaNamesUseAndQuota) {
+  const AllocationDecision d =
+      AdmitAllocation(RoomyWith([](AllocationSnapshot& s) { s.partition_used_bytes = 950; }));
+  EXPECT_THAT(d.decision.message,
+              AllOf(HasSubstr("partition"), HasSubstr("950 B of its quota of 1000 B")));
 }
 
-TEST(MemoryReservationTest, MoveAssignmentReleasesWhatTheTargetHeld) {
-  MemoryLedger ledger(4096);
-  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation a, ledger.Reserve(100, BigLimits(), 0));
-  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation b, ledger.Reserve(200, BigLimits(), 0));
-  EXPECT_EQ(ledger.reserved_bytes(), 300);
-  a = std::move(b);
-  EXPECT_EQ(a.bytes(), 200);
-  EXPECT_EQ(ledger.reserved_bytes(), 200);  // a's 100 went back
-  b.Release();                              // NOLINT(bugprone-use-after-move)
-  EXPECT_EQ(ledger.reserved_bytes(), 200);
-  a.Release();
-  EXPECT_EQ(ledger.reserved_bytes(), 0);
+TEST(AdmitAllocationTest, DeviceExhaustedNamesUseAndCapacity) {
+  const AllocationDecision d =
+      AdmitAllocation(RoomyWith([](AllocationSnapshot& s) { s.device_used_bytes = 950; }));
+  EXPECT_THAT(d.decision.message, AllOf(HasSubstr("device"), HasSubstr("950 B of 1000 B")));
 }
 
-TEST(MemoryReservationTest, SelfMoveAssignmentKeepsTheReservation) {
-  MemoryLedger ledger(4096);
-  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation a, ledger.Reserve(100, BigLimits(), 0));
-  MemoryReservation& alias = a;  // through a reference: a direct self-move draws a warning
-  a = std::move(alias);
-  EXPECT_EQ(a.bytes(), 100);
-  EXPECT_EQ(ledger.reserved_bytes(), 100);
+TEST(AdmitAllocationTest, RefusalBecomesResourceExhaustedCarryingTheReason) {
+  const AllocationDecision d =
+      AdmitAllocation(RoomyWith([](AllocationSnapshot& s) { s.device_used_bytes = 950; }));
+  const absl::Status status = d.decision.ToStatus();
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kResourceExhausted, d.decision.message));
+  EXPECT_EQ(ReasonOf(status), RejectReason::kDeviceMemoryExhausted);
 }
 
-TEST(MemoryReservationTest, MoveAssignmentBetweenLedgersReturnsEachToItsOwn) {
-  MemoryLedger first(4096), second(4096);
-  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation a, first.Reserve(10, BigLimits(), 0));
-  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation b, second.Reserve(20, BigLimits(), 0));
-  a = std::move(b);
-  EXPECT_EQ(first.reserved_bytes(), 0);
-  EXPECT_EQ(second.reserved_bytes(), 20);
-  a.Release();
-  EXPECT_EQ(second.reserved_bytes(), 0);
+// ---- AdmitTask ----
+
+struct TaskCase {
+  std::string name;
+  int queued;
+  int max_queued;
+  bool admitted;
+};
+
+class AdmitTaskTest : public ::testing::TestWithParam<TaskCase> {};
+
+TEST_P(AdmitTaskTest, AdmitsWhileTheQueueIsBelowMaxQueued) {
+  const Decision d = AdmitTask(GetParam().queued, GetParam().max_queued, "inference");
+  EXPECT_EQ(d.admitted, GetParam().admitted);
+  EXPECT_EQ(d.reason, GetParam().admitted ? RejectReason::kNone : RejectReason::kQueueFull);
 }
 
-TEST(MemoryLedgerTest, RandomReserveMoveReleaseSequencesReturnToZero) {
-  const uint32_t seed = ::gpukit::testing::TestSeed();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed << " (replay with GPUKIT_TEST_SEED)");
-  std::mt19937 rng(seed);
-  MemoryLedger ledger(10000);
-  std::vector<MemoryReservation> live;
-  int64_t expected = 0;
-  for (int step = 0; step < 2000; ++step) {
-    switch (rng() % 4) {
-      case 0:
-      case 1: {
-        const int64_t bytes = rng() % 1500;
-        absl::StatusOr<MemoryReservation> r = ledger.Reserve(bytes, BigLimits(), 0);
-        if (expected + bytes <= 10000) {
-          ASSERT_THAT(r, IsOk()) << "step " << step;
-          expected += bytes;
-          live.push_back(*std::move(r));
-        } else {
-          ASSERT_EQ(ReasonOf(r.status()), RejectReason::kDeviceMemoryExhausted) << "step " << step;
-        }
-        break;
-      }
-      case 2:
-        if (!live.empty()) {
-          const size_t i = rng() % live.size();
-          expected -= live[i].bytes();
-          live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
-        }
-        break;
-      case 3:
-        if (live.size() >= 2) {
-          const size_t i = rng() % live.size(), j = rng() % live.size();
-          if (i != j) expected -= live[i].bytes();
-          live[i] = std::move(live[j]);  // j is left empty (or i == j keeps it)
-        }
-        break;
-    }
-    ASSERT_EQ(ledger.reserved_bytes(), expected) << "step " << step;
-    ASSERT_LE(expected, ledger.capacity_bytes());
-  }
-  live.clear();
-  EXPECT_EQ(ledger.reserved_bytes(), 0);
-}
+INSTANTIATE_TEST_SUITE_P(Table, AdmitTaskTest,
+                         ::testing::Values(TaskCase{"EmptyQueue", 0, 1, true},
+                                           TaskCase{"OneBelowMax", 1023, 1024, true},
+                                           TaskCase{"AtMax", 1024, 1024, false},
+                                           TaskCase{"AboveMax", 2000, 1024, false},
+                                           TaskCase{"SingleSlotTaken", 1, 1, false}),
+                         CaseName<TaskCase>);
 
-TEST(MemoryLedgerTest, ConcurrentReserveAndReleaseReturnToZero) {
-  MemoryLedger ledger(1 << 20);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&ledger] {
-      for (int i = 0; i < 2000; ++i) {
-        absl::StatusOr<MemoryReservation> r = ledger.Reserve(64 + i % 7, BigLimits(), 0);
-        EXPECT_TRUE(r.ok());
-        if (i % 3 == 0) {
-          MemoryReservation moved = *std::move(r);  // released at once by its new owner
-        }
-      }
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  EXPECT_EQ(ledger.reserved_bytes(), 0);
+TEST(AdmitTaskTest, QueueFullNamesThePartitionAndTheCount) {
+  const Decision d = AdmitTask(16, 16, "inference");
+  EXPECT_THAT(d.message, AllOf(HasSubstr("partition \"inference\""), HasSubstr("16 tasks queued")));
+  const absl::Status status = d.ToStatus();
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("16 tasks")));
+  EXPECT_EQ(ReasonOf(status), RejectReason::kQueueFull);
 }
 
 }  // namespace

@@ -1,0 +1,278 @@
+#include "client/cpp/gpukitctl_format.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
+#include "google/protobuf/util/json_util.h"
+#include "runtime/base/units.h"
+
+namespace gpukit::ctl {
+namespace {
+
+std::string OneDecimal(double value) { return absl::StrCat(std::round(value * 10) / 10); }
+
+std::string Share(double share) { return absl::StrCat(share); }
+
+std::string MemoryCell(int64_t used_bytes, int64_t total_bytes) {
+  return absl::StrCat(CompactBytes(used_bytes), "/", CompactBytes(total_bytes));
+}
+
+std::string ComputeCell(const v1::PartitionStatus& s) {
+  return absl::StrCat(Share(s.compute_requested()), "/", Share(s.partition().compute_share()));
+}
+
+// Resident and spilled bytes, then arrays: what a session holds.
+bool Busier(const v1::SessionInfo& a, const v1::SessionInfo& b) {
+  const int64_t a_bytes = a.memory_bytes() + a.spilled_bytes();
+  const int64_t b_bytes = b.memory_bytes() + b.spilled_bytes();
+  if (a_bytes != b_bytes) return a_bytes > b_bytes;
+  if (a.arrays() != b.arrays()) return a.arrays() > b.arrays();
+  return a.session_id() < b.session_id();
+}
+
+// "[a,b,...]" of the messages' compact JSON.
+template <typename Messages>
+absl::StatusOr<std::string> JsonArray(const Messages& messages) {
+  std::vector<std::string> items;
+  for (const auto& message : messages) {
+    absl::StatusOr<std::string> json = ToJson(message, /*pretty=*/false);
+    if (!json.ok()) return json.status();
+    items.push_back(*std::move(json));
+  }
+  return absl::StrCat("[", absl::StrJoin(items, ","), "]");
+}
+
+}  // namespace
+
+std::string RenderTable(const Table& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()), 0);
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < row.size(); ++i) {
+      out += row[i];
+      if (i + 1 < row.size()) out += std::string(widths[i] - row[i].size() + 3, ' ');
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+std::string Age(int64_t ms) {
+  const int64_t s = ms / 1000;
+  if (s < 120) return absl::StrCat(s, "s");
+  if (s < 2 * 3600) return absl::StrCat(s / 60, "m");
+  if (s < 2 * 86400) return absl::StrCat(s / 3600, "h");
+  return absl::StrCat(s / 86400, "d");
+}
+
+std::string ShortDuration(int64_t us) {
+  if (us < 1000) return absl::StrCat(us, "us");
+  if (us < 1000 * 1000) return absl::StrCat(OneDecimal(us / 1e3), "ms");
+  if (us < 120 * 1000 * 1000) return absl::StrCat(OneDecimal(us / 1e6), "s");
+  return Age(us / 1000);
+}
+
+std::string CompactBytes(int64_t bytes) {
+  return absl::StrReplaceAll(FormatBytes(bytes), {{" ", ""}});
+}
+
+std::string QosName(v1::QosClass qos) {
+  switch (qos) {
+    case v1::QOS_CLASS_GUARANTEED:
+      return "Guaranteed";
+    case v1::QOS_CLASS_BURSTABLE:
+      return "Burstable";
+    case v1::QOS_CLASS_BEST_EFFORT:
+      return "BestEffort";
+    default:
+      return "-";
+  }
+}
+
+std::string StateName(v1::TaskState state) {
+  std::string name =
+      absl::AsciiStrToLower(absl::StripPrefix(v1::TaskState_Name(state), "TASK_STATE_"));
+  if (!name.empty()) name[0] = absl::ascii_toupper(name[0]);
+  return name;
+}
+
+std::string ResourcesCell(const v1::ResourceList& list) {
+  if (!list.has_memory_bytes() && !list.has_compute()) return "-";
+  return absl::StrCat(list.has_memory_bytes() ? CompactBytes(list.memory_bytes()) : "-", "/",
+                      list.has_compute() ? Share(list.compute()) : "-");
+}
+
+std::string RejectedCell(const google::protobuf::Map<std::string, int64_t>& rejected) {
+  std::vector<std::pair<std::string, int64_t>> sorted(rejected.begin(), rejected.end());
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::string> parts;
+  for (const auto& [reason, count] : sorted) {
+    parts.push_back(absl::StrCat(absl::StripPrefix(reason, "REASON_"), "=", count));
+  }
+  return parts.empty() ? "-" : absl::StrJoin(parts, ",");
+}
+
+Table StatusTable(const v1::StatusResponse& response) {
+  return {{"VERSION", "BACKEND", "UPTIME", "DEVICES", "SESSIONS", "ARRAYS", "LISTEN"},
+          {response.version(), response.backend(), Age(response.uptime_ms()),
+           absl::StrCat(response.device_count()), absl::StrCat(response.sessions()),
+           absl::StrCat(response.arrays()), absl::StrJoin(response.listen_addresses(), ",")}};
+}
+
+Table DevicesTable(const v1::ListDevicesResponse& response) {
+  Table rows = {{"INDEX", "NAME", "BACKEND", "MEMORY-USED", "MEMORY-TOTAL"}};
+  for (const v1::DeviceInfo& d : response.devices()) {
+    rows.push_back({absl::StrCat(d.index()), d.name(), d.backend(),
+                    FormatBytes(d.memory_used_bytes()), FormatBytes(d.memory_total_bytes())});
+  }
+  return rows;
+}
+
+Table SessionsTable(const v1::ListSessionsResponse& response) {
+  Table rows = {{"SESSION", "TENANT", "PARTITION", "CLIENT", "PID", "QOS", "ARRAYS", "REQUESTS",
+                 "LIMITS", "MEMORY", "SPILLED", "AGE", "LEASE-LEFT"}};
+  for (const v1::SessionInfo& s : response.sessions()) {
+    rows.push_back({s.session_id(), s.tenant(), s.partition(), s.client_name(),
+                    absl::StrCat(s.client_pid()), QosName(s.qos_class()), absl::StrCat(s.arrays()),
+                    ResourcesCell(s.resources().requests()), ResourcesCell(s.resources().limits()),
+                    FormatBytes(s.memory_bytes()), FormatBytes(s.spilled_bytes()), Age(s.age_ms()),
+                    Age(s.lease_remaining_ms())});
+  }
+  return rows;
+}
+
+Table PartitionsTable(const v1::ListPartitionsResponse& response) {
+  Table rows = {{"NAME", "DEVICE", "MEMORY(used/quota)", "COMPUTE(requested/share)", "BANDWIDTH",
+                 "SESSIONS", "QUEUED", "RUNNING", "SPILL"}};
+  for (const v1::PartitionStatus& s : response.partitions()) {
+    const v1::Partition& p = s.partition();
+    rows.push_back({p.name(), absl::StrCat(p.device_index()),
+                    MemoryCell(s.memory_used_bytes(), p.memory_quota_bytes()), ComputeCell(s),
+                    p.bandwidth_cap() > 0 ? Share(p.bandwidth_cap()) : "-",
+                    p.max_sessions() > 0 ? absl::StrCat(s.sessions(), "/", p.max_sessions())
+                                         : absl::StrCat(s.sessions()),
+                    absl::StrCat(s.queued_tasks()), absl::StrCat(s.running_tasks()),
+                    p.spill() ? "yes" : "no"});
+  }
+  return rows;
+}
+
+Table QueuesTable(const v1::ListPartitionsResponse& response, bool with_usage) {
+  Table rows;
+  if (with_usage) {
+    rows.push_back({"PARTITION", "DEVICE", "MEMORY(used/quota)", "COMPUTE(requested/share)",
+                    "SESSIONS", "QUEUED", "RUNNING", "ADMITTED", "SUCCEEDED", "FAILED",
+                    "REJECTED"});
+  } else {
+    rows.push_back(
+        {"PARTITION", "QUEUED", "RUNNING", "ADMITTED", "SUCCEEDED", "FAILED", "REJECTED"});
+  }
+  for (const v1::PartitionStatus& s : response.partitions()) {
+    std::vector<std::string> row = {s.partition().name()};
+    if (with_usage) {
+      row.push_back(absl::StrCat(s.partition().device_index()));
+      row.push_back(MemoryCell(s.memory_used_bytes(), s.partition().memory_quota_bytes()));
+      row.push_back(ComputeCell(s));
+      row.push_back(absl::StrCat(s.sessions()));
+    }
+    for (int64_t n : {int64_t{s.queued_tasks()}, int64_t{s.running_tasks()}, s.admitted_total(),
+                      s.succeeded_total(), s.failed_total()}) {
+      row.push_back(absl::StrCat(n));
+    }
+    row.push_back(RejectedCell(s.rejected()));
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+Table TasksTable(const v1::ListTasksResponse& response) {
+  Table rows = {{"ID", "PARTITION", "SESSION", "QOS", "KIND", "NAME", "PRIO", "STATE", "WAIT",
+                 "RUN", "DEVICE-TIME"}};
+  for (const v1::TaskInfo& t : response.tasks()) {
+    const bool ended = t.state() == v1::TASK_STATE_SUCCEEDED || t.state() == v1::TASK_STATE_FAILED;
+    const bool ran = ended || t.state() == v1::TASK_STATE_RUNNING;
+    rows.push_back({absl::StrCat(t.task_id()), t.partition(), t.session_id(),
+                    QosName(t.qos_class()), t.kind(), t.name(), absl::StrCat(t.priority()),
+                    StateName(t.state()), ShortDuration(t.wait_us()),
+                    ran ? ShortDuration(t.run_us()) : "-",
+                    ended ? ShortDuration(t.device_time_ns() / 1000) : "-"});
+  }
+  return rows;
+}
+
+void KeepBusiest(const v1::ListSessionsResponse& sessions, int count, TopSnapshot* snapshot) {
+  snapshot->sessions.assign(sessions.sessions().begin(), sessions.sessions().end());
+  std::sort(snapshot->sessions.begin(), snapshot->sessions.end(), Busier);
+  const int total = static_cast<int>(snapshot->sessions.size());
+  snapshot->sessions_not_shown = std::max(0, total - count);
+  snapshot->sessions.resize(std::min(total, count));
+}
+
+std::string RenderTopFrame(const TopSnapshot& s) {
+  std::string frame = absl::StrCat(
+      "gpukitd ", s.status.version(), " (", s.status.backend(), ")   up ",
+      Age(s.status.uptime_ms()), "   ", s.status.sessions(), " session(s)   ", s.status.arrays(),
+      " array(s)   ", absl::FormatTime("%H:%M:%S", s.time, absl::LocalTimeZone()), "\n\n");
+  Table devices = {{"DEVICE", "NAME", "BACKEND", "MEMORY(used/total)"}};
+  for (const v1::DeviceInfo& d : s.devices.devices()) {
+    devices.push_back({absl::StrCat(d.index()), d.name(), d.backend(),
+                       MemoryCell(d.memory_used_bytes(), d.memory_total_bytes())});
+  }
+  absl::StrAppend(&frame, RenderTable(devices), "\n",
+                  RenderTable(QueuesTable(s.partitions, /*with_usage=*/true)), "\n");
+  if (s.sessions.empty()) {
+    frame += "No sessions.\n";
+    return frame;
+  }
+  Table sessions = {
+      {"SESSION", "TENANT", "PARTITION", "QOS", "ARRAYS", "MEMORY", "SPILLED", "AGE"}};
+  for (const v1::SessionInfo& session : s.sessions) {
+    sessions.push_back({session.session_id(), session.tenant(), session.partition(),
+                        QosName(session.qos_class()), absl::StrCat(session.arrays()),
+                        FormatBytes(session.memory_bytes()), FormatBytes(session.spilled_bytes()),
+                        Age(session.age_ms())});
+  }
+  frame += RenderTable(sessions);
+  if (s.sessions_not_shown > 0) {
+    absl::StrAppend(&frame, "... and ", s.sessions_not_shown, " more session(s)\n");
+  }
+  return frame;
+}
+
+absl::StatusOr<std::string> TopJson(const TopSnapshot& s) {
+  absl::StatusOr<std::string> status = ToJson(s.status, /*pretty=*/false);
+  absl::StatusOr<std::string> devices = JsonArray(s.devices.devices());
+  absl::StatusOr<std::string> partitions = JsonArray(s.partitions.partitions());
+  absl::StatusOr<std::string> sessions = JsonArray(s.sessions);
+  for (const auto* part : {&status, &devices, &partitions, &sessions}) {
+    if (!part->ok()) return part->status();
+  }
+  return absl::StrCat(
+      "{\"time\":\"", absl::FormatTime(absl::RFC3339_sec, s.time, absl::UTCTimeZone()),
+      "\",\"status\":", *status, ",\"devices\":", *devices, ",\"partitions\":", *partitions,
+      ",\"sessions\":", *sessions, ",\"sessionsNotShown\":", s.sessions_not_shown, "}");
+}
+
+absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message, bool pretty) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = pretty;
+  options.always_print_primitive_fields = true;
+  std::string json;
+  auto status = google::protobuf::util::MessageToJsonString(message, &json, options);
+  if (!status.ok()) {
+    return absl::InternalError(absl::StrCat("cannot print JSON: ", status.message().ToString()));
+  }
+  return json;
+}
+
+}  // namespace gpukit::ctl

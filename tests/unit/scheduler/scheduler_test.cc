@@ -1,0 +1,1508 @@
+// The Scheduler (daemon/scheduler/scheduler.h): partitions, session admission, memory
+// accounting, task queues, pacing and BestEffort gating, as its header specifies them. Time is
+// a FakeClock and nothing runs on another thread, except in the AwaitAdmission tests, which
+// need a second thread to block. The pure policy functions under it (QoS derivation,
+// admission, partition fit, reclaim order, token bucket, task queue) have their own tests.
+#include "daemon/scheduler/scheduler.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "daemon/scheduler/admission.h"
+#include "daemon/scheduler/clock.h"
+#include "daemon/scheduler/partition.h"
+#include "daemon/scheduler/qos.h"
+#include "daemon/scheduler/reason.h"
+#include "daemon/scheduler/task.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+
+namespace gpukit {
+
+// GoogleTest prints these in failures; without them it would dump the scoped enums as bytes.
+// They must sit in the enums' own namespace for GoogleTest to find them.
+inline void PrintTo(TaskState state, std::ostream* os) { *os << TaskStateName(state); }
+inline void PrintTo(QosClass qos, std::ostream* os) { *os << QosName(qos); }
+inline void PrintTo(RejectReason reason, std::ostream* os) { *os << RejectReasonName(reason); }
+
+namespace {
+
+using ::gpukit::testing::IsOk;
+using ::gpukit::testing::IsOkAndHolds;
+using ::gpukit::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+constexpr int64_t kDeviceBytes = 64 * kMiB;
+
+PartitionSpec Partition(std::string name, int64_t quota_bytes, double share, int device = 0) {
+  PartitionSpec spec;
+  spec.name = std::move(name);
+  spec.device_index = device;
+  spec.memory_quota_bytes = quota_bytes;
+  spec.compute_share = share;
+  return spec;
+}
+
+PartitionSpec WholeDevice(std::string name = "default") {
+  return Partition(std::move(name), kDeviceBytes, 1.0);
+}
+
+// Every limit given and requests defaulted to them.
+ResourceSpec Guaranteed(int64_t bytes = kMiB, double compute = 0.125) {
+  ResourceSpec spec;
+  spec.memory_limit_bytes = bytes;
+  spec.compute_limit = compute;
+  return spec;
+}
+
+ResourceSpec Burstable(int64_t request_bytes = kMiB) {
+  ResourceSpec spec;
+  spec.memory_request_bytes = request_bytes;
+  return spec;
+}
+
+ResourceSpec BestEffort() { return {}; }
+
+TaskRequest Named(std::string name, int priority = 0) {
+  TaskRequest request;
+  request.name = std::move(name);
+  request.priority = priority;
+  return request;
+}
+
+TaskRequest WithDeadline(absl::Time deadline) {
+  TaskRequest request;
+  request.name = "deadline";
+  request.deadline = deadline;
+  return request;
+}
+
+SchedulerOptions Burst(absl::Duration burst) {
+  SchedulerOptions options;
+  options.pacing_burst = burst;
+  return options;
+}
+
+SchedulerOptions History(int tasks) {
+  SchedulerOptions options;
+  options.task_history = tasks;
+  return options;
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  // Replaces the scheduler. Crashes (with the status) if Create refuses: every test builds a
+  // valid one, and tests of Create's refusals call it directly.
+  Scheduler& Build(const std::vector<PartitionSpec>& partitions, SchedulerOptions options = {},
+                   std::vector<DeviceCapacity> devices = {{0, kDeviceBytes}}) {
+    scheduler_ = *Scheduler::Create(clock_, std::move(devices), partitions, options);
+    return *scheduler_;
+  }
+
+  Scheduler& scheduler() { return *scheduler_; }
+
+  // Admits a session, failing the test (and returning null) if it is refused.
+  SessionTicket Open(absl::string_view partition, const ResourceSpec& resources = {}) {
+    absl::StatusOr<SessionAdmission> admission =
+        scheduler_->AdmitSession(absl::StrCat("s-", ++sessions_opened_), partition, resources);
+    EXPECT_THAT(admission, IsOk());
+    return admission.ok() ? admission->ticket : nullptr;
+  }
+
+  TaskRef Submit(const SessionTicket& session, const TaskRequest& request = Named("op")) {
+    absl::StatusOr<TaskRef> task = scheduler_->Submit(session, request);
+    EXPECT_THAT(task, IsOk());
+    return task.ok() ? *task : nullptr;
+  }
+
+  // Submits a task, starts it and finishes it successfully, charging `device_time`.
+  void RunToCompletion(const SessionTicket& session, absl::Duration device_time) {
+    TaskRef task = Submit(session);
+    ASSERT_NE(task, nullptr);
+    ASSERT_THAT(scheduler_->Start(task), IsOk());
+    scheduler_->Finish(task, absl::OkStatus(), device_time);
+  }
+
+  TaskState StateOf(const TaskRef& task) const { return scheduler_->StateOf(task); }
+
+  PartitionStatus StatusOf(absl::string_view name) const {
+    for (PartitionStatus& status : scheduler_->ListPartitions()) {
+      if (status.spec.name == name) return status;
+    }
+    ADD_FAILURE() << "no partition \"" << name << "\"";
+    return {};
+  }
+
+  int64_t Rejected(absl::string_view partition, RejectReason reason) const {
+    return StatusOf(partition).rejected[static_cast<int>(reason)];
+  }
+
+  TaskInfo InfoOf(const TaskRef& task) const {
+    const uint64_t id = scheduler_->IdOf(task);
+    for (TaskInfo& info : scheduler_->ListTasks({})) {
+      if (info.id == id) return info;
+    }
+    ADD_FAILURE() << "task " << id << " is not listed";
+    return {};
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<Scheduler> scheduler_;
+  int sessions_opened_ = 0;
+};
+
+// ======================================================================================
+// Create and CreatePartition
+// ======================================================================================
+
+TEST_F(SchedulerTest, DefaultPartitionOverTheWholeDeviceTakesSessionsThatNameNoPartition) {
+  Build({WholeDevice()});
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SessionAdmission admission,
+                              scheduler().AdmitSession("s-1", "", BestEffort()));
+  EXPECT_EQ(admission.partition, "default");
+  EXPECT_EQ(admission.device_index, 0);
+  const std::vector<PartitionStatus> partitions = scheduler().ListPartitions();
+  ASSERT_EQ(partitions.size(), 1u);
+  EXPECT_EQ(partitions[0].spec.memory_quota_bytes, kDeviceBytes);
+  EXPECT_DOUBLE_EQ(partitions[0].spec.compute_share, 1.0);
+  EXPECT_EQ(partitions[0].sessions, 1);
+  EXPECT_EQ(scheduler().session_count(), 1);
+}
+
+TEST_F(SchedulerTest, CreatesPartitionsInOrderAndListsThemByDeviceThenName) {
+  Build({Partition("zeta", 16 * kMiB, 0.5), Partition("alpha", 48 * kMiB, 0.5),
+         Partition("beta", kDeviceBytes, 1.0, /*device=*/1)},
+        {}, {{0, kDeviceBytes}, {1, kDeviceBytes}});
+  std::vector<std::string> names;
+  for (const PartitionStatus& p : scheduler().ListPartitions()) names.push_back(p.spec.name);
+  EXPECT_THAT(names, ElementsAre("alpha", "zeta", "beta"));
+  EXPECT_THAT(scheduler().GetPartition("beta"),
+              IsOkAndHolds(::testing::Field(&PartitionSpec::device_index, 1)));
+  EXPECT_THAT(scheduler().GetPartition("gamma"), StatusIs(absl::StatusCode::kNotFound));
+}
+
+struct PartitionSetCase {
+  std::string name;
+  std::vector<PartitionSpec> partitions;  // on two devices of kDeviceBytes each
+  absl::StatusCode code;
+  RejectReason reason;
+};
+void PrintTo(const PartitionSetCase& c, std::ostream* os) { *os << c.name; }
+
+class PartitionSetTest : public SchedulerTest,
+                         public ::testing::WithParamInterface<PartitionSetCase> {};
+
+TEST_P(PartitionSetTest, CreateAcceptsOnlyPartitionsThatFitTheirDevice) {
+  absl::StatusOr<std::unique_ptr<Scheduler>> created =
+      Scheduler::Create(clock_, {{0, kDeviceBytes}, {1, kDeviceBytes}}, GetParam().partitions, {});
+  EXPECT_THAT(created, StatusIs(GetParam().code));
+  EXPECT_EQ(ReasonOf(created.status()), GetParam().reason);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, PartitionSetTest,
+    ::testing::Values(
+        PartitionSetCase{"QuotasSumToTheDevice",
+                         {Partition("a", 16 * kMiB, 0.25), Partition("b", 48 * kMiB, 0.75)},
+                         absl::StatusCode::kOk,
+                         RejectReason::kNone},
+        PartitionSetCase{
+            "SharesWithRoundingSumToOne",
+            {Partition("a", kMiB, 0.1), Partition("b", kMiB, 0.2), Partition("c", kMiB, 0.7)},
+            absl::StatusCode::kOk,
+            RejectReason::kNone},
+        PartitionSetCase{
+            "EachDeviceFullyPromised",
+            {Partition("a", kDeviceBytes, 1.0, 0), Partition("b", kDeviceBytes, 1.0, 1)},
+            absl::StatusCode::kOk,
+            RejectReason::kNone},
+        PartitionSetCase{"QuotasOvercommitMemory",
+                         {Partition("a", 32 * kMiB, 0.25), Partition("b", 32 * kMiB + 1, 0.25)},
+                         absl::StatusCode::kResourceExhausted,
+                         RejectReason::kDeviceOvercommitted},
+        PartitionSetCase{"SharesOvercommitCompute",
+                         {Partition("a", kMiB, 0.6), Partition("b", kMiB, 0.5)},
+                         absl::StatusCode::kResourceExhausted,
+                         RejectReason::kDeviceOvercommitted},
+        PartitionSetCase{"QuotaAboveTheDevice",
+                         {Partition("a", kDeviceBytes + 1, 1.0)},
+                         absl::StatusCode::kResourceExhausted,
+                         RejectReason::kDeviceOvercommitted},
+        PartitionSetCase{"UnknownDevice",
+                         {Partition("a", kMiB, 0.5, /*device=*/2)},
+                         absl::StatusCode::kInvalidArgument,
+                         RejectReason::kNone},
+        PartitionSetCase{"DuplicateName",
+                         {Partition("a", kMiB, 0.5, 0), Partition("a", kMiB, 0.5, 1)},
+                         absl::StatusCode::kAlreadyExists,
+                         RejectReason::kNone},
+        PartitionSetCase{"InvalidSpec",
+                         {Partition("a b", kMiB, 0.5)},
+                         absl::StatusCode::kInvalidArgument,
+                         RejectReason::kNone}),
+    [](const ::testing::TestParamInfo<PartitionSetCase>& info) { return info.param.name; });
+
+TEST_F(SchedulerTest, CreatePartitionRefusesWhatDoesNotFitBesideExistingPartitions) {
+  Build({Partition("a", 48 * kMiB, 0.5)});
+  absl::Status status = scheduler().CreatePartition(Partition("b", 16 * kMiB + 1, 0.5));
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(ReasonOf(status), RejectReason::kDeviceOvercommitted);
+  EXPECT_THAT(scheduler().CreatePartition(Partition("b", 16 * kMiB, 0.5)), IsOk());
+  EXPECT_THAT(scheduler().CreatePartition(Partition("b", kMiB, 0.0625, /*device=*/0)),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(scheduler().CreatePartition(Partition("c", kMiB, 0.5, /*device=*/1)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("device 1")));
+}
+
+struct OptionsCase {
+  std::string name;
+  std::vector<DeviceCapacity> devices;
+  SchedulerOptions options;
+};
+void PrintTo(const OptionsCase& c, std::ostream* os) { *os << c.name; }
+
+class CreateOptionsTest : public SchedulerTest,
+                          public ::testing::WithParamInterface<OptionsCase> {};
+
+TEST_P(CreateOptionsTest, RefusesInvalidDevicesOrOptions) {
+  EXPECT_THAT(Scheduler::Create(clock_, GetParam().devices, {}, GetParam().options),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, CreateOptionsTest,
+    ::testing::Values(OptionsCase{"NoDevice", {}, {}},
+                      OptionsCase{"DevicesOutOfOrder", {{1, kDeviceBytes}, {0, kDeviceBytes}}, {}},
+                      OptionsCase{
+                          "ZeroPacingBurst", {{0, kDeviceBytes}}, Burst(absl::ZeroDuration())},
+                      OptionsCase{"NegativeTaskHistory", {{0, kDeviceBytes}}, History(-1)}),
+    [](const ::testing::TestParamInfo<OptionsCase>& info) { return info.param.name; });
+
+// ======================================================================================
+// UpdatePartition and DeletePartition
+// ======================================================================================
+
+TEST_F(SchedulerTest, UpdateCannotMoveAPartitionToAnotherDevice) {
+  Build({Partition("a", kDeviceBytes, 1.0)}, {}, {{0, kDeviceBytes}, {1, kDeviceBytes}});
+  EXPECT_THAT(scheduler().UpdatePartition(Partition("a", kMiB, 0.5, /*device=*/1)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cannot move")));
+  EXPECT_THAT(scheduler().GetPartition("a"),
+              IsOkAndHolds(::testing::Field(&PartitionSpec::device_index, 0)));
+  EXPECT_THAT(scheduler().UpdatePartition(Partition("nope", kMiB, 0.5)),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(SchedulerTest, UpdateChecksTheFitAgainstOtherPartitionsButNotItsOldSelf) {
+  Build({Partition("a", 48 * kMiB, 0.75), Partition("b", 16 * kMiB, 0.25)});
+  // Same size, other settings: fits only because its old spec is not counted.
+  PartitionSpec a = Partition("a", 48 * kMiB, 0.75);
+  a.max_sessions = 3;
+  EXPECT_THAT(scheduler().UpdatePartition(a), IsOk());
+  EXPECT_THAT(scheduler().GetPartition("a"),
+              IsOkAndHolds(::testing::Field(&PartitionSpec::max_sessions, 3)));
+
+  absl::Status grown = scheduler().UpdatePartition(Partition("a", 48 * kMiB + 1, 0.75));
+  EXPECT_THAT(grown, StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(ReasonOf(grown), RejectReason::kDeviceOvercommitted);
+  absl::Status more_share = scheduler().UpdatePartition(Partition("a", 48 * kMiB, 0.8));
+  EXPECT_EQ(ReasonOf(more_share), RejectReason::kDeviceOvercommitted);
+  EXPECT_THAT(scheduler().GetPartition("a"),
+              IsOkAndHolds(::testing::Field(&PartitionSpec::memory_quota_bytes, 48 * kMiB)));
+
+  // Shrinking b makes room for a to grow.
+  EXPECT_THAT(scheduler().UpdatePartition(Partition("b", 8 * kMiB, 0.125)), IsOk());
+  EXPECT_THAT(scheduler().UpdatePartition(Partition("a", 56 * kMiB, 0.875)), IsOk());
+}
+
+TEST_F(SchedulerTest, RaisingMaxRunningTasksAdmitsWaitingTasksAtOnce) {
+  PartitionSpec p = WholeDevice("p");
+  p.max_running_tasks = 1;
+  Build({p});
+  SessionTicket s = Open("p");
+  TaskRef first = Submit(s);
+  TaskRef second = Submit(s);
+  TaskRef third = Submit(s);
+  EXPECT_EQ(StateOf(first), TaskState::kAdmitted);
+  EXPECT_EQ(StateOf(second), TaskState::kQueued);
+  EXPECT_EQ(StateOf(third), TaskState::kQueued);
+
+  p.max_running_tasks = 3;
+  ASSERT_THAT(scheduler().UpdatePartition(p), IsOk());  // no Pump: the update admits
+  EXPECT_EQ(StateOf(second), TaskState::kAdmitted);
+  EXPECT_EQ(StateOf(third), TaskState::kAdmitted);
+  EXPECT_EQ(StatusOf("p").running, 3);
+  EXPECT_EQ(StatusOf("p").queued, 0);
+}
+
+TEST_F(SchedulerTest, QuotaLoweredBelowUseRefusesNewAllocationsButKeepsExistingOnes) {
+  Build({Partition("p", 32 * kMiB, 1.0)});
+  SessionTicket s = Open("p");
+  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation held, scheduler().ReserveMemory(s, 8 * kMiB));
+
+  ASSERT_THAT(scheduler().UpdatePartition(Partition("p", 4 * kMiB, 1.0)), IsOk());
+  EXPECT_EQ(held.bytes(), 8 * kMiB);
+  EXPECT_EQ(StatusOf("p").memory_used_bytes, 8 * kMiB);
+  EXPECT_EQ(scheduler().Usage(s).memory_used_bytes, 8 * kMiB);
+  absl::StatusOr<MemoryReservation> refused = scheduler().ReserveMemory(s, 1);
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(ReasonOf(refused.status()), RejectReason::kPartitionQuotaExceeded);
+
+  held.Release();  // use falls below the new quota
+  EXPECT_EQ(StatusOf("p").memory_used_bytes, 0);
+  EXPECT_THAT(scheduler().ReserveMemory(s, 4 * kMiB), IsOk());
+}
+
+TEST_F(SchedulerTest, DeletingAPartitionWithSessionsNeedsForceAndReturnsTheirIds) {
+  Build({Partition("p", 32 * kMiB, 0.5), Partition("q", 32 * kMiB, 0.5)});
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SessionAdmission b, scheduler().AdmitSession("s-b", "p", {}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SessionAdmission a, scheduler().AdmitSession("s-a", "p", {}));
+
+  absl::StatusOr<std::vector<std::string>> refused = scheduler().DeletePartition("p", false);
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("2 open")));
+  EXPECT_EQ(ReasonOf(refused.status()), RejectReason::kPartitionBusy);
+  EXPECT_THAT(scheduler().GetPartition("p"), IsOk());
+
+  EXPECT_THAT(scheduler().DeletePartition("p", true), IsOkAndHolds(ElementsAre("s-a", "s-b")));
+  EXPECT_THAT(scheduler().GetPartition("p"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(scheduler().AdmitSession("s-c", "p", {}), StatusIs(absl::StatusCode::kNotFound));
+  ASSERT_EQ(scheduler().ListPartitions().size(), 1u);
+  // The caller closes the sessions it was given.
+  EXPECT_EQ(scheduler().session_count(), 2);
+  scheduler().EndSession(a.ticket);
+  scheduler().EndSession(b.ticket);
+  EXPECT_EQ(scheduler().session_count(), 0);
+}
+
+TEST_F(SchedulerTest, DeletingAnEmptyPartitionFreesItsPartOfTheDevice) {
+  Build({Partition("p", 32 * kMiB, 0.5), Partition("q", 32 * kMiB, 0.5)});
+  EXPECT_THAT(scheduler().DeletePartition("p", false), IsOkAndHolds(IsEmpty()));
+  EXPECT_THAT(scheduler().DeletePartition("p", true), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(scheduler().CreatePartition(Partition("r", 32 * kMiB, 0.5)), IsOk());
+}
+
+// ======================================================================================
+// Sessions
+// ======================================================================================
+
+struct QosCase {
+  std::string name;
+  ResourceSpec requested;
+  QosClass qos;
+  ResourceSpec admitted;  // requests defaulted from limits
+};
+void PrintTo(const QosCase& c, std::ostream* os) { *os << c.name; }
+
+class SessionQosTest : public SchedulerTest, public ::testing::WithParamInterface<QosCase> {};
+
+TEST_P(SessionQosTest, AdmissionCarriesTheQosClassDerivedFromTheResources) {
+  Build({WholeDevice()});
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SessionAdmission admission,
+                              scheduler().AdmitSession("s-1", "default", GetParam().requested));
+  EXPECT_EQ(admission.qos, GetParam().qos);
+  EXPECT_EQ(admission.resources, GetParam().admitted);
+  const SessionUsage usage = scheduler().Usage(admission.ticket);
+  EXPECT_EQ(usage.qos, GetParam().qos);
+  EXPECT_EQ(usage.resources, GetParam().admitted);
+  EXPECT_EQ(usage.partition, "default");
+  EXPECT_FALSE(usage.ended);
+}
+
+ResourceSpec Spec(std::optional<int64_t> memory_request, std::optional<int64_t> memory_limit,
+                  std::optional<double> compute_request, std::optional<double> compute_limit) {
+  ResourceSpec spec;
+  spec.memory_request_bytes = memory_request;
+  spec.memory_limit_bytes = memory_limit;
+  spec.compute_request = compute_request;
+  spec.compute_limit = compute_limit;
+  return spec;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, SessionQosTest,
+    ::testing::Values(QosCase{"LimitsOnlyAreGuaranteed", Spec({}, kMiB, {}, 0.25),
+                              QosClass::kGuaranteed, Spec(kMiB, kMiB, 0.25, 0.25)},
+                      QosCase{"RequestsEqualToLimitsAreGuaranteed", Spec(kMiB, kMiB, 0.5, 0.5),
+                              QosClass::kGuaranteed, Spec(kMiB, kMiB, 0.5, 0.5)},
+                      QosCase{"MemoryLimitOnlyIsBurstable", Spec({}, kMiB, {}, {}),
+                              QosClass::kBurstable, Spec(kMiB, kMiB, {}, {})},
+                      QosCase{"RequestBelowLimitIsBurstable", Spec(kMiB, 2 * kMiB, 0.25, 0.25),
+                              QosClass::kBurstable, Spec(kMiB, 2 * kMiB, 0.25, 0.25)},
+                      QosCase{"RequestOnlyIsBurstable", Spec(kMiB, {}, {}, {}),
+                              QosClass::kBurstable, Spec(kMiB, {}, {}, {})},
+                      QosCase{"NothingIsBestEffort", Spec({}, {}, {}, {}), QosClass::kBestEffort,
+                              Spec({}, {}, {}, {})}),
+    [](const ::testing::TestParamInfo<QosCase>& info) { return info.param.name; });
+
+TEST_F(SchedulerTest, SessionWithoutResourcesInheritsThePartitionsSessionDefaults) {
+  PartitionSpec p = WholeDevice("p");
+  p.session_defaults = Guaranteed(4 * kMiB, 0.25);
+  Build({p});
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SessionAdmission defaulted, scheduler().AdmitSession("s-1", "p", {}));
+  EXPECT_EQ(defaulted.qos, QosClass::kGuaranteed);
+  EXPECT_EQ(defaulted.resources, Spec(4 * kMiB, 4 * kMiB, 0.25, 0.25));
+  EXPECT_EQ(StatusOf("p").memory_requested_bytes, 4 * kMiB);
+  EXPECT_DOUBLE_EQ(StatusOf("p").compute_requested, 0.25);
+
+  // Resources of its own replace the defaults entirely.
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SessionAdmission own,
+                              scheduler().AdmitSession("s-2", "p", Burstable(kMiB)));
+  EXPECT_EQ(own.qos, QosClass::kBurstable);
+  EXPECT_EQ(own.resources, Burstable(kMiB));
+  EXPECT_EQ(StatusOf("p").memory_requested_bytes, 5 * kMiB);
+  EXPECT_DOUBLE_EQ(StatusOf("p").compute_requested, 0.25);
+}
+
+TEST_F(SchedulerTest, RefusesSessionWhoseRequestsExceedWhatThePartitionHasNotPromised) {
+  Build({Partition("p", 16 * kMiB, 0.5), Partition("q", 48 * kMiB, 0.5)});
+  SessionTicket first = Open("p", Burstable(12 * kMiB));
+  absl::StatusOr<SessionAdmission> memory =
+      scheduler().AdmitSession("s-x", "p", Burstable(5 * kMiB));
+  EXPECT_THAT(memory, StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("requests.memory")));
+  EXPECT_EQ(ReasonOf(memory.status()), RejectReason::kPartitionQuotaExceeded);
+
+  ResourceSpec compute;
+  compute.compute_request = 0.75;
+  absl::StatusOr<SessionAdmission> too_much_compute = scheduler().AdmitSession("s-y", "p", compute);
+  EXPECT_EQ(ReasonOf(too_much_compute.status()), RejectReason::kPartitionQuotaExceeded);
+  EXPECT_EQ(Rejected("p", RejectReason::kPartitionQuotaExceeded), 2);
+  EXPECT_EQ(Rejected("q", RejectReason::kPartitionQuotaExceeded), 0);
+
+  // Exactly what is left fits; limits may overcommit the quota.
+  ResourceSpec rest = Burstable(4 * kMiB);
+  rest.memory_limit_bytes = 16 * kMiB;
+  EXPECT_THAT(scheduler().AdmitSession("s-z", "p", rest), IsOk());
+  EXPECT_EQ(StatusOf("p").memory_requested_bytes, 16 * kMiB);
+  EXPECT_EQ(StatusOf("p").sessions, 2);
+  EXPECT_NE(first, nullptr);
+}
+
+TEST_F(SchedulerTest, PartitionMaxSessionsLimitsItsOpenSessions) {
+  PartitionSpec p = Partition("p", 32 * kMiB, 0.5);
+  p.max_sessions = 2;
+  Build({p, Partition("q", 32 * kMiB, 0.5)});
+  SessionTicket first = Open("p");
+  Open("p");
+  absl::StatusOr<SessionAdmission> third = scheduler().AdmitSession("s-3", "p", {});
+  EXPECT_THAT(third, StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(ReasonOf(third.status()), RejectReason::kTooManySessions);
+  EXPECT_EQ(Rejected("p", RejectReason::kTooManySessions), 1);
+  EXPECT_THAT(scheduler().AdmitSession("s-4", "q", {}), IsOk());  // other partitions unaffected
+
+  scheduler().EndSession(first);
+  EXPECT_THAT(scheduler().AdmitSession("s-5", "p", {}), IsOk());
+}
+
+TEST_F(SchedulerTest, DaemonMaxSessionsLimitsSessionsAcrossPartitions) {
+  SchedulerOptions options;
+  options.limits.max_sessions = 2;
+  Build({Partition("p", 32 * kMiB, 0.5), Partition("q", 32 * kMiB, 0.5)}, options);
+  SessionTicket first = Open("p");
+  Open("q");
+  absl::StatusOr<SessionAdmission> third = scheduler().AdmitSession("s-3", "q", {});
+  EXPECT_THAT(third, StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(ReasonOf(third.status()), RejectReason::kTooManySessions);
+  EXPECT_EQ(Rejected("q", RejectReason::kTooManySessions), 1);
+  EXPECT_EQ(scheduler().session_count(), 2);
+
+  scheduler().EndSession(first);
+  EXPECT_EQ(scheduler().session_count(), 1);
+  EXPECT_THAT(scheduler().AdmitSession("s-4", "q", {}), IsOk());
+}
+
+TEST_F(SchedulerTest, EndSessionReturnsItsRequestsSoANewSessionFits) {
+  Build({Partition("p", 16 * kMiB, 0.5), Partition("q", 48 * kMiB, 0.5)});
+  SessionTicket big = Open("p", Guaranteed(16 * kMiB, 0.5));
+  EXPECT_EQ(StatusOf("p").memory_requested_bytes, 16 * kMiB);
+  EXPECT_EQ(ReasonOf(scheduler().AdmitSession("s-x", "p", Guaranteed(kMiB, 0.125)).status()),
+            RejectReason::kPartitionQuotaExceeded);
+
+  scheduler().EndSession(big);
+  EXPECT_TRUE(scheduler().Usage(big).ended);
+  EXPECT_EQ(StatusOf("p").memory_requested_bytes, 0);
+  EXPECT_DOUBLE_EQ(StatusOf("p").compute_requested, 0.0);
+  EXPECT_EQ(StatusOf("p").sessions, 0);
+  EXPECT_EQ(scheduler().session_count(), 0);
+  EXPECT_THAT(scheduler().AdmitSession("s-y", "p", Guaranteed(16 * kMiB, 0.5)), IsOk());
+
+  scheduler().EndSession(big);  // a second end changes nothing
+  EXPECT_EQ(scheduler().session_count(), 1);
+  EXPECT_EQ(StatusOf("p").memory_requested_bytes, 16 * kMiB);
+}
+
+TEST_F(SchedulerTest, AdmitSessionRefusesUnknownPartitionsAndInvalidResources) {
+  Build({WholeDevice()});
+  EXPECT_THAT(scheduler().AdmitSession("s-1", "gpu-0", {}),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("the daemon has: default")));
+  EXPECT_THAT(scheduler().AdmitSession("s-1", "default", Spec(2 * kMiB, kMiB, {}, {})),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("requests.memory")));
+  EXPECT_EQ(scheduler().session_count(), 0);
+}
+
+// ======================================================================================
+// Memory
+// ======================================================================================
+
+// One session in partition "p" (a second partition takes the rest of the device), with
+// `others_bytes` already reserved in "p" by another, BestEffort session and `used_bytes` by
+// the session itself, asks for `bytes`.
+struct AllocationCase {
+  std::string name;
+  ResourceSpec resources;
+  int64_t quota_bytes;
+  int64_t max_array_bytes;
+  int64_t others_bytes;
+  int64_t used_bytes;
+  int64_t bytes;
+  RejectReason reason;  // kNone: granted
+  // When reclaim could help: what the plan says.
+  std::optional<std::string> plan_partition;
+  int64_t plan_shortfall_bytes = 0;
+  bool plan_within_request = false;
+};
+void PrintTo(const AllocationCase& c, std::ostream* os) { *os << c.name; }
+
+class AllocationTest : public SchedulerTest,
+                       public ::testing::WithParamInterface<AllocationCase> {};
+
+TEST_P(AllocationTest, ReserveMemoryChecksArraySessionLimitDeviceAndPartitionQuota) {
+  const AllocationCase& c = GetParam();
+  SchedulerOptions options;
+  options.limits.max_array_bytes = c.max_array_bytes;
+  std::vector<PartitionSpec> partitions = {Partition("p", c.quota_bytes, 0.5)};
+  if (c.quota_bytes < kDeviceBytes) {
+    partitions.push_back(Partition("rest", kDeviceBytes - c.quota_bytes, 0.5));
+  }
+  Build(partitions, options);
+  SessionTicket other = Open("p", BestEffort());
+  SessionTicket session = Open("p", c.resources);
+  ASSERT_NE(session, nullptr);
+  std::vector<MemoryReservation> theirs;  // in arrays no larger than the maximum
+  for (int64_t left = c.others_bytes; left > 0; left -= c.max_array_bytes) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(
+        MemoryReservation r, scheduler().ReserveMemory(other, std::min(left, c.max_array_bytes)));
+    theirs.push_back(std::move(r));
+  }
+  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation mine,
+                              scheduler().ReserveMemory(session, c.used_bytes));
+
+  ReclaimPlan plan;
+  plan.device_index = -1;
+  plan.shortfall_bytes = -1;
+  absl::StatusOr<MemoryReservation> reserved = scheduler().ReserveMemory(session, c.bytes, &plan);
+  const int64_t before = c.others_bytes + c.used_bytes;
+  if (c.reason == RejectReason::kNone) {
+    ASSERT_THAT(reserved, IsOk());
+    EXPECT_EQ(reserved->bytes(), c.bytes);
+    EXPECT_EQ(scheduler().Usage(session).memory_used_bytes, c.used_bytes + c.bytes);
+    EXPECT_EQ(StatusOf("p").memory_used_bytes, before + c.bytes);
+    EXPECT_EQ(scheduler().device_memory_used(0), before + c.bytes);
+    EXPECT_EQ(plan.shortfall_bytes, -1) << "a granted reservation leaves the plan alone";
+    return;
+  }
+  EXPECT_THAT(reserved, StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(ReasonOf(reserved.status()), c.reason);
+  EXPECT_EQ(Rejected("p", c.reason), 1);
+  EXPECT_EQ(scheduler().Usage(session).memory_used_bytes, c.used_bytes);
+  EXPECT_EQ(StatusOf("p").memory_used_bytes, before);
+  EXPECT_EQ(scheduler().device_memory_used(0), before);
+  if (!c.plan_partition.has_value()) {
+    EXPECT_EQ(plan.shortfall_bytes, -1) << "reclaim cannot help, so there is no plan";
+    return;
+  }
+  EXPECT_EQ(plan.device_index, 0);
+  EXPECT_EQ(plan.partition, *c.plan_partition);
+  EXPECT_EQ(plan.shortfall_bytes, c.plan_shortfall_bytes);
+  EXPECT_EQ(plan.requester.qos, scheduler().Usage(session).qos);
+  EXPECT_EQ(plan.requester.within_request, c.plan_within_request);
+}
+
+ResourceSpec BurstableWithLimit(int64_t request_bytes, int64_t limit_bytes) {
+  ResourceSpec spec = Burstable(request_bytes);
+  spec.memory_limit_bytes = limit_bytes;
+  return spec;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, AllocationTest,
+    ::testing::Values(
+        AllocationCase{"FitsWithinEveryLimit", BurstableWithLimit(8 * kMiB, 16 * kMiB), 32 * kMiB,
+                       16 * kMiB, 4 * kMiB, 4 * kMiB, 4 * kMiB, RejectReason::kNone},
+        AllocationCase{"ArrayOfExactlyTheMaximumFits", BestEffort(), 32 * kMiB, 8 * kMiB, 0, 0,
+                       8 * kMiB, RejectReason::kNone},
+        AllocationCase{"ArrayAboveTheMaximum", BestEffort(), 32 * kMiB, 8 * kMiB, 0, 0,
+                       8 * kMiB + 1, RejectReason::kArrayTooLarge},
+        AllocationCase{"UpToTheSessionLimitFits", BurstableWithLimit(8 * kMiB, 16 * kMiB),
+                       32 * kMiB, 16 * kMiB, 0, 12 * kMiB, 4 * kMiB, RejectReason::kNone},
+        AllocationCase{"AboveTheSessionLimit", BurstableWithLimit(8 * kMiB, 16 * kMiB), 32 * kMiB,
+                       16 * kMiB, 0, 12 * kMiB, 4 * kMiB + 1, RejectReason::kSessionLimitExceeded},
+        AllocationCase{"UpToThePartitionQuotaFits", BestEffort(), 32 * kMiB, 16 * kMiB, 16 * kMiB,
+                       12 * kMiB, 4 * kMiB, RejectReason::kNone},
+        AllocationCase{"BestEffortAboveThePartitionQuota", BestEffort(), 32 * kMiB, 16 * kMiB,
+                       16 * kMiB, 14 * kMiB, 4 * kMiB, RejectReason::kPartitionQuotaExceeded, "p",
+                       2 * kMiB, false},
+        AllocationCase{"GuaranteedWithinItsRequestAboveThePartitionQuota",
+                       Guaranteed(16 * kMiB, 0.25), 32 * kMiB, 16 * kMiB, 24 * kMiB, 0, 12 * kMiB,
+                       RejectReason::kPartitionQuotaExceeded, "p", 4 * kMiB, true},
+        AllocationCase{"BurstableBeyondItsRequestAboveThePartitionQuota",
+                       BurstableWithLimit(4 * kMiB, 32 * kMiB), 32 * kMiB, 16 * kMiB, 20 * kMiB,
+                       4 * kMiB, 12 * kMiB, RejectReason::kPartitionQuotaExceeded, "p", 4 * kMiB,
+                       false},
+        // With one partition over the whole device the device check, which comes first,
+        // refuses: the plan names no partition (reclaim from anywhere on the device).
+        AllocationCase{"FullDeviceWithOnePartitionOverIt", Burstable(8 * kMiB), kDeviceBytes,
+                       32 * kMiB, 56 * kMiB, 4 * kMiB, 8 * kMiB,
+                       RejectReason::kDeviceMemoryExhausted, "", 4 * kMiB, false}),
+    [](const ::testing::TestParamInfo<AllocationCase>& info) { return info.param.name; });
+
+TEST_F(SchedulerTest, ReserveMemoryRefusesNegativeBytes) {
+  Build({WholeDevice()});
+  SessionTicket s = Open("default");
+  EXPECT_THAT(scheduler().ReserveMemory(s, -1), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// Partition quotas never sum past the device, so the device alone refuses only when memory
+// outlives the quota that granted it: here a quota lowered below use.
+TEST_F(SchedulerTest, DeviceRefusesWhenQuotaLoweredBelowUseLetAnotherPartitionIn) {
+  Build({Partition("a", kDeviceBytes, 0.5)});
+  SessionTicket a = Open("a");
+  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation held, scheduler().ReserveMemory(a, 48 * kMiB));
+  ASSERT_THAT(scheduler().UpdatePartition(Partition("a", 16 * kMiB, 0.5)), IsOk());
+  ASSERT_THAT(scheduler().CreatePartition(Partition("b", 48 * kMiB, 0.5)), IsOk());
+  SessionTicket b = Open("b", Guaranteed(32 * kMiB, 0.25));
+
+  ReclaimPlan plan;
+  absl::StatusOr<MemoryReservation> refused = scheduler().ReserveMemory(b, 20 * kMiB, &plan);
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(ReasonOf(refused.status()), RejectReason::kDeviceMemoryExhausted);
+  EXPECT_EQ(plan.device_index, 0);
+  EXPECT_EQ(plan.partition, "") << "the shortfall is the device's, not the partition's";
+  EXPECT_EQ(plan.shortfall_bytes, 4 * kMiB);
+  EXPECT_EQ(plan.requester.qos, QosClass::kGuaranteed);
+  EXPECT_TRUE(plan.requester.within_request);
+  EXPECT_EQ(Rejected("b", RejectReason::kDeviceMemoryExhausted), 1);
+  EXPECT_THAT(scheduler().ReserveMemory(b, 16 * kMiB), IsOk());
+}
+
+// The other way: a partition deleted with force while its sessions still hold memory.
+TEST_F(SchedulerTest, MemoryOfAForceDeletedPartitionStaysOnTheDeviceUntilReleased) {
+  Build({Partition("old", 32 * kMiB, 0.5), Partition("b", 32 * kMiB, 0.5)});
+  SessionTicket old = Open("old");
+  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation held, scheduler().ReserveMemory(old, 24 * kMiB));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation b, scheduler().ReserveMemory(Open("b"), 32 * kMiB));
+  ASSERT_THAT(scheduler().DeletePartition("old", true), IsOkAndHolds(ElementsAre("s-1")));
+  ASSERT_THAT(scheduler().CreatePartition(Partition("new", 32 * kMiB, 0.5)), IsOk());
+  SessionTicket fresh = Open("new");
+
+  ReclaimPlan plan;
+  absl::StatusOr<MemoryReservation> refused = scheduler().ReserveMemory(fresh, 16 * kMiB, &plan);
+  EXPECT_EQ(ReasonOf(refused.status()), RejectReason::kDeviceMemoryExhausted);
+  EXPECT_EQ(plan.partition, "");
+  EXPECT_EQ(plan.shortfall_bytes, 8 * kMiB);
+  scheduler().EndSession(old);
+  EXPECT_EQ(scheduler().device_memory_used(0), 56 * kMiB);
+  held.Release();
+  EXPECT_EQ(scheduler().device_memory_used(0), 32 * kMiB);
+  EXPECT_THAT(scheduler().ReserveMemory(fresh, 32 * kMiB), IsOk());
+}
+
+TEST_F(SchedulerTest, ReservationsReturnEveryByteOnReleaseAndOnDestruction) {
+  Build({Partition("p", 32 * kMiB, 0.5), Partition("q", 32 * kMiB, 0.5)});
+  SessionTicket s = Open("p");
+  auto expect_used = [&](int64_t bytes) {
+    EXPECT_EQ(scheduler().Usage(s).memory_used_bytes, bytes);
+    EXPECT_EQ(StatusOf("p").memory_used_bytes, bytes);
+    EXPECT_EQ(scheduler().device_memory_used(0), bytes);
+  };
+  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation released, scheduler().ReserveMemory(s, 3 * kMiB));
+  {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation scoped, scheduler().ReserveMemory(s, 5 * kMiB));
+    expect_used(8 * kMiB);
+  }
+  expect_used(3 * kMiB);
+  released.Release();
+  EXPECT_EQ(released.bytes(), 0);
+  expect_used(0);
+  released.Release();  // later calls do nothing
+  expect_used(0);
+
+  // Moving hands the bytes over once; assigning over a reservation releases what it held.
+  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation first, scheduler().ReserveMemory(s, kMiB));
+  MemoryReservation moved(std::move(first));
+  EXPECT_EQ(moved.bytes(), kMiB);
+  expect_used(kMiB);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation second, scheduler().ReserveMemory(s, 2 * kMiB));
+  expect_used(3 * kMiB);
+  moved = std::move(second);
+  EXPECT_EQ(moved.bytes(), 2 * kMiB);
+  expect_used(2 * kMiB);
+  moved = MemoryReservation();
+  expect_used(0);
+  EXPECT_EQ(StatusOf("q").memory_used_bytes, 0);
+}
+
+TEST_F(SchedulerTest, ReservationsOutlivingTheirSessionStillReleaseExactly) {
+  Build({WholeDevice()});
+  SessionTicket s = Open("default", Burstable(8 * kMiB));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation a, scheduler().ReserveMemory(s, 6 * kMiB));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation b, scheduler().ReserveMemory(s, 2 * kMiB));
+  scheduler().EndSession(s);
+
+  const SessionUsage usage = scheduler().Usage(s);
+  EXPECT_TRUE(usage.ended);
+  EXPECT_EQ(usage.memory_used_bytes, 8 * kMiB) << "memory returns as reservations are released";
+  EXPECT_EQ(scheduler().device_memory_used(0), 8 * kMiB);
+  EXPECT_THAT(scheduler().ReserveMemory(s, 1), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(scheduler().Submit(s, Named("op")), StatusIs(absl::StatusCode::kNotFound));
+
+  a.Release();
+  EXPECT_EQ(scheduler().Usage(s).memory_used_bytes, 2 * kMiB);
+  b = MemoryReservation();
+  EXPECT_EQ(scheduler().Usage(s).memory_used_bytes, 0);
+  EXPECT_EQ(StatusOf("default").memory_used_bytes, 0);
+  EXPECT_EQ(scheduler().device_memory_used(0), 0);
+}
+
+// ======================================================================================
+// Tasks
+// ======================================================================================
+
+TEST_F(SchedulerTest, SubmitAdmitsAtOnceWhenASlotIsFree) {
+  Build({WholeDevice()});
+  SessionTicket s = Open("default");
+  TaskRef task = Submit(s, Named("add"));
+  EXPECT_EQ(StateOf(task), TaskState::kAdmitted);
+  const TaskInfo info = InfoOf(task);
+  EXPECT_EQ(info.name, "add");
+  EXPECT_EQ(info.session_id, "s-1");
+  EXPECT_EQ(info.partition, "default");
+  EXPECT_EQ(info.qos, QosClass::kBestEffort);
+  EXPECT_EQ(info.submitted, clock_.Now());
+  EXPECT_EQ(info.admitted, clock_.Now());
+  EXPECT_EQ(StatusOf("default").running, 1);
+  EXPECT_EQ(StatusOf("default").queued, 0);
+  EXPECT_EQ(StatusOf("default").admitted_total, 1);
+}
+
+TEST_F(SchedulerTest, MaxRunningTasksBoundsAdmittedAndRunningTogether) {
+  PartitionSpec p = WholeDevice("p");
+  p.max_running_tasks = 2;
+  Build({p});
+  SessionTicket s = Open("p");
+  TaskRef running = Submit(s);
+  ASSERT_THAT(scheduler().Start(running), IsOk());
+  TaskRef admitted = Submit(s);
+  TaskRef waiting = Submit(s);
+  EXPECT_EQ(StateOf(running), TaskState::kRunning);
+  EXPECT_EQ(StateOf(admitted), TaskState::kAdmitted);
+  EXPECT_EQ(StateOf(waiting), TaskState::kQueued);
+  EXPECT_EQ(StatusOf("p").running, 2);
+  EXPECT_EQ(StatusOf("p").queued, 1);
+  scheduler().Pump();
+  EXPECT_EQ(StateOf(waiting), TaskState::kQueued);
+
+  scheduler().Finish(running, absl::OkStatus(), absl::ZeroDuration());
+  EXPECT_EQ(StateOf(waiting), TaskState::kAdmitted);
+  EXPECT_EQ(StatusOf("p").running, 2);
+  EXPECT_EQ(StatusOf("p").queued, 0);
+}
+
+TEST_F(SchedulerTest, RefusesSubmitWhenTheQueueIsFull) {
+  PartitionSpec p = WholeDevice("p");
+  p.max_running_tasks = 1;
+  p.max_queued_tasks = 2;
+  Build({p});
+  SessionTicket s = Open("p");
+  TaskRef admitted = Submit(s);
+  Submit(s);
+  Submit(s);
+  absl::StatusOr<TaskRef> refused = scheduler().Submit(s, Named("fourth"));
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(ReasonOf(refused.status()), RejectReason::kQueueFull);
+  EXPECT_EQ(Rejected("p", RejectReason::kQueueFull), 1);
+  EXPECT_EQ(StatusOf("p").queued, 2);
+  EXPECT_THAT(scheduler().ListTasks({}), ::testing::SizeIs(3)) << "a refused submit is no task";
+
+  scheduler().Finish(admitted, absl::OkStatus(), absl::ZeroDuration());  // one leaves the queue
+  EXPECT_THAT(scheduler().Submit(s, Named("fourth")), IsOk());
+}
+
+TEST_F(SchedulerTest, AdmitsByQosClassThenPriorityThenArrival) {
+  PartitionSpec p = WholeDevice("p");
+  p.max_running_tasks = 1;
+  Build({p});
+  SessionTicket guaranteed = Open("p", Guaranteed());
+  SessionTicket burstable = Open("p", Burstable());
+  SessionTicket best_effort = Open("p", BestEffort());
+  TaskRef current = Submit(burstable, Named("blocker"));
+  std::map<std::string, TaskRef> tasks;
+  auto submit = [&](const SessionTicket& session, const std::string& name, int priority) {
+    tasks[name] = Submit(session, Named(name, priority));
+    EXPECT_EQ(StateOf(tasks[name]), TaskState::kQueued) << name;
+  };
+  submit(burstable, "burstable-0", 0);
+  submit(best_effort, "best-effort-100", 100);
+  submit(burstable, "burstable-5-first", 5);
+  submit(guaranteed, "guaranteed-minus-5", -5);
+  submit(burstable, "burstable-5-second", 5);
+  submit(guaranteed, "guaranteed-0", 0);
+  submit(best_effort, "best-effort-0", 0);
+
+  // Free the one slot seven times and see who takes it each time.
+  std::vector<std::string> order;
+  TaskFilter admitted;
+  admitted.state = TaskState::kAdmitted;
+  for (int i = 0; i < 7; ++i) {
+    scheduler().Finish(current, absl::OkStatus(), absl::ZeroDuration());
+    const std::vector<TaskInfo> next = scheduler().ListTasks(admitted);
+    ASSERT_EQ(next.size(), 1u) << "after " << i << " finished";
+    order.push_back(next[0].name);
+    current = tasks.at(next[0].name);
+  }
+  EXPECT_THAT(order,
+              ElementsAre("guaranteed-0", "guaranteed-minus-5", "burstable-5-first",
+                          "burstable-5-second", "burstable-0", "best-effort-100", "best-effort-0"));
+}
+
+struct PriorityCase {
+  std::string name;
+  int requested;
+  int listed;
+};
+void PrintTo(const PriorityCase& c, std::ostream* os) { *os << c.name; }
+
+class PriorityTest : public SchedulerTest, public ::testing::WithParamInterface<PriorityCase> {};
+
+TEST_P(PriorityTest, PriorityIsClampedToPlusOrMinusOneHundred) {
+  Build({WholeDevice()});
+  TaskRef task = Submit(Open("default"), Named("op", GetParam().requested));
+  EXPECT_EQ(InfoOf(task).priority, GetParam().listed);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, PriorityTest,
+    ::testing::Values(PriorityCase{"Zero", 0, 0}, PriorityCase{"Within", -42, -42},
+                      PriorityCase{"UpperBound", 100, 100}, PriorityCase{"LowerBound", -100, -100},
+                      PriorityCase{"AboveUpperBound", 101, 100},
+                      PriorityCase{"FarAbove", 1000000, 100},
+                      PriorityCase{"BelowLowerBound", -101, -100},
+                      PriorityCase{"FarBelow", -1000000, -100}),
+    [](const ::testing::TestParamInfo<PriorityCase>& info) { return info.param.name; });
+
+TEST_F(SchedulerTest, ClampedPriorityTiesWithTheBoundAndArrivalDecides) {
+  PartitionSpec p = WholeDevice("p");
+  p.max_running_tasks = 1;
+  Build({p});
+  SessionTicket s = Open("p");
+  TaskRef blocker = Submit(s);
+  TaskRef first = Submit(s, Named("first", 100));
+  TaskRef pushy = Submit(s, Named("pushy", 1000));
+  scheduler().Finish(blocker, absl::OkStatus(), absl::ZeroDuration());
+  EXPECT_EQ(StateOf(first), TaskState::kAdmitted);
+  EXPECT_EQ(StateOf(pushy), TaskState::kQueued);
+}
+
+TEST_F(SchedulerTest, QueuedTaskExpiresOnThePumpAfterItsDeadline) {
+  PartitionSpec p = WholeDevice("p");
+  p.max_running_tasks = 1;
+  Build({p});
+  SessionTicket s = Open("p");
+  TaskRef blocker = Submit(s);
+  const absl::Time submitted = clock_.Now();
+  const absl::Time deadline = submitted + absl::Milliseconds(100);
+  TaskRef waiting = Submit(s, WithDeadline(deadline));
+  EXPECT_EQ(scheduler().Pump(), deadline) << "the next change is the deadline";
+
+  clock_.Advance(absl::Milliseconds(99));
+  EXPECT_EQ(scheduler().Pump(), deadline);
+  EXPECT_EQ(StateOf(waiting), TaskState::kQueued);
+
+  clock_.Advance(absl::Milliseconds(1));
+  EXPECT_EQ(StateOf(waiting), TaskState::kQueued) << "only a Pump expires it";
+  EXPECT_EQ(scheduler().Pump(), absl::InfiniteFuture());
+  EXPECT_EQ(StateOf(waiting), TaskState::kExpired);
+  const TaskInfo info = InfoOf(waiting);
+  EXPECT_EQ(info.finished, deadline);
+  EXPECT_EQ(info.admitted, absl::InfinitePast());
+  EXPECT_THAT(info.error, HasSubstr("deadline"));
+  EXPECT_EQ(Rejected("p", RejectReason::kDeadlineExceeded), 1);
+  EXPECT_EQ(StatusOf("p").queued, 0);
+  EXPECT_THAT(scheduler().Cancel(info.id, "late"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(StateOf(blocker), TaskState::kAdmitted);
+}
+
+TEST_F(SchedulerTest, DeadlineBindsOnlyWhileTheTaskWaits) {
+  Build({WholeDevice()});
+  SessionTicket s = Open("default");
+  TaskRef task = Submit(s, WithDeadline(clock_.Now() + absl::Milliseconds(10)));
+  EXPECT_EQ(StateOf(task), TaskState::kAdmitted);
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_EQ(scheduler().Pump(), absl::InfiniteFuture());
+  EXPECT_EQ(StateOf(task), TaskState::kAdmitted);
+  EXPECT_THAT(scheduler().Start(task), IsOk());
+  EXPECT_EQ(Rejected("default", RejectReason::kDeadlineExceeded), 0);
+}
+
+TEST_F(SchedulerTest, CancelEndsQueuedAndAdmittedTasksButNotRunningOnes) {
+  PartitionSpec p = WholeDevice("p");
+  p.max_running_tasks = 2;
+  Build({p});
+  SessionTicket s = Open("p");
+  TaskRef running = Submit(s);
+  ASSERT_THAT(scheduler().Start(running), IsOk());
+  TaskRef admitted = Submit(s);
+  TaskRef queued = Submit(s);
+  TaskRef behind = Submit(s);
+
+  EXPECT_THAT(scheduler().Cancel(scheduler().IdOf(queued), "the operator said so"), IsOk());
+  EXPECT_EQ(StateOf(queued), TaskState::kCancelled);
+  EXPECT_EQ(InfoOf(queued).error, "the operator said so");
+  EXPECT_EQ(InfoOf(queued).finished, clock_.Now());
+
+  EXPECT_THAT(scheduler().Cancel(scheduler().IdOf(running), "no"),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("running")));
+  EXPECT_EQ(StateOf(running), TaskState::kRunning);
+
+  EXPECT_THAT(scheduler().Cancel(scheduler().IdOf(admitted), "changed my mind"), IsOk());
+  EXPECT_EQ(StateOf(admitted), TaskState::kCancelled);
+  EXPECT_EQ(StateOf(behind), TaskState::kAdmitted) << "the cancelled task's slot is free";
+  EXPECT_THAT(scheduler().Start(admitted), StatusIs(absl::StatusCode::kCancelled));
+
+  EXPECT_THAT(scheduler().Cancel(scheduler().IdOf(admitted), "again"),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(scheduler().Cancel(987654, "unknown"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(Rejected("p", RejectReason::kCancelled), 2);
+  EXPECT_EQ(StatusOf("p").running, 2);
+}
+
+TEST_F(SchedulerTest, FinishRecordsTheOutcomeAndChargesDeviceTimeOnce) {
+  Build({Partition("p", 32 * kMiB, 0.5), Partition("q", 32 * kMiB, 0.5)},
+        Burst(absl::Milliseconds(10)));
+  SessionTicket s = Open("p");
+  TaskRef ok = Submit(s);
+  ASSERT_THAT(scheduler().Start(ok), IsOk());
+  scheduler().Finish(ok, absl::OkStatus(), absl::Milliseconds(4));
+  EXPECT_EQ(StateOf(ok), TaskState::kSucceeded);
+  EXPECT_EQ(InfoOf(ok).device_time, absl::Milliseconds(4));
+  EXPECT_EQ(StatusOf("p").pacing_balance, absl::Milliseconds(6));
+
+  scheduler().Finish(ok, absl::OkStatus(), absl::Milliseconds(50));  // already ended
+  clock_.Advance(absl::Milliseconds(1));
+  scheduler().Finish(ok, absl::InternalError("late"), absl::Milliseconds(50));
+  EXPECT_EQ(StateOf(ok), TaskState::kSucceeded);
+  EXPECT_EQ(InfoOf(ok).device_time, absl::Milliseconds(4));
+  EXPECT_EQ(InfoOf(ok).finished, clock_.Now() - absl::Milliseconds(1));
+  EXPECT_EQ(StatusOf("p").succeeded_total, 1);
+  EXPECT_EQ(StatusOf("p").failed_total, 0);
+  EXPECT_EQ(StatusOf("p").device_time_total, absl::Milliseconds(4));
+  EXPECT_EQ(StatusOf("p").pacing_balance, absl::Microseconds(6500)) << "only 4 ms charged";
+
+  TaskRef failed = Submit(s);  // admitted, never started
+  scheduler().Finish(failed, absl::InternalError("kernel fault"), absl::Milliseconds(1));
+  EXPECT_EQ(StateOf(failed), TaskState::kFailed);
+  EXPECT_EQ(InfoOf(failed).error, "kernel fault");
+  EXPECT_EQ(StatusOf("p").failed_total, 1);
+  EXPECT_EQ(StatusOf("p").device_time_total, absl::Milliseconds(5));
+
+  TaskRef cancelled = Submit(s);
+  ASSERT_THAT(scheduler().Cancel(scheduler().IdOf(cancelled), "gone"), IsOk());
+  scheduler().Finish(cancelled, absl::OkStatus(), absl::Milliseconds(1));
+  EXPECT_EQ(StateOf(cancelled), TaskState::kCancelled);
+  EXPECT_EQ(StatusOf("p").succeeded_total, 1);
+  EXPECT_EQ(StatusOf("p").device_time_total, absl::Milliseconds(5));
+}
+
+TEST_F(SchedulerTest, EndSessionCancelsItsWaitingAndAdmittedTasksButNotRunningOnes) {
+  PartitionSpec p = WholeDevice("p");
+  p.max_running_tasks = 2;
+  Build({p});
+  SessionTicket s = Open("p");
+  SessionTicket other = Open("p");
+  TaskRef running = Submit(s);
+  ASSERT_THAT(scheduler().Start(running), IsOk());
+  TaskRef admitted = Submit(s);
+  TaskRef queued = Submit(s);
+  TaskRef others = Submit(other);
+  ASSERT_EQ(StateOf(others), TaskState::kQueued);
+
+  scheduler().EndSession(s);
+  EXPECT_EQ(StateOf(running), TaskState::kRunning);
+  EXPECT_EQ(StateOf(admitted), TaskState::kCancelled);
+  EXPECT_EQ(StateOf(queued), TaskState::kCancelled);
+  EXPECT_THAT(InfoOf(queued).error, HasSubstr("session ended"));
+  EXPECT_EQ(StateOf(others), TaskState::kAdmitted) << "the other session takes the freed slot";
+  EXPECT_EQ(Rejected("p", RejectReason::kCancelled), 2);
+
+  scheduler().Finish(running, absl::OkStatus(), absl::Milliseconds(1));
+  EXPECT_EQ(StateOf(running), TaskState::kSucceeded);
+  EXPECT_EQ(StatusOf("p").running, 1);
+}
+
+TEST_F(SchedulerTest, TaskTimestampsFollowTheClock) {
+  PartitionSpec p = WholeDevice("p");
+  p.max_running_tasks = 1;
+  Build({p});
+  SessionTicket s = Open("p");
+  const absl::Time t0 = clock_.Now();
+  TaskRef blocker = Submit(s);
+  TaskRef task = Submit(s);
+  clock_.Advance(absl::Seconds(1));
+  scheduler().Finish(blocker, absl::OkStatus(), absl::ZeroDuration());
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_THAT(scheduler().Start(task), IsOk());
+  clock_.Advance(absl::Seconds(3));
+  scheduler().Finish(task, absl::OkStatus(), absl::Milliseconds(7));
+
+  const TaskInfo info = InfoOf(task);
+  EXPECT_EQ(info.submitted, t0);
+  EXPECT_EQ(info.admitted, t0 + absl::Seconds(1));
+  EXPECT_EQ(info.started, t0 + absl::Seconds(3));
+  EXPECT_EQ(info.finished, t0 + absl::Seconds(6));
+  EXPECT_EQ(info.device_time, absl::Milliseconds(7));
+  const TaskInfo blocker_info = InfoOf(blocker);
+  EXPECT_EQ(blocker_info.admitted, t0);
+  EXPECT_EQ(blocker_info.started, absl::InfinitePast()) << "finished without starting";
+  EXPECT_EQ(blocker_info.finished, t0 + absl::Seconds(1));
+}
+
+std::vector<uint64_t> Ids(const std::vector<TaskInfo>& infos) {
+  std::vector<uint64_t> ids;
+  for (const TaskInfo& info : infos) ids.push_back(info.id);
+  return ids;
+}
+
+TaskFilter Filter(std::optional<std::string> partition, std::optional<TaskState> state,
+                  int limit = 0) {
+  TaskFilter filter;
+  filter.partition = std::move(partition);
+  filter.state = state;
+  filter.limit = limit;
+  return filter;
+}
+
+TEST_F(SchedulerTest, ListTasksShowsLiveTasksByIdThenEndedOnesNewestFirst) {
+  PartitionSpec a = Partition("a", 32 * kMiB, 0.5);
+  a.max_running_tasks = 1;
+  Build({a, Partition("b", 32 * kMiB, 0.5)});
+  SessionTicket sa = Open("a");
+  SessionTicket sb = Open("b");
+  ASSERT_NO_FATAL_FAILURE(RunToCompletion(sa, absl::Milliseconds(1)));  // 1: Succeeded
+  TaskRef cancelled = Submit(sb);                                       // 2
+  ASSERT_THAT(scheduler().Cancel(scheduler().IdOf(cancelled), "x"), IsOk());
+  TaskRef admitted = Submit(sa);  // 3
+  TaskRef queued = Submit(sa);    // 4
+  TaskRef running = Submit(sb);   // 5
+  ASSERT_THAT(scheduler().Start(running), IsOk());
+  ASSERT_EQ(scheduler().IdOf(running), 5u);
+
+  EXPECT_THAT(Ids(scheduler().ListTasks({})), ElementsAre(3, 4, 5, 2, 1));
+  EXPECT_THAT(Ids(scheduler().ListTasks(Filter("a", {}))), ElementsAre(3, 4, 1));
+  EXPECT_THAT(Ids(scheduler().ListTasks(Filter({}, TaskState::kQueued))), ElementsAre(4));
+  EXPECT_THAT(Ids(scheduler().ListTasks(Filter({}, TaskState::kSucceeded))), ElementsAre(1));
+  EXPECT_THAT(Ids(scheduler().ListTasks(Filter("b", TaskState::kCancelled))), ElementsAre(2));
+  EXPECT_THAT(Ids(scheduler().ListTasks(Filter("a", TaskState::kCancelled))), IsEmpty());
+  EXPECT_THAT(Ids(scheduler().ListTasks(Filter({}, {}, 2))), ElementsAre(3, 4));
+  EXPECT_THAT(Ids(scheduler().ListTasks(Filter({}, {}, 4))), ElementsAre(3, 4, 5, 2));
+
+  const std::vector<TaskInfo> b_tasks = scheduler().ListTasks(Filter("b", {}));
+  ASSERT_EQ(b_tasks.size(), 2u);
+  EXPECT_EQ(b_tasks[0].session_id, "s-2");
+  EXPECT_EQ(b_tasks[0].partition, "b");
+  EXPECT_EQ(b_tasks[0].state, TaskState::kRunning);
+  EXPECT_EQ(b_tasks[1].state, TaskState::kCancelled);
+  EXPECT_EQ(StateOf(admitted), TaskState::kAdmitted);
+  EXPECT_EQ(StateOf(queued), TaskState::kQueued);
+}
+
+TEST_F(SchedulerTest, TaskHistoryKeepsOnlyTheNewestEndedTasks) {
+  Build({WholeDevice()}, History(2));
+  SessionTicket s = Open("default");
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_NO_FATAL_FAILURE(RunToCompletion(s, absl::ZeroDuration()));
+  }
+  TaskRef live = Submit(s);
+  EXPECT_THAT(Ids(scheduler().ListTasks({})), ElementsAre(6, 5, 4));
+}
+
+TEST_F(SchedulerTest, ZeroTaskHistoryKeepsNoEndedTasks) {
+  Build({WholeDevice()}, History(0));
+  SessionTicket s = Open("default");
+  ASSERT_NO_FATAL_FAILURE(RunToCompletion(s, absl::ZeroDuration()));
+  EXPECT_THAT(scheduler().ListTasks({}), IsEmpty());
+}
+
+// ======================================================================================
+// Pacing
+// ======================================================================================
+//
+// Partition "a" has a quarter of the device's time and "b" three quarters; a partition may
+// run 10 ms of device time ahead of its share.
+
+class PacingTest : public SchedulerTest {
+ protected:
+  static constexpr absl::Duration kBurst = absl::Milliseconds(10);
+
+  void BuildAB(int a_max_running = 64, int b_max_running = 64, double a_cap = 0) {
+    PartitionSpec a = Partition("a", 16 * kMiB, 0.25);
+    a.max_running_tasks = a_max_running;
+    a.bandwidth_cap = a_cap;
+    PartitionSpec b = Partition("b", 48 * kMiB, 0.75);
+    b.max_running_tasks = b_max_running;
+    Build({a, b}, Burst(kBurst));
+  }
+};
+
+TEST_F(PacingTest, BalanceGoesIntoDebtByTheDeviceTimeAndIsRepaidAtTheShareRate) {
+  BuildAB();
+  SessionTicket a = Open("a");
+  EXPECT_EQ(StatusOf("a").pacing_balance, kBurst) << "a bucket starts full";
+  ASSERT_NO_FATAL_FAILURE(RunToCompletion(a, absl::Milliseconds(50)));
+  EXPECT_EQ(StatusOf("a").pacing_balance, absl::Milliseconds(-40));
+  EXPECT_EQ(StatusOf("a").device_time_total, absl::Milliseconds(50));
+  EXPECT_EQ(StatusOf("b").pacing_balance, kBurst);
+
+  clock_.Advance(absl::Milliseconds(80));  // 80 ms at 0.25 repays 20 ms
+  EXPECT_EQ(StatusOf("a").pacing_balance, absl::Milliseconds(-20));
+  clock_.Advance(absl::Milliseconds(80));
+  EXPECT_EQ(StatusOf("a").pacing_balance, absl::ZeroDuration());
+  clock_.Advance(absl::Seconds(10));
+  EXPECT_EQ(StatusOf("a").pacing_balance, kBurst) << "credit stops at the burst";
+}
+
+// Pacing must not depend on who looked at it: two schedulers given the same calls at the
+// same times, one of them also listed (as `gpukitctl partitions` would) while a long task
+// runs, hold the same balance afterwards.
+TEST_F(SchedulerTest, ListingPartitionsDoesNotChangePacing) {
+  FakeClock clocks[2];
+  std::unique_ptr<Scheduler> schedulers[2];
+  TaskRef tasks[2];
+  for (int i = 0; i < 2; ++i) {
+    schedulers[i] =
+        *Scheduler::Create(clocks[i], {{0, kDeviceBytes}}, {Partition("a", kDeviceBytes, 0.25)},
+                           Burst(absl::Milliseconds(10)));
+    SessionTicket s = schedulers[i]->AdmitSession("s", "a", {})->ticket;
+    tasks[i] = *schedulers[i]->Submit(s, Named("long"));
+    ASSERT_THAT(schedulers[i]->Start(tasks[i]), IsOk());
+  }
+  for (int i = 0; i < 2; ++i) clocks[i].Advance(absl::Milliseconds(500));
+  schedulers[0]->ListPartitions();  // only the first is looked at mid-run
+  for (int i = 0; i < 2; ++i) {
+    clocks[i].Advance(absl::Milliseconds(500));
+    schedulers[i]->Finish(tasks[i], absl::OkStatus(), absl::Milliseconds(500));
+  }
+  const absl::Duration looked_at = schedulers[0]->ListPartitions()[0].pacing_balance;
+  const absl::Duration not_looked_at = schedulers[1]->ListPartitions()[0].pacing_balance;
+  EXPECT_EQ(looked_at, not_looked_at);
+  EXPECT_LT(not_looked_at, absl::ZeroDuration());
+}
+
+TEST_F(PacingTest, DebtorProceedsWhenNoOtherPartitionWaits) {
+  BuildAB();
+  SessionTicket a = Open("a");
+  SessionTicket b = Open("b");
+  TaskRef busy = Submit(b);  // b runs, but nothing of b waits
+  ASSERT_THAT(scheduler().Start(busy), IsOk());
+  ASSERT_NO_FATAL_FAILURE(RunToCompletion(a, absl::Milliseconds(50)));
+  ASSERT_LT(StatusOf("a").pacing_balance, absl::ZeroDuration());
+
+  TaskRef next = Submit(a);
+  EXPECT_EQ(StateOf(next), TaskState::kAdmitted) << "work-conserving: debt alone holds nothing";
+  EXPECT_EQ(scheduler().Pump(), absl::InfiniteFuture());
+}
+
+// A partition in debt yields only to one that could start a task in its place. Running
+// slots are per partition, so a task that waits for its own partition's slot could not: the
+// debtor goes ahead.
+TEST_F(PacingTest, DebtorIsNotHeldForTasksThatWaitForTheirOwnPartitionsSlot) {
+  BuildAB(/*a_max_running=*/64, /*b_max_running=*/1);
+  SessionTicket a = Open("a");
+  SessionTicket b = Open("b");
+  TaskRef b_running = Submit(b);
+  ASSERT_THAT(scheduler().Start(b_running), IsOk());
+  TaskRef b_waiting = Submit(b);
+  ASSERT_EQ(StateOf(b_waiting), TaskState::kQueued);
+  ASSERT_NO_FATAL_FAILURE(RunToCompletion(a, absl::Milliseconds(50)));
+
+  TaskRef next = Submit(a);
+  EXPECT_EQ(StateOf(next), TaskState::kAdmitted);
+  EXPECT_LT(StatusOf("a").pacing_balance, absl::ZeroDuration());
+}
+
+// A debtor is held while another partition's task could start; once that task has started,
+// nothing could start in the debtor's place and the same Pump admits it, whichever order the
+// scheduler visits the partitions in (tried with several pairs of names). Hence, while
+// running slots are per partition, share debt never holds a task past the end of a Pump;
+// only a bandwidth cap does.
+TEST_F(SchedulerTest, PumpAdmitsADebtorOnceNoOtherPartitionCouldStartInItsPlace) {
+  for (int i = 0; i < 16; ++i) {
+    SCOPED_TRACE(::testing::Message() << "partitions a" << i << " and b" << i);
+    PartitionSpec a = Partition(absl::StrCat("a", i), 16 * kMiB, 0.25);
+    a.max_running_tasks = 1;
+    PartitionSpec b = Partition(absl::StrCat("b", i), 48 * kMiB, 0.75);
+    b.max_running_tasks = 1;
+    Build({a, b}, Burst(absl::Milliseconds(10)));
+    SessionTicket debtor = Open(a.name, BestEffort());
+    SessionTicket gold = Open(b.name, Guaranteed());
+    SessionTicket silver = Open(b.name, Burstable());
+    ASSERT_NO_FATAL_FAILURE(RunToCompletion(debtor, absl::Milliseconds(50)));
+    TaskRef guaranteed = Submit(gold);
+    ASSERT_THAT(scheduler().Start(guaranteed), IsOk());
+    TaskRef held = Submit(debtor);   // gated by the Guaranteed task
+    TaskRef other = Submit(silver);  // waits for b's slot
+    ASSERT_EQ(StateOf(held), TaskState::kQueued);
+    ASSERT_EQ(StateOf(other), TaskState::kQueued);
+
+    // Frees b's slot and lifts the gate in one step.
+    scheduler().Finish(guaranteed, absl::OkStatus(), absl::ZeroDuration());
+    EXPECT_EQ(StateOf(other), TaskState::kAdmitted);
+    EXPECT_EQ(StateOf(held), TaskState::kAdmitted)
+        << "b's task has started, so nothing could start in a's place";
+  }
+}
+
+TEST_F(PacingTest, BandwidthCapHoldsAPartitionBackEvenOnAnIdleDevice) {
+  BuildAB(/*a_max_running=*/64, /*b_max_running=*/64, /*a_cap=*/0.25);
+  SessionTicket a = Open("a");
+  SessionTicket b = Open("b");
+  ASSERT_NO_FATAL_FAILURE(RunToCompletion(a, absl::Milliseconds(50)));  // cap bucket: -40 ms
+
+  TaskRef capped = Submit(a);
+  EXPECT_EQ(StateOf(capped), TaskState::kQueued) << "nothing else runs, yet the cap holds";
+  // 40 ms of debt at 0.25 takes 160 ms to repay; the bucket must then be positive.
+  const absl::Time ready = clock_.Now() + absl::Milliseconds(160) + absl::Nanoseconds(1);
+  EXPECT_EQ(scheduler().Pump(), ready);
+  TaskRef other = Submit(b);
+  EXPECT_EQ(StateOf(other), TaskState::kAdmitted) << "a's cap does not hold b";
+
+  clock_.Advance(absl::Milliseconds(160));
+  EXPECT_EQ(scheduler().Pump(), ready);
+  EXPECT_EQ(StateOf(capped), TaskState::kQueued);
+  clock_.Advance(absl::Nanoseconds(1));
+  EXPECT_EQ(scheduler().Pump(), absl::InfiniteFuture());
+  EXPECT_EQ(StateOf(capped), TaskState::kAdmitted);
+}
+
+TEST_F(PacingTest, PartitionWithoutACapIsNotHeldOnAnIdleDevice) {
+  BuildAB();
+  SessionTicket a = Open("a");
+  ASSERT_NO_FATAL_FAILURE(RunToCompletion(a, absl::Milliseconds(500)));
+  EXPECT_EQ(StateOf(Submit(a)), TaskState::kAdmitted);
+}
+
+// ======================================================================================
+// BestEffort gating
+// ======================================================================================
+
+enum class GuaranteedEnd { kSucceeds, kFails, kCancelledWhileQueued, kExpires, kSessionEnds };
+
+struct GateCase {
+  std::string name;
+  GuaranteedEnd end;
+};
+void PrintTo(const GateCase& c, std::ostream* os) { *os << c.name; }
+
+class BestEffortGateTest : public SchedulerTest, public ::testing::WithParamInterface<GateCase> {};
+
+// "gold" runs one task at a time and has a Guaranteed session; "bulk" has a BestEffort and
+// a Burstable session. Both are on device 0.
+TEST_P(BestEffortGateTest, BestEffortWaitsWhileGuaranteedWorkIsActiveOnTheDevice) {
+  PartitionSpec gold = Partition("gold", 32 * kMiB, 0.5);
+  gold.max_running_tasks = 1;
+  Build({gold, Partition("bulk", 32 * kMiB, 0.5)});
+  SessionTicket guaranteed = Open("gold", Guaranteed());
+  SessionTicket blocker = Open("gold", Burstable());
+  SessionTicket best_effort = Open("bulk", BestEffort());
+  SessionTicket burstable = Open("bulk", Burstable());
+
+  TaskRef blocking = Submit(blocker);
+  ASSERT_THAT(scheduler().Start(blocking), IsOk());
+  TaskRef g = Submit(guaranteed, WithDeadline(clock_.Now() + absl::Seconds(1)));
+  ASSERT_EQ(StateOf(g), TaskState::kQueued);
+  TaskRef be = Submit(best_effort);
+  EXPECT_EQ(StateOf(be), TaskState::kQueued) << "gated by a queued Guaranteed task";
+  EXPECT_EQ(StateOf(Submit(burstable)), TaskState::kAdmitted) << "Burstable is never gated";
+  scheduler().Pump();
+  EXPECT_EQ(StateOf(be), TaskState::kQueued);
+
+  switch (GetParam().end) {
+    case GuaranteedEnd::kSucceeds:
+    case GuaranteedEnd::kFails:
+      scheduler().Finish(blocking, absl::OkStatus(), absl::ZeroDuration());
+      ASSERT_EQ(StateOf(g), TaskState::kAdmitted);
+      EXPECT_EQ(StateOf(be), TaskState::kQueued) << "gated by an admitted Guaranteed task";
+      ASSERT_THAT(scheduler().Start(g), IsOk());
+      scheduler().Pump();
+      EXPECT_EQ(StateOf(be), TaskState::kQueued) << "gated by a running Guaranteed task";
+      scheduler().Finish(
+          g,
+          GetParam().end == GuaranteedEnd::kSucceeds ? absl::OkStatus() : absl::InternalError("x"),
+          absl::Milliseconds(1));
+      break;
+    case GuaranteedEnd::kCancelledWhileQueued:
+      ASSERT_THAT(scheduler().Cancel(scheduler().IdOf(g), "no longer needed"), IsOk());
+      break;
+    case GuaranteedEnd::kExpires:
+      clock_.Advance(absl::Seconds(1));
+      scheduler().Pump();
+      ASSERT_EQ(StateOf(g), TaskState::kExpired);
+      break;
+    case GuaranteedEnd::kSessionEnds:
+      scheduler().Finish(blocking, absl::OkStatus(), absl::ZeroDuration());
+      ASSERT_EQ(StateOf(g), TaskState::kAdmitted);
+      scheduler().EndSession(guaranteed);
+      ASSERT_EQ(StateOf(g), TaskState::kCancelled);
+      break;
+  }
+  EXPECT_EQ(StateOf(be), TaskState::kAdmitted) << "admitted once the Guaranteed task ended";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, BestEffortGateTest,
+    ::testing::Values(GateCase{"GuaranteedSucceeds", GuaranteedEnd::kSucceeds},
+                      GateCase{"GuaranteedFails", GuaranteedEnd::kFails},
+                      GateCase{"GuaranteedCancelledWhileQueued",
+                               GuaranteedEnd::kCancelledWhileQueued},
+                      GateCase{"GuaranteedExpires", GuaranteedEnd::kExpires},
+                      GateCase{"GuaranteedSessionEnds", GuaranteedEnd::kSessionEnds}),
+    [](const ::testing::TestParamInfo<GateCase>& info) { return info.param.name; });
+
+TEST_F(SchedulerTest, GuaranteedWorkOnAnotherDeviceDoesNotGateBestEffort) {
+  Build({Partition("gpu0", kDeviceBytes, 1.0, 0), Partition("gpu1", kDeviceBytes, 1.0, 1)}, {},
+        {{0, kDeviceBytes}, {1, kDeviceBytes}});
+  TaskRef g = Submit(Open("gpu1", Guaranteed()));
+  ASSERT_THAT(scheduler().Start(g), IsOk());
+  EXPECT_EQ(StateOf(Submit(Open("gpu0", BestEffort()))), TaskState::kAdmitted);
+  EXPECT_EQ(StateOf(Submit(Open("gpu1", BestEffort()))), TaskState::kQueued);
+}
+
+TEST_F(SchedulerTest, GatedBestEffortDoesNotBlockBurstableBehindItInItsOwnQueue) {
+  PartitionSpec p = WholeDevice("p");
+  Build({p});
+  TaskRef g = Submit(Open("p", Guaranteed()));
+  ASSERT_THAT(scheduler().Start(g), IsOk());
+  TaskRef be = Submit(Open("p", BestEffort()));
+  TaskRef burst = Submit(Open("p", Burstable()));
+  EXPECT_EQ(StateOf(be), TaskState::kQueued);
+  EXPECT_EQ(StateOf(burst), TaskState::kAdmitted) << "Burstable orders ahead of BestEffort";
+}
+
+// ======================================================================================
+// AwaitAdmission
+// ======================================================================================
+
+TEST_F(SchedulerTest, AwaitAdmissionAnswersAtOnceForTasksPastTheQueue) {
+  PartitionSpec p = WholeDevice("p");
+  p.max_running_tasks = 1;
+  Build({p});
+  SessionTicket s = Open("p");
+  auto never = [] { return false; };
+  TaskRef admitted = Submit(s);
+  EXPECT_THAT(scheduler().AwaitAdmission(admitted, never), IsOk());
+  ASSERT_THAT(scheduler().Start(admitted), IsOk());
+  EXPECT_THAT(scheduler().AwaitAdmission(admitted, never), IsOk()) << "running";
+
+  TaskRef cancelled = Submit(s);
+  ASSERT_THAT(scheduler().Cancel(scheduler().IdOf(cancelled), "stop"), IsOk());
+  absl::Status status = scheduler().AwaitAdmission(cancelled, never);
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kCancelled, HasSubstr("stop")));
+  EXPECT_EQ(ReasonOf(status), RejectReason::kCancelled);
+
+  scheduler().Finish(admitted, absl::OkStatus(), absl::ZeroDuration());
+  EXPECT_THAT(scheduler().AwaitAdmission(admitted, never),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+// A task queued behind one running task, awaited on another thread. `cancelled` counts its
+// polls: two polls mean the waiter has blocked at least once.
+class AwaitAdmissionTest : public SchedulerTest {
+ protected:
+  void SetUp() override {
+    PartitionSpec p = WholeDevice("p");
+    p.max_running_tasks = 1;
+    Build({p});
+    session_ = Open("p");
+    running_ = Submit(session_);
+    ASSERT_THAT(scheduler().Start(running_), IsOk());
+  }
+
+  void StartWaiting(const TaskRef& task) {
+    waiter_ = std::thread([this, task] {
+      result_ = scheduler().AwaitAdmission(task, [this] {
+        polls_.fetch_add(1);
+        return cancel_.load();
+      });
+      done_.store(true);
+    });
+    while (polls_.load() < 2 && !done_.load()) std::this_thread::yield();
+    ASSERT_FALSE(done_.load()) << "returned before anything happened: " << result_;
+  }
+
+  absl::Status Join() {
+    waiter_.join();
+    return result_;
+  }
+
+  void TearDown() override {
+    if (waiter_.joinable()) {
+      cancel_.store(true);
+      waiter_.join();
+    }
+  }
+
+  SessionTicket session_;
+  TaskRef running_;
+  std::thread waiter_;
+  std::atomic<int> polls_{0};
+  std::atomic<bool> cancel_{false};
+  std::atomic<bool> done_{false};
+  absl::Status result_ = absl::UnknownError("not returned");
+};
+
+TEST_F(AwaitAdmissionTest, ReturnsOkOnceAnotherThreadFinishesTheRunningTask) {
+  TaskRef waiting = Submit(session_);
+  ASSERT_NO_FATAL_FAILURE(StartWaiting(waiting));
+  scheduler().Finish(running_, absl::OkStatus(), absl::ZeroDuration());
+  EXPECT_THAT(Join(), IsOk());
+  EXPECT_EQ(StateOf(waiting), TaskState::kAdmitted);
+}
+
+TEST_F(AwaitAdmissionTest, ReturnsCancelledOnceTheCallbackSaysSo) {
+  TaskRef waiting = Submit(session_);
+  ASSERT_NO_FATAL_FAILURE(StartWaiting(waiting));
+  cancel_.store(true);
+  const absl::Status status = Join();
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_EQ(ReasonOf(status), RejectReason::kCancelled);
+  EXPECT_EQ(StateOf(waiting), TaskState::kCancelled);
+  EXPECT_EQ(Rejected("p", RejectReason::kCancelled), 1);
+  EXPECT_EQ(StatusOf("p").queued, 0);
+}
+
+TEST_F(AwaitAdmissionTest, ReturnsDeadlineExceededOnceAnotherThreadAdvancesTheClock) {
+  TaskRef waiting = Submit(session_, WithDeadline(clock_.Now() + absl::Seconds(1)));
+  ASSERT_NO_FATAL_FAILURE(StartWaiting(waiting));
+  clock_.Advance(absl::Seconds(2));  // no Pump: the waiter pumps as it polls
+  const absl::Status status = Join();
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("\"p\"")));
+  EXPECT_EQ(ReasonOf(status), RejectReason::kDeadlineExceeded);
+  EXPECT_EQ(StateOf(waiting), TaskState::kExpired);
+  EXPECT_EQ(Rejected("p", RejectReason::kDeadlineExceeded), 1);
+}
+
+}  // namespace
+}  // namespace gpukit
