@@ -26,8 +26,9 @@ StreamPriority PriorityOf(QosClass qos) {
 std::vector<PartitionSpec> StartupPartitions(const std::vector<PartitionSpec>& configured,
                                              int64_t device0_bytes) {
   std::vector<PartitionSpec> partitions = configured;
-  const bool has_default = std::any_of(configured.begin(), configured.end(),
-                                       [](const PartitionSpec& p) { return p.name == kDefaultPartition; });
+  const bool has_default =
+      std::any_of(configured.begin(), configured.end(),
+                  [](const PartitionSpec& p) { return p.name == kDefaultPartition; });
   if (has_default) return partitions;
   int64_t bytes = device0_bytes;
   double share = 1.0;
@@ -180,8 +181,8 @@ absl::StatusOr<SessionGrant> Core::OpenSession(OpenSessionParams params) {
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session,
                           sessions_.Open(id, params, std::move(admission)));
   const SessionAdmission& a = session->admission();
-  return SessionGrant{session->id(), session->partition(), session->lease(),
-                      a.device_index,   a.qos,                a.resources};
+  return SessionGrant{session->id(), session->partition(), session->lease(), a.device_index,
+                      a.qos,         a.resources};
 }
 
 absl::StatusOr<absl::Duration> Core::KeepAlive(absl::string_view session_id) {
@@ -274,11 +275,9 @@ absl::StatusOr<std::shared_ptr<DeviceArray>> Core::NewArray(const Session& sessi
                                        std::move(memory.reservation), clock_.Now());
 }
 
-absl::StatusOr<ArrayPin> Core::PinArray(const Session& session, absl::string_view handle) {
-  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceArray> array, session.FindArray(handle));
+absl::StatusOr<ArrayPin> Core::PinArray(const Session& session, DeviceArray& array) {
   auto restore = [&](int64_t bytes) { return AllocateMemory(session, bytes); };
-  return array->Pin(clock_.Now(), restore,
-                    devices_[session.admission().device_index].spill_stream);
+  return array.Pin(clock_.Now(), restore, devices_[session.admission().device_index].spill_stream);
 }
 
 absl::StatusOr<ArrayView> Core::CreateArray(absl::string_view session_id, const TensorDesc& desc) {
@@ -322,10 +321,10 @@ absl::Status Core::WriteArray(absl::string_view session_id, absl::string_view ha
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceArray> array, session->FindArray(handle));
   GPUKIT_RETURN_IF_ERROR(CheckRange(*array, offset, data.size()));
   if (data.empty()) return absl::OkStatus();
-  GPUKIT_ASSIGN_OR_RETURN(RunningTask task, RunningTask::Create(*scheduler_, *session,
-                                                                TaskKind::kTransfer, "upload",
-                                                                options));
-  GPUKIT_ASSIGN_OR_RETURN(ArrayPin pin, PinArray(*session, handle));
+  GPUKIT_ASSIGN_OR_RETURN(
+      RunningTask task,
+      RunningTask::Create(*scheduler_, *session, TaskKind::kTransfer, "upload", options));
+  GPUKIT_ASSIGN_OR_RETURN(ArrayPin pin, PinArray(*session, *array));
   Device& device = array->device();
   return task.Run(device, session->stream(), [&] {
     return device.CopyHostToDevice(pin.buffer(), offset, data.data(),
@@ -339,10 +338,10 @@ absl::Status Core::ReadArray(absl::string_view session_id, absl::string_view han
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceArray> array, session->FindArray(handle));
   GPUKIT_RETURN_IF_ERROR(CheckRange(*array, offset, out.size()));
   if (out.empty()) return absl::OkStatus();
-  GPUKIT_ASSIGN_OR_RETURN(RunningTask task, RunningTask::Create(*scheduler_, *session,
-                                                                TaskKind::kTransfer, "download",
-                                                                options));
-  GPUKIT_ASSIGN_OR_RETURN(ArrayPin pin, PinArray(*session, handle));
+  GPUKIT_ASSIGN_OR_RETURN(
+      RunningTask task,
+      RunningTask::Create(*scheduler_, *session, TaskKind::kTransfer, "download", options));
+  GPUKIT_ASSIGN_OR_RETURN(ArrayPin pin, PinArray(*session, *array));
   Device& device = array->device();
   return task.Run(device, session->stream(), [&] {
     return device.CopyDeviceToHost(out.data(), pin.buffer(), offset,
@@ -388,9 +387,7 @@ absl::StatusOr<ArrayView> Core::RunOp(absl::string_view session_id, absl::string
       operand.is_scalar = true;
       operand.scalar = inputs[i].scalar;
     } else {
-      auto restore = [&](int64_t bytes) { return AllocateMemory(*session, bytes); };
-      absl::StatusOr<ArrayPin> pin = arrays[i]->Pin(
-          clock_.Now(), restore, devices_[session->admission().device_index].spill_stream);
+      absl::StatusOr<ArrayPin> pin = PinArray(*session, *arrays[i]);
       if (!pin.ok()) {
         return absl::Status(pin.status().code(),
                             absl::StrCat("inputs[", i, "]: ", pin.status().message()));
@@ -409,8 +406,8 @@ absl::StatusOr<ArrayView> Core::RunOp(absl::string_view session_id, absl::string
   GPUKIT_ASSIGN_OR_RETURN(ArrayPin output_pin, output->Pin(clock_.Now(), no_restore, {}));
   launch.output = output_pin.buffer();
   Device& device = output->device();
-  GPUKIT_RETURN_IF_ERROR(task.Run(device, session->stream(),
-                                  [&] { return device.RunOp(launch, session->stream()); }));
+  GPUKIT_RETURN_IF_ERROR(
+      task.Run(device, session->stream(), [&] { return device.RunOp(launch, session->stream()); }));
   ArrayView view = View(*output);
   GPUKIT_RETURN_IF_ERROR(
       session->AddArray(std::move(output), options_.limits.max_arrays_per_session));

@@ -167,8 +167,9 @@ class Core {
   int64_t Reclaim(const ReclaimPlan& plan);
   absl::StatusOr<std::shared_ptr<DeviceArray>> NewArray(const Session& session,
                                                         const TensorDesc& desc);
-  // Finds one of the session's arrays and pins it resident.
-  absl::StatusOr<ArrayPin> PinArray(const Session& session, absl::string_view handle);
+  // Pins one of the session's arrays resident, restoring it (with the session's admission)
+  // if it was spilled.
+  absl::StatusOr<ArrayPin> PinArray(const Session& session, DeviceArray& array);
   static ArrayView View(const DeviceArray& array);
 
   const Clock& clock_;

@@ -57,7 +57,7 @@ AllocationDecision AdmitAllocation(const AllocationSnapshot& s) {
   }
   if (s.device_used_bytes + s.bytes > s.device_capacity_bytes) {
     return {{false, RejectReason::kDeviceMemoryExhausted,
-             absl::StrCat("array of ", FormatBytes(s.bytes), " does not fit on the device: ",
+             absl::StrCat("array of ", s.bytes, " bytes does not fit on the device: ",
                           FormatBytes(s.device_used_bytes), " of ",
                           FormatBytes(s.device_capacity_bytes), " are in use")},
             s.device_used_bytes + s.bytes - s.device_capacity_bytes,

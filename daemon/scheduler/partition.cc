@@ -4,15 +4,11 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/base/names.h"
 #include "runtime/base/units.h"
 
 namespace gpukit {
 namespace {
-
-bool IsNameChar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-         c == '_' || c == '-';
-}
 
 // Shares are summed in floating point; allow for rounding (0.1 + 0.2 + 0.7 is 1.0000000000000002).
 constexpr double kShareSlack = 1e-9;
@@ -20,8 +16,7 @@ constexpr double kShareSlack = 1e-9;
 }  // namespace
 
 absl::Status ValidatePartitionSpec(const PartitionSpec& spec) {
-  if (spec.name.empty() || spec.name.size() > 63 ||
-      !std::all_of(spec.name.begin(), spec.name.end(), IsNameChar)) {
+  if (!IsValidName(spec.name, 63)) {
     return absl::InvalidArgumentError(
         absl::StrCat("partition name \"", absl::CHexEscape(spec.name.substr(0, 80)),
                      "\" must be 1 to 63 characters of [A-Za-z0-9._-]"));
@@ -40,9 +35,9 @@ absl::Status ValidatePartitionSpec(const PartitionSpec& spec) {
   }
   if (spec.bandwidth_cap != 0.0 &&
       !(spec.bandwidth_cap >= spec.compute_share && spec.bandwidth_cap <= 1.0)) {
-    return absl::InvalidArgumentError(absl::StrCat("bandwidth cap = ", spec.bandwidth_cap,
-                                                   " must be 0 (none) or in [compute share = ",
-                                                   spec.compute_share, ", 1]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("bandwidth cap = ", spec.bandwidth_cap,
+                     " must be 0 (none) or in [compute share = ", spec.compute_share, ", 1]"));
   }
   if (spec.max_queued_tasks < 1) {
     return absl::InvalidArgumentError(
@@ -82,8 +77,8 @@ Decision AdmitPartition(const PartitionSpec& spec, absl::Span<const PartitionSpe
   if (spec.compute_share > free_share + kShareSlack) {
     return {false, RejectReason::kDeviceOvercommitted,
             absl::StrCat("partition \"", spec.name, "\" asks for a compute share of ",
-                         spec.compute_share, " but device ", spec.device_index, " has ",
-                         free_share, " not promised to other partitions")};
+                         spec.compute_share, " but device ", spec.device_index, " has ", free_share,
+                         " not promised to other partitions")};
   }
   return {};
 }

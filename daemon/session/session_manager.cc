@@ -4,6 +4,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/base/names.h"
 #include "spdlog/spdlog.h"
 #include <sys/random.h>
 
@@ -11,12 +12,7 @@ namespace gpukit {
 namespace {
 
 constexpr size_t kMaxTenantLength = 63;
-constexpr size_t kMaxNameLength = 253;  // client names, host names, partitions
-
-bool IsNameChar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-         c == '_' || c == '-';
-}
+constexpr size_t kMaxNameLength = 253;  // client names, host names
 
 }  // namespace
 

@@ -305,8 +305,8 @@ TEST_F(BadInputTest, OpenRejectsUnknownPartition) {
   v1::OpenSessionRequest request;
   request.set_tenant("partitioned");
   request.set_partition("gold");
-  EXPECT_THAT(api().Open(request),
-              StatusIs(kInvalidArgument, HasSubstr("partition \"gold\" does not exist")));
+  EXPECT_THAT(api().Open(request), StatusIs(absl::StatusCode::kNotFound,
+                                            HasSubstr("partition \"gold\" does not exist")));
 }
 
 TEST_F(BadInputTest, OpenRejectsNegativeLease) {
