@@ -205,7 +205,7 @@ absl::StatusOr<DaemonConfig> ApplyConfigJson(absl::string_view json, DaemonConfi
     return absl::InvalidArgumentError(absl::StrCat(
         "scheduler.taskHistory = ", scheduler.task_history(), " must be >= 0"));
   }
-  if (scheduler.task_history() > 0) config.core.task_history = scheduler.task_history();
+  if (scheduler.has_task_history()) config.core.task_history = scheduler.task_history();
   return config;
 }
 

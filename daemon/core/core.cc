@@ -77,6 +77,16 @@ class Core::RunningTask {
     }
   }
 
+  // Ends the task as Failed with `status` (what the task history shows) before its work
+  // ran, and returns `status`.
+  absl::Status Fail(absl::Status status) {
+    if (task_ != nullptr) {
+      scheduler_.Finish(task_, status, absl::ZeroDuration());
+      task_.reset();
+    }
+    return status;
+  }
+
   // Runs `enqueue` (work on `stream`) between two events, waits for it and reports the
   // device time the events measured. The task ends with the work's status.
   absl::Status Run(Device& device, StreamId stream, const std::function<absl::Status()>& enqueue) {
@@ -217,9 +227,10 @@ int64_t Core::Reclaim(const ReclaimPlan& plan) {
     if (!scheduler_->SpillEnabled(session->partition())) continue;
     const SessionUsage usage = scheduler_->Usage(session->ticket());
     for (std::shared_ptr<DeviceArray>& array : session->Arrays()) {
-      if (array->spilled() || array->pinned() || array->bytes() == 0) continue;
+      const std::optional<absl::Time> last_used = array->SpillableLastUsed();
+      if (!last_used) continue;
       candidates.push_back({reinterpret_cast<uintptr_t>(session.get()), a.qos, array->bytes(),
-                            array->last_used(), usage.memory_used_bytes,
+                            *last_used, usage.memory_used_bytes,
                             a.resources.memory_request_bytes.value_or(0)});
       arrays.push_back(std::move(array));
     }
@@ -251,7 +262,10 @@ absl::StatusOr<DeviceAllocation> Core::AllocateMemory(const Session& session, in
     absl::StatusOr<MemoryReservation> reservation =
         scheduler_->ReserveMemory(session.ticket(), bytes, &plan);
     if (!reservation.ok()) {
-      if (plan.shortfall_bytes > 0 && attempt < kAttempts && Reclaim(plan) > 0) continue;
+      if (plan.shortfall_bytes > 0) {
+        if (attempt < kAttempts && Reclaim(plan) > 0) continue;
+        scheduler_->CountRefusal(session.ticket(), ReasonOf(reservation.status()));
+      }
       return reservation.status();
     }
     absl::StatusOr<BufferId> buffer = slot.device->Allocate(bytes);
@@ -282,6 +296,7 @@ absl::StatusOr<ArrayPin> Core::PinArray(const Session& session, DeviceArray& arr
 
 absl::StatusOr<ArrayView> Core::CreateArray(absl::string_view session_id, const TensorDesc& desc) {
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
+  GPUKIT_RETURN_IF_ERROR(session->CheckArrayRoom(options_.limits.max_arrays_per_session));
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceArray> array, NewArray(*session, desc));
   ArrayView view = View(*array);
   GPUKIT_RETURN_IF_ERROR(
@@ -324,10 +339,11 @@ absl::Status Core::WriteArray(absl::string_view session_id, absl::string_view ha
   GPUKIT_ASSIGN_OR_RETURN(
       RunningTask task,
       RunningTask::Create(*scheduler_, *session, TaskKind::kTransfer, "upload", options));
-  GPUKIT_ASSIGN_OR_RETURN(ArrayPin pin, PinArray(*session, *array));
+  absl::StatusOr<ArrayPin> pin = PinArray(*session, *array);
+  if (!pin.ok()) return task.Fail(pin.status());
   Device& device = array->device();
   return task.Run(device, session->stream(), [&] {
-    return device.CopyHostToDevice(pin.buffer(), offset, data.data(),
+    return device.CopyHostToDevice(pin->buffer(), offset, data.data(),
                                    static_cast<int64_t>(data.size()), session->stream());
   });
 }
@@ -341,10 +357,11 @@ absl::Status Core::ReadArray(absl::string_view session_id, absl::string_view han
   GPUKIT_ASSIGN_OR_RETURN(
       RunningTask task,
       RunningTask::Create(*scheduler_, *session, TaskKind::kTransfer, "download", options));
-  GPUKIT_ASSIGN_OR_RETURN(ArrayPin pin, PinArray(*session, *array));
+  absl::StatusOr<ArrayPin> pin = PinArray(*session, *array);
+  if (!pin.ok()) return task.Fail(pin.status());
   Device& device = array->device();
   return task.Run(device, session->stream(), [&] {
-    return device.CopyDeviceToHost(out.data(), pin.buffer(), offset,
+    return device.CopyDeviceToHost(out.data(), pin->buffer(), offset,
                                    static_cast<int64_t>(out.size()), session->stream());
   });
 }
@@ -364,10 +381,7 @@ absl::StatusOr<ArrayView> Core::RunOp(absl::string_view session_id, absl::string
       desc.scalar = inputs[i].scalar;
     } else {
       absl::StatusOr<std::shared_ptr<DeviceArray>> array = session->FindArray(inputs[i].handle);
-      if (!array.ok()) {
-        return absl::Status(array.status().code(),
-                            absl::StrCat("inputs[", i, "]: ", array.status().message()));
-      }
+      if (!array.ok()) return PrefixStatus(array.status(), absl::StrCat("inputs[", i, "]: "));
       desc.tensor = (*array)->desc();
       arrays[i] = *std::move(array);
     }
@@ -376,6 +390,7 @@ absl::StatusOr<ArrayView> Core::RunOp(absl::string_view session_id, absl::string
   OpLaunch launch;
   launch.op = op;
   GPUKIT_ASSIGN_OR_RETURN(launch.plan, ops_.Plan(*op, descs, attrs));
+  GPUKIT_RETURN_IF_ERROR(session->CheckArrayRoom(options_.limits.max_arrays_per_session));
   GPUKIT_ASSIGN_OR_RETURN(RunningTask task, RunningTask::Create(*scheduler_, *session,
                                                                 TaskKind::kOp, op_name, options));
   // Pin every input until the op has run, even if the client frees it meanwhile; a spilled
@@ -388,29 +403,27 @@ absl::StatusOr<ArrayView> Core::RunOp(absl::string_view session_id, absl::string
       operand.scalar = inputs[i].scalar;
     } else {
       absl::StatusOr<ArrayPin> pin = PinArray(*session, *arrays[i]);
-      if (!pin.ok()) {
-        return absl::Status(pin.status().code(),
-                            absl::StrCat("inputs[", i, "]: ", pin.status().message()));
-      }
+      if (!pin.ok()) return task.Fail(PrefixStatus(pin.status(), absl::StrCat("inputs[", i, "]: ")));
       operand.desc = arrays[i]->desc();
       operand.buffer = pin->buffer();
       pins.push_back(*std::move(pin));
     }
     launch.inputs.push_back(std::move(operand));
   }
-  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceArray> output,
-                          NewArray(*session, launch.plan.output));
+  absl::StatusOr<std::shared_ptr<DeviceArray>> output = NewArray(*session, launch.plan.output);
+  if (!output.ok()) return task.Fail(output.status());
   auto no_restore = [](int64_t) -> absl::StatusOr<DeviceAllocation> {
     return absl::InternalError("a new array cannot be spilled before it is registered");
   };
-  GPUKIT_ASSIGN_OR_RETURN(ArrayPin output_pin, output->Pin(clock_.Now(), no_restore, {}));
-  launch.output = output_pin.buffer();
-  Device& device = output->device();
+  absl::StatusOr<ArrayPin> output_pin = (*output)->Pin(clock_.Now(), no_restore, {});
+  if (!output_pin.ok()) return task.Fail(output_pin.status());
+  launch.output = output_pin->buffer();
+  Device& device = (*output)->device();
   GPUKIT_RETURN_IF_ERROR(
       task.Run(device, session->stream(), [&] { return device.RunOp(launch, session->stream()); }));
-  ArrayView view = View(*output);
+  ArrayView view = View(**output);
   GPUKIT_RETURN_IF_ERROR(
-      session->AddArray(std::move(output), options_.limits.max_arrays_per_session));
+      session->AddArray(*std::move(output), options_.limits.max_arrays_per_session));
   return view;
 }
 

@@ -55,21 +55,28 @@ AllocationDecision AdmitAllocation(const AllocationSnapshot& s) {
                           FormatBytes(s.session_used_bytes + s.bytes), ", above its limits.memory = ",
                           FormatBytes(*s.session_limit_bytes))}};
   }
+  const int64_t partition_shortfall = s.partition_used_bytes + s.bytes - s.partition_quota_bytes;
   if (s.device_used_bytes + s.bytes > s.device_capacity_bytes) {
-    return {{false, RejectReason::kDeviceMemoryExhausted,
-             absl::StrCat("array of ", s.bytes, " bytes does not fit on the device: ",
-                          FormatBytes(s.device_used_bytes), " of ",
-                          FormatBytes(s.device_capacity_bytes), " are in use")},
-            s.device_used_bytes + s.bytes - s.device_capacity_bytes,
-            true};
+    AllocationDecision d{{false, RejectReason::kDeviceMemoryExhausted,
+                          absl::StrCat("array of ", s.bytes, " bytes does not fit on the device: ",
+                                       FormatBytes(s.device_used_bytes), " of ",
+                                       FormatBytes(s.device_capacity_bytes), " are in use")},
+                         s.device_used_bytes + s.bytes - s.device_capacity_bytes,
+                         true};
+    if (partition_shortfall > 0) {
+      // The partition is over its own quota too: it gives back its own memory first (which
+      // frees the device as well) before other partitions are asked for theirs.
+      d.shortfall_bytes = partition_shortfall;
+      d.shortfall_is_device_wide = false;
+    }
+    return d;
   }
-  if (s.partition_used_bytes + s.bytes > s.partition_quota_bytes) {
+  if (partition_shortfall > 0) {
     return {{false, RejectReason::kPartitionQuotaExceeded,
              absl::StrCat("array of ", FormatBytes(s.bytes), " does not fit in the partition: ",
                           FormatBytes(s.partition_used_bytes), " of its quota of ",
                           FormatBytes(s.partition_quota_bytes), " are in use")},
-            s.partition_used_bytes + s.bytes - s.partition_quota_bytes,
-            false};
+            partition_shortfall, false};
   }
   return {};
 }

@@ -80,7 +80,9 @@ struct AllocationDecision {
 // Checks, in order: the array size limit, the session's memory limit, the device's
 // capacity, the partition's quota. The device comes first so that a daemon with one
 // partition over the whole device (the default) says DEVICE_MEMORY_EXHAUSTED when it is
-// full, as a user expects.
+// full, as a user expects. When both are full the shortfall is the partition's and not
+// device-wide: a partition over its quota reclaims its own memory before other
+// partitions' (the caller asks again and learns what the device still lacks).
 AllocationDecision AdmitAllocation(const AllocationSnapshot& s);
 
 // A task joining a partition's queue of `queued` waiting tasks.

@@ -47,6 +47,7 @@ struct PartitionState {
   double compute_requested = 0;
   TaskQueue queue;
   int running = 0;  // admitted or running
+  int guaranteed_queued = 0;
   TokenBucket share;
   TokenBucket cap;  // consulted only when the partition has a bandwidth cap
   int64_t admitted_total = 0;
@@ -372,7 +373,9 @@ absl::StatusOr<MemoryReservation> Scheduler::ReserveMemory(const SessionTicket& 
   s.device_capacity_bytes = device.capacity_bytes;
   const AllocationDecision d = AdmitAllocation(s);
   if (!d.decision.admitted) {
-    CountLocked(p, d.decision.reason);
+    // A refusal that comes with a reclaim plan is counted by the caller only if reclaiming
+    // does not make room (CountRefusal): a request that spilling satisfies was not refused.
+    if (plan == nullptr || d.shortfall_bytes == 0) CountLocked(p, d.decision.reason);
     if (plan != nullptr && d.shortfall_bytes > 0) {
       const int64_t request = account.resources.memory_request_bytes.value_or(0);
       *plan = ReclaimPlan{account.device_index,
@@ -386,6 +389,11 @@ absl::StatusOr<MemoryReservation> Scheduler::ReserveMemory(const SessionTicket& 
   p.memory_used_bytes += bytes;
   device.used_bytes += bytes;
   return MemoryReservation(this, ticket, bytes);
+}
+
+void Scheduler::CountRefusal(const SessionTicket& ticket, RejectReason reason) {
+  absl::MutexLock lock(&mu_);
+  CountLocked(*ticket->partition, reason);
 }
 
 int64_t Scheduler::device_memory_used(int device_index) const {
@@ -421,7 +429,6 @@ absl::StatusOr<TaskRef> Scheduler::Submit(const SessionTicket& ticket,
   info.deadline = request.deadline;
   info.state = TaskState::kQueued;
   task->key = {info.qos, info.priority, info.id};
-  if (info.qos == QosClass::kGuaranteed) ++devices_[ticket->device_index].guaranteed_active;
   live_.emplace(info.id, task);
   absl::Time ignored;
   if (p.queue.empty() && info.deadline > now && MayAdmitLocked(p, info.qos, now, &ignored)) {
@@ -429,6 +436,7 @@ absl::StatusOr<TaskRef> Scheduler::Submit(const SessionTicket& ticket,
     return task;
   }
   p.queue.Push(task->key, info.id);
+  if (info.qos == QosClass::kGuaranteed) ++p.guaranteed_queued;
   if (info.deadline != absl::InfiniteFuture()) deadlines_.insert({info.deadline, info.id});
   PumpLocked(now);
   return task;
@@ -448,7 +456,7 @@ bool Scheduler::OthersWaitingLocked(const PartitionState& p, absl::Time now) {
     if (&other == &p || other.spec.device_index != p.spec.device_index) continue;
     if (other.queue.empty() || other.running >= other.spec.max_running_tasks) continue;
     if (other.queue.front().key.qos == QosClass::kBestEffort &&
-        devices_[other.spec.device_index].guaranteed_active > 0) {
+        BestEffortGatedLocked(other.spec.device_index, now)) {
       continue;
     }
     if (other.spec.bandwidth_cap > 0 && !other.cap.Ready(now)) continue;
@@ -485,6 +493,7 @@ absl::Time Scheduler::PumpLocked(absl::Time now) {
         if (task.info.deadline != absl::InfiniteFuture()) {
           deadlines_.erase({task.info.deadline, task.info.id});
         }
+        if (task.info.qos == QosClass::kGuaranteed) --p.guaranteed_queued;
         AdmitLocked(p, task, now);
         admitted = true;
       }
@@ -496,7 +505,7 @@ absl::Time Scheduler::PumpLocked(absl::Time now) {
 bool Scheduler::MayAdmitLocked(PartitionState& p, QosClass qos, absl::Time now,
                                absl::Time* next) {
   if (p.running >= p.spec.max_running_tasks) return false;  // Finish pumps again
-  if (qos == QosClass::kBestEffort && devices_[p.spec.device_index].guaranteed_active > 0) {
+  if (qos == QosClass::kBestEffort && BestEffortGatedLocked(p.spec.device_index, now)) {
     return false;  // gated until Guaranteed work is done; Finish pumps again
   }
   if (p.spec.bandwidth_cap > 0 && !p.cap.Ready(now)) {
@@ -510,27 +519,41 @@ bool Scheduler::MayAdmitLocked(PartitionState& p, QosClass qos, absl::Time now,
   return true;
 }
 
+bool Scheduler::BestEffortGatedLocked(int device_index, absl::Time now) {
+  if (devices_[device_index].guaranteed_running > 0) return true;
+  // Guaranteed work that waits gates BestEffort too, unless its partition's own bandwidth
+  // cap holds it back: then gating would only leave the device idle.
+  for (const auto& [name, holder] : partitions_) {
+    PartitionState& p = *holder;
+    if (p.spec.device_index != device_index || p.guaranteed_queued == 0) continue;
+    if (p.spec.bandwidth_cap > 0 && !p.cap.Ready(now)) continue;
+    return true;
+  }
+  return false;
+}
+
 void Scheduler::AdmitLocked(PartitionState& p, Task& task, absl::Time now) {
   task.info.state = TaskState::kAdmitted;
   task.info.admitted = now;
   ++p.running;
   ++p.admitted_total;
+  if (task.info.qos == QosClass::kGuaranteed) ++devices_[p.spec.device_index].guaranteed_running;
 }
 
 void Scheduler::EndTaskLocked(Task& task, TaskState state, absl::Time now,
                               absl::string_view error) {
   PartitionState& p = *task.partition;
   const TaskState was = task.info.state;
+  const bool guaranteed = task.info.qos == QosClass::kGuaranteed;
   if (was == TaskState::kQueued) {
     p.queue.Remove(task.key);
     if (task.info.deadline != absl::InfiniteFuture()) {
       deadlines_.erase({task.info.deadline, task.info.id});
     }
+    if (guaranteed) --p.guaranteed_queued;
   } else if (was == TaskState::kAdmitted || was == TaskState::kRunning) {
     --p.running;
-  }
-  if (task.info.qos == QosClass::kGuaranteed) {
-    --devices_[task.session->device_index].guaranteed_active;
+    if (guaranteed) --devices_[p.spec.device_index].guaranteed_running;
   }
   task.info.state = state;
   task.info.finished = now;
@@ -605,8 +628,12 @@ absl::Status Scheduler::AwaitAdmission(const TaskRef& task,
 absl::Status Scheduler::Start(const TaskRef& task) {
   absl::MutexLock lock(&mu_);
   if (task->info.state != TaskState::kAdmitted) {
-    return absl::CancelledError(absl::StrCat("task ", task->info.id, " is ",
-                                             TaskStateName(task->info.state), ", not Admitted"));
+    const absl::Status status = absl::CancelledError(absl::StrCat(
+        "task ", task->info.id, " is ", TaskStateName(task->info.state), ", not Admitted: ",
+        task->info.error));
+    return task->info.state == TaskState::kCancelled
+               ? WithReason(status, RejectReason::kCancelled)
+               : status;
   }
   task->info.state = TaskState::kRunning;
   task->info.started = clock_.Now();

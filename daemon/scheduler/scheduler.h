@@ -11,8 +11,9 @@
 // share and, if it has one, a second filled at its bandwidth cap. A partition whose cap
 // bucket is empty waits. A partition whose share bucket is empty waits only while another
 // partition of the device has a task that could start in its place, so an idle device is
-// not left idle (shares are guarantees under contention, the cap is a hard limit). BestEffort tasks wait while
-// Guaranteed tasks are queued or running on the same device. Finished tasks are charged the
+// not left idle (shares are guarantees under contention, the cap is a hard limit).
+// BestEffort tasks wait while Guaranteed tasks run on the same device or wait in a queue
+// (unless their own bandwidth cap holds them back). Finished tasks are charged the
 // device time the caller measured (CUDA events on a GPU, the simulated clock on the CPU
 // backend), so the scheduler itself needs no device.
 //
@@ -193,10 +194,12 @@ class Scheduler {
   // Reserves `bytes` for the session, or RESOURCE_EXHAUSTED with kArrayTooLarge,
   // kSessionLimitExceeded, kPartitionQuotaExceeded or kDeviceMemoryExhausted. When the
   // refusal is the partition's or the device's and spilling could help, `*plan` (if given)
-  // says how much to reclaim and from where; the caller spills and calls again.
-  // NOT_FOUND after EndSession.
+  // says how much to reclaim and from where; the caller spills and calls again. Such a
+  // refusal is not counted in the partition's rejections: if reclaiming does not help,
+  // the caller reports the final refusal with CountRefusal. NOT_FOUND after EndSession.
   absl::StatusOr<MemoryReservation> ReserveMemory(const SessionTicket& ticket, int64_t bytes,
                                                   ReclaimPlan* plan = nullptr);
+  void CountRefusal(const SessionTicket& ticket, RejectReason reason);
   int64_t device_memory_used(int device_index) const;
 
   // --- Tasks --------------------------------------------------------------------------
@@ -232,7 +235,7 @@ class Scheduler {
   struct DeviceState {
     int64_t capacity_bytes = 0;
     int64_t used_bytes = 0;
-    int guaranteed_active = 0;  // Guaranteed tasks queued, admitted or running
+    int guaranteed_running = 0;  // Guaranteed tasks admitted or running
   };
 
   Scheduler(const Clock& clock, std::vector<DeviceCapacity> devices,
@@ -245,6 +248,9 @@ class Scheduler {
   absl::Status CheckDeviceLocked(int device_index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Time PumpLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool OthersWaitingLocked(const PartitionState& p, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether BestEffort tasks on the device must wait for Guaranteed work.
+  bool BestEffortGatedLocked(int device_index, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a task of class `qos` at the head of `p`'s queue may start now: a free running
   // slot, no Guaranteed work gating BestEffort, pacing. Lowers `*next` to when pacing

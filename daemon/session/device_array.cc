@@ -16,8 +16,10 @@ DeviceArray::DeviceArray(std::string handle, Device& device, BufferId buffer, Te
       reservation_(std::move(reservation)),
       last_used_(now) {}
 
-DeviceArray::~DeviceArray() {
-  absl::MutexLock lock(&mu_);
+// No lock: the last owner is the only thread that can reach the array. Taking the lock here
+// would order it after whatever lock the owner holds when it drops the array (the session
+// manager's, when a session closes), against restores, which hold it while they reclaim.
+DeviceArray::~DeviceArray() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   if (spilled_) return;
   absl::Status status = device_.Free(buffer_);
   if (!status.ok()) {
@@ -85,6 +87,14 @@ bool DeviceArray::spilled() const {
 bool DeviceArray::pinned() const {
   absl::MutexLock lock(&mu_);
   return pins_ > 0;
+}
+
+std::optional<absl::Time> DeviceArray::SpillableLastUsed() const {
+  if (!mu_.TryLock()) return std::nullopt;
+  std::optional<absl::Time> since;
+  if (!spilled_ && pins_ == 0 && bytes_ > 0) since = last_used_;
+  mu_.Unlock();
+  return since;
 }
 
 absl::Time DeviceArray::last_used() const {

@@ -17,6 +17,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,10 @@ class DeviceArray : public std::enable_shared_from_this<DeviceArray> {
   bool spilled() const;
   bool pinned() const;
   absl::Time last_used() const;
+  // For reclaim: when the array was last used, if it is resident, unpinned and not held
+  // by another thread right now; nullopt otherwise. Never blocks, so a restore that
+  // reclaims while it holds its own array's lock cannot deadlock on that or any other array.
+  std::optional<absl::Time> SpillableLastUsed() const;
 
  private:
   friend class ArrayPin;

@@ -5,6 +5,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/base/names.h"
+#include "runtime/base/status_macros.h"
 #include "spdlog/spdlog.h"
 #include <sys/random.h>
 
@@ -80,14 +81,24 @@ absl::StatusOr<std::shared_ptr<DeviceArray>> Session::FindArray(absl::string_vie
   return it->second;
 }
 
-absl::Status Session::AddArray(std::shared_ptr<DeviceArray> array, int max_arrays) {
+absl::Status Session::CheckArrayRoom(int max_arrays) const {
   absl::MutexLock lock(&mu_);
+  return CheckArrayRoomLocked(max_arrays);
+}
+
+absl::Status Session::CheckArrayRoomLocked(int max_arrays) const {
   if (closed_) return absl::NotFoundError(absl::StrCat("session ", id_, " was closed"));
   if (static_cast<int64_t>(arrays_.size()) >= max_arrays) {
     return WithReason(absl::ResourceExhaustedError(absl::StrCat(
                           "session holds ", arrays_.size(), " arrays, its max_arrays_per_session")),
                       RejectReason::kTooManyArrays);
   }
+  return absl::OkStatus();
+}
+
+absl::Status Session::AddArray(std::shared_ptr<DeviceArray> array, int max_arrays) {
+  absl::MutexLock lock(&mu_);
+  GPUKIT_RETURN_IF_ERROR(CheckArrayRoomLocked(max_arrays));
   memory_bytes_ += array->bytes();
   arrays_.emplace(array->handle(), std::move(array));
   return absl::OkStatus();

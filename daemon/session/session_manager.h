@@ -92,6 +92,9 @@ class Session {
   // requests cannot together exceed the limit.
   absl::Status AddArray(std::shared_ptr<DeviceArray> array,
                         int max_arrays = std::numeric_limits<int>::max());
+  // The same check ahead of time, so a request is refused before it allocates or runs
+  // anything (AddArray still decides).
+  absl::Status CheckArrayRoom(int max_arrays) const;
   absl::StatusOr<std::shared_ptr<DeviceArray>> RemoveArray(absl::string_view handle);
 
   // Every array the session holds (a snapshot).
@@ -106,6 +109,7 @@ class Session {
   void Renew(absl::Time now);
   // Marks the session closed and hands over its arrays.
   std::vector<std::shared_ptr<DeviceArray>> CloseAndTakeArrays();
+  absl::Status CheckArrayRoomLocked(int max_arrays) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string id_;
   const std::string tenant_;

@@ -11,8 +11,13 @@
 #ifndef GPUKIT_RUNTIME_BASE_STATUS_MACROS_H_
 #define GPUKIT_RUNTIME_BASE_STATUS_MACROS_H_
 
+#include <string>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 #define GPUKIT_STATUS_CONCAT_INNER_(a, b) a##b
 #define GPUKIT_STATUS_CONCAT_(a, b) GPUKIT_STATUS_CONCAT_INNER_(a, b)
@@ -33,5 +38,20 @@
   auto statusor = (rexpr);                                  \
   if (!statusor.ok()) return std::move(statusor).status();  \
   lhs = std::move(statusor).value()
+
+namespace gpukit {
+
+// `status` with `prefix` before its message ("inputs[1]: ..."), keeping its code and its
+// payloads (the admission reason travels as one). OK stays OK.
+inline absl::Status PrefixStatus(const absl::Status& status, absl::string_view prefix) {
+  if (status.ok()) return status;
+  absl::Status prefixed(status.code(), absl::StrCat(prefix, status.message()));
+  status.ForEachPayload([&](absl::string_view type_url, const absl::Cord& payload) {
+    prefixed.SetPayload(type_url, payload);
+  });
+  return prefixed;
+}
+
+}  // namespace gpukit
 
 #endif  // GPUKIT_RUNTIME_BASE_STATUS_MACROS_H_

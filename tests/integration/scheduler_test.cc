@@ -455,12 +455,8 @@ TEST_F(SchedulerTest, TasksOfASaturatedPartitionWaitExpireAreRefusedAndCancelled
   ExpectDaemonServesAnotherClient();
 }
 
-// DISABLED: reproduces a daemon bug. Scheduler::ReserveMemory (daemon/scheduler/scheduler.cc)
-// counts a refusal in rejected[reason] before it returns the ReclaimPlan, and
-// Core::AllocateMemory (daemon/core/core.cc) then spills other arrays and retries with
-// success: the partition reports PARTITION_QUOTA_EXCEEDED=1 for an allocation that was
-// granted. Enable once only final refusals are counted.
-TEST_F(SchedulerTest, DISABLED_AllocationGrantedBySpillingIsNotCountedAsARefusal) {
+// A refusal that spilling turns into a grant is not a refusal: only final refusals count.
+TEST_F(SchedulerTest, AllocationGrantedBySpillingIsNotCountedAsARefusal) {
   ASSERT_THAT(Ctl({"partition", "update", "default", "--memory", "1GiB", "--compute", "0.1"}),
               IsOkAndHolds(::testing::Field(&ProgramResult::exit_code, 0)));
   GPUKIT_ASSERT_OK_AND_ASSIGN(
@@ -477,17 +473,18 @@ TEST_F(SchedulerTest, DISABLED_AllocationGrantedBySpillingIsNotCountedAsARefusal
   GPUKIT_ASSERT_OK_AND_ASSIGN(Array fresh, burstable->Empty({32 * kMiB}, DType::kUInt8));
   GPUKIT_ASSERT_OK_AND_ASSIGN(v1::PartitionStatus spilly, api().GetPartition("spilly"));
   EXPECT_EQ(spilly.memory_used_bytes(), 32 * kMiB);
-  EXPECT_THAT(spilly.rejected(), ::testing::IsEmpty())  // fails today: QUOTA_EXCEEDED = 1
+  EXPECT_THAT(spilly.rejected(), ::testing::IsEmpty()) << spilly.DebugString();
+  // A request that no spill can satisfy is still counted, once.
+  EXPECT_FALSE(burstable->Empty({64 * kMiB}, DType::kUInt8).ok());
+  GPUKIT_ASSERT_OK_AND_ASSIGN(spilly, api().GetPartition("spilly"));
+  EXPECT_THAT(spilly.rejected(),
+              ::testing::ElementsAre(Pair("REASON_PARTITION_QUOTA_EXCEEDED", 1)))
       << spilly.DebugString();
 }
 
-// DISABLED: reproduces a daemon issue. A Guaranteed task waiting in a partition that its own
-// bandwidth cap holds back counts in DeviceState::guaranteed_active from Submit on
-// (daemon/scheduler/scheduler.cc), and MayAdmitLocked holds every BestEffort task of the
-// device while that count is > 0: a BestEffort op in another, idle partition waits as long
-// as the capped Guaranteed task waits (here 3 s; without a queue timeout, until its gRPC
-// deadline), with the device idle. Enable once only Guaranteed work that could run gates.
-TEST_F(SchedulerTest, DISABLED_GuaranteedTaskHeldByItsOwnCapDoesNotGateBestEffortElsewhere) {
+// A Guaranteed task that its own partition's bandwidth cap holds back does not gate
+// BestEffort work elsewhere on the device: gating would only leave the device idle.
+TEST_F(SchedulerTest, GuaranteedTaskHeldByItsOwnCapDoesNotGateBestEffortElsewhere) {
   ResourceRequirements guaranteed;
   guaranteed.memory_request_bytes = 16 * kMiB;
   guaranteed.memory_limit_bytes = 16 * kMiB;
@@ -518,7 +515,7 @@ TEST_F(SchedulerTest, DISABLED_GuaranteedTaskHeldByItsOwnCapDoesNotGateBestEffor
   const absl::Duration took = absl::Now() - start;
   patient.join();
   GPUKIT_EXPECT_OK(y.status());
-  EXPECT_LT(took, absl::Seconds(1))  // fails today: about 3 s
+  EXPECT_LT(took, absl::Seconds(1))
       << "a BestEffort op on an idle partition waited " << absl::FormatDuration(took);
   EXPECT_EQ(RejectReason(waited.status()), "REASON_DEADLINE_EXCEEDED");
 }

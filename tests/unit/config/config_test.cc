@@ -466,6 +466,17 @@ TEST(PartitionConfigTest, ParsesEveryPartitionField) {
   EXPECT_EQ(config->core.task_history, 10);
 }
 
+TEST(PartitionConfigTest, TaskHistoryZeroTurnsHistoryOffAndAbsentKeepsTheBase) {
+  absl::StatusOr<DaemonConfig> off =
+      ApplyConfigJson(R"({"scheduler": {"taskHistory": 0}})", EmbeddedDefault());
+  ASSERT_THAT(off, IsOk());
+  EXPECT_EQ(off->core.task_history, 0);
+  absl::StatusOr<DaemonConfig> absent =
+      ApplyConfigJson(R"({"scheduler": {"pacingBurst": "5ms"}})", *off);
+  ASSERT_THAT(absent, IsOk());
+  EXPECT_EQ(absent->core.task_history, 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Partitions, RejectConfigJsonTest,
     ::testing::Values(

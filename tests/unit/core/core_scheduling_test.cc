@@ -43,6 +43,12 @@ ResourceSpec Burstable(int64_t request_bytes, int64_t limit_bytes) {
   return spec;
 }
 
+OpInput ScalarZero() {
+  OpInput zero;
+  zero.is_scalar = true;
+  return zero;
+}
+
 class CoreSchedulingTest : public ::testing::Test {
  protected:
   // One partition, "shared", over the whole device, spilling unless a test says otherwise.
@@ -367,6 +373,49 @@ TEST_F(CoreSchedulingTest, BadOpIsRefusedBeforeItQueues) {
   EXPECT_THAT(core().RunOp(s.session_id, "sum", {missing}, {}),
               StatusIs(absl::StatusCode::kNotFound));
   EXPECT_TRUE(core().scheduler().ListTasks({}).empty());
+}
+
+TEST_F(CoreSchedulingTest, OpWhoseOutputDoesNotFitFailsWithTheRealCauseInItsHistory) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SessionGrant s, Open(Burstable(0, 4096)));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string a, Fill(s.session_id, 4096, 5));
+  OpInput in;
+  in.handle = a;
+  absl::StatusOr<ArrayView> out = core().RunOp(s.session_id, "add", {in, ScalarZero()}, {});
+  EXPECT_THAT(out, StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("limits.memory")));
+  EXPECT_EQ(ReasonOf(out.status()), RejectReason::kSessionLimitExceeded);
+  const std::vector<TaskInfo> tasks = core().scheduler().ListTasks({});
+  ASSERT_EQ(tasks.size(), 2u);
+  EXPECT_EQ(tasks[0].state, TaskState::kFailed);
+  EXPECT_THAT(tasks[0].error, HasSubstr("limits.memory"));
+}
+
+TEST_F(CoreSchedulingTest, ArrayCountLimitRefusesAnOpBeforeItQueuesOrAllocates) {
+  options_.limits.max_arrays_per_session = 1;
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SessionGrant s, Open({}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string a, Fill(s.session_id, 1024, 5));
+  OpInput in;
+  in.handle = a;
+  absl::StatusOr<ArrayView> out = core().RunOp(s.session_id, "add", {in, ScalarZero()}, {});
+  EXPECT_THAT(out, StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(ReasonOf(out.status()), RejectReason::kTooManyArrays);
+  EXPECT_EQ(core().scheduler().ListTasks({}).size(), 1u) << "only the upload ran";
+  EXPECT_EQ(core().scheduler().device_memory_used(0), 1024);
+  EXPECT_EQ(ReasonOf(core().CreateArray(s.session_id, {DType::kUInt8, {1}}).status()),
+            RejectReason::kTooManyArrays);
+}
+
+TEST_F(CoreSchedulingTest, SpilledInputThatCannotComeBackKeepsTheAdmissionReason) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SessionGrant best_effort, Open({}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string a, Fill(best_effort.session_id, kQuarter, 7));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SessionGrant guaranteed, Open(Guaranteed(kDeviceBytes)));
+  GPUKIT_ASSERT_OK(
+      core().CreateArray(guaranteed.session_id, {DType::kUInt8, {kDeviceBytes}}).status());
+  ASSERT_EQ(Summary(best_effort.session_id).spilled_bytes, kQuarter);
+  OpInput in;
+  in.handle = a;
+  absl::StatusOr<ArrayView> out = core().RunOp(best_effort.session_id, "add", {in, ScalarZero()}, {});
+  EXPECT_THAT(out, StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("inputs[0]: ")));
+  EXPECT_EQ(ReasonOf(out.status()), RejectReason::kDeviceMemoryExhausted);
 }
 
 TEST_F(CoreSchedulingTest, ForcedPartitionDeleteClosesItsSessionsAndFreesTheirMemory) {

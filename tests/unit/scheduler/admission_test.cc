@@ -286,12 +286,13 @@ INSTANTIATE_TEST_SUITE_P(
                        }),
                        RejectReason::kDeviceMemoryExhausted, 250, true},
         // The header's order: the device before the partition, so a daemon with one
-        // partition over the whole device reports DEVICE_MEMORY_EXHAUSTED when full.
+        // partition over the whole device reports DEVICE_MEMORY_EXHAUSTED when full; the
+        // shortfall is the partition's, so it reclaims its own memory first.
         AllocationCase{"DeviceBeatsPartitionWhenBothAreFull", RoomyWith([](AllocationSnapshot& s) {
                          s.partition_used_bytes = 1000;
-                         s.device_used_bytes = 1000;
+                         s.device_used_bytes = 950;
                        }),
-                       RejectReason::kDeviceMemoryExhausted, 100, true}),
+                       RejectReason::kDeviceMemoryExhausted, 100, false}),
     CaseName<AllocationCase>);
 
 TEST(AdmitAllocationTest, ArrayTooLargeNamesTheSizeAndTheLimit) {

@@ -352,11 +352,11 @@ class Sequence {
     } else if (device_used_[device] + bytes > kDeviceBytes) {
       expected = RejectReason::kDeviceMemoryExhausted;
       shortfall = device_used_[device] + bytes - kDeviceBytes;
-      // Quotas never sum past the device, so the partition is over its quota too. The plan
-      // then says "anywhere on the device" (admission.h checks the device first), although
-      // only reclaim inside the partition can make the allocation fit: not checked here.
+      // When the partition is over its quota too, it reclaims its own memory first: the
+      // plan names it and asks for the partition's shortfall.
       if (partition.used_bytes + bytes > partition.spec.memory_quota_bytes) {
-        plan_partition = "(not checked)";
+        shortfall = partition.used_bytes + bytes - partition.spec.memory_quota_bytes;
+        plan_partition = partition.spec.name;
       }
     } else if (partition.used_bytes + bytes > partition.spec.memory_quota_bytes) {
       expected = RejectReason::kPartitionQuotaExceeded;
@@ -376,9 +376,7 @@ class Sequence {
       EXPECT_EQ(ReasonOf(reserved.status()), expected);
       if (shortfall > 0) {
         EXPECT_EQ(plan.device_index, device);
-        if (plan_partition != "(not checked)") {
-          EXPECT_EQ(plan.partition, plan_partition);
-        }
+        EXPECT_EQ(plan.partition, plan_partition);
         EXPECT_EQ(plan.shortfall_bytes, shortfall);
         EXPECT_EQ(plan.requester.qos, session.qos);
         EXPECT_EQ(plan.requester.within_request,
@@ -554,13 +552,16 @@ class Sequence {
 
   // ---- Checks ---------------------------------------------------------------------------
 
-  int GuaranteedActiveOn(int device) const {
+  // Guaranteed work that gates BestEffort on the device: admitted or running, or queued in
+  // a partition whose own bandwidth cap does not hold it back.
+  int GuaranteedActiveOn(int device, absl::Time now) {
     int active = 0;
     for (const TaskModel& t : tasks_) {
-      active += t.qos == QosClass::kGuaranteed &&
-                partitions_[t.partition].spec.device_index == device &&
-                (t.state == TaskState::kQueued || t.state == TaskState::kAdmitted ||
-                 t.state == TaskState::kRunning);
+      PartitionModel& p = partitions_[t.partition];
+      if (t.qos != QosClass::kGuaranteed || p.spec.device_index != device) continue;
+      const bool capped = p.cap.has_value() && !p.cap->Ready(now);
+      active += (t.state == TaskState::kQueued && !capped) || t.state == TaskState::kAdmitted ||
+                t.state == TaskState::kRunning;
     }
     return active;
   }
@@ -679,7 +680,7 @@ class Sequence {
       const TaskModel& t = tasks_[i];
       const int device = partitions_[t.partition].spec.device_index;
       if (t.qos == QosClass::kBestEffort) {
-        EXPECT_EQ(GuaranteedActiveOn(device), 0)
+        EXPECT_EQ(GuaranteedActiveOn(device, now), 0)
             << "BestEffort task " << t.id << " admitted beside Guaranteed work";
       }
       // Caps change only at a finish, which charges before it admits: what holds now held
@@ -703,7 +704,7 @@ class Sequence {
       PartitionModel& model = partitions_[p];
       const bool no_slot = running[p] >= model.spec.max_running_tasks;
       const bool gated = tasks_[front[p]].qos == QosClass::kBestEffort &&
-                         GuaranteedActiveOn(model.spec.device_index) > 0;
+                         GuaranteedActiveOn(model.spec.device_index, now) > 0;
       const bool capped = model.cap.has_value() && !model.cap->Ready(now);
       blocked[p] = no_slot || gated || capped;
       startable[p] = !blocked[p] && model.share.Ready(now);

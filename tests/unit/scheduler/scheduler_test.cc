@@ -617,7 +617,8 @@ TEST_P(AllocationTest, ReserveMemoryChecksArraySessionLimitDeviceAndPartitionQuo
   }
   EXPECT_THAT(reserved, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_EQ(ReasonOf(reserved.status()), c.reason);
-  EXPECT_EQ(Rejected("p", c.reason), 1);
+  // A refusal with a reclaim plan is counted by the caller once reclaiming has failed.
+  EXPECT_EQ(Rejected("p", c.reason), c.plan_partition.has_value() ? 0 : 1);
   EXPECT_EQ(scheduler().Usage(session).memory_used_bytes, c.used_bytes);
   EXPECT_EQ(StatusOf("p").memory_used_bytes, before);
   EXPECT_EQ(scheduler().device_memory_used(0), before);
@@ -664,10 +665,10 @@ INSTANTIATE_TEST_SUITE_P(
                        4 * kMiB, 12 * kMiB, RejectReason::kPartitionQuotaExceeded, "p", 4 * kMiB,
                        false},
         // With one partition over the whole device the device check, which comes first,
-        // refuses: the plan names no partition (reclaim from anywhere on the device).
+        // refuses; the partition is over its quota too, so the plan names it.
         AllocationCase{"FullDeviceWithOnePartitionOverIt", Burstable(8 * kMiB), kDeviceBytes,
                        32 * kMiB, 56 * kMiB, 4 * kMiB, 8 * kMiB,
-                       RejectReason::kDeviceMemoryExhausted, "", 4 * kMiB, false}),
+                       RejectReason::kDeviceMemoryExhausted, "p", 4 * kMiB, false}),
     [](const ::testing::TestParamInfo<AllocationCase>& info) { return info.param.name; });
 
 TEST_F(SchedulerTest, ReserveMemoryRefusesNegativeBytes) {
@@ -695,8 +696,35 @@ TEST_F(SchedulerTest, DeviceRefusesWhenQuotaLoweredBelowUseLetAnotherPartitionIn
   EXPECT_EQ(plan.shortfall_bytes, 4 * kMiB);
   EXPECT_EQ(plan.requester.qos, QosClass::kGuaranteed);
   EXPECT_TRUE(plan.requester.within_request);
+  EXPECT_EQ(Rejected("b", RejectReason::kDeviceMemoryExhausted), 0)
+      << "a refusal with a plan is the caller's to count, once reclaiming has failed";
+  scheduler().CountRefusal(b, RejectReason::kDeviceMemoryExhausted);
   EXPECT_EQ(Rejected("b", RejectReason::kDeviceMemoryExhausted), 1);
   EXPECT_THAT(scheduler().ReserveMemory(b, 16 * kMiB), IsOk());
+}
+
+TEST_F(SchedulerTest, RefusalWithoutAPlanIsCountedAtOnce) {
+  Build({Partition("a", kDeviceBytes, 0.5)});
+  SessionTicket a = Open("a", Guaranteed(kMiB));
+  EXPECT_THAT(scheduler().ReserveMemory(a, 2 * kMiB), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(Rejected("a", RejectReason::kSessionLimitExceeded), 1);
+  ReclaimPlan plan;
+  EXPECT_FALSE(scheduler().ReserveMemory(a, 2 * kMiB, &plan).ok());
+  EXPECT_EQ(plan.shortfall_bytes, 0) << "spilling cannot lift a session's own limit";
+  EXPECT_EQ(Rejected("a", RejectReason::kSessionLimitExceeded), 2);
+}
+
+TEST_F(SchedulerTest, PartitionOverItsQuotaOnAFullDeviceReclaimsInsideItselfFirst) {
+  Build({Partition("a", 32 * kMiB, 0.5), Partition("b", 32 * kMiB, 0.5)});
+  SessionTicket a = Open("a");
+  SessionTicket b = Open("b");
+  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation a_full, scheduler().ReserveMemory(a, 32 * kMiB));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation b_full, scheduler().ReserveMemory(b, 32 * kMiB));
+  ReclaimPlan plan;
+  absl::StatusOr<MemoryReservation> refused = scheduler().ReserveMemory(a, 4 * kMiB, &plan);
+  EXPECT_EQ(ReasonOf(refused.status()), RejectReason::kDeviceMemoryExhausted);
+  EXPECT_EQ(plan.partition, "a") << "not b's memory: a is over its own quota";
+  EXPECT_EQ(plan.shortfall_bytes, 4 * kMiB);
 }
 
 // The other way: a partition deleted with force while its sessions still hold memory.
@@ -1380,6 +1408,35 @@ INSTANTIATE_TEST_SUITE_P(
                       GateCase{"GuaranteedExpires", GuaranteedEnd::kExpires},
                       GateCase{"GuaranteedSessionEnds", GuaranteedEnd::kSessionEnds}),
     [](const ::testing::TestParamInfo<GateCase>& info) { return info.param.name; });
+
+TEST_F(PacingTest, GuaranteedTaskHeldByItsOwnCapDoesNotGateBestEffort) {
+  BuildAB(/*a_max_running=*/64, /*b_max_running=*/64, /*a_cap=*/0.25);
+  SessionTicket guaranteed = Open("a", Guaranteed(kMiB, 0.25));
+  SessionTicket best_effort = Open("b", BestEffort());
+  ASSERT_NO_FATAL_FAILURE(RunToCompletion(guaranteed, absl::Milliseconds(50)));
+
+  TaskRef capped = Submit(guaranteed);
+  ASSERT_EQ(StateOf(capped), TaskState::kQueued) << "held by a's cap";
+  EXPECT_EQ(StateOf(Submit(best_effort)), TaskState::kAdmitted)
+      << "a Guaranteed task that cannot run must not leave the device idle";
+
+  clock_.Advance(absl::Milliseconds(161));
+  scheduler().Pump();
+  ASSERT_EQ(StateOf(capped), TaskState::kAdmitted);
+  EXPECT_EQ(StateOf(Submit(best_effort)), TaskState::kQueued) << "gated again once it may run";
+  scheduler().Finish(capped, absl::OkStatus(), absl::ZeroDuration());
+}
+
+TEST_F(SchedulerTest, StartOfATaskCancelledAfterAdmissionCarriesTheReason) {
+  Build({WholeDevice("p")});
+  SessionTicket s = Open("p");
+  TaskRef admitted = Submit(s);
+  ASSERT_EQ(StateOf(admitted), TaskState::kAdmitted);
+  ASSERT_THAT(scheduler().Cancel(scheduler().IdOf(admitted), "the operator said so"), IsOk());
+  const absl::Status started = scheduler().Start(admitted);
+  EXPECT_THAT(started, StatusIs(absl::StatusCode::kCancelled, HasSubstr("the operator said so")));
+  EXPECT_EQ(ReasonOf(started), RejectReason::kCancelled);
+}
 
 TEST_F(SchedulerTest, GuaranteedWorkOnAnotherDeviceDoesNotGateBestEffort) {
   Build({Partition("gpu0", kDeviceBytes, 1.0, 0), Partition("gpu1", kDeviceBytes, 1.0, 1)}, {},
