@@ -78,13 +78,16 @@ struct LaunchConfig {
   uint32_t shared_memory_bytes = 0;
 };
 
-// One argument of a raw kernel launch: a buffer (passed as its device address) or a
-// scalar passed by value (`bytes` holds its little-endian representation).
+// One argument of a raw kernel launch: a buffer (passed as its device address), a scalar
+// passed by value (`bytes` holds its little-endian representation, `size_bytes` of 1 to 8),
+// or a struct passed by value (kBlock: `size_bytes` bytes at `block`, which must stay valid
+// until Launch returns; the built-in kernels' parameter blocks).
 struct KernelArg {
-  enum class Kind { kBuffer, kScalar } kind = Kind::kScalar;
+  enum class Kind { kBuffer, kScalar, kBlock } kind = Kind::kScalar;
   BufferId buffer;
   uint8_t bytes[8] = {};
-  uint8_t size_bytes = 0;
+  uint32_t size_bytes = 0;
+  const void* block = nullptr;
 };
 
 // An operand of a built-in op as the device sees it: a buffer with its layout, or a scalar.

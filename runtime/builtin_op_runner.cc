@@ -1,0 +1,401 @@
+#include "runtime/builtin_op_runner.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cuda/embedded_kernels.h"
+#include "kernels/cuda/op_params.h"
+#include "runtime/base/shape.h"
+#include "runtime/base/status_macros.h"
+
+namespace gpukit {
+namespace {
+
+constexpr uint32_t kThreads = 256;
+// Enough blocks to fill any current GPU several times over; grid-stride loops do the rest.
+constexpr int64_t kMaxBlocks = 8192;
+constexpr int64_t kMaxGridYZ = 65535;
+// A row of a reduction is split across blocks when it is long and there are few rows.
+constexpr int64_t kReduceSliceLength = 32 * kThreads;
+constexpr int64_t kMaxReduceSlices = 1024;
+constexpr uint32_t kMatmulTile = 16;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+LaunchConfig Linear(int64_t count) {
+  LaunchConfig config;
+  config.grid[0] = static_cast<uint32_t>(std::clamp<int64_t>(CeilDiv(count, kThreads), 1, kMaxBlocks));
+  config.block[0] = kThreads;
+  return config;
+}
+
+KernelArg Buffer(BufferId buffer) {
+  KernelArg arg;
+  arg.kind = KernelArg::Kind::kBuffer;
+  arg.buffer = buffer;
+  return arg;
+}
+
+KernelArg Int64(int64_t value) {
+  KernelArg arg;
+  arg.kind = KernelArg::Kind::kScalar;
+  std::memcpy(arg.bytes, &value, sizeof(value));
+  arg.size_bytes = sizeof(value);
+  return arg;
+}
+
+template <typename Params>
+KernelArg Block(const Params& params) {
+  KernelArg arg;
+  arg.kind = KernelArg::Kind::kBlock;
+  arg.block = &params;
+  arg.size_bytes = sizeof(Params);
+  return arg;
+}
+
+void CopyDims(absl::Span<const int64_t> from, gk_int64* to) {
+  std::copy(from.begin(), from.end(), to);
+}
+
+// The scalar as the compute dtype's bytes, converted as the CPU backend converts it: a float
+// scalar is a float32 0-d array and an integer an int64 one, cast to the compute dtype.
+uint64_t ScalarBits(const ScalarValue& scalar, DType compute) {
+  float f = static_cast<float>(scalar.float_value);
+  int64_t i = scalar.int_value;
+  const kernels::ConstHostArray in = scalar.is_float
+                                         ? kernels::ConstHostArray{&f, DType::kFloat32, {}}
+                                         : kernels::ConstHostArray{&i, DType::kInt64, {}};
+  uint64_t bits = 0;
+  kernels::CastCpu(in, kernels::HostArray{&bits, compute, {}});
+  return bits;
+}
+
+// Device memory for the length of one op; waits for the op's work before it frees any.
+class Temporaries {
+ public:
+  Temporaries(Device& device, StreamId stream) : device_(device), stream_(stream) {}
+  Temporaries(const Temporaries&) = delete;
+  Temporaries& operator=(const Temporaries&) = delete;
+  ~Temporaries() {
+    if (buffers_.empty()) return;
+    SynchronizeStream(device_, stream_).IgnoreError();  // the op reports its own errors
+    for (BufferId buffer : buffers_) device_.Free(buffer).IgnoreError();
+  }
+
+  absl::StatusOr<BufferId> Allocate(int64_t bytes) {
+    GPUKIT_ASSIGN_OR_RETURN(BufferId buffer, device_.Allocate(bytes));
+    buffers_.push_back(buffer);
+    return buffer;
+  }
+  // Waits for the work that uses the temporaries; the op's result.
+  absl::Status Finish() {
+    if (buffers_.empty()) return absl::OkStatus();
+    absl::Status status = SynchronizeStream(device_, stream_);
+    for (BufferId buffer : buffers_) device_.Free(buffer).IgnoreError();
+    buffers_.clear();
+    return status;
+  }
+
+ private:
+  Device& device_;
+  const StreamId stream_;
+  std::vector<BufferId> buffers_;
+};
+
+// One op's lowering: the runner, the stream and the op's temporaries.
+class Lowering {
+ public:
+  Lowering(BuiltinOpRunner& runner, Device& device, const OpLaunch& launch, StreamId stream)
+      : runner_(runner), device_(device), launch_(launch), stream_(stream), temps_(device, stream) {}
+
+  absl::Status Run() {
+    const std::string& op = launch_.op->name;
+    absl::Status status;
+    if (op == "add" || op == "sub" || op == "mul" || op == "div") {
+      status = Binary(op);
+    } else if (op == "astype") {
+      status = Astype();
+    } else if (op == "reshape") {
+      status = Reshape();
+    } else if (op == "transpose") {
+      status = Transpose();
+    } else if (op == "sum" || op == "mean" || op == "max" || op == "min") {
+      status = Reduce(op);
+    } else if (op == "matmul") {
+      status = Matmul();
+    } else {
+      return absl::UnimplementedError(absl::StrCat("op \"", op, "\" has no device kernels"));
+    }
+    GPUKIT_RETURN_IF_ERROR(status);
+    return temps_.Finish();
+  }
+
+ private:
+  absl::Status Launch(absl::string_view module, const std::string& kernel,
+                      const LaunchConfig& config, absl::Span<const KernelArg> args) {
+    GPUKIT_ASSIGN_OR_RETURN(FunctionId function, runner_.Kernel(module, kernel));
+    return device_.Launch(function, config, args, stream_);
+  }
+
+  // Converts `count` elements of `from` into `to` (a cast kernel).
+  absl::Status Cast(BufferId in, DType from, BufferId out, DType to, int64_t count) {
+    if (count == 0) return absl::OkStatus();
+    GkCastParams params{count};
+    const KernelArg args[] = {Buffer(out), Buffer(in), Block(params)};
+    return Launch("cast",
+                  absl::StrCat("gk_cast_", KernelDTypeSuffix(from), "_", KernelDTypeSuffix(to)),
+                  Linear(count), args);
+  }
+
+  // Input `i` in the compute dtype: its own buffer, or a temporary holding its cast.
+  absl::StatusOr<BufferId> Input(size_t i) {
+    const OpOperand& operand = launch_.inputs[i];
+    const DType compute = launch_.plan.compute_dtype;
+    if (operand.desc.dtype == compute) return operand.buffer;
+    GPUKIT_ASSIGN_OR_RETURN(int64_t count, ElementCount(operand.desc.shape));
+    GPUKIT_ASSIGN_OR_RETURN(BufferId cast,
+                            temps_.Allocate(std::max<int64_t>(count * DTypeSize(compute), 1)));
+    GPUKIT_RETURN_IF_ERROR(Cast(operand.buffer, operand.desc.dtype, cast, compute, count));
+    return cast;
+  }
+
+  absl::StatusOr<GkOperand> BinaryOperand(size_t i, int64_t out_count, BufferId* buffer) {
+    const OpOperand& operand = launch_.inputs[i];
+    GkOperand op{};
+    if (operand.is_scalar) {
+      op.mode = GK_OPERAND_SCALAR;
+      op.scalar_bits = ScalarBits(operand.scalar, launch_.plan.compute_dtype);
+      return op;
+    }
+    GPUKIT_ASSIGN_OR_RETURN(*buffer, Input(i));
+    GPUKIT_ASSIGN_OR_RETURN(int64_t count, ElementCount(operand.desc.shape));
+    // Broadcasting only prepends or stretches extents of 1, so an operand with as many
+    // elements as the output has the output's layout.
+    if (count == out_count) {
+      op.mode = GK_OPERAND_CONTIGUOUS;
+    } else if (count == 1) {
+      op.mode = GK_OPERAND_REPEAT;
+    } else {
+      op.mode = GK_OPERAND_STRIDED;
+      CopyDims(BroadcastStrides(operand.desc.shape, launch_.plan.output.shape), op.strides);
+    }
+    return op;
+  }
+
+  absl::Status Binary(const std::string& op) {
+    const Shape& shape = launch_.plan.output.shape;
+    GPUKIT_ASSIGN_OR_RETURN(int64_t count, ElementCount(shape));
+    if (count == 0) return absl::OkStatus();
+    GkBinaryParams params{};
+    params.count = count;
+    params.rank = static_cast<gk_int32>(shape.size());
+    CopyDims(shape, params.dims);
+    BufferId a, b;
+    GPUKIT_ASSIGN_OR_RETURN(params.a, BinaryOperand(0, count, &a));
+    GPUKIT_ASSIGN_OR_RETURN(params.b, BinaryOperand(1, count, &b));
+    const KernelArg args[] = {Buffer(launch_.output), Buffer(a), Buffer(b), Block(params)};
+    return Launch("binary",
+                  absl::StrCat("gk_", op, "_", KernelDTypeSuffix(launch_.plan.compute_dtype)),
+                  Linear(count), args);
+  }
+
+  absl::Status Astype() {
+    const OpOperand& in = launch_.inputs[0];
+    GPUKIT_ASSIGN_OR_RETURN(int64_t count, ElementCount(in.desc.shape));
+    if (in.desc.dtype == launch_.plan.output.dtype) {  // a copy keeps every bit
+      return CopyAll(in.buffer, count * DTypeSize(in.desc.dtype));
+    }
+    return Cast(in.buffer, in.desc.dtype, launch_.output, launch_.plan.output.dtype, count);
+  }
+
+  absl::Status Reshape() {
+    GPUKIT_ASSIGN_OR_RETURN(int64_t bytes,
+                            ByteSize(launch_.plan.output.shape, launch_.plan.output.dtype));
+    return CopyAll(launch_.inputs[0].buffer, bytes);
+  }
+
+  absl::Status CopyAll(BufferId in, int64_t bytes) {
+    if (bytes == 0) return absl::OkStatus();
+    return device_.CopyDeviceToDevice(launch_.output, 0, in, 0, bytes, stream_);
+  }
+
+  absl::Status Transpose() {
+    const OpOperand& in = launch_.inputs[0];
+    const Shape& shape = launch_.plan.output.shape;
+    GPUKIT_ASSIGN_OR_RETURN(int64_t count, ElementCount(shape));
+    if (count == 0) return absl::OkStatus();
+    const std::vector<int64_t> contiguous = ContiguousStrides(in.desc.shape);
+    const std::vector<int>& perm = launch_.plan.params.perm;
+    GkPermuteParams params{};
+    params.count = count;
+    params.rank = static_cast<gk_int32>(shape.size());
+    CopyDims(shape, params.dims);
+    for (size_t j = 0; j < perm.size(); ++j) params.in_strides[j] = contiguous[perm[j]];
+    const KernelArg args[] = {Buffer(launch_.output), Buffer(in.buffer), Block(params)};
+    return Launch("layout", absl::StrCat("gk_permute_", DTypeSize(in.desc.dtype)), Linear(count),
+                  args);
+  }
+
+  absl::Status Reduce(const std::string& op) {
+    const OpOperand& in = launch_.inputs[0];
+    GPUKIT_ASSIGN_OR_RETURN(BufferId input, Input(0));
+    GkReduceParams p{};
+    GPUKIT_ASSIGN_OR_RETURN(p.extent, ElementCount(in.desc.shape));
+    p.outer = 1;
+    p.inner = 1;
+    if (const std::optional<int> axis = launch_.plan.params.axis; axis.has_value()) {
+      const auto dims = absl::MakeConstSpan(in.desc.shape);
+      GPUKIT_ASSIGN_OR_RETURN(p.outer, ElementCount(dims.subspan(0, *axis)));
+      p.extent = in.desc.shape[*axis];
+      GPUKIT_ASSIGN_OR_RETURN(p.inner, ElementCount(dims.subspan(*axis + 1)));
+    }
+    p.divisor = op == "mean" ? static_cast<double>(p.extent) : 1.0;
+    if (p.outer * p.inner == 0) return absl::OkStatus();
+    const std::string suffix =
+        absl::StrCat(op, "_", KernelDTypeSuffix(launch_.plan.compute_dtype));
+    if (p.inner > 1) {
+      const KernelArg args[] = {Buffer(launch_.output), Buffer(input), Block(p)};
+      return Launch("reduce", absl::StrCat("gk_reduce_cols_", suffix), Linear(p.outer * p.inner),
+                    args);
+    }
+    // Rows: split each across blocks when there are too few rows to fill the device.
+    int64_t slices = 1;
+    if (p.outer < kMaxReduceSlices) {
+      slices = std::clamp<int64_t>(CeilDiv(p.extent, kReduceSliceLength), 1,
+                                   kMaxReduceSlices / p.outer);
+    }
+    LaunchConfig rows;
+    rows.grid[0] = static_cast<uint32_t>(slices);
+    rows.grid[1] = static_cast<uint32_t>(std::min(p.outer, kMaxGridYZ));
+    rows.block[0] = kThreads;
+    BufferId partial = launch_.output;  // unused with one slice
+    if (slices > 1) {
+      GPUKIT_ASSIGN_OR_RETURN(partial, temps_.Allocate(p.outer * slices * 8));
+    }
+    const KernelArg row_args[] = {Buffer(launch_.output), Buffer(input), Buffer(partial),
+                                  Block(p)};
+    GPUKIT_RETURN_IF_ERROR(
+        Launch("reduce", absl::StrCat("gk_reduce_rows_", suffix), rows, row_args));
+    if (slices == 1) return absl::OkStatus();
+    LaunchConfig finish;
+    finish.grid[0] = static_cast<uint32_t>(std::min(p.outer, kMaxBlocks));
+    finish.block[0] = kThreads;
+    const KernelArg finish_args[] = {Buffer(launch_.output), Buffer(partial), Int64(slices),
+                                     Block(p)};
+    return Launch("reduce", absl::StrCat("gk_reduce_partials_", suffix), finish, finish_args);
+  }
+
+  absl::Status Matmul() {
+    const TensorDesc& a = launch_.inputs[0].desc;
+    const TensorDesc& b = launch_.inputs[1].desc;
+    const Shape& out = launch_.plan.output.shape;
+    GkMatmulParams p{};
+    p.m = a.shape[a.shape.size() - 2];
+    p.k = a.shape.back();
+    p.n = b.shape.back();
+    const auto out_batch = absl::MakeConstSpan(out).first(out.size() - 2);
+    GPUKIT_ASSIGN_OR_RETURN(p.batch, ElementCount(out_batch));
+    if (p.m == 0 || p.n == 0 || p.batch == 0) return absl::OkStatus();
+    if (CeilDiv(p.m, kMatmulTile) > kMaxGridYZ) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("matmul with ", p.m, " rows exceeds the device kernel's ",
+                       kMaxGridYZ * kMatmulTile, "-row limit"));
+    }
+    p.batch_rank = static_cast<gk_int32>(out_batch.size());
+    CopyDims(out_batch, p.batch_dims);
+    CopyDims(BroadcastStrides(absl::MakeConstSpan(a.shape).first(a.shape.size() - 2), out_batch),
+             p.a_batch_strides);
+    CopyDims(BroadcastStrides(absl::MakeConstSpan(b.shape).first(b.shape.size() - 2), out_batch),
+             p.b_batch_strides);
+    GPUKIT_ASSIGN_OR_RETURN(BufferId a_buffer, Input(0));
+    GPUKIT_ASSIGN_OR_RETURN(BufferId b_buffer, Input(1));
+    LaunchConfig config;
+    config.grid[0] = static_cast<uint32_t>(CeilDiv(p.n, kMatmulTile));
+    config.grid[1] = static_cast<uint32_t>(CeilDiv(p.m, kMatmulTile));
+    config.grid[2] = static_cast<uint32_t>(std::min(p.batch, kMaxGridYZ));
+    config.block[0] = kMatmulTile;
+    config.block[1] = kMatmulTile;
+    const KernelArg args[] = {Buffer(launch_.output), Buffer(a_buffer), Buffer(b_buffer),
+                              Block(p)};
+    return Launch("matmul",
+                  absl::StrCat("gk_matmul_", KernelDTypeSuffix(launch_.plan.compute_dtype)),
+                  config, args);
+  }
+
+  BuiltinOpRunner& runner_;
+  Device& device_;
+  const OpLaunch& launch_;
+  const StreamId stream_;
+  Temporaries temps_;
+};
+
+}  // namespace
+
+absl::string_view KernelDTypeSuffix(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return "f32";
+    case DType::kFloat16:
+      return "f16";
+    case DType::kBFloat16:
+      return "bf16";
+    case DType::kInt32:
+      return "i32";
+    case DType::kInt64:
+      return "i64";
+    case DType::kUInt8:
+      return "u8";
+  }
+  return "unknown";
+}
+
+BuiltinOpRunner::BuiltinOpRunner(Device& device, ModuleCompiler compile)
+    : device_(device), compile_(std::move(compile)) {}
+
+bool BuiltinOpRunner::Supports(absl::string_view op_name) {
+  for (absl::string_view op : {"add", "sub", "mul", "div", "astype", "reshape", "transpose", "sum",
+                               "mean", "max", "min", "matmul"}) {
+    if (op == op_name) return true;
+  }
+  return false;
+}
+
+absl::Status BuiltinOpRunner::Run(const OpLaunch& launch, StreamId stream) {
+  return Lowering(*this, device_, launch, stream).Run();
+}
+
+absl::StatusOr<FunctionId> BuiltinOpRunner::Kernel(absl::string_view module,
+                                                   absl::string_view kernel) {
+  absl::MutexLock lock(&mu_);
+  const std::string key = absl::StrCat(module, ".", kernel);
+  if (auto it = functions_.find(key); it != functions_.end()) return it->second;
+  auto loaded = modules_.find(module);
+  if (loaded == modules_.end()) {
+    const kernels::EmbeddedKernelSource* source = nullptr;
+    for (const kernels::EmbeddedKernelSource& s : kernels::EmbeddedKernelSources()) {
+      if (s.name == module) source = &s;
+    }
+    if (source == nullptr) {
+      return absl::InternalError(absl::StrCat("no built-in kernel module \"", module, "\""));
+    }
+    absl::StatusOr<std::string> image = compile_(module, source->text);
+    if (!image.ok()) {
+      return absl::Status(
+          image.status().code() == absl::StatusCode::kInvalidArgument ? absl::StatusCode::kInternal
+                                                                      : image.status().code(),
+          absl::StrCat("compiling built-in kernel module \"", module,
+                       "\": ", image.status().message()));
+    }
+    GPUKIT_ASSIGN_OR_RETURN(ModuleId id, device_.LoadModule(*image));
+    loaded = modules_.emplace(std::string(module), id).first;
+  }
+  GPUKIT_ASSIGN_OR_RETURN(FunctionId function, device_.GetFunction(loaded->second, kernel));
+  functions_.emplace(key, function);
+  return function;
+}
+
+}  // namespace gpukit

@@ -1,0 +1,354 @@
+// The lowering of built-in ops onto device kernels (runtime/builtin_op_runner.h), checked on
+// a device that records what it is asked to do: which kernels, with which parameter blocks
+// and launch shapes, which temporaries, and that every temporary is freed after the work.
+// The kernels' arithmetic is checked against the CPU reference on the GPU host
+// (tests/gpu/cuda_ops_test.cc).
+#include "runtime/builtin_op_runner.h"
+
+#include <cstring>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/half.h"
+#include "kernels/cuda/embedded_kernels.h"
+#include "kernels/cuda/op_params.h"
+#include "runtime/op_registry.h"
+#include "tests/testing/status_matchers.h"
+
+namespace gpukit {
+namespace {
+
+using ::gpukit::testing::IsOk;
+using ::gpukit::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+struct RecordedLaunch {
+  std::string kernel;
+  LaunchConfig config;
+  std::vector<KernelArg> args;
+  std::vector<std::vector<uint8_t>> blocks;  // copies of kBlock arguments, in order
+
+  template <typename Params>
+  Params Block(size_t i = 0) const {
+    Params p;
+    EXPECT_EQ(blocks.at(i).size(), sizeof(Params));
+    std::memcpy(&p, blocks.at(i).data(), sizeof(Params));
+    return p;
+  }
+};
+
+// A device that runs nothing: it records launches, copies and allocations.
+class RecordingDevice final : public Device {
+ public:
+  const DeviceProperties& properties() const override { return properties_; }
+  MemoryInfo GetMemoryInfo() const override { return {}; }
+  absl::StatusOr<BufferId> Allocate(int64_t bytes) override {
+    allocated.push_back(bytes);
+    live.insert(next_);
+    return BufferId{next_++};
+  }
+  absl::Status Free(BufferId buffer) override {
+    if (live.erase(buffer.value) == 0) return absl::NotFoundError("not live");
+    return absl::OkStatus();
+  }
+  absl::StatusOr<int64_t> BufferBytes(BufferId) const override { return 0; }
+  absl::StatusOr<StreamId> CreateStream(StreamPriority) override { return StreamId{1}; }
+  absl::Status DestroyStream(StreamId) override { return absl::OkStatus(); }
+  absl::Status CopyHostToDevice(BufferId, int64_t, const void*, int64_t, StreamId) override {
+    return absl::OkStatus();
+  }
+  absl::Status CopyDeviceToHost(void*, BufferId, int64_t, int64_t, StreamId) override {
+    return absl::OkStatus();
+  }
+  absl::Status CopyDeviceToDevice(BufferId dst, int64_t, BufferId src, int64_t, int64_t bytes,
+                                  StreamId) override {
+    copies.push_back({dst.value, src.value, bytes});
+    return absl::OkStatus();
+  }
+  absl::StatusOr<EventId> RecordEvent(StreamId) override {
+    ++events;
+    return EventId{1};
+  }
+  absl::Status WaitEvent(EventId) override {
+    // A wait with temporaries live is the runner synchronising before it frees them.
+    waits_with_temporaries += live.size() > 0;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<bool> QueryEvent(EventId) override { return true; }
+  absl::Status DestroyEvent(EventId) override { return absl::OkStatus(); }
+  absl::StatusOr<int64_t> EventElapsedNs(EventId, EventId) override { return 0; }
+  bool SupportsOp(absl::string_view) const override { return false; }
+  absl::Status RunOp(const OpLaunch&, StreamId) override { return absl::UnimplementedError(""); }
+  absl::StatusOr<ModuleId> LoadModule(absl::string_view image) override {
+    loaded.push_back(std::string(image));
+    return ModuleId{loaded.size()};
+  }
+  absl::Status UnloadModule(ModuleId) override { return absl::OkStatus(); }
+  absl::StatusOr<FunctionId> GetFunction(ModuleId module, absl::string_view name) override {
+    names.push_back(absl::StrCat(loaded.at(module.value - 1), ":", name));
+    return FunctionId{names.size()};
+  }
+  absl::Status Launch(FunctionId function, const LaunchConfig& config,
+                      absl::Span<const KernelArg> args, StreamId) override {
+    RecordedLaunch launch{names.at(function.value - 1), config, {args.begin(), args.end()}, {}};
+    for (const KernelArg& arg : args) {
+      if (arg.kind != KernelArg::Kind::kBlock) continue;
+      const uint8_t* bytes = static_cast<const uint8_t*>(arg.block);
+      launch.blocks.emplace_back(bytes, bytes + arg.size_bytes);
+    }
+    launches.push_back(std::move(launch));
+    return absl::OkStatus();
+  }
+
+  struct Copy {
+    uint64_t dst, src;
+    int64_t bytes;
+  };
+  std::vector<RecordedLaunch> launches;
+  std::vector<Copy> copies;
+  std::vector<std::string> loaded;  // images, in load order
+  std::vector<std::string> names;   // "image:kernel" per GetFunction
+  std::vector<int64_t> allocated;
+  std::set<uint64_t> live;
+  int events = 0;
+  int waits_with_temporaries = 0;
+
+ private:
+  DeviceProperties properties_;
+  uint64_t next_ = 1000;
+};
+
+OperandDesc ArrayDesc(DType dtype, Shape shape) {
+  OperandDesc d;
+  d.tensor = {dtype, std::move(shape)};
+  return d;
+}
+OperandDesc FloatScalar(double value) {
+  OperandDesc d;
+  d.is_scalar = true;
+  d.scalar.is_float = true;
+  d.scalar.float_value = value;
+  return d;
+}
+
+class BuiltinOpRunnerTest : public ::testing::Test {
+ protected:
+  BuiltinOpRunnerTest()
+      : runner_(device_, [this](absl::string_view module, absl::string_view source) {
+          compiled_.push_back(std::string(module));
+          EXPECT_THAT(std::string(source), HasSubstr("GK_MAX_RANK")) << "op_params.h first";
+          return absl::StatusOr<std::string>(absl::StrCat("image-", module));
+        }) {}
+
+  // Plans `op` over `inputs` and runs it with input buffers 1, 2, ... and output 99.
+  absl::Status Run(const std::string& op, std::vector<OperandDesc> inputs, AttrMap attrs = {}) {
+    const OpRegistry& ops = OpRegistry::Builtin();
+    absl::StatusOr<const OpDef*> def = ops.Find(op);
+    if (!def.ok()) return def.status();
+    absl::StatusOr<OpPlan> plan = ops.Plan(**def, inputs, attrs);
+    if (!plan.ok()) return plan.status();
+    OpLaunch launch;
+    launch.op = *def;
+    launch.plan = *plan;
+    launch.output = BufferId{99};
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      OpOperand operand;
+      operand.is_scalar = inputs[i].is_scalar;
+      operand.scalar = inputs[i].scalar;
+      operand.desc = inputs[i].tensor;
+      operand.buffer = BufferId{i + 1};
+      launch.inputs.push_back(operand);
+    }
+    return runner_.Run(launch, StreamId{1});
+  }
+
+  const RecordedLaunch& OnlyLaunch() {
+    EXPECT_EQ(device_.launches.size(), 1u);
+    return device_.launches.at(0);
+  }
+
+  RecordingDevice device_;
+  std::vector<std::string> compiled_;
+  BuiltinOpRunner runner_;
+};
+
+TEST_F(BuiltinOpRunnerTest, SameShapeAddIsOneContiguousLaunchAndTheModuleCompilesOnce) {
+  ASSERT_THAT(Run("add", {ArrayDesc(DType::kFloat32, {2, 3}), ArrayDesc(DType::kFloat32, {2, 3})}),
+              IsOk());
+  ASSERT_THAT(Run("sub", {ArrayDesc(DType::kFloat32, {4}), ArrayDesc(DType::kFloat32, {4})}),
+              IsOk());
+  EXPECT_THAT(compiled_, ElementsAre("binary"));
+  EXPECT_THAT(device_.loaded, ElementsAre("image-binary"));
+  ASSERT_EQ(device_.launches.size(), 2u);
+  const RecordedLaunch& add = device_.launches[0];
+  EXPECT_EQ(add.kernel, "image-binary:gk_add_f32");
+  EXPECT_EQ(add.args[0].buffer.value, 99u);
+  EXPECT_EQ(add.args[1].buffer.value, 1u);
+  EXPECT_EQ(add.args[2].buffer.value, 2u);
+  const auto p = add.Block<GkBinaryParams>();
+  EXPECT_EQ(p.count, 6);
+  EXPECT_EQ(p.a.mode, GK_OPERAND_CONTIGUOUS);
+  EXPECT_EQ(p.b.mode, GK_OPERAND_CONTIGUOUS);
+  EXPECT_EQ(add.config.block[0], 256u);
+  EXPECT_EQ(add.config.grid[0], 1u);
+  EXPECT_EQ(device_.launches[1].kernel, "image-binary:gk_sub_f32");
+  EXPECT_TRUE(device_.allocated.empty()) << "no temporaries";
+}
+
+TEST_F(BuiltinOpRunnerTest, ScalarTravelsInTheParameterBlockInTheComputeDtype) {
+  ASSERT_THAT(Run("mul", {ArrayDesc(DType::kFloat16, {8}), FloatScalar(2.5)}), IsOk());
+  const RecordedLaunch& launch = OnlyLaunch();
+  EXPECT_EQ(launch.kernel, "image-binary:gk_mul_f16");
+  const auto p = launch.Block<GkBinaryParams>();
+  EXPECT_EQ(p.b.mode, GK_OPERAND_SCALAR);
+  EXPECT_EQ(p.b.scalar_bits, kernels::Float16::FromFloat(2.5f).bits);
+}
+
+TEST_F(BuiltinOpRunnerTest, BroadcastOperandsAreStridedOrRepeated) {
+  ASSERT_THAT(Run("add", {ArrayDesc(DType::kInt32, {2, 3}), ArrayDesc(DType::kInt32, {3})}), IsOk());
+  ASSERT_THAT(Run("add", {ArrayDesc(DType::kInt32, {2, 3}), ArrayDesc(DType::kInt32, {1, 1})}),
+              IsOk());
+  ASSERT_EQ(device_.launches.size(), 2u);
+  const auto strided = device_.launches[0].Block<GkBinaryParams>();
+  EXPECT_EQ(strided.rank, 2);
+  EXPECT_EQ(strided.dims[0], 2);
+  EXPECT_EQ(strided.dims[1], 3);
+  EXPECT_EQ(strided.b.mode, GK_OPERAND_STRIDED);
+  EXPECT_EQ(strided.b.strides[0], 0);
+  EXPECT_EQ(strided.b.strides[1], 1);
+  EXPECT_EQ(device_.launches[1].Block<GkBinaryParams>().b.mode, GK_OPERAND_REPEAT);
+}
+
+TEST_F(BuiltinOpRunnerTest, InputOfAnotherDtypeIsCastIntoATemporaryFreedAfterTheWork) {
+  ASSERT_THAT(Run("add", {ArrayDesc(DType::kInt32, {5}), ArrayDesc(DType::kFloat32, {5})}),
+              IsOk());
+  ASSERT_EQ(device_.launches.size(), 2u);
+  EXPECT_EQ(device_.launches[0].kernel, "image-cast:gk_cast_i32_f32");
+  EXPECT_EQ(device_.launches[0].Block<GkCastParams>().count, 5);
+  const uint64_t temporary = device_.launches[0].args[0].buffer.value;
+  EXPECT_EQ(device_.launches[1].kernel, "image-binary:gk_add_f32");
+  EXPECT_EQ(device_.launches[1].args[1].buffer.value, temporary);
+  EXPECT_THAT(device_.allocated, ElementsAre(20));
+  EXPECT_TRUE(device_.live.empty()) << "the temporary is freed";
+  EXPECT_EQ(device_.waits_with_temporaries, 1) << "after waiting for the work";
+}
+
+TEST_F(BuiltinOpRunnerTest, AstypeCopiesWithinADtypeAndCastsAcross) {
+  ASSERT_THAT(Run("astype", {ArrayDesc(DType::kBFloat16, {3})}, {{"dtype", DType::kBFloat16}}),
+              IsOk());
+  ASSERT_EQ(device_.copies.size(), 1u);
+  EXPECT_EQ(device_.copies[0].bytes, 6);
+  EXPECT_TRUE(device_.launches.empty());
+  ASSERT_THAT(Run("astype", {ArrayDesc(DType::kBFloat16, {3})}, {{"dtype", DType::kUInt8}}),
+              IsOk());
+  EXPECT_EQ(OnlyLaunch().kernel, "image-cast:gk_cast_bf16_u8");
+}
+
+TEST_F(BuiltinOpRunnerTest, LongFullReductionSplitsIntoSlicesAndCombinesThePartials) {
+  ASSERT_THAT(Run("sum", {ArrayDesc(DType::kFloat32, {1 << 20})}), IsOk());
+  ASSERT_EQ(device_.launches.size(), 2u);
+  const RecordedLaunch& rows = device_.launches[0];
+  EXPECT_EQ(rows.kernel, "image-reduce:gk_reduce_rows_sum_f32");
+  const auto p = rows.Block<GkReduceParams>();
+  EXPECT_EQ(p.outer, 1);
+  EXPECT_EQ(p.extent, 1 << 20);
+  EXPECT_EQ(p.inner, 1);
+  EXPECT_EQ(rows.config.grid[0], 128u) << "2^20 elements in slices of 8192";
+  EXPECT_THAT(device_.allocated, ElementsAre(128 * 8));
+  const RecordedLaunch& partials = device_.launches[1];
+  EXPECT_EQ(partials.kernel, "image-reduce:gk_reduce_partials_sum_f32");
+  int64_t slices;
+  std::memcpy(&slices, partials.args[2].bytes, sizeof(slices));
+  EXPECT_EQ(slices, 128);
+  EXPECT_TRUE(device_.live.empty());
+}
+
+TEST_F(BuiltinOpRunnerTest, ShortRowsAndInnerAxesTakeOneLaunch) {
+  ASSERT_THAT(Run("mean", {ArrayDesc(DType::kInt32, {4, 5})}, {{"axis", int64_t{1}}}), IsOk());
+  ASSERT_THAT(Run("max", {ArrayDesc(DType::kFloat16, {4, 5})}, {{"axis", int64_t{0}}}), IsOk());
+  ASSERT_EQ(device_.launches.size(), 2u);
+  EXPECT_EQ(device_.launches[0].kernel, "image-reduce:gk_reduce_rows_mean_i32");
+  EXPECT_EQ(device_.launches[0].config.grid[0], 1u);
+  EXPECT_EQ(device_.launches[0].config.grid[1], 4u);
+  EXPECT_DOUBLE_EQ(device_.launches[0].Block<GkReduceParams>().divisor, 5.0);
+  EXPECT_EQ(device_.launches[1].kernel, "image-reduce:gk_reduce_cols_max_f16");
+  const auto cols = device_.launches[1].Block<GkReduceParams>();
+  EXPECT_EQ(cols.outer, 1);
+  EXPECT_EQ(cols.extent, 4);
+  EXPECT_EQ(cols.inner, 5);
+  EXPECT_TRUE(device_.allocated.empty());
+}
+
+TEST_F(BuiltinOpRunnerTest, MatmulTilesTheOutputAndBroadcastsTheBatch) {
+  ASSERT_THAT(Run("matmul", {ArrayDesc(DType::kBFloat16, {3, 40, 20}),
+                             ArrayDesc(DType::kBFloat16, {20, 50})}),
+              IsOk());
+  const RecordedLaunch& launch = OnlyLaunch();
+  EXPECT_EQ(launch.kernel, "image-matmul:gk_matmul_bf16");
+  EXPECT_EQ(launch.config.grid[0], 4u);  // 50 columns in tiles of 16
+  EXPECT_EQ(launch.config.grid[1], 3u);  // 40 rows
+  EXPECT_EQ(launch.config.grid[2], 3u);
+  EXPECT_EQ(launch.config.block[0], 16u);
+  EXPECT_EQ(launch.config.block[1], 16u);
+  const auto p = launch.Block<GkMatmulParams>();
+  EXPECT_EQ(p.m, 40);
+  EXPECT_EQ(p.k, 20);
+  EXPECT_EQ(p.n, 50);
+  EXPECT_EQ(p.batch, 3);
+  EXPECT_EQ(p.a_batch_strides[0], 1);
+  EXPECT_EQ(p.b_batch_strides[0], 0) << "b is shared by every batch";
+}
+
+TEST_F(BuiltinOpRunnerTest, TransposeReadsThroughPermutedStrides) {
+  ASSERT_THAT(Run("transpose", {ArrayDesc(DType::kInt64, {2, 3, 4})},
+                  {{"perm", std::vector<int64_t>{2, 0, 1}}}),
+              IsOk());
+  const RecordedLaunch& launch = OnlyLaunch();
+  EXPECT_EQ(launch.kernel, "image-layout:gk_permute_8");
+  const auto p = launch.Block<GkPermuteParams>();
+  EXPECT_EQ(p.dims[0], 4);
+  EXPECT_EQ(p.in_strides[0], 1);
+  EXPECT_EQ(p.in_strides[1], 12);
+  EXPECT_EQ(p.in_strides[2], 4);
+}
+
+TEST_F(BuiltinOpRunnerTest, EmptyOutputsLaunchNothing) {
+  ASSERT_THAT(Run("add", {ArrayDesc(DType::kFloat32, {0, 3}), ArrayDesc(DType::kFloat32, {3})}),
+              IsOk());
+  ASSERT_THAT(Run("reshape", {ArrayDesc(DType::kFloat32, {0})}, {{"shape", std::vector<int64_t>{0, 2}}}),
+              IsOk());
+  EXPECT_TRUE(device_.launches.empty());
+  EXPECT_TRUE(device_.copies.empty());
+}
+
+TEST(BuiltinOpRunnerCompileTest, ABuiltinSourceThatDoesNotCompileIsAnInternalError) {
+  RecordingDevice device;
+  BuiltinOpRunner runner(device, [](absl::string_view, absl::string_view) {
+    return absl::StatusOr<std::string>(absl::InvalidArgumentError("error: expected a ';'"));
+  });
+  EXPECT_THAT(runner.Kernel("binary", "gk_add_f32"),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("expected a ';'")));
+  EXPECT_THAT(runner.Kernel("nonesuch", "k"), StatusIs(absl::StatusCode::kInternal));
+}
+
+TEST(BuiltinOpRunnerCompileTest, EveryOpTheRunnerSupportsIsABuiltinOpAndEveryModuleIsEmbedded) {
+  for (const OpDef& op : OpRegistry::Builtin().ops()) {
+    EXPECT_TRUE(BuiltinOpRunner::Supports(op.name)) << op.name << " has no device kernels";
+  }
+  std::vector<std::string> modules;
+  for (const kernels::EmbeddedKernelSource& s : kernels::EmbeddedKernelSources()) {
+    modules.push_back(std::string(s.name));
+  }
+  EXPECT_THAT(modules, ::testing::UnorderedElementsAre("binary", "cast", "reduce", "layout",
+                                                       "matmul"));
+}
+
+}  // namespace
+}  // namespace gpukit
