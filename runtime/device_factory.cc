@@ -3,8 +3,11 @@
 #include <cuda.h>  // types only; nothing from libcuda is linked
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/base/units.h"
 #include "runtime/cpu/cpu_device.h"
+#include "runtime/cuda/cuda_device.h"
 #include "runtime/dynamic_library.h"
 #include "spdlog/spdlog.h"
 
@@ -62,6 +65,31 @@ absl::StatusOr<std::vector<std::unique_ptr<Device>>> CpuDevices(
   return devices;
 }
 
+// The driver's devices that CudaDevice accepts, and why each of the others was refused.
+struct CudaDevices {
+  std::vector<std::unique_ptr<Device>> devices;
+  std::vector<std::string> refusals;  // "device 1: gpukitd requires SM >= 80 ..."
+};
+
+CudaDevices CreateCudaDevices(int device_count) {
+  CudaDevices result;
+  for (int index = 0; index < device_count; ++index) {
+    CudaDeviceOptions options;
+    options.index = index;
+    absl::StatusOr<std::unique_ptr<CudaDevice>> device = CudaDevice::Create(options);
+    if (!device.ok()) {
+      result.refusals.push_back(absl::StrCat("device ", index, ": ", device.status().message()));
+      continue;
+    }
+    const CudaDeviceInfo& info = (*device)->cuda_info();
+    spdlog::info("CUDA device {}: {}, {}, {} SMs, {} memory", index, (*device)->properties().name,
+                 info.arch, info.multiprocessor_count,
+                 FormatBytes((*device)->properties().memory_total_bytes));
+    result.devices.push_back(*std::move(device));
+  }
+  return result;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateDevices(
@@ -71,17 +99,32 @@ absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateDevices(
     return CpuDevices(options);
   }
   const DriverProbe probe = ProbeCudaDriver();
-  // The CUDA device itself arrives with the CUDA backend; until then a usable driver is
-  // reported but not used.
-  std::string reason;
+  std::string reason;  // why CUDA is not used, when it is not
   if (!probe.driver_loaded) {
     reason = absl::StrCat("CUDA driver not detected (", probe.error, ")");
   } else if (!probe.error.empty()) {
     reason = absl::StrCat("CUDA driver ", probe.driver_version, " at ", probe.library_path,
                           " is unusable: ", probe.error);
   } else {
-    reason = absl::StrCat("CUDA driver ", probe.driver_version, " found with ", probe.device_count,
-                          " device(s), but this gpukitd build has no CUDA backend yet");
+    CudaDevices cuda = CreateCudaDevices(probe.device_count);
+    // Asked for by name, every visible GPU must be usable (CUDA_VISIBLE_DEVICES narrows the
+    // set); auto takes the ones that are.
+    if (options.backend == BackendChoice::kCuda && !cuda.refusals.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--backend=cuda: ", absl::StrJoin(cuda.refusals, "; "),
+                       " (CUDA_VISIBLE_DEVICES can leave a device out)"));
+    }
+    if (!cuda.devices.empty()) {
+      for (const std::string& refusal : cuda.refusals) {
+        spdlog::warn("CUDA {}; not used", refusal);
+      }
+      spdlog::info("Using the CUDA backend with {} device(s), driver {}", cuda.devices.size(),
+                   probe.driver_version);
+      return std::move(cuda.devices);
+    }
+    reason =
+        absl::StrCat("CUDA driver ", probe.driver_version, " found with ", probe.device_count,
+                     " device(s), none usable by gpukitd: ", absl::StrJoin(cuda.refusals, "; "));
   }
   if (options.backend == BackendChoice::kCuda) {
     return absl::FailedPreconditionError(absl::StrCat("--backend=cuda: ", reason));

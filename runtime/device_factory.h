@@ -40,10 +40,13 @@ struct DeviceFactoryOptions {
   int64_t cpu_memory_bytes = int64_t{4} << 30;
 };
 
-// kCpu: one CPU simulation device. kCuda: the CUDA devices, or FAILED_PRECONDITION with the
-// reason (no driver, no device, or no CUDA backend in this build). kAuto: CUDA when usable,
-// else the CPU device, logging "CUDA driver not detected" and "Falling back to CPU
-// simulation backend".
+// kCpu: one CPU simulation device. kCuda: one CudaDevice per GPU the driver shows, or
+// FAILED_PRECONDITION with the reason (no driver, no device, or a device CudaDevice refuses,
+// e.g. older than SM 80; each refusal names its device index). kAuto: the CUDA devices that
+// CudaDevice accepts when there is at least one (refused ones are logged as warnings), else
+// the CPU device, logging why ("CUDA driver not detected ...") and "Falling back to CPU
+// simulation backend". Each CUDA device is logged at info with its index, name, sm_XX and
+// memory.
 absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateDevices(
     const DeviceFactoryOptions& options);
 

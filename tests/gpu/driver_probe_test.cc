@@ -1,8 +1,10 @@
-// GPU host tests of the driver probe: libcuda is found through the system loader, cuInit
-// succeeds and the devices are counted. Skipped (visibly) where no NVIDIA driver exists.
+// GPU host tests of the driver probe and backend choice: libcuda is found through the system
+// loader, cuInit succeeds, the devices are counted, and auto serves on the CUDA devices.
+// Skipped (visibly) where no NVIDIA driver exists.
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/cuda/cuda_device.h"
 #include "runtime/device_factory.h"
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 namespace gpukit {
 namespace {
@@ -23,19 +25,41 @@ TEST_F(DriverProbeTest, FindsUsableDriverWithDevices) {
   EXPECT_THAT(probe_.library_path, ::testing::HasSubstr("libcuda.so.1"));
 }
 
-TEST_F(DriverProbeTest, AutoBackendStillServesWhileCudaBackendIsAbsent) {
-  // Until the CUDA backend lands, auto reports the driver and serves on the CPU device.
+TEST_F(DriverProbeTest, AutoPicksCudaWhenAUsableDeviceExists) {
+  // Where the driver shows devices that CudaDevice accepts (SM 80 and newer), auto serves on
+  // exactly those; --backend=cuda gives every device the driver shows.
+  int usable = 0;
+  for (int index = 0; index < probe_.device_count; ++index) {
+    CudaDeviceOptions options;
+    options.index = index;
+    if (CudaDevice::Create(options).ok()) ++usable;
+  }
+  if (usable == 0) GTEST_SKIP() << "no GPU here that gpukitd accepts (SM >= 80)";
+
   DeviceFactoryOptions options;
   options.backend = BackendChoice::kAuto;
   auto devices = CreateDevices(options);
   ASSERT_TRUE(devices.ok()) << devices.status();
-  ASSERT_EQ(devices->size(), 1u);
-  EXPECT_EQ((*devices)[0]->properties().backend, BackendKind::kCpu);
+  ASSERT_EQ(devices->size(), static_cast<size_t>(usable));
+  for (const auto& device : *devices) {
+    EXPECT_EQ(device->properties().backend, BackendKind::kCuda);
+    EXPECT_FALSE(device->properties().name.empty());
+  }
+  devices->clear();
 
   options.backend = BackendChoice::kCuda;
   auto cuda = CreateDevices(options);
-  EXPECT_EQ(cuda.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(cuda.status().message()), ::testing::HasSubstr("found with"));
+  if (usable == probe_.device_count) {
+    ASSERT_TRUE(cuda.ok()) << cuda.status();
+    EXPECT_EQ(cuda->size(), static_cast<size_t>(probe_.device_count));
+    for (int index = 0; index < probe_.device_count; ++index) {
+      EXPECT_EQ((*cuda)[index]->properties().index, index);
+      EXPECT_EQ((*cuda)[index]->properties().backend, BackendKind::kCuda);
+    }
+  } else {
+    EXPECT_EQ(cuda.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(cuda.status().message()), ::testing::HasSubstr("--backend=cuda"));
+  }
 }
 
 }  // namespace

@@ -1,0 +1,797 @@
+#include "runtime/cuda/cuda_device.h"
+
+#include <cuda.h>  // types and constants only; calls go through CudaDriver
+
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/base/shape.h"
+#include "runtime/base/status_macros.h"
+#include "runtime/cuda/cuda_driver.h"
+#include "spdlog/spdlog.h"
+
+namespace gpukit {
+
+static_assert(sizeof(CUdeviceptr) == sizeof(uint64_t), "device addresses are kept as uint64_t");
+static_assert(std::is_same_v<CUdevice, int>, "CUdevice is kept as int");
+static_assert(std::is_same_v<CUcontext, CUctx_st*>, "CUcontext is kept as CUctx_st*");
+
+namespace {
+
+// The smallest SM gpukitd runs on (Ampere): what its kernels and the VMM pool assume.
+constexpr int kMinimumSmMajor = 8;
+
+// Most parameters a kernel can have: 32764 bytes of parameter space, one byte each at worst.
+constexpr size_t kMaxKernelParams = 32764;
+
+absl::Status MakeCurrent(const CudaDriver& cu, CUcontext context) {
+  // Always set rather than compare with cuCtxGetCurrent: a thread may still name a primary
+  // context that was released and retained again since, and setting it is as cheap.
+  return CheckCu(cu.cuCtxSetCurrent(context), "cuCtxSetCurrent");
+}
+
+// Releases have no caller to report to; a faulted context fails every one of them alike.
+void LogIfFailed(CUresult result, const char* call) {
+  if (result != CUDA_SUCCESS) spdlog::debug("{} failed: {}", call, CuErrorName(result));
+}
+
+const char* const kAxes[3] = {"x", "y", "z"};
+
+}  // namespace
+
+// A CUDA stream, destroyed when the last user lets go (the table, or a call using it).
+struct CudaDevice::Stream {
+  Stream(const CudaDriver& cu, CUcontext context, CUstream handle)
+      : cu(cu), context(context), handle(handle) {}
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream() {
+    if (MakeCurrent(cu, context).ok()) LogIfFailed(cu.cuStreamDestroy(handle), "cuStreamDestroy");
+  }
+
+  const CudaDriver& cu;
+  const CUcontext context;
+  const CUstream handle;
+  // Orders RecordEvent on this stream, so sequence numbers follow the driver's record order.
+  absl::Mutex record_mu;
+  uint64_t next_event_seq ABSL_GUARDED_BY(record_mu) = 0;
+};
+
+// A timing CUDA event and where it was recorded (EventElapsedNs checks both).
+struct CudaDevice::Event {
+  Event(const CudaDriver& cu, CUcontext context, CUevent handle)
+      : cu(cu), context(context), handle(handle) {}
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event() {
+    if (MakeCurrent(cu, context).ok()) LogIfFailed(cu.cuEventDestroy(handle), "cuEventDestroy");
+  }
+
+  const CudaDriver& cu;
+  const CUcontext context;
+  const CUevent handle;
+  uint64_t stream_id = 0;  // set before the event enters the table, constant afterwards
+  uint64_t seq = 0;        // order among the stream's events
+};
+
+// A loaded module, unloaded when the table and every function of it have let go.
+struct CudaDevice::Module {
+  Module(const CudaDriver& cu, CUcontext context, CUmodule handle)
+      : cu(cu), context(context), handle(handle) {}
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+  ~Module() {
+    if (MakeCurrent(cu, context).ok()) LogIfFailed(cu.cuModuleUnload(handle), "cuModuleUnload");
+  }
+
+  const CudaDriver& cu;
+  const CUcontext context;
+  const CUmodule handle;
+  // Kernel name -> FunctionId, so GetFunction gives one id per kernel. Guarded by the
+  // device's mu_ (a nested type cannot name it in an annotation).
+  absl::flat_hash_map<std::string, uint64_t> functions;
+};
+
+// A kernel of a module, with what launch validation needs to know about it.
+struct CudaDevice::Function {
+  std::shared_ptr<Module> module;  // keeps the code loaded while a launch uses it
+  CUfunction handle = nullptr;
+  std::string name;
+  int max_threads_per_block = 0;  // after register use; at most the device's limit
+  int static_shared_bytes = 0;
+  bool params_known = false;        // the driver reports parameters (CUDA 12.4+)
+  std::vector<size_t> param_bytes;  // when params_known
+  // Dynamic shared memory the kernel is opted into; only ever raised, so a concurrent launch
+  // never sees its limit lowered.
+  absl::Mutex mu;
+  int dynamic_shared_limit_bytes ABSL_GUARDED_BY(mu) = 0;
+};
+
+absl::StatusOr<int> CudaDevice::DeviceCount() {
+  GPUKIT_ASSIGN_OR_RETURN(const CudaDriver* cu, CudaDriver::Get());
+  int count = 0;
+  GPUKIT_RETURN_IF_ERROR(CheckCu(cu->cuDeviceGetCount(&count), "cuDeviceGetCount"));
+  return count;
+}
+
+absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(const CudaDeviceOptions& options) {
+  GPUKIT_ASSIGN_OR_RETURN(const CudaDriver* cu, CudaDriver::Get());
+  GPUKIT_ASSIGN_OR_RETURN(const int count, DeviceCount());
+  if (options.index < 0 || options.index >= count) {
+    return absl::InvalidArgumentError(absl::StrCat("CUDA device index ", options.index,
+                                                   " is out of range: the driver shows ", count,
+                                                   " device(s)"));
+  }
+  CUdevice device = 0;
+  GPUKIT_RETURN_IF_ERROR(CheckCu(cu->cuDeviceGet(&device, options.index), "cuDeviceGet"));
+
+  DeviceProperties properties;
+  properties.index = options.index;
+  properties.backend = BackendKind::kCuda;
+  char name[256] = {};
+  GPUKIT_RETURN_IF_ERROR(
+      CheckCu(cu->cuDeviceGetName(name, sizeof(name) - 1, device), "cuDeviceGetName"));
+  properties.name = name;
+
+  auto attribute = [&](CUdevice_attribute which, const char* what) -> absl::StatusOr<int> {
+    int value = 0;
+    GPUKIT_RETURN_IF_ERROR(CheckCu(cu->cuDeviceGetAttribute(&value, which, device),
+                                   absl::StrCat("cuDeviceGetAttribute(", what, ")")));
+    return value;
+  };
+  CudaDeviceInfo info;
+  info.driver_version = cu->driver_version;
+  GPUKIT_ASSIGN_OR_RETURN(info.sm_major, attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                                                   "COMPUTE_CAPABILITY_MAJOR"));
+  GPUKIT_ASSIGN_OR_RETURN(info.sm_minor, attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                                                   "COMPUTE_CAPABILITY_MINOR"));
+  info.arch = absl::StrCat("sm_", info.sm_major, info.sm_minor);
+  if (info.sm_major < kMinimumSmMajor) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("gpukitd requires SM >= 80 (Ampere or newer); device ", options.index, " (",
+                     properties.name, ") is ", info.arch));
+  }
+  GPUKIT_ASSIGN_OR_RETURN(
+      info.multiprocessor_count,
+      attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, "MULTIPROCESSOR_COUNT"));
+  GPUKIT_ASSIGN_OR_RETURN(
+      info.max_threads_per_block,
+      attribute(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, "MAX_THREADS_PER_BLOCK"));
+  GPUKIT_ASSIGN_OR_RETURN(info.max_block_dim[0],
+                          attribute(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, "MAX_BLOCK_DIM_X"));
+  GPUKIT_ASSIGN_OR_RETURN(info.max_block_dim[1],
+                          attribute(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, "MAX_BLOCK_DIM_Y"));
+  GPUKIT_ASSIGN_OR_RETURN(info.max_block_dim[2],
+                          attribute(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, "MAX_BLOCK_DIM_Z"));
+  GPUKIT_ASSIGN_OR_RETURN(info.max_grid_dim[0],
+                          attribute(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, "MAX_GRID_DIM_X"));
+  GPUKIT_ASSIGN_OR_RETURN(info.max_grid_dim[1],
+                          attribute(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, "MAX_GRID_DIM_Y"));
+  GPUKIT_ASSIGN_OR_RETURN(info.max_grid_dim[2],
+                          attribute(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, "MAX_GRID_DIM_Z"));
+  GPUKIT_ASSIGN_OR_RETURN(
+      info.max_shared_memory_per_block_bytes,
+      attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, "MAX_SHARED_MEMORY_PER_BLOCK"));
+  GPUKIT_ASSIGN_OR_RETURN(info.max_shared_memory_per_block_optin_bytes,
+                          attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                                    "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"));
+  size_t total_bytes = 0;
+  GPUKIT_RETURN_IF_ERROR(CheckCu(cu->cuDeviceTotalMem(&total_bytes, device), "cuDeviceTotalMem"));
+  properties.memory_total_bytes = static_cast<int64_t>(total_bytes);
+
+  CUcontext context = nullptr;
+  GPUKIT_RETURN_IF_ERROR(
+      CheckCu(cu->cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain"));
+  absl::Status status = MakeCurrent(*cu, context);
+  if (status.ok()) {
+    status = CheckCu(cu->cuCtxGetStreamPriorityRange(&info.least_stream_priority,
+                                                     &info.greatest_stream_priority),
+                     "cuCtxGetStreamPriorityRange");
+  }
+  if (!status.ok()) {
+    LogIfFailed(cu->cuDevicePrimaryCtxRelease(device), "cuDevicePrimaryCtxRelease");
+    return status;
+  }
+  return std::unique_ptr<CudaDevice>(
+      new CudaDevice(*cu, device, context, std::move(properties), std::move(info)));
+}
+
+CudaDevice::CudaDevice(const CudaDriver& cu, int device, CUctx_st* context,
+                       DeviceProperties properties, CudaDeviceInfo info)
+    : cu_(cu),
+      device_(device),
+      context_(context),
+      properties_(std::move(properties)),
+      info_(std::move(info)) {}
+
+CudaDevice::~CudaDevice() {
+  if (absl::Status bound = Bind(); !bound.ok()) {
+    spdlog::warn("{}: cannot make its context current at shutdown: {}", Describe(),
+                 bound.ToString());
+  } else if (CUresult result = cu_.cuCtxSynchronize(); result != CUDA_SUCCESS) {
+    spdlog::warn("{}: queued work failed at shutdown: {}", Describe(), CuErrorName(result));
+  }
+  // Everything leaves the tables under the lock and is released outside it: releases call
+  // the driver.
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Function>> functions;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Module>> modules;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Event>> events;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Stream>> streams;
+  absl::flat_hash_map<uint64_t, Allocation> buffers;
+  {
+    absl::MutexLock lock(&mu_);
+    functions.swap(functions_);
+    modules.swap(modules_);
+    events.swap(events_);
+    streams.swap(streams_);
+    buffers.swap(buffers_);
+    used_bytes_ = 0;
+  }
+  functions.clear();
+  modules.clear();
+  events.clear();
+  streams.clear();
+  for (const auto& [id, allocation] : buffers) {
+    if (allocation.address != 0) ReleaseDeviceMemory(allocation.address).IgnoreError();
+  }
+  LogIfFailed(cu_.cuDevicePrimaryCtxRelease(device_), "cuDevicePrimaryCtxRelease");
+  // Leave no thread naming a context that may now be gone.
+  CUcontext current = nullptr;
+  if (cu_.cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == context_) {
+    LogIfFailed(cu_.cuCtxSetCurrent(nullptr), "cuCtxSetCurrent");
+  }
+}
+
+absl::Status CudaDevice::Bind() const { return MakeCurrent(cu_, context_); }
+
+std::string CudaDevice::Describe() const {
+  return absl::StrCat("device ", properties_.index, " (", properties_.name, ")");
+}
+
+// ---- Memory ----
+
+MemoryInfo CudaDevice::GetMemoryInfo() const {
+  absl::MutexLock lock(&mu_);
+  return {properties_.memory_total_bytes, used_bytes_};
+}
+
+absl::StatusOr<uint64_t> CudaDevice::AllocateDeviceMemory(int64_t bytes) {
+  GPUKIT_RETURN_IF_ERROR(Bind());
+  CUdeviceptr address = 0;
+  const CUresult result = cu_.cuMemAlloc(&address, static_cast<size_t>(bytes));
+  if (result == CUDA_ERROR_OUT_OF_MEMORY) {
+    int64_t used_bytes;
+    {
+      absl::MutexLock lock(&mu_);
+      used_bytes = used_bytes_;
+    }
+    return absl::ResourceExhaustedError(absl::StrCat(
+        Describe(), " is out of memory: cannot allocate ", bytes, " bytes (gpukit buffers hold ",
+        used_bytes, " of its ", properties_.memory_total_bytes, " bytes)"));
+  }
+  GPUKIT_RETURN_IF_ERROR(CheckCu(result, "cuMemAlloc"));
+  return static_cast<uint64_t>(address);
+}
+
+absl::Status CudaDevice::ReleaseDeviceMemory(uint64_t address) {
+  GPUKIT_RETURN_IF_ERROR(Bind());
+  return CheckCu(cu_.cuMemFree(static_cast<CUdeviceptr>(address)), "cuMemFree");
+}
+
+absl::StatusOr<BufferId> CudaDevice::Allocate(int64_t bytes) {
+  if (bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("allocation of ", bytes, " bytes"));
+  }
+  if (bytes > properties_.memory_total_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(Describe(), " cannot hold ", bytes,
+                                                     " bytes: it has ",
+                                                     properties_.memory_total_bytes, " in all"));
+  }
+  uint64_t address = 0;  // a zero-byte buffer holds no memory
+  if (bytes > 0) {
+    GPUKIT_ASSIGN_OR_RETURN(address, AllocateDeviceMemory(bytes));
+  }
+  absl::MutexLock lock(&mu_);
+  used_bytes_ += bytes;
+  const uint64_t id = next_id_++;
+  buffers_.emplace(id, Allocation{address, bytes});
+  return BufferId{id};
+}
+
+absl::Status CudaDevice::Free(BufferId buffer) {
+  Allocation doomed;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = buffers_.find(buffer.value);
+    if (it == buffers_.end()) {
+      return absl::NotFoundError(absl::StrCat("buffer ", buffer.value, " not found"));
+    }
+    doomed = it->second;
+    used_bytes_ -= doomed.bytes;
+    buffers_.erase(it);
+  }
+  if (doomed.address == 0) return absl::OkStatus();
+  return ReleaseDeviceMemory(doomed.address);  // may wait for the GPU: outside the lock
+}
+
+absl::StatusOr<int64_t> CudaDevice::BufferBytes(BufferId buffer) const {
+  absl::MutexLock lock(&mu_);
+  auto it = buffers_.find(buffer.value);
+  if (it == buffers_.end()) {
+    return absl::NotFoundError(absl::StrCat("buffer ", buffer.value, " not found"));
+  }
+  return it->second.bytes;
+}
+
+absl::StatusOr<uint64_t> CudaDevice::Resolve(BufferId buffer, int64_t offset, int64_t bytes) const {
+  absl::MutexLock lock(&mu_);
+  auto it = buffers_.find(buffer.value);
+  if (it == buffers_.end()) {
+    return absl::NotFoundError(absl::StrCat("buffer ", buffer.value, " not found"));
+  }
+  const int64_t size = it->second.bytes;
+  if (offset < 0 || bytes < 0 || offset > size || bytes > size - offset) {
+    return absl::OutOfRangeError(absl::StrCat("range [", offset, ", +", bytes, ") outside buffer ",
+                                              buffer.value, " of ", size, " bytes"));
+  }
+  return it->second.address + static_cast<uint64_t>(offset);
+}
+
+// ---- Streams ----
+
+absl::StatusOr<StreamId> CudaDevice::CreateStream(StreamPriority priority) {
+  // Lower numbers are higher priorities: greatest <= least.
+  int value = 0;
+  switch (priority) {
+    case StreamPriority::kHigh:
+      value = info_.greatest_stream_priority;
+      break;
+    case StreamPriority::kLow:
+      value = info_.least_stream_priority;
+      break;
+    case StreamPriority::kNormal:
+      value = info_.least_stream_priority +
+              (info_.greatest_stream_priority - info_.least_stream_priority) / 2;
+      break;
+  }
+  GPUKIT_RETURN_IF_ERROR(Bind());
+  CUstream handle = nullptr;
+  GPUKIT_RETURN_IF_ERROR(
+      CheckCu(cu_.cuStreamCreateWithPriority(&handle, CU_STREAM_NON_BLOCKING, value),
+              "cuStreamCreateWithPriority"));
+  auto stream = std::make_shared<Stream>(cu_, context_, handle);
+  absl::MutexLock lock(&mu_);
+  const uint64_t id = next_id_++;
+  streams_.emplace(id, std::move(stream));
+  return StreamId{id};
+}
+
+absl::Status CudaDevice::DestroyStream(StreamId stream) {
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Stream> doomed, FindStream(stream));
+  GPUKIT_RETURN_IF_ERROR(Bind());
+  // Waits without the lock; the stream is destroyed when `doomed` (the last user) goes.
+  absl::Status synced = CheckCu(cu_.cuStreamSynchronize(doomed->handle), "cuStreamSynchronize");
+  absl::MutexLock lock(&mu_);
+  if (streams_.erase(stream.value) == 0) {
+    return absl::NotFoundError(absl::StrCat("stream ", stream.value, " not found"));
+  }
+  return synced;
+}
+
+absl::StatusOr<std::shared_ptr<CudaDevice::Stream>> CudaDevice::FindStream(StreamId stream) const {
+  absl::MutexLock lock(&mu_);
+  auto it = streams_.find(stream.value);
+  if (it == streams_.end()) {
+    return absl::NotFoundError(absl::StrCat("stream ", stream.value, " not found"));
+  }
+  return it->second;
+}
+
+absl::StatusOr<int> CudaDevice::StreamPriorityValue(StreamId stream) const {
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, FindStream(stream));
+  GPUKIT_RETURN_IF_ERROR(Bind());
+  int priority = 0;
+  GPUKIT_RETURN_IF_ERROR(
+      CheckCu(cu_.cuStreamGetPriority(s->handle, &priority), "cuStreamGetPriority"));
+  return priority;
+}
+
+// ---- Copies ----
+
+absl::Status CudaDevice::CopyHostToDevice(BufferId dst, int64_t dst_offset, const void* src,
+                                          int64_t bytes, StreamId stream) {
+  GPUKIT_ASSIGN_OR_RETURN(const uint64_t to, Resolve(dst, dst_offset, bytes));
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, FindStream(stream));
+  if (bytes == 0) return absl::OkStatus();  // an empty copy may name a null host pointer
+  if (src == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("copy of ", bytes, " bytes from host null"));
+  }
+  GPUKIT_RETURN_IF_ERROR(Bind());
+  return CheckCu(cu_.cuMemcpyHtoDAsync(to, src, static_cast<size_t>(bytes), s->handle),
+                 "cuMemcpyHtoDAsync");
+}
+
+absl::Status CudaDevice::CopyDeviceToHost(void* dst, BufferId src, int64_t src_offset,
+                                          int64_t bytes, StreamId stream) {
+  GPUKIT_ASSIGN_OR_RETURN(const uint64_t from, Resolve(src, src_offset, bytes));
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, FindStream(stream));
+  if (bytes == 0) return absl::OkStatus();
+  if (dst == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("copy of ", bytes, " bytes to host null"));
+  }
+  GPUKIT_RETURN_IF_ERROR(Bind());
+  return CheckCu(cu_.cuMemcpyDtoHAsync(dst, from, static_cast<size_t>(bytes), s->handle),
+                 "cuMemcpyDtoHAsync");
+}
+
+absl::Status CudaDevice::CopyDeviceToDevice(BufferId dst, int64_t dst_offset, BufferId src,
+                                            int64_t src_offset, int64_t bytes, StreamId stream) {
+  GPUKIT_ASSIGN_OR_RETURN(const uint64_t to, Resolve(dst, dst_offset, bytes));
+  GPUKIT_ASSIGN_OR_RETURN(const uint64_t from, Resolve(src, src_offset, bytes));
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, FindStream(stream));
+  if (bytes == 0) return absl::OkStatus();
+  if (dst == src && dst_offset < src_offset + bytes && src_offset < dst_offset + bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device-to-device copy within buffer ", dst.value, " between overlapping ranges [",
+        src_offset, ", +", bytes, ") and [", dst_offset, ", +", bytes, ")"));
+  }
+  GPUKIT_RETURN_IF_ERROR(Bind());
+  return CheckCu(cu_.cuMemcpyDtoDAsync(to, from, static_cast<size_t>(bytes), s->handle),
+                 "cuMemcpyDtoDAsync");
+}
+
+// ---- Events ----
+
+absl::StatusOr<EventId> CudaDevice::RecordEvent(StreamId stream) {
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, FindStream(stream));
+  GPUKIT_RETURN_IF_ERROR(Bind());
+  CUevent handle = nullptr;
+  // Default flags: timing stays enabled, which EventElapsedNs (pacing) needs.
+  GPUKIT_RETURN_IF_ERROR(CheckCu(cu_.cuEventCreate(&handle, CU_EVENT_DEFAULT), "cuEventCreate"));
+  auto event = std::make_shared<Event>(cu_, context_, handle);  // destroys it on any error
+  event->stream_id = stream.value;
+  {
+    absl::MutexLock lock(&s->record_mu);  // cuEventRecord only enqueues: it does not wait
+    GPUKIT_RETURN_IF_ERROR(CheckCu(cu_.cuEventRecord(handle, s->handle), "cuEventRecord"));
+    event->seq = s->next_event_seq++;
+  }
+  absl::MutexLock lock(&mu_);
+  const uint64_t id = next_id_++;
+  events_.emplace(id, std::move(event));
+  return EventId{id};
+}
+
+absl::StatusOr<std::shared_ptr<CudaDevice::Event>> CudaDevice::FindEvent(EventId event) const {
+  absl::MutexLock lock(&mu_);
+  auto it = events_.find(event.value);
+  if (it == events_.end()) {
+    return absl::NotFoundError(absl::StrCat("event ", event.value, " not found"));
+  }
+  return it->second;
+}
+
+absl::Status CudaDevice::WaitEvent(EventId event) {
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Event> e, FindEvent(event));
+  GPUKIT_RETURN_IF_ERROR(Bind());
+  return CheckCu(cu_.cuEventSynchronize(e->handle), "cuEventSynchronize");
+}
+
+absl::StatusOr<bool> CudaDevice::QueryEvent(EventId event) {
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Event> e, FindEvent(event));
+  GPUKIT_RETURN_IF_ERROR(Bind());
+  const CUresult result = cu_.cuEventQuery(e->handle);
+  if (result == CUDA_ERROR_NOT_READY) return false;
+  // Any other answer means the work has finished; if it failed (a sticky error), WaitEvent
+  // reports how, as the Device contract has it.
+  if (result != CUDA_SUCCESS) {
+    spdlog::debug("{}: cuEventQuery of event {}: {}", Describe(), event.value, CuErrorName(result));
+  }
+  return true;
+}
+
+absl::Status CudaDevice::DestroyEvent(EventId event) {
+  std::shared_ptr<Event> doomed;  // destroyed after the lock is released
+  absl::MutexLock lock(&mu_);
+  auto it = events_.find(event.value);
+  if (it == events_.end()) {
+    return absl::NotFoundError(absl::StrCat("event ", event.value, " not found"));
+  }
+  doomed = std::move(it->second);
+  events_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> CudaDevice::EventElapsedNs(EventId start, EventId end) {
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Event> a, FindEvent(start));
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Event> b, FindEvent(end));
+  if (a->stream_id != b->stream_id) {
+    return absl::InvalidArgumentError(absl::StrCat("events ", start.value, " and ", end.value,
+                                                   " were recorded on different streams"));
+  }
+  if (b->seq < a->seq) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("event ", end.value, " was recorded before event ", start.value));
+  }
+  GPUKIT_RETURN_IF_ERROR(Bind());
+  for (const auto& [e, id] : {std::pair{a.get(), start.value}, std::pair{b.get(), end.value}}) {
+    const CUresult result = cu_.cuEventQuery(e->handle);
+    if (result == CUDA_ERROR_NOT_READY) {
+      return absl::FailedPreconditionError(absl::StrCat("event ", id, " has not completed"));
+    }
+    GPUKIT_RETURN_IF_ERROR(CheckCu(result, "cuEventQuery"));
+  }
+  float elapsed_ms = 0;
+  GPUKIT_RETURN_IF_ERROR(
+      CheckCu(cu_.cuEventElapsedTime(&elapsed_ms, a->handle, b->handle), "cuEventElapsedTime"));
+  return static_cast<int64_t>(std::llround(static_cast<double>(elapsed_ms) * 1e6));
+}
+
+// ---- Built-in ops ----
+
+bool CudaDevice::SupportsOp(absl::string_view /*op_name*/) const {
+  return false;  // the NVRTC-compiled op kernels have not landed yet
+}
+
+absl::Status CudaDevice::RunOp(const OpLaunch& launch, StreamId stream) {
+  if (launch.op == nullptr) return absl::InvalidArgumentError("RunOp without an op");
+  // Operands are checked as they will be once kernels exist, so a stale or short buffer
+  // fails the same way on every backend.
+  for (const OpOperand& operand : launch.inputs) {
+    if (operand.is_scalar) continue;
+    GPUKIT_ASSIGN_OR_RETURN(int64_t bytes, ByteSize(operand.desc.shape, operand.desc.dtype));
+    GPUKIT_RETURN_IF_ERROR(Resolve(operand.buffer, 0, bytes).status());
+  }
+  GPUKIT_ASSIGN_OR_RETURN(int64_t out_bytes,
+                          ByteSize(launch.plan.output.shape, launch.plan.output.dtype));
+  GPUKIT_RETURN_IF_ERROR(Resolve(launch.output, 0, out_bytes).status());
+  GPUKIT_RETURN_IF_ERROR(FindStream(stream).status());
+  return absl::UnimplementedError(
+      absl::StrCat("op \"", launch.op->name, "\" has no CUDA kernel yet"));
+}
+
+// ---- Modules and launches ----
+
+absl::StatusOr<ModuleId> CudaDevice::LoadModule(absl::string_view image) {
+  if (image.empty()) return absl::InvalidArgumentError("module image is empty");
+  // The driver reads PTX up to its NUL (a cubin carries its own size): the copy adds one.
+  const std::string owned(image);
+  GPUKIT_RETURN_IF_ERROR(Bind());
+  char error_log[8192] = {};
+  CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void* values[] = {error_log, reinterpret_cast<void*>(static_cast<uintptr_t>(sizeof(error_log)))};
+  CUmodule handle = nullptr;
+  const CUresult result = cu_.cuModuleLoadDataEx(&handle, owned.c_str(), 2, options, values);
+  if (result != CUDA_SUCCESS) {
+    absl::Status status = CheckCu(result, "cuModuleLoadDataEx");
+    error_log[sizeof(error_log) - 1] = '\0';
+    if (error_log[0] == '\0') return status;
+    return absl::Status(status.code(), absl::StrCat(status.message(), ": ", error_log));
+  }
+  auto module = std::make_shared<Module>(cu_, context_, handle);
+  absl::MutexLock lock(&mu_);
+  const uint64_t id = next_id_++;
+  modules_.emplace(id, std::move(module));
+  return ModuleId{id};
+}
+
+absl::Status CudaDevice::UnloadModule(ModuleId module) {
+  // Released after the lock: the module unloads once no launch holds one of its functions.
+  std::shared_ptr<Module> doomed;
+  std::vector<std::shared_ptr<Function>> functions;
+  absl::MutexLock lock(&mu_);
+  auto it = modules_.find(module.value);
+  if (it == modules_.end()) {
+    return absl::NotFoundError(absl::StrCat("module ", module.value, " not found"));
+  }
+  doomed = std::move(it->second);
+  modules_.erase(it);
+  for (const auto& [name, function_id] : doomed->functions) {
+    auto f = functions_.find(function_id);
+    if (f == functions_.end()) continue;
+    functions.push_back(std::move(f->second));
+    functions_.erase(f);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<FunctionId> CudaDevice::GetFunction(ModuleId module, absl::string_view name) {
+  const std::string kernel(name);
+  std::shared_ptr<Module> m;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = modules_.find(module.value);
+    if (it == modules_.end()) {
+      return absl::NotFoundError(absl::StrCat("module ", module.value, " not found"));
+    }
+    m = it->second;
+    if (auto known = m->functions.find(kernel); known != m->functions.end()) {
+      return FunctionId{known->second};
+    }
+  }
+  GPUKIT_RETURN_IF_ERROR(Bind());
+  auto f = std::make_shared<Function>();
+  f->module = m;
+  f->name = kernel;
+  const CUresult found = cu_.cuModuleGetFunction(&f->handle, m->handle, kernel.c_str());
+  if (found == CUDA_ERROR_NOT_FOUND) {
+    return absl::NotFoundError(
+        absl::StrCat("no kernel named ", kernel, " in the module (module ", module.value, ")"));
+  }
+  GPUKIT_RETURN_IF_ERROR(CheckCu(found, "cuModuleGetFunction"));
+  auto function_attribute = [&](CUfunction_attribute which, const char* what,
+                                int* value) -> absl::Status {
+    return CheckCu(cu_.cuFuncGetAttribute(value, which, f->handle),
+                   absl::StrCat("cuFuncGetAttribute(", what, ")"));
+  };
+  GPUKIT_RETURN_IF_ERROR(function_attribute(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                                            "MAX_THREADS_PER_BLOCK", &f->max_threads_per_block));
+  GPUKIT_RETURN_IF_ERROR(function_attribute(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                                            "SHARED_SIZE_BYTES", &f->static_shared_bytes));
+  int dynamic_limit = 0;
+  GPUKIT_RETURN_IF_ERROR(function_attribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                            "MAX_DYNAMIC_SHARED_SIZE_BYTES", &dynamic_limit));
+  {
+    absl::MutexLock lock(&f->mu);
+    f->dynamic_shared_limit_bytes = dynamic_limit;
+  }
+  if (cu_.cuFuncGetParamInfo != nullptr) {
+    // Parameters are counted by asking for each index until the driver says there is none.
+    f->params_known = true;
+    for (size_t i = 0; i < kMaxKernelParams; ++i) {
+      size_t offset = 0, bytes = 0;
+      const CUresult result = cu_.cuFuncGetParamInfo(f->handle, i, &offset, &bytes);
+      if (result == CUDA_SUCCESS) {
+        f->param_bytes.push_back(bytes);
+        continue;
+      }
+      if (result != CUDA_ERROR_INVALID_VALUE) {
+        spdlog::debug("{}: cuFuncGetParamInfo({}, {}): {}; launches of it are not checked",
+                      Describe(), kernel, i, CuErrorName(result));
+        f->params_known = false;
+        f->param_bytes.clear();
+      }
+      break;
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  if (!modules_.contains(module.value)) {
+    return absl::NotFoundError(absl::StrCat("module ", module.value, " not found"));
+  }
+  if (auto known = m->functions.find(kernel); known != m->functions.end()) {
+    return FunctionId{known->second};  // another thread got there first
+  }
+  const uint64_t id = next_id_++;
+  functions_.emplace(id, std::move(f));
+  m->functions.emplace(kernel, id);
+  return FunctionId{id};
+}
+
+absl::StatusOr<std::shared_ptr<CudaDevice::Function>> CudaDevice::FindFunction(
+    FunctionId function) const {
+  absl::MutexLock lock(&mu_);
+  auto it = functions_.find(function.value);
+  if (it == functions_.end()) {
+    return absl::NotFoundError(absl::StrCat("function ", function.value, " not found"));
+  }
+  return it->second;
+}
+
+absl::Status CudaDevice::Launch(FunctionId function, const LaunchConfig& config,
+                                absl::Span<const KernelArg> args, StreamId stream) {
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Function> f, FindFunction(function));
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, FindStream(stream));
+
+  // The launch configuration, against the device's and the kernel's limits.
+  for (int i = 0; i < 3; ++i) {
+    if (config.grid[i] == 0 || config.grid[i] > static_cast<uint32_t>(info_.max_grid_dim[i])) {
+      return absl::InvalidArgumentError(absl::StrCat("grid.", kAxes[i], " = ", config.grid[i],
+                                                     " must be in [1, ", info_.max_grid_dim[i],
+                                                     "] on ", Describe()));
+    }
+    if (config.block[i] == 0 || config.block[i] > static_cast<uint32_t>(info_.max_block_dim[i])) {
+      return absl::InvalidArgumentError(absl::StrCat("block.", kAxes[i], " = ", config.block[i],
+                                                     " must be in [1, ", info_.max_block_dim[i],
+                                                     "] on ", Describe()));
+    }
+  }
+  const uint64_t threads =
+      uint64_t{config.block[0]} * uint64_t{config.block[1]} * uint64_t{config.block[2]};
+  if (threads > static_cast<uint64_t>(info_.max_threads_per_block)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "block ", config.block[0], "x", config.block[1], "x", config.block[2], " has ", threads,
+        " threads; ", Describe(), " allows ", info_.max_threads_per_block, " per block"));
+  }
+  if (threads > static_cast<uint64_t>(f->max_threads_per_block)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("block ", config.block[0], "x", config.block[1], "x", config.block[2], " has ",
+                     threads, " threads; kernel ", f->name, " allows at most ",
+                     f->max_threads_per_block, " per block (its register use)"));
+  }
+  const int64_t dynamic_shared = config.shared_memory_bytes;
+  if (dynamic_shared + f->static_shared_bytes > info_.max_shared_memory_per_block_optin_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shared_memory_bytes = ", dynamic_shared, " plus kernel ", f->name, "'s ",
+        f->static_shared_bytes, " static bytes exceeds the ",
+        info_.max_shared_memory_per_block_optin_bytes, " bytes a block may use on ", Describe()));
+  }
+
+  // Arguments: buffers become their device addresses, scalars their bytes, parameter blocks
+  // stay where the caller has them; the driver reads each through the pointer in `params`
+  // during cuLaunchKernel.
+  if (f->params_known && args.size() != f->param_bytes.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kernel ", f->name, " takes ", f->param_bytes.size(), " parameters, got ", args.size()));
+  }
+  std::vector<uint64_t> values(args.size(), 0);
+  std::vector<void*> params(args.size(), nullptr);
+  {
+    absl::MutexLock lock(&mu_);
+    for (size_t i = 0; i < args.size(); ++i) {
+      const KernelArg& arg = args[i];
+      size_t bytes = 0;
+      params[i] = &values[i];
+      switch (arg.kind) {
+        case KernelArg::Kind::kBuffer: {
+          auto it = buffers_.find(arg.buffer.value);
+          if (it == buffers_.end()) {
+            return absl::NotFoundError(absl::StrCat("kernel ", f->name, " argument ", i,
+                                                    ": buffer ", arg.buffer.value, " not found"));
+          }
+          values[i] = it->second.address;
+          bytes = sizeof(CUdeviceptr);
+          break;
+        }
+        case KernelArg::Kind::kScalar:
+          if (arg.size_bytes == 0 || arg.size_bytes > sizeof(arg.bytes)) {
+            return absl::InvalidArgumentError(absl::StrCat("kernel ", f->name, " argument ", i,
+                                                           ": scalar size_bytes = ", arg.size_bytes,
+                                                           " must be in [1, 8]"));
+          }
+          std::memcpy(&values[i], arg.bytes, arg.size_bytes);  // little-endian, like the GPU
+          bytes = arg.size_bytes;
+          break;
+        case KernelArg::Kind::kBlock:
+          if (arg.block == nullptr || arg.size_bytes == 0) {
+            return absl::InvalidArgumentError(absl::StrCat("kernel ", f->name, " argument ", i,
+                                                           ": a parameter block needs data and "
+                                                           "size_bytes > 0, got ",
+                                                           arg.size_bytes, " bytes"));
+          }
+          // The driver copies the block during cuLaunchKernel; it is not written.
+          params[i] = const_cast<void*>(arg.block);
+          bytes = arg.size_bytes;
+          break;
+      }
+      if (f->params_known && bytes != f->param_bytes[i]) {
+        return absl::InvalidArgumentError(absl::StrCat("kernel ", f->name, " parameter ", i, " is ",
+                                                       f->param_bytes[i], " bytes; argument ", i,
+                                                       " has ", bytes));
+      }
+    }
+  }
+
+  GPUKIT_RETURN_IF_ERROR(Bind());
+  if (dynamic_shared > 0) {
+    // Above the kernel's current limit (48 KiB less its static shared memory, until raised)
+    // the kernel must opt in first.
+    absl::MutexLock lock(&f->mu);
+    if (dynamic_shared > f->dynamic_shared_limit_bytes) {
+      GPUKIT_RETURN_IF_ERROR(
+          CheckCu(cu_.cuFuncSetAttribute(f->handle, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                         static_cast<int>(dynamic_shared)),
+                  "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)"));
+      f->dynamic_shared_limit_bytes = static_cast<int>(dynamic_shared);
+    }
+  }
+  return CheckCu(
+      cu_.cuLaunchKernel(f->handle, config.grid[0], config.grid[1], config.grid[2], config.block[0],
+                         config.block[1], config.block[2], config.shared_memory_bytes, s->handle,
+                         params.empty() ? nullptr : params.data(), nullptr),
+      absl::StrCat("cuLaunchKernel(", f->name, ")"));
+}
+
+}  // namespace gpukit

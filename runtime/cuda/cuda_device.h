@@ -1,0 +1,192 @@
+// CudaDevice: the Device interface on one NVIDIA GPU, through the CUDA Driver API.
+//
+// One device object per GPU, working in that GPU's primary context (retained at Create,
+// released by the destructor; the JIT compiler and cuBLASLt share it). Every method makes
+// the context current on its calling thread first, so calls may come from any thread.
+// Buffers are cuMemAlloc allocations, streams are non-blocking CUDA streams with priorities,
+// copies and launches are enqueued asynchronously on them, events are timing CUDA events.
+// Host memory passed to copies may be pageable: the driver stages it, and the Device
+// contract (host memory valid until an event after the copy completes) covers the rest.
+// Built-in ops have no CUDA kernels yet: SupportsOp is false for all of them and RunOp
+// validates its operands, then returns UNIMPLEMENTED; callers must check SupportsOp.
+// Only SM 80 (Ampere) and newer GPUs are accepted.
+//
+// No CUDA type appears in this header: the Device interface stays the only view callers
+// have, and they need no CUDA headers to include it.
+//
+//   CudaDeviceOptions options;
+//   options.index = 0;
+//   GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<CudaDevice> gpu, CudaDevice::Create(options));
+//   GPUKIT_ASSIGN_OR_RETURN(ModuleId module, gpu->LoadModule(ptx));
+//   GPUKIT_ASSIGN_OR_RETURN(FunctionId add, gpu->GetFunction(module, "add_scalar"));
+//   GPUKIT_RETURN_IF_ERROR(gpu->Launch(add, config, args, stream));
+//   nvrtc_options.push_back("--gpu-architecture=" + gpu->cuda_info().arch);
+//
+// Errors from the driver carry the call and the driver's error name ("cuMemAlloc:
+// CUDA_ERROR_OUT_OF_MEMORY (out of memory)"). A kernel that faults leaves the context
+// unusable (CUDA's sticky errors): WaitEvent and every later call return INTERNAL with the
+// fault's name, and nothing aborts; only a new process can use the GPU again.
+//
+// Thread safety: all methods are thread-safe (see Device). Tables are guarded by a mutex
+// that is never held across a call that waits for the GPU.
+#ifndef GPUKIT_RUNTIME_CUDA_CUDA_DEVICE_H_
+#define GPUKIT_RUNTIME_CUDA_CUDA_DEVICE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "runtime/device.h"
+
+struct CUctx_st;  // cuda.h's CUcontext, kept opaque here
+
+namespace gpukit {
+
+struct CudaDriver;
+
+struct CudaDeviceOptions {
+  // CUDA device ordinal as the driver numbers visible devices (after CUDA_VISIBLE_DEVICES).
+  int index = 0;
+};
+
+// What a CudaDevice knows about its GPU beyond DeviceProperties: what the JIT compiler and
+// launch validation need. Read once at Create.
+struct CudaDeviceInfo {
+  int sm_major = 0;  // compute capability, e.g. 9 and 0 for an H100
+  int sm_minor = 0;
+  std::string arch;        // "sm_90": NVRTC's --gpu-architecture for this GPU
+  int driver_version = 0;  // e.g. 13000
+  int multiprocessor_count = 0;
+  int max_threads_per_block = 0;
+  int max_block_dim[3] = {0, 0, 0};
+  int max_grid_dim[3] = {0, 0, 0};
+  // Shared memory a block may use without and with opting in (the opt-in limit applies to a
+  // kernel's static plus dynamic shared memory).
+  int max_shared_memory_per_block_bytes = 0;
+  int max_shared_memory_per_block_optin_bytes = 0;
+  // cuCtxGetStreamPriorityRange: `greatest` is the numerically smallest value.
+  int least_stream_priority = 0;
+  int greatest_stream_priority = 0;
+};
+
+class CudaDevice final : public Device {
+ public:
+  // Retains the GPU's primary context. FAILED_PRECONDITION without a usable driver (the
+  // driver's reason), for a GPU older than SM 80 ("gpukitd requires SM >= 80 (Ampere or
+  // newer); device 0 (Tesla V100-SXM2-16GB) is sm_70"); INVALID_ARGUMENT for an index the
+  // driver does not have.
+  static absl::StatusOr<std::unique_ptr<CudaDevice>> Create(const CudaDeviceOptions& options);
+  // Devices the driver shows; FAILED_PRECONDITION without a usable driver.
+  static absl::StatusOr<int> DeviceCount();
+
+  // Waits for all queued work, then frees every buffer, event, stream and module and
+  // releases the primary context. Errors (a faulted context) are logged.
+  ~CudaDevice() override;
+
+  const CudaDeviceInfo& cuda_info() const { return info_; }
+  // The CUDA priority the driver gave `stream` (cuStreamGetPriority): for diagnostics and
+  // tests. NOT_FOUND for an unknown stream.
+  absl::StatusOr<int> StreamPriorityValue(StreamId stream) const;
+
+  const DeviceProperties& properties() const override { return properties_; }
+  MemoryInfo GetMemoryInfo() const override;
+
+  // RESOURCE_EXHAUSTED when the GPU cannot hold `bytes` (more than it has, or out of free
+  // memory now); the device keeps working. A zero-byte buffer holds no device memory.
+  absl::StatusOr<BufferId> Allocate(int64_t bytes) override;
+  absl::Status Free(BufferId buffer) override;
+  absl::StatusOr<int64_t> BufferBytes(BufferId buffer) const override;
+
+  // kHigh gets the greatest priority of the context's range, kLow the least, kNormal the
+  // middle of the range.
+  absl::StatusOr<StreamId> CreateStream(StreamPriority priority) override;
+  absl::Status DestroyStream(StreamId stream) override;
+
+  // INVALID_ARGUMENT for a device-to-device copy between overlapping ranges of one buffer
+  // (CUDA does not define it).
+  absl::Status CopyHostToDevice(BufferId dst, int64_t dst_offset, const void* src, int64_t bytes,
+                                StreamId stream) override;
+  absl::Status CopyDeviceToHost(void* dst, BufferId src, int64_t src_offset, int64_t bytes,
+                                StreamId stream) override;
+  absl::Status CopyDeviceToDevice(BufferId dst, int64_t dst_offset, BufferId src,
+                                  int64_t src_offset, int64_t bytes, StreamId stream) override;
+
+  absl::StatusOr<EventId> RecordEvent(StreamId stream) override;
+  // Returns the stream's sticky error, if its work faulted, as INTERNAL naming the fault.
+  absl::Status WaitEvent(EventId event) override;
+  absl::StatusOr<bool> QueryEvent(EventId event) override;
+  absl::Status DestroyEvent(EventId event) override;
+  // cuEventElapsedTime, whose resolution is about half a microsecond.
+  absl::StatusOr<int64_t> EventElapsedNs(EventId start, EventId end) override;
+
+  bool SupportsOp(absl::string_view op_name) const override;
+  absl::Status RunOp(const OpLaunch& launch, StreamId stream) override;
+
+  // A cubin or PTX image (PTX is compiled by the driver for this GPU). INVALID_ARGUMENT with
+  // the driver's error log for an image it cannot load.
+  absl::StatusOr<ModuleId> LoadModule(absl::string_view image) override;
+  // Functions of the module become NOT_FOUND. Work already queued must have completed.
+  absl::Status UnloadModule(ModuleId module) override;
+  // NOT_FOUND "no kernel named X in the module (module M)". Asking twice gives the same id.
+  absl::StatusOr<FunctionId> GetFunction(ModuleId module, absl::string_view name) override;
+  // Validates before enqueueing: INVALID_ARGUMENT for grid or block dimensions of 0 or above
+  // the GPU's limits, more threads per block than the device or the kernel allows, more
+  // shared memory than a block may have, a scalar of 0 or more than 8 bytes, an empty
+  // parameter block, or (drivers from CUDA 12.4, which report a kernel's parameters) an
+  // argument count or size the kernel does not take ("kernel X takes 3 parameters, got
+  // 2"); NOT_FOUND for an unknown function, stream or buffer. Dynamic
+  // shared memory above the default 48 KiB is opted into for the kernel automatically.
+  absl::Status Launch(FunctionId function, const LaunchConfig& config,
+                      absl::Span<const KernelArg> args, StreamId stream) override;
+
+ private:
+  struct Allocation {
+    uint64_t address = 0;  // CUdeviceptr; 0 for a zero-byte buffer
+    int64_t bytes = 0;
+  };
+  struct Stream;
+  struct Event;
+  struct Module;
+  struct Function;
+
+  CudaDevice(const CudaDriver& cu, int device, CUctx_st* context, DeviceProperties properties,
+             CudaDeviceInfo info);
+
+  // Makes the primary context current on the calling thread (cheap when it already is).
+  absl::Status Bind() const;
+
+  // The memory seam: where device memory comes from. cuMemAlloc/cuMemFree for now; a
+  // caching pool over the VMM API replaces these two without touching the rest.
+  absl::StatusOr<uint64_t> AllocateDeviceMemory(int64_t bytes);
+  absl::Status ReleaseDeviceMemory(uint64_t address);
+
+  // Device address of `buffer` + offset after checking [offset, offset + bytes) lies inside.
+  absl::StatusOr<uint64_t> Resolve(BufferId buffer, int64_t offset, int64_t bytes) const;
+  absl::StatusOr<std::shared_ptr<Stream>> FindStream(StreamId stream) const;
+  absl::StatusOr<std::shared_ptr<Event>> FindEvent(EventId event) const;
+  absl::StatusOr<std::shared_ptr<Function>> FindFunction(FunctionId function) const;
+  // "device 0 (NVIDIA H100 80GB HBM3)", for messages.
+  std::string Describe() const;
+
+  const CudaDriver& cu_;
+  const int device_;         // CUdevice
+  CUctx_st* const context_;  // the retained primary context
+  const DeviceProperties properties_;
+  const CudaDeviceInfo info_;
+
+  mutable absl::Mutex mu_;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<uint64_t, Allocation> buffers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Stream>> streams_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Event>> events_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Module>> modules_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Function>> functions_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace gpukit
+
+#endif  // GPUKIT_RUNTIME_CUDA_CUDA_DEVICE_H_
