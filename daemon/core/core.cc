@@ -371,6 +371,13 @@ absl::StatusOr<ArrayView> Core::RunOp(absl::string_view session_id, absl::string
                                       const TaskOptions& options) {
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
   GPUKIT_ASSIGN_OR_RETURN(const OpDef* op, ops_.Find(op_name));
+  if (Device& device = *devices_[session->admission().device_index].device;
+      !device.SupportsOp(op_name)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("op \"", op_name, "\" cannot run on device ", device.properties().index,
+                     " (", BackendName(device.properties().backend),
+                     " backend): it has no kernels for it"));
+  }
   // Plan first: a malformed request is refused before it takes a place in the queue.
   std::vector<std::shared_ptr<DeviceArray>> arrays(inputs.size());
   std::vector<OperandDesc> descs;

@@ -26,6 +26,8 @@ class ForwardingDevice final : public Device {
 
   // Called at the start of RunOp, before the call is passed on.
   std::function<void(const OpLaunch&)> before_run_op;
+  // When set, answers SupportsOp in place of the wrapped device.
+  std::function<bool(absl::string_view)> supports_op;
 
   Device& inner() { return *inner_; }
 
@@ -61,7 +63,9 @@ class ForwardingDevice final : public Device {
   absl::StatusOr<int64_t> EventElapsedNs(EventId start, EventId end) override {
     return inner_->EventElapsedNs(start, end);
   }
-  bool SupportsOp(absl::string_view op_name) const override { return inner_->SupportsOp(op_name); }
+  bool SupportsOp(absl::string_view op_name) const override {
+    return supports_op ? supports_op(op_name) : inner_->SupportsOp(op_name);
+  }
   absl::Status RunOp(const OpLaunch& launch, StreamId stream) override {
     if (before_run_op) before_run_op(launch);
     return inner_->RunOp(launch, stream);

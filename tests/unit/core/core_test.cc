@@ -882,6 +882,20 @@ TEST_F(CoreTest, InputFreedWhileItsOpIsLaunchedStaysValidUntilTheOpHasRun) {
   EXPECT_EQ(DeviceMemoryUsed(), 16);  // only the result: the input went once the op let go
 }
 
+TEST_F(CoreTest, OpTheDeviceHasNoKernelsForIsRefusedBeforeItAllocatesOrQueues) {
+  core(/*hooked=*/true);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string s, Open());
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string a, Upload<float>(s, {4}, {1, 2, 3, 4}));
+  hooks().supports_op = [](absl::string_view op) { return op != "sum"; };
+  const int64_t before = DeviceMemoryUsed();
+  EXPECT_THAT(core().RunOp(s, "sum", {In(a)}, {}),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no kernels for it")));
+  EXPECT_EQ(DeviceMemoryUsed(), before);
+  EXPECT_EQ(core().scheduler().ListTasks({}).size(), 1u) << "only the upload";
+  GPUKIT_EXPECT_OK(core().RunOp(s, "add", {In(a), In(a)}, {}).status());
+  hooks().supports_op = nullptr;
+}
+
 TEST_F(CoreTest, SessionClosedWhileItsOpRunsLeavesNothingBehind) {
   core(/*hooked=*/true);
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::string s, Open());
