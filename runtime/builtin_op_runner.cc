@@ -333,6 +333,18 @@ class Lowering {
   Temporaries temps_;
 };
 
+// One kernel of each built-in module, for compilers that want an entry name.
+absl::string_view ModuleEntry(absl::string_view module) {
+  static constexpr std::pair<absl::string_view, absl::string_view> kEntries[] = {
+      {"binary", "gk_add_f32"},         {"cast", "gk_cast_f32_f16"},
+      {"reduce", "gk_reduce_rows_sum_f32"}, {"layout", "gk_permute_4"},
+      {"matmul", "gk_matmul_f32"}};
+  for (const auto& [name, entry] : kEntries) {
+    if (name == module) return entry;
+  }
+  return {};
+}
+
 }  // namespace
 
 absl::string_view KernelDTypeSuffix(DType dtype) {
@@ -379,10 +391,11 @@ absl::StatusOr<FunctionId> BuiltinOpRunner::Kernel(absl::string_view module,
     for (const kernels::EmbeddedKernelSource& s : kernels::EmbeddedKernelSources()) {
       if (s.name == module) source = &s;
     }
-    if (source == nullptr) {
+    const absl::string_view entry = ModuleEntry(module);
+    if (source == nullptr || entry.empty()) {
       return absl::InternalError(absl::StrCat("no built-in kernel module \"", module, "\""));
     }
-    absl::StatusOr<std::string> image = compile_(module, source->text);
+    absl::StatusOr<std::string> image = compile_(module, source->text, entry);
     if (!image.ok()) {
       return absl::Status(
           image.status().code() == absl::StatusCode::kInvalidArgument ? absl::StatusCode::kInternal

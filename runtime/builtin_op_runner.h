@@ -8,9 +8,8 @@
 // kernels/cuda/op_params.h. Modules are compiled on first use through the injected
 // compiler (NVRTC and its cache, in the CUDA backend) and loaded once.
 //
-//   BuiltinOpRunner runner(device, [&](absl::string_view name, absl::string_view source) {
-//     return jit.CompileToImage(source, arch);
-//   });
+//   BuiltinOpRunner runner(device, [&](absl::string_view module, absl::string_view source,
+//                                      absl::string_view entry) { return CompileCubin(...); });
 //   GPUKIT_RETURN_IF_ERROR(runner.Run(launch, stream));  // enqueued on `stream`
 //
 // An op that needs temporary device memory (a cast input, the partial results of a long
@@ -36,9 +35,10 @@
 namespace gpukit {
 
 // Compiles a built-in module's source (kernels/cuda/embedded_kernels.h) into an image that
-// Device::LoadModule takes.
-using ModuleCompiler =
-    std::function<absl::StatusOr<std::string>(absl::string_view module, absl::string_view source)>;
+// Device::LoadModule takes. `entry` names one kernel of the module, the same on every call
+// for a module (a compiler that wants entry names gets a stable cache key).
+using ModuleCompiler = std::function<absl::StatusOr<std::string>(
+    absl::string_view module, absl::string_view source, absl::string_view entry)>;
 
 class BuiltinOpRunner {
  public:

@@ -71,11 +71,12 @@ struct CudaDevices {
   std::vector<std::string> refusals;  // "device 1: gpukitd requires SM >= 80 ..."
 };
 
-CudaDevices CreateCudaDevices(int device_count) {
+CudaDevices CreateCudaDevices(int device_count, const std::shared_ptr<JitCompiler>& jit) {
   CudaDevices result;
   for (int index = 0; index < device_count; ++index) {
     CudaDeviceOptions options;
     options.index = index;
+    options.jit = jit;
     absl::StatusOr<std::unique_ptr<CudaDevice>> device = CudaDevice::Create(options);
     if (!device.ok()) {
       result.refusals.push_back(absl::StrCat("device ", index, ": ", device.status().message()));
@@ -106,7 +107,7 @@ absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateDevices(
     reason = absl::StrCat("CUDA driver ", probe.driver_version, " at ", probe.library_path,
                           " is unusable: ", probe.error);
   } else {
-    CudaDevices cuda = CreateCudaDevices(probe.device_count);
+    CudaDevices cuda = CreateCudaDevices(probe.device_count, options.jit);
     // Asked for by name, every visible GPU must be usable (CUDA_VISIBLE_DEVICES narrows the
     // set); auto takes the ones that are.
     if (options.backend == BackendChoice::kCuda && !cuda.refusals.empty()) {

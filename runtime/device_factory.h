@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/device.h"
+#include "runtime/jit/jit_compiler.h"
 
 namespace gpukit {
 
@@ -38,6 +39,8 @@ struct DeviceFactoryOptions {
   // Memory the CPU simulation device offers (default 4 GiB: enough for tests and demos,
   // small enough not to hurt a laptop).
   int64_t cpu_memory_bytes = int64_t{4} << 30;
+  // Compiles the built-in op kernels of CUDA devices (see CudaDeviceOptions::jit).
+  std::shared_ptr<JitCompiler> jit;
 };
 
 // kCpu: one CPU simulation device. kCuda: one CudaDevice per GPU the driver shows, or

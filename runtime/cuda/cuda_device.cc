@@ -196,8 +196,38 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(const CudaDeviceO
     LogIfFailed(cu->cuDevicePrimaryCtxRelease(device), "cuDevicePrimaryCtxRelease");
     return status;
   }
-  return std::unique_ptr<CudaDevice>(
+  std::unique_ptr<CudaDevice> created(
       new CudaDevice(*cu, device, context, std::move(properties), std::move(info)));
+  created->EnableBuiltinOps(options.jit);
+  return created;
+}
+
+void CudaDevice::EnableBuiltinOps(std::shared_ptr<JitCompiler> jit) {
+  if (jit == nullptr) {
+    spdlog::warn("{}: no NVRTC JIT compiler, so no built-in ops (raw kernel launches only)",
+                 Describe());
+    return;
+  }
+  if (absl::Status arch = jit->CheckArch(info_.arch); !arch.ok()) {
+    spdlog::warn("{}: NVRTC {} cannot compile for it, so no built-in ops: {}", Describe(),
+                 jit->nvrtc_version(), std::string(arch.message()));
+    return;
+  }
+  jit_ = std::move(jit);
+  JitCompiler* compiler = jit_.get();
+  const std::string arch = info_.arch;
+  ops_ = std::make_unique<BuiltinOpRunner>(
+      *this, [compiler, arch](absl::string_view module, absl::string_view source,
+                              absl::string_view entry) -> absl::StatusOr<std::string> {
+        CompileRequest request;
+        request.source = std::string(source);
+        request.entries = {std::string(entry)};
+        GPUKIT_ASSIGN_OR_RETURN(JitResult compiled, compiler->Compile(request, arch));
+        spdlog::info("built-in kernels \"{}\" for {}: {} ({:.1f} ms)", std::string(module), arch,
+                     std::string(KernelOriginName(compiled.origin)),
+                     absl::ToDoubleMilliseconds(compiled.elapsed));
+        return compiled.kernel->cubin;
+      });
 }
 
 CudaDevice::CudaDevice(const CudaDriver& cu, int device, CUctx_st* context,
@@ -532,8 +562,8 @@ absl::StatusOr<int64_t> CudaDevice::EventElapsedNs(EventId start, EventId end) {
 
 // ---- Built-in ops ----
 
-bool CudaDevice::SupportsOp(absl::string_view /*op_name*/) const {
-  return false;  // the NVRTC-compiled op kernels have not landed yet
+bool CudaDevice::SupportsOp(absl::string_view op_name) const {
+  return ops_ != nullptr && BuiltinOpRunner::Supports(op_name);
 }
 
 absl::Status CudaDevice::RunOp(const OpLaunch& launch, StreamId stream) {
@@ -549,8 +579,12 @@ absl::Status CudaDevice::RunOp(const OpLaunch& launch, StreamId stream) {
                           ByteSize(launch.plan.output.shape, launch.plan.output.dtype));
   GPUKIT_RETURN_IF_ERROR(Resolve(launch.output, 0, out_bytes).status());
   GPUKIT_RETURN_IF_ERROR(FindStream(stream).status());
-  return absl::UnimplementedError(
-      absl::StrCat("op \"", launch.op->name, "\" has no CUDA kernel yet"));
+  if (ops_ == nullptr) {
+    return absl::UnimplementedError(absl::StrCat(
+        "op \"", launch.op->name, "\" cannot run on ", Describe(),
+        ": built-in ops need the NVRTC JIT compiler, which is not available for it"));
+  }
+  return ops_->Run(launch, stream);
 }
 
 // ---- Modules and launches ----

@@ -39,7 +39,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "runtime/builtin_op_runner.h"
 #include "runtime/device.h"
+#include "runtime/jit/jit_compiler.h"
 
 struct CUctx_st;  // cuda.h's CUcontext, kept opaque here
 
@@ -50,6 +52,10 @@ struct CudaDriver;
 struct CudaDeviceOptions {
   // CUDA device ordinal as the driver numbers visible devices (after CUDA_VISIBLE_DEVICES).
   int index = 0;
+  // Compiles the built-in op kernels (kernels/cuda) for this GPU, on first use of each
+  // module. Without it, or when its NVRTC cannot compile for this GPU, the device runs no
+  // built-in ops (SupportsOp is false); raw launches still work.
+  std::shared_ptr<JitCompiler> jit;
 };
 
 // What a CudaDevice knows about its GPU beyond DeviceProperties: what the JIT compiler and
@@ -155,6 +161,9 @@ class CudaDevice final : public Device {
   CudaDevice(const CudaDriver& cu, int device, CUctx_st* context, DeviceProperties properties,
              CudaDeviceInfo info);
 
+  // Sets up the built-in ops over `jit`, if it can compile for this GPU (logs why not).
+  void EnableBuiltinOps(std::shared_ptr<JitCompiler> jit);
+
   // Makes the primary context current on the calling thread (cheap when it already is).
   absl::Status Bind() const;
 
@@ -176,6 +185,9 @@ class CudaDevice final : public Device {
   CUctx_st* const context_;  // the retained primary context
   const DeviceProperties properties_;
   const CudaDeviceInfo info_;
+  // The built-in ops; null when there is no JIT compiler for this GPU.
+  std::shared_ptr<JitCompiler> jit_;
+  std::unique_ptr<BuiltinOpRunner> ops_;
 
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

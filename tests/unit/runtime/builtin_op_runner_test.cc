@@ -141,8 +141,10 @@ OperandDesc FloatScalar(double value) {
 class BuiltinOpRunnerTest : public ::testing::Test {
  protected:
   BuiltinOpRunnerTest()
-      : runner_(device_, [this](absl::string_view module, absl::string_view source) {
+      : runner_(device_, [this](absl::string_view module, absl::string_view source,
+                                absl::string_view entry) {
           compiled_.push_back(std::string(module));
+          EXPECT_THAT(std::string(entry), ::testing::StartsWith("gk_"));
           EXPECT_THAT(std::string(source), HasSubstr("GK_MAX_RANK")) << "op_params.h first";
           return absl::StatusOr<std::string>(absl::StrCat("image-", module));
         }) {}
@@ -330,7 +332,7 @@ TEST_F(BuiltinOpRunnerTest, EmptyOutputsLaunchNothing) {
 
 TEST(BuiltinOpRunnerCompileTest, ABuiltinSourceThatDoesNotCompileIsAnInternalError) {
   RecordingDevice device;
-  BuiltinOpRunner runner(device, [](absl::string_view, absl::string_view) {
+  BuiltinOpRunner runner(device, [](absl::string_view, absl::string_view, absl::string_view) {
     return absl::StatusOr<std::string>(absl::InvalidArgumentError("error: expected a ';'"));
   });
   EXPECT_THAT(runner.Kernel("binary", "gk_add_f32"),
