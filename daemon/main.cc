@@ -13,6 +13,7 @@
 #include "runtime/base/default_address.h"
 #include "runtime/base/units.h"
 #include "runtime/device_factory.h"
+#include "runtime/jit/jit_compiler.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -20,6 +21,29 @@ namespace {
 int Fail(const absl::Status& status) {
   spdlog::critical("{}", std::string(status.message()));
   return 1;
+}
+
+// The NVRTC JIT compiler, or null (with a warning) when NVRTC is missing: the daemon still
+// serves, without custom kernels and, on a GPU, without built-in ops.
+std::shared_ptr<gpukit::JitCompiler> CreateJitCompiler(const gpukit::DaemonConfig& config) {
+  gpukit::JitCompilerOptions options = config.jit;
+  options.cache_dir = gpukit::KernelCacheDir(config.jit.cache_dir);
+  absl::StatusOr<std::unique_ptr<gpukit::JitCompiler>> jit = gpukit::JitCompiler::Create(options);
+  if (!jit.ok() && !options.cache_dir.empty() &&
+      jit.status().code() != absl::StatusCode::kFailedPrecondition) {
+    spdlog::warn("kernel cache {}: {}; keeping compiled kernels in memory only",
+                 options.cache_dir, std::string(jit.status().message()));
+    options.cache_dir.clear();
+    jit = gpukit::JitCompiler::Create(options);
+  }
+  if (!jit.ok()) {
+    spdlog::warn("{}", std::string(jit.status().message()));
+    return nullptr;
+  }
+  spdlog::info("NVRTC {} JIT compiler at {}; kernel cache {}", (*jit)->nvrtc_version(),
+               (*jit)->nvrtc_library_path(),
+               options.cache_dir.empty() ? std::string("in memory only") : options.cache_dir);
+  return std::shared_ptr<gpukit::JitCompiler>(*std::move(jit));
 }
 
 int Run(int argc, char** argv) {
@@ -67,9 +91,11 @@ int Run(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
   spdlog::info("gpukitd {} starting", GPUKIT_VERSION_STRING);
+  std::shared_ptr<gpukit::JitCompiler> jit = CreateJitCompiler(*config);
   gpukit::DeviceFactoryOptions device_options;
   device_options.backend = config->backend;
   device_options.cpu_memory_bytes = config->cpu_memory_bytes;
+  device_options.jit = jit;
   auto devices = gpukit::CreateDevices(device_options);
   if (!devices.ok()) return Fail(devices.status());
   for (const auto& device : *devices) {

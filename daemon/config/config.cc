@@ -1,6 +1,7 @@
 #include "daemon/config/config.h"
 
 #include <fstream>
+#include <cstdlib>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -24,7 +25,8 @@ constexpr absl::string_view kDefaultConfig = R"json({
   "sessions": {"defaultLease": "30s", "minLease": "1s", "maxLease": "10m"},
   "streamsPerDevice": 4,
   "partitions": [],
-  "scheduler": {"pacingBurst": "20ms", "taskHistory": 1000}
+  "scheduler": {"pacingBurst": "20ms", "taskHistory": 1000},
+  "jit": {"cacheDir": "", "memoryCache": "256MiB", "compileTimeout": "30s", "cpuArch": "sm_90"}
 }
 )json";
 
@@ -93,6 +95,23 @@ absl::StatusOr<PartitionSpec> PartitionFromConfig(
 }  // namespace
 
 absl::string_view EmbeddedDefaultConfigJson() { return kDefaultConfig; }
+
+std::string KernelCacheDir(absl::string_view configured) {
+  if (configured == "none") return "";
+  if (!configured.empty()) return std::string(configured);
+  if (const char* systemd = std::getenv("CACHE_DIRECTORY"); systemd != nullptr && *systemd) {
+    // systemd may list several, separated by ':'; the first is ours.
+    return absl::StrCat(absl::string_view(systemd).substr(0, absl::string_view(systemd).find(':')),
+                        "/kernels");
+  }
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg == '/') {
+    return absl::StrCat(xdg, "/gpukit/kernels");
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home == '/') {
+    return absl::StrCat(home, "/.cache/gpukit/kernels");
+  }
+  return "";
+}
 
 absl::Status ValidateListenAddress(absl::string_view address) {
   if (absl::StartsWith(address, "unix://")) {
@@ -206,6 +225,33 @@ absl::StatusOr<DaemonConfig> ApplyConfigJson(absl::string_view json, DaemonConfi
         "scheduler.taskHistory = ", scheduler.task_history(), " must be >= 0"));
   }
   if (scheduler.has_task_history()) config.core.task_history = scheduler.task_history();
+  const auto& jit = file.jit();
+  if (!jit.cache_dir().empty()) {
+    if (jit.cache_dir() != "none" && jit.cache_dir()[0] != '/') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("jit.cacheDir = \"", jit.cache_dir(), "\" must be an absolute path or \"none\""));
+    } else {
+      config.jit.cache_dir = jit.cache_dir();
+    }
+  }
+  if (!jit.nvrtc_dir().empty()) config.jit.library_dir = jit.nvrtc_dir();
+  if (!jit.memory_cache().empty()) {
+    GPUKIT_ASSIGN_OR_RETURN(config.jit.memory_budget_bytes,
+                            ParsePositiveBytes(jit.memory_cache(), "jit.memoryCache"));
+  }
+  if (!jit.compile_timeout().empty()) {
+    GPUKIT_ASSIGN_OR_RETURN(config.jit.compile_time_budget,
+                            ParsePositiveDuration(jit.compile_timeout(), "jit.compileTimeout"));
+  }
+  if (!jit.cpu_arch().empty()) {
+    int sm = 0;
+    if (!absl::StartsWith(jit.cpu_arch(), "sm_") ||
+        !absl::SimpleAtoi(absl::string_view(jit.cpu_arch()).substr(3), &sm) || sm < 80) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "jit.cpuArch = \"", jit.cpu_arch(), "\" must be sm_XX with XX >= 80, e.g. sm_90"));
+    }
+    config.cpu_kernel_arch = jit.cpu_arch();
+  }
   return config;
 }
 

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "daemon/core/core.h"
+#include "runtime/jit/jit_compiler.h"
 #include "runtime/device_factory.h"
 
 namespace gpukit {
@@ -26,7 +27,16 @@ struct DaemonConfig {
   std::string log_level = "info";
   int64_t cpu_memory_bytes = 0;
   CoreOptions core;
+  // The JIT compiler's options; cache_dir as configured ("", "none" or a path: see
+  // KernelCacheDir).
+  JitCompilerOptions jit;
+  std::string cpu_kernel_arch = "sm_90";
 };
+
+// The kernel cache directory for jit.cacheDir = `configured`: "" for "none" (memory only),
+// the path itself when one is given, else systemd's $CACHE_DIRECTORY/kernels, else
+// $XDG_CACHE_HOME/gpukit/kernels, else $HOME/.cache/gpukit/kernels ("" when none is set).
+std::string KernelCacheDir(absl::string_view configured);
 
 // The configuration gpukitd runs with when given no file, as JSON.
 absl::string_view EmbeddedDefaultConfigJson();

@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/scoped_env.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
@@ -476,6 +477,51 @@ TEST(PartitionConfigTest, TaskHistoryZeroTurnsHistoryOffAndAbsentKeepsTheBase) {
   ASSERT_THAT(absent, IsOk());
   EXPECT_EQ(absent->core.task_history, 0);
 }
+
+TEST(JitConfigTest, EmbeddedDefaultAndEveryField) {
+  const DaemonConfig defaults = EmbeddedDefault();
+  EXPECT_EQ(defaults.jit.cache_dir, "");
+  EXPECT_EQ(defaults.jit.memory_budget_bytes, 256 * kMiB);
+  EXPECT_EQ(defaults.jit.compile_time_budget, absl::Seconds(30));
+  EXPECT_EQ(defaults.cpu_kernel_arch, "sm_90");
+  absl::StatusOr<DaemonConfig> config = ApplyConfigJson(R"({"jit": {
+      "cacheDir": "/var/cache/gpukit/kernels", "nvrtcDir": "/opt/nvrtc/lib",
+      "memoryCache": "64MiB", "compileTimeout": "5s", "cpuArch": "sm_80"}})",
+                                                        defaults);
+  ASSERT_THAT(config, IsOk());
+  EXPECT_EQ(config->jit.cache_dir, "/var/cache/gpukit/kernels");
+  EXPECT_EQ(config->jit.library_dir, "/opt/nvrtc/lib");
+  EXPECT_EQ(config->jit.memory_budget_bytes, 64 * kMiB);
+  EXPECT_EQ(config->jit.compile_time_budget, absl::Seconds(5));
+  EXPECT_EQ(config->cpu_kernel_arch, "sm_80");
+}
+
+TEST(JitConfigTest, KernelCacheDirFollowsTheConfigThenSystemdThenXdgThenHome) {
+  EXPECT_EQ(KernelCacheDir("none"), "");
+  EXPECT_EQ(KernelCacheDir("/srv/kernels"), "/srv/kernels");
+  {
+    gpukit::testing::ScopedEnv systemd("CACHE_DIRECTORY", "/var/cache/gpukit:/other");
+    EXPECT_EQ(KernelCacheDir(""), "/var/cache/gpukit/kernels");
+  }
+  gpukit::testing::ScopedEnv no_systemd("CACHE_DIRECTORY", std::nullopt);
+  {
+    gpukit::testing::ScopedEnv xdg("XDG_CACHE_HOME", "/home/u/.xdg");
+    EXPECT_EQ(KernelCacheDir(""), "/home/u/.xdg/gpukit/kernels");
+  }
+  gpukit::testing::ScopedEnv no_xdg("XDG_CACHE_HOME", std::nullopt);
+  gpukit::testing::ScopedEnv home("HOME", "/home/u");
+  EXPECT_EQ(KernelCacheDir(""), "/home/u/.cache/gpukit/kernels");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Jit, RejectConfigJsonTest,
+    ::testing::Values(RejectCase{"RelativeCacheDir", R"({"jit": {"cacheDir": "cache"}})",
+                                 "jit.cacheDir"},
+                      RejectCase{"OldArch", R"({"jit": {"cpuArch": "sm_70"}})", "jit.cpuArch"},
+                      RejectCase{"NotAnArch", R"({"jit": {"cpuArch": "hopper"}})", "jit.cpuArch"},
+                      RejectCase{"BadTimeout", R"({"jit": {"compileTimeout": "soon"}})",
+                                 "jit.compileTimeout"}),
+    [](const ::testing::TestParamInfo<RejectCase>& info) { return info.param.name; });
 
 INSTANTIATE_TEST_SUITE_P(
     Partitions, RejectConfigJsonTest,
