@@ -40,6 +40,11 @@ KernelArg Buffer(BufferId buffer) {
   return arg;
 }
 
+KernelArg Int64(int64_t value);
+
+// A buffer's address, or a null pointer for the 0 id (a scalar operand has no buffer).
+KernelArg BufferOrNull(BufferId buffer) { return buffer.value == 0 ? Int64(0) : Buffer(buffer); }
+
 KernelArg Int64(int64_t value) {
   KernelArg arg;
   arg.kind = KernelArg::Kind::kScalar;
@@ -194,10 +199,11 @@ class Lowering {
     params.count = count;
     params.rank = static_cast<gk_int32>(shape.size());
     CopyDims(shape, params.dims);
-    BufferId a, b;
+    BufferId a, b;  // stay 0 for a scalar operand, which passes a null pointer
     GPUKIT_ASSIGN_OR_RETURN(params.a, BinaryOperand(0, count, &a));
     GPUKIT_ASSIGN_OR_RETURN(params.b, BinaryOperand(1, count, &b));
-    const KernelArg args[] = {Buffer(launch_.output), Buffer(a), Buffer(b), Block(params)};
+    const KernelArg args[] = {Buffer(launch_.output), BufferOrNull(a), BufferOrNull(b),
+                              Block(params)};
     return Launch("binary",
                   absl::StrCat("gk_", op, "_", KernelDTypeSuffix(launch_.plan.compute_dtype)),
                   Linear(count), args);

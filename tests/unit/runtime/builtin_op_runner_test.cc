@@ -211,6 +211,8 @@ TEST_F(BuiltinOpRunnerTest, ScalarTravelsInTheParameterBlockInTheComputeDtype) {
   const auto p = launch.Block<GkBinaryParams>();
   EXPECT_EQ(p.b.mode, GK_OPERAND_SCALAR);
   EXPECT_EQ(p.b.scalar_bits, kernels::Float16::FromFloat(2.5f).bits);
+  EXPECT_EQ(launch.args[2].kind, KernelArg::Kind::kScalar) << "a null pointer, not a buffer";
+  EXPECT_EQ(launch.args[2].size_bytes, 8u);
 }
 
 TEST_F(BuiltinOpRunnerTest, BroadcastOperandsAreStridedOrRepeated) {

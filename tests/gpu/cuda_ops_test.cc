@@ -1,0 +1,308 @@
+// Every built-in op on the CUDA device against the CPU reference, on fresh random inputs
+// (never zeros), for every dtype: the same OpLaunch runs on a CudaDevice (NVRTC-compiled
+// kernels/cuda) and on a CpuDevice (kernels/cpu), and the outputs are compared. Outputs are
+// poisoned before each run, so an element a kernel forgets to write cannot pass.
+//
+// Tolerances: integers and conversions exactly (NaN equal to NaN); element-wise float ops
+// exactly (IEEE arithmetic in float32 on both sides); reductions and matmul relative to the
+// sum of magnitudes involved: 1e-5 for float32, 1e-2 for float16 and bfloat16.
+//
+// Skipped, visibly, where there is no GPU or no NVRTC.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "runtime/base/shape.h"
+#include "runtime/base/status_macros.h"
+#include "runtime/cpu/cpu_device.h"
+#include "runtime/cuda/cuda_device.h"
+#include "runtime/jit/jit_compiler.h"
+#include "runtime/op_registry.h"
+#include "tests/testing/random_seed.h"
+#include "tests/testing/status_matchers.h"
+
+namespace gpukit {
+namespace {
+
+// An operand: a scalar, or an array with its values (as doubles, converted to its dtype).
+struct Input {
+  bool is_scalar = false;
+  ScalarValue scalar;
+  TensorDesc desc;
+  std::vector<double> values;
+};
+
+// Host bytes of `values` in `dtype`, converted as the CPU kernels convert float64 values.
+std::vector<uint8_t> ToBytes(const std::vector<double>& values, DType dtype) {
+  std::vector<float> as_float(values.begin(), values.end());
+  std::vector<uint8_t> bytes(std::max<size_t>(values.size() * DTypeSize(dtype), 1));
+  if (!values.empty()) {
+    kernels::CastCpu({as_float.data(), DType::kFloat32, {static_cast<int64_t>(values.size())}},
+                     {bytes.data(), dtype, {static_cast<int64_t>(values.size())}});
+  }
+  return bytes;
+}
+
+// `n` values for `dtype`, never 0: floats in +-[0.25, 2], integers in the type's small range.
+std::vector<double> RandomValues(std::mt19937& rng, DType dtype, int64_t n) {
+  std::vector<double> values(n);
+  std::uniform_real_distribution<double> magnitude(0.25, 2.0);
+  std::uniform_int_distribution<int> small(1, 100);
+  std::bernoulli_distribution negative(0.5);
+  for (double& v : values) {
+    if (IsFloating(dtype)) {
+      v = magnitude(rng) * (negative(rng) ? -1 : 1);
+    } else {
+      v = small(rng) * (dtype != DType::kUInt8 && negative(rng) ? -1 : 1);
+    }
+  }
+  return values;
+}
+
+// Element `i` of `bytes` in `dtype`, widened to double.
+double Element(const std::vector<uint8_t>& bytes, DType dtype, int64_t i) {
+  double out = 0;
+  float f = 0;
+  int64_t n = 0;
+  if (IsFloating(dtype)) {
+    kernels::CastCpu({bytes.data() + i * DTypeSize(dtype), dtype, {}}, {&f, DType::kFloat32, {}});
+    out = f;
+  } else {
+    kernels::CastCpu({bytes.data() + i * DTypeSize(dtype), dtype, {}}, {&n, DType::kInt64, {}});
+    out = static_cast<double>(n);
+  }
+  return out;
+}
+
+class CudaOpsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<std::unique_ptr<JitCompiler>> jit = JitCompiler::Create({});
+    if (!jit.ok()) {
+      skip_ = new std::string(absl::StrCat("no NVRTC: ", jit.status().message()));
+      return;
+    }
+    CudaDeviceOptions options;
+    options.jit = std::shared_ptr<JitCompiler>(*std::move(jit));
+    absl::StatusOr<std::unique_ptr<CudaDevice>> cuda = CudaDevice::Create(options);
+    if (!cuda.ok()) {
+      skip_ = new std::string(absl::StrCat("no CUDA device: ", cuda.status().message()));
+      return;
+    }
+    cuda_ = cuda->release();
+    cpu_ = CpuDevice::Create({}).value().release();
+  }
+
+  void SetUp() override {
+    if (skip_ != nullptr) GTEST_SKIP() << *skip_;
+    rng_.seed(::gpukit::testing::TestSeed());
+  }
+
+  Input Array(DType dtype, Shape shape) {
+    Input in;
+    in.desc = {dtype, shape};
+    in.values = RandomValues(rng_, dtype, ElementCount(shape).value());
+    return in;
+  }
+  static Input FloatScalar(double v) {
+    Input in;
+    in.is_scalar = true;
+    in.scalar.is_float = true;
+    in.scalar.float_value = v;
+    return in;
+  }
+  static Input IntScalar(int64_t v) {
+    Input in;
+    in.is_scalar = true;
+    in.scalar.int_value = v;
+    return in;
+  }
+
+  // Runs the op on `device`; returns the output's bytes.
+  static absl::StatusOr<std::vector<uint8_t>> RunOn(Device& device, const OpDef& op,
+                                                    const OpPlan& plan,
+                                                    const std::vector<Input>& inputs) {
+    GPUKIT_ASSIGN_OR_RETURN(StreamId stream, device.CreateStream(StreamPriority::kNormal));
+    OpLaunch launch;
+    launch.op = &op;
+    launch.plan = plan;
+    std::vector<BufferId> buffers;
+    for (const Input& in : inputs) {
+      OpOperand operand;
+      operand.is_scalar = in.is_scalar;
+      operand.scalar = in.scalar;
+      if (!in.is_scalar) {
+        const std::vector<uint8_t> bytes = ToBytes(in.values, in.desc.dtype);
+        GPUKIT_ASSIGN_OR_RETURN(BufferId buffer, device.Allocate(bytes.size()));
+        GPUKIT_RETURN_IF_ERROR(
+            device.CopyHostToDevice(buffer, 0, bytes.data(), bytes.size(), stream));
+        operand.buffer = buffer;
+        operand.desc = in.desc;
+        buffers.push_back(buffer);
+      }
+      launch.inputs.push_back(operand);
+    }
+    GPUKIT_ASSIGN_OR_RETURN(int64_t out_bytes, ByteSize(plan.output.shape, plan.output.dtype));
+    const int64_t size = std::max<int64_t>(out_bytes, 1);
+    GPUKIT_ASSIGN_OR_RETURN(launch.output, device.Allocate(size));
+    buffers.push_back(launch.output);
+    const std::vector<uint8_t> poison(size, 0xA5);
+    GPUKIT_RETURN_IF_ERROR(device.CopyHostToDevice(launch.output, 0, poison.data(), size, stream));
+    GPUKIT_RETURN_IF_ERROR(device.RunOp(launch, stream));
+    std::vector<uint8_t> out(size);
+    GPUKIT_RETURN_IF_ERROR(device.CopyDeviceToHost(out.data(), launch.output, 0, size, stream));
+    GPUKIT_RETURN_IF_ERROR(SynchronizeStream(device, stream));
+    for (BufferId b : buffers) GPUKIT_RETURN_IF_ERROR(device.Free(b));
+    GPUKIT_RETURN_IF_ERROR(device.DestroyStream(stream));
+    out.resize(out_bytes);
+    return out;
+  }
+
+  enum class Tolerance { kExact, kAccumulated };
+
+  // Runs `op` on both devices and compares. For kAccumulated, `magnitude(i)` bounds the
+  // sum of |terms| of output element i (the scale of its rounding error).
+  void Compare(const std::string& op_name, const std::vector<Input>& inputs, AttrMap attrs,
+               Tolerance tolerance, const std::function<double(int64_t)>& magnitude = nullptr) {
+    SCOPED_TRACE(op_name);
+    const OpRegistry& registry = OpRegistry::Builtin();
+    const OpDef* op = registry.Find(op_name).value();
+    std::vector<OperandDesc> descs;
+    for (const Input& in : inputs) {
+      OperandDesc d;
+      d.is_scalar = in.is_scalar;
+      d.scalar = in.scalar;
+      d.tensor = in.desc;
+      descs.push_back(d);
+    }
+    absl::StatusOr<OpPlan> plan = registry.Plan(*op, descs, attrs);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    absl::StatusOr<std::vector<uint8_t>> want = RunOn(*cpu_, *op, *plan, inputs);
+    ASSERT_TRUE(want.ok()) << want.status();
+    absl::StatusOr<std::vector<uint8_t>> got = RunOn(*cuda_, *op, *plan, inputs);
+    ASSERT_TRUE(got.ok()) << got.status();
+    const DType dtype = plan->output.dtype;
+    const int64_t count = ElementCount(plan->output.shape).value();
+    ASSERT_EQ(got->size(), want->size());
+    double rel = 0;
+    if (tolerance == Tolerance::kAccumulated) {
+      rel = dtype == DType::kFloat32 ? 1e-5 : (IsFloating(dtype) ? 1e-2 : 0);
+    } else if (dtype == DType::kFloat16 || dtype == DType::kBFloat16) {
+      rel = 0;
+    }
+    int failures = 0;
+    for (int64_t i = 0; i < count && failures < 10; ++i) {
+      const double w = Element(*want, dtype, i), g = Element(*got, dtype, i);
+      if (std::isnan(w) && std::isnan(g)) continue;
+      const double allowed = rel * (magnitude ? magnitude(i) : std::fabs(w));
+      if (std::fabs(g - w) > allowed) {
+        ADD_FAILURE() << op_name << " " << DTypeName(dtype) << " element " << i << ": cuda " << g
+                      << ", cpu " << w << " (allowed difference " << allowed << ")";
+        ++failures;
+      }
+    }
+  }
+
+  static Device* cuda_;
+  static Device* cpu_;
+  static std::string* skip_;
+  std::mt19937 rng_;
+};
+Device* CudaOpsTest::cuda_ = nullptr;
+Device* CudaOpsTest::cpu_ = nullptr;
+std::string* CudaOpsTest::skip_ = nullptr;
+
+TEST_F(CudaOpsTest, BinaryOpsForEveryDtypeAndLayout) {
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    for (const char* op : {"add", "sub", "mul", "div"}) {
+      Compare(op, {Array(dtype, {1000}), Array(dtype, {1000})}, {}, Tolerance::kExact);
+      Compare(op, {Array(dtype, {64, 33}), Array(dtype, {33})}, {}, Tolerance::kExact);
+      Compare(op, {Array(dtype, {7, 1, 5}), Array(dtype, {3, 1})}, {}, Tolerance::kExact);
+      Compare(op, {Array(dtype, {2, 3}), Array(dtype, {1})}, {}, Tolerance::kExact);
+      Compare(op, {Array(dtype, {300}), FloatScalar(1.7)}, {}, Tolerance::kExact);
+      Compare(op, {IntScalar(3), Array(dtype, {300})}, {}, Tolerance::kExact);
+    }
+  }
+  // Mixed dtypes: the inputs are cast to the compute dtype first.
+  Compare("add", {Array(DType::kInt32, {100}), Array(DType::kFloat32, {100})}, {},
+          Tolerance::kExact);
+  Compare("mul", {Array(DType::kUInt8, {10, 10}), Array(DType::kFloat16, {10})}, {},
+          Tolerance::kExact);
+  Compare("div", {Array(DType::kInt64, {50}), IntScalar(7)}, {}, Tolerance::kExact);
+}
+
+TEST_F(CudaOpsTest, AstypeBetweenEveryPairIncludingSpecialValues) {
+  for (DType from : kAllDTypes) {
+    for (DType to : kAllDTypes) {
+      SCOPED_TRACE(absl::StrCat(DTypeName(from), " -> ", DTypeName(to)));
+      Input in = Array(from, {257});
+      if (IsFloating(from)) {
+        // Rounding ties, saturation, NaN and infinities.
+        const double special[] = {NAN, INFINITY, -INFINITY, 1e10, -1e10, 255.5, 256.0, -0.5,
+                                  65504, 70000, 1.0009765625, 3.0e38, -2147483649.0};
+        for (size_t i = 0; i < std::size(special); ++i) in.values[i] = special[i];
+      } else {
+        for (size_t i = 0; i < 5; ++i) in.values[i] = 100 + 37 * i;  // wraps into uint8
+      }
+      Compare("astype", {in}, {{"dtype", to}}, Tolerance::kExact);
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, ReductionsOverEverythingRowsAndColumns) {
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    for (const char* op : {"sum", "mean", "max", "min"}) {
+      const bool accumulates = std::string(op) == "sum" || std::string(op) == "mean";
+      const Tolerance tol = accumulates ? Tolerance::kAccumulated : Tolerance::kExact;
+      auto bound = [&](int64_t n) {  // |terms| <= 2 (floats) or 100 (integers), n of them
+        const double per = IsFloating(dtype) ? 2.0 : 100.0;
+        const double scale = std::string(op) == "mean" ? per : per * n;
+        return [scale](int64_t) { return scale; };
+      };
+      Compare(op, {Array(dtype, {1 << 20})}, {}, tol, bound(1 << 20));    // sliced rows
+      Compare(op, {Array(dtype, {37, 1000})}, {{"axis", int64_t{1}}}, tol, bound(1000));
+      Compare(op, {Array(dtype, {1000, 37})}, {{"axis", int64_t{0}}}, tol, bound(1000));
+      Compare(op, {Array(dtype, {3, 4, 5})}, {{"axis", int64_t{1}}, {"keepdims", true}}, tol,
+              bound(4));
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, MatmulPlainBatchedAndBroadcast) {
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const double per = IsFloating(dtype) ? 4.0 : 1e4;
+    const Tolerance tol = IsFloating(dtype) ? Tolerance::kAccumulated : Tolerance::kExact;
+    Compare("matmul", {Array(dtype, {64, 48}), Array(dtype, {48, 80})}, {}, tol,
+            [&](int64_t) { return per * 48; });
+    Compare("matmul", {Array(dtype, {3, 17, 33}), Array(dtype, {3, 33, 9})}, {}, tol,
+            [&](int64_t) { return per * 33; });
+    Compare("matmul", {Array(dtype, {2, 1, 8, 8}), Array(dtype, {3, 8, 8})}, {}, tol,
+            [&](int64_t) { return per * 8; });
+  }
+}
+
+TEST_F(CudaOpsTest, TransposeAndReshapeMoveEveryElement) {
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    Compare("transpose", {Array(dtype, {5, 6, 7})}, {{"perm", std::vector<int64_t>{2, 0, 1}}},
+            Tolerance::kExact);
+    Compare("transpose", {Array(dtype, {33, 65})}, {}, Tolerance::kExact);
+    Compare("reshape", {Array(dtype, {6, 10})}, {{"shape", std::vector<int64_t>{3, 20}}},
+            Tolerance::kExact);
+  }
+}
+
+}  // namespace
+}  // namespace gpukit
