@@ -21,7 +21,7 @@ constexpr int64_t kMaxBlocks = 8192;
 constexpr int64_t kMaxGridYZ = 65535;
 // A row of a reduction is split across blocks when it is long and there are few rows.
 constexpr int64_t kReduceSliceLength = 32 * kThreads;
-constexpr int64_t kMaxReduceSlices = 1024;
+constexpr int64_t kMaxReduceSlices = 4096;
 constexpr uint32_t kMatmulTile = 16;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -280,7 +280,8 @@ class Lowering {
     rows.block[0] = kThreads;
     BufferId partial = launch_.output;  // unused with one slice
     if (slices > 1) {
-      GPUKIT_ASSIGN_OR_RETURN(partial, temps_.Allocate(p.outer * slices * 8));
+      static_assert(kMaxReduceSlices * 8 <= BuiltinOpRunner::kScratchBytes);
+      GPUKIT_ASSIGN_OR_RETURN(partial, runner_.Scratch(stream_));
     }
     const KernelArg row_args[] = {Buffer(launch_.output), Buffer(input), Buffer(partial),
                                   Block(p)};
@@ -384,6 +385,26 @@ bool BuiltinOpRunner::Supports(absl::string_view op_name) {
 
 absl::Status BuiltinOpRunner::Run(const OpLaunch& launch, StreamId stream) {
   return Lowering(*this, device_, launch, stream).Run();
+}
+
+absl::StatusOr<BufferId> BuiltinOpRunner::Scratch(StreamId stream) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = scratch_.find(stream.value); it != scratch_.end()) return it->second;
+  GPUKIT_ASSIGN_OR_RETURN(BufferId buffer, device_.Allocate(kScratchBytes));
+  scratch_.emplace(stream.value, buffer);
+  return buffer;
+}
+
+void BuiltinOpRunner::ReleaseStream(StreamId stream) {
+  BufferId buffer;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = scratch_.find(stream.value);
+    if (it == scratch_.end()) return;
+    buffer = it->second;
+    scratch_.erase(it);
+  }
+  device_.Free(buffer).IgnoreError();
 }
 
 absl::StatusOr<FunctionId> BuiltinOpRunner::Kernel(absl::string_view module,

@@ -12,11 +12,12 @@
 //                                      absl::string_view entry) { return CompileCubin(...); });
 //   GPUKIT_RETURN_IF_ERROR(runner.Run(launch, stream));  // enqueued on `stream`
 //
-// An op that needs temporary device memory (a cast input, the partial results of a long
-// reduction) waits for its work before it frees it, so Run returns after the work has run
-// in that case; otherwise it returns once the work is enqueued, as Device::RunOp does.
-// Temporary memory is not counted by the scheduler; it is at most the size of the inputs
-// being cast, plus 8 bytes per reduction block.
+// An op that needs temporary device memory (an input of another dtype, cast first) waits
+// for its work before it frees it, so Run returns after the work has run in that case;
+// otherwise it returns once the work is enqueued, as Device::RunOp does. Long reductions
+// keep their partial results in a small scratch buffer per stream (Scratch). Neither is
+// counted by the scheduler: the casts are at most the size of the inputs, the scratch
+// 32 KiB per stream.
 //
 // Thread safety: Run may be called from any thread; modules are loaded under a lock.
 #ifndef GPUKIT_RUNTIME_BUILTIN_OP_RUNNER_H_
@@ -58,12 +59,22 @@ class BuiltinOpRunner {
   // first use. Exposed for tests.
   absl::StatusOr<FunctionId> Kernel(absl::string_view module, absl::string_view kernel);
 
+  // Scratch memory of `stream` for the partial results of long reductions: allocated on its
+  // first use, reused by every later op on the stream (stream order keeps them apart), so a
+  // reduction neither allocates nor waits.
+  static constexpr int64_t kScratchBytes = 4096 * 8;
+  absl::StatusOr<BufferId> Scratch(StreamId stream);
+  // Frees `stream`'s scratch; the device calls it when it destroys the stream (after its
+  // work has finished).
+  void ReleaseStream(StreamId stream);
+
  private:
   Device& device_;
   const ModuleCompiler compile_;
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, ModuleId> modules_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, FunctionId> functions_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, BufferId> scratch_ ABSL_GUARDED_BY(mu_);
 };
 
 // The suffix of a dtype in built-in kernel names: "f32", "f16", "bf16", "i32", "i64", "u8".

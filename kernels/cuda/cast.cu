@@ -6,7 +6,24 @@
 template <typename From, typename To>
 __device__ __forceinline__ void gk_cast(To* __restrict__ out, const From* __restrict__ in,
                                         const GkCastParams& p) {
-  GK_FOR_EACH(i, p.count) { out[i] = Traits<To>::from_wide(gk_widen(in[i])); }
+  // Reads 16 bytes at a time when both sides are aligned; the writes follow the reads.
+  typedef GkPack<From> Pack;
+  gk_int64 done = 0;
+  if (gk_aligned16(in) && gk_aligned16(out)) {
+    const gk_int64 packs = p.count / Pack::kCount;
+    GK_FOR_EACH(i, packs) {
+      const Pack x = reinterpret_cast<const Pack*>(in)[i];
+#pragma unroll
+      for (int j = 0; j < Pack::kCount; ++j) {
+        out[i * Pack::kCount + j] = Traits<To>::from_wide(gk_widen(x.v[j]));
+      }
+    }
+    done = packs * Pack::kCount;
+  }
+  for (gk_int64 i = done + static_cast<gk_int64>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < p.count; i += static_cast<gk_int64>(gridDim.x) * blockDim.x) {
+    out[i] = Traits<To>::from_wide(gk_widen(in[i]));
+  }
 }
 
 #define GK_CAST_KERNEL(from_suffix, From, to_suffix, To)                                    \

@@ -179,6 +179,18 @@ __device__ __forceinline__ typename Traits<T>::Wide gk_widen(T v) {
   return static_cast<typename Traits<T>::Wide>(Traits<T>::to_compute(v));
 }
 
+// 16 bytes of T, loaded and stored as one vector access (ld.global.v4 and the like), which
+// is what lets memory-bound kernels approach the device's copy bandwidth.
+template <typename T>
+struct __align__(16) GkPack {
+  static const int kCount = 16 / sizeof(T);
+  T v[kCount];
+};
+
+__device__ __forceinline__ bool gk_aligned16(const void* p) {
+  return (reinterpret_cast<unsigned long long>(p) & 15) == 0;
+}
+
 // A grid-stride loop over [0, n).
 #define GK_FOR_EACH(i, n)                                                                \
   for (gk_int64 i = static_cast<gk_int64>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \

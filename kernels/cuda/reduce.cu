@@ -183,14 +183,45 @@ __device__ __forceinline__ void gk_reduce_rows(typename Op::Out* __restrict__ ou
                                                typename Op::Acc* __restrict__ partial,
                                                const GkReduceParams& p, bool is_sum) {
   typedef typename Op::Acc Acc;
+  typedef GkPack<T> Pack;
   const gk_int64 slices = gridDim.x;
-  const gk_int64 slice_length = (p.extent + slices - 1) / slices;
+  // Slices start on pack boundaries, so an aligned row is read 16 bytes at a time.
+  gk_int64 slice_length = (p.extent + slices - 1) / slices;
+  slice_length = (slice_length + Pack::kCount - 1) / Pack::kCount * Pack::kCount;
   const gk_int64 begin = blockIdx.x * slice_length;
   const gk_int64 end = begin + slice_length < p.extent ? begin + slice_length : p.extent;
   for (gk_int64 row = blockIdx.y; row < p.outer; row += gridDim.y) {
     const T* data = in + row * p.extent;
     Acc acc = Op::identity();
-    for (gk_int64 i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    gk_int64 scalar_begin = begin;
+    if (gk_aligned16(data) && end > begin) {
+      const gk_int64 packs = (end - begin) / Pack::kCount;
+      const Pack* packed = reinterpret_cast<const Pack*>(data + begin);
+      const gk_int64 stride = blockDim.x;
+      gk_int64 i = threadIdx.x;
+      // Four loads in flight per thread before their values are combined.
+      for (; i + 3 * stride < packs; i += 4 * stride) {
+        Pack x[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) x[u] = packed[i + u * stride];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+#pragma unroll
+          for (int j = 0; j < Pack::kCount; ++j) {
+            acc = Op::combine(acc, static_cast<Acc>(gk_widen(x[u].v[j])));
+          }
+        }
+      }
+      for (; i < packs; i += stride) {
+        const Pack x = packed[i];
+#pragma unroll
+        for (int j = 0; j < Pack::kCount; ++j) {
+          acc = Op::combine(acc, static_cast<Acc>(gk_widen(x.v[j])));
+        }
+      }
+      scalar_begin = begin + packs * Pack::kCount;
+    }
+    for (gk_int64 i = scalar_begin + threadIdx.x; i < end; i += blockDim.x) {
       acc = Op::combine(acc, static_cast<Acc>(gk_widen(data[i])));
     }
     acc = gk_block_reduce<Op>(acc);

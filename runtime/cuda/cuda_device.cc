@@ -405,10 +405,13 @@ absl::Status CudaDevice::DestroyStream(StreamId stream) {
   GPUKIT_RETURN_IF_ERROR(Bind());
   // Waits without the lock; the stream is destroyed when `doomed` (the last user) goes.
   absl::Status synced = CheckCu(cu_.cuStreamSynchronize(doomed->handle), "cuStreamSynchronize");
-  absl::MutexLock lock(&mu_);
-  if (streams_.erase(stream.value) == 0) {
-    return absl::NotFoundError(absl::StrCat("stream ", stream.value, " not found"));
+  {
+    absl::MutexLock lock(&mu_);
+    if (streams_.erase(stream.value) == 0) {
+      return absl::NotFoundError(absl::StrCat("stream ", stream.value, " not found"));
+    }
   }
+  if (ops_ != nullptr) ops_->ReleaseStream(stream);  // its work has finished
   return synced;
 }
 

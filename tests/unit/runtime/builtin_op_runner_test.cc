@@ -265,12 +265,19 @@ TEST_F(BuiltinOpRunnerTest, LongFullReductionSplitsIntoSlicesAndCombinesTheParti
   EXPECT_EQ(p.extent, 1 << 20);
   EXPECT_EQ(p.inner, 1);
   EXPECT_EQ(rows.config.grid[0], 128u) << "2^20 elements in slices of 8192";
-  EXPECT_THAT(device_.allocated, ElementsAre(128 * 8));
+  EXPECT_THAT(device_.allocated, ElementsAre(BuiltinOpRunner::kScratchBytes))
+      << "the stream's scratch";
   const RecordedLaunch& partials = device_.launches[1];
   EXPECT_EQ(partials.kernel, "image-reduce:gk_reduce_partials_sum_f32");
   int64_t slices;
   std::memcpy(&slices, partials.args[2].bytes, sizeof(slices));
   EXPECT_EQ(slices, 128);
+  EXPECT_EQ(device_.waits_with_temporaries, 0) << "a reduction does not wait";
+  // The next reduction on the stream reuses the scratch; releasing the stream frees it.
+  ASSERT_THAT(Run("max", {ArrayDesc(DType::kFloat32, {1 << 20})}), IsOk());
+  EXPECT_EQ(device_.allocated.size(), 1u);
+  EXPECT_EQ(device_.launches[2].args[2].buffer.value, rows.args[2].buffer.value);
+  runner_.ReleaseStream(StreamId{1});
   EXPECT_TRUE(device_.live.empty());
 }
 
