@@ -4,14 +4,20 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/base/shape.h"
+#include "runtime/cuda/transfer_engine.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/cuda_driver.h"
+#include "runtime/cuda/matmul_plan.h"
+#include "runtime/jit/library_search.h"
 #include "spdlog/spdlog.h"
 
 namespace gpukit {
@@ -199,7 +205,32 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(const CudaDeviceO
   std::unique_ptr<CudaDevice> created(
       new CudaDevice(*cu, device, context, std::move(properties), std::move(info)));
   created->EnableBuiltinOps(options.jit);
+  created->EnableCublasLt(options);
   return created;
+}
+
+void CudaDevice::EnableCublasLt(const CudaDeviceOptions& options) {
+  if (!options.use_cublaslt) {
+    spdlog::info("{}: cuBLASLt turned off; matmul uses gpukit's own kernel", Describe());
+    return;
+  }
+  absl::StatusOr<std::unique_ptr<CublasLtMatmul>> blas = absl::InternalError("not bound");
+  if (absl::Status bound = Bind(); !bound.ok()) {
+    blas = bound;
+  } else {
+    LibrarySearchOptions search;
+    search.explicit_dir = options.cublaslt_dir;
+    blas = CublasLtMatmul::Create(CudaLibrarySearchDirs(search));
+  }
+  if (!blas.ok()) {
+    // The status reads "cuBLASLt not available (where it looked)" when the library is missing.
+    spdlog::warn("{}: {}; matmul uses gpukit's own kernel", Describe(),
+                 std::string(blas.status().message()));
+    return;
+  }
+  blas_ = *std::move(blas);
+  spdlog::info("{}: matmul through cuBLASLt {} ({})", Describe(), blas_->library().version,
+               blas_->library().path);
 }
 
 void CudaDevice::EnableBuiltinOps(std::shared_ptr<JitCompiler> jit) {
@@ -236,7 +267,8 @@ CudaDevice::CudaDevice(const CudaDriver& cu, int device, CUctx_st* context,
       device_(device),
       context_(context),
       properties_(std::move(properties)),
-      info_(std::move(info)) {}
+      info_(std::move(info)),
+      transfers_(std::make_unique<TransferEngine>(cu, context, TransferEngineOptions{})) {}
 
 CudaDevice::~CudaDevice() {
   if (absl::Status bound = Bind(); !bound.ok()) {
@@ -268,6 +300,8 @@ CudaDevice::~CudaDevice() {
   for (const auto& [id, allocation] : buffers) {
     if (allocation.address != 0) ReleaseDeviceMemory(allocation.address).IgnoreError();
   }
+  transfers_.reset();  // its pinned buffers and events belong to the context
+  blas_.reset();       // its handle belongs to the context too
   LogIfFailed(cu_.cuDevicePrimaryCtxRelease(device_), "cuDevicePrimaryCtxRelease");
   // Leave no thread naming a context that may now be gone.
   CUcontext current = nullptr;
@@ -412,6 +446,15 @@ absl::Status CudaDevice::DestroyStream(StreamId stream) {
     }
   }
   if (ops_ != nullptr) ops_->ReleaseStream(stream);  // its work has finished
+  std::optional<BufferId> workspace;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = blas_workspaces_.find(stream.value); it != blas_workspaces_.end()) {
+      workspace = it->second;
+      blas_workspaces_.erase(it);
+    }
+  }
+  if (workspace.has_value()) Free(*workspace).IgnoreError();
   return synced;
 }
 
@@ -444,8 +487,7 @@ absl::Status CudaDevice::CopyHostToDevice(BufferId dst, int64_t dst_offset, cons
     return absl::InvalidArgumentError(absl::StrCat("copy of ", bytes, " bytes from host null"));
   }
   GPUKIT_RETURN_IF_ERROR(Bind());
-  return CheckCu(cu_.cuMemcpyHtoDAsync(to, src, static_cast<size_t>(bytes), s->handle),
-                 "cuMemcpyHtoDAsync");
+  return transfers_->HostToDevice(to, src, bytes, s->handle);
 }
 
 absl::Status CudaDevice::CopyDeviceToHost(void* dst, BufferId src, int64_t src_offset,
@@ -457,8 +499,7 @@ absl::Status CudaDevice::CopyDeviceToHost(void* dst, BufferId src, int64_t src_o
     return absl::InvalidArgumentError(absl::StrCat("copy of ", bytes, " bytes to host null"));
   }
   GPUKIT_RETURN_IF_ERROR(Bind());
-  return CheckCu(cu_.cuMemcpyDtoHAsync(dst, from, static_cast<size_t>(bytes), s->handle),
-                 "cuMemcpyDtoHAsync");
+  return transfers_->DeviceToHost(dst, from, bytes, s->handle);
 }
 
 absl::Status CudaDevice::CopyDeviceToDevice(BufferId dst, int64_t dst_offset, BufferId src,
@@ -581,13 +622,82 @@ absl::Status CudaDevice::RunOp(const OpLaunch& launch, StreamId stream) {
   GPUKIT_ASSIGN_OR_RETURN(int64_t out_bytes,
                           ByteSize(launch.plan.output.shape, launch.plan.output.dtype));
   GPUKIT_RETURN_IF_ERROR(Resolve(launch.output, 0, out_bytes).status());
-  GPUKIT_RETURN_IF_ERROR(FindStream(stream).status());
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, FindStream(stream));
+  if (blas_ != nullptr && launch.op->name == "matmul") {
+    GPUKIT_ASSIGN_OR_RETURN(const bool ran, RunMatmulOnCublasLt(launch, *s, stream));
+    if (ran) return absl::OkStatus();
+  }
   if (ops_ == nullptr) {
     return absl::UnimplementedError(absl::StrCat(
         "op \"", launch.op->name, "\" cannot run on ", Describe(),
         ": built-in ops need the NVRTC JIT compiler, which is not available for it"));
   }
   return ops_->Run(launch, stream);
+}
+
+absl::StatusOr<bool> CudaDevice::RunMatmulOnCublasLt(const OpLaunch& launch, const Stream& s,
+                                                     StreamId stream) {
+  if (launch.inputs.size() != 2 || launch.inputs[0].is_scalar || launch.inputs[1].is_scalar) {
+    return false;  // the planner lets no such matmul through; the fallback reports it
+  }
+  const OpOperand& a = launch.inputs[0];
+  const OpOperand& b = launch.inputs[1];
+  const MatmulRoute route = RouteMatmul(a.desc, b.desc, launch.plan);
+  switch (route.kind) {
+    case MatmulRoute::Kind::kNothingToDo:
+      return true;
+    case MatmulRoute::Kind::kFallback:
+      spdlog::debug("{}: matmul on gpukit's kernel: {}", Describe(), route.reason);
+      return false;
+    case MatmulRoute::Kind::kCublasLt:
+      break;
+  }
+  MatmulBuffers buffers;
+  GPUKIT_ASSIGN_OR_RETURN(buffers.a, Resolve(a.buffer, 0, 0));
+  GPUKIT_ASSIGN_OR_RETURN(buffers.b, Resolve(b.buffer, 0, 0));
+  GPUKIT_ASSIGN_OR_RETURN(buffers.out, Resolve(launch.output, 0, 0));
+  std::tie(buffers.workspace, buffers.workspace_bytes) = BlasWorkspace(stream);
+  GPUKIT_RETURN_IF_ERROR(Bind());
+  const absl::Status status = blas_->Matmul(s.handle, route.shape, buffers);
+  if (absl::IsUnimplemented(status)) {
+    spdlog::debug("{}: matmul on gpukit's kernel: {}", Describe(), std::string(status.message()));
+    return false;
+  }
+  GPUKIT_RETURN_IF_ERROR(status);
+  cublaslt_matmuls_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+std::pair<uint64_t, uint64_t> CudaDevice::BlasWorkspace(StreamId stream) {
+  BufferId workspace;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = blas_workspaces_.find(stream.value); it != blas_workspaces_.end()) {
+      workspace = it->second;
+    }
+  }
+  if (workspace.value == 0) {
+    absl::StatusOr<BufferId> allocated =
+        Allocate(static_cast<int64_t>(CublasLtMatmul::kWorkspaceBytes));
+    if (!allocated.ok()) {
+      spdlog::debug("{}: no cuBLASLt workspace for stream {}: {}", Describe(), stream.value,
+                    std::string(allocated.status().message()));
+      return {0, 0};
+    }
+    bool inserted = false;
+    {
+      absl::MutexLock lock(&mu_);
+      // Two threads' first matmuls on one stream: the first workspace stays, the other goes.
+      auto [it, added] = blas_workspaces_.emplace(stream.value, *allocated);
+      workspace = it->second;
+      inserted = added;
+    }
+    if (!inserted) Free(*allocated).IgnoreError();
+  }
+  absl::StatusOr<uint64_t> address =
+      Resolve(workspace, 0, static_cast<int64_t>(CublasLtMatmul::kWorkspaceBytes));
+  if (!address.ok()) return {0, 0};
+  return {*address, CublasLtMatmul::kWorkspaceBytes};
 }
 
 // ---- Modules and launches ----

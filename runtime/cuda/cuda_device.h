@@ -7,8 +7,14 @@
 // copies and launches are enqueued asynchronously on them, events are timing CUDA events.
 // Host memory passed to copies may be pageable: the driver stages it, and the Device
 // contract (host memory valid until an event after the copy completes) covers the rest.
-// Built-in ops have no CUDA kernels yet: SupportsOp is false for all of them and RunOp
-// validates its operands, then returns UNIMPLEMENTED; callers must check SupportsOp.
+// Built-in ops run as gpukit's own kernels (BuiltinOpRunner, compiled by the NVRTC JIT
+// compiler); without a compiler SupportsOp is false for all of them and RunOp validates its
+// operands, then returns UNIMPLEMENTED. float32, float16 and bfloat16 matmuls run through
+// cuBLASLt instead when it is available (runtime/cuda/cublaslt.h), with a workspace per
+// stream (CublasLtMatmul::kWorkspaceBytes, allocated on the stream's first such matmul,
+// counted in GetMemoryInfo, freed by DestroyStream); matmuls cuBLASLt does not take (other
+// dtypes, inputs of a dtype other than the compute dtype, batches broadcast along some axes
+// only, k = 0: see RouteMatmul) run on gpukit's kernel.
 // Only SM 80 (Ampere) and newer GPUs are accepted.
 //
 // No CUDA type appears in this header: the Device interface stays the only view callers
@@ -32,9 +38,11 @@
 #ifndef GPUKIT_RUNTIME_CUDA_CUDA_DEVICE_H_
 #define GPUKIT_RUNTIME_CUDA_CUDA_DEVICE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -47,6 +55,9 @@ struct CUctx_st;  // cuda.h's CUcontext, kept opaque here
 
 namespace gpukit {
 
+class TransferEngine;
+class CublasLtMatmul;
+
 struct CudaDriver;
 
 struct CudaDeviceOptions {
@@ -56,6 +67,11 @@ struct CudaDeviceOptions {
   // module. Without it, or when its NVRTC cannot compile for this GPU, the device runs no
   // built-in ops (SupportsOp is false); raw launches still work.
   std::shared_ptr<JitCompiler> jit;
+  // Runs float32/float16/bfloat16 matmuls through cuBLASLt when libcublasLt is found
+  // (runtime/jit/library_search.h's search, `cublaslt_dir` first when set). Without it the
+  // device logs "cuBLASLt not available (...); matmul uses gpukit's own kernel" and does so.
+  bool use_cublaslt = true;
+  std::string cublaslt_dir;
 };
 
 // What a CudaDevice knows about its GPU beyond DeviceProperties: what the JIT compiler and
@@ -96,6 +112,10 @@ class CudaDevice final : public Device {
   // The CUDA priority the driver gave `stream` (cuStreamGetPriority): for diagnostics and
   // tests. NOT_FOUND for an unknown stream.
   absl::StatusOr<int> StreamPriorityValue(StreamId stream) const;
+  // Whether matmuls can go through cuBLASLt, and how many have (RunOp calls that cuBLASLt
+  // ran): for tests and diagnostics.
+  bool cublaslt_available() const { return blas_ != nullptr; }
+  int64_t cublaslt_matmul_count() const { return cublaslt_matmuls_.load(); }
 
   const DeviceProperties& properties() const override { return properties_; }
   MemoryInfo GetMemoryInfo() const override;
@@ -163,6 +183,15 @@ class CudaDevice final : public Device {
 
   // Sets up the built-in ops over `jit`, if it can compile for this GPU (logs why not).
   void EnableBuiltinOps(std::shared_ptr<JitCompiler> jit);
+  // Opens cuBLASLt for matmul, if wanted and found (logs the outcome either way).
+  void EnableCublasLt(const CudaDeviceOptions& options);
+  // Runs a planned matmul through cuBLASLt when it takes it: true when it is enqueued (or
+  // there is nothing to compute), false when gpukit's kernel must run it instead.
+  absl::StatusOr<bool> RunMatmulOnCublasLt(const OpLaunch& launch, const Stream& stream,
+                                           StreamId stream_id);
+  // The cuBLASLt workspace of `stream` (address and bytes), allocated on first use; bytes 0
+  // when the GPU has no memory for one (cuBLASLt then picks among algorithms that need none).
+  std::pair<uint64_t, uint64_t> BlasWorkspace(StreamId stream);
 
   // Makes the primary context current on the calling thread (cheap when it already is).
   absl::Status Bind() const;
@@ -188,6 +217,11 @@ class CudaDevice final : public Device {
   // The built-in ops; null when there is no JIT compiler for this GPU.
   std::shared_ptr<JitCompiler> jit_;
   std::unique_ptr<BuiltinOpRunner> ops_;
+  // Large host <-> device copies through pinned staging buffers.
+  std::unique_ptr<TransferEngine> transfers_;
+  // Matmul through cuBLASLt; null when it is not available or not wanted.
+  std::unique_ptr<CublasLtMatmul> blas_;
+  std::atomic<int64_t> cublaslt_matmuls_{0};
 
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
@@ -197,6 +231,8 @@ class CudaDevice final : public Device {
   absl::flat_hash_map<uint64_t, std::shared_ptr<Event>> events_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::shared_ptr<Module>> modules_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::shared_ptr<Function>> functions_ ABSL_GUARDED_BY(mu_);
+  // Stream id -> its cuBLASLt workspace buffer.
+  absl::flat_hash_map<uint64_t, BufferId> blas_workspaces_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gpukit

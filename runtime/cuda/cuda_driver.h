@@ -53,9 +53,14 @@ namespace gpukit {
   REQUIRED(cuCtxGetStreamPriorityRange)                  \
   REQUIRED(cuMemAlloc)                                   \
   REQUIRED(cuMemFree)                                    \
+  REQUIRED(cuMemHostAlloc)                               \
+  REQUIRED(cuMemFreeHost)                                \
+  REQUIRED(cuMemcpyHtoD)                                 \
+  REQUIRED(cuMemcpyDtoH)                                 \
   REQUIRED(cuMemcpyHtoDAsync)                            \
   REQUIRED(cuMemcpyDtoHAsync)                            \
   REQUIRED(cuMemcpyDtoDAsync)                            \
+  REQUIRED(cuStreamCreate)                               \
   REQUIRED(cuStreamCreateWithPriority)                   \
   REQUIRED(cuStreamGetPriority)                          \
   REQUIRED(cuStreamSynchronize)                          \

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -431,6 +432,42 @@ TEST_F(CudaDeviceTest, WithoutAJitCompilerItRunsNoBuiltinOps) {
   launch.output = out;
   EXPECT_THAT(device_->RunOp(launch, stream_),
               StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("NVRTC JIT compiler")));
+}
+
+// Large copies go through the transfer engine (pinned staging, chunked, several threads):
+// sizes that are not multiples of its chunk, at offsets, from two threads on two streams at
+// once, must all arrive bit for bit.
+TEST_F(CudaDeviceTest, LargeCopiesThroughTheTransferEngineArriveBitForBit) {
+  constexpr int64_t kBytes = (int64_t{37} << 20) + 12345;
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId a, device_->Allocate(kBytes + 1000));
+  owned_.push_back(a);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId b, device_->Allocate(kBytes));
+  owned_.push_back(b);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId other, device_->CreateStream(StreamPriority::kLow));
+  auto pattern = [](int64_t n, uint32_t seed) {
+    std::vector<uint8_t> v(n);
+    uint32_t x = seed;
+    for (uint8_t& byte : v) byte = static_cast<uint8_t>((x = x * 1664525u + 1013904223u) >> 24);
+    return v;
+  };
+  const std::vector<uint8_t> first = pattern(kBytes, 1), second = pattern(kBytes, 2);
+  std::vector<uint8_t> first_back(kBytes), second_back(kBytes);
+  absl::Status other_thread;
+  std::thread t([&] {
+    other_thread = device_->CopyHostToDevice(b, 0, second.data(), kBytes, other);
+    if (other_thread.ok()) {
+      other_thread = device_->CopyDeviceToHost(second_back.data(), b, 0, kBytes, other);
+    }
+    if (other_thread.ok()) other_thread = SynchronizeStream(*device_, other);
+  });
+  GPUKIT_EXPECT_OK(device_->CopyHostToDevice(a, 1000, first.data(), kBytes, stream_));
+  GPUKIT_EXPECT_OK(device_->CopyDeviceToHost(first_back.data(), a, 1000, kBytes, stream_));
+  GPUKIT_EXPECT_OK(Sync());
+  t.join();
+  GPUKIT_EXPECT_OK(other_thread);
+  EXPECT_TRUE(first_back == first) << "the upload or download at an offset lost bytes";
+  EXPECT_TRUE(second_back == second) << "the copies of the other thread lost bytes";
+  GPUKIT_EXPECT_OK(device_->DestroyStream(other));
 }
 
 TEST_F(CudaDeviceTest, OverlappingCopyWithinOneBufferIsInvalidArgument) {

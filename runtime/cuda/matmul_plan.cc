@@ -1,0 +1,161 @@
+#include "runtime/cuda/matmul_plan.h"
+
+#include <limits>
+#include <optional>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "runtime/base/shape.h"
+
+namespace gpukit {
+namespace {
+
+constexpr int64_t kMaxInt32 = std::numeric_limits<int32_t>::max();
+
+bool IsCublasDType(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kFloat16 || dtype == DType::kBFloat16;
+}
+
+// The batch stride of an input whose batch dims broadcast to `out_batch` (`batch` matrices
+// of `matrix_elements` each): every matrix its own, or one for all. Any other pattern has
+// no single stride: nullopt.
+std::optional<int64_t> BatchStride(const Shape& shape, int64_t batch, int64_t matrix_elements) {
+  int64_t count = 1;
+  for (size_t i = 0; i + 2 < shape.size(); ++i) count *= shape[i];
+  // Broadcasting only prepends or stretches extents of 1, so an input with as many batch
+  // matrices as the output has them in the output's order.
+  if (count == batch) return batch == 1 ? 0 : matrix_elements;
+  if (count == 1) return 0;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string DescribeMatmul(const MatmulShape& s) {
+  std::string text =
+      absl::StrCat(DTypeName(s.dtype), " [", s.batch, " x ", s.m, "x", s.k,
+                   s.transpose_a ? "^T" : "", " @ ", s.k, "x", s.n, s.transpose_b ? "^T" : "", "]");
+  if (s.batch > 1) {
+    absl::StrAppend(&text, " strides a ", s.a_batch_stride, " b ", s.b_batch_stride);
+  }
+  if (s.epilogue == MatmulEpilogue::kBias) absl::StrAppend(&text, ", bias");
+  if (s.epilogue == MatmulEpilogue::kBiasGelu) absl::StrAppend(&text, ", bias+gelu");
+  if (s.allow_tf32) absl::StrAppend(&text, ", tf32");
+  return text;
+}
+
+absl::Status ValidateMatmulShape(const MatmulShape& s) {
+  if (!IsCublasDType(s.dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("matmul dtype ", DTypeName(s.dtype), " is not float32, float16 or bfloat16"));
+  }
+  for (const auto& [name, value] : {std::pair{"m", s.m}, std::pair{"n", s.n}, std::pair{"k", s.k},
+                                    std::pair{"batch", s.batch}}) {
+    if (value < 1 || value > kMaxInt32) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("matmul ", name, " = ", value, " must be in [1, ", kMaxInt32, "]"));
+    }
+  }
+  if (s.allow_tf32 && s.dtype != DType::kFloat32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("allow_tf32 applies to float32 only, the matmul is ", DTypeName(s.dtype)));
+  }
+  for (const auto& [name, stride, elements] :
+       {std::tuple{"a_batch_stride", s.a_batch_stride, s.m * s.k},
+        std::tuple{"b_batch_stride", s.b_batch_stride, s.k * s.n}}) {
+    if (stride < 0 || (stride > 0 && stride < elements)) {
+      return absl::InvalidArgumentError(absl::StrCat("matmul ", name, " = ", stride,
+                                                     " must be 0 (broadcast) or >= ", elements,
+                                                     " (one matrix)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+LtGemmLayout ToColumnMajor(const MatmulShape& s) {
+  const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
+  const int32_t batch = static_cast<int32_t>(s.batch);
+  LtGemmLayout lt;
+  // cuBLASLt's A is gpukit's b. Row-major [k, n] reads column-major as [n, k] (ld n), which
+  // is op(A) as it stands; a transposed b is stored [n, k], read as [k, n] (ld k), and is
+  // transposed by cuBLASLt.
+  lt.transpose_a = s.transpose_b;
+  lt.a = s.transpose_b ? LtMatrix{u(s.k), u(s.n), s.k, batch, s.b_batch_stride}
+                       : LtMatrix{u(s.n), u(s.k), s.n, batch, s.b_batch_stride};
+  // cuBLASLt's B is gpukit's a: row-major [m, k] is column-major [k, m] (ld k); a transposed
+  // a is stored [k, m], read as [m, k] (ld m).
+  lt.transpose_b = s.transpose_a;
+  lt.b = s.transpose_a ? LtMatrix{u(s.m), u(s.k), s.m, batch, s.a_batch_stride}
+                       : LtMatrix{u(s.k), u(s.m), s.k, batch, s.a_batch_stride};
+  // D is gpukit's out, row-major [m, n]: column-major [n, m] (ld n).
+  lt.d = LtMatrix{u(s.n), u(s.m), s.n, batch, s.m * s.n};
+  return lt;
+}
+
+uint32_t AddressAlignment(uint64_t address) {
+  uint32_t alignment = 256;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
+MatmulRoute RouteMatmul(const TensorDesc& a, const TensorDesc& b, const OpPlan& plan) {
+  MatmulRoute route;
+  const DType dtype = plan.compute_dtype;
+  if (!IsCublasDType(dtype)) {
+    route.reason =
+        absl::StrCat("cuBLASLt runs float32, float16 and bfloat16 matmuls, not ", DTypeName(dtype));
+    return route;
+  }
+  for (const auto& [i, input] : {std::pair{0, &a}, std::pair{1, &b}}) {
+    if (input->dtype != dtype) {
+      route.reason =
+          absl::StrCat("inputs[", i, "] is ", DTypeName(input->dtype), ", the matmul computes in ",
+                       DTypeName(dtype), " (the fallback casts it)");
+      return route;
+    }
+    if (input->shape.size() < 2) {
+      route.reason = absl::StrCat("inputs[", i, "] has rank ", input->shape.size());
+      return route;
+    }
+  }
+  const Shape& out = plan.output.shape;
+  if (out.size() < 2) {
+    route.reason = absl::StrCat("output has rank ", out.size());
+    return route;
+  }
+  MatmulShape& s = route.shape;
+  s.dtype = dtype;
+  s.m = a.shape[a.shape.size() - 2];
+  s.k = a.shape.back();
+  s.n = b.shape.back();
+  s.batch = 1;
+  for (size_t i = 0; i + 2 < out.size(); ++i) s.batch *= out[i];
+  s.allow_tf32 = dtype == DType::kFloat32 && plan.params.allow_tf32;
+  if (s.m == 0 || s.n == 0 || s.batch == 0) {
+    route.kind = MatmulRoute::Kind::kNothingToDo;
+    return route;
+  }
+  if (s.k == 0) {
+    route.reason = "k = 0 (the output is zeros; the fallback kernel writes them)";
+    return route;
+  }
+  const std::optional<int64_t> a_stride = BatchStride(a.shape, s.batch, s.m * s.k);
+  const std::optional<int64_t> b_stride = BatchStride(b.shape, s.batch, s.k * s.n);
+  if (!a_stride.has_value() || !b_stride.has_value()) {
+    route.reason =
+        absl::StrCat("batch dims ", ShapeToString(a.shape), " x ", ShapeToString(b.shape),
+                     " broadcast along some axes only: no single batch stride");
+    return route;
+  }
+  s.a_batch_stride = *a_stride;
+  s.b_batch_stride = *b_stride;
+  if (absl::Status valid = ValidateMatmulShape(s); !valid.ok()) {
+    route.reason = std::string(valid.message());
+    return route;
+  }
+  route.kind = MatmulRoute::Kind::kCublasLt;
+  return route;
+}
+
+}  // namespace gpukit

@@ -1,0 +1,145 @@
+// Matmul planning for cuBLASLt: which gpukit matmuls cuBLASLt can run, and how a row-major
+// gpukit matmul is described to cuBLASLt's column-major GEMM. Pure arithmetic, no CUDA: it
+// runs and is tested on any host.
+//
+// Row-major arrays through a column-major GEMM: a row-major [r, c] matrix with row stride c
+// is, read column-major, its own transpose: a [c, r] matrix with leading dimension c. So
+// gpukit's out = a @ b (row-major) is cuBLASLt's out^T = b^T a^T (column-major) with the
+// operands swapped: cuBLASLt's A is gpukit's b, its B is gpukit's a, and its D ([n, m],
+// leading dimension n) is gpukit's out, byte for byte. Every matrix keeps
+// CUBLASLT_ORDER_COL, the order every cuBLASLt algorithm and epilogue supports (ORDER_ROW
+// would narrow the heuristic's choice and rules out some epilogues). A consequence worth
+// knowing: the bias of the bias epilogue runs along D's rows, which are gpukit's output
+// columns, so the bias has n elements, one per output column, as in a linear layer.
+//
+//   MatmulRoute route = RouteMatmul(a_desc, b_desc, plan);
+//   if (route.kind == MatmulRoute::Kind::kCublasLt) {
+//     LtGemmLayout lt = ToColumnMajor(route.shape);  // what the layouts and desc are set to
+//   }
+//
+// Thread safety: plain functions and values.
+#ifndef GPUKIT_RUNTIME_CUDA_MATMUL_PLAN_H_
+#define GPUKIT_RUNTIME_CUDA_MATMUL_PLAN_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "runtime/base/dtype.h"
+#include "runtime/op_registry.h"
+
+namespace gpukit {
+
+// What cuBLASLt applies to the product before it stores it.
+enum class MatmulEpilogue {
+  kNone,
+  kBias,      // out[i, j] = acc[i, j] + bias[j]
+  kBiasGelu,  // out[i, j] = gelu(acc[i, j] + bias[j]), GELU's tanh approximation
+};
+
+// One (batched) matmul in gpukit's row-major terms: out[b] = op(a[b]) @ op(b[b]), with
+// op(a) of shape [m, k], op(b) of shape [k, n] and out of shape [m, n], all contiguous.
+struct MatmulShape {
+  DType dtype = DType::kFloat32;  // of a, b, out (and bias); f32, f16 or bf16
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+  int64_t batch = 1;
+  // Elements from one matrix of the batch to the next; 0 uses the same matrix for every
+  // entry of the batch (broadcast). out's stride is always m * n.
+  int64_t a_batch_stride = 0;
+  int64_t b_batch_stride = 0;
+  bool transpose_a = false;  // a is stored [k, m] and used transposed
+  bool transpose_b = false;  // b is stored [n, k] and used transposed
+  MatmulEpilogue epilogue = MatmulEpilogue::kNone;
+  // float32 only: lets cuBLASLt round the inputs to TF32 (CUBLAS_COMPUTE_32F_FAST_TF32,
+  // about 1e-3 relative error). Off, float32 is computed in full float32.
+  bool allow_tf32 = false;
+
+  friend bool operator==(const MatmulShape&, const MatmulShape&) = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const MatmulShape& s) {
+    return H::combine(std::move(h), s.dtype, s.m, s.n, s.k, s.batch, s.a_batch_stride,
+                      s.b_batch_stride, s.transpose_a, s.transpose_b, s.epilogue, s.allow_tf32);
+  }
+};
+
+// "bfloat16 [8 x 17x9 @ 9x33] strides a 153 b 0, bias+gelu, tf32": for messages and logs.
+std::string DescribeMatmul(const MatmulShape& shape);
+
+// INVALID_ARGUMENT naming the field when `shape` is not a matmul cuBLASLt can be asked for:
+// a dtype other than f32/f16/bf16, m, n, k or batch < 1 or above INT32_MAX (cuBLASLt's
+// dimensions and batch count are int32 in practice), a negative batch stride, tf32 on a
+// 16-bit dtype, or a batch stride that makes matrices of one operand overlap partially.
+absl::Status ValidateMatmulShape(const MatmulShape& shape);
+
+// One matrix as cuBLASLt's layout describes it: column-major, `rows` x `cols` as stored
+// (before the descriptor's transpose), column stride `ld`, and its strided batch.
+struct LtMatrix {
+  uint64_t rows = 0;
+  uint64_t cols = 0;
+  int64_t ld = 0;
+  int32_t batch_count = 1;
+  int64_t batch_stride = 0;  // elements
+
+  friend bool operator==(const LtMatrix&, const LtMatrix&) = default;
+};
+
+// The column-major GEMM D = op(A) op(B) that computes `shape` (see the header comment):
+// A is gpukit's b, B is gpukit's a, D is gpukit's out.
+struct LtGemmLayout {
+  bool transpose_a = false;  // CUBLASLT_MATMUL_DESC_TRANSA
+  bool transpose_b = false;  // CUBLASLT_MATMUL_DESC_TRANSB
+  LtMatrix a;
+  LtMatrix b;
+  LtMatrix d;  // also C (beta is 0)
+};
+LtGemmLayout ToColumnMajor(const MatmulShape& shape);
+
+// The plan cache's key: the shape, plus what the heuristic's choice also depends on, the
+// alignment of each pointer (a power of two up to 256 bytes; cuBLASLt assumes 256 unless
+// told) and the workspace it may use.
+struct MatmulKey {
+  MatmulShape shape;
+  uint32_t a_alignment_bytes = 256;
+  uint32_t b_alignment_bytes = 256;
+  uint32_t d_alignment_bytes = 256;
+  uint32_t bias_alignment_bytes = 256;  // 256 when there is no bias
+  uint64_t workspace_bytes = 0;
+
+  friend bool operator==(const MatmulKey&, const MatmulKey&) = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const MatmulKey& key) {
+    return H::combine(std::move(h), key.shape, key.a_alignment_bytes, key.b_alignment_bytes,
+                      key.d_alignment_bytes, key.bias_alignment_bytes, key.workspace_bytes);
+  }
+};
+
+// The largest power of two, at most 256, that divides `address` (256 for 0).
+uint32_t AddressAlignment(uint64_t address);
+
+// Where a planned "matmul" op runs on the CUDA device.
+struct MatmulRoute {
+  enum class Kind {
+    kCublasLt,     // `shape` says what to ask cuBLASLt for
+    kNothingToDo,  // the output has no elements
+    kFallback,     // gpukit's own kernel; `reason` says why
+  };
+  Kind kind = Kind::kFallback;
+  MatmulShape shape;   // when kCublasLt
+  std::string reason;  // when kFallback: "inputs[1] is float32, the matmul computes in ..."
+};
+
+// Decides the route of a matmul planned by the OpRegistry (inputs `a` and `b`, its plan).
+// cuBLASLt takes it when the compute dtype is f32, f16 or bf16, both inputs already have
+// that dtype (mixed dtypes are cast by the fallback kernel's lowering instead), k >= 1,
+// every dimension fits cuBLASLt's limits, and each input's batch either matches the
+// output's batch element for element or is a single matrix broadcast to all of it (stride
+// 0). Batches broadcast along some batch dimensions only ([B1, 1] against [1, B2]) have no
+// single stride and fall back. plan.params.allow_tf32 becomes the shape's allow_tf32 for
+// float32.
+MatmulRoute RouteMatmul(const TensorDesc& a, const TensorDesc& b, const OpPlan& plan);
+
+}  // namespace gpukit
+
+#endif  // GPUKIT_RUNTIME_CUDA_MATMUL_PLAN_H_
