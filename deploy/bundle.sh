@@ -26,6 +26,16 @@
 #   JOBS       build parallelism (default: nproc)
 #   ALLOW_MISSING_TESTS  1 leaves out gpu tests that ctest knows but BUILD_DIR has not built
 #              (default: that is an error)
+#   BUNDLE_NVRTC   1 copies libnvrtc.so.13 and libnvrtc-builtins.so.13.0 from CUDA_LIB_DIR into
+#              lib/ (about 113 MB, 49 MB gzipped; default 0)
+#   BUNDLE_CUBLAS  1 copies libcublasLt.so.13 from CUDA_LIB_DIR into lib/ (about 540 MB, 380 MB
+#              gzipped; default 0). It needs nothing beyond glibc (not libcublas).
+#   CUDA_LIB_DIR   where those come from (default: /usr/local/cuda/lib64)
+#
+# gpukit dlopens NVRTC and cuBLASLt, so ldd does not see them, and they are large: by default
+# the bundle carries neither and gpukit finds them on the host (CUDA toolkit, or PyTorch's
+# nvidia-* wheels under site-packages/nvidia/*/lib; see runtime/jit/library_search.h, which
+# searches the bundle's lib/ first). Without cuBLASLt, matmul runs on gpukit's own kernel.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 DIST_DIR="${DIST_DIR:-$ROOT/dist}"
@@ -120,6 +130,26 @@ if [ "$STRIP" = "1" ]; then
   log "stripping debug info from the bundled copies"
   chmod u+w "$BUNDLE"/bin/* "$BUNDLE"/lib/*
   strip --strip-debug "$BUNDLE"/bin/* "$BUNDLE"/lib/* 2>/dev/null || true
+fi
+
+# ---- CUDA libraries gpukit dlopens (opt-in: see BUNDLE_NVRTC, BUNDLE_CUBLAS) ----
+CUDA_LIB_DIR="${CUDA_LIB_DIR:-/usr/local/cuda/lib64}"
+copy_cuda_library() {
+  if [ -f "$CUDA_LIB_DIR/$1" ]; then
+    cp -L "$CUDA_LIB_DIR/$1" "$BUNDLE/lib/$1"
+    log "lib/: $1 from $CUDA_LIB_DIR ($(du -h "$BUNDLE/lib/$1" | cut -f1))"
+  else
+    log "warning: $CUDA_LIB_DIR/$1 not found; not bundled (gpukit looks for it on the host)"
+  fi
+}
+if [ "${BUNDLE_NVRTC:-0}" = "1" ]; then
+  copy_cuda_library libnvrtc.so.13
+  copy_cuda_library libnvrtc-builtins.so.13.0
+fi
+if [ "${BUNDLE_CUBLAS:-0}" = "1" ]; then
+  copy_cuda_library libcublasLt.so.13
+else
+  log "lib/: no libcublasLt (BUNDLE_CUBLAS=1 adds it, about 380 MB gzipped); found on the host if there"
 fi
 
 # ---- Can the binaries find lib/ by themselves? ----

@@ -61,7 +61,7 @@ absl::StatusOr<OpPlan> PlanDiv(absl::Span<const OperandDesc> in, const AttrMap&)
   return PlanBinary(in, /*true_divide=*/true);
 }
 
-absl::StatusOr<OpPlan> PlanMatmul(absl::Span<const OperandDesc> in, const AttrMap&) {
+absl::StatusOr<OpPlan> PlanMatmul(absl::Span<const OperandDesc> in, const AttrMap& attrs) {
   GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* a, ArrayOperand(in, 0, "matmul"));
   GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* b, ArrayOperand(in, 1, "matmul"));
   if (a->shape.size() < 2 || b->shape.size() < 2) {
@@ -81,10 +81,13 @@ absl::StatusOr<OpPlan> PlanMatmul(absl::Span<const OperandDesc> in, const AttrMa
                                    absl::MakeConstSpan(b->shape).first(b->shape.size() - 2)));
   batch.push_back(m);
   batch.push_back(n);
+  GPUKIT_ASSIGN_OR_RETURN(std::optional<bool> allow_tf32,
+                          GetAttr<bool>(attrs, "allow_tf32", "a bool"));
   const DType dtype = PromoteTypes(a->dtype, b->dtype);
   OpPlan plan;
   plan.compute_dtype = dtype;
   plan.output = {dtype, std::move(batch)};
+  plan.params.allow_tf32 = allow_tf32.value_or(false);
   return plan;
 }
 
@@ -245,7 +248,12 @@ const OpRegistry& OpRegistry::Builtin() {
        2,
        {},
        PlanDiv},
-      {"matmul", "a @ b for [..., m, k] x [..., k, n], batch dims broadcast", 2, 2, {}, PlanMatmul},
+      {"matmul",
+       "a @ b for [..., m, k] x [..., k, n], batch dims broadcast; allow_tf32: float32 in TF32",
+       2,
+       2,
+       {"allow_tf32"},
+       PlanMatmul},
       {"sum",
        "sum of all elements or along axis; integers sum into int64",
        1,

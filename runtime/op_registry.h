@@ -56,6 +56,10 @@ struct OpParams {
   std::optional<int> axis;  // reductions: nullopt reduces everything
   bool keepdims = false;
   std::vector<int> perm;  // transpose
+  // matmul: float32 may round its inputs to TF32 on the tensor cores (about 1e-3 relative
+  // error, several times faster). Backends that compute exactly (CPU, gpukit's own kernel)
+  // ignore it; cuBLASLt uses CUBLAS_COMPUTE_32F_FAST_TF32 only when it is set.
+  bool allow_tf32 = false;
 };
 
 struct OpPlan {

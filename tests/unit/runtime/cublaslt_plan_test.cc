@@ -1,0 +1,328 @@
+// What of the cuBLASLt matmul path runs without a GPU: which planned matmuls go to cuBLASLt
+// (RouteMatmul), the row-major -> column-major description handed to it (ToColumnMajor,
+// checked by carrying out that column-major GEMM on the host exactly as cuBLASLt defines it
+// and comparing with a row-major matmul), shape validation, the plan cache's key, the
+// matmul op's allow_tf32 attribute, and loading libcublasLt from the CUDA toolkit.
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/cuda/cublaslt.h"
+#include "runtime/cuda/matmul_plan.h"
+#include "runtime/jit/library_search.h"
+#include "runtime/op_registry.h"
+#include "tests/testing/random_seed.h"
+#include "tests/testing/status_matchers.h"
+
+namespace gpukit {
+namespace {
+
+using ::gpukit::testing::StatusIs;
+using ::testing::HasSubstr;
+
+TensorDesc T(DType dtype, Shape shape) { return {dtype, std::move(shape)}; }
+
+// Plans the matmul through the registry, as the daemon does, and routes it.
+MatmulRoute Route(const TensorDesc& a, const TensorDesc& b, AttrMap attrs = {}) {
+  const OpRegistry& registry = OpRegistry::Builtin();
+  const OpDef* op = registry.Find("matmul").value();
+  std::vector<OperandDesc> inputs(2);
+  inputs[0].tensor = a;
+  inputs[1].tensor = b;
+  absl::StatusOr<OpPlan> plan = registry.Plan(*op, inputs, attrs);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return RouteMatmul(a, b, plan.value_or(OpPlan{}));
+}
+
+// ---- Routing ----
+
+struct RouteCase {
+  std::string name;
+  TensorDesc a, b;
+  MatmulRoute::Kind kind;
+  int64_t m, n, k, batch, a_stride, b_stride;  // when kCublasLt
+};
+
+class RouteMatmulTest : public ::testing::TestWithParam<RouteCase> {};
+
+TEST_P(RouteMatmulTest, SendsWhatCublasLtTakesAndSaysWhyNot) {
+  const RouteCase& c = GetParam();
+  const MatmulRoute route = Route(c.a, c.b);
+  ASSERT_EQ(route.kind, c.kind) << route.reason;
+  if (c.kind == MatmulRoute::Kind::kFallback) {
+    EXPECT_FALSE(route.reason.empty());
+  }
+  if (c.kind != MatmulRoute::Kind::kCublasLt) return;
+  EXPECT_EQ(route.shape.dtype, c.a.dtype);
+  EXPECT_EQ(route.shape.m, c.m);
+  EXPECT_EQ(route.shape.n, c.n);
+  EXPECT_EQ(route.shape.k, c.k);
+  EXPECT_EQ(route.shape.batch, c.batch);
+  EXPECT_EQ(route.shape.a_batch_stride, c.a_stride);
+  EXPECT_EQ(route.shape.b_batch_stride, c.b_stride);
+  EXPECT_FALSE(route.shape.transpose_a);
+  EXPECT_FALSE(route.shape.transpose_b);
+  EXPECT_EQ(route.shape.epilogue, MatmulEpilogue::kNone);
+  EXPECT_FALSE(route.shape.allow_tf32);
+}
+
+using K = MatmulRoute::Kind;
+constexpr DType F32 = DType::kFloat32, F16 = DType::kFloat16, BF16 = DType::kBFloat16;
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, RouteMatmulTest,
+    ::testing::Values(
+        RouteCase{"Plain2d", T(F32, {17, 9}), T(F32, {9, 33}), K::kCublasLt, 17, 33, 9, 1, 0, 0},
+        RouteCase{"OneByOne", T(F16, {1, 1}), T(F16, {1, 1}), K::kCublasLt, 1, 1, 1, 1, 0, 0},
+        RouteCase{"Batched", T(BF16, {4, 5, 3}), T(BF16, {4, 3, 2}), K::kCublasLt, 5, 2, 3, 4, 15,
+                  6},
+        RouteCase{"MultiDimBatch", T(F32, {2, 3, 5, 3}), T(F32, {2, 3, 3, 2}), K::kCublasLt, 5, 2,
+                  3, 6, 15, 6},
+        RouteCase{"BBroadcast", T(F32, {4, 5, 3}), T(F32, {3, 2}), K::kCublasLt, 5, 2, 3, 4, 15, 0},
+        RouteCase{"ABroadcast", T(F32, {5, 3}), T(F32, {4, 3, 2}), K::kCublasLt, 5, 2, 3, 4, 0, 6},
+        RouteCase{"ABroadcastWithOnes", T(F32, {1, 1, 5, 3}), T(F32, {2, 2, 3, 2}), K::kCublasLt, 5,
+                  2, 3, 4, 0, 6},
+        RouteCase{"LeadingOneIsNoBroadcast", T(F32, {1, 4, 5, 3}), T(F32, {4, 3, 2}), K::kCublasLt,
+                  5, 2, 3, 4, 15, 6},
+        RouteCase{"BatchOfOne", T(F32, {1, 5, 3}), T(F32, {1, 3, 2}), K::kCublasLt, 5, 2, 3, 1, 0,
+                  0},
+        RouteCase{"CrossBroadcastFallsBack", T(F32, {2, 1, 5, 3}), T(F32, {1, 3, 3, 2}),
+                  K::kFallback},
+        RouteCase{"PartialBroadcastFallsBack", T(F32, {2, 3, 5, 3}), T(F32, {3, 3, 2}),
+                  K::kFallback},
+        RouteCase{"IntegersFallBack", T(DType::kInt32, {2, 2}), T(DType::kInt32, {2, 2}),
+                  K::kFallback},
+        RouteCase{"MixedDtypesFallBack", T(F16, {2, 2}), T(F32, {2, 2}), K::kFallback},
+        RouteCase{"ZeroKFallsBack", T(F32, {2, 0}), T(F32, {0, 3}), K::kFallback},
+        RouteCase{"EmptyOutputIsNothingToDo", T(F32, {0, 4}), T(F32, {4, 3}), K::kNothingToDo},
+        RouteCase{"EmptyBatchIsNothingToDo", T(F32, {0, 2, 4}), T(F32, {4, 3}), K::kNothingToDo}),
+    [](const ::testing::TestParamInfo<RouteCase>& info) { return info.param.name; });
+
+TEST(RouteMatmulTest, Tf32OnlyWhenAskedAndOnlyForFloat32) {
+  EXPECT_FALSE(Route(T(F32, {4, 4}), T(F32, {4, 4})).shape.allow_tf32);
+  EXPECT_FALSE(Route(T(F32, {4, 4}), T(F32, {4, 4}), {{"allow_tf32", false}}).shape.allow_tf32);
+  EXPECT_TRUE(Route(T(F32, {4, 4}), T(F32, {4, 4}), {{"allow_tf32", true}}).shape.allow_tf32);
+  const MatmulRoute half = Route(T(BF16, {4, 4}), T(BF16, {4, 4}), {{"allow_tf32", true}});
+  EXPECT_EQ(half.kind, K::kCublasLt);
+  EXPECT_FALSE(half.shape.allow_tf32);
+}
+
+TEST(MatmulOpDefTest, AllowTf32IsABoolAttribute) {
+  const OpRegistry& registry = OpRegistry::Builtin();
+  const OpDef* op = registry.Find("matmul").value();
+  std::vector<OperandDesc> inputs(2);
+  inputs[0].tensor = T(F32, {2, 3});
+  inputs[1].tensor = T(F32, {3, 4});
+  GPUKIT_ASSERT_OK_AND_ASSIGN(OpPlan plain, registry.Plan(*op, inputs, {}));
+  EXPECT_FALSE(plain.params.allow_tf32);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(OpPlan tf32, registry.Plan(*op, inputs, {{"allow_tf32", true}}));
+  EXPECT_TRUE(tf32.params.allow_tf32);
+  EXPECT_THAT(registry.Plan(*op, inputs, {{"allow_tf32", int64_t{1}}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("allow_tf32")));
+}
+
+// ---- The column-major description ----
+
+// cuBLASLt's definition, carried out on the host: D[b] = op(A[b]) op(B[b]), every matrix
+// column-major (element (r, c) at r + c * ld), matrix b of a batch `batch_stride` further.
+void ColumnMajorGemm(const LtGemmLayout& lt, const std::vector<double>& a,
+                     const std::vector<double>& b, std::vector<double>& d) {
+  const int64_t rows = static_cast<int64_t>(lt.d.rows), cols = static_cast<int64_t>(lt.d.cols);
+  const int64_t inner = static_cast<int64_t>(lt.transpose_a ? lt.a.rows : lt.a.cols);
+  auto at = [](const LtMatrix& m, const std::vector<double>& data, int64_t batch, int64_t r,
+               int64_t c) {
+    EXPECT_LT(r, static_cast<int64_t>(m.rows));
+    EXPECT_LT(c, static_cast<int64_t>(m.cols));
+    return data.at(batch * m.batch_stride + r + c * m.ld);
+  };
+  for (int64_t batch = 0; batch < lt.d.batch_count; ++batch) {
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < cols; ++j) {
+        double sum = 0;
+        for (int64_t l = 0; l < inner; ++l) {
+          const double x = lt.transpose_a ? at(lt.a, a, batch, l, i) : at(lt.a, a, batch, i, l);
+          const double y = lt.transpose_b ? at(lt.b, b, batch, j, l) : at(lt.b, b, batch, l, j);
+          sum += x * y;
+        }
+        d.at(batch * lt.d.batch_stride + i + j * lt.d.ld) = sum;
+      }
+    }
+  }
+}
+
+struct GemmCase {
+  int64_t m, n, k, batch;
+  bool broadcast_a, broadcast_b, transpose_a, transpose_b;
+};
+
+class ToColumnMajorTest : public ::testing::TestWithParam<GemmCase> {};
+
+// gpukit's a is cuBLASLt's B, its b cuBLASLt's A, and D is the row-major output itself.
+TEST_P(ToColumnMajorTest, ComputesTheRowMajorProduct) {
+  const GemmCase& c = GetParam();
+  const uint32_t seed = ::gpukit::testing::TestSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed << " (GPUKIT_TEST_SEED)");
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> value(0.25, 2.0);
+  MatmulShape s;
+  s.m = c.m;
+  s.n = c.n;
+  s.k = c.k;
+  s.batch = c.batch;
+  s.transpose_a = c.transpose_a;
+  s.transpose_b = c.transpose_b;
+  s.a_batch_stride = c.broadcast_a || c.batch == 1 ? 0 : c.m * c.k;
+  s.b_batch_stride = c.broadcast_b || c.batch == 1 ? 0 : c.k * c.n;
+  GPUKIT_ASSERT_OK(ValidateMatmulShape(s));
+  const int64_t a_matrices = c.broadcast_a ? 1 : c.batch, b_matrices = c.broadcast_b ? 1 : c.batch;
+  std::vector<double> a(a_matrices * c.m * c.k), b(b_matrices * c.k * c.n);
+  for (double& v : a) v = value(rng);
+  for (double& v : b) v = value(rng);
+
+  // Row-major reference: a[batch] is [m, k] (or stored [k, m] when transposed), b[batch]
+  // [k, n] (or [n, k]).
+  std::vector<double> expected(c.batch * c.m * c.n);
+  for (int64_t batch = 0; batch < c.batch; ++batch) {
+    const double* ab = a.data() + (c.broadcast_a ? 0 : batch * c.m * c.k);
+    const double* bb = b.data() + (c.broadcast_b ? 0 : batch * c.k * c.n);
+    for (int64_t i = 0; i < c.m; ++i) {
+      for (int64_t j = 0; j < c.n; ++j) {
+        double sum = 0;
+        for (int64_t l = 0; l < c.k; ++l) {
+          sum += (c.transpose_a ? ab[l * c.m + i] : ab[i * c.k + l]) *
+                 (c.transpose_b ? bb[j * c.k + l] : bb[l * c.n + j]);
+        }
+        expected[batch * c.m * c.n + i * c.n + j] = sum;
+      }
+    }
+  }
+
+  const LtGemmLayout lt = ToColumnMajor(s);
+  EXPECT_EQ(lt.d.batch_count, c.batch);
+  EXPECT_GE(lt.a.ld, static_cast<int64_t>(lt.a.rows));  // cuBLASLt's requirement
+  EXPECT_GE(lt.b.ld, static_cast<int64_t>(lt.b.rows));
+  EXPECT_GE(lt.d.ld, static_cast<int64_t>(lt.d.rows));
+  std::vector<double> out(expected.size(), -1e300);
+  ColumnMajorGemm(lt, b, a, out);  // cuBLASLt's A is gpukit's b
+  for (size_t i = 0; i < out.size(); ++i) {
+    ASSERT_NEAR(out[i], expected[i], 1e-9 * c.k) << "element " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ToColumnMajorTest,
+                         ::testing::Values(GemmCase{1, 1, 1, 1, false, false, false, false},
+                                           GemmCase{17, 33, 9, 1, false, false, false, false},
+                                           GemmCase{17, 33, 9, 1, false, false, true, false},
+                                           GemmCase{17, 33, 9, 1, false, false, false, true},
+                                           GemmCase{17, 33, 9, 1, false, false, true, true},
+                                           GemmCase{5, 7, 3, 4, false, false, false, false},
+                                           GemmCase{5, 7, 3, 4, true, false, true, false},
+                                           GemmCase{5, 7, 3, 4, false, true, false, true},
+                                           GemmCase{6, 2, 8, 3, false, false, true, true},
+                                           GemmCase{1, 9, 4, 2, false, true, false, false},
+                                           GemmCase{9, 1, 4, 2, true, false, false, true}));
+
+// ---- Validation, key, alignment ----
+
+TEST(ValidateMatmulShapeTest, NamesTheFieldAndValue) {
+  MatmulShape s;
+  s.m = s.n = s.k = 4;
+  GPUKIT_EXPECT_OK(ValidateMatmulShape(s));
+  auto rejects = [](MatmulShape bad, const std::string& what) {
+    EXPECT_THAT(ValidateMatmulShape(bad),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(what)));
+  };
+  MatmulShape bad = s;
+  bad.dtype = DType::kInt32;
+  rejects(bad, "int32");
+  bad = s;
+  bad.k = 0;
+  rejects(bad, "k = 0");
+  bad = s;
+  bad.m = int64_t{1} << 31;
+  rejects(bad, "m = 2147483648");
+  bad = s;
+  bad.batch = 0;
+  rejects(bad, "batch = 0");
+  bad = s;
+  bad.dtype = DType::kFloat16;
+  bad.allow_tf32 = true;
+  rejects(bad, "allow_tf32");
+  bad = s;
+  bad.batch = 2;
+  bad.a_batch_stride = 3;  // matrices of 16 elements would overlap
+  rejects(bad, "a_batch_stride = 3");
+  bad = s;
+  bad.b_batch_stride = -1;
+  rejects(bad, "b_batch_stride = -1");
+}
+
+TEST(MatmulKeyTest, EveryFieldTellsPlansApart) {
+  MatmulKey base;
+  base.shape.m = base.shape.n = base.shape.k = 8;
+  std::vector<MatmulKey> keys(14, base);
+  keys[1].shape.dtype = DType::kBFloat16;
+  keys[2].shape.m = 9;
+  keys[3].shape.n = 9;
+  keys[4].shape.k = 9;
+  keys[5].shape.batch = 2;
+  keys[6].shape.a_batch_stride = 64;
+  keys[7].shape.b_batch_stride = 64;
+  keys[8].shape.transpose_a = true;
+  keys[9].shape.transpose_b = true;
+  keys[10].shape.epilogue = MatmulEpilogue::kBiasGelu;
+  keys[11].shape.allow_tf32 = true;
+  keys[12].a_alignment_bytes = 4;
+  keys[13].workspace_bytes = CublasLtMatmul::kWorkspaceBytes;
+  absl::flat_hash_set<MatmulKey> set(keys.begin(), keys.end());
+  EXPECT_EQ(set.size(), keys.size());
+  EXPECT_TRUE(set.contains(base));
+  MatmulKey other = keys[10];
+  other.shape.epilogue = MatmulEpilogue::kBias;
+  EXPECT_FALSE(set.contains(other));
+}
+
+TEST(AddressAlignmentTest, LargestPowerOfTwoUpTo256) {
+  EXPECT_EQ(AddressAlignment(0), 256u);
+  EXPECT_EQ(AddressAlignment(0x7f0000000000), 256u);
+  EXPECT_EQ(AddressAlignment(0x7f0000000080), 128u);
+  EXPECT_EQ(AddressAlignment(0x7f0000000004), 4u);
+  EXPECT_EQ(AddressAlignment(0x7f0000000002), 2u);
+  EXPECT_EQ(AddressAlignment(0x7f0000000001), 1u);
+}
+
+TEST(DescribeMatmulTest, SaysWhatRuns) {
+  MatmulShape s;
+  s.dtype = DType::kBFloat16;
+  s.m = 17;
+  s.n = 33;
+  s.k = 9;
+  s.batch = 8;
+  s.a_batch_stride = 153;
+  s.epilogue = MatmulEpilogue::kBiasGelu;
+  EXPECT_EQ(DescribeMatmul(s), "bfloat16 [8 x 17x9 @ 9x33] strides a 153 b 0, bias+gelu");
+}
+
+// ---- The library ----
+
+// The build image has the CUDA toolkit, whose libcublasLt loads without a GPU or driver.
+TEST(LoadCublasLtTest, LoadsTheToolkitsLibrary) {
+  if (!std::filesystem::exists("/usr/local/cuda/lib64/libcublasLt.so.13")) {
+    GTEST_SKIP() << "no CUDA 13 toolkit here (/usr/local/cuda/lib64/libcublasLt.so.13)";
+  }
+  GPUKIT_ASSERT_OK_AND_ASSIGN(CublasLtLibrary library, LoadCublasLt(CudaLibrarySearchDirs({})));
+  EXPECT_GE(library.version, 130000);
+  EXPECT_THAT(library.path, HasSubstr("libcublasLt.so.13"));
+  // Once loaded, the library stays: a later load answers the same, whatever it is told.
+  GPUKIT_ASSERT_OK_AND_ASSIGN(CublasLtLibrary again, LoadCublasLt({"/nonexistent"}));
+  EXPECT_EQ(again.path, library.path);
+}
+
+}  // namespace
+}  // namespace gpukit
