@@ -106,7 +106,7 @@ int Run(int argc, char** argv) {
   }
 
   gpukit::SystemClock clock;
-  auto core = gpukit::Core::Create(clock, *std::move(devices), config->core);
+  auto core = gpukit::Core::Create(clock, *std::move(devices), config->core, jit);
   if (!core.ok()) return Fail(core.status());
   for (const gpukit::PartitionStatus& p : (*core)->scheduler().ListPartitions()) {
     spdlog::info("partition {}: device {}, memory {}, compute {}{}{}", p.spec.name,

@@ -408,6 +408,102 @@ absl::StatusOr<Array> Client::Transpose(const Array& a, std::vector<int64_t> per
   return RunOp("transpose", {a}, {{"perm", std::move(perm)}});
 }
 
+absl::StatusOr<Kernel> Client::CompileKernel(const std::string& source,
+                                             std::vector<std::string> entries,
+                                             std::vector<std::string> options) {
+  v1::CompileKernelRequest request;
+  request.set_session_id(state_->session_id_);
+  request.set_source(source);
+  for (std::string& entry : entries) request.add_entries(std::move(entry));
+  for (std::string& option : options) request.add_options(std::move(option));
+  v1::CompileKernelResponse response;
+  grpc::ClientContext context;
+  state_->SetDeadline(context);
+  absl::Status status =
+      FromGrpc(state_->compute_->CompileKernel(&context, request, &response), context);
+  if (!status.ok()) return status;
+  Kernel kernel;
+  kernel.handle = response.kernel();
+  for (const v1::KernelEntry& entry : response.entries()) {
+    kernel.entries.push_back(entry.name());
+    kernel.lowered_names.push_back(entry.lowered_name());
+  }
+  kernel.arch = response.arch();
+  kernel.origin = response.source();
+  kernel.compile_ms = response.compile_ms();
+  kernel.log = response.log();
+  return kernel;
+}
+
+absl::StatusOr<absl::Duration> Client::LaunchKernel(const Kernel& kernel, absl::string_view entry,
+                                                    Dim3 grid, Dim3 block,
+                                                    uint32_t shared_memory_bytes,
+                                                    const std::vector<KernelArgument>& args) {
+  return LaunchKernel(kernel, entry, grid, block, shared_memory_bytes, args, state_->options_.task);
+}
+
+absl::StatusOr<absl::Duration> Client::LaunchKernel(const Kernel& kernel, absl::string_view entry,
+                                                    Dim3 grid, Dim3 block,
+                                                    uint32_t shared_memory_bytes,
+                                                    const std::vector<KernelArgument>& args,
+                                                    const TaskOptions& task) {
+  v1::LaunchKernelRequest request;
+  request.set_session_id(state_->session_id_);
+  request.set_kernel(kernel.handle);
+  request.set_entry(std::string(entry));
+  auto set_dim = [](const Dim3& dim, v1::Dim3* out) {
+    out->set_x(dim.x);
+    out->set_y(dim.y);
+    out->set_z(dim.z);
+  };
+  set_dim(grid, request.mutable_grid());
+  set_dim(block, request.mutable_block());
+  request.set_shared_memory_bytes(shared_memory_bytes);
+  for (const KernelArgument& arg : args) {
+    v1::KernelArgument* out = request.add_args();
+    std::visit(
+        [out](auto v) {
+          using T = decltype(v);
+          if constexpr (std::is_same_v<T, const Array*>) {
+            out->set_array(v->handle());
+          } else if constexpr (std::is_same_v<T, float>) {
+            out->set_f32(v);
+          } else if constexpr (std::is_same_v<T, double>) {
+            out->set_f64(v);
+          } else if constexpr (std::is_same_v<T, int32_t>) {
+            out->set_i32(v);
+          } else if constexpr (std::is_same_v<T, int64_t>) {
+            out->set_i64(v);
+          } else if constexpr (std::is_same_v<T, uint32_t>) {
+            out->set_u32(v);
+          } else {
+            static_assert(std::is_same_v<T, uint64_t>);
+            out->set_u64(v);
+          }
+        },
+        arg.value());
+  }
+  request.mutable_task()->set_priority(task.priority);
+  request.mutable_task()->set_queue_timeout_ms(absl::ToInt64Milliseconds(task.queue_timeout));
+  v1::LaunchKernelResponse response;
+  grpc::ClientContext context;
+  state_->SetDeadline(context);
+  absl::Status status =
+      FromGrpc(state_->compute_->LaunchKernel(&context, request, &response), context);
+  if (!status.ok()) return status;
+  return absl::Microseconds(response.device_us());
+}
+
+absl::Status Client::FreeKernel(const Kernel& kernel) {
+  v1::FreeKernelRequest request;
+  request.set_session_id(state_->session_id_);
+  request.set_kernel(kernel.handle);
+  v1::FreeKernelResponse response;
+  grpc::ClientContext context;
+  state_->SetDeadline(context);
+  return FromGrpc(state_->compute_->FreeKernel(&context, request, &response), context);
+}
+
 std::string RejectReason(const absl::Status& status) {
   absl::optional<absl::Cord> reason = status.GetPayload(kReasonPayloadUrl);
   return reason.has_value() ? std::string(*reason) : std::string();

@@ -21,7 +21,8 @@ constexpr absl::string_view kDefaultConfig = R"json({
   "backend": "auto",
   "logLevel": "info",
   "cpu": {"memory": "4GiB"},
-  "limits": {"maxArraySize": "2GiB", "maxSessions": 1024, "maxArraysPerSession": 65536},
+  "limits": {"maxArraySize": "2GiB", "maxSessions": 1024, "maxArraysPerSession": 65536,
+             "maxKernelsPerSession": 256},
   "sessions": {"defaultLease": "30s", "minLease": "1s", "maxLease": "10m"},
   "streamsPerDevice": 4,
   "partitions": [],
@@ -174,6 +175,12 @@ absl::StatusOr<DaemonConfig> ApplyConfigJson(absl::string_view json, DaemonConfi
         "limits.maxSessions and limits.maxArraysPerSession must be > 0");
   }
   if (limits.max_sessions() > 0) config.core.limits.max_sessions = limits.max_sessions();
+  if (limits.max_kernels_per_session() < 0) {
+    return absl::InvalidArgumentError("limits.maxKernelsPerSession must be > 0");
+  }
+  if (limits.max_kernels_per_session() > 0) {
+    config.core.max_kernels_per_session = limits.max_kernels_per_session();
+  }
   if (limits.max_arrays_per_session() > 0) {
     config.core.limits.max_arrays_per_session = limits.max_arrays_per_session();
   }
@@ -250,7 +257,7 @@ absl::StatusOr<DaemonConfig> ApplyConfigJson(absl::string_view json, DaemonConfi
       return absl::InvalidArgumentError(absl::StrCat(
           "jit.cpuArch = \"", jit.cpu_arch(), "\" must be sm_XX with XX >= 80, e.g. sm_90"));
     }
-    config.cpu_kernel_arch = jit.cpu_arch();
+    config.core.cpu_kernel_arch = jit.cpu_arch();
   }
   return config;
 }

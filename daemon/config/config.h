@@ -30,7 +30,6 @@ struct DaemonConfig {
   // The JIT compiler's options; cache_dir as configured ("", "none" or a path: see
   // KernelCacheDir).
   JitCompilerOptions jit;
-  std::string cpu_kernel_arch = "sm_90";
 };
 
 // The kernel cache directory for jit.cacheDir = `configured`: "" for "none" (memory only),

@@ -1,9 +1,12 @@
 #include "daemon/core/core.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/cuda/cuda_device.h"
 #include "spdlog/spdlog.h"
 
 namespace gpukit {
@@ -48,6 +51,70 @@ std::vector<PartitionSpec> StartupPartitions(const std::vector<PartitionSpec>& c
   return partitions;
 }
 
+// The architecture a session's kernels compile for. A dynamic_cast rather than the backend
+// field decides, so that a test double posing as a CUDA device is never taken for one.
+std::string KernelArch(const Device& device, const CoreOptions& options) {
+  if (const auto* cuda = dynamic_cast<const CudaDevice*>(&device)) return cuda->cuda_info().arch;
+  return options.cpu_kernel_arch;
+}
+
+// What a launch may ask of a device: a CUDA device's own limits; elsewhere those that every
+// GPU gpukit accepts (SM 80 and newer) shares, so a request is judged alike on every backend.
+struct LaunchLimits {
+  int64_t max_grid[3] = {2147483647, 65535, 65535};
+  int64_t max_block[3] = {1024, 1024, 64};
+  int64_t max_threads_per_block = 1024;
+  int64_t max_shared_memory_bytes = 0;  // 0: left to the device
+};
+
+LaunchLimits LimitsOf(const Device& device) {
+  LaunchLimits limits;
+  if (const auto* cuda = dynamic_cast<const CudaDevice*>(&device)) {
+    const CudaDeviceInfo& info = cuda->cuda_info();
+    for (int i = 0; i < 3; ++i) {
+      if (info.max_grid_dim[i] > 0) limits.max_grid[i] = info.max_grid_dim[i];
+      if (info.max_block_dim[i] > 0) limits.max_block[i] = info.max_block_dim[i];
+    }
+    if (info.max_threads_per_block > 0) limits.max_threads_per_block = info.max_threads_per_block;
+    limits.max_shared_memory_bytes = info.max_shared_memory_per_block_optin_bytes;
+  }
+  return limits;
+}
+
+absl::Status CheckDims(absl::string_view field, const uint32_t (&dims)[3],
+                       const int64_t (&max)[3]) {
+  constexpr absl::string_view kAxes[] = {"x", "y", "z"};
+  for (int i = 0; i < 3; ++i) {
+    if (dims[i] == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".", kAxes[i], " = 0 must be >= 1"));
+    }
+    if (dims[i] > max[i]) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".", kAxes[i], " = ", dims[i],
+                                                     " is above the device's limit of ", max[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckLaunchConfig(const LaunchConfig& config, const LaunchLimits& limits) {
+  GPUKIT_RETURN_IF_ERROR(CheckDims("grid", config.grid, limits.max_grid));
+  GPUKIT_RETURN_IF_ERROR(CheckDims("block", config.block, limits.max_block));
+  const uint64_t threads = uint64_t{config.block[0]} * config.block[1] * config.block[2];
+  if (threads > static_cast<uint64_t>(limits.max_threads_per_block)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("block of ", config.block[0], " x ", config.block[1], " x ", config.block[2],
+                     " = ", threads, " threads is above the device's limit of ",
+                     limits.max_threads_per_block, " threads per block"));
+  }
+  if (limits.max_shared_memory_bytes > 0 &&
+      config.shared_memory_bytes > limits.max_shared_memory_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shared_memory_bytes = ", config.shared_memory_bytes, " is above the device's limit of ",
+        limits.max_shared_memory_bytes, " bytes per block"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 // A task of the scheduler for the length of one request: submitted and admitted by Create,
@@ -88,13 +155,16 @@ class Core::RunningTask {
   }
 
   // Runs `enqueue` (work on `stream`) between two events, waits for it and reports the
-  // device time the events measured. The task ends with the work's status.
-  absl::Status Run(Device& device, StreamId stream, const std::function<absl::Status()>& enqueue) {
+  // device time the events measured (to the scheduler, and to `measured` when given). The
+  // task ends with the work's status.
+  absl::Status Run(Device& device, StreamId stream, const std::function<absl::Status()>& enqueue,
+                   absl::Duration* measured = nullptr) {
     GPUKIT_RETURN_IF_ERROR(scheduler_.Start(task_));
     absl::Duration device_time;
     absl::Status status = RunBetweenEvents(device, stream, enqueue, &device_time);
     scheduler_.Finish(task_, status, device_time);
     task_.reset();
+    if (measured != nullptr) *measured = device_time;
     return status;
   }
 
@@ -127,11 +197,16 @@ class Core::RunningTask {
 
 absl::StatusOr<std::unique_ptr<Core>> Core::Create(const Clock& clock,
                                                    std::vector<std::unique_ptr<Device>> devices,
-                                                   const CoreOptions& options) {
+                                                   const CoreOptions& options,
+                                                   std::shared_ptr<JitCompiler> jit) {
   if (devices.empty()) return absl::InvalidArgumentError("Core needs at least one device");
   if (options.streams_per_device < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("streams_per_device = ", options.streams_per_device, " must be >= 1"));
+  }
+  if (options.max_kernels_per_session < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_kernels_per_session = ", options.max_kernels_per_session, " must be >= 0"));
   }
   std::vector<DeviceCapacity> capacities;
   std::vector<DeviceSlot> slots;
@@ -157,16 +232,18 @@ absl::StatusOr<std::unique_ptr<Core>> Core::Create(const Clock& clock,
       Scheduler::Create(clock, capacities,
                         StartupPartitions(options.partitions, capacities[0].memory_bytes),
                         scheduler_options));
-  return std::unique_ptr<Core>(new Core(clock, options, std::move(slots), std::move(scheduler)));
+  return std::unique_ptr<Core>(
+      new Core(clock, options, std::move(slots), std::move(scheduler), std::move(jit)));
 }
 
 Core::Core(const Clock& clock, const CoreOptions& options, std::vector<DeviceSlot> devices,
-           std::unique_ptr<Scheduler> scheduler)
+           std::unique_ptr<Scheduler> scheduler, std::shared_ptr<JitCompiler> jit)
     : clock_(clock),
       options_(options),
       ops_(OpRegistry::Builtin()),
       devices_(std::move(devices)),
       scheduler_(std::move(scheduler)),
+      jit_(std::move(jit)),
       sessions_(clock, options.sessions, *scheduler_) {}
 
 Core::~Core() {
@@ -432,6 +509,112 @@ absl::StatusOr<ArrayView> Core::RunOp(absl::string_view session_id, absl::string
   GPUKIT_RETURN_IF_ERROR(
       session->AddArray(*std::move(output), options_.limits.max_arrays_per_session));
   return view;
+}
+
+absl::StatusOr<KernelView> Core::CompileKernel(absl::string_view session_id,
+                                               const CompileRequest& request) {
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
+  if (jit_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "NVRTC JIT compiler not available: gpukitd could not load libnvrtc at start-up (its "
+        "log says where it looked), so it compiles no kernels");
+  }
+  GPUKIT_RETURN_IF_ERROR(session->CheckKernelRoom(options_.max_kernels_per_session));
+  Device& device = *devices_[session->admission().device_index].device;
+  const std::string arch = KernelArch(device, options_);
+  // No lock is held while NVRTC runs (seconds, for heavy templates): the session's other
+  // requests go on meanwhile, and AddKernel decides on the limit again afterwards.
+  GPUKIT_ASSIGN_OR_RETURN(JitResult compiled, jit_->Compile(request, arch));
+  KernelView view;
+  view.handle = NewOpaqueId("k-");
+  view.entries = compiled.kernel->entries;
+  view.lowered_names = compiled.kernel->lowered_names;
+  view.arch = arch;
+  view.origin = compiled.origin;
+  if (compiled.origin == KernelOrigin::kCompiled) view.compile_time = compiled.kernel->compile_time;
+  view.log = compiled.kernel->log;
+  GPUKIT_RETURN_IF_ERROR(session->AddKernel(
+      std::make_shared<SessionKernel>(view.handle, device, std::move(compiled.kernel), arch),
+      options_.max_kernels_per_session));
+  spdlog::debug("kernel compiled: session={} kernel={} entries={} arch={} origin={} compile_ms={}",
+                session->id(), view.handle, absl::StrJoin(view.entries, ","), arch,
+                std::string(KernelOriginName(view.origin)),
+                absl::ToDoubleMilliseconds(view.compile_time));
+  return view;
+}
+
+absl::StatusOr<absl::Duration> Core::LaunchKernel(absl::string_view session_id,
+                                                  absl::string_view handle, absl::string_view entry,
+                                                  const LaunchConfig& config,
+                                                  absl::Span<const KernelArgInput> args,
+                                                  const TaskOptions& options) {
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
+  // The launch holds its own reference: a FreeKernel meanwhile unloads the module only
+  // once the launch has completed.
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<SessionKernel> kernel, session->FindKernel(handle));
+  GPUKIT_ASSIGN_OR_RETURN(const size_t index, kernel->FindEntry(entry));
+  Device& device = kernel->device();
+  // Everything that needs no device is checked first: a malformed request is refused
+  // before it takes a place in the queue, whatever the backend.
+  GPUKIT_RETURN_IF_ERROR(CheckLaunchConfig(config, LimitsOf(device)));
+  if (args.size() > kMaxKernelArgs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(args.size(), " args; a launch takes at most ", kMaxKernelArgs));
+  }
+  std::vector<std::shared_ptr<DeviceArray>> arrays(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].is_array) {
+      absl::StatusOr<std::shared_ptr<DeviceArray>> array = session->FindArray(args[i].handle);
+      if (!array.ok()) return PrefixStatus(array.status(), absl::StrCat("args[", i, "]: "));
+      arrays[i] = *std::move(array);
+    } else if (args[i].size_bytes < 1 || args[i].size_bytes > sizeof(args[i].bytes)) {
+      return absl::InvalidArgumentError(absl::StrCat("args[", i, "] is a scalar of ",
+                                                     args[i].size_bytes,
+                                                     " bytes; a scalar has 1 to 8 bytes"));
+    }
+  }
+  if (device.properties().backend == BackendKind::kCpu) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "kernel launch requires a GPU; the kernel compiled (for ", kernel->arch(),
+        "), but the session's device ", device.properties().index, " is on the ",
+        BackendName(device.properties().backend), " backend, which cannot run device code"));
+  }
+  GPUKIT_ASSIGN_OR_RETURN(RunningTask task,
+                          RunningTask::Create(*scheduler_, *session, TaskKind::kKernel,
+                                              kernel->entries()[index], options));
+  // Pin every array until the kernel has run, even if the client frees it meanwhile; a
+  // spilled one comes back to the device here.
+  std::vector<ArrayPin> pins;
+  std::vector<KernelArg> device_args(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    KernelArg& arg = device_args[i];
+    if (args[i].is_array) {
+      absl::StatusOr<ArrayPin> pin = PinArray(*session, *arrays[i]);
+      if (!pin.ok()) return task.Fail(PrefixStatus(pin.status(), absl::StrCat("args[", i, "]: ")));
+      arg.kind = KernelArg::Kind::kBuffer;
+      arg.buffer = pin->buffer();
+      pins.push_back(*std::move(pin));
+    } else {
+      arg.kind = KernelArg::Kind::kScalar;
+      std::memcpy(arg.bytes, args[i].bytes, sizeof(arg.bytes));
+      arg.size_bytes = args[i].size_bytes;
+    }
+  }
+  // The module is loaded on the first launch, inside the task: loading is device work.
+  absl::StatusOr<FunctionId> function = kernel->Function(index);
+  if (!function.ok()) return task.Fail(function.status());
+  absl::Duration device_time;
+  GPUKIT_RETURN_IF_ERROR(task.Run(
+      device, session->stream(),
+      [&] { return device.Launch(*function, config, device_args, session->stream()); },
+      &device_time));
+  return device_time;
+}
+
+absl::Status Core::FreeKernel(absl::string_view session_id, absl::string_view handle) {
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
+  // The kernel drops here, unloading its module, unless a launch still holds it.
+  return session->RemoveKernel(handle).status();
 }
 
 absl::StatusOr<int> Core::DeletePartition(absl::string_view name, bool force) {

@@ -6,7 +6,10 @@
 // submit a task to the scheduler and wait for admission, reserve memory for the result
 // (reclaiming BestEffort and over-request memory by spilling when the partition allows),
 // run it on the session's stream between two events, charge the device time the events
-// measured to the partition's pacing, and register the result with the session.
+// measured to the partition's pacing, and register the result with the session. Custom
+// kernels take the same way: CompileKernel compiles client source with the JIT compiler
+// (no task: it uses no device) into a kernel the session owns, and LaunchKernel runs one
+// of its entries as a task of kind kernel on the session's pinned arrays.
 //
 //   GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<Core> core,
 //                           Core::Create(clock, std::move(devices), options));
@@ -31,6 +34,7 @@
 #include "daemon/session/device_array.h"
 #include "daemon/session/session_manager.h"
 #include "runtime/device.h"
+#include "runtime/jit/jit_compiler.h"
 #include "runtime/op_registry.h"
 
 namespace gpukit {
@@ -47,6 +51,12 @@ struct CoreOptions {
   std::vector<PartitionSpec> partitions;
   absl::Duration pacing_burst = absl::Milliseconds(20);
   int task_history = 1000;
+  // The architecture custom kernels are compiled for when the session's device is the CPU
+  // backend (which cannot run them, but compiling checks the source and fills the cache).
+  // A CUDA device compiles for its own GPU.
+  std::string cpu_kernel_arch = "sm_90";
+  // Compiled kernels one session may hold at once (each may hold a module on the device).
+  int max_kernels_per_session = 256;
 };
 
 struct SessionGrant {
@@ -80,6 +90,26 @@ struct OpInput {
   ScalarValue scalar;  // when is_scalar
 };
 
+// A kernel compiled for a session (CompileKernel).
+struct KernelView {
+  std::string handle;                      // "k-..."
+  std::vector<std::string> entries;        // as requested
+  std::vector<std::string> lowered_names;  // their symbols in the module, index for index
+  std::string arch;                        // "sm_90": what it was compiled for
+  KernelOrigin origin = KernelOrigin::kCompiled;
+  absl::Duration compile_time;  // NVRTC's time; zero when a cache had it
+  std::string log;              // NVRTC's warnings, if any
+};
+
+// An argument of LaunchKernel as the client named it: one of the session's arrays (passed
+// as its device address) or a scalar passed by value.
+struct KernelArgInput {
+  bool is_array = false;
+  std::string handle;       // when is_array
+  uint8_t bytes[8] = {};    // when !is_array: the value, little-endian
+  uint32_t size_bytes = 0;  // when !is_array: 1 to 8
+};
+
 struct SessionSummary {
   std::string session_id;
   std::string tenant;
@@ -102,10 +132,12 @@ struct DeviceSummary {
 
 class Core {
  public:
-  // `devices` must not be empty. The clock must outlive the core.
+  // `devices` must not be empty. The clock must outlive the core. `jit` compiles custom
+  // kernels; without it CompileKernel is FAILED_PRECONDITION (NVRTC missing on this host).
   static absl::StatusOr<std::unique_ptr<Core>> Create(const Clock& clock,
                                                       std::vector<std::unique_ptr<Device>> devices,
-                                                      const CoreOptions& options);
+                                                      const CoreOptions& options,
+                                                      std::shared_ptr<JitCompiler> jit = nullptr);
   ~Core();
 
   // Sessions.
@@ -135,6 +167,41 @@ class Core {
                                   const TaskOptions& task = {});
   const OpRegistry& ops() const { return ops_; }
 
+  // Custom kernels. Every call renews the session's lease; foreign handles are NOT_FOUND.
+  //
+  // CompileKernel compiles `request` for the session's device (a CUDA device's own
+  // architecture; options.cpu_kernel_arch on the CPU backend) through the JIT compiler and
+  // its caches, and registers the kernel with the session. It is not a task: it uses no
+  // device, and no lock is held while NVRTC runs (up to the compiler's budget). Errors:
+  // FAILED_PRECONDITION without a JIT compiler; RESOURCE_EXHAUSTED "session holds N
+  // kernels, its limit" at options.max_kernels_per_session; and JitCompiler::Compile's
+  // (INVALID_ARGUMENT for a bad request or a compile error with NVRTC's log,
+  // DEADLINE_EXCEEDED past the compile budget).
+  absl::StatusOr<KernelView> CompileKernel(absl::string_view session_id,
+                                           const CompileRequest& request);
+  // Launches entry `entry` ("" for a kernel's only entry) of a session's kernel with `args`
+  // and waits for it; returns the device time the launch took. Checks, in order, before the
+  // request takes a place in the queue: the kernel (NOT_FOUND), the entry (NOT_FOUND, or
+  // INVALID_ARGUMENT for "" with several entries), grid and block against the device's
+  // limits (INVALID_ARGUMENT), the arguments (at most kMaxKernelArgs; scalars of 1 to 8
+  // bytes: INVALID_ARGUMENT; arrays of the session: NOT_FOUND "args[i]: ..."), and the
+  // backend (FAILED_PRECONDITION "kernel launch requires a GPU; the kernel compiled ..."
+  // on the CPU backend). Then it runs as a task of kind kernel, named after the entry:
+  // admission, its arrays pinned (spilled ones restored) for the launch's life, the module
+  // loaded on first launch, the launch between two events. The device's own checks (the
+  // kernel's parameter count and sizes, its thread and shared memory limits) and its
+  // errors come back as they are.
+  absl::StatusOr<absl::Duration> LaunchKernel(absl::string_view session_id,
+                                              absl::string_view handle, absl::string_view entry,
+                                              const LaunchConfig& config,
+                                              absl::Span<const KernelArgInput> args,
+                                              const TaskOptions& task = {});
+  // Frees a session's kernel. Its module is unloaded now, or when a launch in flight ends.
+  absl::Status FreeKernel(absl::string_view session_id, absl::string_view handle);
+  // Most arguments one launch may pass: a bound on the request, far above what kernels take.
+  static constexpr size_t kMaxKernelArgs = 1024;
+  bool has_jit() const { return jit_ != nullptr; }
+
   // Partitions and tasks (the scheduler's, for operators). DeletePartition with `force`
   // closes the partition's sessions and returns how many.
   Scheduler& scheduler() { return *scheduler_; }
@@ -159,7 +226,7 @@ class Core {
   class RunningTask;
 
   Core(const Clock& clock, const CoreOptions& options, std::vector<DeviceSlot> devices,
-       std::unique_ptr<Scheduler> scheduler);
+       std::unique_ptr<Scheduler> scheduler, std::shared_ptr<JitCompiler> jit);
   // Reserves `bytes` for the session (reclaiming by spilling if the scheduler says that
   // can help) and allocates a device buffer.
   absl::StatusOr<DeviceAllocation> AllocateMemory(const Session& session, int64_t bytes);
@@ -177,6 +244,7 @@ class Core {
   const OpRegistry& ops_;
   std::vector<DeviceSlot> devices_;
   std::unique_ptr<Scheduler> scheduler_;
+  const std::shared_ptr<JitCompiler> jit_;  // null: no custom kernels
   SessionManager sessions_;
   std::atomic<uint64_t> next_stream_{0};
 };

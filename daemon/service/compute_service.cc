@@ -1,4 +1,5 @@
-#include "absl/strings/str_cat.h"
+#include <algorithm>
+
 #include "daemon/service/convert.h"
 #include "daemon/service/services.h"
 
@@ -11,11 +12,8 @@ grpc::Status ComputeServiceImpl::RunOp(grpc::ServerContext* context,
   if (!inputs.ok()) return ToGrpc(inputs.status(), context);
   absl::StatusOr<AttrMap> attrs = FromProto(request->attrs());
   if (!attrs.ok()) return ToGrpc(attrs.status(), context);
-  if (request->task().queue_timeout_ms() < 0) {
-    return ToGrpc(absl::InvalidArgumentError(absl::StrCat("task.queue_timeout_ms = ",
-                                                          request->task().queue_timeout_ms(),
-                                                          " must be >= 0")),
-                  context);
+  if (absl::Status task = ValidateTaskOptions(request->task()); !task.ok()) {
+    return ToGrpc(task, context);
   }
   absl::StatusOr<ArrayView> output =
       core_.RunOp(request->session_id(), request->op(), *inputs, *attrs,
@@ -45,6 +43,41 @@ grpc::Status ComputeServiceImpl::ListOps(grpc::ServerContext* /*context*/,
     }
   }
   return grpc::Status::OK;
+}
+
+grpc::Status ComputeServiceImpl::CompileKernel(grpc::ServerContext* context,
+                                               const v1::CompileKernelRequest* request,
+                                               v1::CompileKernelResponse* response) {
+  CompileRequest compile;
+  compile.source = request->source();
+  compile.entries.assign(request->entries().begin(), request->entries().end());
+  compile.options.assign(request->options().begin(), request->options().end());
+  absl::StatusOr<KernelView> kernel = core_.CompileKernel(request->session_id(), compile);
+  if (!kernel.ok()) return ToGrpc(kernel.status(), context);
+  ToProto(*kernel, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status ComputeServiceImpl::LaunchKernel(grpc::ServerContext* context,
+                                              const v1::LaunchKernelRequest* request,
+                                              v1::LaunchKernelResponse* response) {
+  absl::StatusOr<std::vector<KernelArgInput>> args = FromProto(request->args());
+  if (!args.ok()) return ToGrpc(args.status(), context);
+  if (absl::Status task = ValidateTaskOptions(request->task()); !task.ok()) {
+    return ToGrpc(task, context);
+  }
+  absl::StatusOr<absl::Duration> device_time = core_.LaunchKernel(
+      request->session_id(), request->kernel(), request->entry(), LaunchConfigFrom(*request), *args,
+      TaskOptionsFrom(request->task(), context, absl::Now()));
+  if (!device_time.ok()) return ToGrpc(device_time.status(), context);
+  response->set_device_us(absl::ToDoubleMicroseconds(*device_time));
+  return grpc::Status::OK;
+}
+
+grpc::Status ComputeServiceImpl::FreeKernel(grpc::ServerContext* context,
+                                            const v1::FreeKernelRequest* request,
+                                            v1::FreeKernelResponse* /*response*/) {
+  return ToGrpc(core_.FreeKernel(request->session_id(), request->kernel()), context);
 }
 
 }  // namespace gpukit::service

@@ -1,5 +1,8 @@
 #include "daemon/service/convert.h"
 
+#include <cstring>
+#include <type_traits>
+
 #include "absl/strings/str_cat.h"
 #include "daemon/scheduler/admission.h"
 #include "proto/dtype_convert.h"
@@ -246,6 +249,94 @@ TaskOptions TaskOptionsFrom(const v1::TaskOptions& options, grpc::ServerContext*
     task.cancelled = [context] { return context->IsCancelled(); };
   }
   return task;
+}
+
+absl::Status ValidateTaskOptions(const v1::TaskOptions& options) {
+  if (options.queue_timeout_ms() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("task.queue_timeout_ms = ", options.queue_timeout_ms(), " must be >= 0"));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// A scalar kernel argument: the value's bytes as the kernel's parameter of type T holds
+// them (the host and every CUDA GPU are little-endian).
+template <typename T>
+KernelArgInput ScalarArg(T value) {
+  static_assert(std::is_arithmetic_v<T> && sizeof(T) <= sizeof(KernelArgInput::bytes));
+  KernelArgInput arg;
+  std::memcpy(arg.bytes, &value, sizeof(T));
+  arg.size_bytes = sizeof(T);
+  return arg;
+}
+
+void DimsFrom(const v1::Dim3& dim, uint32_t (&out)[3]) {
+  const uint32_t values[3] = {dim.x(), dim.y(), dim.z()};
+  for (int i = 0; i < 3; ++i) out[i] = values[i] == 0 ? 1 : values[i];
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<KernelArgInput>> FromProto(
+    const google::protobuf::RepeatedPtrField<v1::KernelArgument>& args) {
+  std::vector<KernelArgInput> out;
+  out.reserve(args.size());
+  for (int i = 0; i < args.size(); ++i) {
+    const v1::KernelArgument& arg = args[i];
+    switch (arg.value_case()) {
+      case v1::KernelArgument::kArray: {
+        KernelArgInput array;
+        array.is_array = true;
+        array.handle = arg.array();
+        out.push_back(std::move(array));
+        break;
+      }
+      case v1::KernelArgument::kF32:
+        out.push_back(ScalarArg(arg.f32()));
+        break;
+      case v1::KernelArgument::kF64:
+        out.push_back(ScalarArg(arg.f64()));
+        break;
+      case v1::KernelArgument::kI32:
+        out.push_back(ScalarArg(arg.i32()));
+        break;
+      case v1::KernelArgument::kI64:
+        out.push_back(ScalarArg(arg.i64()));
+        break;
+      case v1::KernelArgument::kU32:
+        out.push_back(ScalarArg(arg.u32()));
+        break;
+      case v1::KernelArgument::kU64:
+        out.push_back(ScalarArg(arg.u64()));
+        break;
+      case v1::KernelArgument::VALUE_NOT_SET:
+        return absl::InvalidArgumentError(absl::StrCat("args[", i, "] has no value"));
+    }
+  }
+  return out;
+}
+
+LaunchConfig LaunchConfigFrom(const v1::LaunchKernelRequest& request) {
+  LaunchConfig config;
+  DimsFrom(request.grid(), config.grid);
+  DimsFrom(request.block(), config.block);
+  config.shared_memory_bytes = request.shared_memory_bytes();
+  return config;
+}
+
+void ToProto(const KernelView& kernel, v1::CompileKernelResponse* out) {
+  out->set_kernel(kernel.handle);
+  for (size_t i = 0; i < kernel.entries.size(); ++i) {
+    v1::KernelEntry* entry = out->add_entries();
+    entry->set_name(kernel.entries[i]);
+    if (i < kernel.lowered_names.size()) entry->set_lowered_name(kernel.lowered_names[i]);
+  }
+  out->set_arch(kernel.arch);
+  out->set_source(std::string(KernelOriginName(kernel.origin)));
+  out->set_compile_ms(absl::ToDoubleMilliseconds(kernel.compile_time));
+  out->set_log(kernel.log);
 }
 
 grpc::Status ToGrpc(const absl::Status& status, grpc::ServerContext* context) {

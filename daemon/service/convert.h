@@ -45,6 +45,17 @@ absl::StatusOr<PartitionSpec> ApplyPartitionUpdate(PartitionSpec base, const v1:
 // The request's queueing: its TaskOptions, the call's deadline and its cancellation.
 TaskOptions TaskOptionsFrom(const v1::TaskOptions& options, grpc::ServerContext* context,
                             absl::Time now);
+// INVALID_ARGUMENT "task.queue_timeout_ms = -1 must be >= 0".
+absl::Status ValidateTaskOptions(const v1::TaskOptions& options);
+
+// Custom kernels. A scalar argument becomes the bytes of its proto type (f32 and i32, u32: 4;
+// f64, i64, u64: 8); an array stays a handle for the Core to resolve. INVALID_ARGUMENT
+// "args[i] has no value" for an argument with nothing set.
+absl::StatusOr<std::vector<KernelArgInput>> FromProto(
+    const google::protobuf::RepeatedPtrField<v1::KernelArgument>& args);
+// Grid, block (a dimension of 0, or an unset Dim3, counts as 1) and shared memory.
+LaunchConfig LaunchConfigFrom(const v1::LaunchKernelRequest& request);
+void ToProto(const KernelView& kernel, v1::CompileKernelResponse* out);
 
 // The status mapping: code and message carry over; an admission reason goes into the
 // "gpukit-reason" trailer. `context` may be null (no trailer then).

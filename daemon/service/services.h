@@ -55,6 +55,12 @@ class ComputeServiceImpl final : public v1::ComputeService::Service {
                      v1::RunOpResponse* response) override;
   grpc::Status ListOps(grpc::ServerContext* context, const v1::ListOpsRequest* request,
                        v1::ListOpsResponse* response) override;
+  grpc::Status CompileKernel(grpc::ServerContext* context, const v1::CompileKernelRequest* request,
+                             v1::CompileKernelResponse* response) override;
+  grpc::Status LaunchKernel(grpc::ServerContext* context, const v1::LaunchKernelRequest* request,
+                            v1::LaunchKernelResponse* response) override;
+  grpc::Status FreeKernel(grpc::ServerContext* context, const v1::FreeKernelRequest* request,
+                          v1::FreeKernelResponse* response) override;
 
  private:
   Core& core_;

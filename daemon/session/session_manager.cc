@@ -4,6 +4,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "runtime/base/names.h"
 #include "runtime/base/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -57,6 +58,54 @@ std::string NewOpaqueId(absl::string_view prefix) {
   }
   return absl::StrCat(
       prefix, absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(bytes), 16)));
+}
+
+SessionKernel::SessionKernel(std::string handle, Device& device,
+                             std::shared_ptr<const CompiledKernel> compiled, std::string arch)
+    : handle_(std::move(handle)),
+      device_(device),
+      compiled_(std::move(compiled)),
+      arch_(std::move(arch)),
+      functions_(compiled_->entries.size()) {}
+
+SessionKernel::~SessionKernel() {
+  absl::MutexLock lock(&mu_);
+  if (!module_) return;
+  if (absl::Status unloaded = device_.UnloadModule(*module_); !unloaded.ok()) {
+    spdlog::error("unloading the module of kernel {}: {}", handle_,
+                  std::string(unloaded.message()));
+  }
+}
+
+absl::StatusOr<size_t> SessionKernel::FindEntry(absl::string_view entry) const {
+  const std::vector<std::string>& names = entries();
+  if (entry.empty()) {
+    if (names.size() == 1) return 0;
+    return absl::InvalidArgumentError(absl::StrCat("entry is empty, but kernel ", handle_, " has ",
+                                                   names.size(),
+                                                   " entries: ", absl::StrJoin(names, ", ")));
+  }
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == entry) return i;
+  }
+  return absl::NotFoundError(absl::StrCat("kernel ", handle_, " has no entry \"",
+                                          absl::CHexEscape(entry.substr(0, 200)),
+                                          "\"; its entries: ", absl::StrJoin(names, ", ")));
+}
+
+absl::StatusOr<FunctionId> SessionKernel::Function(size_t index) {
+  if (index >= entries().size() || index >= lowered_names().size()) {
+    return absl::OutOfRangeError(absl::StrCat("entry index ", index, " of kernel ", handle_,
+                                              " with ", entries().size(), " entries"));
+  }
+  absl::MutexLock lock(&mu_);
+  if (functions_[index]) return *functions_[index];
+  if (!module_) {
+    GPUKIT_ASSIGN_OR_RETURN(module_, device_.LoadModule(compiled_->cubin));
+  }
+  GPUKIT_ASSIGN_OR_RETURN(functions_[index],
+                          device_.GetFunction(*module_, compiled_->lowered_names[index]));
+  return *functions_[index];
 }
 
 Session::Session(std::string id, const OpenSessionParams& params, SessionAdmission admission,
@@ -117,6 +166,59 @@ absl::StatusOr<std::shared_ptr<DeviceArray>> Session::RemoveArray(absl::string_v
   return array;
 }
 
+absl::StatusOr<std::shared_ptr<SessionKernel>> Session::FindKernel(absl::string_view handle) const {
+  absl::MutexLock lock(&mu_);
+  auto it = kernels_.find(handle);
+  if (it == kernels_.end()) {
+    return absl::NotFoundError(absl::StrCat("kernel handle \"",
+                                            absl::CHexEscape(handle.substr(0, 80)),
+                                            "\" not found in this session"));
+  }
+  return it->second;
+}
+
+absl::Status Session::CheckKernelRoom(int max_kernels) const {
+  absl::MutexLock lock(&mu_);
+  return CheckKernelRoomLocked(max_kernels);
+}
+
+absl::Status Session::CheckKernelRoomLocked(int max_kernels) const {
+  if (closed_) return absl::NotFoundError(absl::StrCat("session ", id_, " was closed"));
+  if (static_cast<int64_t>(kernels_.size()) >= max_kernels) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("session holds ", kernels_.size(), " kernels, its limit; free one first"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Session::AddKernel(std::shared_ptr<SessionKernel> kernel, int max_kernels) {
+  absl::MutexLock lock(&mu_);
+  GPUKIT_RETURN_IF_ERROR(CheckKernelRoomLocked(max_kernels));
+  kernels_.emplace(kernel->handle(), std::move(kernel));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<SessionKernel>> Session::RemoveKernel(absl::string_view handle) {
+  std::shared_ptr<SessionKernel> kernel;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = kernels_.find(handle);
+    if (it == kernels_.end()) {
+      return absl::NotFoundError(absl::StrCat("kernel handle \"",
+                                              absl::CHexEscape(handle.substr(0, 80)),
+                                              "\" not found in this session"));
+    }
+    kernel = std::move(it->second);
+    kernels_.erase(it);
+  }
+  return kernel;
+}
+
+int Session::kernel_count() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(kernels_.size());
+}
+
 std::vector<std::shared_ptr<DeviceArray>> Session::Arrays() const {
   absl::MutexLock lock(&mu_);
   std::vector<std::shared_ptr<DeviceArray>> arrays;
@@ -145,15 +247,18 @@ void Session::Renew(absl::Time now) {
   lease_deadline_ = std::max(lease_deadline_, now + lease_);
 }
 
-std::vector<std::shared_ptr<DeviceArray>> Session::CloseAndTakeArrays() {
+Session::Holdings Session::CloseAndTake() {
   absl::MutexLock lock(&mu_);
   closed_ = true;
-  std::vector<std::shared_ptr<DeviceArray>> arrays;
-  arrays.reserve(arrays_.size());
-  for (auto& [handle, array] : arrays_) arrays.push_back(std::move(array));
+  Holdings holdings;
+  holdings.arrays.reserve(arrays_.size());
+  for (auto& [handle, array] : arrays_) holdings.arrays.push_back(std::move(array));
   arrays_.clear();
   memory_bytes_ = 0;
-  return arrays;
+  holdings.kernels.reserve(kernels_.size());
+  for (auto& [handle, kernel] : kernels_) holdings.kernels.push_back(std::move(kernel));
+  kernels_.clear();
+  return holdings;
 }
 
 SessionManager::SessionManager(const Clock& clock, const SessionOptions& options,
@@ -198,10 +303,15 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Touch(absl::string_view
 CloseStats SessionManager::CloseLocked(std::shared_ptr<Session> session) {
   sessions_.erase(session->id());
   scheduler_.EndSession(session->ticket());
-  std::vector<std::shared_ptr<DeviceArray>> arrays = session->CloseAndTakeArrays();
-  CloseStats stats{session->id(), session->tenant(), static_cast<int64_t>(arrays.size()), 0};
-  for (const auto& array : arrays) stats.bytes_freed += array->bytes();
-  return stats;  // `arrays` drops here: buffers not in use by work in flight are freed now
+  Session::Holdings holdings = session->CloseAndTake();
+  CloseStats stats;
+  stats.session_id = session->id();
+  stats.tenant = session->tenant();
+  stats.arrays_freed = static_cast<int64_t>(holdings.arrays.size());
+  for (const auto& array : holdings.arrays) stats.bytes_freed += array->bytes();
+  stats.kernels_freed = static_cast<int64_t>(holdings.kernels.size());
+  // `holdings` drops here: buffers and modules not in use by work in flight are freed now.
+  return stats;
 }
 
 absl::StatusOr<CloseStats> SessionManager::Close(absl::string_view session_id) {
@@ -212,8 +322,9 @@ absl::StatusOr<CloseStats> SessionManager::Close(absl::string_view session_id) {
         absl::StrCat("session \"", absl::CHexEscape(session_id.substr(0, 80)), "\" not found"));
   }
   CloseStats stats = CloseLocked(it->second);
-  spdlog::info("session closed: session={} tenant={} arrays_freed={} bytes_freed={}",
-               stats.session_id, stats.tenant, stats.arrays_freed, stats.bytes_freed);
+  spdlog::info(
+      "session closed: session={} tenant={} arrays_freed={} bytes_freed={} kernels_freed={}",
+      stats.session_id, stats.tenant, stats.arrays_freed, stats.bytes_freed, stats.kernels_freed);
   return stats;
 }
 
@@ -227,9 +338,11 @@ std::vector<CloseStats> SessionManager::ExpireLeases() {
   }
   for (auto& session : expired) {
     closed.push_back(CloseLocked(std::move(session)));
-    spdlog::warn("session lease expired: session={} tenant={} arrays_freed={} bytes_freed={}",
-                 closed.back().session_id, closed.back().tenant, closed.back().arrays_freed,
-                 closed.back().bytes_freed);
+    spdlog::warn(
+        "session lease expired: session={} tenant={} arrays_freed={} bytes_freed={} "
+        "kernels_freed={}",
+        closed.back().session_id, closed.back().tenant, closed.back().arrays_freed,
+        closed.back().bytes_freed, closed.back().kernels_freed);
   }
   return closed;
 }

@@ -1,11 +1,12 @@
 // Sessions: who owns what, and for how long.
 //
 // A Session is one client's identity (tenant, partition, client facts) and the owner of
-// every array it creates. A session lives while its lease is renewed: every request
-// through the session and every KeepAlive pushes the deadline out by the lease; when the
-// client closes it or the deadline passes (the client died), SessionManager removes it and
-// drops its arrays, whose destructors free device memory and return their reservations.
-// Arrays still used by work in flight are freed when that work lets go of them.
+// every array and compiled kernel it creates. A session lives while its lease is renewed:
+// every request through the session and every KeepAlive pushes the deadline out by the
+// lease; when the client closes it or the deadline passes (the client died), SessionManager
+// removes it and drops its arrays and kernels, whose destructors free device memory, return
+// reservations and unload device modules. Those still used by work in flight are freed
+// when that work lets go of them.
 //
 // Admission is the scheduler's: the caller admits the session there first and hands the
 // admission to Open; closing a session ends it in the scheduler, which cancels its waiting
@@ -25,6 +26,7 @@
 
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,7 @@
 #include "daemon/scheduler/scheduler.h"
 #include "daemon/session/device_array.h"
 #include "runtime/device.h"
+#include "runtime/jit/kernel_cache.h"
 
 namespace gpukit {
 
@@ -66,6 +69,60 @@ struct OpenSessionParams {
 
 // Checks the tenant name (1-63 of [A-Za-z0-9._-]), client fields and lease. INVALID_ARGUMENT.
 absl::Status ValidateOpenSessionParams(const OpenSessionParams& params);
+
+// A kernel a session compiled (CompileKernel): the compiled module, shared with the JIT's
+// cache, and, once it has been launched, that module loaded on the session's device with
+// the functions looked up so far. Loading waits for the first launch, so compiling uses no
+// device and a kernel never launched costs the device nothing.
+//
+// Whoever drops the last reference (the session, when the kernel is freed or the session
+// ends, or a launch in flight) unloads the module. A launch holds its reference until its
+// work has completed, so a module is never unloaded under a running kernel.
+//
+//   auto kernel = std::make_shared<SessionKernel>(NewOpaqueId("k-"), device, compiled.kernel,
+//                                                 "sm_90");
+//   GPUKIT_ASSIGN_OR_RETURN(size_t entry, kernel->FindEntry("scale<float>"));
+//   GPUKIT_ASSIGN_OR_RETURN(FunctionId function, kernel->Function(entry));  // loads once
+//
+// Thread safety: thread-safe. Function holds the kernel's lock while it loads the module, so
+// concurrent first launches load it once.
+class SessionKernel {
+ public:
+  // `compiled` was compiled for `arch`; `device` must outlive the kernel.
+  SessionKernel(std::string handle, Device& device, std::shared_ptr<const CompiledKernel> compiled,
+                std::string arch);
+  SessionKernel(const SessionKernel&) = delete;
+  SessionKernel& operator=(const SessionKernel&) = delete;
+  // Unloads the module if it was loaded; an error (a faulted device) is logged.
+  ~SessionKernel();
+
+  const std::string& handle() const { return handle_; }
+  Device& device() const { return device_; }
+  const std::string& arch() const { return arch_; }
+  // Entries as the client named them, and their symbols in the module, index for index.
+  const std::vector<std::string>& entries() const { return compiled_->entries; }
+  const std::vector<std::string>& lowered_names() const { return compiled_->lowered_names; }
+
+  // The index of `entry` in entries(); "" names the only entry of a one-entry kernel.
+  // NOT_FOUND for a name the kernel does not have, INVALID_ARGUMENT for "" when it has
+  // several.
+  absl::StatusOr<size_t> FindEntry(absl::string_view entry) const;
+  // The device function of entries()[index], loading the module on first use and looking
+  // each function up once. Errors: the device's (FAILED_PRECONDITION on a backend without
+  // device code, INVALID_ARGUMENT for an image the driver refuses); a failed load is tried
+  // again by the next call.
+  absl::StatusOr<FunctionId> Function(size_t index);
+
+ private:
+  const std::string handle_;
+  Device& device_;
+  const std::shared_ptr<const CompiledKernel> compiled_;
+  const std::string arch_;
+
+  mutable absl::Mutex mu_;
+  std::optional<ModuleId> module_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::optional<FunctionId>> functions_ ABSL_GUARDED_BY(mu_);  // by entry
+};
 
 class Session {
  public:
@@ -97,6 +154,17 @@ class Session {
   absl::Status CheckArrayRoom(int max_arrays) const;
   absl::StatusOr<std::shared_ptr<DeviceArray>> RemoveArray(absl::string_view handle);
 
+  // Kernels, with the same rules as arrays: NOT_FOUND `kernel handle "h" not found in this
+  // session` for unknown, freed and foreign handles alike; AddKernel refuses (and drops the
+  // kernel) with NOT_FOUND once the session has closed and RESOURCE_EXHAUSTED "session holds
+  // N kernels, its limit" when it already holds `max_kernels`.
+  absl::StatusOr<std::shared_ptr<SessionKernel>> FindKernel(absl::string_view handle) const;
+  absl::Status AddKernel(std::shared_ptr<SessionKernel> kernel,
+                         int max_kernels = std::numeric_limits<int>::max());
+  absl::Status CheckKernelRoom(int max_kernels) const;
+  absl::StatusOr<std::shared_ptr<SessionKernel>> RemoveKernel(absl::string_view handle);
+  int kernel_count() const;
+
   // Every array the session holds (a snapshot).
   std::vector<std::shared_ptr<DeviceArray>> Arrays() const;
   int array_count() const;
@@ -106,10 +174,17 @@ class Session {
 
  private:
   friend class SessionManager;
+  // What a closed session held, for its closer to drop.
+  struct Holdings {
+    std::vector<std::shared_ptr<DeviceArray>> arrays;
+    std::vector<std::shared_ptr<SessionKernel>> kernels;
+  };
+
   void Renew(absl::Time now);
-  // Marks the session closed and hands over its arrays.
-  std::vector<std::shared_ptr<DeviceArray>> CloseAndTakeArrays();
+  // Marks the session closed and hands over its arrays and kernels.
+  Holdings CloseAndTake();
   absl::Status CheckArrayRoomLocked(int max_arrays) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckKernelRoomLocked(int max_kernels) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string id_;
   const std::string tenant_;
@@ -125,6 +200,7 @@ class Session {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   int64_t memory_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<std::string, std::shared_ptr<DeviceArray>> arrays_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<SessionKernel>> kernels_ ABSL_GUARDED_BY(mu_);
 };
 
 struct CloseStats {
@@ -132,6 +208,7 @@ struct CloseStats {
   std::string tenant;
   int64_t arrays_freed = 0;
   int64_t bytes_freed = 0;
+  int64_t kernels_freed = 0;
 };
 
 class SessionManager {

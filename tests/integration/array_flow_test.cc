@@ -163,8 +163,13 @@ TEST_F(ArrayFlowTest, ListOpsListsTheTwelveBuiltinOpsOnTheCpuBackend) {
       EXPECT_THAT(op.attrs(), ElementsAre("dtype"));
     }
   }
-  EXPECT_THAT(names, UnorderedElementsAre("add", "sub", "mul", "div", "matmul", "sum", "mean",
-                                          "max", "min", "astype", "reshape", "transpose"));
+  EXPECT_THAT(names,
+              ::testing::UnorderedElementsAreArray(
+                  {"add",     "sub",   "mul",     "div",     "matmul",    "sum",       "mean",
+                   "max",     "min",   "astype",  "reshape", "transpose", "exp",       "log",
+                   "sqrt",    "rsqrt", "abs",     "neg",     "relu",      "gelu",      "silu",
+                   "sigmoid", "tanh",  "clamp",   "where",   "argmax",    "softmax",   "layernorm",
+                   "rmsnorm", "rope",  "attention", "embedding", "concat"}));
 }
 
 TEST_F(ArrayFlowTest, StatusReportsTheCpuBackendAndTheListenAddress) {

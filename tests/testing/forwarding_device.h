@@ -8,12 +8,18 @@
 //   ForwardingDevice* hooks = device.get();
 //   hooks->before_run_op = [&](const OpLaunch&) { core->FreeArray(session, input); };
 //
+// The device-code hooks (load_module, get_function, launch, unload_module) stand in for the
+// wrapped device when set, so that code which loads and launches kernels can be tested on
+// the CPU device, which has no device code; with set_backend(BackendKind::kCuda) the device
+// also reports itself as a GPU.
+//
 // Thread safety: as the wrapped device's; set the hooks before the device is shared.
 #ifndef GPUKIT_TESTS_TESTING_FORWARDING_DEVICE_H_
 #define GPUKIT_TESTS_TESTING_FORWARDING_DEVICE_H_
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "runtime/device.h"
@@ -28,10 +34,24 @@ class ForwardingDevice final : public Device {
   std::function<void(const OpLaunch&)> before_run_op;
   // When set, answers SupportsOp in place of the wrapped device.
   std::function<bool(absl::string_view)> supports_op;
+  // When set, each answers its call in place of the wrapped device.
+  std::function<absl::StatusOr<ModuleId>(absl::string_view image)> load_module;
+  std::function<absl::Status(ModuleId)> unload_module;
+  std::function<absl::StatusOr<FunctionId>(ModuleId, absl::string_view name)> get_function;
+  std::function<absl::Status(FunctionId, const LaunchConfig&, absl::Span<const KernelArg>,
+                             StreamId)>
+      launch;
 
   Device& inner() { return *inner_; }
+  // Reports `backend` in properties() from now on (the rest as the wrapped device's).
+  void set_backend(BackendKind backend) {
+    properties_ = inner_->properties();
+    properties_->backend = backend;
+  }
 
-  const DeviceProperties& properties() const override { return inner_->properties(); }
+  const DeviceProperties& properties() const override {
+    return properties_ ? *properties_ : inner_->properties();
+  }
   MemoryInfo GetMemoryInfo() const override { return inner_->GetMemoryInfo(); }
   absl::StatusOr<BufferId> Allocate(int64_t bytes) override { return inner_->Allocate(bytes); }
   absl::Status Free(BufferId buffer) override { return inner_->Free(buffer); }
@@ -71,19 +91,23 @@ class ForwardingDevice final : public Device {
     return inner_->RunOp(launch, stream);
   }
   absl::StatusOr<ModuleId> LoadModule(absl::string_view image) override {
-    return inner_->LoadModule(image);
+    return load_module ? load_module(image) : inner_->LoadModule(image);
   }
-  absl::Status UnloadModule(ModuleId module) override { return inner_->UnloadModule(module); }
+  absl::Status UnloadModule(ModuleId module) override {
+    return unload_module ? unload_module(module) : inner_->UnloadModule(module);
+  }
   absl::StatusOr<FunctionId> GetFunction(ModuleId module, absl::string_view name) override {
-    return inner_->GetFunction(module, name);
+    return get_function ? get_function(module, name) : inner_->GetFunction(module, name);
   }
   absl::Status Launch(FunctionId function, const LaunchConfig& config,
                       absl::Span<const KernelArg> args, StreamId stream) override {
-    return inner_->Launch(function, config, args, stream);
+    return launch ? launch(function, config, args, stream)
+                  : inner_->Launch(function, config, args, stream);
   }
 
  private:
   std::unique_ptr<Device> inner_;
+  std::optional<DeviceProperties> properties_;
 };
 
 }  // namespace gpukit::testing

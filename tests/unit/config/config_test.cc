@@ -483,7 +483,7 @@ TEST(JitConfigTest, EmbeddedDefaultAndEveryField) {
   EXPECT_EQ(defaults.jit.cache_dir, "");
   EXPECT_EQ(defaults.jit.memory_budget_bytes, 256 * kMiB);
   EXPECT_EQ(defaults.jit.compile_time_budget, absl::Seconds(30));
-  EXPECT_EQ(defaults.cpu_kernel_arch, "sm_90");
+  EXPECT_EQ(defaults.core.cpu_kernel_arch, "sm_90");
   absl::StatusOr<DaemonConfig> config = ApplyConfigJson(R"({"jit": {
       "cacheDir": "/var/cache/gpukit/kernels", "nvrtcDir": "/opt/nvrtc/lib",
       "memoryCache": "64MiB", "compileTimeout": "5s", "cpuArch": "sm_80"}})",
@@ -493,7 +493,12 @@ TEST(JitConfigTest, EmbeddedDefaultAndEveryField) {
   EXPECT_EQ(config->jit.library_dir, "/opt/nvrtc/lib");
   EXPECT_EQ(config->jit.memory_budget_bytes, 64 * kMiB);
   EXPECT_EQ(config->jit.compile_time_budget, absl::Seconds(5));
-  EXPECT_EQ(config->cpu_kernel_arch, "sm_80");
+  EXPECT_EQ(config->core.cpu_kernel_arch, "sm_80");
+  absl::StatusOr<DaemonConfig> limited =
+      ApplyConfigJson(R"({"limits": {"maxKernelsPerSession": 3}})", defaults);
+  ASSERT_THAT(limited, IsOk());
+  EXPECT_EQ(limited->core.max_kernels_per_session, 3);
+  EXPECT_EQ(defaults.core.max_kernels_per_session, 256);
 }
 
 TEST(JitConfigTest, KernelCacheDirFollowsTheConfigThenSystemdThenXdgThenHome) {

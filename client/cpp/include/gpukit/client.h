@@ -14,6 +14,18 @@
 //   auto c = (*client)->Add(*a, *b);            // broadcasting: [[11, 22], [13, 24]]
 //   auto values = c->ToVector<float>();
 //
+// Custom kernels are CUDA C++ that the daemon compiles (NVRTC, cached) and launches on the
+// session's arrays; compiling works on any daemon, launching needs one with a GPU:
+//
+//   const int n = 1 << 20;  // x and y: float32 Arrays of n elements
+//   auto saxpy = (*client)->CompileKernel(R"(
+//       extern "C" __global__ void saxpy(float a, const float* x, float* y, int n) {
+//         int i = blockIdx.x * blockDim.x + threadIdx.x;
+//         if (i < n) y[i] += a * x[i];
+//       })", {"saxpy"});
+//   auto device_time = (*client)->LaunchKernel(*saxpy, "", {(n + 255) / 256}, {256}, 0,
+//                                              {2.0f, *x, *y, n});
+//
 // Errors are absl::Status with the daemon's gRPC code and message; RejectReason() gives
 // the admission reason ("REASON_DEVICE_MEMORY_EXHAUSTED", ...) of a refused request.
 //
@@ -103,6 +115,46 @@ class Operand {
 
  private:
   std::variant<const Array*, double, int64_t> value_;
+};
+
+// Grid or block dimensions of a kernel launch: Dim3{256} is 256 x 1 x 1.
+struct Dim3 {
+  uint32_t x = 1;
+  uint32_t y = 1;
+  uint32_t z = 1;
+};
+
+// A kernel the daemon compiled for this client's session (Client::CompileKernel). A plain
+// value: copies name the same kernel, and none frees it; the session frees it at
+// Client::FreeKernel or when it closes. A session holds a limited number of kernels (the
+// daemon's limits.maxKernelsPerSession), so free those no longer needed.
+struct Kernel {
+  std::string handle;                      // "k-..."
+  std::vector<std::string> entries;        // as requested: "saxpy", "scale<float>"
+  std::vector<std::string> lowered_names;  // their symbols in the compiled module
+  std::string arch;                        // what it was compiled for, e.g. "sm_90"
+  std::string origin;                      // "compiled", or a cache: "memory", "disk"
+  double compile_ms = 0;                   // NVRTC's time; 0 for a cache hit
+  std::string log;                         // NVRTC's warnings, if any
+};
+
+// An argument of a kernel launch: an array (passed as its device pointer) or a scalar passed
+// by value with exactly the size of its C++ type, which must be the kernel parameter's type
+// (write 2.0f for a float parameter, int64_t{n} for a long long one).
+class KernelArgument {
+ public:
+  using Value = std::variant<const Array*, float, double, int32_t, int64_t, uint32_t, uint64_t>;
+  KernelArgument(const Array& array) : value_(&array) {}  // NOLINT: implicit by design
+  KernelArgument(float value) : value_(value) {}          // NOLINT
+  KernelArgument(double value) : value_(value) {}         // NOLINT
+  KernelArgument(int32_t value) : value_(value) {}        // NOLINT
+  KernelArgument(int64_t value) : value_(value) {}        // NOLINT
+  KernelArgument(uint32_t value) : value_(value) {}       // NOLINT
+  KernelArgument(uint64_t value) : value_(value) {}       // NOLINT
+  const Value& value() const { return value_; }
+
+ private:
+  Value value_;
 };
 
 // Value of an op attribute (see docs/api.md for each op's attributes).
@@ -213,6 +265,35 @@ class Client {
   absl::StatusOr<Array> Reshape(const Array& a, std::vector<int64_t> shape);
   // Reverses the axes when `perm` is empty.
   absl::StatusOr<Array> Transpose(const Array& a, std::vector<int64_t> perm = {});
+
+  // Custom kernels. CompileKernel compiles CUDA C++ `source` for the session's device and
+  // exports `entries`: extern "C" kernel names or template name expressions
+  // ("scale<float>"). `options` are NVRTC options from the daemon's allow-list ("-DN=4",
+  // "--use_fast_math"); the architecture comes from the device. Errors: INVALID_ARGUMENT
+  // (the message holds NVRTC's log for source that does not compile; a refused option or
+  // entry name), FAILED_PRECONDITION (the daemon has no NVRTC), RESOURCE_EXHAUSTED (the
+  // session holds its limit of kernels), DEADLINE_EXCEEDED (compiling took too long).
+  // A compile the daemon has cached costs one round trip.
+  absl::StatusOr<Kernel> CompileKernel(const std::string& source, std::vector<std::string> entries,
+                                       std::vector<std::string> options = {});
+  // Launches `entry` of `kernel` ("" for a kernel's only entry) over `grid` blocks of
+  // `block` threads with `shared_memory_bytes` of dynamic shared memory, as a task of the
+  // session's partition (with ClientOptions::task, or `task`), and waits for it to run.
+  // Returns the device time the kernel took. Errors: INVALID_ARGUMENT (grid or block
+  // beyond the device's limits; arguments that do not match the kernel's parameters),
+  // NOT_FOUND (a kernel, entry or array the session does not have), FAILED_PRECONDITION
+  // (a daemon on the CPU backend: "kernel launch requires a GPU; ..."), and RunOp's queue
+  // errors.
+  absl::StatusOr<absl::Duration> LaunchKernel(const Kernel& kernel, absl::string_view entry,
+                                              Dim3 grid, Dim3 block, uint32_t shared_memory_bytes,
+                                              const std::vector<KernelArgument>& args);
+  absl::StatusOr<absl::Duration> LaunchKernel(const Kernel& kernel, absl::string_view entry,
+                                              Dim3 grid, Dim3 block, uint32_t shared_memory_bytes,
+                                              const std::vector<KernelArgument>& args,
+                                              const TaskOptions& task);
+  // Frees the kernel in the daemon (its module on the device, if it was launched). NOT_FOUND
+  // if the session no longer has it.
+  absl::Status FreeKernel(const Kernel& kernel);
 
   // Renews the lease now (the background thread does this by itself).
   absl::Status KeepAlive();
