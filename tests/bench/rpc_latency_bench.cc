@@ -1,7 +1,9 @@
-// Measures gpukitd on the CPU backend: start-up time, idle memory, and the round trip of a
-// small RunOp against a raw gRPC ping to the same daemon in the same run.
+// Measures gpukitd: start-up time, idle memory, and the round trip of a small RunOp against
+// a raw gRPC ping to the same daemon in the same run; with --backend cuda also the launch of
+// an empty custom kernel (CompileKernel once, then LaunchKernel through the C++ client).
 //
 //   gpukit_rpc_bench --gpukitd build/daemon/gpukitd [--iterations 20000] [--starts 5]
+//                    [--backend cpu|cuda]
 //
 // The daemon is started by the benchmark on a private unix socket. Start-up time is from
 // posix_spawn to the first answered health check. The ping is grpc.health.v1.Health/Check
@@ -45,11 +47,14 @@ struct Daemon {
   std::string address;
 };
 
+std::string g_backend = "cpu";
+
 Daemon Spawn(const std::string& binary, const std::string& dir) {
   Daemon daemon;
   daemon.address = absl::StrCat("unix://", dir, "/gpukitd.sock");
   std::string listen = absl::StrCat("--listen=", daemon.address);
-  const char* argv[] = {binary.c_str(), listen.c_str(), "--backend=cpu", "--log-level=warn",
+  const std::string backend = absl::StrCat("--backend=", g_backend);
+  const char* argv[] = {binary.c_str(), listen.c_str(), backend.c_str(), "--log-level=warn",
                         nullptr};
   if (posix_spawn(&daemon.pid, binary.c_str(), nullptr, nullptr, const_cast<char* const*>(argv),
                   environ) != 0) {
@@ -155,6 +160,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--gpukitd") == 0) gpukitd = argv[i + 1];
     if (std::strcmp(argv[i], "--iterations") == 0) iterations = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--starts") == 0) starts = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--backend") == 0) g_backend = argv[i + 1];
   }
   if (gpukitd.empty()) {
     std::fprintf(stderr, "usage: %s --gpukitd PATH [--iterations N] [--starts N]\n", argv[0]);
@@ -204,8 +210,18 @@ int main(int argc, char** argv) {
   std::vector<std::string> outputs;
   outputs.reserve(iterations + iterations / 10);  // freed after the timed loops
 
-  const std::vector<Stats> stats = TimeInterleaved(
-      iterations, {[&] {
+  // An empty kernel, for the launch round trip (GPU only: the CPU backend runs no kernels).
+  const bool launches = g_backend == "cuda";
+  gpukit::Kernel empty;
+  if (launches) {
+    auto compiled = (*client)->CompileKernel(R"(extern "C" __global__ void empty() {})", {"empty"});
+    if (!compiled.ok()) {
+      std::fprintf(stderr, "compile: %s\n", std::string(compiled.status().message()).c_str());
+      return 1;
+    }
+    empty = *compiled;
+  }
+  std::vector<std::function<void()>> timed = {[&] {
                      if (!HealthCheck(**channel)) std::exit(1);
                    },
                    [&] {
@@ -217,7 +233,13 @@ int main(int argc, char** argv) {
                    [&] {
                      auto c = (*client)->Add(*a, *b);  // RunOp + Free when `c` goes out of scope
                      if (!c.ok()) std::exit(1);
-                   }});
+                   }};
+  if (launches) {
+    timed.push_back([&] {
+      if (!(*client)->LaunchKernel(empty, "", {1}, {1}, 0, {}).ok()) std::exit(1);
+    });
+  }
+  const std::vector<Stats> stats = TimeInterleaved(iterations, timed);
   const Stats& ping = stats[0];
   const Stats& op = stats[1];
   const Stats& client_add = stats[2];
@@ -249,5 +271,12 @@ int main(int argc, char** argv) {
               client_add.p50, client_add.p99, client_add.mean);
   std::printf("RunOp / ping: p50 %.2fx, mean %.2fx (goal <= 1.3x)\n", op.p50 / ping.p50,
               op.mean / ping.mean);
+  if (launches) {
+    const Stats& launch = stats[3];
+    std::printf("%-44s %10.1f %10.1f %10.1f\n", "LaunchKernel empty<<<1,1>>> (client)",
+                launch.p50, launch.p99, launch.mean);
+    std::printf("LaunchKernel / ping: p50 %.2fx, mean %.2fx (goal <= 1.3x)\n",
+                launch.p50 / ping.p50, launch.mean / ping.mean);
+  }
   return 0;
 }
