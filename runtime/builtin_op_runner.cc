@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -25,6 +27,15 @@ constexpr int64_t kMaxReduceSlices = 4096;
 constexpr uint32_t kMatmulTile = 16;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The element-wise math ops of kernels/cuda/unary.cu, each a kernel "gk_<op>_<dtype>".
+bool IsUnaryOp(absl::string_view op) {
+  for (absl::string_view unary : {"exp", "log", "sqrt", "rsqrt", "abs", "neg", "relu", "gelu",
+                                  "silu", "sigmoid", "tanh"}) {
+    if (op == unary) return true;
+  }
+  return false;
+}
 
 LaunchConfig Linear(int64_t count) {
   LaunchConfig config;
@@ -132,6 +143,26 @@ class Lowering {
       status = Reduce(op);
     } else if (op == "matmul") {
       status = Matmul();
+    } else if (IsUnaryOp(op)) {
+      status = Unary(op);
+    } else if (op == "clamp") {
+      status = Clamp();
+    } else if (op == "where") {
+      status = Where();
+    } else if (op == "argmax") {
+      status = Argmax();
+    } else if (op == "softmax") {
+      status = Softmax();
+    } else if (op == "layernorm" || op == "rmsnorm") {
+      status = Norm(op);
+    } else if (op == "rope") {
+      status = Rope();
+    } else if (op == "attention") {
+      status = Attention();
+    } else if (op == "embedding") {
+      status = Embedding();
+    } else if (op == "concat") {
+      status = Concat();
     } else {
       return absl::UnimplementedError(absl::StrCat("op \"", op, "\" has no device kernels"));
     }
@@ -333,6 +364,224 @@ class Lowering {
                   config, args);
   }
 
+  std::string ComputeSuffix() const {
+    return std::string(KernelDTypeSuffix(launch_.plan.compute_dtype));
+  }
+
+  absl::Status Unary(const std::string& op) {
+    GPUKIT_ASSIGN_OR_RETURN(int64_t count, ElementCount(launch_.plan.output.shape));
+    if (count == 0) return absl::OkStatus();
+    GPUKIT_ASSIGN_OR_RETURN(BufferId in, Input(0));
+    GkUnaryParams params{count};
+    const KernelArg args[] = {Buffer(launch_.output), Buffer(in), Block(params)};
+    return Launch("unary", absl::StrCat("gk_", op, "_", ComputeSuffix()), Linear(count), args);
+  }
+
+  absl::Status Clamp() {
+    GPUKIT_ASSIGN_OR_RETURN(int64_t count, ElementCount(launch_.plan.output.shape));
+    if (count == 0) return absl::OkStatus();
+    GPUKIT_ASSIGN_OR_RETURN(BufferId in, Input(0));
+    const OpParams& op = launch_.plan.params;
+    GkClampParams params{};
+    params.count = count;
+    // A bound in both forms; the kernel picks the one of its dtype (as the CPU's does).
+    auto set = [](const std::optional<ScalarValue>& bound, gk_int32* has, double* f,
+                  gk_int64* i) {
+      if (!bound.has_value()) return;
+      *has = 1;
+      *f = bound->is_float ? bound->float_value : static_cast<double>(bound->int_value);
+      *i = bound->int_value;
+    };
+    set(op.clamp_min, &params.has_min, &params.min_float, &params.min_int);
+    set(op.clamp_max, &params.has_max, &params.max_float, &params.max_int);
+    const KernelArg args[] = {Buffer(launch_.output), Buffer(in), Block(params)};
+    return Launch("unary", absl::StrCat("gk_clamp_", ComputeSuffix()), Linear(count), args);
+  }
+
+  absl::Status Where() {
+    const Shape& shape = launch_.plan.output.shape;
+    GPUKIT_ASSIGN_OR_RETURN(int64_t count, ElementCount(shape));
+    if (count == 0) return absl::OkStatus();
+    GkWhereParams params{};
+    params.count = count;
+    params.rank = static_cast<gk_int32>(shape.size());
+    CopyDims(shape, params.dims);
+    // The condition is read in its own dtype: nonzero bits, less a floating sign bit.
+    const TensorDesc& cond = launch_.inputs[0].desc;
+    params.cond_bytes = static_cast<gk_int32>(DTypeSize(cond.dtype));
+    params.cond_mask = cond.dtype == DType::kFloat32                                  ? 0x7fffffffu
+                       : cond.dtype == DType::kFloat16 || cond.dtype == DType::kBFloat16 ? 0x7fffu
+                                                                                         : ~uint64_t{0};
+    GPUKIT_ASSIGN_OR_RETURN(int64_t cond_count, ElementCount(cond.shape));
+    params.cond.mode = cond_count == count ? GK_OPERAND_CONTIGUOUS
+                       : cond_count == 1   ? GK_OPERAND_REPEAT
+                                           : GK_OPERAND_STRIDED;
+    if (params.cond.mode == GK_OPERAND_STRIDED) {
+      CopyDims(BroadcastStrides(cond.shape, shape), params.cond.strides);
+    }
+    BufferId a, b;  // stay 0 for a scalar operand, which passes a null pointer
+    GPUKIT_ASSIGN_OR_RETURN(params.a, BinaryOperand(1, count, &a));
+    GPUKIT_ASSIGN_OR_RETURN(params.b, BinaryOperand(2, count, &b));
+    const KernelArg args[] = {Buffer(launch_.output), Buffer(launch_.inputs[0].buffer),
+                              BufferOrNull(a), BufferOrNull(b), Block(params)};
+    return Launch("unary", absl::StrCat("gk_where_", ComputeSuffix()), Linear(count), args);
+  }
+
+  // One block per row or lane, grid-stride past kMaxBlocks.
+  static LaunchConfig PerRow(int64_t rows) {
+    LaunchConfig config;
+    config.grid[0] = static_cast<uint32_t>(std::clamp<int64_t>(rows, 1, kMaxBlocks));
+    config.block[0] = kThreads;
+    return config;
+  }
+
+  // The input as [outer][extent][inner] around `axis` (everything: outer = inner = 1).
+  absl::StatusOr<GkLaneParams> Lanes(std::optional<int> axis) {
+    const Shape& shape = launch_.inputs[0].desc.shape;
+    GkLaneParams p{1, 1, 1};
+    if (!axis.has_value()) {
+      GPUKIT_ASSIGN_OR_RETURN(p.extent, ElementCount(shape));
+      return p;
+    }
+    const auto dims = absl::MakeConstSpan(shape);
+    GPUKIT_ASSIGN_OR_RETURN(p.outer, ElementCount(dims.subspan(0, *axis)));
+    p.extent = shape[*axis];
+    GPUKIT_ASSIGN_OR_RETURN(p.inner, ElementCount(dims.subspan(*axis + 1)));
+    return p;
+  }
+
+  absl::Status Argmax() {
+    GPUKIT_ASSIGN_OR_RETURN(GkLaneParams p, Lanes(launch_.plan.params.axis));
+    if (p.outer * p.inner == 0) return absl::OkStatus();  // the planner rejects empty extents
+    GPUKIT_ASSIGN_OR_RETURN(BufferId in, Input(0));
+    const KernelArg args[] = {Buffer(launch_.output), Buffer(in), Block(p)};
+    if (p.inner == 1) {
+      return Launch("nn", absl::StrCat("gk_argmax_rows_", ComputeSuffix()), PerRow(p.outer),
+                    args);
+    }
+    return Launch("nn", absl::StrCat("gk_argmax_cols_", ComputeSuffix()),
+                  Linear(p.outer * p.inner), args);
+  }
+
+  absl::Status Softmax() {
+    GPUKIT_ASSIGN_OR_RETURN(GkLaneParams p, Lanes(launch_.plan.params.axis.value_or(
+                                                static_cast<int>(launch_.plan.output.shape.size()) - 1)));
+    if (p.outer * p.inner * p.extent == 0) return absl::OkStatus();
+    GPUKIT_ASSIGN_OR_RETURN(BufferId in, Input(0));
+    const KernelArg args[] = {Buffer(launch_.output), Buffer(in), Block(p)};
+    return Launch("nn", absl::StrCat("gk_softmax_", ComputeSuffix()), PerRow(p.outer * p.inner),
+                  args);
+  }
+
+  absl::Status Norm(const std::string& op) {
+    const Shape& shape = launch_.plan.output.shape;
+    GkNormParams p{};
+    p.dim = shape.back();
+    GPUKIT_ASSIGN_OR_RETURN(int64_t count, ElementCount(shape));
+    if (count == 0) return absl::OkStatus();
+    p.rows = count / p.dim;
+    p.eps = launch_.plan.params.eps;
+    const size_t n = launch_.inputs.size();
+    p.has_weight = n > 1;
+    p.has_bias = n > 2;
+    GPUKIT_ASSIGN_OR_RETURN(BufferId x, Input(0));
+    BufferId weight, bias;
+    if (n > 1) {
+      GPUKIT_ASSIGN_OR_RETURN(weight, Input(1));
+    }
+    if (n > 2) {
+      GPUKIT_ASSIGN_OR_RETURN(bias, Input(2));
+    }
+    const std::string kernel = absl::StrCat("gk_", op, "_", ComputeSuffix());
+    if (op == "rmsnorm") {
+      const KernelArg args[] = {Buffer(launch_.output), Buffer(x), BufferOrNull(weight), Block(p)};
+      return Launch("nn", kernel, PerRow(p.rows), args);
+    }
+    const KernelArg args[] = {Buffer(launch_.output), Buffer(x), BufferOrNull(weight),
+                              BufferOrNull(bias), Block(p)};
+    return Launch("nn", kernel, PerRow(p.rows), args);
+  }
+
+  absl::Status Rope() {
+    const Shape& shape = launch_.plan.output.shape;
+    GPUKIT_ASSIGN_OR_RETURN(int64_t count, ElementCount(shape));
+    if (count == 0) return absl::OkStatus();
+    GkRopeParams p{};
+    p.dim = shape.back();
+    p.seq = shape[shape.size() - 2];
+    p.rows = count / p.dim;
+    p.offset = launch_.plan.params.rope_offset;
+    p.base = launch_.plan.params.rope_base;
+    GPUKIT_ASSIGN_OR_RETURN(BufferId x, Input(0));
+    const KernelArg args[] = {Buffer(launch_.output), Buffer(x), Block(p)};
+    return Launch("nn", absl::StrCat("gk_rope_", ComputeSuffix()), Linear(count / 2), args);
+  }
+
+  absl::Status Attention() {
+    const Shape& q = launch_.inputs[0].desc.shape;
+    const Shape& k = launch_.inputs[1].desc.shape;
+    const Shape& v = launch_.inputs[2].desc.shape;
+    GkAttentionParams p{};
+    p.heads = q[0];
+    p.sq = q[1];
+    p.d = q[2];
+    p.sk = k[1];
+    p.dv = v[2];
+    p.causal = launch_.plan.params.causal;
+    p.scale = launch_.plan.params.scale;
+    if (p.heads * p.sq * p.dv == 0) return absl::OkStatus();
+    if (p.d > GK_ATTENTION_MAX_DIM || p.dv > GK_ATTENTION_MAX_DIM) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("attention with q/k dim ", p.d, " and v dim ", p.dv,
+                       " exceeds the device kernel's limit of ", GK_ATTENTION_MAX_DIM));
+    }
+    GPUKIT_ASSIGN_OR_RETURN(BufferId qb, Input(0));
+    GPUKIT_ASSIGN_OR_RETURN(BufferId kb, Input(1));
+    GPUKIT_ASSIGN_OR_RETURN(BufferId vb, Input(2));
+    const KernelArg args[] = {Buffer(launch_.output), Buffer(qb), Buffer(kb), Buffer(vb),
+                              Block(p)};
+    return Launch("nn", absl::StrCat("gk_attention_", ComputeSuffix()), PerRow(p.heads * p.sq),
+                  args);
+  }
+
+  absl::Status Embedding() {
+    const TensorDesc& table = launch_.inputs[0].desc;
+    const TensorDesc& indices = launch_.inputs[1].desc;
+    GkEmbeddingParams p{};
+    GPUKIT_ASSIGN_OR_RETURN(p.count, ElementCount(indices.shape));
+    p.vocab = table.shape[0];
+    p.dim = table.shape[1];
+    if (p.count * p.dim == 0) return absl::OkStatus();
+    // Neither input is converted: the table's dtype is the output's, the indices stay ints.
+    const KernelArg args[] = {Buffer(launch_.output), Buffer(launch_.inputs[0].buffer),
+                              Buffer(launch_.inputs[1].buffer), Block(p)};
+    return Launch("layout",
+                  absl::StrCat("gk_embedding_", KernelDTypeSuffix(indices.dtype), "_",
+                               DTypeSize(table.dtype)),
+                  Linear(p.count * p.dim), args);
+  }
+
+  absl::Status Concat() {
+    const Shape& out = launch_.plan.output.shape;
+    const int axis = launch_.plan.params.axis.value_or(0);
+    const auto dims = absl::MakeConstSpan(out);
+    GkConcatParams p{};
+    GPUKIT_ASSIGN_OR_RETURN(p.outer, ElementCount(dims.subspan(0, axis)));
+    GPUKIT_ASSIGN_OR_RETURN(const int64_t inner, ElementCount(dims.subspan(axis + 1)));
+    p.out_chunk = out[axis] * inner;
+    const std::string kernel = absl::StrCat("gk_concat_", DTypeSize(launch_.plan.compute_dtype));
+    for (size_t i = 0; i < launch_.inputs.size(); ++i) {
+      p.in_chunk = launch_.inputs[i].desc.shape[axis] * inner;
+      if (p.outer * p.in_chunk > 0) {
+        GPUKIT_ASSIGN_OR_RETURN(BufferId in, Input(i));
+        const KernelArg args[] = {Buffer(launch_.output), Buffer(in), Block(p)};
+        GPUKIT_RETURN_IF_ERROR(Launch("layout", kernel, Linear(p.outer * p.in_chunk), args));
+      }
+      p.offset += p.in_chunk;
+    }
+    return absl::OkStatus();
+  }
+
   BuiltinOpRunner& runner_;
   Device& device_;
   const OpLaunch& launch_;
@@ -345,7 +594,8 @@ absl::string_view ModuleEntry(absl::string_view module) {
   static constexpr std::pair<absl::string_view, absl::string_view> kEntries[] = {
       {"binary", "gk_add_f32"},         {"cast", "gk_cast_f32_f16"},
       {"reduce", "gk_reduce_rows_sum_f32"}, {"layout", "gk_permute_4"},
-      {"matmul", "gk_matmul_f32"}};
+      {"matmul", "gk_matmul_f32"},      {"unary", "gk_exp_f32"},
+      {"nn", "gk_softmax_f32"}};
   for (const auto& [name, entry] : kEntries) {
     if (name == module) return entry;
   }
@@ -376,11 +626,13 @@ BuiltinOpRunner::BuiltinOpRunner(Device& device, ModuleCompiler compile)
     : device_(device), compile_(std::move(compile)) {}
 
 bool BuiltinOpRunner::Supports(absl::string_view op_name) {
-  for (absl::string_view op : {"add", "sub", "mul", "div", "astype", "reshape", "transpose", "sum",
-                               "mean", "max", "min", "matmul"}) {
+  for (absl::string_view op :
+       {"add", "sub", "mul", "div", "astype", "reshape", "transpose", "sum", "mean", "max", "min",
+        "matmul", "clamp", "where", "argmax", "softmax", "layernorm", "rmsnorm", "rope",
+        "attention", "embedding", "concat"}) {
     if (op == op_name) return true;
   }
-  return false;
+  return IsUnaryOp(op_name);
 }
 
 absl::Status BuiltinOpRunner::Run(const OpLaunch& launch, StreamId stream) {

@@ -1,7 +1,10 @@
 // Definitions (planners) of gpukit's built-in ops. Kernels live per backend: the CPU ones
 // in runtime/cpu_op_kernels.cc over kernels/cpu.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <numeric>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/base/status_macros.h"
@@ -235,10 +238,321 @@ absl::StatusOr<OpPlan> PlanTranspose(absl::Span<const OperandDesc> in, const Att
   return plan;
 }
 
+
+// ---- Element-wise math, clamp, where ----
+
+// An attribute that is a number: float_value, or int_value taken as a double.
+absl::StatusOr<std::optional<double>> GetNumber(const AttrMap& attrs, absl::string_view name) {
+  auto it = attrs.find(name);
+  if (it == attrs.end()) return std::optional<double>();
+  if (const double* value = std::get_if<double>(&it->second)) return std::optional<double>(*value);
+  if (const int64_t* value = std::get_if<int64_t>(&it->second)) {
+    return std::optional<double>(static_cast<double>(*value));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("attribute \"", name, "\" must be a number"));
+}
+
+// The dtype of ops that compute in floating point: floating dtypes stay, integers give
+// float32 (as true division does).
+DType FloatingOrFloat32(DType dtype) { return IsFloating(dtype) ? dtype : DType::kFloat32; }
+
+struct UnarySpec {
+  const char* name;
+  const char* summary;
+  bool keeps_integers;  // abs, neg, relu: an integer input keeps its dtype
+};
+
+constexpr UnarySpec kUnaryOps[] = {
+    {"exp", "e^x element-wise; integers give float32", false},
+    {"log", "natural logarithm element-wise (NaN below 0, -inf at 0); integers give float32",
+     false},
+    {"sqrt", "square root element-wise (NaN below 0); integers give float32", false},
+    {"rsqrt", "1 / sqrt(x) element-wise (inf at 0); integers give float32", false},
+    {"abs", "|x| element-wise; integers keep their dtype (abs of the minimum wraps)", true},
+    {"neg", "-x element-wise; integers keep their dtype and wrap", true},
+    {"relu", "max(x, 0) element-wise, NaN propagates; integers keep their dtype", true},
+    {"gelu", "x * Phi(x), the exact erf form 0.5 x (1 + erf(x / sqrt 2)); integers give float32",
+     false},
+    {"silu", "x * sigmoid(x) element-wise; integers give float32", false},
+    {"sigmoid", "1 / (1 + e^-x) element-wise; integers give float32", false},
+    {"tanh", "hyperbolic tangent element-wise; integers give float32", false},
+};
+
+template <int kIndex>
+absl::StatusOr<OpPlan> PlanUnary(absl::Span<const OperandDesc> in, const AttrMap&) {
+  const UnarySpec& spec = kUnaryOps[kIndex];
+  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* x, ArrayOperand(in, 0, spec.name));
+  const DType dtype = spec.keeps_integers ? x->dtype : FloatingOrFloat32(x->dtype);
+  OpPlan plan;
+  plan.compute_dtype = dtype;
+  plan.output = {dtype, x->shape};
+  return plan;
+}
+
+// A clamp bound: a number attribute, which must fit an integer input's dtype when it is an
+// integer, and must not be NaN.
+absl::StatusOr<std::optional<ScalarValue>> ClampBound(const AttrMap& attrs,
+                                                      absl::string_view name, DType x_dtype) {
+  auto it = attrs.find(name);
+  if (it == attrs.end()) return std::optional<ScalarValue>();
+  ScalarValue bound;
+  if (const double* value = std::get_if<double>(&it->second)) {
+    if (std::isnan(*value)) {
+      return absl::InvalidArgumentError(absl::StrCat("attribute \"", name, "\" is NaN"));
+    }
+    bound.is_float = true;
+    bound.float_value = *value;
+    return std::optional<ScalarValue>(bound);
+  }
+  const int64_t* value = std::get_if<int64_t>(&it->second);
+  if (value == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("attribute \"", name, "\" must be a number"));
+  }
+  int64_t lo = std::numeric_limits<int64_t>::min(), hi = std::numeric_limits<int64_t>::max();
+  if (x_dtype == DType::kInt32) {
+    lo = std::numeric_limits<int32_t>::min();
+    hi = std::numeric_limits<int32_t>::max();
+  } else if (x_dtype == DType::kUInt8) {
+    lo = 0;
+    hi = 255;
+  }
+  if (*value < lo || *value > hi) {
+    return absl::InvalidArgumentError(absl::StrCat("attribute \"", name, "\" = ", *value,
+                                                   " is out of range for ", DTypeName(x_dtype)));
+  }
+  bound.int_value = *value;
+  return std::optional<ScalarValue>(bound);
+}
+
+absl::StatusOr<OpPlan> PlanClamp(absl::Span<const OperandDesc> in, const AttrMap& attrs) {
+  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* x, ArrayOperand(in, 0, "clamp"));
+  OpPlan plan;
+  GPUKIT_ASSIGN_OR_RETURN(plan.params.clamp_min, ClampBound(attrs, "min", x->dtype));
+  GPUKIT_ASSIGN_OR_RETURN(plan.params.clamp_max, ClampBound(attrs, "max", x->dtype));
+  DType dtype = x->dtype;
+  // As with a float scalar in add: an integer array with a float bound computes in float32.
+  const bool float_bound = (plan.params.clamp_min.has_value() && plan.params.clamp_min->is_float) ||
+                           (plan.params.clamp_max.has_value() && plan.params.clamp_max->is_float);
+  if (float_bound && !IsFloating(dtype)) dtype = DType::kFloat32;
+  plan.compute_dtype = dtype;
+  plan.output = {dtype, x->shape};
+  return plan;
+}
+
+absl::StatusOr<OpPlan> PlanWhere(absl::Span<const OperandDesc> in, const AttrMap&) {
+  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* cond, ArrayOperand(in, 0, "where"));
+  // a and b follow add's rules (dtype promotion, scalars); cond only joins the broadcast.
+  GPUKIT_ASSIGN_OR_RETURN(OpPlan plan, PlanBinary(in.subspan(1), /*true_divide=*/false));
+  GPUKIT_ASSIGN_OR_RETURN(plan.output.shape, BroadcastShapes(cond->shape, plan.output.shape));
+  return plan;
+}
+
+// ---- Reductions to indices, normalisations ----
+
+absl::StatusOr<OpPlan> PlanArgmax(absl::Span<const OperandDesc> in, const AttrMap& attrs) {
+  // The shape rules, attributes and the empty-extent error are max's.
+  GPUKIT_ASSIGN_OR_RETURN(OpPlan plan, PlanReduce(in, attrs, ReduceKind::kMax, "argmax"));
+  plan.output.dtype = DType::kInt64;
+  return plan;
+}
+
+// The axis an op works along: attribute "axis" if given, else the last one.
+absl::StatusOr<int> AxisOrLast(const TensorDesc& x, const AttrMap& attrs, absl::string_view op) {
+  const int rank = static_cast<int>(x.shape.size());
+  GPUKIT_ASSIGN_OR_RETURN(std::optional<int64_t> axis,
+                          GetAttr<int64_t>(attrs, "axis", "an integer"));
+  if (rank == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, " needs an array of rank >= 1, got a 0-d array"));
+  }
+  return NormalizeAxis(axis.value_or(-1), rank, "attribute \"axis\"");
+}
+
+absl::StatusOr<OpPlan> PlanSoftmax(absl::Span<const OperandDesc> in, const AttrMap& attrs) {
+  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* x, ArrayOperand(in, 0, "softmax"));
+  OpPlan plan;
+  GPUKIT_ASSIGN_OR_RETURN(int axis, AxisOrLast(*x, attrs, "softmax"));
+  plan.params.axis = axis;
+  plan.compute_dtype = FloatingOrFloat32(x->dtype);
+  plan.output = {plan.compute_dtype, x->shape};
+  return plan;
+}
+
+// layernorm (x, weight?, bias?) and rmsnorm (x, weight?): over the last axis; weight and
+// bias are vectors of the last dimension's length.
+absl::StatusOr<OpPlan> PlanNorm(absl::Span<const OperandDesc> in, const AttrMap& attrs,
+                                absl::string_view op, double default_eps) {
+  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* x, ArrayOperand(in, 0, op));
+  if (x->shape.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, " needs an array of rank >= 1, got a 0-d array"));
+  }
+  DType dtype = x->dtype;
+  for (size_t i = 1; i < in.size(); ++i) {
+    GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* v, ArrayOperand(in, static_cast<int>(i), op));
+    const char* what = i == 1 ? "weight" : "bias";
+    if (v->shape.size() != 1 || v->shape[0] != x->shape.back()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          op, " inputs[", i, "] (", what, ") must have shape [", x->shape.back(), "], got ",
+          ShapeToString(v->shape)));
+    }
+    dtype = PromoteTypes(dtype, v->dtype);
+  }
+  GPUKIT_ASSIGN_OR_RETURN(std::optional<double> eps, GetNumber(attrs, "eps"));
+  OpPlan plan;
+  plan.params.eps = eps.value_or(default_eps);
+  if (!(plan.params.eps >= 0) || std::isinf(plan.params.eps)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attribute \"eps\" = ", plan.params.eps, " must be finite and >= 0"));
+  }
+  plan.compute_dtype = FloatingOrFloat32(dtype);
+  plan.output = {plan.compute_dtype, x->shape};
+  return plan;
+}
+
+absl::StatusOr<OpPlan> PlanLayerNorm(absl::Span<const OperandDesc> in, const AttrMap& attrs) {
+  return PlanNorm(in, attrs, "layernorm", 1e-5);
+}
+absl::StatusOr<OpPlan> PlanRmsNorm(absl::Span<const OperandDesc> in, const AttrMap& attrs) {
+  return PlanNorm(in, attrs, "rmsnorm", 1e-6);
+}
+
+// ---- Transformer building blocks ----
+
+absl::StatusOr<OpPlan> PlanRope(absl::Span<const OperandDesc> in, const AttrMap& attrs) {
+  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* x, ArrayOperand(in, 0, "rope"));
+  if (x->shape.size() < 2 || x->shape.back() % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rope needs an array [..., seq, dim] with an even dim, got ", ShapeToString(x->shape)));
+  }
+  GPUKIT_ASSIGN_OR_RETURN(std::optional<double> base, GetNumber(attrs, "base"));
+  GPUKIT_ASSIGN_OR_RETURN(std::optional<int64_t> offset,
+                          GetAttr<int64_t>(attrs, "offset", "an integer"));
+  OpPlan plan;
+  plan.params.rope_base = base.value_or(10000.0);
+  plan.params.rope_offset = offset.value_or(0);
+  if (!(plan.params.rope_base > 0) || std::isinf(plan.params.rope_base)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attribute \"base\" = ", plan.params.rope_base, " must be finite and > 0"));
+  }
+  if (plan.params.rope_offset < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attribute \"offset\" = ", plan.params.rope_offset, " must be >= 0"));
+  }
+  plan.compute_dtype = FloatingOrFloat32(x->dtype);
+  plan.output = {plan.compute_dtype, x->shape};
+  return plan;
+}
+
+absl::StatusOr<OpPlan> PlanAttention(absl::Span<const OperandDesc> in, const AttrMap& attrs) {
+  const char* const names[] = {"q", "k", "v"};
+  const TensorDesc* t[3];
+  for (int i = 0; i < 3; ++i) {
+    GPUKIT_ASSIGN_OR_RETURN(t[i], ArrayOperand(in, i, "attention"));
+    if (t[i]->shape.size() != 3) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("attention inputs[", i, "] (", names[i], ") must be [heads, seq, dim], got ",
+                       ShapeToString(t[i]->shape)));
+    }
+  }
+  const Shape &q = t[0]->shape, &k = t[1]->shape, &v = t[2]->shape;
+  if (k[0] != q[0] || v[0] != q[0]) {
+    return absl::InvalidArgumentError(absl::StrCat("attention heads differ: q ", ShapeToString(q),
+                                                   ", k ", ShapeToString(k), ", v ",
+                                                   ShapeToString(v)));
+  }
+  if (k[2] != q[2]) {
+    return absl::InvalidArgumentError(absl::StrCat("attention q ", ShapeToString(q), " and k ",
+                                                   ShapeToString(k), " differ in dim"));
+  }
+  if (v[1] != k[1]) {
+    return absl::InvalidArgumentError(absl::StrCat("attention k ", ShapeToString(k), " and v ",
+                                                   ShapeToString(v), " differ in seq"));
+  }
+  GPUKIT_ASSIGN_OR_RETURN(std::optional<bool> causal, GetAttr<bool>(attrs, "causal", "a bool"));
+  GPUKIT_ASSIGN_OR_RETURN(std::optional<double> scale, GetNumber(attrs, "scale"));
+  OpPlan plan;
+  plan.params.causal = causal.value_or(false);
+  plan.params.scale = scale.value_or(q[2] > 0 ? 1.0 / std::sqrt(static_cast<double>(q[2])) : 1.0);
+  if (!std::isfinite(plan.params.scale)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attribute \"scale\" = ", plan.params.scale, " must be finite"));
+  }
+  plan.compute_dtype =
+      FloatingOrFloat32(PromoteTypes(PromoteTypes(t[0]->dtype, t[1]->dtype), t[2]->dtype));
+  plan.output = {plan.compute_dtype, {q[0], q[1], v[2]}};
+  return plan;
+}
+
+absl::StatusOr<OpPlan> PlanEmbedding(absl::Span<const OperandDesc> in, const AttrMap&) {
+  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* table, ArrayOperand(in, 0, "embedding"));
+  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* indices, ArrayOperand(in, 1, "embedding"));
+  if (table->shape.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "embedding inputs[0] (table) must be [vocab, dim], got ", ShapeToString(table->shape)));
+  }
+  if (indices->dtype != DType::kInt32 && indices->dtype != DType::kInt64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("embedding inputs[1] (indices) must be int32 or int64, got ",
+                     DTypeName(indices->dtype)));
+  }
+  Shape out = indices->shape;
+  out.push_back(table->shape[1]);
+  GPUKIT_RETURN_IF_ERROR(ValidateShape(out, "embedding output shape"));
+  OpPlan plan;
+  plan.compute_dtype = table->dtype;  // the table is not converted; the indices never are
+  plan.output = {table->dtype, std::move(out)};
+  return plan;
+}
+
+absl::StatusOr<OpPlan> PlanConcat(absl::Span<const OperandDesc> in, const AttrMap& attrs) {
+  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* first, ArrayOperand(in, 0, "concat"));
+  const int rank = static_cast<int>(first->shape.size());
+  if (rank == 0) {
+    return absl::InvalidArgumentError("concat cannot join 0-d arrays");
+  }
+  GPUKIT_ASSIGN_OR_RETURN(std::optional<int64_t> axis_attr,
+                          GetAttr<int64_t>(attrs, "axis", "an integer"));
+  GPUKIT_ASSIGN_OR_RETURN(int axis, NormalizeAxis(axis_attr.value_or(0), rank,
+                                                  "attribute \"axis\""));
+  Shape out = first->shape;
+  DType dtype = first->dtype;
+  for (size_t i = 1; i < in.size(); ++i) {
+    GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* x, ArrayOperand(in, static_cast<int>(i), "concat"));
+    bool same = static_cast<int>(x->shape.size()) == rank;
+    for (int d = 0; same && d < rank; ++d) same = d == axis || x->shape[d] == first->shape[d];
+    if (!same) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "concat inputs[", i, "] ", ShapeToString(x->shape), " does not match inputs[0] ",
+          ShapeToString(first->shape), " outside axis ", axis));
+    }
+    if (__builtin_add_overflow(out[axis], x->shape[axis], &out[axis])) {
+      return absl::InvalidArgumentError("concat output overflows int64 elements");
+    }
+    dtype = PromoteTypes(dtype, x->dtype);
+  }
+  GPUKIT_RETURN_IF_ERROR(ValidateShape(out, "concat output shape"));
+  OpPlan plan;
+  plan.params.axis = axis;
+  plan.compute_dtype = dtype;
+  plan.output = {dtype, std::move(out)};
+  return plan;
+}
+
+template <size_t... kIndex>
+std::vector<OpDef> UnaryDefs(std::index_sequence<kIndex...>) {
+  return {OpDef{kUnaryOps[kIndex].name, kUnaryOps[kIndex].summary, 1, 1, {},
+                &PlanUnary<static_cast<int>(kIndex)>}...};
+}
+
+// The most inputs one concat takes.
+constexpr int kMaxConcatInputs = 64;
+
 }  // namespace
 
 const OpRegistry& OpRegistry::Builtin() {
-  static const OpRegistry* registry = new OpRegistry({
+  static const OpRegistry* registry = new OpRegistry([] {
+  std::vector<OpDef> ops = {
       {"add", "a + b, NumPy broadcasting; either may be a scalar", 2, 2, {}, PlanAddSubMul},
       {"sub", "a - b, NumPy broadcasting; either may be a scalar", 2, 2, {}, PlanAddSubMul},
       {"mul", "a * b, NumPy broadcasting; either may be a scalar", 2, 2, {}, PlanAddSubMul},
@@ -291,7 +605,75 @@ const OpRegistry& OpRegistry::Builtin() {
        1,
        {"perm"},
        PlanTranspose},
-  });
+  };
+  for (OpDef& op : UnaryDefs(std::make_index_sequence<std::size(kUnaryOps)>())) {
+    ops.push_back(std::move(op));
+  }
+  std::vector<OpDef> more = {
+      {"clamp",
+       "min(max(x, attribute min), attribute max), either bound optional; NaN stays NaN",
+       1,
+       1,
+       {"min", "max"},
+       PlanClamp},
+      {"where",
+       "cond ? a : b element-wise with broadcasting; cond nonzero is true; a, b may be scalars",
+       3,
+       3,
+       {},
+       PlanWhere},
+      {"argmax",
+       "int64 index of the first maximum, of all elements or along axis; NaN counts as maximum",
+       1,
+       1,
+       {"axis", "keepdims"},
+       PlanArgmax},
+      {"softmax",
+       "exp(x - max) / sum along attribute axis (default -1); integers give float32",
+       1,
+       1,
+       {"axis"},
+       PlanSoftmax},
+      {"layernorm",
+       "(x - mean) / sqrt(var + eps) * weight + bias over the last axis; weight, bias optional",
+       1,
+       3,
+       {"eps"},
+       PlanLayerNorm},
+      {"rmsnorm",
+       "x / sqrt(mean(x^2) + eps) * weight over the last axis; weight optional",
+       1,
+       2,
+       {"eps"},
+       PlanRmsNorm},
+      {"rope",
+       "rotary position embedding of [..., seq, dim], rotate-half (GPT-NeoX) convention",
+       1,
+       1,
+       {"base", "offset"},
+       PlanRope},
+      {"attention",
+       "softmax(scale q k^T [+ causal mask]) v for q [h, sq, d], k [h, sk, d], v [h, sk, dv]",
+       3,
+       3,
+       {"causal", "scale"},
+       PlanAttention},
+      {"embedding",
+       "rows of table [vocab, dim] at int32/int64 indices; out-of-range indices give zeros",
+       2,
+       2,
+       {},
+       PlanEmbedding},
+      {"concat",
+       "join 2 or more arrays along attribute axis (default 0); dtypes promote",
+       2,
+       kMaxConcatInputs,
+       {"axis"},
+       PlanConcat},
+  };
+  for (OpDef& op : more) ops.push_back(std::move(op));
+  return ops;
+  }());
   return *registry;
 }
 

@@ -60,6 +60,15 @@ struct OpParams {
   // error, several times faster). Backends that compute exactly (CPU, gpukit's own kernel)
   // ignore it; cuBLASLt uses CUBLAS_COMPUTE_32F_FAST_TF32 only when it is set.
   bool allow_tf32 = false;
+  // clamp: the bounds, each optional. Integer bounds only reach an integer compute dtype (the
+  // planner checked that they fit it); a float bound makes an integer input compute in float32.
+  std::optional<ScalarValue> clamp_min;
+  std::optional<ScalarValue> clamp_max;
+  double eps = 0;            // layernorm, rmsnorm
+  double rope_base = 0;      // rope: theta_i = position * rope_base^(-2i / dim)
+  int64_t rope_offset = 0;   // rope: position of the first row of the sequence
+  bool causal = false;       // attention
+  double scale = 0;          // attention: scores are scale * q . k
 };
 
 struct OpPlan {

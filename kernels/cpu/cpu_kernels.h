@@ -27,6 +27,7 @@ namespace gpukit::kernels {
 
 enum class BinaryOp { kAdd, kSub, kMul, kDiv };
 enum class ReduceOp { kSum, kMean, kMax, kMin };
+enum class UnaryOp { kExp, kLog, kSqrt, kRsqrt, kAbs, kNeg, kRelu, kGelu, kSilu, kSigmoid, kTanh };
 
 struct ConstHostArray {
   const void* data;
@@ -67,6 +68,82 @@ void MatmulCpu(const ConstHostArray& a, const ConstHostArray& b, const HostArray
 // out[i_perm[0], ..., i_perm[r-1]] = in[i_0, ..., i_{r-1}]: out.shape[j] ==
 // in.shape[perm[j]]. perm is a permutation of 0..rank-1.
 void TransposeCpu(const ConstHostArray& in, absl::Span<const int> perm, const HostArray& out);
+
+// ---- Element-wise math (kernels/cpu/unary.cc) ----
+
+// out = op(in), in.dtype == out.dtype. Floating types are computed in double and rounded
+// once to the dtype (the device computes in float32, within a few ulp of this). gelu is the
+// exact erf form 0.5 x (1 + erf(x / sqrt 2)). Integer dtypes take only kAbs, kNeg and kRelu
+// (the registry computes the others in float32); they wrap: abs and neg of the minimum of a
+// signed type are the minimum, neg of a uint8 x is 256 - x. relu and abs keep NaN.
+void UnaryCpu(UnaryOp op, const ConstHostArray& in, const HostArray& out);
+
+// A clamp bound: a float (compared in float32 for floating dtypes) or an integer (only for
+// integer dtypes, and within their range).
+struct ClampBound {
+  bool is_float = false;
+  double float_value = 0;
+  int64_t int_value = 0;
+};
+
+// out = min(max(in, lo), hi) for each bound given (nullptr: none); in.dtype == out.dtype.
+// Floating: a NaN element stays NaN, and with lo > hi every element is hi. Integers compare
+// exactly in int64.
+void ClampCpu(const ConstHostArray& in, const ClampBound* lo, const ClampBound* hi,
+              const HostArray& out);
+
+// out = cond ? a : b with NumPy broadcasting of all three into out.shape; a.dtype == b.dtype
+// == out.dtype, cond of any dtype: an element is true when it is nonzero (NaN is true, -0.0
+// false).
+void WhereCpu(const ConstHostArray& cond, const ConstHostArray& a, const ConstHostArray& b,
+              const HostArray& out);
+
+// ---- Reductions to indices and normalisations (kernels/cpu/nn.cc) ----
+
+// out (int64) = index of the first maximum along `axis`, or of all elements in row-major
+// order (nullopt). A NaN is the maximum (the first NaN wins), as in NumPy. The extent is > 0.
+void ArgmaxCpu(const ConstHostArray& in, std::optional<int> axis, const HostArray& out);
+
+// Softmax along `axis`: exp(x - max) / sum(exp(x - max)), in double, rounded once. A row with
+// a NaN is all NaN. in.dtype == out.dtype, floating.
+void SoftmaxCpu(const ConstHostArray& in, int axis, const HostArray& out);
+
+// Layer normalisation over the last axis: (x - mean) / sqrt(var + eps) * weight + bias, with
+// the biased variance; weight and bias (nullptr: absent) have the last dimension's length.
+// All arrays share one floating dtype; computed in double.
+void LayerNormCpu(const ConstHostArray& x, const ConstHostArray* weight,
+                  const ConstHostArray* bias, double eps, const HostArray& out);
+
+// RMS normalisation over the last axis: x / sqrt(mean(x^2) + eps) * weight.
+void RmsNormCpu(const ConstHostArray& x, const ConstHostArray* weight, double eps,
+                const HostArray& out);
+
+// Rotary position embedding of x [..., seq, dim] (dim even), rotate-half (GPT-NeoX)
+// convention: with h = dim / 2, position p = offset + the seq index and
+// theta_i = p * base^(-2i / dim) for i < h,
+//   out[i]     = x[i] cos(theta_i) - x[i + h] sin(theta_i)
+//   out[i + h] = x[i + h] cos(theta_i) + x[i] sin(theta_i).
+// Angles and products in double.
+void RopeCpu(const ConstHostArray& x, double base, int64_t offset, const HostArray& out);
+
+// Scaled dot-product attention per head: q [h, sq, d], k [h, sk, d], v [h, sk, dv] into
+// out [h, sq, dv]: softmax(scale * q k^T) v. With `causal`, query i sees keys
+// j <= i + (sk - sq) (the mask aligned to the bottom right, so the last query sees every
+// key); a query that sees no key gets zeros. One floating dtype; computed in double.
+void AttentionCpu(const ConstHostArray& q, const ConstHostArray& k, const ConstHostArray& v,
+                  bool causal, double scale, const HostArray& out);
+
+// ---- Gathers and joins (kernels/cpu/layout.cc) ----
+
+// out[..., :] = table[indices[...], :] for table [vocab, dim] and int32 or int64 indices;
+// out.dtype == table.dtype. An index outside [0, vocab) gives a row of zeros (indices are
+// data, which the planner cannot check; nothing outside the table is read).
+void EmbeddingCpu(const ConstHostArray& table, const ConstHostArray& indices,
+                  const HostArray& out);
+
+// Joins `inputs` along `axis`: all share out's dtype and rank, and their shapes equal out's
+// except along `axis`, where they add up to it.
+void ConcatCpu(absl::Span<const ConstHostArray> inputs, int axis, const HostArray& out);
 
 }  // namespace gpukit::kernels
 

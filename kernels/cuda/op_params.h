@@ -88,4 +88,94 @@ struct GkMatmulParams {
   gk_int64 b_batch_strides[GK_MAX_RANK];
 };
 
+// out[i] = op(in[i]) over `count` contiguous elements (unary.cu).
+struct GkUnaryParams {
+  gk_int64 count;
+};
+
+// out[i] = min(max(in[i], lo), hi) for the bounds present (unary.cu). Floating dtypes use
+// the *_float bounds (rounded to float32 on the device), integers the *_int ones.
+struct GkClampParams {
+  gk_int64 count;
+  gk_int32 has_min;
+  gk_int32 has_max;
+  double min_float;
+  double max_float;
+  gk_int64 min_int;
+  gk_int64 max_int;
+};
+
+// out[i] = cond[i] ? a[i] : b[i] over the output's shape `dims`, each operand read as
+// GkOperand says (cond is never a scalar). cond's elements are `cond_bytes` wide and true
+// when (bits & cond_mask) != 0: the mask drops a floating sign bit, so -0.0 is false.
+struct GkWhereParams {
+  gk_int64 count;
+  gk_int32 rank;
+  gk_int32 cond_bytes;
+  gk_uint64 cond_mask;
+  gk_int64 dims[GK_MAX_RANK];
+  GkOperand cond;
+  GkOperand a;
+  GkOperand b;
+};
+
+// Row-wise nn kernels (nn.cu) see the input as in[outer][extent][inner]; a "lane" is one
+// (outer, inner) pair, whose `extent` elements lie `inner` apart. argmax and softmax.
+struct GkLaneParams {
+  gk_int64 outer;
+  gk_int64 extent;
+  gk_int64 inner;
+};
+
+// layernorm and rmsnorm over `rows` contiguous rows of `dim` elements.
+struct GkNormParams {
+  gk_int64 rows;
+  gk_int64 dim;
+  double eps;
+  gk_int32 has_weight;
+  gk_int32 has_bias;
+};
+
+// rope over `rows` rows of `dim` elements; row r is at position offset + r % seq.
+struct GkRopeParams {
+  gk_int64 rows;
+  gk_int64 seq;
+  gk_int64 dim;
+  gk_int64 offset;
+  double base;
+};
+
+// attention: q [heads][sq][d], k [heads][sk][d], v [heads][sk][dv] -> out [heads][sq][dv].
+struct GkAttentionParams {
+  gk_int64 heads;
+  gk_int64 sq;
+  gk_int64 sk;
+  gk_int64 d;
+  gk_int64 dv;
+  gk_int32 causal;
+  gk_int32 unused;
+  double scale;
+};
+
+// The device attention kernel keeps a query row and each thread's output columns on chip:
+// d and dv are at most this.
+#define GK_ATTENTION_MAX_DIM 1024
+
+// embedding: out[n][j] = table[indices[n]][j] for n < count, j < dim; zeros for an index
+// outside [0, vocab) (layout.cu).
+struct GkEmbeddingParams {
+  gk_int64 count;
+  gk_int64 vocab;
+  gk_int64 dim;
+};
+
+// concat, one launch per input: out[o][offset + j] = in[o][j] for o < outer, j < in_chunk,
+// with output rows of out_chunk elements (layout.cu).
+struct GkConcatParams {
+  gk_int64 outer;
+  gk_int64 in_chunk;
+  gk_int64 out_chunk;
+  gk_int64 offset;
+};
+
 #endif  // GPUKIT_KERNELS_CUDA_OP_PARAMS_H_

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "absl/container/flat_hash_map.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -19,12 +20,18 @@ struct PreparedInputs {
   std::vector<std::unique_ptr<std::byte[]>> storage;
 };
 
-absl::StatusOr<PreparedInputs> Prepare(const OpLaunch& launch,
-                                       const std::vector<const void*>& data) {
+// Input `keep` (if any) is passed as it is: where's condition and embedding's indices are
+// read in their own dtype.
+absl::StatusOr<PreparedInputs> Prepare(const OpLaunch& launch, const std::vector<const void*>& data,
+                                       std::optional<size_t> keep = std::nullopt) {
   const DType compute = launch.plan.compute_dtype;
   PreparedInputs prepared;
   for (size_t i = 0; i < launch.inputs.size(); ++i) {
     const OpOperand& operand = launch.inputs[i];
+    if (keep == i) {
+      prepared.arrays.push_back({data[i], operand.desc.dtype, operand.desc.shape});
+      continue;
+    }
     ConstHostArray source;
     float float_scalar;
     int64_t int_scalar;
@@ -103,6 +110,86 @@ absl::Status Transpose(const OpLaunch& launch, const std::vector<const void*>& d
   return absl::OkStatus();
 }
 
+template <kernels::UnaryOp kOp>
+absl::Status Unary(const OpLaunch& launch, const std::vector<const void*>& data, void* out) {
+  GPUKIT_ASSIGN_OR_RETURN(PreparedInputs in, Prepare(launch, data));
+  kernels::UnaryCpu(kOp, in.arrays[0], Output(launch, out));
+  return absl::OkStatus();
+}
+
+std::optional<kernels::ClampBound> ToBound(const std::optional<ScalarValue>& value) {
+  if (!value.has_value()) return std::nullopt;
+  return kernels::ClampBound{value->is_float, value->float_value, value->int_value};
+}
+
+absl::Status Clamp(const OpLaunch& launch, const std::vector<const void*>& data, void* out) {
+  GPUKIT_ASSIGN_OR_RETURN(PreparedInputs in, Prepare(launch, data));
+  const std::optional<kernels::ClampBound> lo = ToBound(launch.plan.params.clamp_min);
+  const std::optional<kernels::ClampBound> hi = ToBound(launch.plan.params.clamp_max);
+  kernels::ClampCpu(in.arrays[0], lo ? &*lo : nullptr, hi ? &*hi : nullptr, Output(launch, out));
+  return absl::OkStatus();
+}
+
+absl::Status Where(const OpLaunch& launch, const std::vector<const void*>& data, void* out) {
+  GPUKIT_ASSIGN_OR_RETURN(PreparedInputs in, Prepare(launch, data, /*keep=*/0));
+  kernels::WhereCpu(in.arrays[0], in.arrays[1], in.arrays[2], Output(launch, out));
+  return absl::OkStatus();
+}
+
+absl::Status Argmax(const OpLaunch& launch, const std::vector<const void*>& data, void* out) {
+  GPUKIT_ASSIGN_OR_RETURN(PreparedInputs in, Prepare(launch, data));
+  kernels::ArgmaxCpu(in.arrays[0], launch.plan.params.axis, Output(launch, out));
+  return absl::OkStatus();
+}
+
+absl::Status Softmax(const OpLaunch& launch, const std::vector<const void*>& data, void* out) {
+  GPUKIT_ASSIGN_OR_RETURN(PreparedInputs in, Prepare(launch, data));
+  kernels::SoftmaxCpu(in.arrays[0], launch.plan.params.axis.value_or(-1), Output(launch, out));
+  return absl::OkStatus();
+}
+
+absl::Status LayerNorm(const OpLaunch& launch, const std::vector<const void*>& data, void* out) {
+  GPUKIT_ASSIGN_OR_RETURN(PreparedInputs in, Prepare(launch, data));
+  const size_t n = in.arrays.size();
+  kernels::LayerNormCpu(in.arrays[0], n > 1 ? &in.arrays[1] : nullptr,
+                        n > 2 ? &in.arrays[2] : nullptr, launch.plan.params.eps,
+                        Output(launch, out));
+  return absl::OkStatus();
+}
+
+absl::Status RmsNorm(const OpLaunch& launch, const std::vector<const void*>& data, void* out) {
+  GPUKIT_ASSIGN_OR_RETURN(PreparedInputs in, Prepare(launch, data));
+  kernels::RmsNormCpu(in.arrays[0], in.arrays.size() > 1 ? &in.arrays[1] : nullptr,
+                      launch.plan.params.eps, Output(launch, out));
+  return absl::OkStatus();
+}
+
+absl::Status Rope(const OpLaunch& launch, const std::vector<const void*>& data, void* out) {
+  GPUKIT_ASSIGN_OR_RETURN(PreparedInputs in, Prepare(launch, data));
+  kernels::RopeCpu(in.arrays[0], launch.plan.params.rope_base, launch.plan.params.rope_offset,
+                   Output(launch, out));
+  return absl::OkStatus();
+}
+
+absl::Status Attention(const OpLaunch& launch, const std::vector<const void*>& data, void* out) {
+  GPUKIT_ASSIGN_OR_RETURN(PreparedInputs in, Prepare(launch, data));
+  kernels::AttentionCpu(in.arrays[0], in.arrays[1], in.arrays[2], launch.plan.params.causal,
+                        launch.plan.params.scale, Output(launch, out));
+  return absl::OkStatus();
+}
+
+absl::Status Embedding(const OpLaunch& launch, const std::vector<const void*>& data, void* out) {
+  GPUKIT_ASSIGN_OR_RETURN(PreparedInputs in, Prepare(launch, data, /*keep=*/1));
+  kernels::EmbeddingCpu(in.arrays[0], in.arrays[1], Output(launch, out));
+  return absl::OkStatus();
+}
+
+absl::Status Concat(const OpLaunch& launch, const std::vector<const void*>& data, void* out) {
+  GPUKIT_ASSIGN_OR_RETURN(PreparedInputs in, Prepare(launch, data));
+  kernels::ConcatCpu(in.arrays, launch.plan.params.axis.value_or(0), Output(launch, out));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 CpuOpKernel FindCpuOpKernel(absl::string_view op_name) {
@@ -119,6 +206,27 @@ CpuOpKernel FindCpuOpKernel(absl::string_view op_name) {
       {"astype", &Astype},
       {"reshape", &Reshape},
       {"transpose", &Transpose},
+      {"exp", &Unary<kernels::UnaryOp::kExp>},
+      {"log", &Unary<kernels::UnaryOp::kLog>},
+      {"sqrt", &Unary<kernels::UnaryOp::kSqrt>},
+      {"rsqrt", &Unary<kernels::UnaryOp::kRsqrt>},
+      {"abs", &Unary<kernels::UnaryOp::kAbs>},
+      {"neg", &Unary<kernels::UnaryOp::kNeg>},
+      {"relu", &Unary<kernels::UnaryOp::kRelu>},
+      {"gelu", &Unary<kernels::UnaryOp::kGelu>},
+      {"silu", &Unary<kernels::UnaryOp::kSilu>},
+      {"sigmoid", &Unary<kernels::UnaryOp::kSigmoid>},
+      {"tanh", &Unary<kernels::UnaryOp::kTanh>},
+      {"clamp", &Clamp},
+      {"where", &Where},
+      {"argmax", &Argmax},
+      {"softmax", &Softmax},
+      {"layernorm", &LayerNorm},
+      {"rmsnorm", &RmsNorm},
+      {"rope", &Rope},
+      {"attention", &Attention},
+      {"embedding", &Embedding},
+      {"concat", &Concat},
   });
   auto it = table->find(op_name);
   return it == table->end() ? nullptr : it->second;

@@ -5,7 +5,11 @@
 //
 // Tolerances: integers and conversions exactly (NaN equal to NaN); element-wise float ops
 // exactly (IEEE arithmetic in float32 on both sides); reductions and matmul relative to the
-// sum of magnitudes involved: 1e-5 for float32, 1e-2 for float16 and bfloat16.
+// sum of magnitudes involved: 1e-5 for float32, 1e-2 for float16 and bfloat16. The math and
+// nn ops (exp, gelu, softmax, layernorm, rope, attention, ...) compute in float32 with the
+// CUDA math library on the device and in double on the CPU, so they are held to the same
+// 1e-5 / 1e-2 relative to |result| + 1 (their inputs and results are of order 1 here); an
+// infinity must match exactly.
 //
 // Skipped, visibly, where there is no GPU or no NVRTC.
 #include <cmath>
@@ -167,7 +171,7 @@ class CudaOpsTest : public ::testing::Test {
     return out;
   }
 
-  enum class Tolerance { kExact, kAccumulated };
+  enum class Tolerance { kExact, kAccumulated, kClose };
 
   // Runs `op` on both devices and compares. For kAccumulated, `magnitude(i)` bounds the
   // sum of |terms| of output element i (the scale of its rounding error).
@@ -194,7 +198,7 @@ class CudaOpsTest : public ::testing::Test {
     const int64_t count = ElementCount(plan->output.shape).value();
     ASSERT_EQ(got->size(), want->size());
     double rel = 0;
-    if (tolerance == Tolerance::kAccumulated) {
+    if (tolerance == Tolerance::kAccumulated || tolerance == Tolerance::kClose) {
       rel = dtype == DType::kFloat32 ? 1e-5 : (IsFloating(dtype) ? 1e-2 : 0);
     } else if (dtype == DType::kFloat16 || dtype == DType::kBFloat16) {
       rel = 0;
@@ -203,8 +207,10 @@ class CudaOpsTest : public ::testing::Test {
     for (int64_t i = 0; i < count && failures < 10; ++i) {
       const double w = Element(*want, dtype, i), g = Element(*got, dtype, i);
       if (std::isnan(w) && std::isnan(g)) continue;
-      const double allowed = rel * (magnitude ? magnitude(i) : std::fabs(w));
-      if (std::fabs(g - w) > allowed) {
+      double allowed = rel * (magnitude ? magnitude(i) : std::fabs(w));
+      if (tolerance == Tolerance::kClose) allowed = rel * (std::fabs(w) + 1);
+      if (std::isinf(w) && g == w) continue;
+      if (!(std::fabs(g - w) <= allowed)) {
         ADD_FAILURE() << op_name << " " << DTypeName(dtype) << " element " << i << ": cuda " << g
                       << ", cpu " << w << " (allowed difference " << allowed << ")";
         ++failures;
@@ -302,6 +308,166 @@ TEST_F(CudaOpsTest, TransposeAndReshapeMoveEveryElement) {
     Compare("reshape", {Array(dtype, {6, 10})}, {{"shape", std::vector<int64_t>{3, 20}}},
             Tolerance::kExact);
   }
+}
+
+constexpr DType kFloatDTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+constexpr DType kIntDTypes[] = {DType::kInt32, DType::kInt64, DType::kUInt8};
+
+// Puts NaN, infinities and zeros at the front of a floating input.
+void WithSpecials(Input& in) {
+  const double special[] = {NAN, INFINITY, -INFINITY, 0.0, -0.0};
+  for (size_t i = 0; i < std::size(special) && i < in.values.size(); ++i) {
+    in.values[i] = special[i];
+  }
+}
+
+TEST_F(CudaOpsTest, UnaryMathForFloatDtypesIncludingSpecialValues) {
+  for (DType dtype : kFloatDTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    for (const char* op : {"exp", "log", "sqrt", "rsqrt", "abs", "neg", "relu", "gelu", "silu",
+                           "sigmoid", "tanh"}) {
+      Input in = Array(dtype, {1031});
+      WithSpecials(in);
+      Compare(op, {in}, {}, Tolerance::kClose);
+      Compare(op, {Array(dtype, {7, 33})}, {}, Tolerance::kClose);
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, UnaryOfIntegersKeepsOrConvertsTheDtype) {
+  for (DType dtype : kIntDTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    for (const char* op : {"abs", "neg", "relu"}) {
+      Input in = Array(dtype, {300});
+      if (dtype == DType::kInt32) in.values[0] = -2147483648.0;  // abs wraps
+      Compare(op, {in}, {}, Tolerance::kExact);
+    }
+    Compare("exp", {Array(dtype, {300})}, {}, Tolerance::kClose);  // float32
+    Compare("sqrt", {Array(dtype, {300})}, {}, Tolerance::kClose);
+  }
+}
+
+TEST_F(CudaOpsTest, ClampWithEitherBoundForEveryDtype) {
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    Input in = Array(dtype, {517});
+    if (IsFloating(dtype)) WithSpecials(in);
+    const int64_t lo = dtype == DType::kUInt8 ? 20 : -20;
+    Compare("clamp", {in}, {{"min", lo}, {"max", int64_t{50}}}, Tolerance::kExact);
+    Compare("clamp", {in}, {{"max", int64_t{30}}}, Tolerance::kExact);
+    Compare("clamp", {in}, {{"min", -0.3}, {"max", 0.7}}, Tolerance::kExact);
+    Compare("clamp", {in}, {{"min", 1.5}}, Tolerance::kExact);
+  }
+}
+
+TEST_F(CudaOpsTest, WhereBroadcastsAndReadsAnyConditionDtype) {
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    for (DType cond_dtype : {DType::kUInt8, DType::kFloat32, DType::kBFloat16, DType::kInt64}) {
+      Input cond = Array(cond_dtype, {64, 33});
+      for (size_t i = 0; i < cond.values.size(); i += 3) cond.values[i] = 0;  // some false
+      if (IsFloating(cond_dtype)) {
+        cond.values[1] = -0.0;
+        cond.values[2] = NAN;
+      }
+      Compare("where", {cond, Array(dtype, {64, 33}), Array(dtype, {64, 33})}, {},
+              Tolerance::kExact);
+      Compare("where", {cond, Array(dtype, {33}), FloatScalar(1.5)}, {}, Tolerance::kExact);
+    }
+    Input column = Array(DType::kUInt8, {7, 1, 5});
+    column.values[0] = 0;
+    Compare("where", {column, Array(dtype, {3, 1}), Array(dtype, {1})}, {}, Tolerance::kExact);
+  }
+}
+
+TEST_F(CudaOpsTest, ArgmaxOverRowsColumnsAndEverythingWithTiesAndNan) {
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    Input big = Array(dtype, {100000});  // integers repeat: ties go to the first index
+    Compare("argmax", {big}, {}, Tolerance::kExact);
+    Compare("argmax", {Array(dtype, {37, 1000})}, {{"axis", int64_t{1}}}, Tolerance::kExact);
+    Compare("argmax", {Array(dtype, {1000, 37})}, {{"axis", int64_t{0}}}, Tolerance::kExact);
+    Compare("argmax", {Array(dtype, {3, 4, 5})}, {{"axis", int64_t{1}}, {"keepdims", true}},
+            Tolerance::kExact);
+    if (IsFloating(dtype)) {
+      Input nan = Array(dtype, {4, 300});
+      nan.values[17] = NAN;
+      nan.values[250] = NAN;
+      nan.values[301] = INFINITY;
+      nan.values[900] = NAN;
+      Compare("argmax", {nan}, {{"axis", int64_t{-1}}}, Tolerance::kExact);
+      Compare("argmax", {nan}, {{"axis", int64_t{0}}}, Tolerance::kExact);
+      Compare("argmax", {nan}, {}, Tolerance::kExact);
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, SoftmaxLayernormRmsnorm) {
+  for (DType dtype : kFloatDTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    Compare("softmax", {Array(dtype, {37, 1000})}, {}, Tolerance::kClose);
+    Compare("softmax", {Array(dtype, {5, 7, 3})}, {{"axis", int64_t{1}}}, Tolerance::kClose);
+    Compare("softmax", {Array(dtype, {3, 5000})}, {}, Tolerance::kClose);
+    Compare("layernorm", {Array(dtype, {33, 256})}, {}, Tolerance::kClose);
+    Compare("layernorm", {Array(dtype, {4, 5, 96}), Array(dtype, {96}), Array(dtype, {96})},
+            {{"eps", 1e-3}}, Tolerance::kClose);
+    Compare("rmsnorm", {Array(dtype, {33, 4096})}, {}, Tolerance::kClose);
+    Compare("rmsnorm", {Array(dtype, {7, 100}), Array(dtype, {100})}, {}, Tolerance::kClose);
+  }
+  Compare("softmax", {Array(DType::kInt32, {4, 10})}, {}, Tolerance::kClose);  // float32
+  Compare("layernorm", {Array(DType::kFloat16, {4, 64}), Array(DType::kFloat32, {64})}, {},
+          Tolerance::kClose);
+}
+
+TEST_F(CudaOpsTest, RopeAtLargePositions) {
+  for (DType dtype : kFloatDTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    Compare("rope", {Array(dtype, {4, 33, 64})}, {}, Tolerance::kClose);
+    Compare("rope", {Array(dtype, {2, 3, 17, 128})},
+            {{"offset", int64_t{8000}}, {"base", 500000.0}}, Tolerance::kClose);
+  }
+}
+
+TEST_F(CudaOpsTest, AttentionPlainCausalAndUnequalLengths) {
+  for (DType dtype : kFloatDTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    for (bool causal : {false, true}) {
+      Compare("attention",
+              {Array(dtype, {4, 17, 64}), Array(dtype, {4, 300, 64}), Array(dtype, {4, 300, 48})},
+              {{"causal", causal}}, Tolerance::kClose);
+      Compare("attention",
+              {Array(dtype, {2, 40, 32}), Array(dtype, {2, 40, 32}), Array(dtype, {2, 40, 32})},
+              {{"causal", causal}, {"scale", 0.05}}, Tolerance::kClose);
+      // More queries than keys: with causal, the first queries see nothing (zeros).
+      Compare("attention",
+              {Array(dtype, {3, 9, 16}), Array(dtype, {3, 4, 16}), Array(dtype, {3, 4, 300})},
+              {{"causal", causal}}, Tolerance::kClose);
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, EmbeddingGathersAndZeroesOutOfRangeRows) {
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    for (DType index_dtype : {DType::kInt32, DType::kInt64}) {
+      // Indices in +-[1, 100] against 50 rows: many are out of range.
+      Compare("embedding", {Array(dtype, {50, 24}), Array(index_dtype, {7, 30})}, {},
+              Tolerance::kExact);
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, ConcatAlongEveryAxisWithPromotion) {
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    Compare("concat", {Array(dtype, {3, 4, 5}), Array(dtype, {2, 4, 5})}, {}, Tolerance::kExact);
+    Compare("concat", {Array(dtype, {3, 1, 5}), Array(dtype, {3, 6, 5}), Array(dtype, {3, 2, 5})},
+            {{"axis", int64_t{1}}}, Tolerance::kExact);
+    Compare("concat", {Array(dtype, {3, 4, 5}), Array(dtype, {3, 4, 1})}, {{"axis", int64_t{-1}}},
+            Tolerance::kExact);
+  }
+  Compare("concat", {Array(DType::kInt32, {10}), Array(DType::kFloat16, {20})}, {},
+          Tolerance::kExact);
 }
 
 }  // namespace

@@ -339,6 +339,157 @@ TEST_F(BuiltinOpRunnerTest, EmptyOutputsLaunchNothing) {
   EXPECT_TRUE(device_.copies.empty());
 }
 
+TEST_F(BuiltinOpRunnerTest, TranscendentalOfIntegersCastsToFloat32First) {
+  ASSERT_THAT(Run("exp", {ArrayDesc(DType::kInt32, {10})}), IsOk());
+  ASSERT_EQ(device_.launches.size(), 2u);
+  EXPECT_EQ(device_.launches[0].kernel, "image-cast:gk_cast_i32_f32");
+  EXPECT_EQ(device_.launches[1].kernel, "image-unary:gk_exp_f32");
+  EXPECT_EQ(device_.launches[1].Block<GkUnaryParams>().count, 10);
+  ASSERT_THAT(Run("neg", {ArrayDesc(DType::kUInt8, {10})}), IsOk());
+  EXPECT_EQ(device_.launches.back().kernel, "image-unary:gk_neg_u8") << "integers stay";
+}
+
+TEST_F(BuiltinOpRunnerTest, ClampCarriesBothFormsOfEachBound) {
+  ASSERT_THAT(Run("clamp", {ArrayDesc(DType::kInt64, {4})}, {{"max", int64_t{9}}}), IsOk());
+  const RecordedLaunch& launch = OnlyLaunch();
+  EXPECT_EQ(launch.kernel, "image-unary:gk_clamp_i64");
+  const auto p = launch.Block<GkClampParams>();
+  EXPECT_EQ(p.has_min, 0);
+  EXPECT_EQ(p.has_max, 1);
+  EXPECT_EQ(p.max_int, 9);
+  EXPECT_DOUBLE_EQ(p.max_float, 9.0);
+}
+
+TEST_F(BuiltinOpRunnerTest, WhereReadsTheConditionInItsOwnDtype) {
+  ASSERT_THAT(Run("where", {ArrayDesc(DType::kFloat16, {2, 1}), ArrayDesc(DType::kFloat32, {3}),
+                            FloatScalar(0.5)}),
+              IsOk());
+  const RecordedLaunch& launch = OnlyLaunch();
+  EXPECT_EQ(launch.kernel, "image-unary:gk_where_f32");
+  EXPECT_EQ(launch.args[1].buffer.value, 1u) << "the condition is not cast";
+  EXPECT_EQ(launch.args[3].kind, KernelArg::Kind::kScalar) << "b is a scalar";
+  const auto p = launch.Block<GkWhereParams>();
+  EXPECT_EQ(p.count, 6);
+  EXPECT_EQ(p.cond_bytes, 2);
+  EXPECT_EQ(p.cond_mask, 0x7fffu);
+  EXPECT_EQ(p.cond.mode, GK_OPERAND_STRIDED);
+  EXPECT_EQ(p.cond.strides[0], 1);
+  EXPECT_EQ(p.cond.strides[1], 0);
+  EXPECT_EQ(p.a.mode, GK_OPERAND_STRIDED);
+  EXPECT_EQ(p.b.mode, GK_OPERAND_SCALAR);
+  EXPECT_EQ(p.b.scalar_bits, 0x3f000000u);
+}
+
+TEST_F(BuiltinOpRunnerTest, ArgmaxTakesRowsOrColumns) {
+  ASSERT_THAT(Run("argmax", {ArrayDesc(DType::kBFloat16, {6, 100})}, {{"axis", int64_t{1}}}),
+              IsOk());
+  ASSERT_THAT(Run("argmax", {ArrayDesc(DType::kInt32, {6, 100})}, {{"axis", int64_t{0}}}), IsOk());
+  ASSERT_EQ(device_.launches.size(), 2u);
+  EXPECT_EQ(device_.launches[0].kernel, "image-nn:gk_argmax_rows_bf16");
+  EXPECT_EQ(device_.launches[0].config.grid[0], 6u) << "a block per row";
+  EXPECT_EQ(device_.launches[1].kernel, "image-nn:gk_argmax_cols_i32");
+  const auto cols = device_.launches[1].Block<GkLaneParams>();
+  EXPECT_EQ(cols.outer, 1);
+  EXPECT_EQ(cols.extent, 6);
+  EXPECT_EQ(cols.inner, 100);
+}
+
+TEST_F(BuiltinOpRunnerTest, NormsTakeABlockPerRowAndNullForAbsentOperands) {
+  ASSERT_THAT(Run("layernorm", {ArrayDesc(DType::kFloat16, {3, 5, 64}),
+                                ArrayDesc(DType::kFloat16, {64})}),
+              IsOk());
+  const RecordedLaunch& launch = OnlyLaunch();
+  EXPECT_EQ(launch.kernel, "image-nn:gk_layernorm_f16");
+  EXPECT_EQ(launch.config.grid[0], 15u);
+  EXPECT_EQ(launch.config.block[0], 256u);
+  EXPECT_EQ(launch.args[2].buffer.value, 2u);
+  EXPECT_EQ(launch.args[3].kind, KernelArg::Kind::kScalar) << "no bias: a null pointer";
+  const auto p = launch.Block<GkNormParams>();
+  EXPECT_EQ(p.rows, 15);
+  EXPECT_EQ(p.dim, 64);
+  EXPECT_EQ(p.has_weight, 1);
+  EXPECT_EQ(p.has_bias, 0);
+  EXPECT_DOUBLE_EQ(p.eps, 1e-5);
+}
+
+TEST_F(BuiltinOpRunnerTest, SoftmaxAndRopeParameters) {
+  ASSERT_THAT(Run("softmax", {ArrayDesc(DType::kFloat32, {4, 7, 3})}, {{"axis", int64_t{1}}}),
+              IsOk());
+  ASSERT_THAT(Run("rope", {ArrayDesc(DType::kBFloat16, {2, 10, 8})}, {{"offset", int64_t{5}}}),
+              IsOk());
+  ASSERT_EQ(device_.launches.size(), 2u);
+  EXPECT_EQ(device_.launches[0].kernel, "image-nn:gk_softmax_f32");
+  const auto lanes = device_.launches[0].Block<GkLaneParams>();
+  EXPECT_EQ(lanes.outer, 4);
+  EXPECT_EQ(lanes.extent, 7);
+  EXPECT_EQ(lanes.inner, 3);
+  EXPECT_EQ(device_.launches[0].config.grid[0], 12u) << "a block per lane";
+  EXPECT_EQ(device_.launches[1].kernel, "image-nn:gk_rope_bf16");
+  const auto rope = device_.launches[1].Block<GkRopeParams>();
+  EXPECT_EQ(rope.rows, 20);
+  EXPECT_EQ(rope.seq, 10);
+  EXPECT_EQ(rope.dim, 8);
+  EXPECT_EQ(rope.offset, 5);
+  EXPECT_DOUBLE_EQ(rope.base, 10000.0);
+}
+
+TEST_F(BuiltinOpRunnerTest, AttentionIsABlockPerQueryRowAndRefusesHugeHeadDims) {
+  ASSERT_THAT(Run("attention", {ArrayDesc(DType::kFloat16, {2, 3, 64}),
+                                ArrayDesc(DType::kFloat16, {2, 9, 64}),
+                                ArrayDesc(DType::kFloat16, {2, 9, 32})},
+                  {{"causal", true}}),
+              IsOk());
+  const RecordedLaunch& launch = OnlyLaunch();
+  EXPECT_EQ(launch.kernel, "image-nn:gk_attention_f16");
+  EXPECT_EQ(launch.config.grid[0], 6u);
+  const auto p = launch.Block<GkAttentionParams>();
+  EXPECT_EQ(p.sq, 3);
+  EXPECT_EQ(p.sk, 9);
+  EXPECT_EQ(p.d, 64);
+  EXPECT_EQ(p.dv, 32);
+  EXPECT_EQ(p.causal, 1);
+  EXPECT_DOUBLE_EQ(p.scale, 0.125);
+  EXPECT_THAT(Run("attention", {ArrayDesc(DType::kFloat32, {1, 1, 2048}),
+                                ArrayDesc(DType::kFloat32, {1, 1, 2048}),
+                                ArrayDesc(DType::kFloat32, {1, 1, 4})}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("limit of 1024")));
+}
+
+TEST_F(BuiltinOpRunnerTest, EmbeddingConvertsNeitherInput) {
+  ASSERT_THAT(Run("embedding", {ArrayDesc(DType::kBFloat16, {50, 16}),
+                                ArrayDesc(DType::kInt64, {4, 3})}),
+              IsOk());
+  const RecordedLaunch& launch = OnlyLaunch();
+  EXPECT_EQ(launch.kernel, "image-layout:gk_embedding_i64_2");
+  EXPECT_EQ(launch.args[1].buffer.value, 1u);
+  EXPECT_EQ(launch.args[2].buffer.value, 2u);
+  const auto p = launch.Block<GkEmbeddingParams>();
+  EXPECT_EQ(p.count, 12);
+  EXPECT_EQ(p.vocab, 50);
+  EXPECT_EQ(p.dim, 16);
+  EXPECT_TRUE(device_.allocated.empty());
+}
+
+TEST_F(BuiltinOpRunnerTest, ConcatCopiesEachInputIntoItsSlab) {
+  ASSERT_THAT(Run("concat", {ArrayDesc(DType::kFloat32, {2, 3}), ArrayDesc(DType::kFloat32, {2, 0}),
+                             ArrayDesc(DType::kInt32, {2, 5})},
+                  {{"axis", int64_t{1}}}),
+              IsOk());
+  // The int32 input is cast to float32; the empty one launches nothing.
+  ASSERT_EQ(device_.launches.size(), 3u);
+  EXPECT_EQ(device_.launches[0].kernel, "image-layout:gk_concat_4");
+  const auto first = device_.launches[0].Block<GkConcatParams>();
+  EXPECT_EQ(first.outer, 2);
+  EXPECT_EQ(first.in_chunk, 3);
+  EXPECT_EQ(first.out_chunk, 8);
+  EXPECT_EQ(first.offset, 0);
+  EXPECT_EQ(device_.launches[1].kernel, "image-cast:gk_cast_i32_f32");
+  const auto third = device_.launches[2].Block<GkConcatParams>();
+  EXPECT_EQ(third.in_chunk, 5);
+  EXPECT_EQ(third.offset, 3);
+  EXPECT_TRUE(device_.live.empty());
+}
+
 TEST(BuiltinOpRunnerCompileTest, ABuiltinSourceThatDoesNotCompileIsAnInternalError) {
   RecordingDevice device;
   BuiltinOpRunner runner(device, [](absl::string_view, absl::string_view, absl::string_view) {
@@ -358,7 +509,7 @@ TEST(BuiltinOpRunnerCompileTest, EveryOpTheRunnerSupportsIsABuiltinOpAndEveryMod
     modules.push_back(std::string(s.name));
   }
   EXPECT_THAT(modules, ::testing::UnorderedElementsAre("binary", "cast", "reduce", "layout",
-                                                       "matmul"));
+                                                       "matmul", "unary", "nn"));
 }
 
 }  // namespace

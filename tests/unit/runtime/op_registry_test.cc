@@ -2,6 +2,7 @@
 // broadcasting, attributes and the errors each op reports.
 #include "runtime/op_registry.h"
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@ using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using ::testing::UnorderedElementsAre;
+using ::testing::UnorderedElementsAreArray;
 
 constexpr DType kF32 = DType::kFloat32;
 constexpr DType kF16 = DType::kFloat16;
@@ -62,8 +64,13 @@ absl::StatusOr<OpPlan> Plan(absl::string_view op, std::vector<OperandDesc> input
 TEST(OpRegistryTest, BuiltinHasExactlyTheDocumentedOps) {
   std::vector<std::string> names;
   for (const OpDef& op : OpRegistry::Builtin().ops()) names.push_back(op.name);
-  EXPECT_THAT(names, UnorderedElementsAre("add", "sub", "mul", "div", "matmul", "sum", "mean",
-                                          "max", "min", "astype", "reshape", "transpose"));
+  EXPECT_THAT(names,
+              UnorderedElementsAreArray(
+                  {"add",     "sub",   "mul",     "div",     "matmul",    "sum",       "mean",
+                   "max",     "min",   "astype",  "reshape", "transpose", "exp",       "log",
+                   "sqrt",    "rsqrt", "abs",     "neg",     "relu",      "gelu",      "silu",
+                   "sigmoid", "tanh",  "clamp",   "where",   "argmax",    "softmax",   "layernorm",
+                   "rmsnorm", "rope",  "attention", "embedding", "concat"}));
 }
 
 TEST(OpRegistryTest, EveryBuiltinOpHasSummaryPlannerAndSaneArity) {
@@ -580,6 +587,242 @@ TEST(TransposePlanTest, RejectsRepeatedAxis) {
 TEST(TransposePlanTest, RejectsAxisOutOfRangeNamingTheEntry) {
   EXPECT_THAT(Plan("transpose", {Array(kF32, {2, 3})}, {{"perm", std::vector<int64_t>{0, 2}}}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("attribute \"perm\"[1] = 2")));
+}
+
+// ---- Element-wise math ----
+
+struct UnaryDtypeCase {
+  std::string op;
+  DType in;
+  DType out;
+};
+
+class UnaryDtypeTest : public ::testing::TestWithParam<UnaryDtypeCase> {};
+
+TEST_P(UnaryDtypeTest, FloatsStayIntegersStayOnlyForAbsNegRelu) {
+  const UnaryDtypeCase& c = GetParam();
+  absl::StatusOr<OpPlan> plan = Plan(c.op, {Array(c.in, {2, 3})});
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_EQ(plan->output.dtype, c.out);
+  EXPECT_EQ(plan->compute_dtype, c.out);
+  EXPECT_THAT(plan->output.shape, ElementsAre(2, 3));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ops, UnaryDtypeTest,
+    ::testing::Values(UnaryDtypeCase{"exp", kF16, kF16}, UnaryDtypeCase{"exp", kI32, kF32},
+                      UnaryDtypeCase{"log", kBF16, kBF16}, UnaryDtypeCase{"sqrt", kU8, kF32},
+                      UnaryDtypeCase{"rsqrt", kI64, kF32}, UnaryDtypeCase{"gelu", kF32, kF32},
+                      UnaryDtypeCase{"silu", kI32, kF32}, UnaryDtypeCase{"sigmoid", kF16, kF16},
+                      UnaryDtypeCase{"tanh", kU8, kF32}, UnaryDtypeCase{"abs", kI32, kI32},
+                      UnaryDtypeCase{"neg", kU8, kU8}, UnaryDtypeCase{"relu", kI64, kI64},
+                      UnaryDtypeCase{"relu", kBF16, kBF16}),
+    [](const auto& info) {
+      return info.param.op + "_" + std::string(DTypeName(info.param.in));
+    });
+
+TEST(UnaryPlanTest, RejectsScalarAndAttributes) {
+  EXPECT_THAT(Plan("exp", {FloatScalar(1)}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("inputs[0] of \"exp\" must be an array")));
+  EXPECT_THAT(Plan("tanh", {Array(kF32, {2})}, {{"axis", int64_t{0}}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no attribute \"axis\"")));
+}
+
+TEST(ClampPlanTest, BoundsAreOptionalAndAFloatBoundMakesIntegersFloat32) {
+  absl::StatusOr<OpPlan> plan = Plan("clamp", {Array(kI32, {4})}, {{"min", int64_t{-3}}});
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_EQ(plan->output.dtype, kI32);
+  ASSERT_TRUE(plan->params.clamp_min.has_value());
+  EXPECT_EQ(plan->params.clamp_min->int_value, -3);
+  EXPECT_FALSE(plan->params.clamp_max.has_value());
+  plan = Plan("clamp", {Array(kU8, {4})}, {{"max", 0.5}});
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_EQ(plan->output.dtype, kF32);
+  plan = Plan("clamp", {Array(kBF16, {4})}, {{"min", int64_t{0}}, {"max", 6.0}});
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_EQ(plan->output.dtype, kBF16);
+  EXPECT_THAT(Plan("clamp", {Array(kF32, {4})}), IsOk());
+}
+
+TEST(ClampPlanTest, RejectsBadBoundsNamingTheAttribute) {
+  EXPECT_THAT(Plan("clamp", {Array(kU8, {4})}, {{"max", int64_t{300}}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("attribute \"max\" = 300 is out of range for uint8")));
+  EXPECT_THAT(Plan("clamp", {Array(kF32, {4})}, {{"min", std::nan("")}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"min\" is NaN")));
+  EXPECT_THAT(Plan("clamp", {Array(kF32, {4})}, {{"min", true}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("attribute \"min\" must be a number")));
+}
+
+TEST(WherePlanTest, BroadcastsAllThreeAndPromotesTheValuesOnly) {
+  absl::StatusOr<OpPlan> plan =
+      Plan("where", {Array(kU8, {2, 1}), Array(kI32, {3}), Array(kF16, {1})});
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_THAT(plan->output.shape, ElementsAre(2, 3));
+  EXPECT_EQ(plan->output.dtype, kF16);
+  plan = Plan("where", {Array(kF32, {4}), Array(kI64, {4}), IntScalar(0)});
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_EQ(plan->output.dtype, kI64);
+  EXPECT_THAT(Plan("where", {Array(kU8, {2}), Array(kF32, {3}), Array(kF32, {3})}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cannot be broadcast")));
+  EXPECT_THAT(Plan("where", {IntScalar(1), Array(kF32, {3}), Array(kF32, {3})}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("inputs[0] of \"where\" must be an array")));
+}
+
+// ---- argmax, softmax, norms ----
+
+TEST(ArgmaxPlanTest, GivesInt64IndicesShapedLikeAReduction) {
+  absl::StatusOr<OpPlan> plan = Plan("argmax", {Array(kBF16, {2, 3})}, {{"axis", int64_t{-1}}});
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_EQ(plan->output.dtype, kI64);
+  EXPECT_EQ(plan->compute_dtype, kBF16);
+  EXPECT_THAT(plan->output.shape, ElementsAre(2));
+  plan = Plan("argmax", {Array(kU8, {2, 3})});
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_TRUE(plan->output.shape.empty());
+  EXPECT_THAT(Plan("argmax", {Array(kF32, {0, 3})}, {{"axis", int64_t{0}}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("argmax of an empty extent")));
+}
+
+TEST(SoftmaxPlanTest, DefaultsToTheLastAxis) {
+  absl::StatusOr<OpPlan> plan = Plan("softmax", {Array(kF16, {2, 3})});
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_EQ(plan->params.axis, 1);
+  EXPECT_EQ(plan->output.dtype, kF16);
+  plan = Plan("softmax", {Array(kI32, {2, 3})}, {{"axis", int64_t{0}}});
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_EQ(plan->params.axis, 0);
+  EXPECT_EQ(plan->output.dtype, kF32);
+  EXPECT_THAT(Plan("softmax", {Array(kF32, {})}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank >= 1")));
+  EXPECT_THAT(Plan("softmax", {Array(kF32, {2})}, {{"axis", int64_t{1}}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("attribute \"axis\"")));
+}
+
+TEST(NormPlanTest, WeightAndBiasAreVectorsOfTheLastDimension) {
+  absl::StatusOr<OpPlan> plan =
+      Plan("layernorm", {Array(kBF16, {4, 8}), Array(kBF16, {8}), Array(kBF16, {8})});
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_EQ(plan->output.dtype, kBF16);
+  EXPECT_DOUBLE_EQ(plan->params.eps, 1e-5);
+  plan = Plan("rmsnorm", {Array(kF16, {4, 8}), Array(kF32, {8})}, {{"eps", 1e-3}});
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_EQ(plan->output.dtype, kF32) << "promoted with the weight";
+  EXPECT_DOUBLE_EQ(plan->params.eps, 1e-3);
+  plan = Plan("rmsnorm", {Array(kF32, {8})});
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_DOUBLE_EQ(plan->params.eps, 1e-6);
+  EXPECT_THAT(Plan("layernorm", {Array(kF32, {4, 8}), Array(kF32, {4})}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("inputs[1] (weight) must have shape [8], got [4]")));
+  EXPECT_THAT(Plan("layernorm", {Array(kF32, {4, 8}), Array(kF32, {8}), Array(kF32, {1, 8})}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("inputs[2] (bias)")));
+  EXPECT_THAT(Plan("rmsnorm", {Array(kF32, {4, 8})}, {{"eps", -1.0}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("attribute \"eps\" = -1 must be finite and >= 0")));
+  EXPECT_THAT(Plan("rmsnorm", {Array(kF32, {4}), Array(kF32, {4}), Array(kF32, {4})}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("takes 1 to 2 inputs")));
+}
+
+// ---- rope, attention, embedding, concat ----
+
+TEST(RopePlanTest, NeedsAnEvenLastDimensionAndSaneAttributes) {
+  absl::StatusOr<OpPlan> plan =
+      Plan("rope", {Array(kF16, {2, 5, 8})}, {{"base", 500000.0}, {"offset", int64_t{7}}});
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_DOUBLE_EQ(plan->params.rope_base, 500000.0);
+  EXPECT_EQ(plan->params.rope_offset, 7);
+  plan = Plan("rope", {Array(kF32, {5, 8})});
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_DOUBLE_EQ(plan->params.rope_base, 10000.0);
+  EXPECT_EQ(plan->params.rope_offset, 0);
+  EXPECT_THAT(Plan("rope", {Array(kF32, {5, 7})}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("even dim, got [5, 7]")));
+  EXPECT_THAT(Plan("rope", {Array(kF32, {8})}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("[..., seq, dim]")));
+  EXPECT_THAT(Plan("rope", {Array(kF32, {5, 8})}, {{"offset", int64_t{-1}}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("attribute \"offset\" = -1 must be >= 0")));
+  EXPECT_THAT(Plan("rope", {Array(kF32, {5, 8})}, {{"base", 0.0}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("attribute \"base\"")));
+}
+
+TEST(AttentionPlanTest, OutputIsHeadsByQuerySeqByValueDim) {
+  absl::StatusOr<OpPlan> plan = Plan(
+      "attention", {Array(kBF16, {4, 3, 16}), Array(kBF16, {4, 10, 16}), Array(kBF16, {4, 10, 8})},
+      {{"causal", true}});
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_THAT(plan->output.shape, ElementsAre(4, 3, 8));
+  EXPECT_EQ(plan->output.dtype, kBF16);
+  EXPECT_TRUE(plan->params.causal);
+  EXPECT_DOUBLE_EQ(plan->params.scale, 0.25);
+  plan = Plan("attention",
+              {Array(kF32, {1, 2, 4}), Array(kF32, {1, 2, 4}), Array(kF32, {1, 2, 4})},
+              {{"scale", 2.0}});
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_DOUBLE_EQ(plan->params.scale, 2.0);
+  EXPECT_FALSE(plan->params.causal);
+}
+
+TEST(AttentionPlanTest, RejectsMismatchedShapesNamingTheOperands) {
+  EXPECT_THAT(Plan("attention", {Array(kF32, {2, 4}), Array(kF32, {1, 2, 4}),
+                                 Array(kF32, {1, 2, 4})}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("inputs[0] (q) must be [heads, seq, dim]")));
+  EXPECT_THAT(Plan("attention", {Array(kF32, {2, 3, 4}), Array(kF32, {1, 5, 4}),
+                                 Array(kF32, {2, 5, 4})}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("heads differ")));
+  EXPECT_THAT(Plan("attention", {Array(kF32, {2, 3, 4}), Array(kF32, {2, 5, 8}),
+                                 Array(kF32, {2, 5, 4})}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("differ in dim")));
+  EXPECT_THAT(Plan("attention", {Array(kF32, {2, 3, 4}), Array(kF32, {2, 5, 4}),
+                                 Array(kF32, {2, 6, 4})}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("differ in seq")));
+  EXPECT_THAT(Plan("attention",
+                   {Array(kF32, {1, 2, 4}), Array(kF32, {1, 2, 4}), Array(kF32, {1, 2, 4})},
+                   {{"causal", int64_t{1}}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("attribute \"causal\" must be a bool")));
+}
+
+TEST(EmbeddingPlanTest, AppendsTheRowDimensionToTheIndicesShape) {
+  absl::StatusOr<OpPlan> plan = Plan("embedding", {Array(kF16, {100, 16}), Array(kI32, {2, 5})});
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_THAT(plan->output.shape, ElementsAre(2, 5, 16));
+  EXPECT_EQ(plan->output.dtype, kF16);
+  EXPECT_THAT(Plan("embedding", {Array(kF16, {100, 16}), Array(kF32, {2})}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("inputs[1] (indices) must be int32 or int64, got float32")));
+  EXPECT_THAT(Plan("embedding", {Array(kF16, {100}), Array(kI64, {2})}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("inputs[0] (table) must be [vocab, dim]")));
+  EXPECT_THAT(Plan("embedding", {Array(kF16, {100, 4}), Array(kI64, {1, 1, 1, 1, 1, 1, 1, 1})}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at most 8")));
+}
+
+TEST(ConcatPlanTest, SumsTheAxisAndPromotesDtypes) {
+  absl::StatusOr<OpPlan> plan = Plan(
+      "concat", {Array(kI32, {2, 3}), Array(kF16, {2, 1}), Array(kI32, {2, 0})},
+      {{"axis", int64_t{-1}}});
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_THAT(plan->output.shape, ElementsAre(2, 4));
+  EXPECT_EQ(plan->output.dtype, kF16);
+  EXPECT_EQ(plan->params.axis, 1);
+  plan = Plan("concat", {Array(kU8, {2}), Array(kU8, {3})});
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_THAT(plan->output.shape, ElementsAre(5));
+  EXPECT_THAT(Plan("concat", {Array(kF32, {2, 3}), Array(kF32, {3, 3})}, {{"axis", int64_t{1}}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("inputs[1] [3, 3] does not match inputs[0] [2, 3] outside axis 1")));
+  EXPECT_THAT(Plan("concat", {Array(kF32, {2, 3}), Array(kF32, {6})}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("does not match")));
+  EXPECT_THAT(Plan("concat", {Array(kF32, {2})}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("takes 2 to 64 inputs")));
+  EXPECT_THAT(Plan("concat", {Array(kF32, {}), Array(kF32, {})}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("0-d")));
 }
 
 }  // namespace
