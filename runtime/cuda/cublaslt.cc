@@ -51,6 +51,8 @@ ABSL_CONST_INIT absl::Mutex load_mu(absl::kConstInit);
 // Set once a load succeeds; never freed, and the library never closed: cuBLASLt keeps
 // process-wide state, and descriptors may be released during static destruction.
 const CublasLtApi* loaded_api ABSL_GUARDED_BY(load_mu) = nullptr;
+// The library behind it, held here (reachable, so not a leak to LeakSanitizer).
+const DynamicLibrary* loaded_library ABSL_GUARDED_BY(load_mu) = nullptr;
 
 absl::StatusOr<const CublasLtApi*> LoadApi(const std::vector<std::string>& search_dirs) {
   absl::MutexLock lock(&load_mu);
@@ -75,7 +77,7 @@ absl::StatusOr<const CublasLtApi*> LoadApi(const std::vector<std::string>& searc
   GPUKIT_CUBLASLT_FUNCTIONS(GPUKIT_CUBLASLT_RESOLVE_)
 #undef GPUKIT_CUBLASLT_RESOLVE_
   api->library.version = static_cast<int64_t>(api->cublasLtGetVersion());
-  new DynamicLibrary(*std::move(opened));  // deliberately leaked: stays loaded
+  loaded_library = new DynamicLibrary(*std::move(opened));
   loaded_api = api.release();
   spdlog::debug("cuBLASLt {} loaded from {}", loaded_api->library.version,
                 loaded_api->library.path);

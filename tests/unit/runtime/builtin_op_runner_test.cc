@@ -274,9 +274,10 @@ TEST_F(BuiltinOpRunnerTest, LongFullReductionSplitsIntoSlicesAndCombinesTheParti
   EXPECT_EQ(slices, 128);
   EXPECT_EQ(device_.waits_with_temporaries, 0) << "a reduction does not wait";
   // The next reduction on the stream reuses the scratch; releasing the stream frees it.
+  const uint64_t scratch = rows.args[2].buffer.value;  // `rows` dies as launches_ grows
   ASSERT_THAT(Run("max", {ArrayDesc(DType::kFloat32, {1 << 20})}), IsOk());
   EXPECT_EQ(device_.allocated.size(), 1u);
-  EXPECT_EQ(device_.launches[2].args[2].buffer.value, rows.args[2].buffer.value);
+  EXPECT_EQ(device_.launches[2].args[2].buffer.value, scratch);
   runner_.ReleaseStream(StreamId{1});
   EXPECT_TRUE(device_.live.empty());
 }
