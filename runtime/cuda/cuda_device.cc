@@ -12,11 +12,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/base/shape.h"
-#include "runtime/cuda/transfer_engine.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/cuda_driver.h"
+#include "runtime/cuda/device_memory.h"
 #include "runtime/cuda/matmul_plan.h"
+#include "runtime/cuda/transfer_engine.h"
 #include "runtime/jit/library_search.h"
 #include "spdlog/spdlog.h"
 
@@ -67,18 +68,63 @@ struct CudaDevice::Stream {
   uint64_t next_event_seq ABSL_GUARDED_BY(record_mu) = 0;
 };
 
-// A timing CUDA event and where it was recorded (EventElapsedNs checks both).
-struct CudaDevice::Event {
-  Event(const CudaDriver& cu, CUcontext context, CUevent handle)
-      : cu(cu), context(context), handle(handle) {}
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  ~Event() {
-    if (MakeCurrent(cu, context).ok()) LogIfFailed(cu.cuEventDestroy(handle), "cuEventDestroy");
+// Timing CUDA events for reuse: every task records two, and creating and destroying them
+// costs two driver calls each. Recording an event again is allowed while an earlier record is
+// still pending; nobody can wait on the earlier one once its EventId is gone.
+class CudaDevice::EventPool {
+ public:
+  EventPool(const CudaDriver& cu, CUcontext context) : cu_(cu), context_(context) {}
+  EventPool(const EventPool&) = delete;
+  EventPool& operator=(const EventPool&) = delete;
+  ~EventPool() {
+    if (!MakeCurrent(cu_, context_).ok()) return;
+    for (CUevent event : free_) LogIfFailed(cu_.cuEventDestroy(event), "cuEventDestroy");
   }
 
-  const CudaDriver& cu;
-  const CUcontext context;
+  // A free event, or a new one; the context must be current.
+  absl::StatusOr<CUevent> Take() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!free_.empty()) {
+        CUevent event = free_.back();
+        free_.pop_back();
+        return event;
+      }
+    }
+    CUevent event = nullptr;
+    // Default flags: timing stays enabled, which EventElapsedNs (pacing) needs.
+    GPUKIT_RETURN_IF_ERROR(CheckCu(cu_.cuEventCreate(&event, CU_EVENT_DEFAULT), "cuEventCreate"));
+    return event;
+  }
+
+  void Give(CUevent event) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (free_.size() < kMaxFree) {
+        free_.push_back(event);
+        return;
+      }
+    }
+    if (MakeCurrent(cu_, context_).ok()) LogIfFailed(cu_.cuEventDestroy(event), "cuEventDestroy");
+  }
+
+ private:
+  // More than enough for every stream's tasks in flight; beyond it, events are destroyed.
+  static constexpr size_t kMaxFree = 1024;
+  const CudaDriver& cu_;
+  const CUcontext context_;
+  absl::Mutex mu_;
+  std::vector<CUevent> free_ ABSL_GUARDED_BY(mu_);
+};
+
+// A timing CUDA event and where it was recorded (EventElapsedNs checks both).
+struct CudaDevice::Event {
+  Event(std::shared_ptr<EventPool> pool, CUevent handle) : pool(std::move(pool)), handle(handle) {}
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event() { pool->Give(handle); }
+
+  const std::shared_ptr<EventPool> pool;
   const CUevent handle;
   uint64_t stream_id = 0;  // set before the event enters the table, constant afterwards
   uint64_t seq = 0;        // order among the stream's events
@@ -204,9 +250,23 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(const CudaDeviceO
   }
   std::unique_ptr<CudaDevice> created(
       new CudaDevice(*cu, device, context, std::move(properties), std::move(info)));
+  GPUKIT_RETURN_IF_ERROR(created->EnableMemoryPool(options.memory_pool));
   created->EnableBuiltinOps(options.jit);
   created->EnableCublasLt(options);
   return created;
+}
+
+absl::Status CudaDevice::EnableMemoryPool(const MemoryPoolOptions& options) {
+  GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<CudaSegmentSource> source,
+                          CudaSegmentSource::Create(cu_, context_, device_));
+  memory_source_ = source->Describe();
+  if (source->kind() != CudaSegmentSource::Kind::kVmmPosixFd) {
+    spdlog::warn("{}: device memory through {}", Describe(), memory_source_);
+  }
+  GPUKIT_ASSIGN_OR_RETURN(pool_, MemoryPool::Create(std::move(source), options));
+  spdlog::info("{}: memory pool over {}, caching up to {} MiB of free memory", Describe(),
+               memory_source_, options.max_cached_bytes >> 20);
+  return absl::OkStatus();
 }
 
 void CudaDevice::EnableCublasLt(const CudaDeviceOptions& options) {
@@ -248,8 +308,9 @@ void CudaDevice::EnableBuiltinOps(std::shared_ptr<JitCompiler> jit) {
   JitCompiler* compiler = jit_.get();
   const std::string arch = info_.arch;
   ops_ = std::make_unique<BuiltinOpRunner>(
-      *this, [compiler, arch](absl::string_view module, absl::string_view source,
-                              absl::string_view entry) -> absl::StatusOr<std::string> {
+      *this,
+      [compiler, arch](absl::string_view module, absl::string_view source,
+                       absl::string_view entry) -> absl::StatusOr<std::string> {
         CompileRequest request;
         request.source = std::string(source);
         request.entries = {std::string(entry)};
@@ -268,7 +329,8 @@ CudaDevice::CudaDevice(const CudaDriver& cu, int device, CUctx_st* context,
       context_(context),
       properties_(std::move(properties)),
       info_(std::move(info)),
-      transfers_(std::make_unique<TransferEngine>(cu, context, TransferEngineOptions{})) {}
+      transfers_(std::make_unique<TransferEngine>(cu, context, TransferEngineOptions{})),
+      event_pool_(std::make_shared<EventPool>(cu, context)) {}
 
 CudaDevice::~CudaDevice() {
   if (absl::Status bound = Bind(); !bound.ok()) {
@@ -296,10 +358,12 @@ CudaDevice::~CudaDevice() {
   functions.clear();
   modules.clear();
   events.clear();
+  event_pool_.reset();
   streams.clear();
   for (const auto& [id, allocation] : buffers) {
     if (allocation.address != 0) ReleaseDeviceMemory(allocation.address).IgnoreError();
   }
+  pool_.reset();       // returns every segment to the driver
   transfers_.reset();  // its pinned buffers and events belong to the context
   blas_.reset();       // its handle belongs to the context too
   LogIfFailed(cu_.cuDevicePrimaryCtxRelease(device_), "cuDevicePrimaryCtxRelease");
@@ -324,27 +388,23 @@ MemoryInfo CudaDevice::GetMemoryInfo() const {
 }
 
 absl::StatusOr<uint64_t> CudaDevice::AllocateDeviceMemory(int64_t bytes) {
-  GPUKIT_RETURN_IF_ERROR(Bind());
-  CUdeviceptr address = 0;
-  const CUresult result = cu_.cuMemAlloc(&address, static_cast<size_t>(bytes));
-  if (result == CUDA_ERROR_OUT_OF_MEMORY) {
+  absl::StatusOr<PoolBlock> block = pool_->Allocate(bytes);
+  if (absl::IsResourceExhausted(block.status())) {
     int64_t used_bytes;
     {
       absl::MutexLock lock(&mu_);
       used_bytes = used_bytes_;
     }
-    return absl::ResourceExhaustedError(absl::StrCat(
-        Describe(), " is out of memory: cannot allocate ", bytes, " bytes (gpukit buffers hold ",
-        used_bytes, " of its ", properties_.memory_total_bytes, " bytes)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(Describe(), " is out of memory: cannot allocate ", bytes,
+                     " bytes (gpukit buffers hold ", used_bytes, " of its ",
+                     properties_.memory_total_bytes, " bytes; ", block.status().message(), ")"));
   }
-  GPUKIT_RETURN_IF_ERROR(CheckCu(result, "cuMemAlloc"));
-  return static_cast<uint64_t>(address);
+  if (!block.ok()) return block.status();
+  return block->address;
 }
 
-absl::Status CudaDevice::ReleaseDeviceMemory(uint64_t address) {
-  GPUKIT_RETURN_IF_ERROR(Bind());
-  return CheckCu(cu_.cuMemFree(static_cast<CUdeviceptr>(address)), "cuMemFree");
-}
+absl::Status CudaDevice::ReleaseDeviceMemory(uint64_t address) { return pool_->Free(address); }
 
 absl::StatusOr<BufferId> CudaDevice::Allocate(int64_t bytes) {
   if (bytes < 0) {
@@ -523,10 +583,8 @@ absl::Status CudaDevice::CopyDeviceToDevice(BufferId dst, int64_t dst_offset, Bu
 absl::StatusOr<EventId> CudaDevice::RecordEvent(StreamId stream) {
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, FindStream(stream));
   GPUKIT_RETURN_IF_ERROR(Bind());
-  CUevent handle = nullptr;
-  // Default flags: timing stays enabled, which EventElapsedNs (pacing) needs.
-  GPUKIT_RETURN_IF_ERROR(CheckCu(cu_.cuEventCreate(&handle, CU_EVENT_DEFAULT), "cuEventCreate"));
-  auto event = std::make_shared<Event>(cu_, context_, handle);  // destroys it on any error
+  GPUKIT_ASSIGN_OR_RETURN(CUevent handle, event_pool_->Take());
+  auto event = std::make_shared<Event>(event_pool_, handle);  // gives it back on any error
   event->stream_id = stream.value;
   {
     absl::MutexLock lock(&s->record_mu);  // cuEventRecord only enqueues: it does not wait
@@ -628,9 +686,9 @@ absl::Status CudaDevice::RunOp(const OpLaunch& launch, StreamId stream) {
     if (ran) return absl::OkStatus();
   }
   if (ops_ == nullptr) {
-    return absl::UnimplementedError(absl::StrCat(
-        "op \"", launch.op->name, "\" cannot run on ", Describe(),
-        ": built-in ops need the NVRTC JIT compiler, which is not available for it"));
+    return absl::UnimplementedError(
+        absl::StrCat("op \"", launch.op->name, "\" cannot run on ", Describe(),
+                     ": built-in ops need the NVRTC JIT compiler, which is not available for it"));
   }
   return ops_->Run(launch, stream);
 }

@@ -3,8 +3,11 @@
 // One device object per GPU, working in that GPU's primary context (retained at Create,
 // released by the destructor; the JIT compiler and cuBLASLt share it). Every method makes
 // the context current on its calling thread first, so calls may come from any thread.
-// Buffers are cuMemAlloc allocations, streams are non-blocking CUDA streams with priorities,
-// copies and launches are enqueued asynchronously on them, events are timing CUDA events.
+// Buffers come from a caching memory pool (runtime/memory_pool.h) over VMM segments
+// (runtime/cuda/device_memory.h): allocating and freeing a buffer is a table operation once
+// the pool holds memory, and every large buffer is a segment that can be exported to another
+// process. Streams are non-blocking CUDA streams with priorities, copies and launches are
+// enqueued asynchronously on them, events are timing CUDA events, reused from a free list.
 // Host memory passed to copies may be pageable: the driver stages it, and the Device
 // contract (host memory valid until an event after the copy completes) covers the rest.
 // Built-in ops run as gpukit's own kernels (BuiltinOpRunner, compiled by the NVRTC JIT
@@ -50,6 +53,7 @@
 #include "runtime/builtin_op_runner.h"
 #include "runtime/device.h"
 #include "runtime/jit/jit_compiler.h"
+#include "runtime/memory_pool.h"
 
 struct CUctx_st;  // cuda.h's CUcontext, kept opaque here
 
@@ -57,6 +61,7 @@ namespace gpukit {
 
 class TransferEngine;
 class CublasLtMatmul;
+class CudaSegmentSource;
 
 struct CudaDriver;
 
@@ -72,6 +77,8 @@ struct CudaDeviceOptions {
   // device logs "cuBLASLt not available (...); matmul uses gpukit's own kernel" and does so.
   bool use_cublaslt = true;
   std::string cublaslt_dir;
+  // The caching pool buffers come from (its defaults are explained where they are set).
+  MemoryPoolOptions memory_pool;
 };
 
 // What a CudaDevice knows about its GPU beyond DeviceProperties: what the JIT compiler and
@@ -116,12 +123,19 @@ class CudaDevice final : public Device {
   // ran): for tests and diagnostics.
   bool cublaslt_available() const { return blas_ != nullptr; }
   int64_t cublaslt_matmul_count() const { return cublaslt_matmuls_.load(); }
+  // The memory pool's counters, where its memory comes from ("VMM (cuMemCreate, POSIX file
+  // descriptors, 2 MiB granularity)"), and a trim that returns its free segments to the
+  // driver (returns the bytes): for tests, diagnostics and operators.
+  MemoryPoolStats memory_pool_stats() const { return pool_->stats(); }
+  const std::string& memory_source() const { return memory_source_; }
+  int64_t TrimMemoryPool() { return pool_->Trim(); }
 
   const DeviceProperties& properties() const override { return properties_; }
   MemoryInfo GetMemoryInfo() const override;
 
   // RESOURCE_EXHAUSTED when the GPU cannot hold `bytes` (more than it has, or out of free
-  // memory now); the device keeps working. A zero-byte buffer holds no device memory.
+  // memory now even after the pool gave back what it caches); the device keeps working. A
+  // zero-byte buffer holds no device memory. Free returns the memory to the pool.
   absl::StatusOr<BufferId> Allocate(int64_t bytes) override;
   absl::Status Free(BufferId buffer) override;
   absl::StatusOr<int64_t> BufferBytes(BufferId buffer) const override;
@@ -175,12 +189,15 @@ class CudaDevice final : public Device {
   };
   struct Stream;
   struct Event;
+  class EventPool;
   struct Module;
   struct Function;
 
   CudaDevice(const CudaDriver& cu, int device, CUctx_st* context, DeviceProperties properties,
              CudaDeviceInfo info);
 
+  // Sets up the memory pool over the GPU's segment source.
+  absl::Status EnableMemoryPool(const MemoryPoolOptions& options);
   // Sets up the built-in ops over `jit`, if it can compile for this GPU (logs why not).
   void EnableBuiltinOps(std::shared_ptr<JitCompiler> jit);
   // Opens cuBLASLt for matmul, if wanted and found (logs the outcome either way).
@@ -196,8 +213,7 @@ class CudaDevice final : public Device {
   // Makes the primary context current on the calling thread (cheap when it already is).
   absl::Status Bind() const;
 
-  // The memory seam: where device memory comes from. cuMemAlloc/cuMemFree for now; a
-  // caching pool over the VMM API replaces these two without touching the rest.
+  // The memory seam: device memory from the pool, with the device's out-of-memory message.
   absl::StatusOr<uint64_t> AllocateDeviceMemory(int64_t bytes);
   absl::Status ReleaseDeviceMemory(uint64_t address);
 
@@ -222,6 +238,11 @@ class CudaDevice final : public Device {
   // Matmul through cuBLASLt; null when it is not available or not wanted.
   std::unique_ptr<CublasLtMatmul> blas_;
   std::atomic<int64_t> cublaslt_matmuls_{0};
+  // Where buffers come from; set by Create, destroyed before the context is released.
+  std::unique_ptr<MemoryPool> pool_;
+  std::string memory_source_;
+  // Released CUDA events, recorded again by RecordEvent instead of creating new ones.
+  std::shared_ptr<EventPool> event_pool_;
 
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

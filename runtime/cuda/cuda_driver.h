@@ -55,6 +55,15 @@ namespace gpukit {
   REQUIRED(cuMemFree)                                    \
   REQUIRED(cuMemHostAlloc)                               \
   REQUIRED(cuMemFreeHost)                                \
+  REQUIRED(cuMemGetAllocationGranularity)                \
+  REQUIRED(cuMemCreate)                                  \
+  REQUIRED(cuMemRelease)                                 \
+  REQUIRED(cuMemAddressReserve)                          \
+  REQUIRED(cuMemAddressFree)                             \
+  REQUIRED(cuMemMap)                                     \
+  REQUIRED(cuMemUnmap)                                   \
+  REQUIRED(cuMemSetAccess)                               \
+  REQUIRED(cuMemExportToShareableHandle)                 \
   REQUIRED(cuMemcpyHtoD)                                 \
   REQUIRED(cuMemcpyDtoH)                                 \
   REQUIRED(cuMemcpyHtoDAsync)                            \

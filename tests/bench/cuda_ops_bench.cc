@@ -135,12 +135,12 @@ int Run(const Options& options) {
   std::printf("device: %s (%s), %.2f GiB per array, median of %d runs\n",
               device.properties().name.c_str(), device.cuda_info().arch.c_str(), options.gib,
               options.reps);
-  absl::StatusOr<double> copy = bench.Time(
-      [&] { return device.CopyDeviceToDevice(out, 0, a, 0, bytes, *stream); });
+  absl::StatusOr<double> copy =
+      bench.Time([&] { return device.CopyDeviceToDevice(out, 0, a, 0, bytes, *stream); });
   if (!copy.ok()) return Die(copy.status().ToString());
   const double copy_bw = 2.0 * bytes / *copy;
-  std::printf("%-34s %10.3f ms %9.1f GB/s  %s\n", "device-to-device copy (reference)",
-              *copy * 1e3, copy_bw / 1e9, "1.00x");
+  std::printf("%-34s %10.3f ms %9.1f GB/s  %s\n", "device-to-device copy (reference)", *copy * 1e3,
+              copy_bw / 1e9, "1.00x");
 
   struct Case {
     std::string name;
@@ -194,19 +194,16 @@ int Run(const Options& options) {
       }
       return Median(times);
     };
-    const double raw_pinned = wall([&] {
-      return (*cu)->cuMemcpyHtoD(raw, pinned, size) == CUDA_SUCCESS;
-    });
-    const double raw_pageable = wall([&] {
-      return (*cu)->cuMemcpyHtoD(raw, pageable.data(), size) == CUDA_SUCCESS;
-    });
+    const double raw_pinned =
+        wall([&] { return (*cu)->cuMemcpyHtoD(raw, pinned, size) == CUDA_SUCCESS; });
+    const double raw_pageable =
+        wall([&] { return (*cu)->cuMemcpyHtoD(raw, pageable.data(), size) == CUDA_SUCCESS; });
     const double engine_up = wall([&] {
       return device.CopyHostToDevice(a, 0, pageable.data(), size, *stream).ok() &&
              SynchronizeStream(device, *stream).ok();
     });
-    const double raw_down = wall([&] {
-      return (*cu)->cuMemcpyDtoH(pinned, raw, size) == CUDA_SUCCESS;
-    });
+    const double raw_down =
+        wall([&] { return (*cu)->cuMemcpyDtoH(pinned, raw, size) == CUDA_SUCCESS; });
     const double engine_down = wall([&] {
       return device.CopyDeviceToHost(pageable.data(), a, 0, size, *stream).ok() &&
              SynchronizeStream(device, *stream).ok();
@@ -236,9 +233,8 @@ int Run(const Options& options) {
             return engine.HostToDevice(raw, pageable.data(), size, raw_stream).ok() &&
                    (*cu)->cuStreamSynchronize(raw_stream) == CUDA_SUCCESS;
           });
-          const double down = wall([&] {
-            return engine.DeviceToHost(pageable.data(), raw, size, raw_stream).ok();
-          });
+          const double down = wall(
+              [&] { return engine.DeviceToHost(pageable.data(), raw, size, raw_stream).ok(); });
           std::printf("  engine %2d threads, %2lld MiB chunks: up %.2fx, down %.2fx\n", threads,
                       static_cast<long long>(chunk_mib), raw_pinned / up, raw_down / down);
         }
@@ -246,6 +242,61 @@ int Run(const Options& options) {
     }
     (*cu)->cuMemFree(raw);
     (*cu)->cuMemFreeHost(pinned);
+  }
+
+  // What every op pays around its kernel: an output allocation and its free, and two timing
+  // events. The device (memory pool, event free list) against the raw driver calls, host wall
+  // time per pair, median of 20 batches of 1000.
+  {
+    absl::StatusOr<const CudaDriver*> cu = CudaDriver::Get();
+    if (!cu.ok()) return Die(cu.status().ToString());
+    auto per_call_us = [&](const std::function<bool()>& call) {
+      std::vector<double> times;
+      for (int batch = 0; batch < 21; ++batch) {
+        const auto start = std::chrono::steady_clock::now();
+        for (int i = 0; i < 1000; ++i) {
+          if (!call()) return -1.0;
+        }
+        const double t =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (batch > 0) times.push_back(t / 1000 * 1e6);
+      }
+      return Median(times);
+    };
+    for (int64_t bytes : {int64_t{64}, int64_t{1} << 20, int64_t{64} << 20}) {
+      const double raw = per_call_us([&] {
+        CUdeviceptr p = 0;
+        return (*cu)->cuMemAlloc(&p, bytes) == CUDA_SUCCESS && (*cu)->cuMemFree(p) == CUDA_SUCCESS;
+      });
+      const double pooled = per_call_us([&] {
+        absl::StatusOr<BufferId> b = device.Allocate(bytes);
+        return b.ok() && device.Free(*b).ok();
+      });
+      std::printf(
+          "allocate + free %9lld B: raw cuMemAlloc/cuMemFree %8.2f us, pool %6.2f us (%.0fx)\n",
+          static_cast<long long>(bytes), raw, pooled, raw / pooled);
+    }
+    CUstream raw_stream = nullptr;
+    (*cu)->cuStreamCreate(&raw_stream, CU_STREAM_NON_BLOCKING);
+    const double raw_events = per_call_us([&] {
+      CUevent e = nullptr;
+      bool ok = (*cu)->cuEventCreate(&e, CU_EVENT_DEFAULT) == CUDA_SUCCESS &&
+                (*cu)->cuEventRecord(e, raw_stream) == CUDA_SUCCESS &&
+                (*cu)->cuEventSynchronize(e) == CUDA_SUCCESS;
+      return (*cu)->cuEventDestroy(e) == CUDA_SUCCESS && ok;
+    });
+    const double device_events = per_call_us([&] {
+      absl::StatusOr<EventId> e = device.RecordEvent(*stream);
+      return e.ok() && device.WaitEvent(*e).ok() && device.DestroyEvent(*e).ok();
+    });
+    std::printf("event create/record/wait/destroy: raw %.2f us, device (reused events) %.2f us\n",
+                raw_events, device_events);
+    (*cu)->cuStreamDestroy(raw_stream);
+    const MemoryPoolStats pool = device.memory_pool_stats();
+    std::printf("memory pool: %s; %lld segments, %lld MiB mapped, %lld allocations, %lld reused\n",
+                device.memory_source().c_str(), static_cast<long long>(pool.segments),
+                static_cast<long long>(pool.mapped_bytes >> 20),
+                static_cast<long long>(pool.allocations), static_cast<long long>(pool.reused));
   }
 
   // The JIT compiler's caches: a small kernel compiled once, then hit in memory.
@@ -262,8 +313,9 @@ int Run(const Options& options) {
     hits.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     if (!hit.ok() || hit->origin != KernelOrigin::kMemory) return Die("expected a memory hit");
   }
-  std::printf("NVRTC compile of a small kernel: %.1f ms; cached compile (memory hit): p50 %.1f us\n",
-              absl::ToDoubleMilliseconds(first->elapsed), Median(hits) * 1e6);
+  std::printf(
+      "NVRTC compile of a small kernel: %.1f ms; cached compile (memory hit): p50 %.1f us\n",
+      absl::ToDoubleMilliseconds(first->elapsed), Median(hits) * 1e6);
   for (BufferId buffer : buffers) device.Free(buffer).IgnoreError();
   return 0;
 }

@@ -4,6 +4,7 @@
 // Where there is no NVIDIA driver or no usable GPU every test reports itself skipped.
 #include "runtime/cuda/cuda_device.h"
 
+#include <cuda.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -18,6 +19,8 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/cuda/cuda_driver.h"
+#include "runtime/cuda/device_memory.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/unit/runtime/device_conformance.h"
 
@@ -413,6 +416,109 @@ TEST_F(CudaDeviceTest, AbsurdAllocationsAreResourceExhaustedAndTheDeviceKeepsWor
   GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId data, UploadFloats({7, 8, 9}));
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<float> out, DownloadFloats(data, 3));
   EXPECT_THAT(out, ElementsAreArray({7.0f, 8.0f, 9.0f}));
+}
+
+TEST_F(CudaDeviceTest, BuffersComeFromExportableVmmSegmentsOfThePool) {
+  EXPECT_THAT(device_->memory_source(), HasSubstr("POSIX file descriptors"));
+  // Small buffers share slabs, large ones get segments of their own; none may overlap, which
+  // distinct contents written to each and read back would show.
+  std::vector<BufferId> buffers;
+  std::vector<int64_t> sizes;
+  for (int i = 0; i < 64; ++i) sizes.push_back(i % 8 == 0 ? (3 << 20) + 4 * i : 4096 + 4 * i);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId buffer, device_->Allocate(sizes[i]));
+    owned_.push_back(buffer);
+    std::vector<uint32_t> pattern(static_cast<size_t>(sizes[i]) / 4);
+    for (size_t j = 0; j < pattern.size(); ++j) pattern[j] = static_cast<uint32_t>(i << 24 | j);
+    GPUKIT_ASSERT_OK(device_->CopyHostToDevice(buffer, 0, pattern.data(), sizes[i], stream_));
+    GPUKIT_ASSERT_OK(Sync());
+    buffers.push_back(buffer);
+  }
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    std::vector<uint32_t> back(static_cast<size_t>(sizes[i]) / 4);
+    GPUKIT_ASSERT_OK(device_->CopyDeviceToHost(back.data(), buffers[i], 0, sizes[i], stream_));
+    GPUKIT_ASSERT_OK(Sync());
+    for (size_t j = 0; j < back.size(); ++j) {
+      ASSERT_EQ(back[j], static_cast<uint32_t>(i << 24 | j)) << "buffer " << i << " word " << j;
+    }
+  }
+  const MemoryPoolStats stats = device_->memory_pool_stats();
+  // 8 segments of 4 MiB, and one slab for all the small buffers (one 5 KiB size class).
+  EXPECT_EQ(stats.maps, 8 + 1);
+  EXPECT_GE(stats.in_use_bytes, 8 * (3 << 20));
+}
+
+TEST_F(CudaDeviceTest, FreedMemoryIsReusedWithoutAskingTheDriver) {
+  for (int64_t bytes : {int64_t{64}, int64_t{64} << 20}) {
+    SCOPED_TRACE(bytes);
+    GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId first, device_->Allocate(bytes));
+    GPUKIT_ASSERT_OK(device_->Free(first));
+    const MemoryPoolStats before = device_->memory_pool_stats();
+    GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId second, device_->Allocate(bytes));
+    const MemoryPoolStats after = device_->memory_pool_stats();
+    EXPECT_EQ(after.maps, before.maps);
+    EXPECT_EQ(after.reused, before.reused + 1);
+    GPUKIT_ASSERT_OK(device_->Free(second));
+  }
+  // Both segments are wholly free and cached; a trim gives them back.
+  EXPECT_EQ(device_->TrimMemoryPool(), (int64_t{2} << 20) + (int64_t{64} << 20));
+  EXPECT_EQ(device_->memory_pool_stats().mapped_bytes, 0);
+}
+
+// With a cache larger than the GPU, nothing goes back on free: filling the GPU, freeing it
+// all and asking for a size no cached segment fits must trim the pool and succeed.
+TEST_F(CudaDeviceTest, UnderPressureThePoolGivesBackWhatItCaches) {
+  CudaDeviceOptions options;
+  options.memory_pool.max_cached_bytes = int64_t{1} << 50;
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<CudaDevice> device, CudaDevice::Create(options));
+  constexpr int64_t kChunk = int64_t{4} << 30;
+  std::vector<BufferId> chunks;
+  for (;;) {
+    absl::StatusOr<BufferId> chunk = device->Allocate(kChunk);
+    if (!chunk.ok()) {
+      EXPECT_THAT(chunk.status(),
+                  StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("out of memory")));
+      break;
+    }
+    chunks.push_back(*chunk);
+    ASSERT_LT(chunks.size(), 1000u);
+  }
+  ASSERT_GE(chunks.size(), 2u) << "the test needs a GPU of at least 8 GiB";
+  for (BufferId chunk : chunks) GPUKIT_ASSERT_OK(device->Free(chunk));
+  const MemoryPoolStats cached = device->memory_pool_stats();
+  EXPECT_EQ(cached.in_use_bytes, 0);
+  EXPECT_EQ(cached.mapped_bytes, static_cast<int64_t>(chunks.size()) * kChunk);
+  // 6 GiB: larger than any cached segment, and the GPU is full of cached ones.
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId big, device->Allocate(int64_t{6} << 30));
+  const MemoryPoolStats after = device->memory_pool_stats();
+  EXPECT_EQ(after.trims, cached.trims + 1);
+  EXPECT_LT(after.mapped_bytes, cached.mapped_bytes);
+  GPUKIT_EXPECT_OK(device->Free(big));
+  std::printf("filled the GPU with %zu x 4 GiB, then 6 GiB after a trim\n", chunks.size());
+}
+
+TEST(CudaSegmentSourceTest, SegmentsExportAsPosixFileDescriptors) {
+  absl::StatusOr<const CudaDriver*> cu = CudaDriver::Get();
+  if (!cu.ok()) GTEST_SKIP() << "no usable CUDA driver here: " << cu.status();
+  CUdevice device = 0;
+  ASSERT_EQ((*cu)->cuDeviceGet(&device, 0), CUDA_SUCCESS);
+  CUcontext context = nullptr;
+  ASSERT_EQ((*cu)->cuDevicePrimaryCtxRetain(&context, device), CUDA_SUCCESS);
+  {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<CudaSegmentSource> source,
+                                CudaSegmentSource::Create(**cu, context, device));
+    ASSERT_EQ(source->kind(), CudaSegmentSource::Kind::kVmmPosixFd) << source->Describe();
+    GPUKIT_ASSERT_OK_AND_ASSIGN(Segment segment, source->Map(2 * source->granularity_bytes()));
+    int fd = -1;
+    EXPECT_EQ((*cu)->cuMemExportToShareableHandle(
+                  &fd, static_cast<CUmemGenericAllocationHandle>(segment.handle),
+                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+              CUDA_SUCCESS);
+    EXPECT_GE(fd, 0);
+    if (fd >= 0) close(fd);
+    source->Unmap(segment);
+  }
+  ASSERT_EQ((*cu)->cuDevicePrimaryCtxRelease(device), CUDA_SUCCESS);
 }
 
 // The fixture's device has no JIT compiler (the conformance suite's has one).

@@ -1,0 +1,271 @@
+#include "runtime/memory_pool.h"
+
+#include <algorithm>
+#include <bit>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace gpukit {
+namespace {
+
+// Smallest block and alignment of every block: what device kernels' vector loads assume.
+constexpr int64_t kMinBlockBytes = 256;
+// A slab holds at least this many blocks of its class, so large classes waste little of it.
+constexpr int64_t kMinBlocksPerSlab = 8;
+
+int64_t RoundUp(int64_t value, int64_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+std::string Hex(uint64_t address) { return absl::StrCat("0x", absl::Hex(address)); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MemoryPool>> MemoryPool::Create(
+    std::unique_ptr<SegmentSource> source, const MemoryPoolOptions& options) {
+  if (source == nullptr) return absl::InvalidArgumentError("MemoryPool needs a segment source");
+  const int64_t granularity = source->granularity_bytes();
+  if (granularity <= 0 || !std::has_single_bit(static_cast<uint64_t>(granularity))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("segment granularity ", granularity, " bytes is not a power of two"));
+  }
+  if (options.small_block_limit_bytes < 0 || options.max_cached_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("small_block_limit_bytes = ", options.small_block_limit_bytes,
+                     " and max_cached_bytes = ", options.max_cached_bytes, " must both be >= 0"));
+  }
+  return std::unique_ptr<MemoryPool>(new MemoryPool(std::move(source), options));
+}
+
+MemoryPool::MemoryPool(std::unique_ptr<SegmentSource> source, const MemoryPoolOptions& options)
+    : source_(std::move(source)),
+      options_(options),
+      granularity_bytes_(source_->granularity_bytes()) {}
+
+MemoryPool::~MemoryPool() {
+  std::vector<Segment> all;
+  int64_t live_blocks = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [address, state] : segments_) {
+      live_blocks += state.live_blocks;
+      all.push_back(state.segment);
+    }
+    segments_.clear();
+  }
+  if (live_blocks > 0) {
+    spdlog::warn("memory pool destroyed with {} block(s) still handed out", live_blocks);
+  }
+  UnmapAll(all);
+}
+
+bool MemoryPool::IsSmall(int64_t bytes) const { return bytes <= options_.small_block_limit_bytes; }
+
+int64_t MemoryPool::RoundedBytes(int64_t bytes) const {
+  if (!IsSmall(bytes)) return RoundUp(bytes, granularity_bytes_);
+  if (bytes <= kMinBlockBytes) return kMinBlockBytes;
+  // Quarter steps between powers of two: 1024, 1280, 1536, 1792, 2048, 2560, ...
+  const int64_t power = static_cast<int64_t>(std::bit_floor(static_cast<uint64_t>(bytes)));
+  return RoundUp(bytes, std::max(power / 4, kMinBlockBytes));
+}
+
+int64_t MemoryPool::SlabBytes(int64_t block_bytes) const {
+  return RoundUp(std::max(granularity_bytes_, block_bytes * kMinBlocksPerSlab), granularity_bytes_);
+}
+
+absl::StatusOr<PoolBlock> MemoryPool::Allocate(int64_t bytes) {
+  if (bytes <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("pool allocation of ", bytes, " bytes"));
+  }
+  if (bytes > std::numeric_limits<int64_t>::max() - granularity_bytes_) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
+  }
+  const int64_t rounded = RoundedBytes(bytes);
+  {
+    absl::MutexLock lock(&mu_);
+    PoolBlock block = TakeCached(rounded);
+    if (block.address != 0) {
+      stats_.in_use_bytes += block.bytes;
+      ++stats_.allocations;
+      ++stats_.reused;
+      return block;
+    }
+  }
+  absl::StatusOr<Segment> segment = MapSegment(IsSmall(bytes) ? SlabBytes(rounded) : rounded);
+  if (!segment.ok()) return segment.status();
+  absl::MutexLock lock(&mu_);
+  PoolBlock block = AddSegment(*segment, rounded);
+  stats_.in_use_bytes += block.bytes;
+  ++stats_.allocations;
+  return block;
+}
+
+PoolBlock MemoryPool::TakeCached(int64_t rounded_bytes) {
+  PoolBlock block;
+  if (IsSmall(rounded_bytes)) {
+    auto slabs = slabs_with_room_.find(rounded_bytes);
+    if (slabs == slabs_with_room_.end() || slabs->second.empty()) return block;
+    const uint64_t slab_address = *slabs->second.begin();
+    SegmentState& slab = segments_.at(slab_address);
+    const int64_t offset = slab.free_offsets.back();
+    slab.free_offsets.pop_back();
+    slab.in_use[offset / slab.block_bytes] = true;
+    ++slab.live_blocks;
+    if (slab.free_offsets.empty()) slabs->second.erase(slabs->second.begin());
+    block.address = slab.segment.address + static_cast<uint64_t>(offset);
+    block.bytes = slab.block_bytes;
+    block.segment = slab.segment;
+    block.shares_segment = true;
+    return block;
+  }
+  auto cached = free_large_.lower_bound(rounded_bytes);
+  if (cached == free_large_.end() || cached->first > rounded_bytes + rounded_bytes / 8) {
+    return block;
+  }
+  SegmentState& state = segments_.at(cached->second);
+  free_large_.erase(cached);
+  state.live_blocks = 1;
+  block.address = state.segment.address;
+  block.bytes = state.segment.bytes;
+  block.segment = state.segment;
+  return block;
+}
+
+absl::StatusOr<Segment> MemoryPool::MapSegment(int64_t bytes) {
+  absl::StatusOr<Segment> segment = source_->Map(bytes);
+  if (segment.ok() || !absl::IsResourceExhausted(segment.status())) return segment;
+  // Out of memory while the pool may hold free segments: give them back and try once more.
+  const int64_t returned = Trim();
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.trims;
+  }
+  spdlog::debug("memory pool: source out of memory for {} bytes; trimmed {} bytes", bytes,
+                returned);
+  segment = source_->Map(bytes);
+  if (segment.ok() || !absl::IsResourceExhausted(segment.status())) return segment;
+  const MemoryPoolStats now = stats();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      segment.status().message(), " (the memory pool holds ", now.in_use_bytes, " bytes in use of ",
+      now.mapped_bytes, " mapped, after returning ", returned, " free)"));
+}
+
+PoolBlock MemoryPool::AddSegment(const Segment& segment, int64_t rounded_bytes) {
+  ++stats_.maps;
+  ++stats_.segments;
+  stats_.mapped_bytes += segment.bytes;
+  SegmentState& state = segments_[segment.address];
+  state.segment = segment;
+  PoolBlock block;
+  block.address = segment.address;
+  block.segment = segment;
+  if (!IsSmall(rounded_bytes)) {
+    state.live_blocks = 1;
+    block.bytes = segment.bytes;
+    return block;
+  }
+  const int64_t blocks = segment.bytes / rounded_bytes;
+  state.block_bytes = rounded_bytes;
+  state.in_use.assign(static_cast<size_t>(blocks), false);
+  // A stack with the lowest offset on top: blocks are handed out from the start.
+  for (int64_t i = blocks - 1; i >= 1; --i) state.free_offsets.push_back(i * rounded_bytes);
+  state.in_use[0] = true;
+  state.live_blocks = 1;
+  if (!state.free_offsets.empty()) slabs_with_room_[rounded_bytes].insert(segment.address);
+  block.bytes = rounded_bytes;
+  block.shares_segment = true;
+  return block;
+}
+
+absl::Status MemoryPool::Free(uint64_t address) {
+  std::vector<Segment> released;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = segments_.upper_bound(address);
+    const auto not_found = [&] {
+      return absl::NotFoundError(
+          absl::StrCat("no live pool block at ", Hex(address), " (never allocated or freed)"));
+    };
+    if (it == segments_.begin()) return not_found();
+    --it;
+    SegmentState& state = it->second;
+    const uint64_t start = state.segment.address;
+    if (address >= start + static_cast<uint64_t>(state.segment.bytes)) return not_found();
+    if (state.block_bytes > 0) {
+      const int64_t offset = static_cast<int64_t>(address - start);
+      const int64_t index = offset / state.block_bytes;
+      if (offset % state.block_bytes != 0 || index >= static_cast<int64_t>(state.in_use.size()) ||
+          !state.in_use[index]) {
+        return not_found();
+      }
+      state.in_use[index] = false;
+      state.free_offsets.push_back(offset);
+      --state.live_blocks;
+      slabs_with_room_[state.block_bytes].insert(start);
+      stats_.in_use_bytes -= state.block_bytes;
+    } else {
+      if (address != start || state.live_blocks == 0) return not_found();
+      state.live_blocks = 0;
+      free_large_.emplace(state.segment.bytes, start);
+      stats_.in_use_bytes -= state.segment.bytes;
+    }
+    released = ReleaseFreeSegments(options_.max_cached_bytes);
+  }
+  UnmapAll(released);
+  return absl::OkStatus();
+}
+
+int64_t MemoryPool::Trim() {
+  std::vector<Segment> released;
+  {
+    absl::MutexLock lock(&mu_);
+    released = ReleaseFreeSegments(0);
+  }
+  UnmapAll(released);
+  int64_t bytes = 0;
+  for (const Segment& segment : released) bytes += segment.bytes;
+  return bytes;
+}
+
+std::vector<Segment> MemoryPool::ReleaseFreeSegments(int64_t keep_bytes) {
+  std::vector<Segment> released;
+  // Largest free segments first: the fewest unmaps to get under the cap.
+  for (auto it = free_large_.rbegin();
+       it != free_large_.rend() && stats_.mapped_bytes - stats_.in_use_bytes > keep_bytes;) {
+    auto segment = segments_.find(it->second);
+    released.push_back(segment->second.segment);
+    stats_.mapped_bytes -= segment->second.segment.bytes;
+    segments_.erase(segment);
+    it = std::make_reverse_iterator(free_large_.erase(std::next(it).base()));
+  }
+  // Then slabs with no live block (a scan: this runs only while over the cap).
+  for (auto it = segments_.begin();
+       it != segments_.end() && stats_.mapped_bytes - stats_.in_use_bytes > keep_bytes;) {
+    const SegmentState& state = it->second;
+    if (state.block_bytes == 0 || state.live_blocks > 0) {
+      ++it;
+      continue;
+    }
+    slabs_with_room_[state.block_bytes].erase(it->first);
+    released.push_back(state.segment);
+    stats_.mapped_bytes -= state.segment.bytes;
+    it = segments_.erase(it);
+  }
+  stats_.segments -= static_cast<int64_t>(released.size());
+  stats_.unmaps += static_cast<int64_t>(released.size());
+  return released;
+}
+
+void MemoryPool::UnmapAll(const std::vector<Segment>& segments) {
+  for (const Segment& segment : segments) source_->Unmap(segment);
+}
+
+MemoryPoolStats MemoryPool::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+}  // namespace gpukit
