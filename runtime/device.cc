@@ -1,5 +1,9 @@
 #include "runtime/device.h"
 
+#include <cstdlib>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
 #include "runtime/base/status_macros.h"
 
 namespace gpukit {
@@ -12,6 +16,25 @@ absl::string_view BackendName(BackendKind backend) {
       return "cuda";
   }
   return "unknown";
+}
+
+absl::StatusOr<HostBuffer> Device::AllocateHostBuffer(int64_t bytes) {
+  if (bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("host buffer of ", bytes, " bytes"));
+  }
+  if (bytes == 0) return HostBuffer();
+  constexpr int64_t kAlignment = 64;
+  if (bytes > std::numeric_limits<int64_t>::max() - kAlignment) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " host bytes"));
+  }
+  const int64_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* data = std::aligned_alloc(kAlignment, static_cast<size_t>(rounded));
+  if (data == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("host memory exhausted: cannot allocate ", bytes, " bytes"));
+  }
+  return HostBuffer(static_cast<char*>(data), bytes, /*pinned=*/false,
+                    [](char* p) { std::free(p); });
 }
 
 absl::Status SynchronizeStream(Device& device, StreamId stream) {

@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "runtime/host_buffer.h"
 #include "runtime/op_registry.h"
 
 namespace gpukit {
@@ -120,6 +121,12 @@ class Device {
   virtual absl::Status Free(BufferId buffer) = 0;
   // Size the buffer was allocated with; NOT_FOUND if unknown.
   virtual absl::StatusOr<int64_t> BufferBytes(BufferId buffer) const = 0;
+
+  // Host memory for data the device copies in bulk (spilled arrays): on a GPU page-locked,
+  // so copies to and from it need no staging and run at the bus's speed; ordinary memory
+  // here by default. 64-byte aligned; uninitialised; empty for 0 bytes. RESOURCE_EXHAUSTED
+  // when the host has no memory for it. The buffer must not outlive the device.
+  virtual absl::StatusOr<HostBuffer> AllocateHostBuffer(int64_t bytes);
 
   virtual absl::StatusOr<StreamId> CreateStream(StreamPriority priority) = 0;
   // Waits for the stream's queued work, then destroys it.

@@ -263,6 +263,17 @@ void MemoryPool::UnmapAll(const std::vector<Segment>& segments) {
   for (const Segment& segment : segments) source_->Unmap(segment);
 }
 
+bool MemoryPool::Owns(uint64_t address, int64_t bytes) const {
+  absl::MutexLock lock(&mu_);
+  auto it = segments_.upper_bound(address);
+  if (it == segments_.begin()) return false;
+  --it;
+  const Segment& segment = it->second.segment;
+  const uint64_t offset = address - segment.address;
+  return bytes >= 0 && offset < static_cast<uint64_t>(segment.bytes) &&
+         static_cast<uint64_t>(bytes) <= static_cast<uint64_t>(segment.bytes) - offset;
+}
+
 MemoryPoolStats MemoryPool::stats() const {
   absl::MutexLock lock(&mu_);
   return stats_;

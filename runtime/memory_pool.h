@@ -118,6 +118,10 @@ class MemoryPool {
   // Returns every wholly free segment to the source; returns the bytes returned.
   int64_t Trim();
 
+  // Whether [address, address + bytes) lies inside one segment of the pool: whether memory a
+  // caller names is the pool's (a copy from it can skip staging, say).
+  bool Owns(uint64_t address, int64_t bytes) const;
+
   MemoryPoolStats stats() const;
   // The size a request of `bytes` takes: its size class, or the granularity multiple.
   int64_t RoundedBytes(int64_t bytes) const;

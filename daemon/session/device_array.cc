@@ -39,12 +39,12 @@ absl::StatusOr<ArrayPin> DeviceArray::Pin(absl::Time now, const Restorer& restor
     if (copied.ok()) copied = SynchronizeStream(device_, stream);
     if (!copied.ok()) {
       device_.Free(memory.buffer).IgnoreError();
-      return absl::Status(copied.code(), absl::StrCat("restoring spilled array ", handle_, ": ",
-                                                      copied.message()));
+      return absl::Status(
+          copied.code(), absl::StrCat("restoring spilled array ", handle_, ": ", copied.message()));
     }
     buffer_ = memory.buffer;
     reservation_ = std::move(memory.reservation);
-    std::vector<char>().swap(host_copy_);
+    host_copy_ = HostBuffer();
     spilled_ = false;
     spdlog::debug("array restored: array={} bytes={}", handle_, bytes_);
   }
@@ -60,7 +60,7 @@ absl::StatusOr<int64_t> DeviceArray::Spill(StreamId stream) {
     ~Unlock() { mu->Unlock(); }
   } unlock{&mu_};
   if (spilled_ || pins_ > 0) return 0;
-  std::vector<char> copy(bytes_);
+  GPUKIT_ASSIGN_OR_RETURN(HostBuffer copy, device_.AllocateHostBuffer(bytes_));
   if (bytes_ > 0) {
     GPUKIT_RETURN_IF_ERROR(device_.CopyDeviceToHost(copy.data(), buffer_, 0, bytes_, stream));
     GPUKIT_RETURN_IF_ERROR(SynchronizeStream(device_, stream));

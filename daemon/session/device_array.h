@@ -85,7 +85,8 @@ class DeviceArray : public std::enable_shared_from_this<DeviceArray> {
   mutable absl::Mutex mu_;
   BufferId buffer_ ABSL_GUARDED_BY(mu_);  // valid while resident
   MemoryReservation reservation_ ABSL_GUARDED_BY(mu_);
-  std::vector<char> host_copy_ ABSL_GUARDED_BY(mu_);  // the data while spilled
+  // The data while spilled: pinned host memory on a GPU (Device::AllocateHostBuffer).
+  HostBuffer host_copy_ ABSL_GUARDED_BY(mu_);
   bool spilled_ ABSL_GUARDED_BY(mu_) = false;
   int pins_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_used_ ABSL_GUARDED_BY(mu_);

@@ -250,22 +250,25 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(const CudaDeviceO
   }
   std::unique_ptr<CudaDevice> created(
       new CudaDevice(*cu, device, context, std::move(properties), std::move(info)));
-  GPUKIT_RETURN_IF_ERROR(created->EnableMemoryPool(options.memory_pool));
+  GPUKIT_RETURN_IF_ERROR(created->EnableMemoryPools(options));
   created->EnableBuiltinOps(options.jit);
   created->EnableCublasLt(options);
   return created;
 }
 
-absl::Status CudaDevice::EnableMemoryPool(const MemoryPoolOptions& options) {
+absl::Status CudaDevice::EnableMemoryPools(const CudaDeviceOptions& options) {
+  GPUKIT_ASSIGN_OR_RETURN(
+      host_pool_,
+      MemoryPool::Create(std::make_unique<PinnedHostSource>(cu_, context_), options.host_pool));
   GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<CudaSegmentSource> source,
                           CudaSegmentSource::Create(cu_, context_, device_));
   memory_source_ = source->Describe();
   if (source->kind() != CudaSegmentSource::Kind::kVmmPosixFd) {
     spdlog::warn("{}: device memory through {}", Describe(), memory_source_);
   }
-  GPUKIT_ASSIGN_OR_RETURN(pool_, MemoryPool::Create(std::move(source), options));
+  GPUKIT_ASSIGN_OR_RETURN(pool_, MemoryPool::Create(std::move(source), options.memory_pool));
   spdlog::info("{}: memory pool over {}, caching up to {} MiB of free memory", Describe(),
-               memory_source_, options.max_cached_bytes >> 20);
+               memory_source_, options.memory_pool.max_cached_bytes >> 20);
   return absl::OkStatus();
 }
 
@@ -364,6 +367,7 @@ CudaDevice::~CudaDevice() {
     if (allocation.address != 0) ReleaseDeviceMemory(allocation.address).IgnoreError();
   }
   pool_.reset();       // returns every segment to the driver
+  host_pool_.reset();  // host buffers must not outlive the device
   transfers_.reset();  // its pinned buffers and events belong to the context
   blas_.reset();       // its handle belongs to the context too
   LogIfFailed(cu_.cuDevicePrimaryCtxRelease(device_), "cuDevicePrimaryCtxRelease");
@@ -440,6 +444,20 @@ absl::Status CudaDevice::Free(BufferId buffer) {
   }
   if (doomed.address == 0) return absl::OkStatus();
   return ReleaseDeviceMemory(doomed.address);  // may wait for the GPU: outside the lock
+}
+
+absl::StatusOr<HostBuffer> CudaDevice::AllocateHostBuffer(int64_t bytes) {
+  if (bytes <= 0) return Device::AllocateHostBuffer(bytes);
+  absl::StatusOr<PoolBlock> block = host_pool_->Allocate(bytes);
+  if (!block.ok()) {
+    spdlog::debug("{}: no pinned host memory for {} bytes ({}); using pageable memory", Describe(),
+                  bytes, std::string(block.status().message()));
+    return Device::AllocateHostBuffer(bytes);
+  }
+  MemoryPool* pool = host_pool_.get();
+  return HostBuffer(
+      reinterpret_cast<char*>(block->address), bytes, /*pinned=*/true,
+      [pool](char* data) { pool->Free(reinterpret_cast<uint64_t>(data)).IgnoreError(); });
 }
 
 absl::StatusOr<int64_t> CudaDevice::BufferBytes(BufferId buffer) const {
@@ -547,6 +565,10 @@ absl::Status CudaDevice::CopyHostToDevice(BufferId dst, int64_t dst_offset, cons
     return absl::InvalidArgumentError(absl::StrCat("copy of ", bytes, " bytes from host null"));
   }
   GPUKIT_RETURN_IF_ERROR(Bind());
+  if (host_pool_->Owns(reinterpret_cast<uint64_t>(src), bytes)) {
+    return CheckCu(cu_.cuMemcpyHtoDAsync(to, src, static_cast<size_t>(bytes), s->handle),
+                   "cuMemcpyHtoDAsync");
+  }
   return transfers_->HostToDevice(to, src, bytes, s->handle);
 }
 
@@ -559,6 +581,10 @@ absl::Status CudaDevice::CopyDeviceToHost(void* dst, BufferId src, int64_t src_o
     return absl::InvalidArgumentError(absl::StrCat("copy of ", bytes, " bytes to host null"));
   }
   GPUKIT_RETURN_IF_ERROR(Bind());
+  if (host_pool_->Owns(reinterpret_cast<uint64_t>(dst), bytes)) {
+    return CheckCu(cu_.cuMemcpyDtoHAsync(dst, from, static_cast<size_t>(bytes), s->handle),
+                   "cuMemcpyDtoHAsync");
+  }
   return transfers_->DeviceToHost(dst, from, bytes, s->handle);
 }
 

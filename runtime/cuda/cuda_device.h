@@ -79,6 +79,10 @@ struct CudaDeviceOptions {
   std::string cublaslt_dir;
   // The caching pool buffers come from (its defaults are explained where they are set).
   MemoryPoolOptions memory_pool;
+  // Pinned host memory for AllocateHostBuffer (spilled arrays). Up to 1 GiB of it stays
+  // locked for reuse, since locking pages costs more than the copy itself.
+  MemoryPoolOptions host_pool = {.small_block_limit_bytes = int64_t{1} << 20,
+                                 .max_cached_bytes = int64_t{1} << 30};
 };
 
 // What a CudaDevice knows about its GPU beyond DeviceProperties: what the JIT compiler and
@@ -139,6 +143,9 @@ class CudaDevice final : public Device {
   absl::StatusOr<BufferId> Allocate(int64_t bytes) override;
   absl::Status Free(BufferId buffer) override;
   absl::StatusOr<int64_t> BufferBytes(BufferId buffer) const override;
+  // Pinned memory from a pool of page-locked host segments; copies from and to it go straight
+  // to the copy engines (no staging). Ordinary memory when the host cannot lock more.
+  absl::StatusOr<HostBuffer> AllocateHostBuffer(int64_t bytes) override;
 
   // kHigh gets the greatest priority of the context's range, kLow the least, kNormal the
   // middle of the range.
@@ -197,7 +204,7 @@ class CudaDevice final : public Device {
              CudaDeviceInfo info);
 
   // Sets up the memory pool over the GPU's segment source.
-  absl::Status EnableMemoryPool(const MemoryPoolOptions& options);
+  absl::Status EnableMemoryPools(const CudaDeviceOptions& options);
   // Sets up the built-in ops over `jit`, if it can compile for this GPU (logs why not).
   void EnableBuiltinOps(std::shared_ptr<JitCompiler> jit);
   // Opens cuBLASLt for matmul, if wanted and found (logs the outcome either way).
@@ -241,6 +248,9 @@ class CudaDevice final : public Device {
   // Where buffers come from; set by Create, destroyed before the context is released.
   std::unique_ptr<MemoryPool> pool_;
   std::string memory_source_;
+  // Pinned host buffers (AllocateHostBuffer); copies whose host side lies in one skip the
+  // transfer engine.
+  std::unique_ptr<MemoryPool> host_pool_;
   // Released CUDA events, recorded again by RecordEvent instead of creating new ones.
   std::shared_ptr<EventPool> event_pool_;
 

@@ -117,4 +117,17 @@ void CudaSegmentSource::Unmap(const Segment& segment) {
               "cuMemRelease");
 }
 
+absl::StatusOr<Segment> PinnedHostSource::Map(int64_t bytes) {
+  GPUKIT_RETURN_IF_ERROR(CheckCu(cu_.cuCtxSetCurrent(context_), "cuCtxSetCurrent"));
+  void* data = nullptr;
+  GPUKIT_RETURN_IF_ERROR(
+      CheckCu(cu_.cuMemHostAlloc(&data, static_cast<size_t>(bytes), 0), "cuMemHostAlloc"));
+  return Segment{reinterpret_cast<uint64_t>(data), bytes, 0};
+}
+
+void PinnedHostSource::Unmap(const Segment& segment) {
+  LogIfFailed(cu_.cuCtxSetCurrent(context_), "cuCtxSetCurrent");
+  LogIfFailed(cu_.cuMemFreeHost(reinterpret_cast<void*>(segment.address)), "cuMemFreeHost");
+}
+
 }  // namespace gpukit

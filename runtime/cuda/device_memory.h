@@ -61,6 +61,23 @@ class CudaSegmentSource final : public SegmentSource {
   const int64_t granularity_bytes_;
 };
 
+// PinnedHostSource: page-locked host memory (cuMemHostAlloc) in segments, for a MemoryPool of
+// host buffers the GPU copies to and from at full speed (spilled arrays). Locking pages is
+// slow (the kernel touches every page), which is why the memory is pooled.
+class PinnedHostSource final : public SegmentSource {
+ public:
+  // `context` must outlive the source.
+  PinnedHostSource(const CudaDriver& cu, CUcontext context) : cu_(cu), context_(context) {}
+  int64_t granularity_bytes() const override { return int64_t{2} << 20; }
+  // RESOURCE_EXHAUSTED when the host cannot lock that much.
+  absl::StatusOr<Segment> Map(int64_t bytes) override;
+  void Unmap(const Segment& segment) override;
+
+ private:
+  const CudaDriver& cu_;
+  const CUcontext context_;
+};
+
 }  // namespace gpukit
 
 #endif  // GPUKIT_RUNTIME_CUDA_DEVICE_MEMORY_H_

@@ -208,6 +208,18 @@ int Run(const Options& options) {
       return device.CopyDeviceToHost(pageable.data(), a, 0, size, *stream).ok() &&
              SynchronizeStream(device, *stream).ok();
     });
+    // The device's own pinned host buffers (what spilled arrays live in): no staging.
+    absl::StatusOr<HostBuffer> host = device.AllocateHostBuffer(size);
+    if (!host.ok() || !host->pinned()) return Die("no pinned host buffer from the device");
+    std::memset(host->data(), 1, size);
+    const double host_up = wall([&] {
+      return device.CopyHostToDevice(a, 0, host->data(), size, *stream).ok() &&
+             SynchronizeStream(device, *stream).ok();
+    });
+    const double host_down = wall([&] {
+      return device.CopyDeviceToHost(host->data(), a, 0, size, *stream).ok() &&
+             SynchronizeStream(device, *stream).ok();
+    });
     auto row = [&](const char* name, double t, double reference) {
       std::printf("%-52s %8.3f ms %7.1f GB/s  %.2fx\n", name, t * 1e3, size / t / 1e9,
                   reference / t);
@@ -217,6 +229,8 @@ int Run(const Options& options) {
     row("upload 256 MiB from pageable, transfer engine", engine_up, raw_pinned);
     row("download 256 MiB, raw cuMemcpyDtoH to pinned (ref)", raw_down, raw_down);
     row("download 256 MiB to pageable, transfer engine", engine_down, raw_down);
+    row("upload 256 MiB from a device host buffer (pinned)", host_up, raw_pinned);
+    row("download 256 MiB to a device host buffer (pinned)", host_down, raw_down);
     if (std::getenv("GPUKIT_BENCH_TRANSFER_SWEEP") != nullptr) {
       // The engine's knobs: copy threads and chunk size (the device uses the defaults).
       CUstream raw_stream = nullptr;

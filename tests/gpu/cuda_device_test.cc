@@ -497,6 +497,18 @@ TEST_F(CudaDeviceTest, UnderPressureThePoolGivesBackWhatItCaches) {
   std::printf("filled the GPU with %zu x 4 GiB, then 6 GiB after a trim\n", chunks.size());
 }
 
+TEST_F(CudaDeviceTest, HostBuffersArePinnedAndReused) {
+  char* first_data = nullptr;
+  {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(HostBuffer first, device_->AllocateHostBuffer(8 << 20));
+    EXPECT_TRUE(first.pinned());
+    first_data = first.data();
+  }
+  GPUKIT_ASSERT_OK_AND_ASSIGN(HostBuffer second, device_->AllocateHostBuffer(8 << 20));
+  EXPECT_TRUE(second.pinned());
+  EXPECT_EQ(second.data(), first_data) << "the pinned segment was cached and handed out again";
+}
+
 TEST(CudaSegmentSourceTest, SegmentsExportAsPosixFileDescriptors) {
   absl::StatusOr<const CudaDriver*> cu = CudaDriver::Get();
   if (!cu.ok()) GTEST_SKIP() << "no usable CUDA driver here: " << cu.status();

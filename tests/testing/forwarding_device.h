@@ -58,6 +58,9 @@ class ForwardingDevice final : public Device {
   absl::StatusOr<int64_t> BufferBytes(BufferId buffer) const override {
     return inner_->BufferBytes(buffer);
   }
+  absl::StatusOr<HostBuffer> AllocateHostBuffer(int64_t bytes) override {
+    return inner_->AllocateHostBuffer(bytes);
+  }
   absl::StatusOr<StreamId> CreateStream(StreamPriority priority) override {
     return inner_->CreateStream(priority);
   }
