@@ -3,7 +3,8 @@
 # host without gpukit's build dependencies, e.g. Ubuntu 24.04 without gRPC:
 #
 #   gpukit-<version>-<git sha>/
-#     bin/      gpukitd, gpukitctl, every test and benchmark executable of the build, and
+#     bin/      gpukitd, gpukitctl, every test and benchmark executable of the build (and
+#               gpukit_integration_worker, which GPU tests spawn beside themselves), and
 #               run-gpu-tests.sh (the GPU tests, as `ctest -L gpu` runs them in the build)
 #     lib/      every shared library they need except glibc's own and the NVIDIA driver's
 #               (libcuda always comes from the host's driver); libstdc++ and libgcc_s ship
@@ -173,6 +174,18 @@ for test in "${REGISTERED[@]}"; do
   fi
 done
 log "gpu tests: ${GPU_TESTS[*]:-none}"
+# GPU tests that start other programs of the build look for them beside themselves in bin/
+# (tests/integration/binary_path.h). Every executable was copied above; this makes sure the
+# build had them.
+for test in "${GPU_TESTS[@]}"; do
+  case "$test" in
+    gpu_multi_client_test) needs=(gpukitd gpukit_integration_worker) ;;
+    *) needs=() ;;
+  esac
+  for program in "${needs[@]}"; do
+    [ -f "$BUNDLE/bin/$program" ] || die "gpu test $test needs $program in bin/: build it first"
+  done
+done
 
 cat >"$BUNDLE/bin/run-gpu-tests.sh" <<EOF
 #!/usr/bin/env bash
@@ -266,8 +279,9 @@ driver; nothing here replaces it).
 - Anything else: \`. ./env.sh\` first, then e.g. \`gpukitd --config etc/gpukitd.json\`,
   \`gpukitctl status\`, \`runtime_test\`.
 - $RPATH_NOTE
-- The integration tests (integration_*_test) look for gpukitd at its path in the build tree,
-  so they run from the build tree only.
+- The integration tests (integration_*_test) run from the build tree only: some look for
+  gpukitctl and their worker at their paths there. The GPU tests that start gpukitd and
+  workers (gpu_multi_client_test) find them here in bin/.
 EOF
 
 # ---- Archive ----

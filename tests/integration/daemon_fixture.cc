@@ -23,6 +23,7 @@ void DaemonTest::SetUp() {
   DaemonOptions options;
   options.dir = temp_dir();
   options.config_json = DaemonConfigJson();
+  ConfigureDaemon(options);
   GPUKIT_ASSERT_OK_AND_ASSIGN(daemon_, DaemonProcess::Start(options));
   GPUKIT_ASSERT_OK_AND_ASSIGN(RawApi api, RawApi::Connect(daemon_->address()));
   api_.emplace(std::move(api));

@@ -44,6 +44,10 @@ class DaemonTest : public ::testing::Test {
  protected:
   // The --config JSON of this fixture's daemon; empty: none (the embedded default).
   virtual std::string DaemonConfigJson() const { return ""; }
+  // Adjusts the rest of the daemon's options before SetUp starts it (dir and config_json are
+  // set by then). The default keeps DaemonOptions' defaults: the CPU backend; a GPU test
+  // asks for options.backend = "cuda" here.
+  virtual void ConfigureDaemon(DaemonOptions& /*options*/) const {}
 
   void SetUp() override;
   void TearDown() override;

@@ -1,5 +1,6 @@
-// DaemonProcess: the real gpukitd binary, started for one test on a unix socket in that
-// test's temporary directory, with its stdout and stderr captured in a log file there.
+// DaemonProcess: the real gpukitd binary (DaemonPath(): the build tree's, or the one beside
+// the test in a bundle), started for one test on a unix socket in that test's temporary
+// directory, with its stdout and stderr captured in a log file there.
 //
 //   ScopedTempDir dir;
 //   DaemonOptions options;
@@ -24,14 +25,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "tests/integration/binary_path.h"  // kDaemonPath, ..., DaemonPath()
 #include "tests/integration/subprocess.h"
 
 namespace gpukit::testing {
-
-// Paths of the binaries under test, set by tests/integration/CMakeLists.txt.
-inline constexpr char kDaemonPath[] = GPUKIT_DAEMON_PATH;
-inline constexpr char kCtlPath[] = GPUKIT_CTL_PATH;
-inline constexpr char kWorkerPath[] = GPUKIT_WORKER_PATH;
 
 struct DaemonOptions {
   // Required: the directory for the socket, the config file and the log.

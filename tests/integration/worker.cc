@@ -16,6 +16,19 @@
 //       refused with RESOURCE_EXHAUSTED and reason REASON_QUEUE_FULL is counted (an op is
 //       not retried; the upload and the final download are); any other error fails.
 //       Prints "hammer ok=<ops that succeeded> queue_full=<refusals>".
+//   worker --addr ADDR --mode gpu-compute --seed N [--rounds R] [--wait-for PATH]
+//       The compute mode sized for a GPU (tests/gpu/multi_client_test.cc). Prints
+//       "gpu-compute seed N", opens a session and uploads a random 16 MiB float32 array that
+//       stays there; prints "ready" (flushed); with --wait-for, waits until the file PATH
+//       exists (at most 2 minutes), so that a test can see several sessions open at once.
+//       Then runs R rounds (default 3; 0: until killed), each on fresh random non-zero data
+//       seeded by N and the round: float32 matrices of 64 to 384 per side and a vector of 1 to
+//       4 Mi elements, int32 matrices; it checks add (same shape, broadcast, the vector), a
+//       matmul of an add's result, an int32 matmul, sums over all and along an axis, a max and
+//       an int32 sum against values computed here, within bounds the accumulation order
+//       allows. Prints each round's shapes, and "computing" once the first round checked out.
+//       Finally it reads the resident array back (it must be unchanged), closes its session
+//       and prints "gpu-compute ok".
 //
 // Every mode also takes --partition NAME, --memory-request SIZE, --memory-limit SIZE,
 // --compute-request SHARE and --compute-limit SHARE for the session it opens, and
@@ -23,6 +36,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <random>
@@ -49,6 +63,8 @@ struct Flags {
   gpukit::ResourceRequirements resources;
   int64_t bytes = 0;
   int64_t ops = 0;
+  int64_t rounds = 3;    // gpu-compute
+  std::string wait_for;  // gpu-compute
 };
 
 // The worker reports the first failure and exits 1.
@@ -274,6 +290,195 @@ int Hammer(const gpukit::ClientOptions& options, int64_t ops) {
   return 0;
 }
 
+// ---- gpu-compute ----
+
+// Compares float32 results with a reference computed in double: element i may differ by at
+// most bound[i] (0: must be equal). Describes the first element out of bounds.
+absl::Status CheckWithin(absl::string_view op, const std::vector<double>& expected,
+                         const std::vector<double>& bound,
+                         const absl::StatusOr<std::vector<float>>& actual) {
+  if (!actual.ok())
+    return absl::Status(actual.status().code(), absl::StrCat(op, ": ", actual.status().message()));
+  if (actual->size() != expected.size()) {
+    return absl::InternalError(
+        absl::StrCat(op, ": ", actual->size(), " elements, expected ", expected.size()));
+  }
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const double error = std::abs(double{(*actual)[i]} - expected[i]);
+    if (!(error <= bound[i])) {  // NaN fails too
+      return absl::InternalError(absl::StrCat(op, ": element ", i, " is ", (*actual)[i],
+                                              ", expected ", expected[i], " within ", bound[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The bound on a float32 sum of `count` terms whose magnitudes add up to `magnitude`, as the
+// reductions compute it (a double accumulator, in any order, rounded to float32 at the end):
+// the final rounding plus the double additions' error (count * 2^-53 of the magnitudes at
+// most), doubled for the reference's own additions.
+double SumBound(double expected, double magnitude, int64_t count) {
+  return 2 * (std::ldexp(std::abs(expected), -24) +
+              static_cast<double>(count) * std::ldexp(magnitude, -53));
+}
+
+// The bound on a float32 matmul element whose k products have magnitudes adding up to
+// `magnitude`: float32 accumulation in any order (cuBLASLt without TF32, or gpukit's kernel)
+// errs by at most about k * 2^-24 of that, under 1e-4 for k up to about 1600; for the k of at
+// most 384 here the bound stays well below a typical product (about 2), so a wrong, missing
+// or doubled term shows.
+double MatmulBound(double magnitude) { return 1e-4 * magnitude; }
+
+// Non-zero integers in [-100, 100]: int32 matmuls of them stay far from overflow.
+std::vector<int32_t> SmallRandomInts(std::mt19937_64& random, size_t count) {
+  std::uniform_int_distribution<int32_t> value(1, 100);
+  std::bernoulli_distribution negative(0.5);
+  std::vector<int32_t> values(count);
+  for (int32_t& v : values) v = negative(random) ? -value(random) : value(random);
+  return values;
+}
+
+absl::Status RunGpuRound(gpukit::Client& client, uint64_t seed, int64_t round) {
+  std::mt19937_64 random(seed * 1000 + static_cast<uint64_t>(round));
+  std::uniform_int_distribution<int64_t> extent(64, 384);
+  std::uniform_int_distribution<int64_t> vector_extent(int64_t{1} << 20, int64_t{4} << 20);
+  const int64_t rows = extent(random), cols = extent(random), inner = extent(random);
+  const int64_t length = vector_extent(random);
+  std::cout << "round " << round << ": [" << rows << " x " << cols << "] @ [" << cols << " x "
+            << inner << "], vector of " << length << std::endl;
+  const size_t n = static_cast<size_t>(rows * cols);
+
+  const std::vector<float> a = RandomFloats(random, n);
+  const std::vector<float> b = RandomFloats(random, n);
+  const std::vector<float> row = RandomFloats(random, static_cast<size_t>(cols));
+  const std::vector<float> w = RandomFloats(random, static_cast<size_t>(cols * inner));
+  const std::vector<float> v = RandomFloats(random, static_cast<size_t>(length));
+  GPUKIT_ASSIGN_OR_RETURN(gpukit::Array a_arr, client.FromVector<float>(a, {rows, cols}));
+  GPUKIT_ASSIGN_OR_RETURN(gpukit::Array b_arr, client.FromVector<float>(b, {rows, cols}));
+  GPUKIT_ASSIGN_OR_RETURN(gpukit::Array row_arr, client.FromVector<float>(row, {cols}));
+  GPUKIT_ASSIGN_OR_RETURN(gpukit::Array w_arr, client.FromVector<float>(w, {cols, inner}));
+  GPUKIT_ASSIGN_OR_RETURN(gpukit::Array v_arr, client.FromVector<float>(v, {length}));
+
+  // Elementwise float32 adds are exact in IEEE arithmetic, on any device.
+  std::vector<float> sum(n), broadcast(n);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const size_t i = static_cast<size_t>(r * cols + c);
+      sum[i] = a[i] + b[i];
+      broadcast[i] = a[i] + row[c];
+    }
+  }
+  std::vector<float> doubled(v.size());
+  for (size_t i = 0; i < v.size(); ++i) doubled[i] = v[i] + v[i];
+  GPUKIT_ASSIGN_OR_RETURN(gpukit::Array sum_arr, client.Add(a_arr, b_arr));
+  GPUKIT_RETURN_IF_ERROR(Check<float>("add", sum, sum_arr.ToVector<float>()));
+  GPUKIT_RETURN_IF_ERROR(CheckFloat("add broadcast", client.Add(a_arr, row_arr), broadcast, 0));
+  GPUKIT_RETURN_IF_ERROR(CheckFloat("add vector", client.Add(v_arr, v_arr), doubled, 0));
+
+  // The matmul takes the add's result where it lies on the device.
+  std::vector<double> product(static_cast<size_t>(rows * inner));
+  std::vector<double> product_bound(product.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t k = 0; k < inner; ++k) {
+      double acc = 0, magnitude = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        const double term = double{sum[r * cols + c]} * w[c * inner + k];
+        acc += term;
+        magnitude += std::abs(term);
+      }
+      product[static_cast<size_t>(r * inner + k)] = acc;
+      product_bound[static_cast<size_t>(r * inner + k)] = MatmulBound(magnitude);
+    }
+  }
+  GPUKIT_ASSIGN_OR_RETURN(gpukit::Array product_arr, client.Matmul(sum_arr, w_arr));
+  GPUKIT_RETURN_IF_ERROR(
+      CheckWithin("matmul of add", product, product_bound, product_arr.ToVector<float>()));
+
+  // Reductions: sums along axis 1 and over the whole vector, a max along axis 0 (exact).
+  std::vector<double> row_sums(static_cast<size_t>(rows)), row_bounds(row_sums.size());
+  std::vector<float> column_max(static_cast<size_t>(cols), -INFINITY);
+  for (int64_t r = 0; r < rows; ++r) {
+    double acc = 0, magnitude = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      const float value = a[r * cols + c];
+      acc += value;
+      magnitude += std::abs(value);
+      column_max[c] = std::max(column_max[c], value);
+    }
+    row_sums[r] = acc;
+    row_bounds[r] = SumBound(acc, magnitude, cols);
+  }
+  double total = 0, total_magnitude = 0;
+  for (float value : v) {
+    total += value;
+    total_magnitude += std::abs(value);
+  }
+  GPUKIT_ASSIGN_OR_RETURN(gpukit::Array row_sums_arr, client.Sum(a_arr, 1));
+  GPUKIT_RETURN_IF_ERROR(
+      CheckWithin("sum axis 1", row_sums, row_bounds, row_sums_arr.ToVector<float>()));
+  GPUKIT_ASSIGN_OR_RETURN(gpukit::Array total_arr, client.Sum(v_arr));
+  GPUKIT_RETURN_IF_ERROR(CheckWithin("sum of the vector", {total},
+                                     {SumBound(total, total_magnitude, length)},
+                                     total_arr.ToVector<float>()));
+  GPUKIT_RETURN_IF_ERROR(CheckFloat("max axis 0", client.Max(a_arr, 0), column_max, 0));
+
+  // int32: a matmul and a sum, exact (the sum widens to int64).
+  const std::vector<int32_t> x = SmallRandomInts(random, n);
+  const std::vector<int32_t> y = SmallRandomInts(random, static_cast<size_t>(cols * inner));
+  GPUKIT_ASSIGN_OR_RETURN(gpukit::Array x_arr, client.FromVector<int32_t>(x, {rows, cols}));
+  GPUKIT_ASSIGN_OR_RETURN(gpukit::Array y_arr, client.FromVector<int32_t>(y, {cols, inner}));
+  std::vector<int32_t> int_product(static_cast<size_t>(rows * inner));
+  int64_t int_total = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t k = 0; k < inner; ++k) {
+      int64_t acc = 0;
+      for (int64_t c = 0; c < cols; ++c) acc += int64_t{x[r * cols + c]} * y[c * inner + k];
+      int_product[static_cast<size_t>(r * inner + k)] = static_cast<int32_t>(acc);
+    }
+  }
+  for (int32_t value : x) int_total += value;
+  GPUKIT_ASSIGN_OR_RETURN(gpukit::Array int_product_arr, client.Matmul(x_arr, y_arr));
+  GPUKIT_RETURN_IF_ERROR(
+      Check<int32_t>("matmul int32", int_product, int_product_arr.ToVector<int32_t>()));
+  GPUKIT_ASSIGN_OR_RETURN(gpukit::Array int_total_arr, client.Sum(x_arr));
+  return Check<int64_t>("sum int32", {int_total}, int_total_arr.ToVector<int64_t>());
+}
+
+int GpuCompute(const gpukit::ClientOptions& options, uint64_t seed, int64_t rounds,
+               const std::string& wait_for) {
+  std::cout << "gpu-compute seed " << seed << std::endl;
+  auto client = gpukit::Client::Connect(options);
+  if (!client.ok()) return Fail("connect", client.status());
+  // Data that stays in the session while the rounds (and the other clients) run.
+  std::mt19937_64 random(seed);
+  const std::vector<float> resident = RandomFloats(random, size_t{4} << 20);  // 16 MiB
+  auto resident_arr =
+      (*client)->FromVector<float>(resident, {static_cast<int64_t>(resident.size())});
+  if (!resident_arr.ok()) return Fail("upload the resident array", resident_arr.status());
+  std::cout << "ready" << std::endl;  // flushed: the test is waiting for it
+  if (!wait_for.empty()) {
+    const absl::Time deadline = absl::Now() + absl::Minutes(2);
+    while (!std::filesystem::exists(wait_for)) {
+      if (absl::Now() >= deadline) return Fail(absl::StrCat(wait_for, " did not appear"));
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }
+  for (int64_t round = 0; rounds == 0 || round < rounds; ++round) {
+    absl::Status status = RunGpuRound(**client, seed, round);
+    if (!status.ok()) return Fail(absl::StrCat("seed ", seed, " round ", round), status);
+    if (round == 0) std::cout << "computing" << std::endl;
+  }
+  absl::Status unchanged =
+      Check<float>("the resident array", resident, resident_arr->ToVector<float>());
+  if (!unchanged.ok()) return Fail(absl::StrCat("seed ", seed), unchanged);
+  absl::Status freed = resident_arr->Free();
+  if (!freed.ok()) return Fail("free the resident array", freed);
+  absl::Status closed = (*client)->Close();
+  if (!closed.ok()) return Fail("close", closed);
+  std::cout << "gpu-compute ok" << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -306,6 +511,12 @@ int main(int argc, char** argv) {
                                    : flags.resources.compute_limit) = share;
     } else if (name == "--ops") {
       if (!absl::SimpleAtoi(value, &flags.ops)) return Fail("--ops needs a number");
+    } else if (name == "--rounds") {
+      if (!absl::SimpleAtoi(value, &flags.rounds) || flags.rounds < 0) {
+        return Fail("--rounds needs a number >= 0");
+      }
+    } else if (name == "--wait-for") {
+      flags.wait_for = value;
     } else {
       return Fail(absl::StrCat("unknown flag ", name));
     }
@@ -323,6 +534,9 @@ int main(int argc, char** argv) {
   if (flags.mode == "upload-forever") return UploadForever(options);
   if (flags.mode == "hold") return Hold(options, flags.bytes);
   if (flags.mode == "hammer") return Hammer(options, flags.ops);
+  if (flags.mode == "gpu-compute") {
+    return GpuCompute(options, flags.seed, flags.rounds, flags.wait_for);
+  }
   return Fail(absl::StrCat("unknown --mode \"", flags.mode,
-                           "\"; modes: compute, upload-forever, hold, hammer"));
+                           "\"; modes: compute, upload-forever, hold, hammer, gpu-compute"));
 }

@@ -1,0 +1,278 @@
+// Several client processes at once against gpukitd on the CUDA backend: the real daemon,
+// started with --backend=cuda on a socket in the test's temporary directory, and worker
+// processes (tests/integration/worker.cc, --mode gpu-compute) that each open a session,
+// upload fresh random data and check add, matmul and reductions run on the GPU against
+// values they compute themselves. The CPU backend's version of these tests is
+// tests/integration/multi_process_test.cc.
+//
+// The daemon keeps its default kernel cache (gpukit/kernels under $XDG_CACHE_HOME or ~/.cache), so
+// the first run on a host compiles the built-in kernels it uses and later runs load them.
+//
+// The seed is $GPUKIT_TEST_SEED when set, else a fresh one; the test prints it, and each
+// worker prints its own (the test's seed plus its number) in its output.
+//
+// From a bundle (deploy/bundle.sh's bin/run-gpu-tests.sh) the build tree is not there: the
+// test finds gpukitd and gpukit_integration_worker beside itself in bin/ (binary_path.h).
+// Skipped, visibly, where there is no GPU that gpukitd accepts, or no NVRTC to compile its
+// built-in kernels.
+#include <signal.h>
+
+#include <cstdint>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/cuda/cublaslt.h"
+#include "runtime/cuda/cuda_device.h"
+#include "runtime/device_factory.h"
+#include "runtime/jit/jit_compiler.h"
+#include "tests/integration/daemon_fixture.h"
+#include "tests/testing/random_seed.h"
+#include "tests/testing/status_matchers.h"
+#include <sys/wait.h>
+
+namespace gpukit::testing {
+namespace {
+
+// Why gpukitd --backend=cuda cannot run built-in ops here, or nothing when it can. Probed
+// once per process; the CUDA contexts it creates are released before any daemon starts.
+const std::optional<std::string>& WhyNoGpu() {
+  static const std::optional<std::string> reason = []() -> std::optional<std::string> {
+    const DriverProbe probe = ProbeCudaDriver();
+    if (!probe.driver_loaded) return "no CUDA driver on this machine: " + probe.error;
+    if (probe.device_count == 0) return std::string("the CUDA driver shows no GPU");
+    // --backend=cuda serves on every GPU the driver shows, and refuses to start if it
+    // refuses one of them (older than SM 80).
+    for (int index = 0; index < probe.device_count; ++index) {
+      CudaDeviceOptions options;
+      options.index = index;
+      options.use_cublaslt = false;  // not needed to accept the device; saves loading it
+      absl::StatusOr<std::unique_ptr<CudaDevice>> device = CudaDevice::Create(options);
+      if (!device.ok()) {
+        return absl::StrCat("GPU ", index, " is not one gpukitd --backend=cuda accepts: ",
+                            device.status().ToString());
+      }
+    }
+    absl::StatusOr<std::unique_ptr<JitCompiler>> jit = JitCompiler::Create({});
+    if (!jit.ok()) {
+      return absl::StrCat("no NVRTC, so gpukitd runs no built-in op on the GPU: ",
+                          jit.status().ToString());
+    }
+    return std::nullopt;
+  }();
+  return reason;
+}
+
+// Long enough for the first use of each built-in kernel module, which NVRTC compiles (or the
+// kernel cache loads) while the op waits.
+constexpr absl::Duration kWorkerTimeout = absl::Minutes(3);
+
+class MultiClientGpuTest : public DaemonTest {
+ protected:
+  void SetUp() override {
+    if (const std::optional<std::string>& why = WhyNoGpu()) GTEST_SKIP() << *why;
+    DaemonTest::SetUp();
+    if (HasFatalFailure()) return;
+    seed_ = TestSeed();
+    std::cout << "seed " << seed_ << " (replay with GPUKIT_TEST_SEED=" << seed_ << ")" << std::endl;
+    ExpectCudaBackend();
+  }
+
+  // Short leases may be asked for, so that a dead client's session lapses within the test.
+  std::string DaemonConfigJson() const override { return R"({"sessions": {"minLease": "200ms"}})"; }
+
+  void ConfigureDaemon(DaemonOptions& options) const override {
+    options.backend = "cuda";
+    // cuInit, a primary context per GPU and cuBLASLt take longer than the CPU device.
+    options.ready_timeout = absl::Seconds(60);
+  }
+
+  // Worker `number` of this test: seeded with seed_ + number, its output in the temp dir.
+  absl::StatusOr<Subprocess> SpawnWorker(int number, const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {WorkerPath(), "--addr", daemon().address(), "--mode",
+                                     "gpu-compute"};
+    argv.push_back("--seed");
+    argv.push_back(absl::StrCat(uint64_t{seed_} + number));
+    argv.insert(argv.end(), args.begin(), args.end());
+    return Subprocess::Spawn({argv, absl::StrCat(temp_dir(), "/worker-", number, ".out"), ""});
+  }
+
+  // Waits until `worker` has printed a line that starts with `prefix`, or has exited; true if
+  // it printed one.
+  static bool WaitForLine(Subprocess& worker, const std::string& prefix, absl::Duration timeout) {
+    const std::string wanted = "\n" + prefix;
+    auto printed = [&] { return absl::StrContains("\n" + worker.Output(), wanted); };
+    PollUntil([&] { return printed() || !worker.Running(); }, timeout);
+    return printed();
+  }
+
+  // The daemon serves on CUDA devices only: this test must not pass on the CPU backend.
+  void ExpectCudaBackend() {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(v1::StatusResponse status, api().Status());
+    EXPECT_EQ(status.backend(), "cuda");
+    GPUKIT_ASSERT_OK_AND_ASSIGN(v1::ListDevicesResponse devices, api().ListDevices());
+    ASSERT_GE(devices.devices_size(), 1);
+    for (const v1::DeviceInfo& device : devices.devices()) {
+      SCOPED_TRACE(absl::StrCat("device ", device.index(), " \"", device.name(), "\""));
+      EXPECT_EQ(device.backend(), "cuda");
+      EXPECT_GT(device.memory_total_bytes(), 0);
+      std::cout << "device " << device.index() << ": " << device.name() << " (" << device.backend()
+                << ")" << std::endl;
+    }
+  }
+
+  // What the daemon still holds for clients, or "" when nothing: no session, no array, no
+  // memory charged to a partition, and on each device no memory but the cuBLASLt workspaces
+  // that CudaDevice allocates on a stream's first float32 matmul and keeps until the stream
+  // goes (when the daemon exits). ListDevices counts those in memory_used_bytes, so
+  // DaemonTest::WaitUntilDaemonHoldsNothing, written for the CPU backend, would wait for
+  // ever here once cuBLASLt has run a matmul.
+  std::string WhatDaemonHolds() {
+    absl::StatusOr<v1::StatusResponse> status = api().Status();
+    absl::StatusOr<v1::ListPartitionsResponse> partitions = api().ListPartitions();
+    absl::StatusOr<v1::ListDevicesResponse> devices = api().ListDevices();
+    if (!status.ok()) return absl::StrCat("Status: ", status.status().ToString());
+    if (!partitions.ok()) return absl::StrCat("ListPartitions: ", partitions.status().ToString());
+    if (!devices.ok()) return absl::StrCat("ListDevices: ", devices.status().ToString());
+    std::string held;
+    if (status->sessions() != 0) absl::StrAppend(&held, status->sessions(), " sessions; ");
+    if (status->arrays() != 0) absl::StrAppend(&held, status->arrays(), " arrays; ");
+    for (const v1::PartitionStatus& partition : partitions->partitions()) {
+      if (partition.memory_used_bytes() != 0) {
+        absl::StrAppend(&held, "partition ", partition.partition().name(), " is charged ",
+                        partition.memory_used_bytes(), " bytes; ");
+      }
+    }
+    // A workspace per stream: streamsPerDevice (the default 4) for each of the three QoS
+    // classes, and the spill stream.
+    constexpr int64_t kWorkspaceBytes = CublasLtMatmul::kWorkspaceBytes;
+    constexpr int64_t kMaxWorkspaceBytes = (3 * 4 + 1) * kWorkspaceBytes;
+    for (const v1::DeviceInfo& device : devices->devices()) {
+      const int64_t used_bytes = device.memory_used_bytes();
+      if (used_bytes % kWorkspaceBytes != 0 || used_bytes > kMaxWorkspaceBytes) {
+        absl::StrAppend(&held, "device ", device.index(), " has ", used_bytes,
+                        " bytes in use, more than cuBLASLt workspaces of ", kWorkspaceBytes,
+                        " bytes per stream; ");
+      }
+    }
+    return held;
+  }
+
+  // Creates the file the workers started with --wait-for wait for.
+  void StartWaitingWorkers() { std::ofstream(go_path()) << "go\n"; }
+  std::string go_path() const { return temp_dir() + "/go"; }
+
+  uint32_t seed_ = 0;
+};
+
+// What each worker's session holds from "ready" on: its 16 MiB resident array at least.
+constexpr int64_t kResidentBytes = int64_t{16} << 20;
+
+TEST_F(MultiClientGpuTest, TwoClientProcessesComputeOnTheGpuAtOnceAndLeaveNothingBehind) {
+  constexpr int kWorkers = 2;
+  std::vector<Subprocess> workers;
+  for (int number = 0; number < kWorkers; ++number) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(Subprocess worker, SpawnWorker(number, {"--wait-for", go_path()}));
+    workers.push_back(std::move(worker));
+  }
+  for (Subprocess& worker : workers) {
+    ASSERT_TRUE(WaitForLine(worker, "ready", kWorkerTimeout)) << "worker output:\n"
+                                                              << worker.Output();
+  }
+
+  // Both sessions are open at once, each on a CUDA device and holding its data, before
+  // either computes.
+  GPUKIT_ASSERT_OK_AND_ASSIGN(v1::ListSessionsResponse open, api().ListSessions());
+  ASSERT_EQ(open.sessions_size(), kWorkers);
+  std::set<int64_t> pids;
+  for (const v1::SessionInfo& session : open.sessions()) {
+    pids.insert(session.client_pid());
+    EXPECT_GE(session.memory_bytes(), kResidentBytes) << session.session_id();
+  }
+  EXPECT_EQ(pids, (std::set<int64_t>{workers[0].pid(), workers[1].pid()}));
+
+  StartWaitingWorkers();
+  for (int number = 0; number < kWorkers; ++number) {
+    SCOPED_TRACE(absl::StrCat("worker ", number, ", seed ", uint64_t{seed_} + number));
+    absl::StatusOr<int> code = workers[number].WaitForExitCode(kWorkerTimeout);
+    EXPECT_THAT(code, IsOkAndHolds(0)) << "worker output:\n" << workers[number].Output();
+    EXPECT_THAT(workers[number].Output(), ::testing::HasSubstr("gpu-compute ok"));
+  }
+
+  // Each worker closed its session before exiting: nothing may be left, at once.
+  GPUKIT_ASSERT_OK_AND_ASSIGN(v1::ListSessionsResponse sessions, api().ListSessions());
+  EXPECT_THAT(sessions.sessions(), ::testing::IsEmpty());
+  EXPECT_EQ(WhatDaemonHolds(), "");
+}
+
+TEST_F(MultiClientGpuTest, ClientKilledMidWorkLeavesNothingBehindOnceItsLeaseLapses) {
+  constexpr int64_t kLeaseMs = 2000;
+  // The victim computes until killed; the survivor waits for it to be under way.
+  GPUKIT_ASSERT_OK_AND_ASSIGN(
+      Subprocess victim, SpawnWorker(0, {"--rounds", "0", "--lease-ms", absl::StrCat(kLeaseMs)}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Subprocess survivor, SpawnWorker(1, {"--wait-for", go_path()}));
+  ASSERT_TRUE(WaitForLine(victim, "computing", kWorkerTimeout)) << "victim output:\n"
+                                                                << victim.Output();
+  ASSERT_TRUE(WaitForLine(survivor, "ready", kWorkerTimeout)) << "survivor output:\n"
+                                                              << survivor.Output();
+
+  GPUKIT_ASSERT_OK_AND_ASSIGN(v1::ListSessionsResponse before, api().ListSessions());
+  ASSERT_EQ(before.sessions_size(), 2);
+  std::string victim_session;
+  for (const v1::SessionInfo& session : before.sessions()) {
+    if (session.client_pid() == victim.pid()) victim_session = session.session_id();
+    EXPECT_GE(session.memory_bytes(), kResidentBytes) << session.session_id();
+  }
+  ASSERT_FALSE(victim_session.empty()) << "no session of the victim (pid " << victim.pid() << ")";
+
+  // Kill the victim while both compute on the GPU.
+  StartWaitingWorkers();
+  ASSERT_TRUE(WaitForLine(survivor, "round 0: ", kWorkerTimeout)) << "survivor output:\n"
+                                                                  << survivor.Output();
+  ASSERT_TRUE(victim.Running()) << "victim output:\n" << victim.Output();
+  // The victim's lease deadline as the daemon has it just before the kill; renewals only move
+  // it later. Every call of the victim renews it, and its keepalive every third of the lease.
+  const absl::Time before_last_look = absl::Now();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(v1::ListSessionsResponse last_look, api().ListSessions());
+  int64_t lease_remaining_ms = -1;
+  for (const v1::SessionInfo& session : last_look.sessions()) {
+    if (session.session_id() == victim_session) lease_remaining_ms = session.lease_remaining_ms();
+  }
+  ASSERT_GE(lease_remaining_ms, 0) << "the victim's session went before the kill";
+  const absl::Time earliest_lapse = before_last_look + absl::Milliseconds(lease_remaining_ms);
+  GPUKIT_ASSERT_OK(victim.Signal(SIGKILL));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(int wait_status, victim.Wait(absl::Seconds(5)));
+  ASSERT_TRUE(WIFSIGNALED(wait_status)) << DescribeWaitStatus(wait_status);
+
+  // The victim's lease lapses and the reaper (once a second) closes its session, while the
+  // survivor goes on.
+  EXPECT_TRUE(PollUntil(
+      [&] {
+        absl::StatusOr<v1::ListSessionsResponse> sessions = api().ListSessions();
+        if (!sessions.ok()) return false;
+        for (const v1::SessionInfo& session : sessions->sessions()) {
+          if (session.session_id() == victim_session) return false;
+        }
+        return true;
+      },
+      absl::Milliseconds(kLeaseMs) + absl::Seconds(3)));
+  // Not before the lease could have lapsed: the daemon must not drop live sessions early.
+  EXPECT_GE(absl::Now(), earliest_lapse);
+
+  absl::StatusOr<int> code = survivor.WaitForExitCode(kWorkerTimeout);
+  EXPECT_THAT(code, IsOkAndHolds(0)) << "survivor output:\n" << survivor.Output();
+  // The survivor closed its session; the victim's memory went with its lease.
+  EXPECT_TRUE(PollUntil([&] { return WhatDaemonHolds().empty(); }, absl::Seconds(3)))
+      << WhatDaemonHolds();
+  ExpectDaemonServesAnotherClient();
+}
+
+}  // namespace
+}  // namespace gpukit::testing
