@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/builtin_op_runner.h"
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/device_factory.h"
@@ -150,16 +151,19 @@ class MultiClientGpuTest : public DaemonTest {
                         partition.memory_used_bytes(), " bytes; ");
       }
     }
-    // A workspace per stream: streamsPerDevice (the default 4) for each of the three QoS
-    // classes, and the spill stream.
-    constexpr int64_t kWorkspaceBytes = CublasLtMatmul::kWorkspaceBytes;
-    constexpr int64_t kMaxWorkspaceBytes = (3 * 4 + 1) * kWorkspaceBytes;
+    // What the CUDA device keeps per stream that has used it, beyond arrays: a cuBLASLt
+    // workspace (float matmuls) and a reduction scratch buffer (BuiltinOpRunner's).
+    // At most 13 streams: the default stream sets of the three QoS classes and the spill
+    // stream.
+    constexpr int64_t kScratchBytes = BuiltinOpRunner::kScratchBytes;
+    constexpr int64_t kPerStreamBytes = CublasLtMatmul::kWorkspaceBytes + kScratchBytes;
+    constexpr int64_t kMaxRuntimeBytes = (3 * 4 + 1) * kPerStreamBytes;
     for (const v1::DeviceInfo& device : devices->devices()) {
       const int64_t used_bytes = device.memory_used_bytes();
-      if (used_bytes % kWorkspaceBytes != 0 || used_bytes > kMaxWorkspaceBytes) {
+      if (used_bytes % kScratchBytes != 0 || used_bytes > kMaxRuntimeBytes) {
         absl::StrAppend(&held, "device ", device.index(), " has ", used_bytes,
-                        " bytes in use, more than cuBLASLt workspaces of ", kWorkspaceBytes,
-                        " bytes per stream; ");
+                        " bytes in use, more than per-stream workspaces and scratch (",
+                        kPerStreamBytes, " bytes per stream); ");
       }
     }
     return held;
