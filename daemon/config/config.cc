@@ -24,7 +24,7 @@ constexpr absl::string_view kDefaultConfig = R"json({
   "limits": {"maxArraySize": "2GiB", "maxSessions": 1024, "maxArraysPerSession": 65536,
              "maxKernelsPerSession": 256},
   "sessions": {"defaultLease": "30s", "minLease": "1s", "maxLease": "10m"},
-  "streamsPerDevice": 4,
+  "streamsPerPartition": 2,
   "partitions": [],
   "scheduler": {"pacingBurst": "20ms", "taskHistory": 1000},
   "jit": {"cacheDir": "", "memoryCache": "256MiB", "compileTimeout": "30s", "cpuArch": "sm_90"}
@@ -145,8 +145,14 @@ absl::StatusOr<DaemonConfig> ApplyConfigJson(absl::string_view json, DaemonConfi
   auto parsed = google::protobuf::util::JsonStringToMessage(
       google::protobuf::StringPiece(json.data(), json.size()), &file, options);
   if (!parsed.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("configuration is not valid: ", parsed.message().as_string()));
+    std::string message = parsed.message().as_string();
+    if (absl::StrContains(message, "streamsPerDevice")) {
+      // The one field renamed so far: say what replaced it rather than only "unknown".
+      absl::StrAppend(&message,
+                      " (streamsPerDevice was replaced by streamsPerPartition: streams per "
+                      "partition and QoS class)");
+    }
+    return absl::InvalidArgumentError(absl::StrCat("configuration is not valid: ", message));
   }
   if (file.listen_size() > 0) {
     config.listen.assign(file.listen().begin(), file.listen().end());
@@ -205,11 +211,13 @@ absl::StatusOr<DaemonConfig> ApplyConfigJson(absl::string_view json, DaemonConfi
     return absl::InvalidArgumentError(
         "sessions.defaultLease must lie between sessions.minLease and sessions.maxLease");
   }
-  if (file.streams_per_device() < 0) {
+  if (file.streams_per_partition() < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("streamsPerDevice = ", file.streams_per_device(), " must be > 0"));
+        absl::StrCat("streamsPerPartition = ", file.streams_per_partition(), " must be > 0"));
   }
-  if (file.streams_per_device() > 0) config.core.streams_per_device = file.streams_per_device();
+  if (file.streams_per_partition() > 0) {
+    config.core.streams_per_partition = file.streams_per_partition();
+  }
   if (file.partitions_size() > 0) {
     config.core.partitions.clear();
     for (int i = 0; i < file.partitions_size(); ++i) {

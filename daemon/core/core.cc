@@ -12,18 +12,6 @@
 namespace gpukit {
 namespace {
 
-StreamPriority PriorityOf(QosClass qos) {
-  switch (qos) {
-    case QosClass::kGuaranteed:
-      return StreamPriority::kHigh;
-    case QosClass::kBurstable:
-      return StreamPriority::kNormal;
-    case QosClass::kBestEffort:
-      return StreamPriority::kLow;
-  }
-  return StreamPriority::kNormal;
-}
-
 // The partitions to start with: the configured ones, plus "default" from what they leave
 // of device 0 unless they name it.
 std::vector<PartitionSpec> StartupPartitions(const std::vector<PartitionSpec>& configured,
@@ -200,9 +188,9 @@ absl::StatusOr<std::unique_ptr<Core>> Core::Create(const Clock& clock,
                                                    const CoreOptions& options,
                                                    std::shared_ptr<JitCompiler> jit) {
   if (devices.empty()) return absl::InvalidArgumentError("Core needs at least one device");
-  if (options.streams_per_device < 1) {
+  if (options.streams_per_partition < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("streams_per_device = ", options.streams_per_device, " must be >= 1"));
+        absl::StrCat("streams_per_partition = ", options.streams_per_partition, " must be >= 1"));
   }
   if (options.max_kernels_per_session < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -211,13 +199,8 @@ absl::StatusOr<std::unique_ptr<Core>> Core::Create(const Clock& clock,
   std::vector<DeviceCapacity> capacities;
   std::vector<DeviceSlot> slots;
   for (std::unique_ptr<Device>& device : devices) {
+    // Sessions' streams are made per partition when sessions open (PartitionStreams).
     DeviceSlot slot;
-    for (QosClass qos : {QosClass::kGuaranteed, QosClass::kBurstable, QosClass::kBestEffort}) {
-      for (int i = 0; i < options.streams_per_device; ++i) {
-        GPUKIT_ASSIGN_OR_RETURN(StreamId stream, device->CreateStream(PriorityOf(qos)));
-        slot.streams[static_cast<int>(qos)].push_back(stream);
-      }
-    }
     GPUKIT_ASSIGN_OR_RETURN(slot.spill_stream, device->CreateStream(StreamPriority::kLow));
     capacities.push_back({static_cast<int>(slots.size()), device->properties().memory_total_bytes});
     slot.device = std::move(device);
@@ -244,15 +227,21 @@ Core::Core(const Clock& clock, const CoreOptions& options, std::vector<DeviceSlo
       devices_(std::move(devices)),
       scheduler_(std::move(scheduler)),
       jit_(std::move(jit)),
-      sessions_(clock, options.sessions, *scheduler_) {}
+      sessions_(clock, options.sessions, *scheduler_),
+      streams_(options.streams_per_partition) {}
 
 Core::~Core() {
-  // Sessions hold arrays whose destructors free buffers on the devices: close them first.
+  // Sessions hold arrays whose destructors free buffers on the devices, and hold their
+  // streams: close them first. No request runs any more, so dropping the table's
+  // references destroys every partition's streams here.
   sessions_.CloseAll();
+  std::vector<std::shared_ptr<const void>> streams;
+  {
+    absl::MutexLock lock(&partitions_mu_);
+    streams = streams_.RemoveAll();
+  }
+  streams.clear();
   for (DeviceSlot& slot : devices_) {
-    for (const std::vector<StreamId>& streams : slot.streams) {
-      for (StreamId stream : streams) slot.device->DestroyStream(stream).IgnoreError();
-    }
     slot.device->DestroyStream(slot.spill_stream).IgnoreError();
   }
 }
@@ -260,13 +249,26 @@ Core::~Core() {
 absl::StatusOr<SessionGrant> Core::OpenSession(OpenSessionParams params) {
   GPUKIT_RETURN_IF_ERROR(ValidateOpenSessionParams(params));
   const std::string id = NewOpaqueId("s-");
-  GPUKIT_ASSIGN_OR_RETURN(SessionAdmission admission,
-                          scheduler_->AdmitSession(id, params.partition, params.resources));
-  const std::vector<StreamId>& streams =
-      devices_[admission.device_index].streams[static_cast<int>(admission.qos)];
-  params.stream = streams[next_stream_++ % streams.size()];
-  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session,
-                          sessions_.Open(id, params, std::move(admission)));
+  // Declared before the lock, so dropped after it: if a racing close makes this the last
+  // reference, destroying the session may destroy its streams, which waits for the device.
+  std::shared_ptr<Session> session;
+  {
+    // Admission, the stream and registration are one step with respect to DeletePartition
+    // (see core.h), so the session either is refused or is registered when the partition's
+    // sessions are closed.
+    absl::MutexLock lock(&partitions_mu_);
+    GPUKIT_ASSIGN_OR_RETURN(SessionAdmission admission,
+                            scheduler_->AdmitSession(id, params.partition, params.resources));
+    absl::StatusOr<StreamLease> stream = streams_.Acquire(
+        admission.partition, *devices_[admission.device_index].device, admission.qos);
+    if (!stream.ok()) {
+      scheduler_->EndSession(admission.ticket);
+      return stream.status();
+    }
+    params.stream = stream->stream;
+    params.stream_owner = std::move(stream->owner);
+    GPUKIT_ASSIGN_OR_RETURN(session, sessions_.Open(id, params, std::move(admission)));
+  }
   const SessionAdmission& a = session->admission();
   return SessionGrant{session->id(), session->partition(), session->lease(), a.device_index,
                       a.qos,         a.resources};
@@ -618,8 +620,18 @@ absl::Status Core::FreeKernel(absl::string_view session_id, absl::string_view ha
 }
 
 absl::StatusOr<int> Core::DeletePartition(absl::string_view name, bool force) {
-  GPUKIT_ASSIGN_OR_RETURN(std::vector<std::string> sessions,
-                          scheduler_->DeletePartition(name, force));
+  std::vector<std::string> sessions;
+  // The table's references to the partition's streams, dropped when this returns (after
+  // the lock, and after its sessions are closed): the streams go then, or with the last
+  // request of a closed session that still runs on them.
+  std::vector<std::shared_ptr<const void>> streams;
+  {
+    // With OpenSession's step (see core.h): every session admitted into the partition
+    // before this is registered by now, so the loop below closes it.
+    absl::MutexLock lock(&partitions_mu_);
+    GPUKIT_ASSIGN_OR_RETURN(sessions, scheduler_->DeletePartition(name, force));
+    streams = streams_.Remove(name);
+  }
   int closed = 0;
   for (const std::string& id : sessions) {
     if (sessions_.Close(id).ok()) ++closed;

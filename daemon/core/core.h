@@ -16,8 +16,25 @@
 //   GPUKIT_ASSIGN_OR_RETURN(SessionGrant s, core->OpenSession(params));
 //   GPUKIT_ASSIGN_OR_RETURN(ArrayView a, core->CreateArray(s.session_id, {kFloat32, {4}}));
 //
+// Streams: each partition has its own streams for each QoS class (PartitionStreams), so
+// one partition's work never queues behind another's on a stream and the device time
+// between a task's two events is its own partition's. A partition's streams of a class are
+// created lazily, when its first session of that class opens: partitions are created
+// through the scheduler, which knows no devices, so session opening is the one place that
+// sees a partition together with its device, and a class no session uses costs no streams
+// (no threads on the CPU backend). They stay while the partition exists, for its later
+// sessions. DeletePartition forgets them, and they are destroyed once no session uses them
+// any more: sessions hold their streams until the Session object goes, which is after the
+// last request still running on it. The device's spill stream stays per device.
+//
 // Thread safety: every method is thread-safe; requests of one session may run concurrently
-// (their device work is ordered on the session's stream).
+// (their device work is ordered on the session's stream). Opening a session (admission,
+// stream, registration) and deleting a partition (the scheduler's delete, forgetting its
+// streams) each happen as one step under partitions_mu_, so a session that races with the
+// deletion of its partition is either refused (NOT_FOUND) or registered in time to be
+// closed by it; no session outlives its partition and no streams outlive both. Streams are
+// never destroyed under the core's or the session manager's locks: destroying one waits
+// for the device.
 #ifndef GPUKIT_DAEMON_CORE_CORE_H_
 #define GPUKIT_DAEMON_CORE_CORE_H_
 
@@ -26,8 +43,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "daemon/core/partition_streams.h"
 #include "daemon/scheduler/admission.h"
 #include "daemon/scheduler/clock.h"
 #include "daemon/scheduler/scheduler.h"
@@ -42,10 +62,15 @@ namespace gpukit {
 struct CoreOptions {
   AdmissionLimits limits;
   SessionOptions sessions;
-  // Streams per device and QoS class that sessions are spread over (round robin), created
-  // with the class's priority (Guaranteed high, Burstable normal, BestEffort low). More
-  // streams let more sessions' work run at once; on the CPU backend each is a thread.
-  int streams_per_device = 4;
+  // Streams per partition and QoS class that the sessions of that partition and class are
+  // spread over (round robin), created with the class's priority (Guaranteed high,
+  // Burstable normal, BestEffort low) when the first such session opens. More streams let
+  // more of a partition's sessions run at once. Default 2: on the CPU backend each stream
+  // is a thread, and a device has partitions x classes in use x this many of them (plus
+  // the spill stream), so the old per-device default of 4 would now mean 12 threads for
+  // each partition that uses all three classes; on a GPU, each stream that runs a matmul
+  // also keeps a cuBLASLt workspace.
+  int streams_per_partition = 2;
   // Partitions made at start-up. Without one named "default", a "default" partition gets
   // what the others leave of device 0 (every device 0 resource when the list is empty).
   std::vector<PartitionSpec> partitions;
@@ -203,7 +228,10 @@ class Core {
   bool has_jit() const { return jit_ != nullptr; }
 
   // Partitions and tasks (the scheduler's, for operators). DeletePartition with `force`
-  // closes the partition's sessions and returns how many.
+  // closes the partition's sessions and returns how many; the partition's streams are
+  // destroyed before it returns unless a request of a closed session still runs, in which
+  // case the last such request destroys them when it ends. Delete partitions here, not with
+  // scheduler().DeletePartition, which would leave their streams to the core's end.
   Scheduler& scheduler() { return *scheduler_; }
   const Scheduler& scheduler() const { return *scheduler_; }
   absl::StatusOr<int> DeletePartition(absl::string_view name, bool force);
@@ -220,8 +248,7 @@ class Core {
  private:
   struct DeviceSlot {
     std::unique_ptr<Device> device;
-    std::vector<StreamId> streams[3];  // by QosClass
-    StreamId spill_stream;             // spill and restore copies
+    StreamId spill_stream;  // spill and restore copies
   };
   class RunningTask;
 
@@ -246,7 +273,10 @@ class Core {
   std::unique_ptr<Scheduler> scheduler_;
   const std::shared_ptr<JitCompiler> jit_;  // null: no custom kernels
   SessionManager sessions_;
-  std::atomic<uint64_t> next_stream_{0};
+  // Orders session opening against partition deletion (see the top of this file). Taken
+  // before the scheduler's and the session manager's locks, never after.
+  absl::Mutex partitions_mu_;
+  PartitionStreams streams_ ABSL_GUARDED_BY(partitions_mu_);
 };
 
 }  // namespace gpukit

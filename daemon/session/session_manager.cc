@@ -117,6 +117,7 @@ Session::Session(std::string id, const OpenSessionParams& params, SessionAdmissi
       opened_at_(now),
       lease_(lease),
       stream_(params.stream),
+      stream_owner_(params.stream_owner),
       admission_(std::move(admission)),
       lease_deadline_(now + lease) {}
 
@@ -300,7 +301,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Touch(absl::string_view
   return it->second;
 }
 
-CloseStats SessionManager::CloseLocked(std::shared_ptr<Session> session) {
+CloseStats SessionManager::CloseLocked(const std::shared_ptr<Session>& session) {
   sessions_.erase(session->id());
   scheduler_.EndSession(session->ticket());
   Session::Holdings holdings = session->CloseAndTake();
@@ -315,13 +316,17 @@ CloseStats SessionManager::CloseLocked(std::shared_ptr<Session> session) {
 }
 
 absl::StatusOr<CloseStats> SessionManager::Close(absl::string_view session_id) {
+  // Declared before the lock, so dropped after it is released: destroying a session may
+  // destroy its streams, which waits for the device.
+  std::shared_ptr<Session> closed;
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(session_id);
   if (it == sessions_.end()) {
     return absl::NotFoundError(
         absl::StrCat("session \"", absl::CHexEscape(session_id.substr(0, 80)), "\" not found"));
   }
-  CloseStats stats = CloseLocked(it->second);
+  closed = it->second;
+  CloseStats stats = CloseLocked(closed);
   spdlog::info(
       "session closed: session={} tenant={} arrays_freed={} bytes_freed={} kernels_freed={}",
       stats.session_id, stats.tenant, stats.arrays_freed, stats.bytes_freed, stats.kernels_freed);
@@ -331,13 +336,13 @@ absl::StatusOr<CloseStats> SessionManager::Close(absl::string_view session_id) {
 std::vector<CloseStats> SessionManager::ExpireLeases() {
   const absl::Time now = clock_.Now();
   std::vector<CloseStats> closed;
+  std::vector<std::shared_ptr<Session>> expired;  // dropped after the lock (see Close)
   absl::MutexLock lock(&mu_);
-  std::vector<std::shared_ptr<Session>> expired;
   for (const auto& [id, session] : sessions_) {
     if (session->lease_deadline() < now) expired.push_back(session);
   }
-  for (auto& session : expired) {
-    closed.push_back(CloseLocked(std::move(session)));
+  for (const auto& session : expired) {
+    closed.push_back(CloseLocked(session));
     spdlog::warn(
         "session lease expired: session={} tenant={} arrays_freed={} bytes_freed={} "
         "kernels_freed={}",
@@ -349,10 +354,10 @@ std::vector<CloseStats> SessionManager::ExpireLeases() {
 
 std::vector<CloseStats> SessionManager::CloseAll() {
   std::vector<CloseStats> closed;
+  std::vector<std::shared_ptr<Session>> all;  // dropped after the lock (see Close)
   absl::MutexLock lock(&mu_);
-  std::vector<std::shared_ptr<Session>> all;
   for (const auto& [id, session] : sessions_) all.push_back(session);
-  for (auto& session : all) closed.push_back(CloseLocked(std::move(session)));
+  for (const auto& session : all) closed.push_back(CloseLocked(session));
   return closed;
 }
 

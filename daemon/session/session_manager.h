@@ -65,6 +65,11 @@ struct OpenSessionParams {
   absl::Duration lease = absl::ZeroDuration();  // zero: the default
   ResourceSpec resources;                       // empty: the partition's defaults
   StreamId stream;                              // where the session's work runs
+  // Keeps `stream` alive while the session does; the session holds it until it is
+  // destroyed (not merely closed: work in flight may still run on the stream). Dropping the
+  // last reference may wait for the device, so SessionManager never drops a session while
+  // it holds its lock.
+  std::shared_ptr<const void> stream_owner;
 };
 
 // Checks the tenant name (1-63 of [A-Za-z0-9._-]), client fields and lease. INVALID_ARGUMENT.
@@ -193,6 +198,7 @@ class Session {
   const absl::Time opened_at_;
   const absl::Duration lease_;
   const StreamId stream_;
+  const std::shared_ptr<const void> stream_owner_;  // keeps stream_ alive
   const SessionAdmission admission_;
 
   mutable absl::Mutex mu_;
@@ -234,7 +240,9 @@ class SessionManager {
   const Clock& clock() const { return clock_; }
 
  private:
-  CloseStats CloseLocked(std::shared_ptr<Session> session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the session; the caller drops its last references after releasing mu_.
+  CloseStats CloseLocked(const std::shared_ptr<Session>& session)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Clock& clock_;
   const SessionOptions options_;

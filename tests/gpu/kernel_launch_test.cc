@@ -82,7 +82,7 @@ class KernelLaunchTest : public ::testing::Test {
     std::vector<std::unique_ptr<Device>> devices;
     devices.push_back(std::move(gpu));
     CoreOptions options;
-    options.streams_per_device = 1;
+    options.streams_per_partition = 1;
     GPUKIT_ASSERT_OK_AND_ASSIGN(core_, Core::Create(clock_, std::move(devices), options, jit_));
     OpenSessionParams params;
     params.tenant = "gpu-kernels";

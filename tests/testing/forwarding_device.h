@@ -13,7 +13,13 @@
 // the CPU device, which has no device code; with set_backend(BackendKind::kCuda) the device
 // also reports itself as a GPU.
 //
-// Thread safety: as the wrapped device's; set the hooks before the device is shared.
+// It also records every stream created through it, with the priority asked for and whether
+// it has been destroyed (streams()), so a test can count streams and find leaks:
+//
+//   for (const StreamRecord& s : hooks->streams()) EXPECT_TRUE(s.destroyed);
+//
+// Thread safety: as the wrapped device's; set the hooks before the device is shared. The
+// stream records are thread-safe.
 #ifndef GPUKIT_TESTS_TESTING_FORWARDING_DEVICE_H_
 #define GPUKIT_TESTS_TESTING_FORWARDING_DEVICE_H_
 
@@ -21,10 +27,19 @@
 #include <memory>
 #include <optional>
 #include <utility>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "runtime/device.h"
 
 namespace gpukit::testing {
+
+struct StreamRecord {
+  StreamId id;
+  StreamPriority priority = StreamPriority::kNormal;
+  bool destroyed = false;
+};
 
 class ForwardingDevice final : public Device {
  public:
@@ -41,6 +56,19 @@ class ForwardingDevice final : public Device {
   std::function<absl::Status(FunctionId, const LaunchConfig&, absl::Span<const KernelArg>,
                              StreamId)>
       launch;
+  // Called with the stream of every call that enqueues work (the copies, RunOp, Launch)
+  // before the call is passed on: where a request's work runs.
+  std::function<void(StreamId)> on_enqueue;
+  // Called at the start of CreateStream; a status other than OK fails the call with it.
+  std::function<absl::Status(StreamPriority)> before_create_stream;
+  // Called at the start of DestroyStream, before the call is passed on.
+  std::function<void(StreamId)> before_destroy_stream;
+
+  // Every stream created through this device so far, in order of creation.
+  std::vector<StreamRecord> streams() const {
+    absl::MutexLock lock(&records_mu_);
+    return streams_;
+  }
 
   Device& inner() { return *inner_; }
   // Reports `backend` in properties() from now on (the rest as the wrapped device's).
@@ -62,19 +90,40 @@ class ForwardingDevice final : public Device {
     return inner_->AllocateHostBuffer(bytes);
   }
   absl::StatusOr<StreamId> CreateStream(StreamPriority priority) override {
-    return inner_->CreateStream(priority);
+    if (before_create_stream) {
+      if (absl::Status status = before_create_stream(priority); !status.ok()) return status;
+    }
+    absl::StatusOr<StreamId> stream = inner_->CreateStream(priority);
+    if (stream.ok()) {
+      absl::MutexLock lock(&records_mu_);
+      streams_.push_back({*stream, priority, false});
+    }
+    return stream;
   }
-  absl::Status DestroyStream(StreamId stream) override { return inner_->DestroyStream(stream); }
+  absl::Status DestroyStream(StreamId stream) override {
+    if (before_destroy_stream) before_destroy_stream(stream);
+    absl::Status destroyed = inner_->DestroyStream(stream);
+    if (destroyed.ok()) {
+      absl::MutexLock lock(&records_mu_);
+      for (StreamRecord& record : streams_) {
+        if (record.id == stream) record.destroyed = true;
+      }
+    }
+    return destroyed;
+  }
   absl::Status CopyHostToDevice(BufferId dst, int64_t dst_offset, const void* src, int64_t bytes,
                                 StreamId stream) override {
+    if (on_enqueue) on_enqueue(stream);
     return inner_->CopyHostToDevice(dst, dst_offset, src, bytes, stream);
   }
   absl::Status CopyDeviceToHost(void* dst, BufferId src, int64_t src_offset, int64_t bytes,
                                 StreamId stream) override {
+    if (on_enqueue) on_enqueue(stream);
     return inner_->CopyDeviceToHost(dst, src, src_offset, bytes, stream);
   }
   absl::Status CopyDeviceToDevice(BufferId dst, int64_t dst_offset, BufferId src,
                                   int64_t src_offset, int64_t bytes, StreamId stream) override {
+    if (on_enqueue) on_enqueue(stream);
     return inner_->CopyDeviceToDevice(dst, dst_offset, src, src_offset, bytes, stream);
   }
   absl::StatusOr<EventId> RecordEvent(StreamId stream) override {
@@ -90,6 +139,7 @@ class ForwardingDevice final : public Device {
     return supports_op ? supports_op(op_name) : inner_->SupportsOp(op_name);
   }
   absl::Status RunOp(const OpLaunch& launch, StreamId stream) override {
+    if (on_enqueue) on_enqueue(stream);
     if (before_run_op) before_run_op(launch);
     return inner_->RunOp(launch, stream);
   }
@@ -104,6 +154,7 @@ class ForwardingDevice final : public Device {
   }
   absl::Status Launch(FunctionId function, const LaunchConfig& config,
                       absl::Span<const KernelArg> args, StreamId stream) override {
+    if (on_enqueue) on_enqueue(stream);
     return launch ? launch(function, config, args, stream)
                   : inner_->Launch(function, config, args, stream);
   }
@@ -111,6 +162,8 @@ class ForwardingDevice final : public Device {
  private:
   std::unique_ptr<Device> inner_;
   std::optional<DeviceProperties> properties_;
+  mutable absl::Mutex records_mu_;
+  std::vector<StreamRecord> streams_ ABSL_GUARDED_BY(records_mu_);
 };
 
 }  // namespace gpukit::testing

@@ -56,7 +56,7 @@ TEST(EmbeddedDefaultTest, ParsesAndGivesTheDocumentedDefaults) {
   EXPECT_EQ(config.core.sessions.default_lease, absl::Seconds(30));
   EXPECT_EQ(config.core.sessions.min_lease, absl::Seconds(1));
   EXPECT_EQ(config.core.sessions.max_lease, absl::Minutes(10));
-  EXPECT_EQ(config.core.streams_per_device, 4);
+  EXPECT_EQ(config.core.streams_per_partition, 2);
 }
 
 TEST(EmbeddedDefaultTest, AgreesWithTheCompiledInDefaults) {
@@ -69,7 +69,7 @@ TEST(EmbeddedDefaultTest, AgreesWithTheCompiledInDefaults) {
   EXPECT_EQ(config.core.sessions.default_lease, core.sessions.default_lease);
   EXPECT_EQ(config.core.sessions.min_lease, core.sessions.min_lease);
   EXPECT_EQ(config.core.sessions.max_lease, core.sessions.max_lease);
-  EXPECT_EQ(config.core.streams_per_device, core.streams_per_device);
+  EXPECT_EQ(config.core.streams_per_partition, core.streams_per_partition);
   EXPECT_EQ(config.cpu_memory_bytes, DeviceFactoryOptions{}.cpu_memory_bytes);
 }
 
@@ -105,7 +105,7 @@ void ExpectSameConfig(const DaemonConfig& got, const DaemonConfig& want) {
   EXPECT_EQ(got.core.sessions.default_lease, want.core.sessions.default_lease);
   EXPECT_EQ(got.core.sessions.min_lease, want.core.sessions.min_lease);
   EXPECT_EQ(got.core.sessions.max_lease, want.core.sessions.max_lease);
-  EXPECT_EQ(got.core.streams_per_device, want.core.streams_per_device);
+  EXPECT_EQ(got.core.streams_per_partition, want.core.streams_per_partition);
 }
 
 TEST_P(ApplyConfigJsonTest, ChangesOnlyTheFieldsPresent) {
@@ -151,8 +151,8 @@ INSTANTIATE_TEST_SUITE_P(
                       c.core.sessions.default_lease = absl::Minutes(10);
                       c.core.sessions.min_lease = absl::Minutes(10);
                     }},
-        OverlayCase{"StreamsPerDevice", R"({"streamsPerDevice": 8})",
-                    [](DaemonConfig& c) { c.core.streams_per_device = 8; }}),
+        OverlayCase{"StreamsPerPartition", R"({"streamsPerPartition": 8})",
+                    [](DaemonConfig& c) { c.core.streams_per_partition = 8; }}),
     [](const ::testing::TestParamInfo<OverlayCase>& info) { return info.param.name; });
 
 TEST(ApplyConfigJsonTest, OverlaysStack) {
@@ -186,7 +186,9 @@ INSTANTIATE_TEST_SUITE_P(
         RejectCase{"NotAnObject", R"(["cpu"])", "configuration is not valid"},
         RejectCase{"UnknownTopLevelField", R"({"backends": "cpu"})", "backends"},
         RejectCase{"UnknownNestedField", R"({"limits": {"maxArrays": 3}})", "maxArrays"},
-        RejectCase{"WrongType", R"({"streamsPerDevice": "four"})", "configuration is not valid"},
+        RejectCase{"WrongType", R"({"streamsPerPartition": "four"})", "configuration is not valid"},
+        RejectCase{"RenamedStreamsPerDevice", R"({"streamsPerDevice": 4})",
+                   "streamsPerDevice was replaced by streamsPerPartition"},
         RejectCase{"BadBackend", R"({"backend": "gpu"})", "unknown backend \"gpu\""},
         RejectCase{"BadLogLevel", R"({"logLevel": "verbose"})",
                    "log level \"verbose\" is not one of"},
@@ -218,8 +220,8 @@ INSTANTIATE_TEST_SUITE_P(
         RejectCase{"NegativeMaxSessions", R"({"limits": {"maxSessions": -1}})", "maxSessions"},
         RejectCase{"NegativeArraysPerSession", R"({"limits": {"maxArraysPerSession": -3}})",
                    "maxArraysPerSession"},
-        RejectCase{"NegativeStreams", R"({"streamsPerDevice": -2})",
-                   "streamsPerDevice = -2 must be > 0"}),
+        RejectCase{"NegativeStreams", R"({"streamsPerPartition": -2})",
+                   "streamsPerPartition = -2 must be > 0"}),
     [](const ::testing::TestParamInfo<RejectCase>& info) { return info.param.name; });
 
 // ---- Listen addresses ----
@@ -376,7 +378,7 @@ TEST(ResolveConfigTest, FileOverridesDefaultAndFlagsOverrideFile) {
   EXPECT_EQ(config.cpu_memory_bytes, 4 * kGiB);
   EXPECT_EQ(config.core.limits.max_arrays_per_session, 65536);
   EXPECT_EQ(config.core.sessions.max_lease, absl::Minutes(10));
-  EXPECT_EQ(config.core.streams_per_device, 4);
+  EXPECT_EQ(config.core.streams_per_partition, 2);
 }
 
 TEST(ResolveConfigTest, FileValuesStandWhereNoFlagIsGiven) {

@@ -99,7 +99,7 @@ class CoreKernelTest : public ::testing::Test {
   // One partition, "shared", over the whole device, which spills (for the restore test).
   CoreKernelTest() {
     options_.limits.max_array_bytes = kDeviceBytes;
-    options_.streams_per_device = 1;
+    options_.streams_per_partition = 1;
     PartitionSpec shared;
     shared.name = "shared";
     shared.memory_quota_bytes = kDeviceBytes;

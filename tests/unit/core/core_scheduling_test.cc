@@ -54,7 +54,7 @@ class CoreSchedulingTest : public ::testing::Test {
   // One partition, "shared", over the whole device, spilling unless a test says otherwise.
   CoreSchedulingTest() {
     options_.limits.max_array_bytes = kDeviceBytes;
-    options_.streams_per_device = 1;
+    options_.streams_per_partition = 1;
     PartitionSpec shared;
     shared.name = "shared";
     shared.memory_quota_bytes = kDeviceBytes;

@@ -163,7 +163,7 @@ class CoreTest : public ::testing::Test {
   CoreTest() {
     options_.limits.max_array_bytes = kDeviceBytes;  // the device is the only limit by default
     options_.limits.max_arrays_per_session = 64;
-    options_.streams_per_device = 2;
+    options_.streams_per_partition = 2;
   }
 
   // Made on first use, so tests may change options_ first. With `hooked`, the CPU device is
@@ -253,14 +253,14 @@ TEST(CoreCreateTest, NeedsAtLeastOneDevice) {
               StatusIs(kInvalidArgument, HasSubstr("at least one device")));
 }
 
-TEST(CoreCreateTest, NeedsAtLeastOneStreamPerDevice) {
+TEST(CoreCreateTest, NeedsAtLeastOneStreamPerPartition) {
   FakeClock clock;
   std::vector<std::unique_ptr<Device>> devices;
   devices.push_back(*CpuDevice::Create({}));
   CoreOptions options;
-  options.streams_per_device = 0;
+  options.streams_per_partition = 0;
   EXPECT_THAT(Core::Create(clock, std::move(devices), options),
-              StatusIs(kInvalidArgument, HasSubstr("streams_per_device = 0 must be >= 1")));
+              StatusIs(kInvalidArgument, HasSubstr("streams_per_partition = 0 must be >= 1")));
 }
 
 TEST_F(CoreTest, DescribesItsCpuDevice) {

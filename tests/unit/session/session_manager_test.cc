@@ -5,6 +5,7 @@
 #include "daemon/session/session_manager.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "daemon/scheduler/admission.h"
 #include "daemon/scheduler/clock.h"
@@ -442,6 +444,64 @@ TEST_F(SessionManagerTest, DestroyingTheManagerFreesArraysOfOpenSessions) {
   EXPECT_EQ(DeviceUsedBytes(), 0);
   EXPECT_EQ(ReservedBytes(), 0);
 }
+
+// A session's stream owner may wait for the device when the last reference to it drops, so
+// the manager must never destroy a session while it holds its lock. The owner here asks the
+// manager for its count from another thread and waits for the answer: under the manager's
+// lock that answer would never come (it times out, and the test fails instead of hanging).
+struct DropCase {
+  std::string name;
+  std::function<void(SessionManager&, FakeClock&, const std::string& id)> close;
+};
+
+class SessionDropTest : public SessionManagerTest,
+                        public ::testing::WithParamInterface<DropCase> {};
+
+TEST_P(SessionDropTest, SessionIsDestroyedAfterTheManagerReleasesItsLock) {
+  SessionManager& sessions = manager();
+  absl::Notification counted;
+  std::thread asker;
+  bool answered = false;
+  int drops = 0;
+  OpenSessionParams params = Params();
+  params.stream_owner = std::shared_ptr<const void>(nullptr, [&](const void*) {
+    ++drops;
+    asker = std::thread([&] {
+      sessions.count();
+      counted.Notify();
+    });
+    answered = counted.WaitForNotificationWithTimeout(absl::Seconds(10));
+  });
+  std::string id;
+  {
+    absl::StatusOr<std::shared_ptr<Session>> session = OpenVia(params);
+    ASSERT_THAT(session, IsOk());
+    id = (*session)->id();
+  }
+  params.stream_owner.reset();  // the session holds the only reference now
+  EXPECT_EQ(drops, 0);
+  GetParam().close(sessions, clock_, id);
+  if (asker.joinable()) asker.join();
+  EXPECT_EQ(drops, 1) << "closing drops the session's stream owner";
+  EXPECT_TRUE(answered) << "the session was destroyed under the manager's lock";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Paths, SessionDropTest,
+    ::testing::Values(DropCase{"Close",
+                               [](SessionManager& sessions, FakeClock&, const std::string& id) {
+                                 EXPECT_THAT(sessions.Close(id), IsOk());
+                               }},
+                      DropCase{"ExpireLeases",
+                               [](SessionManager& sessions, FakeClock& clock, const std::string&) {
+                                 clock.Advance(absl::Hours(1));
+                                 EXPECT_EQ(sessions.ExpireLeases().size(), 1u);
+                               }},
+                      DropCase{"CloseAll",
+                               [](SessionManager& sessions, FakeClock&, const std::string&) {
+                                 EXPECT_EQ(sessions.CloseAll().size(), 1u);
+                               }}),
+    [](const ::testing::TestParamInfo<DropCase>& info) { return info.param.name; });
 
 // ---- Arrays of a session ----
 

@@ -1,0 +1,94 @@
+// PartitionStreams: the streams each partition's sessions run on, a set per partition and
+// QoS class, so that one partition's queued work never waits behind another's in stream
+// order and the device time measured between a task's two events holds only its own
+// partition's work.
+//
+// A set holds `streams_per_class` streams of the device, created with the class's priority
+// (Guaranteed high, Burstable normal, BestEffort low) the first time a session of that
+// partition and class asks for one; Acquire then hands out its streams round robin. A
+// lease keeps its set alive: the table holds one reference per set until the partition is
+// removed, every session holds another (OpenSessionParams::stream_owner), and whoever drops
+// the last one destroys the set's streams.
+//
+//   PartitionStreams streams(/*streams_per_class=*/2);
+//   GPUKIT_ASSIGN_OR_RETURN(StreamLease lease,
+//                           streams.Acquire(admission.partition, device, admission.qos));
+//   params.stream = lease.stream;
+//   params.stream_owner = std::move(lease.owner);
+//   ...
+//   std::vector<std::shared_ptr<const void>> gone = streams.Remove("team-a");
+//   // unlock, then let `gone` drop: the streams are destroyed once no session holds them
+//
+// Destroying a stream waits for its queued work, so the last reference to a set must drop
+// where no lock is held (see StreamLease).
+//
+// Thread safety: the table is not thread-safe; its owner serializes calls (Core does so
+// under the lock that also orders session admission against partition deletion). Leases
+// may be dropped on any thread.
+#ifndef GPUKIT_DAEMON_CORE_PARTITION_STREAMS_H_
+#define GPUKIT_DAEMON_CORE_PARTITION_STREAMS_H_
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "daemon/scheduler/qos.h"
+#include "runtime/device.h"
+
+namespace gpukit {
+
+// The priority a QoS class's streams are created with.
+StreamPriority PriorityOf(QosClass qos);
+
+// One stream of a partition's set, and a reference that keeps the set alive. The holder
+// of the last reference destroys the set's streams when it drops it, which waits for their
+// queued work: drop it where no lock is held.
+struct StreamLease {
+  StreamId stream;
+  std::shared_ptr<const void> owner;
+};
+
+class PartitionStreams {
+ public:
+  // `streams_per_class` must be >= 1.
+  explicit PartitionStreams(int streams_per_class);
+  PartitionStreams(const PartitionStreams&) = delete;
+  PartitionStreams& operator=(const PartitionStreams&) = delete;
+  // Drops the table's references; sets that no lease holds any more are destroyed here.
+  ~PartitionStreams() = default;
+
+  // The next stream, round robin, of `partition`'s set for `qos` on `device`, creating the
+  // set on first use. A partition is told apart by its name and its device, so a partition
+  // deleted and made again on another device never gets the old device's streams. Errors:
+  // the device's, from CreateStream (the streams created before the failure are destroyed).
+  absl::StatusOr<StreamLease> Acquire(absl::string_view partition, Device& device, QosClass qos);
+
+  // Forgets `partition`'s sets on every device and returns the table's references to them,
+  // for the caller to drop outside its locks: the streams are destroyed when the last
+  // session using them is gone. Nothing when the partition never had a session.
+  std::vector<std::shared_ptr<const void>> Remove(absl::string_view partition);
+  // Forgets every set, likewise.
+  std::vector<std::shared_ptr<const void>> RemoveAll();
+
+  // Sets the table holds (a partition and class that has had a session), for tests.
+  int set_count() const;
+
+ private:
+  class StreamSet;
+  struct Entry {
+    std::shared_ptr<StreamSet> by_qos[3];  // by QosClass; null until first used
+    uint64_t next[3] = {0, 0, 0};          // round robin position, by QosClass
+  };
+  using Key = std::pair<std::string, const Device*>;
+
+  const int streams_per_class_;
+  absl::flat_hash_map<Key, Entry> entries_;
+};
+
+}  // namespace gpukit
+
+#endif  // GPUKIT_DAEMON_CORE_PARTITION_STREAMS_H_
