@@ -153,8 +153,9 @@ class MultiClientGpuTest : public DaemonTest {
     }
     // What the CUDA device keeps per stream that has used it, beyond arrays: a cuBLASLt
     // workspace (float matmuls) and a reduction scratch buffer (BuiltinOpRunner's).
-    // At most 13 streams: the default stream sets of the three QoS classes and the spill
-    // stream.
+    // The test's sessions use at most 7 streams (2 per QoS class of the default partition,
+    // streamsPerPartition's default, and the spill stream); 13 leaves room for a config with
+    // 4 per class.
     constexpr int64_t kScratchBytes = BuiltinOpRunner::kScratchBytes;
     constexpr int64_t kPerStreamBytes = CublasLtMatmul::kWorkspaceBytes + kScratchBytes;
     constexpr int64_t kMaxRuntimeBytes = (3 * 4 + 1) * kPerStreamBytes;
