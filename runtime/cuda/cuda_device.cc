@@ -336,12 +336,25 @@ CudaDevice::CudaDevice(const CudaDriver& cu, int device, CUctx_st* context,
       event_pool_(std::make_shared<EventPool>(cu, context)) {}
 
 CudaDevice::~CudaDevice() {
+  // Every piece of work gpukit queues runs on one of the device's streams (the transfer
+  // engine and cuBLASLt use the caller's), so waiting for each stream waits for all of it.
+  std::vector<std::shared_ptr<Stream>> live_streams;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, stream] : streams_) live_streams.push_back(stream);
+  }
   if (absl::Status bound = Bind(); !bound.ok()) {
     spdlog::warn("{}: cannot make its context current at shutdown: {}", Describe(),
                  bound.ToString());
-  } else if (CUresult result = cu_.cuCtxSynchronize(); result != CUDA_SUCCESS) {
-    spdlog::warn("{}: queued work failed at shutdown: {}", Describe(), CuErrorName(result));
+  } else {
+    for (const std::shared_ptr<Stream>& stream : live_streams) {
+      if (CUresult result = cu_.cuStreamSynchronize(stream->handle); result != CUDA_SUCCESS) {
+        spdlog::warn("{}: queued work failed at shutdown: {}", Describe(), CuErrorName(result));
+        break;  // a faulted context fails every stream alike
+      }
+    }
   }
+  live_streams.clear();
   // Everything leaves the tables under the lock and is released outside it: releases call
   // the driver.
   absl::flat_hash_map<uint64_t, std::shared_ptr<Function>> functions;

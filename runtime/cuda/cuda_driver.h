@@ -13,6 +13,12 @@
 //   CUdeviceptr ptr = 0;
 //   GPUKIT_RETURN_IF_ERROR(CheckCu(cu->cuMemAlloc(&ptr, bytes), "cuMemAlloc"));
 //
+// An entry whose signature changed between the API versions gpukit may resolve for (12.0 to
+// the headers' 13.0; cudaTypedefs.h lists every PFN_<name>_v<version>) must not be listed
+// under that name: the pointer would have the old type and the new ABI.
+// tests/unit/runtime/cuda_driver_abi_test.cc checks this. cuCtxSynchronize is one (13.0
+// added a context argument), which is why gpukit synchronises its streams instead.
+//
 // The fields are named after the calls, so call sites read like the CUDA documentation.
 // (cuda.h #defines some names to their versioned symbol, e.g. cuMemAlloc to cuMemAlloc_v2;
 // the preprocessor renames the field and every use of it alike, so `cu->cuMemAlloc` works.)
@@ -49,7 +55,6 @@ namespace gpukit {
   REQUIRED(cuDevicePrimaryCtxRelease)                    \
   REQUIRED(cuCtxGetCurrent)                              \
   REQUIRED(cuCtxSetCurrent)                              \
-  REQUIRED(cuCtxSynchronize)                             \
   REQUIRED(cuCtxGetStreamPriorityRange)                  \
   REQUIRED(cuMemAlloc)                                   \
   REQUIRED(cuMemFree)                                    \
