@@ -76,6 +76,20 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(Core& core, const Clock& c
     if (!path->empty()) server->socket_paths_.push_back(*path);
     builder.AddListeningPort(options.listen[i], grpc::InsecureServerCredentials(), &ports[i]);
   }
+  if (!server->socket_paths_.empty()) {
+    absl::StatusOr<std::unique_ptr<FdChannel>> channel = FdChannel::Start(
+        server->socket_paths_.front() + ".fd",
+        [&core](absl::string_view token, ScopedFd fd) {
+          return core.DeliverHostMemory(token, std::move(fd));
+        });
+    if (channel.ok()) {
+      server->fd_channel_ = *std::move(channel);
+      server->array_service_.set_fd_channel(server->fd_channel_->path());
+    } else {
+      spdlog::warn("no descriptor channel, so no host shared memory: {}",
+                   std::string(channel.status().message()));
+    }
+  }
   builder.RegisterService(&server->session_service_);
   builder.RegisterService(&server->array_service_);
   builder.RegisterService(&server->compute_service_);
@@ -113,6 +127,7 @@ void Server::Shutdown(absl::Duration grace) {
   server_.reset();
   if (!stop_reaper_.HasBeenNotified()) stop_reaper_.Notify();
   if (reaper_.joinable()) reaper_.join();
+  fd_channel_.reset();
   for (const std::string& path : socket_paths_) unlink(path.c_str());
 }
 

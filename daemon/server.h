@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "daemon/core/core.h"
+#include "daemon/service/fd_channel.h"
 #include "daemon/service/services.h"
 #include "grpcpp/grpcpp.h"
 
@@ -49,6 +50,8 @@ class Server {
   Core& core_;
   std::vector<std::string> addresses_;
   std::vector<std::string> socket_paths_;  // unix sockets to remove at shutdown
+  // Beside the first unix socket ("<path>.fd"); null when gpukitd listens on TCP only.
+  std::unique_ptr<FdChannel> fd_channel_;
   service::SessionServiceImpl session_service_;
   service::ArrayServiceImpl array_service_;
   service::ComputeServiceImpl compute_service_;

@@ -37,6 +37,12 @@ absl::StatusOr<HostBuffer> Device::AllocateHostBuffer(int64_t bytes) {
                     [](char* p) { std::free(p); });
 }
 
+absl::Status Device::RegisterHostMemory(void* /*data*/, int64_t /*bytes*/) {
+  return absl::OkStatus();
+}
+
+absl::Status Device::UnregisterHostMemory(void* /*data*/) { return absl::OkStatus(); }
+
 absl::Status SynchronizeStream(Device& device, StreamId stream) {
   GPUKIT_ASSIGN_OR_RETURN(EventId event, device.RecordEvent(stream));
   absl::Status status = device.WaitEvent(event);

@@ -127,6 +127,12 @@ class Device {
   // here by default. 64-byte aligned; uninitialised; empty for 0 bytes. RESOURCE_EXHAUSTED
   // when the host has no memory for it. The buffer must not outlive the device.
   virtual absl::StatusOr<HostBuffer> AllocateHostBuffer(int64_t bytes);
+  // Host memory mapped by the caller (a client's shared memory) that copies will use in bulk:
+  // on a GPU it is page-locked for the copy engines; nothing happens by default. A range
+  // that cannot be registered still works for copies, at the speed of ordinary memory, so
+  // failures are for logging. Unregister before unmapping; `data` must be what was registered.
+  virtual absl::Status RegisterHostMemory(void* data, int64_t bytes);
+  virtual absl::Status UnregisterHostMemory(void* data);
 
   virtual absl::StatusOr<StreamId> CreateStream(StreamPriority priority) = 0;
   // Waits for the stream's queued work, then destroys it.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <fstream>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
@@ -15,7 +16,10 @@
 #include "gpukit/v1/compute.grpc.pb.h"
 #include "gpukit/v1/session.grpc.pb.h"
 #include "proto/dtype_convert.h"
+#include "runtime/base/fd_channel_protocol.h"
 #include "runtime/base/shape.h"
+#include "runtime/base/unix_fd.h"
+#include <sys/mman.h>
 
 namespace gpukit {
 namespace {
@@ -69,7 +73,8 @@ class SessionState {
     request.set_lease_ms(absl::ToInt64Milliseconds(options_.lease));
     const ResourceRequirements& r = options_.resources;
     v1::ResourceRequirements* resources = request.mutable_resources();
-    if (r.memory_request_bytes) resources->mutable_requests()->set_memory_bytes(*r.memory_request_bytes);
+    if (r.memory_request_bytes)
+      resources->mutable_requests()->set_memory_bytes(*r.memory_request_bytes);
     if (r.memory_limit_bytes) resources->mutable_limits()->set_memory_bytes(*r.memory_limit_bytes);
     if (r.compute_request) resources->mutable_requests()->set_compute(*r.compute_request);
     if (r.compute_limit) resources->mutable_limits()->set_compute(*r.compute_limit);
@@ -263,6 +268,124 @@ absl::Status Array::Read(void* out, int64_t bytes) const {
         absl::StrCat("download returned ", received, " of ", bytes, " bytes"));
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+absl::Status CopyWithHostMemory(const SessionState& session, bool to_array,
+                                const std::string& handle, const HostMemory& memory, int64_t offset,
+                                int64_t bytes) {
+  if (memory.region().empty()) {
+    return absl::FailedPreconditionError("host memory was unregistered or moved");
+  }
+  v1::HostMemoryCopyRequest request;
+  request.set_session_id(session.session_id_);
+  request.set_handle(handle);
+  request.set_region(memory.region());
+  request.set_region_offset(offset);
+  request.set_bytes(bytes);
+  v1::HostMemoryCopyResponse response;
+  grpc::ClientContext context;
+  session.SetDeadline(context);
+  const grpc::Status status =
+      to_array ? session.arrays_->CopyFromHostMemory(&context, request, &response)
+               : session.arrays_->CopyToHostMemory(&context, request, &response);
+  return FromGrpc(status, context);
+}
+
+}  // namespace
+
+absl::Status Array::Write(const HostMemory& source, int64_t source_offset) const {
+  if (session_ == nullptr) return absl::FailedPreconditionError("array was freed or moved");
+  return CopyWithHostMemory(*session_, /*to_array=*/true, handle_, source, source_offset,
+                            size_bytes_);
+}
+
+absl::Status Array::Read(const HostMemory& target, int64_t target_offset) const {
+  if (session_ == nullptr) return absl::FailedPreconditionError("array was freed or moved");
+  return CopyWithHostMemory(*session_, /*to_array=*/false, handle_, target, target_offset,
+                            size_bytes_);
+}
+
+HostMemory::HostMemory(HostMemory&& other) noexcept
+    : session_(std::move(other.session_)),
+      region_(std::exchange(other.region_, std::string())),
+      data_(std::exchange(other.data_, nullptr)),
+      size_bytes_(std::exchange(other.size_bytes_, 0)) {}
+
+HostMemory& HostMemory::operator=(HostMemory&& other) noexcept {
+  if (this != &other) {
+    Unregister().IgnoreError();
+    session_ = std::move(other.session_);
+    region_ = std::exchange(other.region_, std::string());
+    data_ = std::exchange(other.data_, nullptr);
+    size_bytes_ = std::exchange(other.size_bytes_, 0);
+  }
+  return *this;
+}
+
+HostMemory::~HostMemory() { Unregister().IgnoreError(); }
+
+absl::Status HostMemory::Unregister() {
+  absl::Status status = absl::OkStatus();
+  if (session_ != nullptr && !region_.empty() && !session_->closed()) {
+    v1::UnregisterHostMemoryRequest request;
+    request.set_session_id(session_->session_id_);
+    request.set_region(region_);
+    v1::UnregisterHostMemoryResponse response;
+    grpc::ClientContext context;
+    session_->SetDeadline(context);
+    status =
+        FromGrpc(session_->arrays_->UnregisterHostMemory(&context, request, &response), context);
+  }
+  if (data_ != nullptr) ::munmap(data_, static_cast<size_t>(size_bytes_));
+  data_ = nullptr;
+  region_.clear();
+  session_.reset();
+  return status;
+}
+
+absl::StatusOr<HostMemory> Client::RegisterHostMemory(int64_t bytes) {
+  if (bytes <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("host memory of ", bytes, " bytes"));
+  }
+  absl::StatusOr<ScopedFd> fd = CreateSharedMemory("gpukit-host-memory", bytes);
+  if (!fd.ok()) return fd.status();
+  void* mapping =
+      ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd->get(), 0);
+  if (mapping == MAP_FAILED) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot map ", bytes, " bytes of shared memory"));
+  }
+  v1::RegisterHostMemoryRequest request;
+  request.set_session_id(state_->session_id_);
+  request.set_bytes(bytes);
+  v1::RegisterHostMemoryResponse response;
+  grpc::ClientContext context;
+  state_->SetDeadline(context);
+  absl::Status status =
+      FromGrpc(state_->arrays_->RegisterHostMemory(&context, request, &response), context);
+  if (!status.ok()) {
+    ::munmap(mapping, static_cast<size_t>(bytes));
+    return status;
+  }
+  // From here the region exists in the daemon: `memory` unregisters it on any failure.
+  HostMemory memory(state_, response.region(), static_cast<char*>(mapping), bytes);
+  absl::StatusOr<ScopedFd> channel = ConnectUnixSocket(response.fd_channel());
+  if (!channel.ok()) {
+    return absl::UnavailableError(absl::StrCat("cannot reach gpukitd's descriptor channel at ",
+                                               response.fd_channel(), ": ",
+                                               channel.status().message()));
+  }
+  const std::string message = EncodeFdChannelRequest({FdChannelOp::kDeliver, response.token()});
+  status = SendMessage(channel->get(), message.data(), message.size(), fd->get());
+  if (!status.ok()) return status;
+  absl::StatusOr<ReceivedMessage> reply =
+      ReceiveMessage(channel->get(), kFdChannelMaxReplyBytes, state_->options_.call_timeout);
+  if (!reply.ok()) return reply.status();
+  status = DecodeFdChannelReply(reply->bytes);
+  if (!status.ok()) return status;
+  return memory;
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {

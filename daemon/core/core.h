@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
@@ -53,6 +54,7 @@
 #include "daemon/scheduler/scheduler.h"
 #include "daemon/session/device_array.h"
 #include "daemon/session/session_manager.h"
+#include "runtime/base/unix_fd.h"
 #include "runtime/device.h"
 #include "runtime/jit/jit_compiler.h"
 #include "runtime/op_registry.h"
@@ -82,6 +84,10 @@ struct CoreOptions {
   std::string cpu_kernel_arch = "sm_90";
   // Compiled kernels one session may hold at once (each may hold a module on the device).
   int max_kernels_per_session = 256;
+  // Host memory regions one session may hold at once (each a mapping in gpukitd).
+  int max_host_regions_per_session = 64;
+  // How long a RegisterHostMemory token waits for its descriptor.
+  absl::Duration host_memory_token_ttl = absl::Seconds(10);
 };
 
 struct SessionGrant {
@@ -133,6 +139,13 @@ struct KernelArgInput {
   std::string handle;       // when is_array
   uint8_t bytes[8] = {};    // when !is_array: the value, little-endian
   uint32_t size_bytes = 0;  // when !is_array: 1 to 8
+};
+
+// A host memory region registered for a session, waiting for its descriptor.
+struct HostRegionGrant {
+  std::string handle;  // "m-..."
+  std::string token;   // 32 hex digits, single use
+  absl::Duration token_ttl;
 };
 
 struct SessionSummary {
@@ -221,6 +234,26 @@ class Core {
                                               const LaunchConfig& config,
                                               absl::Span<const KernelArgInput> args,
                                               const TaskOptions& task = {});
+  // Host shared memory. RegisterHostMemory adds a region of `bytes` to the session and returns
+  // it with a token; DeliverHostMemory (the descriptor channel's call) pairs the token with
+  // the client's descriptor and maps the memory (pinned on a GPU). Tokens are single use and
+  // lapse after options.host_memory_token_ttl. Copies run as transfer tasks, like
+  // WriteArray/ReadArray, from and to the region's memory. Errors: INVALID_ARGUMENT (bytes <=
+  // 0 or above limits.max_array_bytes), RESOURCE_EXHAUSTED (max_host_regions_per_session),
+  // NOT_FOUND (session, region, array, or an unknown, used or lapsed token),
+  // FAILED_PRECONDITION (the region's descriptor has not arrived), OUT_OF_RANGE.
+  absl::StatusOr<HostRegionGrant> RegisterHostMemory(absl::string_view session_id, int64_t bytes);
+  absl::Status DeliverHostMemory(absl::string_view token, ScopedFd fd);
+  absl::Status UnregisterHostMemory(absl::string_view session_id, absl::string_view region);
+  absl::Status CopyFromHostMemory(absl::string_view session_id, absl::string_view handle,
+                                  int64_t array_offset, absl::string_view region,
+                                  int64_t region_offset, int64_t bytes,
+                                  const TaskOptions& task = {});
+  absl::Status CopyToHostMemory(absl::string_view session_id, absl::string_view handle,
+                                int64_t array_offset, absl::string_view region,
+                                int64_t region_offset, int64_t bytes,
+                                const TaskOptions& task = {});
+
   // Frees a session's kernel. Its module is unloaded now, or when a launch in flight ends.
   absl::Status FreeKernel(absl::string_view session_id, absl::string_view handle);
   // Most arguments one launch may pass: a bound on the request, far above what kernels take.
@@ -275,6 +308,15 @@ class Core {
   SessionManager sessions_;
   // Orders session opening against partition deletion (see the top of this file). Taken
   // before the scheduler's and the session manager's locks, never after.
+  // RegisterHostMemory tokens waiting for their descriptors.
+  struct PendingRegion {
+    std::weak_ptr<HostRegion> region;
+    absl::Time expires;
+  };
+  absl::Mutex pending_regions_mu_;
+  absl::flat_hash_map<std::string, PendingRegion> pending_regions_
+      ABSL_GUARDED_BY(pending_regions_mu_);
+
   absl::Mutex partitions_mu_;
   PartitionStreams streams_ ABSL_GUARDED_BY(partitions_mu_);
 };

@@ -48,9 +48,8 @@ grpc::Status ArrayServiceImpl::Upload(grpc::ServerContext* context,
                           absl::StrCat("chunk.data has ", chunk.data().size(), " bytes; at most ",
                                        kMaxChunkBytes, " per chunk"));
     }
-    absl::Status status =
-        core_.WriteArray(header.session_id(), header.handle(), chunk.offset(), chunk.data(),
-                         TaskOptionsFrom({}, context, absl::Now()));
+    absl::Status status = core_.WriteArray(header.session_id(), header.handle(), chunk.offset(),
+                                           chunk.data(), TaskOptionsFrom({}, context, absl::Now()));
     if (absl::IsOutOfRange(status)) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           absl::StrCat("upload exceeds the array: ", status.message()));
@@ -116,6 +115,54 @@ grpc::Status ArrayServiceImpl::Describe(grpc::ServerContext* context,
   if (!view.ok()) return ToGrpc(view.status(), context);
   ToProto(*view, response->mutable_array());
   return grpc::Status::OK;
+}
+
+}  // namespace gpukit::service
+
+namespace gpukit::service {
+
+grpc::Status ArrayServiceImpl::RegisterHostMemory(grpc::ServerContext* context,
+                                                  const v1::RegisterHostMemoryRequest* request,
+                                                  v1::RegisterHostMemoryResponse* response) {
+  if (fd_channel_.empty()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "host shared memory needs gpukitd's descriptor channel, which exists "
+                        "only when gpukitd listens on a unix socket");
+  }
+  absl::StatusOr<HostRegionGrant> grant =
+      core_.RegisterHostMemory(request->session_id(), request->bytes());
+  if (!grant.ok()) return ToGrpc(grant.status(), context);
+  response->set_region(grant->handle);
+  response->set_token(grant->token);
+  response->set_token_ttl_ms(absl::ToInt64Milliseconds(grant->token_ttl));
+  response->set_fd_channel(fd_channel_);
+  return grpc::Status::OK;
+}
+
+grpc::Status ArrayServiceImpl::UnregisterHostMemory(
+    grpc::ServerContext* context, const v1::UnregisterHostMemoryRequest* request,
+    v1::UnregisterHostMemoryResponse* /*response*/) {
+  return ToGrpc(core_.UnregisterHostMemory(request->session_id(), request->region()), context);
+}
+
+grpc::Status ArrayServiceImpl::CopyFromHostMemory(grpc::ServerContext* context,
+                                                  const v1::HostMemoryCopyRequest* request,
+                                                  v1::HostMemoryCopyResponse* /*response*/) {
+  return ToGrpc(
+      core_.CopyFromHostMemory(request->session_id(), request->handle(), request->array_offset(),
+                               request->region(), request->region_offset(), request->bytes(),
+                               TaskOptionsFrom({}, context, absl::Now())),
+      context);
+}
+
+grpc::Status ArrayServiceImpl::CopyToHostMemory(grpc::ServerContext* context,
+                                                const v1::HostMemoryCopyRequest* request,
+                                                v1::HostMemoryCopyResponse* /*response*/) {
+  return ToGrpc(
+      core_.CopyToHostMemory(request->session_id(), request->handle(), request->array_offset(),
+                             request->region(), request->region_offset(), request->bytes(),
+                             TaskOptionsFrom({}, context, absl::Now())),
+      context);
 }
 
 }  // namespace gpukit::service

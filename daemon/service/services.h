@@ -43,9 +43,25 @@ class ArrayServiceImpl final : public v1::ArrayService::Service {
                     v1::FreeArrayResponse* response) override;
   grpc::Status Describe(grpc::ServerContext* context, const v1::DescribeArrayRequest* request,
                         v1::DescribeArrayResponse* response) override;
+  grpc::Status RegisterHostMemory(grpc::ServerContext* context,
+                                  const v1::RegisterHostMemoryRequest* request,
+                                  v1::RegisterHostMemoryResponse* response) override;
+  grpc::Status UnregisterHostMemory(grpc::ServerContext* context,
+                                    const v1::UnregisterHostMemoryRequest* request,
+                                    v1::UnregisterHostMemoryResponse* response) override;
+  grpc::Status CopyFromHostMemory(grpc::ServerContext* context,
+                                  const v1::HostMemoryCopyRequest* request,
+                                  v1::HostMemoryCopyResponse* response) override;
+  grpc::Status CopyToHostMemory(grpc::ServerContext* context,
+                                const v1::HostMemoryCopyRequest* request,
+                                v1::HostMemoryCopyResponse* response) override;
+
+  // The descriptor channel's path, set before the server starts ("" when there is none).
+  void set_fd_channel(std::string path) { fd_channel_ = std::move(path); }
 
  private:
   Core& core_;
+  std::string fd_channel_;
 };
 
 class ComputeServiceImpl final : public v1::ComputeService::Service {

@@ -16,6 +16,12 @@ namespace {
 constexpr size_t kMaxTenantLength = 63;
 constexpr size_t kMaxNameLength = 253;  // client names, host names
 
+absl::Status RegionNotFound(absl::string_view handle) {
+  return absl::NotFoundError(absl::StrCat("host memory region \"",
+                                          absl::CHexEscape(handle.substr(0, 80)),
+                                          "\" not found in this session"));
+}
+
 }  // namespace
 
 absl::Status ValidateOpenSessionParams(const OpenSessionParams& params) {
@@ -220,6 +226,33 @@ int Session::kernel_count() const {
   return static_cast<int>(kernels_.size());
 }
 
+absl::StatusOr<std::shared_ptr<HostRegion>> Session::FindRegion(absl::string_view handle) const {
+  absl::MutexLock lock(&mu_);
+  auto it = regions_.find(handle);
+  if (it == regions_.end()) return RegionNotFound(handle);
+  return it->second;
+}
+
+absl::Status Session::AddRegion(std::shared_ptr<HostRegion> region, int max_regions) {
+  absl::MutexLock lock(&mu_);
+  if (closed_) return absl::NotFoundError(absl::StrCat("session ", id_, " was closed"));
+  if (static_cast<int64_t>(regions_.size()) >= max_regions) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "session holds ", regions_.size(), " host memory regions, its limit; unregister one"));
+  }
+  regions_.emplace(region->handle(), std::move(region));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<HostRegion>> Session::RemoveRegion(absl::string_view handle) {
+  absl::MutexLock lock(&mu_);
+  auto it = regions_.find(handle);
+  if (it == regions_.end()) return RegionNotFound(handle);
+  std::shared_ptr<HostRegion> region = std::move(it->second);
+  regions_.erase(it);
+  return region;
+}
+
 std::vector<std::shared_ptr<DeviceArray>> Session::Arrays() const {
   absl::MutexLock lock(&mu_);
   std::vector<std::shared_ptr<DeviceArray>> arrays;
@@ -256,6 +289,8 @@ Session::Holdings Session::CloseAndTake() {
   for (auto& [handle, array] : arrays_) holdings.arrays.push_back(std::move(array));
   arrays_.clear();
   memory_bytes_ = 0;
+  for (auto& [handle, region] : regions_) holdings.regions.push_back(std::move(region));
+  regions_.clear();
   holdings.kernels.reserve(kernels_.size());
   for (auto& [handle, kernel] : kernels_) holdings.kernels.push_back(std::move(kernel));
   kernels_.clear();

@@ -39,6 +39,7 @@
 #include "daemon/scheduler/clock.h"
 #include "daemon/scheduler/scheduler.h"
 #include "daemon/session/device_array.h"
+#include "daemon/session/host_region.h"
 #include "runtime/device.h"
 #include "runtime/jit/kernel_cache.h"
 
@@ -170,6 +171,13 @@ class Session {
   absl::StatusOr<std::shared_ptr<SessionKernel>> RemoveKernel(absl::string_view handle);
   int kernel_count() const;
 
+  // Host memory regions (RegisterHostMemory), with the same rules: NOT_FOUND `host memory
+  // region "h" not found in this session`; AddRegion refuses with NOT_FOUND once the session
+  // has closed and RESOURCE_EXHAUSTED at `max_regions`.
+  absl::StatusOr<std::shared_ptr<HostRegion>> FindRegion(absl::string_view handle) const;
+  absl::Status AddRegion(std::shared_ptr<HostRegion> region, int max_regions);
+  absl::StatusOr<std::shared_ptr<HostRegion>> RemoveRegion(absl::string_view handle);
+
   // Every array the session holds (a snapshot).
   std::vector<std::shared_ptr<DeviceArray>> Arrays() const;
   int array_count() const;
@@ -183,6 +191,7 @@ class Session {
   struct Holdings {
     std::vector<std::shared_ptr<DeviceArray>> arrays;
     std::vector<std::shared_ptr<SessionKernel>> kernels;
+    std::vector<std::shared_ptr<HostRegion>> regions;
   };
 
   void Renew(absl::Time now);
@@ -207,6 +216,7 @@ class Session {
   int64_t memory_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<std::string, std::shared_ptr<DeviceArray>> arrays_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<SessionKernel>> kernels_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<HostRegion>> regions_ ABSL_GUARDED_BY(mu_);
 };
 
 struct CloseStats {

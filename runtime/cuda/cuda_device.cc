@@ -473,6 +473,41 @@ absl::StatusOr<HostBuffer> CudaDevice::AllocateHostBuffer(int64_t bytes) {
       [pool](char* data) { pool->Free(reinterpret_cast<uint64_t>(data)).IgnoreError(); });
 }
 
+absl::Status CudaDevice::RegisterHostMemory(void* data, int64_t bytes) {
+  if (data == nullptr || bytes <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("host range of ", bytes, " bytes at null"));
+  }
+  GPUKIT_RETURN_IF_ERROR(Bind());
+  GPUKIT_RETURN_IF_ERROR(CheckCu(cu_.cuMemHostRegister(data, static_cast<size_t>(bytes), 0),
+                                 "cuMemHostRegister"));
+  absl::MutexLock lock(&mu_);
+  registered_host_[reinterpret_cast<uintptr_t>(data)] = bytes;
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::UnregisterHostMemory(void* data) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (registered_host_.erase(reinterpret_cast<uintptr_t>(data)) == 0) {
+      return absl::NotFoundError("host range was not registered");
+    }
+  }
+  GPUKIT_RETURN_IF_ERROR(Bind());
+  return CheckCu(cu_.cuMemHostUnregister(data), "cuMemHostUnregister");
+}
+
+bool CudaDevice::IsPinnedHostRange(const void* data, int64_t bytes) const {
+  const uintptr_t start = reinterpret_cast<uintptr_t>(data);
+  if (host_pool_->Owns(start, bytes)) return true;
+  absl::MutexLock lock(&mu_);
+  auto it = registered_host_.upper_bound(start);
+  if (it == registered_host_.begin()) return false;
+  --it;
+  const uintptr_t offset = start - it->first;
+  return offset < static_cast<uintptr_t>(it->second) &&
+         static_cast<uintptr_t>(bytes) <= static_cast<uintptr_t>(it->second) - offset;
+}
+
 absl::StatusOr<int64_t> CudaDevice::BufferBytes(BufferId buffer) const {
   absl::MutexLock lock(&mu_);
   auto it = buffers_.find(buffer.value);
@@ -578,7 +613,7 @@ absl::Status CudaDevice::CopyHostToDevice(BufferId dst, int64_t dst_offset, cons
     return absl::InvalidArgumentError(absl::StrCat("copy of ", bytes, " bytes from host null"));
   }
   GPUKIT_RETURN_IF_ERROR(Bind());
-  if (host_pool_->Owns(reinterpret_cast<uint64_t>(src), bytes)) {
+  if (IsPinnedHostRange(src, bytes)) {
     return CheckCu(cu_.cuMemcpyHtoDAsync(to, src, static_cast<size_t>(bytes), s->handle),
                    "cuMemcpyHtoDAsync");
   }
@@ -594,7 +629,7 @@ absl::Status CudaDevice::CopyDeviceToHost(void* dst, BufferId src, int64_t src_o
     return absl::InvalidArgumentError(absl::StrCat("copy of ", bytes, " bytes to host null"));
   }
   GPUKIT_RETURN_IF_ERROR(Bind());
-  if (host_pool_->Owns(reinterpret_cast<uint64_t>(dst), bytes)) {
+  if (IsPinnedHostRange(dst, bytes)) {
     return CheckCu(cu_.cuMemcpyDtoHAsync(dst, from, static_cast<size_t>(bytes), s->handle),
                    "cuMemcpyDtoHAsync");
   }

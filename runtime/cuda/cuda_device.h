@@ -43,6 +43,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -146,6 +147,9 @@ class CudaDevice final : public Device {
   // Pinned memory from a pool of page-locked host segments; copies from and to it go straight
   // to the copy engines (no staging). Ordinary memory when the host cannot lock more.
   absl::StatusOr<HostBuffer> AllocateHostBuffer(int64_t bytes) override;
+  // cuMemHostRegister: copies from and to the range then go straight to the copy engines.
+  absl::Status RegisterHostMemory(void* data, int64_t bytes) override;
+  absl::Status UnregisterHostMemory(void* data) override;
 
   // kHigh gets the greatest priority of the context's range, kLow the least, kNormal the
   // middle of the range.
@@ -224,6 +228,10 @@ class CudaDevice final : public Device {
   absl::StatusOr<uint64_t> AllocateDeviceMemory(int64_t bytes);
   absl::Status ReleaseDeviceMemory(uint64_t address);
 
+  // Whether [data, data + bytes) is page-locked memory gpukit knows: a host buffer of the
+  // pool or a registered range. Copies from and to it skip the transfer engine.
+  bool IsPinnedHostRange(const void* data, int64_t bytes) const;
+
   // Device address of `buffer` + offset after checking [offset, offset + bytes) lies inside.
   absl::StatusOr<uint64_t> Resolve(BufferId buffer, int64_t offset, int64_t bytes) const;
   absl::StatusOr<std::shared_ptr<Stream>> FindStream(StreamId stream) const;
@@ -251,6 +259,8 @@ class CudaDevice final : public Device {
   // Pinned host buffers (AllocateHostBuffer); copies whose host side lies in one skip the
   // transfer engine.
   std::unique_ptr<MemoryPool> host_pool_;
+  // Host ranges registered with cuMemHostRegister: start address -> bytes.
+  std::map<uintptr_t, int64_t> registered_host_ ABSL_GUARDED_BY(mu_);
   // Released CUDA events, recorded again by RecordEvent instead of creating new ones.
   std::shared_ptr<EventPool> event_pool_;
 

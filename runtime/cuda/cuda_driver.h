@@ -60,6 +60,8 @@ namespace gpukit {
   REQUIRED(cuMemFree)                                    \
   REQUIRED(cuMemHostAlloc)                               \
   REQUIRED(cuMemFreeHost)                                \
+  REQUIRED(cuMemHostRegister)                            \
+  REQUIRED(cuMemHostUnregister)                          \
   REQUIRED(cuMemGetAllocationGranularity)                \
   REQUIRED(cuMemCreate)                                  \
   REQUIRED(cuMemRelease)                                 \

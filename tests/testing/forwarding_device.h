@@ -89,6 +89,12 @@ class ForwardingDevice final : public Device {
   absl::StatusOr<HostBuffer> AllocateHostBuffer(int64_t bytes) override {
     return inner_->AllocateHostBuffer(bytes);
   }
+  absl::Status RegisterHostMemory(void* data, int64_t bytes) override {
+    return inner_->RegisterHostMemory(data, bytes);
+  }
+  absl::Status UnregisterHostMemory(void* data) override {
+    return inner_->UnregisterHostMemory(data);
+  }
   absl::StatusOr<StreamId> CreateStream(StreamPriority priority) override {
     if (before_create_stream) {
       if (absl::Status status = before_create_stream(priority); !status.ok()) return status;

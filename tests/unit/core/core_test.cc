@@ -33,6 +33,7 @@
 #include "tests/testing/forwarding_device.h"
 #include "tests/testing/random_seed.h"
 #include "tests/testing/status_matchers.h"
+#include <sys/mman.h>
 
 namespace gpukit {
 
@@ -1299,6 +1300,61 @@ TEST_F(CoreTest, AstypeToFloat32MatchesTheRandomIntegers) {
       std::vector<int32_t> truncated,
       RunAndRead<int32_t>(s, "astype", {In(hh)}, {{"dtype", DType::kInt32}}, {32}));
   for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(truncated[i], x[i] / 2) << i;
+}
+
+// ---- Host shared memory ----
+
+TEST_F(CoreTest, HostMemoryTokensAreSingleUseAndLapse) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string session, Open());
+  GPUKIT_ASSERT_OK_AND_ASSIGN(HostRegionGrant lapsing, core().RegisterHostMemory(session, 4096));
+  EXPECT_EQ(lapsing.token.size(), 32u);
+  clock_.Advance(options_.host_memory_token_ttl + absl::Milliseconds(1));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ScopedFd memory, CreateSharedMemory("core-test", 4096));
+  EXPECT_THAT(core().DeliverHostMemory(lapsing.token, std::move(memory)),
+              StatusIs(kNotFound, HasSubstr("lapsed")));
+
+  GPUKIT_ASSERT_OK_AND_ASSIGN(HostRegionGrant grant, core().RegisterHostMemory(session, 4096));
+  EXPECT_NE(grant.token, lapsing.token);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ScopedFd first, CreateSharedMemory("core-test", 4096));
+  GPUKIT_EXPECT_OK(core().DeliverHostMemory(grant.token, std::move(first)));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ScopedFd second, CreateSharedMemory("core-test", 4096));
+  EXPECT_THAT(core().DeliverHostMemory(grant.token, std::move(second)), StatusIs(kNotFound));
+}
+
+TEST_F(CoreTest, HostMemoryCopiesMoveExactlyTheBytesAskedFor) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string session, Open());
+  GPUKIT_ASSERT_OK_AND_ASSIGN(HostRegionGrant grant, core().RegisterHostMemory(session, 64));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ScopedFd fd, CreateSharedMemory("core-test", 64));
+  void* mapping = ::mmap(nullptr, 64, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  ASSERT_NE(mapping, MAP_FAILED);
+  float* shared = static_cast<float*>(mapping);
+  for (int i = 0; i < 16; ++i) shared[i] = 1.5f * static_cast<float>(i + 1);
+  GPUKIT_ASSERT_OK(core().DeliverHostMemory(grant.token, std::move(fd)));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string a,
+                              Upload<float>(session, {4}, {-1.0f, -2.0f, -3.0f, -4.0f}));
+  // Elements 2..5 of the shared memory into the array, then the array into elements 10..13.
+  GPUKIT_ASSERT_OK(core().CopyFromHostMemory(session, a, 0, grant.handle, 8, 16));
+  EXPECT_THAT(Download<float>(session, a),
+              IsOkAndHolds(::testing::ElementsAre(4.5f, 6.0f, 7.5f, 9.0f)));
+  GPUKIT_ASSERT_OK(core().CopyToHostMemory(session, a, 0, grant.handle, 40, 16));
+  EXPECT_EQ(shared[9], 15.0f);
+  EXPECT_EQ(shared[10], 4.5f);
+  EXPECT_EQ(shared[13], 9.0f);
+  EXPECT_EQ(shared[14], 22.5f);
+  EXPECT_THAT(core().CopyToHostMemory(session, a, 0, grant.handle, 56, 16),
+              StatusIs(absl::StatusCode::kOutOfRange));
+  GPUKIT_EXPECT_OK(core().UnregisterHostMemory(session, grant.handle));
+  EXPECT_THAT(core().CopyToHostMemory(session, a, 0, grant.handle, 0, 16), StatusIs(kNotFound));
+  ::munmap(mapping, 64);
+}
+
+TEST_F(CoreTest, HostMemoryRegionsPerSessionAreLimited) {
+  options_.max_host_regions_per_session = 2;
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string session, Open());
+  GPUKIT_EXPECT_OK(core().RegisterHostMemory(session, 64).status());
+  GPUKIT_EXPECT_OK(core().RegisterHostMemory(session, 64).status());
+  EXPECT_THAT(core().RegisterHostMemory(session, 64).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("2 host memory regions")));
 }
 
 }  // namespace

@@ -102,6 +102,7 @@ class SessionState;
 }  // namespace internal
 
 class Array;
+class HostMemory;
 
 // An operand of an op: an array or a scalar.
 class Operand {
@@ -193,6 +194,13 @@ class Array {
     return values;
   }
 
+  // Writes the whole array from `source` at `source_offset`, or reads it into `target` at
+  // `target_offset`: gpukitd copies between the shared memory and the array (a memcpy, or a
+  // DMA from pinned memory on a GPU), and no bytes travel in gRPC messages. Errors:
+  // OUT_OF_RANGE when the host memory is too small; NOT_FOUND for memory of another session.
+  absl::Status Write(const HostMemory& source, int64_t source_offset = 0) const;
+  absl::Status Read(const HostMemory& target, int64_t target_offset = 0) const;
+
   // Frees now; later calls on this Array return FAILED_PRECONDITION.
   absl::Status Free();
 
@@ -210,6 +218,49 @@ class Array {
   std::string handle_;
   std::vector<int64_t> shape_;
   DType dtype_ = DType::kFloat32;
+  int64_t size_bytes_ = 0;
+};
+
+// Host shared memory registered with gpukitd: memory of this process (a memfd mapped here)
+// that gpukitd maps too, so transfers between it and arrays need no bytes in gRPC messages.
+// Registering costs a few round trips and a descriptor sent over gpukitd's descriptor
+// channel (its unix socket beside the gRPC one), so keep one and reuse it. Needs a daemon on
+// the same host, reached over a unix socket.
+//
+//   GPUKIT_ASSIGN_OR_RETURN(gpukit::HostMemory staging, client->RegisterHostMemory(bytes));
+//   std::memcpy(staging.data(), input, bytes);  // or fill it in place
+//   GPUKIT_RETURN_IF_ERROR(array.Write(staging));
+//
+// Destroying it unregisters it (the daemon unmaps its side) and unmaps it here.
+class HostMemory {
+ public:
+  HostMemory(HostMemory&& other) noexcept;
+  HostMemory& operator=(HostMemory&& other) noexcept;
+  HostMemory(const HostMemory&) = delete;
+  HostMemory& operator=(const HostMemory&) = delete;
+  ~HostMemory();
+
+  char* data() const { return data_; }
+  int64_t size_bytes() const { return size_bytes_; }
+  // The daemon's handle of the region ("m-...").
+  const std::string& region() const { return region_; }
+
+  // Unregisters and unmaps now; a second call does nothing.
+  absl::Status Unregister();
+
+ private:
+  friend class Client;
+  friend class Array;
+  HostMemory(std::shared_ptr<internal::SessionState> session, std::string region, char* data,
+             int64_t size_bytes)
+      : session_(std::move(session)),
+        region_(std::move(region)),
+        data_(data),
+        size_bytes_(size_bytes) {}
+
+  std::shared_ptr<internal::SessionState> session_;
+  std::string region_;
+  char* data_ = nullptr;
   int64_t size_bytes_ = 0;
 };
 
@@ -294,6 +345,13 @@ class Client {
   // Frees the kernel in the daemon (its module on the device, if it was launched). NOT_FOUND
   // if the session no longer has it.
   absl::Status FreeKernel(const Kernel& kernel);
+
+  // Host shared memory of `bytes` (> 0), registered with the daemon (see HostMemory).
+  // Errors: FAILED_PRECONDITION (the daemon listens on TCP only), UNAVAILABLE (its
+  // descriptor channel cannot be reached: a daemon on another host), INVALID_ARGUMENT (a
+  // size above limits.maxArraySize), RESOURCE_EXHAUSTED (the session holds 64 regions, or
+  // the system has no memory for it).
+  absl::StatusOr<HostMemory> RegisterHostMemory(int64_t bytes);
 
   // Renews the lease now (the background thread does this by itself).
   absl::Status KeepAlive();

@@ -1,0 +1,77 @@
+// Core: host shared memory regions (RegisterHostMemory and the copies through them).
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/core/core.h"
+#include "runtime/base/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace gpukit {
+
+absl::StatusOr<HostRegionGrant> Core::RegisterHostMemory(absl::string_view session_id,
+                                                         int64_t bytes) {
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
+  if (bytes <= 0 || bytes > options_.limits.max_array_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host memory region of ", bytes, " bytes: must be > 0 and at most ",
+                     options_.limits.max_array_bytes, " (limits.maxArraySize)"));
+  }
+  Device& device = *devices_[session->admission().device_index].device;
+  auto region = std::make_shared<HostRegion>(NewOpaqueId("m-"), device, bytes);
+  GPUKIT_RETURN_IF_ERROR(session->AddRegion(region, options_.max_host_regions_per_session));
+  HostRegionGrant grant{region->handle(), NewOpaqueId(""), options_.host_memory_token_ttl};
+  const absl::Time now = clock_.Now();
+  absl::MutexLock lock(&pending_regions_mu_);
+  absl::erase_if(pending_regions_, [now](const auto& entry) {
+    return entry.second.expires <= now || entry.second.region.expired();
+  });
+  pending_regions_[grant.token] = PendingRegion{region, now + grant.token_ttl};
+  return grant;
+}
+
+absl::Status Core::DeliverHostMemory(absl::string_view token, ScopedFd fd) {
+  std::shared_ptr<HostRegion> region;
+  {
+    absl::MutexLock lock(&pending_regions_mu_);
+    auto it = pending_regions_.find(token);
+    if (it != pending_regions_.end()) {
+      if (it->second.expires > clock_.Now()) region = it->second.region.lock();
+      pending_regions_.erase(it);  // single use, whatever the outcome
+    }
+  }
+  if (region == nullptr) {
+    return absl::NotFoundError("unknown, used or lapsed host memory token");
+  }
+  GPUKIT_RETURN_IF_ERROR(region->Attach(std::move(fd)));
+  spdlog::debug("host memory region mapped: region={} bytes={}", region->handle(), region->bytes());
+  return absl::OkStatus();
+}
+
+absl::Status Core::UnregisterHostMemory(absl::string_view session_id, absl::string_view region) {
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
+  // Unmapped when the last copy using it lets go.
+  return session->RemoveRegion(region).status();
+}
+
+absl::Status Core::CopyFromHostMemory(absl::string_view session_id, absl::string_view handle,
+                                      int64_t array_offset, absl::string_view region,
+                                      int64_t region_offset, int64_t bytes,
+                                      const TaskOptions& task) {
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<HostRegion> source, session->FindRegion(region));
+  GPUKIT_ASSIGN_OR_RETURN(char* data, source->Data(region_offset, bytes));
+  return WriteArray(session_id, handle, array_offset,
+                    absl::Span<const char>(data, static_cast<size_t>(bytes)), task);
+}
+
+absl::Status Core::CopyToHostMemory(absl::string_view session_id, absl::string_view handle,
+                                    int64_t array_offset, absl::string_view region,
+                                    int64_t region_offset, int64_t bytes, const TaskOptions& task) {
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<HostRegion> target, session->FindRegion(region));
+  GPUKIT_ASSIGN_OR_RETURN(char* data, target->Data(region_offset, bytes));
+  return ReadArray(session_id, handle, array_offset,
+                   absl::Span<char>(data, static_cast<size_t>(bytes)), task);
+}
+
+}  // namespace gpukit

@@ -1,0 +1,48 @@
+// The descriptor channel's wire format, shared by gpukitd (daemon/service/fd_channel.h) and
+// the client library.
+//
+// The channel is a unix SOCK_SEQPACKET socket beside gpukitd's gRPC socket over which a
+// client hands a file descriptor (host shared memory) to gpukitd with SCM_RIGHTS. One
+// exchange per connection:
+//   client -> gpukitd: "GKFD" | u32 version (1) | u32 op | 32-character token, and the
+//                      descriptor attached (op 1, deliver: the descriptor a RegisterHostMemory
+//                      reply's token asked for)
+//   gpukitd -> client: u32 status code (absl/gRPC numbering; 0 is OK) | UTF-8 message
+// Integers are little-endian. The token is what pairs the message with a gRPC request of
+// the session: without it a descriptor is refused.
+//
+// Thread safety: pure functions.
+#ifndef GPUKIT_RUNTIME_BASE_FD_CHANNEL_PROTOCOL_H_
+#define GPUKIT_RUNTIME_BASE_FD_CHANNEL_PROTOCOL_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace gpukit {
+
+enum class FdChannelOp : uint32_t { kDeliver = 1 };
+
+struct FdChannelRequest {
+  FdChannelOp op = FdChannelOp::kDeliver;
+  std::string token;  // 32 characters
+};
+
+inline constexpr size_t kFdChannelTokenBytes = 32;
+inline constexpr size_t kFdChannelMaxReplyBytes = 1024;
+
+std::string EncodeFdChannelRequest(const FdChannelRequest& request);
+// INVALID_ARGUMENT naming what is wrong: size, magic, version, op.
+absl::StatusOr<FdChannelRequest> DecodeFdChannelRequest(absl::string_view bytes);
+
+// The status, its message cut to fit kFdChannelMaxReplyBytes.
+std::string EncodeFdChannelReply(const absl::Status& status);
+// The status the reply carries; INTERNAL for a reply too short to hold one.
+absl::Status DecodeFdChannelReply(absl::string_view bytes);
+
+}  // namespace gpukit
+
+#endif  // GPUKIT_RUNTIME_BASE_FD_CHANNEL_PROTOCOL_H_
