@@ -36,7 +36,7 @@ DaemonProcess::DaemonProcess(DaemonOptions options, std::string log_path, Subpro
 absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(DaemonOptions options) {
   if (options.dir.empty()) return absl::InvalidArgumentError("DaemonOptions.dir is empty");
   if (options.socket_path.empty()) options.socket_path = options.dir + "/gpukitd.sock";
-  std::vector<std::string> argv = {DaemonPath(), "--listen", "unix://" + options.socket_path,
+  std::vector<std::string> argv = {options.daemon_path.empty() ? DaemonPath() : options.daemon_path, "--listen", "unix://" + options.socket_path,
                                    "--log-level", "debug"};
   if (!options.backend.empty()) argv.push_back("--backend=" + options.backend);
   if (!options.config_json.empty()) {

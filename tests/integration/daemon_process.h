@@ -33,6 +33,8 @@ namespace gpukit::testing {
 struct DaemonOptions {
   // Required: the directory for the socket, the config file and the log.
   std::string dir;
+  // The gpukitd binary; empty: DaemonPath() (the build's, or the one beside this program).
+  std::string daemon_path;
   // Empty: dir + "/gpukitd.sock".
   std::string socket_path;
   // When not empty, written to dir + "/gpukitd.json" and passed as --config.
