@@ -4,6 +4,7 @@
 // holds with real device memory, streams and kernels. Skipped, visibly, without a GPU.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -14,9 +15,11 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/base/unix_fd.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/jit/jit_compiler.h"
 #include "tests/testing/status_matchers.h"
+#include <sys/mman.h>
 
 namespace gpukit {
 namespace {
@@ -42,8 +45,7 @@ class CoreCudaTest : public ::testing::Test {
     small.compute_share = 0.5;
     small.spill = true;
     options.partitions = {small};
-    absl::StatusOr<std::unique_ptr<Core>> core =
-        Core::Create(clock_, std::move(devices), options);
+    absl::StatusOr<std::unique_ptr<Core>> core = Core::Create(clock_, std::move(devices), options);
     ASSERT_TRUE(core.ok()) << core.status();
     core_ = *std::move(core);
   }
@@ -74,8 +76,8 @@ class CoreCudaTest : public ::testing::Test {
     return view.handle;
   }
 
-  absl::StatusOr<std::vector<float>> Download(const std::string& session,
-                                              const std::string& handle, int64_t n) {
+  absl::StatusOr<std::vector<float>> Download(const std::string& session, const std::string& handle,
+                                              int64_t n) {
     std::vector<float> out(n);
     GPUKIT_RETURN_IF_ERROR(core_->ReadArray(
         session, handle, 0, absl::Span<char>(reinterpret_cast<char*>(out.data()), n * 4)));
@@ -115,6 +117,37 @@ TEST_F(CoreCudaTest, SpilledArrayComesBackBitForBitFromHostMemory) {
   EXPECT_EQ(got[0], *std::max_element(data.begin(), data.end()));
 }
 
+// A client's shared memory, registered with the GPU (cuMemHostRegister) when its descriptor
+// arrives: copies both ways go straight to DMA and arrive bit for bit, at offsets too.
+TEST_F(CoreCudaTest, HostMemoryRegionsCopyToAndFromTheGpuBitForBit) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string session, Open({}, "default"));
+  const int64_t n = 24 * kMiB / 4;
+  const int64_t bytes = n * 4 + 4096;
+  GPUKIT_ASSERT_OK_AND_ASSIGN(HostRegionGrant grant, core_->RegisterHostMemory(session, bytes));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ScopedFd fd, CreateSharedMemory("gpu-test", bytes));
+  void* mapping = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  ASSERT_NE(mapping, MAP_FAILED);
+  char* shared = static_cast<char*>(mapping);
+  const std::vector<float> data = Random(n, 11);
+  std::memcpy(shared + 4096, data.data(), n * 4);
+  GPUKIT_ASSERT_OK(core_->DeliverHostMemory(grant.token, std::move(fd)));
+
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView array, core_->CreateArray(session, {DType::kFloat32, {n}}));
+  GPUKIT_ASSERT_OK(core_->CopyFromHostMemory(session, array.handle, 0, grant.handle, 4096, n * 4));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<float> back, Download(session, array.handle, n));
+  EXPECT_TRUE(back == data) << "upload from the registered region changed the data";
+  OpInput in;
+  in.handle = array.handle;
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView doubled, core_->RunOp(session, "add", {in, in}, {}));
+  std::memset(shared, 0x7F, bytes);
+  GPUKIT_ASSERT_OK(core_->CopyToHostMemory(session, doubled.handle, 0, grant.handle, 0, n * 4));
+  const float* out = reinterpret_cast<const float*>(shared);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out[i], data[i] + data[i]) << i;
+  EXPECT_EQ(static_cast<unsigned char>(shared[n * 4]), 0x7F) << "bytes past the copy untouched";
+  GPUKIT_ASSERT_OK(core_->UnregisterHostMemory(session, grant.handle));
+  ::munmap(mapping, bytes);
+}
+
 TEST_F(CoreCudaTest, SessionsRunOpsAtOnceFromSeveralThreads) {
   constexpr int kSessions = 4;
   constexpr int kRounds = 20;
@@ -134,8 +167,8 @@ TEST_F(CoreCudaTest, SessionsRunOpsAtOnceFromSeveralThreads) {
           GPUKIT_ASSIGN_OR_RETURN(std::vector<float> got, Download(s, y.handle, n));
           for (int64_t i = 0; i < n; i += 4099) {
             if (got[i] != x[i] * x[i]) {
-              return absl::InternalError(absl::StrCat("session ", t, " round ", r, " element ",
-                                                      i, ": ", got[i], " != ", x[i] * x[i]));
+              return absl::InternalError(absl::StrCat("session ", t, " round ", r, " element ", i,
+                                                      ": ", got[i], " != ", x[i] * x[i]));
             }
           }
           GPUKIT_RETURN_IF_ERROR(core_->FreeArray(s, y.handle).status());
