@@ -83,10 +83,23 @@ absl::StatusOr<PoolBlock> MemoryPool::Allocate(int64_t bytes) {
   if (bytes > std::numeric_limits<int64_t>::max() - granularity_bytes_) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
   }
-  const int64_t rounded = RoundedBytes(bytes);
+  return AllocateRounded(RoundedBytes(bytes), IsSmall(bytes));
+}
+
+absl::StatusOr<PoolBlock> MemoryPool::AllocateOwnSegment(int64_t bytes) {
+  if (bytes <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("pool allocation of ", bytes, " bytes"));
+  }
+  if (bytes > std::numeric_limits<int64_t>::max() - granularity_bytes_) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
+  }
+  return AllocateRounded(RoundUp(bytes, granularity_bytes_), /*small=*/false);
+}
+
+absl::StatusOr<PoolBlock> MemoryPool::AllocateRounded(int64_t rounded, bool small) {
   {
     absl::MutexLock lock(&mu_);
-    PoolBlock block = TakeCached(rounded);
+    PoolBlock block = TakeCached(rounded, small);
     if (block.address != 0) {
       stats_.in_use_bytes += block.bytes;
       ++stats_.allocations;
@@ -94,18 +107,18 @@ absl::StatusOr<PoolBlock> MemoryPool::Allocate(int64_t bytes) {
       return block;
     }
   }
-  absl::StatusOr<Segment> segment = MapSegment(IsSmall(bytes) ? SlabBytes(rounded) : rounded);
+  absl::StatusOr<Segment> segment = MapSegment(small ? SlabBytes(rounded) : rounded);
   if (!segment.ok()) return segment.status();
   absl::MutexLock lock(&mu_);
-  PoolBlock block = AddSegment(*segment, rounded);
+  PoolBlock block = AddSegment(*segment, rounded, small);
   stats_.in_use_bytes += block.bytes;
   ++stats_.allocations;
   return block;
 }
 
-PoolBlock MemoryPool::TakeCached(int64_t rounded_bytes) {
+PoolBlock MemoryPool::TakeCached(int64_t rounded_bytes, bool small) {
   PoolBlock block;
-  if (IsSmall(rounded_bytes)) {
+  if (small) {
     auto slabs = slabs_with_room_.find(rounded_bytes);
     if (slabs == slabs_with_room_.end() || slabs->second.empty()) return block;
     const uint64_t slab_address = *slabs->second.begin();
@@ -153,7 +166,7 @@ absl::StatusOr<Segment> MemoryPool::MapSegment(int64_t bytes) {
       now.mapped_bytes, " mapped, after returning ", returned, " free)"));
 }
 
-PoolBlock MemoryPool::AddSegment(const Segment& segment, int64_t rounded_bytes) {
+PoolBlock MemoryPool::AddSegment(const Segment& segment, int64_t rounded_bytes, bool small) {
   ++stats_.maps;
   ++stats_.segments;
   stats_.mapped_bytes += segment.bytes;
@@ -162,7 +175,7 @@ PoolBlock MemoryPool::AddSegment(const Segment& segment, int64_t rounded_bytes) 
   PoolBlock block;
   block.address = segment.address;
   block.segment = segment;
-  if (!IsSmall(rounded_bytes)) {
+  if (!small) {
     state.live_blocks = 1;
     block.bytes = segment.bytes;
     return block;
@@ -178,6 +191,49 @@ PoolBlock MemoryPool::AddSegment(const Segment& segment, int64_t rounded_bytes) 
   block.bytes = rounded_bytes;
   block.shares_segment = true;
   return block;
+}
+
+const MemoryPool::SegmentState* MemoryPool::FindLive(uint64_t address) const {
+  auto it = segments_.upper_bound(address);
+  if (it == segments_.begin()) return nullptr;
+  --it;
+  const SegmentState& state = it->second;
+  const uint64_t start = state.segment.address;
+  if (address >= start + static_cast<uint64_t>(state.segment.bytes)) return nullptr;
+  if (state.block_bytes == 0) {
+    return address == start && state.live_blocks == 1 ? &state : nullptr;
+  }
+  const int64_t offset = static_cast<int64_t>(address - start);
+  const int64_t index = offset / state.block_bytes;
+  if (offset % state.block_bytes != 0 || index >= static_cast<int64_t>(state.in_use.size()) ||
+      !state.in_use[index]) {
+    return nullptr;
+  }
+  return &state;
+}
+
+absl::StatusOr<PoolBlock> MemoryPool::Lookup(uint64_t address) const {
+  absl::MutexLock lock(&mu_);
+  const SegmentState* state = FindLive(address);
+  if (state == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no live pool block at ", Hex(address)));
+  }
+  PoolBlock block;
+  block.address = address;
+  block.segment = state->segment;
+  block.shares_segment = state->block_bytes > 0;
+  block.bytes = block.shares_segment ? state->block_bytes : state->segment.bytes;
+  return block;
+}
+
+absl::Status MemoryPool::MarkShared(uint64_t address) {
+  absl::MutexLock lock(&mu_);
+  const SegmentState* state = FindLive(address);
+  if (state == nullptr || state->block_bytes > 0) {
+    return absl::NotFoundError(absl::StrCat("no live segment-sized block at ", Hex(address)));
+  }
+  segments_.at(state->segment.address).shared = true;
+  return absl::OkStatus();
 }
 
 absl::Status MemoryPool::Free(uint64_t address) {
@@ -209,10 +265,21 @@ absl::Status MemoryPool::Free(uint64_t address) {
     } else {
       if (address != start || state.live_blocks == 0) return not_found();
       state.live_blocks = 0;
-      free_large_.emplace(state.segment.bytes, start);
       stats_.in_use_bytes -= state.segment.bytes;
+      if (state.shared) {
+        // Another process may map it still: it goes back to the source, never to a new owner.
+        released.push_back(state.segment);
+        stats_.mapped_bytes -= state.segment.bytes;
+        --stats_.segments;
+        ++stats_.unmaps;
+        segments_.erase(it);
+      } else {
+        free_large_.emplace(state.segment.bytes, start);
+      }
     }
-    released = ReleaseFreeSegments(options_.max_cached_bytes);
+    for (Segment& segment : ReleaseFreeSegments(options_.max_cached_bytes)) {
+      released.push_back(segment);
+    }
   }
   UnmapAll(released);
   return absl::OkStatus();

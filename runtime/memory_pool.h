@@ -112,6 +112,16 @@ class MemoryPool {
   // A block of at least `bytes` (> 0), aligned to at least 256 bytes. RESOURCE_EXHAUSTED
   // when the source has no memory even after a trim (the message names what the pool holds).
   absl::StatusOr<PoolBlock> Allocate(int64_t bytes);
+  // A block that is a segment of its own whatever its size (rounded to the granularity): what
+  // memory shared with another process must be, so that it exposes nothing else.
+  absl::StatusOr<PoolBlock> AllocateOwnSegment(int64_t bytes);
+  // The live block at `address`; NOT_FOUND as Free.
+  absl::StatusOr<PoolBlock> Lookup(uint64_t address) const;
+  // Marks the segment of the large block at `address` as shared with another process: when the
+  // block is freed, its segment goes back to the source at once instead of being reused, since
+  // the other process may still map it. NOT_FOUND for an address that is not a live large
+  // block.
+  absl::Status MarkShared(uint64_t address);
   // Returns a block by the address Allocate gave. NOT_FOUND for an address that is not a live
   // block's (never handed out, or freed already): nothing changes then.
   absl::Status Free(uint64_t address);
@@ -131,6 +141,7 @@ class MemoryPool {
     Segment segment;
     int64_t block_bytes = 0;            // slab: its class; large: 0
     int64_t live_blocks = 0;            // large: 0 or 1
+    bool shared = false;                // large: MarkShared; never reused
     std::vector<bool> in_use;           // slab: one flag per block
     std::vector<int64_t> free_offsets;  // slab: offsets of free blocks (a stack)
   };
@@ -140,11 +151,14 @@ class MemoryPool {
   int64_t SlabBytes(int64_t block_bytes) const;
   // A free block of the class, or a cached segment of about the size; address 0 when there
   // is none.
-  PoolBlock TakeCached(int64_t rounded_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  PoolBlock TakeCached(int64_t rounded_bytes, bool small) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<PoolBlock> AllocateRounded(int64_t rounded_bytes, bool small);
+  // The segment holding `address` and whether `address` starts a live block in it.
+  const SegmentState* FindLive(uint64_t address) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Maps a new segment (trimming and retrying once when the source is out of memory).
   absl::StatusOr<Segment> MapSegment(int64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   // Adds a freshly mapped segment and takes a block from it.
-  PoolBlock AddSegment(const Segment& segment, int64_t rounded_bytes)
+  PoolBlock AddSegment(const Segment& segment, int64_t rounded_bytes, bool small)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes wholly free segments until at most `keep_bytes` of free memory stay mapped, and
   // returns them (to be unmapped outside the lock).

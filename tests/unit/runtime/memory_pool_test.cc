@@ -270,6 +270,39 @@ TEST_F(MemoryPoolTest, DestroyingThePoolReturnsEverySegment) {
   EXPECT_EQ(device_->BadUnmaps(), 0);
 }
 
+TEST_F(MemoryPoolTest, OwnSegmentBlocksShareNothingAndLookupFindsLiveBlocks) {
+  auto pool = MakePool();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(PoolBlock slab_block, pool->Allocate(100));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(PoolBlock own, pool->AllocateOwnSegment(100));
+  EXPECT_FALSE(own.shares_segment);
+  EXPECT_EQ(own.bytes, 2 * kMiB);
+  EXPECT_EQ(own.address, own.segment.address);
+  EXPECT_NE(own.segment.address, slab_block.segment.address);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(PoolBlock found, pool->Lookup(slab_block.address));
+  EXPECT_TRUE(found.shares_segment);
+  EXPECT_EQ(found.bytes, 256);
+  EXPECT_EQ(found.segment.address, slab_block.segment.address);
+  EXPECT_THAT(pool->Lookup(slab_block.address + 256).status(),
+              StatusIs(absl::StatusCode::kNotFound));
+  ASSERT_THAT(pool->Free(own.address), IsOk());
+  EXPECT_THAT(pool->Lookup(own.address).status(), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(MemoryPoolTest, SharedSegmentsGoBackToTheSourceOnFreeAndAreNeverReused) {
+  auto pool = MakePool();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(PoolBlock slab_block, pool->Allocate(100));
+  EXPECT_THAT(pool->MarkShared(slab_block.address), StatusIs(absl::StatusCode::kNotFound))
+      << "a slab block cannot be shared: its segment holds other blocks";
+  GPUKIT_ASSERT_OK_AND_ASSIGN(PoolBlock exported, pool->Allocate(4 * kMiB));
+  GPUKIT_ASSERT_OK(pool->MarkShared(exported.address));
+  const int64_t mapped = device_->MappedBytes();
+  ASSERT_THAT(pool->Free(exported.address), IsOk());
+  EXPECT_EQ(device_->MappedBytes(), mapped - 4 * kMiB) << "unmapped at once, not cached";
+  GPUKIT_ASSERT_OK_AND_ASSIGN(PoolBlock next, pool->Allocate(4 * kMiB));
+  EXPECT_NE(next.segment.address, exported.segment.address);
+  EXPECT_EQ(pool->stats().in_use_bytes, 256 + 4 * kMiB);
+}
+
 TEST_F(MemoryPoolTest, RejectsBadOptionsAndSizes) {
   EXPECT_THAT(MemoryPool::Create(std::make_unique<FakeSource>(device_, 3 * kMiB), {}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("power of two")));
