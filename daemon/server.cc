@@ -81,7 +81,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(Core& core, const Clock& c
         server->socket_paths_.front() + ".fd",
         [&core](absl::string_view token, ScopedFd fd) {
           return core.DeliverHostMemory(token, std::move(fd));
-        });
+        },
+        [&core](absl::string_view token) { return core.FetchExport(token); });
     if (channel.ok()) {
       server->fd_channel_ = *std::move(channel);
       server->array_service_.set_fd_channel(server->fd_channel_->path());

@@ -43,6 +43,13 @@ absl::Status Device::RegisterHostMemory(void* /*data*/, int64_t /*bytes*/) {
 
 absl::Status Device::UnregisterHostMemory(void* /*data*/) { return absl::OkStatus(); }
 
+absl::StatusOr<ExportedBuffer> Device::ExportBuffer(BufferId buffer) {
+  GPUKIT_RETURN_IF_ERROR(BufferBytes(buffer).status());
+  return absl::FailedPreconditionError(absl::StrCat(
+      "buffers of the ", BackendName(properties().backend),
+      " backend cannot be mapped by another process; use host shared memory"));
+}
+
 absl::Status SynchronizeStream(Device& device, StreamId stream) {
   GPUKIT_ASSIGN_OR_RETURN(EventId event, device.RecordEvent(stream));
   absl::Status status = device.WaitEvent(event);

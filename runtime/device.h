@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "runtime/base/unix_fd.h"
 #include "runtime/host_buffer.h"
 #include "runtime/op_registry.h"
 
@@ -56,6 +57,16 @@ struct ModuleId {
 };
 struct FunctionId {
   uint64_t value = 0;
+};
+
+// A buffer's memory as another process can map it (Device::ExportBuffer).
+struct ExportedBuffer {
+  // The memory: on CUDA a VMM allocation's POSIX file descriptor, which the receiving process
+  // imports (cuMemImportFromShareableHandle) and maps.
+  ScopedFd fd;
+  int64_t allocation_bytes = 0;  // the size of what the descriptor names (to map whole)
+  int64_t offset_bytes = 0;      // where the buffer starts in it
+  int64_t bytes = 0;             // the buffer's size
 };
 
 struct DeviceProperties {
@@ -133,6 +144,14 @@ class Device {
   // failures are for logging. Unregister before unmapping; `data` must be what was registered.
   virtual absl::Status RegisterHostMemory(void* data, int64_t bytes);
   virtual absl::Status UnregisterHostMemory(void* data);
+
+  // Exports a buffer's memory to another process; the buffer stays usable here. Its memory is
+  // then a segment of its own (nothing else of the device's can be reached through it) and is
+  // never given to another buffer: once freed, it lives on only as long as mappings
+  // elsewhere. Queued work on the buffer must have completed. FAILED_PRECONDITION on
+  // backends whose memory cannot be exported (the CPU backend: use host shared memory),
+  // INVALID_ARGUMENT for a zero-byte buffer, NOT_FOUND for an unknown one.
+  virtual absl::StatusOr<ExportedBuffer> ExportBuffer(BufferId buffer);
 
   virtual absl::StatusOr<StreamId> CreateStream(StreamPriority priority) = 0;
   // Waits for the stream's queued work, then destroys it.

@@ -148,6 +148,16 @@ struct HostRegionGrant {
   absl::Duration token_ttl;
 };
 
+// An array exported to its client (ExportArray), waiting for the client to fetch it.
+struct ArrayExport {
+  std::string token;  // 32 hex digits, single use
+  absl::Duration token_ttl;
+  int64_t allocation_bytes = 0;
+  int64_t offset_bytes = 0;
+  int64_t bytes = 0;
+  int device_index = 0;
+};
+
 struct SessionSummary {
   std::string session_id;
   std::string tenant;
@@ -254,6 +264,14 @@ class Core {
                                 int64_t region_offset, int64_t bytes,
                                 const TaskOptions& task = {});
 
+  // Zero-copy device memory. ExportArray restores the array if it was spilled, exports its
+  // buffer (Device::ExportBuffer), marks it never to be spilled again, and keeps the
+  // descriptor under a token for FetchExport (the descriptor channel's call), single use,
+  // lapsing after options.host_memory_token_ttl. Errors: NOT_FOUND (session, array, or an
+  // unknown, used or lapsed token), and the device's (FAILED_PRECONDITION on the CPU backend).
+  absl::StatusOr<ArrayExport> ExportArray(absl::string_view session_id, absl::string_view handle);
+  absl::StatusOr<ScopedFd> FetchExport(absl::string_view token);
+
   // Frees a session's kernel. Its module is unloaded now, or when a launch in flight ends.
   absl::Status FreeKernel(absl::string_view session_id, absl::string_view handle);
   // Most arguments one launch may pass: a bound on the request, far above what kernels take.
@@ -316,6 +334,15 @@ class Core {
   absl::Mutex pending_regions_mu_;
   absl::flat_hash_map<std::string, PendingRegion> pending_regions_
       ABSL_GUARDED_BY(pending_regions_mu_);
+
+  // ExportArray descriptors waiting to be fetched.
+  struct PendingExport {
+    ScopedFd fd;
+    absl::Time expires;
+  };
+  absl::Mutex pending_exports_mu_;
+  absl::flat_hash_map<std::string, PendingExport> pending_exports_
+      ABSL_GUARDED_BY(pending_exports_mu_);
 
   absl::Mutex partitions_mu_;
   PartitionStreams streams_ ABSL_GUARDED_BY(partitions_mu_);

@@ -1,4 +1,5 @@
-// Core: host shared memory regions (RegisterHostMemory and the copies through them).
+// Core: memory shared with clients: host shared memory regions (RegisterHostMemory and the
+// copies through them) and exported device arrays (ExportArray).
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -72,6 +73,44 @@ absl::Status Core::CopyToHostMemory(absl::string_view session_id, absl::string_v
   GPUKIT_ASSIGN_OR_RETURN(char* data, target->Data(region_offset, bytes));
   return ReadArray(session_id, handle, array_offset,
                    absl::Span<char>(data, static_cast<size_t>(bytes)), task);
+}
+
+absl::StatusOr<ArrayExport> Core::ExportArray(absl::string_view session_id,
+                                              absl::string_view handle) {
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceArray> array, session->FindArray(handle));
+  GPUKIT_ASSIGN_OR_RETURN(ArrayPin pin, PinArray(*session, *array));
+  GPUKIT_ASSIGN_OR_RETURN(ExportedBuffer exported, array->device().ExportBuffer(pin.buffer()));
+  array->MarkExported();
+  ArrayExport result;
+  result.token = NewOpaqueId("");
+  result.token_ttl = options_.host_memory_token_ttl;
+  result.allocation_bytes = exported.allocation_bytes;
+  result.offset_bytes = exported.offset_bytes;
+  result.bytes = exported.bytes;
+  result.device_index = array->device().properties().index;
+  const absl::Time now = clock_.Now();
+  absl::MutexLock lock(&pending_exports_mu_);
+  absl::erase_if(pending_exports_,
+                 [now](const auto& entry) { return entry.second.expires <= now; });
+  pending_exports_[result.token] = PendingExport{std::move(exported.fd), now + result.token_ttl};
+  spdlog::debug("array exported: session={} array={} bytes={}", session->id(), array->handle(),
+                result.bytes);
+  return result;
+}
+
+absl::StatusOr<ScopedFd> Core::FetchExport(absl::string_view token) {
+  absl::MutexLock lock(&pending_exports_mu_);
+  auto it = pending_exports_.find(token);
+  if (it == pending_exports_.end()) {
+    return absl::NotFoundError("unknown, used or lapsed export token");
+  }
+  PendingExport pending = std::move(it->second);
+  pending_exports_.erase(it);  // single use
+  if (pending.expires <= clock_.Now()) {
+    return absl::NotFoundError("unknown, used or lapsed export token");
+  }
+  return std::move(pending.fd);
 }
 
 }  // namespace gpukit

@@ -139,6 +139,26 @@ grpc::Status ArrayServiceImpl::RegisterHostMemory(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status ArrayServiceImpl::Export(grpc::ServerContext* context,
+                                      const v1::ExportArrayRequest* request,
+                                      v1::ExportArrayResponse* response) {
+  if (fd_channel_.empty()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "exporting device memory needs gpukitd's descriptor channel, which "
+                        "exists only when gpukitd listens on a unix socket");
+  }
+  absl::StatusOr<ArrayExport> exported = core_.ExportArray(request->session_id(), request->handle());
+  if (!exported.ok()) return ToGrpc(exported.status(), context);
+  response->set_token(exported->token);
+  response->set_token_ttl_ms(absl::ToInt64Milliseconds(exported->token_ttl));
+  response->set_fd_channel(fd_channel_);
+  response->set_allocation_bytes(exported->allocation_bytes);
+  response->set_offset_bytes(exported->offset_bytes);
+  response->set_bytes(exported->bytes);
+  response->set_device_index(exported->device_index);
+  return grpc::Status::OK;
+}
+
 grpc::Status ArrayServiceImpl::UnregisterHostMemory(
     grpc::ServerContext* context, const v1::UnregisterHostMemoryRequest* request,
     v1::UnregisterHostMemoryResponse* /*response*/) {

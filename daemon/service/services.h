@@ -56,6 +56,9 @@ class ArrayServiceImpl final : public v1::ArrayService::Service {
                                 const v1::HostMemoryCopyRequest* request,
                                 v1::HostMemoryCopyResponse* response) override;
 
+  grpc::Status Export(grpc::ServerContext* context, const v1::ExportArrayRequest* request,
+                      v1::ExportArrayResponse* response) override;
+
   // The descriptor channel's path, set before the server starts ("" when there is none).
   void set_fd_channel(std::string path) { fd_channel_ = std::move(path); }
 

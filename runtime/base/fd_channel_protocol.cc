@@ -49,7 +49,8 @@ absl::StatusOr<FdChannelRequest> DecodeFdChannelRequest(absl::string_view bytes)
   }
   FdChannelRequest request;
   const uint32_t op = GetU32(bytes, 8);
-  if (op != static_cast<uint32_t>(FdChannelOp::kDeliver)) {
+  if (op != static_cast<uint32_t>(FdChannelOp::kDeliver) &&
+      op != static_cast<uint32_t>(FdChannelOp::kFetch)) {
     return absl::InvalidArgumentError(absl::StrCat("descriptor channel op ", op, " is unknown"));
   }
   request.op = static_cast<FdChannelOp>(op);

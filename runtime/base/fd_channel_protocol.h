@@ -4,10 +4,11 @@
 // The channel is a unix SOCK_SEQPACKET socket beside gpukitd's gRPC socket over which a
 // client hands a file descriptor (host shared memory) to gpukitd with SCM_RIGHTS. One
 // exchange per connection:
-//   client -> gpukitd: "GKFD" | u32 version (1) | u32 op | 32-character token, and the
-//                      descriptor attached (op 1, deliver: the descriptor a RegisterHostMemory
-//                      reply's token asked for)
-//   gpukitd -> client: u32 status code (absl/gRPC numbering; 0 is OK) | UTF-8 message
+//   client -> gpukitd: "GKFD" | u32 version (1) | u32 op | 32-character token
+//     op 1, deliver: with the descriptor a RegisterHostMemory reply's token asked for attached
+//     op 2, fetch: for the descriptor an ExportArray reply's token names
+//   gpukitd -> client: u32 status code (absl/gRPC numbering; 0 is OK) | UTF-8 message, with
+//                      the descriptor attached to a successful fetch
 // Integers are little-endian. The token is what pairs the message with a gRPC request of
 // the session: without it a descriptor is refused.
 //
@@ -24,7 +25,7 @@
 
 namespace gpukit {
 
-enum class FdChannelOp : uint32_t { kDeliver = 1 };
+enum class FdChannelOp : uint32_t { kDeliver = 1, kFetch = 2 };
 
 struct FdChannelRequest {
   FdChannelOp op = FdChannelOp::kDeliver;

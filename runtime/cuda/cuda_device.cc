@@ -263,6 +263,7 @@ absl::Status CudaDevice::EnableMemoryPools(const CudaDeviceOptions& options) {
   GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<CudaSegmentSource> source,
                           CudaSegmentSource::Create(cu_, context_, device_));
   memory_source_ = source->Describe();
+  memory_exportable_ = source->kind() == CudaSegmentSource::Kind::kVmmPosixFd;
   if (source->kind() != CudaSegmentSource::Kind::kVmmPosixFd) {
     spdlog::warn("{}: device memory through {}", Describe(), memory_source_);
   }
@@ -471,6 +472,65 @@ absl::StatusOr<HostBuffer> CudaDevice::AllocateHostBuffer(int64_t bytes) {
   return HostBuffer(
       reinterpret_cast<char*>(block->address), bytes, /*pinned=*/true,
       [pool](char* data) { pool->Free(reinterpret_cast<uint64_t>(data)).IgnoreError(); });
+}
+
+absl::StatusOr<ExportedBuffer> CudaDevice::ExportBuffer(BufferId buffer) {
+  if (!memory_exportable_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Describe(), ": its memory cannot be exported: it comes from ", memory_source_));
+  }
+  Allocation allocation;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = buffers_.find(buffer.value);
+    if (it == buffers_.end()) {
+      return absl::NotFoundError(absl::StrCat("buffer ", buffer.value, " not found"));
+    }
+    allocation = it->second;
+  }
+  if (allocation.bytes == 0) {
+    return absl::InvalidArgumentError("a zero-byte buffer has no memory to export");
+  }
+  GPUKIT_ASSIGN_OR_RETURN(PoolBlock block, pool_->Lookup(allocation.address));
+  if (block.shares_segment) {
+    // Its slab holds other buffers, which the importer must not reach: move it out.
+    GPUKIT_ASSIGN_OR_RETURN(PoolBlock own, pool_->AllocateOwnSegment(allocation.bytes));
+    GPUKIT_RETURN_IF_ERROR(Bind());
+    absl::Status copied =
+        CheckCu(cu_.cuMemcpyDtoD(own.address, allocation.address,
+                                 static_cast<size_t>(allocation.bytes)),
+                "cuMemcpyDtoD");
+    bool moved = false;
+    if (copied.ok()) {
+      absl::MutexLock lock(&mu_);
+      auto it = buffers_.find(buffer.value);
+      if (it != buffers_.end() && it->second.address == allocation.address) {
+        it->second.address = own.address;
+        moved = true;
+      }
+    }
+    if (!moved) {
+      pool_->Free(own.address).IgnoreError();
+      return copied.ok() ? absl::AbortedError("the buffer was freed or moved during its export")
+                         : copied;
+    }
+    pool_->Free(allocation.address).IgnoreError();
+    block = own;
+  }
+  GPUKIT_RETURN_IF_ERROR(pool_->MarkShared(block.address));
+  GPUKIT_RETURN_IF_ERROR(Bind());
+  int fd = -1;
+  GPUKIT_RETURN_IF_ERROR(CheckCu(
+      cu_.cuMemExportToShareableHandle(&fd,
+                                       static_cast<CUmemGenericAllocationHandle>(block.segment.handle),
+                                       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+      "cuMemExportToShareableHandle"));
+  ExportedBuffer exported;
+  exported.fd.Reset(fd);
+  exported.allocation_bytes = block.segment.bytes;
+  exported.offset_bytes = 0;
+  exported.bytes = allocation.bytes;
+  return exported;
 }
 
 absl::Status CudaDevice::RegisterHostMemory(void* data, int64_t bytes) {

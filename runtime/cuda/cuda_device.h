@@ -147,6 +147,10 @@ class CudaDevice final : public Device {
   // Pinned memory from a pool of page-locked host segments; copies from and to it go straight
   // to the copy engines (no staging). Ordinary memory when the host cannot lock more.
   absl::StatusOr<HostBuffer> AllocateHostBuffer(int64_t bytes) override;
+  // The buffer's VMM segment as a POSIX file descriptor. A buffer in a slab shared with other
+  // buffers moves first to a segment of its own (a device-to-device copy; its BufferId stays).
+  // FAILED_PRECONDITION where device memory is not exportable (no VMM or no POSIX handles).
+  absl::StatusOr<ExportedBuffer> ExportBuffer(BufferId buffer) override;
   // cuMemHostRegister: copies from and to the range then go straight to the copy engines.
   absl::Status RegisterHostMemory(void* data, int64_t bytes) override;
   absl::Status UnregisterHostMemory(void* data) override;
@@ -256,6 +260,7 @@ class CudaDevice final : public Device {
   // Where buffers come from; set by Create, destroyed before the context is released.
   std::unique_ptr<MemoryPool> pool_;
   std::string memory_source_;
+  bool memory_exportable_ = false;
   // Pinned host buffers (AllocateHostBuffer); copies whose host side lies in one skip the
   // transfer engine.
   std::unique_ptr<MemoryPool> host_pool_;

@@ -71,6 +71,8 @@ namespace gpukit {
   REQUIRED(cuMemUnmap)                                   \
   REQUIRED(cuMemSetAccess)                               \
   REQUIRED(cuMemExportToShareableHandle)                 \
+  REQUIRED(cuMemImportFromShareableHandle)               \
+  REQUIRED(cuMemcpyDtoD)                                 \
   REQUIRED(cuMemcpyHtoD)                                 \
   REQUIRED(cuMemcpyDtoH)                                 \
   REQUIRED(cuMemcpyHtoDAsync)                            \

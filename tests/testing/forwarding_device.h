@@ -89,6 +89,9 @@ class ForwardingDevice final : public Device {
   absl::StatusOr<HostBuffer> AllocateHostBuffer(int64_t bytes) override {
     return inner_->AllocateHostBuffer(bytes);
   }
+  absl::StatusOr<ExportedBuffer> ExportBuffer(BufferId buffer) override {
+    return inner_->ExportBuffer(buffer);
+  }
   absl::Status RegisterHostMemory(void* data, int64_t bytes) override {
     return inner_->RegisterHostMemory(data, bytes);
   }
