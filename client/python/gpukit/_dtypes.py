@@ -130,14 +130,14 @@ def default_for(data: np.ndarray) -> _gpukit.DType:
 
 def float32_to_bfloat16_bits(values: Any) -> np.ndarray:
     """bfloat16 bit patterns (uint16) of float values: round to nearest, ties to even."""
-    f32 = np.ascontiguousarray(values, dtype=np.float32)
+    f32 = np.asarray(values, dtype=np.float32, order="C")  # keeps 0-d (ascontiguousarray does not)
     bits = f32.view(np.uint32)
-    rounded = (bits + (np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))) >> np.uint32(16)
-    out = rounded.astype(np.uint16)
-    out[np.isnan(f32)] = np.uint16(0x7FC0)
-    return out
+    rounding = np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+    rounded = np.asarray((bits + rounding) >> np.uint32(16)).astype(np.uint16)
+    return np.where(np.isnan(f32), np.uint16(0x7FC0), rounded).astype(np.uint16)
 
 
 def bfloat16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
     """float32 values of bfloat16 bit patterns (exact)."""
-    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    widened = np.asarray(bits, dtype=np.uint16).astype(np.uint32)
+    return np.asarray(widened << np.uint32(16)).view(np.float32)

@@ -137,13 +137,13 @@ class Session:
         host = np.asarray(data)
         if dtype is None and getattr(host.dtype, "name", "") == "bfloat16" and host.itemsize == 2:
             target = _gpukit.DType.bfloat16
-            payload = np.ascontiguousarray(host).view(np.uint16)
+            payload = np.asarray(host, order="C").view(np.uint16)
         else:
             target = _dtypes.to_gpukit(dtype) if dtype is not None else _dtypes.default_for(host)
             if target == _gpukit.DType.bfloat16:
                 payload = _dtypes.float32_to_bfloat16_bits(host)
             else:
-                payload = np.ascontiguousarray(host, dtype=_dtypes.host_dtype(target))
+                payload = np.asarray(host, dtype=_dtypes.host_dtype(target), order="C")
         impl = self._client.from_buffer(payload, list(host.shape), target)
         return Array(impl, self)
 
