@@ -9,6 +9,7 @@ override the binaries.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -103,6 +104,10 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
             time.sleep(0.02)
         yield Daemon(f"unix://{sock}", log_path, _binary("GPUKITCTL", "client/cpp/gpukitctl"))
     finally:
+        # Sessions no test holds any more let go of their channels now. (The last test's
+        # session is still referenced by pytest here; the daemon's shutdown waits a few
+        # seconds for its idle channel.)
+        gc.collect()
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
             try:
