@@ -115,7 +115,9 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-    assert process.returncode == 0, f"gpukitd exited with {process.returncode}:\n{log_path.read_text()}"
+    assert process.returncode == 0, (
+        f"gpukitd exited with {process.returncode}:\n{log_path.read_text()}"
+    )
 
 
 @pytest.fixture

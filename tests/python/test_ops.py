@@ -13,7 +13,13 @@ def f32(rng, *shape):
     return rng.standard_normal(shape).astype(np.float32)
 
 
-BROADCAST_SHAPES = [((3, 4), (3, 4)), ((2, 1, 3), (4, 3)), ((4, 1), (1, 5)), ((3,), (2, 3)), ((), (2, 2))]
+BROADCAST_SHAPES = [
+    ((3, 4), (3, 4)),
+    ((2, 1, 3), (4, 3)),
+    ((4, 1), (1, 5)),
+    ((3,), (2, 3)),
+    ((), (2, 2)),
+]
 
 
 @pytest.mark.parametrize("shape_a,shape_b", BROADCAST_SHAPES)
@@ -124,7 +130,8 @@ def test_math_functions(gk, rng):
     np.testing.assert_allclose(gpukit.clip(a, 0.8, 1.2).numpy(), np.clip(x, 0.8, 1.2))
     cond = gk.array((x > 1).astype(np.uint8))
     np.testing.assert_allclose(gpukit.where(cond, a, 0.0).numpy(), np.where(x > 1, x, 0))
-    np.testing.assert_array_equal(gpukit.concatenate([a, a], axis=1).numpy(), np.concatenate([x, x], 1))
+    joined = gpukit.concatenate([a, a], axis=1)
+    np.testing.assert_array_equal(joined.numpy(), np.concatenate([x, x], 1))
 
 
 def gelu_reference(x):
@@ -161,9 +168,13 @@ def test_norms_match_numpy(gk, rng):
     np.testing.assert_allclose(
         nn.layernorm(a, gk.array(w), gk.array(b)).numpy(), normed * w + b, rtol=1e-4, atol=1e-5
     )
-    np.testing.assert_allclose(nn.layernorm(a, bias=gk.array(b)).numpy(), normed + b, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        nn.layernorm(a, bias=gk.array(b)).numpy(), normed + b, rtol=1e-4, atol=1e-5
+    )
     rms = xd / np.sqrt((xd**2).mean(-1, keepdims=True) + 1e-3)
-    np.testing.assert_allclose(nn.rmsnorm(a, gk.array(w), eps=1e-3).numpy(), rms * w, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        nn.rmsnorm(a, gk.array(w), eps=1e-3).numpy(), rms * w, rtol=1e-4, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -186,7 +197,8 @@ def test_rope_and_embedding_match_numpy(gk, rng):
     pos = 2 + np.arange(seq)[:, None]
     theta = pos * 10000.0 ** (-2 * np.arange(half) / dim)
     x1, x2 = x[..., :half].astype(np.float64), x[..., half:].astype(np.float64)
-    want = np.concatenate([x1 * np.cos(theta) - x2 * np.sin(theta), x2 * np.cos(theta) + x1 * np.sin(theta)], -1)
+    cos, sin = np.cos(theta), np.sin(theta)
+    want = np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
     np.testing.assert_allclose(nn.rope(gk.array(x), offset=2).numpy(), want, rtol=1e-5, atol=1e-5)
 
     table = f32(rng, 10, 4)

@@ -26,10 +26,8 @@ def _operand(value: Any) -> Union[_gpukit.Array, int, float]:
         return int(value)
     if isinstance(value, (float, np.floating)):
         return float(value)
-    raise TypeError(
-        f"expected a gpukit.Array, int or float, got {type(value).__name__}"
-        + ("; upload NumPy data with Session.array() first" if isinstance(value, np.ndarray) else "")
-    )
+    hint = "; upload NumPy data with Session.array() first" if isinstance(value, np.ndarray) else ""
+    raise TypeError(f"expected a gpukit.Array, int or float, got {type(value).__name__}{hint}")
 
 
 def run_op(

@@ -105,7 +105,7 @@ sqrt = _unary("sqrt", "Element-wise square root (integer inputs give float32).")
 rsqrt = _unary("rsqrt", "Element-wise 1 / sqrt(x) (integer inputs give float32).")
 negative = _unary("neg", "Element-wise -x (integers wrap); same as ``-x``.")
 negative.__name__ = negative.__qualname__ = "negative"
-abs = _unary("abs", "Element-wise absolute value (integers wrap); same as ``abs(x)``.")  # noqa: A001
+abs = _unary("abs", "Element-wise |x| (integers wrap); same as ``abs(x)``.")  # noqa: A001
 
 
 def clip(

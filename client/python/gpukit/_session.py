@@ -182,9 +182,9 @@ class Session:
         """Runs any built-in op by name (docs/api.md, "Built-in ops"):
         ``gk.run_op("clamp", a, min=0.0, max=1.0)``. Inputs are Arrays and scalars;
         attributes are ints, floats, bools, dtypes, strings or lists of ints."""
+        dtype_like = (np.dtype, _dtypes.BFloat16Type, type)
         converted = {
-            k: (_dtypes.to_gpukit(v) if isinstance(v, (np.dtype, _dtypes.BFloat16Type, type)) else v)
-            for k, v in attrs.items()
+            k: (_dtypes.to_gpukit(v) if isinstance(v, dtype_like) else v) for k, v in attrs.items()
         }
         return _array.run_op(self, op, inputs, converted)
 

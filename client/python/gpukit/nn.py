@@ -59,7 +59,10 @@ def softmax(x: Array, axis: int = -1) -> Array:
 
 
 def layernorm(
-    x: Array, weight: Optional[Array] = None, bias: Optional[Array] = None, eps: Optional[float] = None
+    x: Array,
+    weight: Optional[Array] = None,
+    bias: Optional[Array] = None,
+    eps: Optional[float] = None,
 ) -> Array:
     """Layer normalisation over the last axis.
 
