@@ -29,11 +29,20 @@ else
   echo "==> Debian packages already installed"
 fi
 
-# Python tooling (for client/python once it exists, and for scripts).
+# Python tooling for client/python and its tests (numpy, pytest, pybind11, scikit-build-core),
+# into the python3 on PATH: the interpreter tests/run_all.sh builds the module for. A system
+# Python without pip gets Debian's; PIP_BREAK_SYSTEM_PACKAGES lets pip install beside
+# Debian's own packages (PEP 668) on a plain Debian 12, and means nothing to a pyenv Python.
 PY_REQUIREMENTS="$(dirname "$0")/requirements-dev.txt"
 if [ -s "$PY_REQUIREMENTS" ]; then
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    echo "==> installing Debian package: python3-pip"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-pip
+  fi
   echo "==> installing Python tooling from $PY_REQUIREMENTS"
-  python3 -m pip install --quiet --disable-pip-version-check -r "$PY_REQUIREMENTS"
+  PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet --disable-pip-version-check \
+    -r "$PY_REQUIREMENTS"
 fi
 
 # The CUDA toolkit headers (cuda.h) are needed at build time only; no CUDA library is linked.

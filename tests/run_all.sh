@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Installs the dependencies, builds gpukit with warnings as errors, and runs the whole test
-# suite: the unit tests under AddressSanitizer and UndefinedBehaviorSanitizer, then unit,
-# integration and GPU tests in the regular build (ctest), whose summary closes the output. GPU tests (label gpu) run where a GPU is present and are
-# reported as skipped elsewhere. .ci/run calls exactly this script.
+# suite: the unit tests under AddressSanitizer and UndefinedBehaviorSanitizer, the Python
+# client's pytest suite (tests/python, with the Python module of the regular build), then
+# unit, integration and GPU tests in the regular build (ctest). The output closes with
+# ctest's summary, pytest's summary line and the overall verdict. GPU tests (label gpu) run
+# where a GPU is present and are reported as skipped elsewhere. .ci/run calls exactly this
+# script.
 #
-# Environment: BUILD_DIR (default build/), SKIP_SANITIZE=1 to skip the sanitizer pass.
+# Environment: BUILD_DIR (default build/), SKIP_SANITIZE=1 to skip the sanitizer pass,
+# PYTHON (default python3: the interpreter the module is built for and pytest runs with).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
@@ -14,21 +18,33 @@ start=$(date +%s)
 
 "$ROOT/deploy/install-deps.sh"
 
-echo "==> build (warnings are errors) into $BUILD_DIR"
-BUILD_DIR="$BUILD_DIR" "$ROOT/deploy/build.sh" -DGPUKIT_WERROR=ON
+# The module must be built for the interpreter that runs pytest (a pyenv shim resolves to it).
+PYTHON="$(${PYTHON:-python3} -c 'import sys; print(sys.executable)')"
+
+echo "==> build (warnings are errors) into $BUILD_DIR, Python module for $PYTHON"
+BUILD_DIR="$BUILD_DIR" "$ROOT/deploy/build.sh" -DGPUKIT_WERROR=ON \
+  -DGPUKIT_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PYTHON"
 
 status=0
 if [ "${SKIP_SANITIZE:-0}" != "1" ]; then
   echo "==> unit tests under ASan + UBSan ($ASAN_BUILD_DIR)"
   cmake -S "$ROOT" -B "$ASAN_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
-    -DGPUKIT_WERROR=ON -DGPUKIT_SANITIZE=ON -DGPUKIT_BUILD_BENCHMARKS=OFF >/dev/null
+    -DGPUKIT_WERROR=ON -DGPUKIT_SANITIZE=ON -DGPUKIT_BUILD_BENCHMARKS=OFF \
+    -DGPUKIT_BUILD_PYTHON=OFF >/dev/null
   cmake --build "$ASAN_BUILD_DIR" -j "$JOBS" --target unit_tests
   (cd "$ASAN_BUILD_DIR" && ctest -L unit --output-on-failure -j "$JOBS" --timeout 600) || status=1
 fi
 
-# Last, so that its summary closes the output.
+# pytest before ctest; its summary line is repeated at the end, under ctest's.
+echo "==> pytest: Python client (tests/python, gpukit from $BUILD_DIR/python)"
+PYTEST_LOG="$BUILD_DIR/pytest.log"
+GPUKIT_BUILD_DIR="$BUILD_DIR" "$PYTHON" -m pytest "$ROOT/tests/python" -q -p no:cacheprovider \
+  2>&1 | tee "$PYTEST_LOG" || status=1
+pytest_summary="$(tail -n 1 "$PYTEST_LOG")"
+
 echo "==> ctest: unit, integration and gpu tests ($BUILD_DIR)"
 (cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" --timeout 600) || status=1
 
+echo "==> pytest: $pytest_summary"
 echo "==> done in $(( $(date +%s) - start )) s; $([ $status -eq 0 ] && echo 'all suites passed' || echo 'FAILURES above')"
 exit $status

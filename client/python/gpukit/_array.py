@@ -1,0 +1,357 @@
+"""gpukit.Array: a NumPy-like handle to an array in gpukitd's device memory."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _dtypes, _gpukit
+
+if TYPE_CHECKING:
+    from ._session import Session
+
+#: A Python or NumPy number, usable wherever an arithmetic op takes a scalar.
+Scalar = Union[int, float, np.integer, np.floating, np.bool_]
+#: An axis argument of the reductions: None (all axes), one axis, or several.
+Axis = Optional[Union[int, Sequence[int]]]
+
+
+def _operand(value: Any) -> Union[_gpukit.Array, int, float]:
+    if isinstance(value, Array):
+        return value._impl
+    if isinstance(value, (bool, np.bool_)):
+        return int(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value)
+    hint = "; upload NumPy data with Session.array() first" if isinstance(value, np.ndarray) else ""
+    raise TypeError(f"expected a gpukit.Array, int or float, got {type(value).__name__}{hint}")
+
+
+def run_op(
+    session: "Session", op: str, inputs: Sequence[Any], attrs: Optional[Mapping[str, Any]] = None
+) -> "Array":
+    """Runs built-in op `op` in `session` on `inputs` (Arrays and scalars) with `attrs`."""
+    impl = session._client.run_op(op, [_operand(x) for x in inputs], dict(attrs or {}))
+    return Array(impl, session)
+
+
+def session_of(*values: Any) -> "Session":
+    """The session of the first Array among `values` (the one an op of them runs in)."""
+    for value in values:
+        if isinstance(value, Array):
+            return value._session
+        if isinstance(value, (list, tuple)):
+            for item in value:
+                if isinstance(item, Array):
+                    return item._session
+    raise TypeError("at least one argument must be a gpukit.Array")
+
+
+def _normalize_axes(axis: Sequence[int], ndim: int) -> List[int]:
+    axes = []
+    for a in axis:
+        if not -ndim <= a < ndim:
+            raise ValueError(f"axis {a} is out of range for an array of rank {ndim}")
+        axes.append(a % ndim)
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"axis {tuple(axis)} repeats an axis")
+    return axes
+
+
+def reduce(session: "Session", op: str, a: "Array", axis: Axis, keepdims: bool) -> "Array":
+    """sum, mean, max or min of `a` over `axis` (None: all; an int; or a tuple of ints)."""
+    if axis is None or isinstance(axis, (int, np.integer)):
+        attrs: dict = {"keepdims": True} if keepdims else {}
+        if axis is not None:
+            attrs["axis"] = int(axis)
+        return run_op(session, op, [a], attrs)
+    axes = _normalize_axes([int(x) for x in axis], a.ndim)
+    if not axes:
+        raise ValueError("axis=() reduces nothing; pass None for all axes")
+    if len(axes) == a.ndim:
+        return run_op(session, op, [a], {"keepdims": True} if keepdims else {})
+    # One axis at a time, highest first, so the lower axes keep their numbers. (Each step is
+    # one op; mean of means is exact here as every group has the same count.)
+    out = a
+    for ax in sorted(axes, reverse=True):
+        out = run_op(session, op, [out], {"axis": ax, "keepdims": keepdims})
+    return out
+
+
+def argmax(session: "Session", a: "Array", axis: Optional[int], keepdims: bool) -> "Array":
+    attrs: dict = {"keepdims": True} if keepdims else {}
+    if axis is not None:
+        attrs["axis"] = int(axis)
+    return run_op(session, "argmax", [a], attrs)
+
+
+def matmul(session: "Session", a: "Array", b: "Array") -> "Array":
+    """NumPy's matmul: 1-d operands are made [1, k] and [k, 1], as NumPy does, and the
+    added axis is dropped from the result (one reshape op each, as the daemon's matmul takes
+    rank >= 2 only)."""
+    if not isinstance(a, Array) or not isinstance(b, Array):
+        raise TypeError("matmul takes two gpukit.Arrays")
+    if a.ndim >= 2 and b.ndim >= 2:
+        return run_op(session, "matmul", [a, b])
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError("matmul: input operand does not have enough dimensions (0-d)")
+    a2 = reshape(session, a, (1, a.shape[0])) if a.ndim == 1 else a
+    b2 = reshape(session, b, (b.shape[0], 1)) if b.ndim == 1 else b
+    out = run_op(session, "matmul", [a2, b2])
+    shape = list(out.shape)
+    if b.ndim == 1:
+        del shape[-1]  # the n = 1 column
+    if a.ndim == 1:
+        del shape[-1 if b.ndim == 1 else -2]  # the m = 1 row
+    return reshape(session, out, tuple(shape))
+
+
+def reshape(session: "Session", a: "Array", shape: Sequence[int]) -> "Array":
+    return run_op(session, "reshape", [a], {"shape": [int(d) for d in shape]})
+
+
+def transpose(session: "Session", a: "Array", axes: Optional[Sequence[int]]) -> "Array":
+    attrs = {} if axes is None else {"perm": [int(x) for x in axes]}
+    return run_op(session, "transpose", [a], attrs)
+
+
+def astype(session: "Session", a: "Array", dtype: _dtypes.DTypeLike) -> "Array":
+    return run_op(session, "astype", [a], {"dtype": _dtypes.to_gpukit(dtype)})
+
+
+def _shape_args(shape: Tuple[Any, ...]) -> Tuple[int, ...]:
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        return tuple(int(d) for d in shape[0])
+    return tuple(int(d) for d in shape)
+
+
+class Array:
+    """An array in gpukitd's device memory, owned by a :class:`Session`.
+
+    Arrays are made by a session (``gk.array(np_data)``, ``gk.zeros((2, 3))``) and by ops on
+    arrays. Every op runs in the daemon and returns a new array; nothing is computed on the
+    host, and data crosses to the host only through :meth:`numpy` (or ``np.asarray(a)``).
+
+    Operators ``+ - * /`` broadcast as NumPy does and take Python or NumPy scalars on either
+    side (``2 * a``, ``a - 1.5``); ``@`` is matmul; ``-a`` and ``abs(a)`` are element-wise.
+    DTypes follow the daemon's promotion rules (docs/api.md, "DType promotion"), which differ
+    from NumPy's where NumPy would give float64: ``int32_array / 2`` is float32, for example.
+
+    The device memory is freed when the Array is garbage collected, by :meth:`free`, or when
+    its session closes. An Array keeps its session open while it lives.
+
+    Examples
+    --------
+    >>> a = gk.array(np.arange(6, dtype=np.float32).reshape(2, 3))
+    >>> b = (2 * a + 1).sum(axis=0)
+    >>> b.numpy()
+    array([ 8., 12., 16.], dtype=float32)
+    """
+
+    __slots__ = ("_impl", "_session", "__weakref__")
+    # NumPy defers to Array's reflected operators (np.float32(2) * a runs in the daemon)
+    # instead of converting the array; a NumPy array operand is a TypeError, not a download.
+    __array_ufunc__ = None
+
+    def __init__(self, impl: _gpukit.Array, session: "Session") -> None:
+        self._impl = impl
+        self._session = session
+
+    # --- description (no daemon call) ---------------------------------------------------
+
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        """Dimensions, as a tuple of ints."""
+        return self._impl.shape
+
+    @property
+    def dtype(self) -> Union[np.dtype, _dtypes.BFloat16Type]:
+        """Element type: a NumPy dtype, or :data:`gpukit.bfloat16`."""
+        return _dtypes.to_public(self._impl.dtype)
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self._impl.shape)
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return int(np.prod(self._impl.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of device memory the array takes."""
+        return self._impl.size_bytes
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return self._impl.dtype.itemsize
+
+    @property
+    def handle(self) -> str:
+        """The daemon's handle of the array ("a-..."), valid in its session only."""
+        return self._impl.handle
+
+    @property
+    def session(self) -> "Session":
+        """The session that owns the array."""
+        return self._session
+
+    @property
+    def freed(self) -> bool:
+        """True after :meth:`free`."""
+        return self._impl.freed
+
+    def __len__(self) -> int:
+        if not self._impl.shape:
+            raise TypeError("len() of a 0-d gpukit.Array")
+        return self._impl.shape[0]
+
+    def __repr__(self) -> str:
+        state = ", freed" if self._impl.freed else ""
+        return (
+            f"gpukit.Array(shape={self.shape}, dtype={self.dtype}, handle={self.handle!r}"
+            f"{state})"
+        )
+
+    # --- host transfers -------------------------------------------------------------------
+
+    def numpy(self) -> np.ndarray:
+        """Downloads the array into a new NumPy array.
+
+        Returns
+        -------
+        numpy.ndarray
+            Of the array's shape and dtype; for bfloat16, float32 (exact: every bfloat16 is
+            a float32). :meth:`tobytes` gives the raw bfloat16 bits.
+
+        Raises
+        ------
+        NotFound
+            The array was freed, or its session closed.
+        """
+        if self._impl.dtype == _gpukit.DType.bfloat16:
+            bits = np.empty(self.shape, dtype=np.uint16)
+            self._impl.read_into(bits)
+            return _dtypes.bfloat16_bits_to_float32(bits)
+        out = np.empty(self.shape, dtype=_dtypes.host_dtype(self._impl.dtype))
+        self._impl.read_into(out)
+        return out
+
+    def tobytes(self) -> bytes:
+        """Downloads the array's raw bytes (row-major, the host's byte order)."""
+        out = bytearray(self._impl.size_bytes)
+        self._impl.read_into(out)
+        return bytes(out)
+
+    def tolist(self) -> Any:
+        """The elements as (nested) Python lists, as ``numpy().tolist()``."""
+        return self.numpy().tolist()
+
+    def item(self) -> Union[int, float]:
+        """The only element of a one-element array, as a Python number."""
+        if self.size != 1:
+            raise ValueError(f"item() needs an array of one element, not {self.size}")
+        return self.numpy().reshape(()).item()
+
+    def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> np.ndarray:
+        out = self.numpy()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def free(self) -> None:
+        """Frees the device memory now. Later use of the array raises :class:`NotFound`."""
+        self._impl.free()
+
+    # --- ops ----------------------------------------------------------------------------
+
+    def astype(self, dtype: _dtypes.DTypeLike) -> "Array":
+        """Converts to `dtype` in the daemon (docs/api.md, "astype": floats truncate toward
+        zero and saturate when converted to integers)."""
+        return astype(self._session, self, dtype)
+
+    def reshape(self, *shape: Union[int, Sequence[int]]) -> "Array":
+        """Same elements in a new shape: ``a.reshape(2, 3)`` or ``a.reshape((2, -1))``.
+        Copies (no array is a view of another)."""
+        return reshape(self._session, self, _shape_args(shape))
+
+    def transpose(self, *axes: Union[int, Sequence[int]]) -> "Array":
+        """Permutes the axes (reverses them when none are given). Copies."""
+        return transpose(self._session, self, _shape_args(axes) if axes else None)
+
+    @property
+    def T(self) -> "Array":
+        """The array with its axes reversed (a copy)."""
+        return transpose(self._session, self, None)
+
+    def sum(self, axis: Axis = None, keepdims: bool = False) -> "Array":
+        """See :func:`gpukit.sum`."""
+        return reduce(self._session, "sum", self, axis, keepdims)
+
+    def mean(self, axis: Axis = None, keepdims: bool = False) -> "Array":
+        """See :func:`gpukit.mean`."""
+        return reduce(self._session, "mean", self, axis, keepdims)
+
+    def max(self, axis: Axis = None, keepdims: bool = False) -> "Array":
+        """See :func:`gpukit.max`."""
+        return reduce(self._session, "max", self, axis, keepdims)
+
+    def min(self, axis: Axis = None, keepdims: bool = False) -> "Array":
+        """See :func:`gpukit.min`."""
+        return reduce(self._session, "min", self, axis, keepdims)
+
+    def argmax(self, axis: Optional[int] = None, keepdims: bool = False) -> "Array":
+        """See :func:`gpukit.argmax`."""
+        return argmax(self._session, self, axis, keepdims)
+
+    def _binary(self, op: str, a: Any, b: Any) -> "Array":
+        try:
+            operands = [_operand(a), _operand(b)]
+        except TypeError:
+            return NotImplemented
+        impl = self._session._client.run_op(op, operands, {})
+        return Array(impl, self._session)
+
+    def __add__(self, other: Any) -> "Array":
+        return self._binary("add", self, other)
+
+    def __radd__(self, other: Any) -> "Array":
+        return self._binary("add", other, self)
+
+    def __sub__(self, other: Any) -> "Array":
+        return self._binary("sub", self, other)
+
+    def __rsub__(self, other: Any) -> "Array":
+        return self._binary("sub", other, self)
+
+    def __mul__(self, other: Any) -> "Array":
+        return self._binary("mul", self, other)
+
+    def __rmul__(self, other: Any) -> "Array":
+        return self._binary("mul", other, self)
+
+    def __truediv__(self, other: Any) -> "Array":
+        return self._binary("div", self, other)
+
+    def __rtruediv__(self, other: Any) -> "Array":
+        return self._binary("div", other, self)
+
+    def __matmul__(self, other: Any) -> "Array":
+        if not isinstance(other, Array):
+            return NotImplemented
+        return matmul(self._session, self, other)
+
+    def __rmatmul__(self, other: Any) -> "Array":
+        if not isinstance(other, Array):
+            return NotImplemented
+        return matmul(self._session, other, self)
+
+    def __neg__(self) -> "Array":
+        return run_op(self._session, "neg", [self])
+
+    def __abs__(self) -> "Array":
+        return run_op(self._session, "abs", [self])

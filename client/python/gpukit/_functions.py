@@ -1,0 +1,130 @@
+"""NumPy-style functions on gpukit arrays; each runs in the session of its (first) array."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Union
+
+from . import _array, _dtypes
+from ._array import Array, Axis, Scalar, run_op, session_of
+
+
+def sum(a: Array, axis: Axis = None, keepdims: bool = False) -> Array:  # noqa: A001
+    """Sum of the elements, over all axes or over `axis`.
+
+    Parameters
+    ----------
+    a : Array
+    axis : int or tuple of ints, optional
+        Axes to reduce (negative ones count from the end); None reduces all.
+    keepdims : bool
+        Keep each reduced axis as a dimension of 1.
+
+    Returns
+    -------
+    Array
+        Floating inputs keep their dtype; integer ones give int64 (wrapping).
+    """
+    return _array.reduce(session_of(a), "sum", a, axis, keepdims)
+
+
+def mean(a: Array, axis: Axis = None, keepdims: bool = False) -> Array:
+    """Mean of the elements (see :func:`sum`); integer inputs give float32, an empty extent NaN."""
+    return _array.reduce(session_of(a), "mean", a, axis, keepdims)
+
+
+def max(a: Array, axis: Axis = None, keepdims: bool = False) -> Array:  # noqa: A001
+    """Maximum (see :func:`sum`); keeps the dtype, propagates NaN, and raises
+    :class:`InvalidArgument` for an empty extent."""
+    return _array.reduce(session_of(a), "max", a, axis, keepdims)
+
+
+def min(a: Array, axis: Axis = None, keepdims: bool = False) -> Array:  # noqa: A001
+    """Minimum (see :func:`max`)."""
+    return _array.reduce(session_of(a), "min", a, axis, keepdims)
+
+
+def argmax(a: Array, axis: Optional[int] = None, keepdims: bool = False) -> Array:
+    """int64 index of the first maximum, of the flattened array or along `axis` (NaN counts
+    as the maximum, as in NumPy)."""
+    return _array.argmax(session_of(a), a, axis, keepdims)
+
+
+def matmul(a: Array, b: Array) -> Array:
+    """Matrix product with NumPy's rules: leading (batch) dimensions broadcast, and 1-d
+    operands work as a row (left) or a column (right) vector. Same as ``a @ b``."""
+    return _array.matmul(session_of(a, b), a, b)
+
+
+def add(a: Union[Array, Scalar], b: Union[Array, Scalar]) -> Array:
+    """``a + b``, broadcasting."""
+    return run_op(session_of(a, b), "add", [a, b])
+
+
+def subtract(a: Union[Array, Scalar], b: Union[Array, Scalar]) -> Array:
+    """``a - b``, broadcasting."""
+    return run_op(session_of(a, b), "sub", [a, b])
+
+
+def multiply(a: Union[Array, Scalar], b: Union[Array, Scalar]) -> Array:
+    """``a * b``, broadcasting."""
+    return run_op(session_of(a, b), "mul", [a, b])
+
+
+def divide(a: Union[Array, Scalar], b: Union[Array, Scalar]) -> Array:
+    """``a / b`` (true division; integer inputs give float32)."""
+    return run_op(session_of(a, b), "div", [a, b])
+
+
+def astype(a: Array, dtype: _dtypes.DTypeLike) -> Array:
+    """``a.astype(dtype)``."""
+    return a.astype(dtype)
+
+
+def reshape(a: Array, shape: Sequence[int]) -> Array:
+    """``a.reshape(shape)``."""
+    return a.reshape(shape)
+
+
+def transpose(a: Array, axes: Optional[Sequence[int]] = None) -> Array:
+    """Permutes the axes; reverses them when `axes` is None."""
+    return _array.transpose(session_of(a), a, axes)
+
+
+def _unary(op: str, doc: str) -> Any:
+    def fn(x: Array) -> Array:
+        return run_op(session_of(x), op, [x])
+
+    fn.__name__ = fn.__qualname__ = op
+    fn.__doc__ = doc
+    return fn
+
+
+exp = _unary("exp", "Element-wise e**x (integer inputs give float32).")
+log = _unary("log", "Element-wise natural logarithm (integer inputs give float32).")
+sqrt = _unary("sqrt", "Element-wise square root (integer inputs give float32).")
+rsqrt = _unary("rsqrt", "Element-wise 1 / sqrt(x) (integer inputs give float32).")
+negative = _unary("neg", "Element-wise -x (integers wrap); same as ``-x``.")
+negative.__name__ = negative.__qualname__ = "negative"
+abs = _unary("abs", "Element-wise |x| (integers wrap); same as ``abs(x)``.")  # noqa: A001
+
+
+def clip(
+    x: Array, a_min: Optional[Union[int, float]] = None, a_max: Optional[Union[int, float]] = None
+) -> Array:
+    """Limits the values to [a_min, a_max] (either may be None); the daemon's ``clamp``."""
+    attrs = {}
+    if a_min is not None:
+        attrs["min"] = a_min
+    if a_max is not None:
+        attrs["max"] = a_max
+    return run_op(session_of(x), "clamp", [x], attrs)
+
+
+def where(cond: Array, a: Union[Array, Scalar], b: Union[Array, Scalar]) -> Array:
+    """Elements of `a` where `cond` is nonzero, else of `b`; the three shapes broadcast."""
+    return run_op(session_of(cond, a, b), "where", [cond, a, b])
+
+
+def concatenate(arrays: Sequence[Array], axis: int = 0) -> Array:
+    """Joins 2 to 64 arrays along an existing axis."""
+    return run_op(session_of(list(arrays)), "concat", list(arrays), {"axis": int(axis)})

@@ -1,0 +1,326 @@
+"""gpukit.Session and gpukit.connect: one client session with gpukitd."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, Mapping, Optional, Sequence, Tuple, Type, Union
+
+import numpy as np
+
+from . import _array, _dtypes, _gpukit, _kernel
+from ._array import Array, Axis
+
+ShapeLike = Union[int, Sequence[int]]
+
+
+def _shape(shape: ShapeLike) -> Tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)):
+        return (int(shape),)
+    return tuple(int(d) for d in shape)
+
+
+class Session:
+    """A session with gpukitd: the owner of the arrays and kernels it creates.
+
+    Made by :func:`gpukit.connect`. A background thread keeps the session's lease alive.
+    Closing it (:meth:`close`, the end of a ``with`` block, or the garbage collection of the
+    session and all its arrays) frees everything it holds in the daemon.
+
+    Examples
+    --------
+    >>> with gpukit.connect(tenant="notebook") as gk:
+    ...     a = gk.array(np.ones((2, 3), dtype=np.float32))
+    ...     print(gk.qos_class, (a * 2).sum().item())
+    BestEffort 12.0
+    """
+
+    def __init__(self, client: _gpukit.Client) -> None:
+        self._client = client
+        self._closed = False
+
+    # --- the session --------------------------------------------------------------------
+
+    @property
+    def session_id(self) -> str:
+        """The daemon's id of the session ("s-...")."""
+        return self._client.session_id
+
+    @property
+    def address(self) -> str:
+        """The daemon's address ("unix:///...")."""
+        return self._client.address
+
+    @property
+    def partition(self) -> str:
+        """The partition the daemon placed the session in."""
+        return self._client.partition
+
+    @property
+    def qos_class(self) -> str:
+        """"Guaranteed", "Burstable" or "BestEffort", derived from the requests and limits."""
+        return self._client.qos_class
+
+    @property
+    def device_index(self) -> int:
+        """The device the session's arrays live on."""
+        return self._client.device_index
+
+    @property
+    def lease_s(self) -> float:
+        """The lease the daemon granted, in seconds."""
+        return self._client.lease_s
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._closed
+
+    def keep_alive(self) -> None:
+        """Renews the lease now (the background thread does this by itself)."""
+        self._client.keep_alive()
+
+    def close(self) -> None:
+        """Closes the session; the daemon frees its arrays and kernels. Idempotent."""
+        self._closed = True
+        self._client.close()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        try:
+            self.close()
+        except _gpukit.Error:
+            if exc is None:  # never hide the exception that ended the block
+                raise
+
+    def __repr__(self) -> str:
+        state = ", closed" if self._closed else ""
+        return (
+            f"gpukit.Session(session_id={self.session_id!r}, partition={self.partition!r}, "
+            f"qos_class={self.qos_class!r}, address={self.address!r}{state})"
+        )
+
+    # --- arrays -------------------------------------------------------------------------
+
+    def array(self, data: Any, dtype: Optional[_dtypes.DTypeLike] = None) -> Array:
+        """Uploads host data into a new array of this session.
+
+        Parameters
+        ----------
+        data : array_like
+            A NumPy array, nested lists, a scalar, or any object ``np.asarray`` accepts.
+            ``ml_dtypes.bfloat16`` arrays are taken as bfloat16.
+        dtype : dtype-like, optional
+            The array's dtype. Default: the data's, except that float64 (NumPy's default
+            float) becomes float32 and bool becomes uint8, as gpukit has neither. Data of
+            another dtype is converted on the host first (bfloat16: rounded to nearest even).
+
+        Returns
+        -------
+        Array
+
+        Raises
+        ------
+        TypeError
+            A dtype gpukit does not have (float64 asked for explicitly, int16, complex, ...).
+        ResourceExhausted
+            Admission refused the memory (``reason`` says why).
+        """
+        if isinstance(data, Array) and data._session is self:  # a copy in the daemon
+            return data.astype(dtype if dtype is not None else data._impl.dtype)
+        host = np.asarray(data)
+        if dtype is None and getattr(host.dtype, "name", "") == "bfloat16" and host.itemsize == 2:
+            target = _gpukit.DType.bfloat16
+            payload = np.asarray(host, order="C").view(np.uint16)
+        else:
+            target = _dtypes.to_gpukit(dtype) if dtype is not None else _dtypes.default_for(host)
+            if target == _gpukit.DType.bfloat16:
+                payload = _dtypes.float32_to_bfloat16_bits(host)
+            else:
+                payload = np.asarray(host, dtype=_dtypes.host_dtype(target), order="C")
+        impl = self._client.from_buffer(payload, list(host.shape), target)
+        return Array(impl, self)
+
+    asarray = array
+
+    def from_bytes(self, data: Any, shape: ShapeLike, dtype: _dtypes.DTypeLike) -> Array:
+        """A new array holding the raw bytes of `data` (any C-contiguous buffer: bytes,
+        a NumPy array, memoryview), which must be exactly the size of `shape` and `dtype`.
+        Use it for bfloat16 bit patterns."""
+        impl = self._client.from_buffer(data, list(_shape(shape)), _dtypes.to_gpukit(dtype))
+        return Array(impl, self)
+
+    def empty(self, shape: ShapeLike, dtype: _dtypes.DTypeLike = np.float32) -> Array:
+        """A new array with undefined contents (no data crosses to the daemon)."""
+        return Array(self._client.empty(list(_shape(shape)), _dtypes.to_gpukit(dtype)), self)
+
+    def full(
+        self, shape: ShapeLike, fill_value: Union[int, float], dtype: _dtypes.DTypeLike = np.float32
+    ) -> Array:
+        """A new array of `fill_value`. The daemon has no fill op, so the values are uploaded."""
+        target = _dtypes.to_gpukit(dtype)
+        host = np.full(_shape(shape), fill_value, dtype=_dtypes.host_dtype(target))
+        return self.array(host, dtype=target)
+
+    def zeros(self, shape: ShapeLike, dtype: _dtypes.DTypeLike = np.float32) -> Array:
+        """A new array of zeros (uploaded; see :meth:`full`)."""
+        return self.full(shape, 0, dtype)
+
+    def ones(self, shape: ShapeLike, dtype: _dtypes.DTypeLike = np.float32) -> Array:
+        """A new array of ones (uploaded; see :meth:`full`)."""
+        return self.full(shape, 1, dtype)
+
+    # --- ops in this session ------------------------------------------------------------
+
+    def run_op(self, op: str, *inputs: Any, **attrs: Any) -> Array:
+        """Runs any built-in op by name (docs/api.md, "Built-in ops"):
+        ``gk.run_op("clamp", a, min=0.0, max=1.0)``. Inputs are Arrays and scalars;
+        attributes are ints, floats, bools, dtypes, strings or lists of ints."""
+        dtype_like = (np.dtype, _dtypes.BFloat16Type, type)
+        converted = {
+            k: (_dtypes.to_gpukit(v) if isinstance(v, dtype_like) else v) for k, v in attrs.items()
+        }
+        return _array.run_op(self, op, inputs, converted)
+
+    def sum(self, a: Array, axis: Axis = None, keepdims: bool = False) -> Array:
+        """See :func:`gpukit.sum`; runs in this session."""
+        return _array.reduce(self, "sum", a, axis, keepdims)
+
+    def mean(self, a: Array, axis: Axis = None, keepdims: bool = False) -> Array:
+        """See :func:`gpukit.mean`; runs in this session."""
+        return _array.reduce(self, "mean", a, axis, keepdims)
+
+    def max(self, a: Array, axis: Axis = None, keepdims: bool = False) -> Array:
+        """See :func:`gpukit.max`; runs in this session."""
+        return _array.reduce(self, "max", a, axis, keepdims)
+
+    def min(self, a: Array, axis: Axis = None, keepdims: bool = False) -> Array:
+        """See :func:`gpukit.min`; runs in this session."""
+        return _array.reduce(self, "min", a, axis, keepdims)
+
+    def argmax(self, a: Array, axis: Optional[int] = None, keepdims: bool = False) -> Array:
+        """See :func:`gpukit.argmax`; runs in this session."""
+        return _array.argmax(self, a, axis, keepdims)
+
+    def matmul(self, a: Array, b: Array) -> Array:
+        """See :func:`gpukit.matmul`; runs in this session."""
+        return _array.matmul(self, a, b)
+
+    # --- custom kernels -----------------------------------------------------------------
+
+    def compile(
+        self, source: str, entries: Union[str, Sequence[str]], options: Sequence[str] = ()
+    ) -> _kernel.Kernel:
+        """Compiles CUDA C++ `source` in the daemon (NVRTC, cached) for the session's device.
+
+        Parameters
+        ----------
+        source : str
+            CUDA C++; nothing can be ``#include``d.
+        entries : str or sequence of str
+            The kernels to export: ``extern "C"`` names, or template name expressions
+            (``"scale<float>"``).
+        options : sequence of str
+            NVRTC options from the daemon's allow-list (``"-DN=4"``, ``"--use_fast_math"``).
+
+        Returns
+        -------
+        Kernel
+
+        Raises
+        ------
+        InvalidArgument
+            The source does not compile (the message holds NVRTC's log), or a refused option
+            or entry name.
+        FailedPrecondition
+            The daemon has no NVRTC.
+        ResourceExhausted
+            The session holds its limit of kernels.
+        """
+        return _kernel.compile_kernel(self, source, entries, options)
+
+
+def connect(
+    address: Optional[str] = None,
+    *,
+    tenant: str = "default",
+    partition: Optional[str] = None,
+    memory_request_bytes: Optional[int] = None,
+    memory_limit_bytes: Optional[int] = None,
+    compute_request: Optional[float] = None,
+    compute_limit: Optional[float] = None,
+    lease_s: Optional[float] = None,
+    priority: int = 0,
+    queue_timeout_s: Optional[float] = None,
+    call_timeout_s: float = 60.0,
+    connect_timeout_s: float = 5.0,
+    client_name: Optional[str] = None,
+) -> Session:
+    """Connects to gpukitd and opens a session.
+
+    Parameters
+    ----------
+    address : str, optional
+        ``"unix:///path.sock"`` or ``"host:port"``. Default: ``$GPUKIT_ADDR``, else the
+        default socket, as for the C++ client and ``gpukitctl``.
+    tenant : str
+        The tenant the session acts for (1-63 of ``[A-Za-z0-9._-]``).
+    partition : str, optional
+        The partition to open the session in; default ``"default"``.
+    memory_request_bytes, memory_limit_bytes : int, optional
+        Device memory the session requests and may use at most. An allocation above the
+        limit raises :class:`ResourceExhausted` with reason
+        ``"REASON_SESSION_LIMIT_EXCEEDED"``.
+    compute_request, compute_limit : float, optional
+        Shares of the device (0 to 1). With none of the four set, the partition's defaults
+        apply. The QoS class follows from them as in Kubernetes: Guaranteed when memory and
+        compute have limits equal to their requests (a limit alone sets its request),
+        BestEffort when nothing is set, Burstable otherwise.
+    lease_s : float, optional
+        The lease to ask for; default the daemon's (30 s). Renewed in the background.
+    priority : int
+        Priority of this session's ops in its partition's queue, -100 to 100.
+    queue_timeout_s : float, optional
+        Longest wait of an op in the queue (:class:`DeadlineExceeded` past it).
+    call_timeout_s : float
+        Deadline of each call.
+    connect_timeout_s : float
+        How long to wait for the daemon to accept the connection.
+    client_name : str, optional
+        Shown to operators in ``gpukitctl sessions``; default the program's name.
+
+    Returns
+    -------
+    Session
+        Usable as a context manager, which closes it.
+
+    Raises
+    ------
+    Unavailable
+        No daemon answers at the address.
+    InvalidArgument, NotFound, ResourceExhausted
+        The daemon refused the session (bad tenant, unknown partition, requests that do not
+        fit: ``reason`` says why).
+    """
+    client = _gpukit.Client.connect(
+        address=address or "",
+        tenant=tenant,
+        partition=partition or "",
+        memory_request_bytes=memory_request_bytes,
+        memory_limit_bytes=memory_limit_bytes,
+        compute_request=compute_request,
+        compute_limit=compute_limit,
+        lease_s=lease_s or 0.0,
+        priority=priority,
+        queue_timeout_s=queue_timeout_s or 0.0,
+        call_timeout_s=call_timeout_s,
+        connect_timeout_s=connect_timeout_s,
+        client_name=client_name or "",
+    )
+    return Session(client)

@@ -1,0 +1,461 @@
+// gpukit._gpukit: thin pybind11 bindings of libgpukit (client/cpp/include/gpukit/client.h)
+// for the pure-Python package gpukit (client/python/gpukit), which gives them their NumPy-like
+// shape. Every call that talks to the daemon runs with the GIL released; Python objects are
+// only touched while it is held.
+//
+// Lifetimes: an Array and a Kernel hold a reference to their Client, so the session stays
+// open while any of them lives (or until Client.close()). An Array frees its device memory
+// and a Kernel its compiled module when they are garbage collected or freed.
+//
+// Thread safety: every class may be used from several Python threads at once (libgpukit is
+// thread-safe); free() while another thread uses the same Array lets that call finish first.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "client/python/src/errors.h"
+#include "gpukit/client.h"
+#include "pybind11/pybind11.h"
+#include "pybind11/stl.h"
+#include "runtime/base/dtype.h"
+
+namespace gpukit::python {
+namespace py = pybind11;
+namespace {
+
+// Runs `fn` without the GIL when the calling thread holds it (destructors may also run on
+// threads that do not, e.g. inside another call's released region).
+template <typename Fn>
+void WithoutGil(Fn&& fn) {
+  if (PyGILState_Check()) {
+    py::gil_scoped_release release;
+    fn();
+  } else {
+    fn();
+  }
+}
+
+absl::Duration Seconds(double seconds) { return absl::Microseconds(seconds * 1e6); }
+
+// A Python buffer (bytes, bytearray, numpy array, memoryview) held as one C-contiguous block
+// while a call reads or writes it. Constructed and destroyed with the GIL held.
+class ContiguousBuffer {
+ public:
+  ContiguousBuffer(py::handle object, bool writable) {
+    const int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(object.ptr(), &view_, flags) != 0) throw py::error_already_set();
+  }
+  ~ContiguousBuffer() { PyBuffer_Release(&view_); }
+  ContiguousBuffer(const ContiguousBuffer&) = delete;
+  ContiguousBuffer& operator=(const ContiguousBuffer&) = delete;
+
+  void* data() const { return view_.buf; }
+  int64_t bytes() const { return static_cast<int64_t>(view_.len); }
+
+ private:
+  Py_buffer view_{};
+};
+
+class PyArray;
+
+// A session: gpukit::Client, shared with the Arrays and Kernels it made.
+class PyClient {
+ public:
+  explicit PyClient(std::shared_ptr<Client> client) : client_(std::move(client)) {}
+  ~PyClient() {
+    WithoutGil([this] { client_.reset(); });  // the last reference closes the session
+  }
+  PyClient(const PyClient&) = delete;
+  PyClient& operator=(const PyClient&) = delete;
+
+  const std::shared_ptr<Client>& client() const { return client_; }
+
+ private:
+  std::shared_ptr<Client> client_;
+};
+
+// A device array of a session. `array_` is null once freed; calls that need it take a copy
+// of the pointer with the GIL held, so a concurrent free() cannot pull it from under them.
+class PyArray {
+ public:
+  PyArray(std::shared_ptr<Client> client, Array array)
+      : client_(std::move(client)),
+        handle_(array.handle()),
+        shape_(array.shape()),
+        dtype_(array.dtype()),
+        size_bytes_(array.size_bytes()),
+        array_(std::make_shared<Array>(std::move(array))) {}
+  ~PyArray() {
+    WithoutGil([this] {
+      array_.reset();
+      client_.reset();
+    });
+  }
+  PyArray(const PyArray&) = delete;
+  PyArray& operator=(const PyArray&) = delete;
+
+  const std::shared_ptr<Client>& client() const { return client_; }
+  const std::string& handle() const { return handle_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  DType dtype() const { return dtype_; }
+  int64_t size_bytes() const { return size_bytes_; }
+  bool freed() const { return array_ == nullptr; }
+
+  // The live array, or NOT_FOUND as the daemon answers for a freed handle.
+  std::shared_ptr<Array> Live() const {
+    if (array_ == nullptr) {
+      throw StatusError(absl::NotFoundError(
+          absl::StrCat("array handle \"", handle_, "\" was freed in this session")));
+    }
+    return array_;
+  }
+
+  void Read(py::handle out) const {
+    std::shared_ptr<Array> array = Live();
+    ContiguousBuffer buffer(out, /*writable=*/true);
+    absl::Status status;
+    WithoutGil([&] { status = array->Read(buffer.data(), buffer.bytes()); });
+    ThrowIfError(status);
+  }
+
+  void Write(py::handle data) const {
+    std::shared_ptr<Array> array = Live();
+    ContiguousBuffer buffer(data, /*writable=*/false);
+    absl::Status status;
+    WithoutGil([&] { status = array->Write(buffer.data(), buffer.bytes()); });
+    ThrowIfError(status);
+  }
+
+  // Frees the device memory now, unless a call on another thread still uses the array: then
+  // when that call ends. A second free() does nothing.
+  void Free() {
+    std::shared_ptr<Array> array = std::move(array_);
+    if (array == nullptr) return;
+    absl::Status status;
+    WithoutGil([&] {
+      if (array.use_count() == 1) status = array->Free();
+      array.reset();
+    });
+    ThrowIfError(status);
+  }
+
+ private:
+  std::shared_ptr<Client> client_;
+  std::string handle_;
+  std::vector<int64_t> shape_;
+  DType dtype_;
+  int64_t size_bytes_;
+  std::shared_ptr<Array> array_;
+};
+
+// A compiled kernel of a session; freed in the daemon when collected or freed.
+class PyKernel {
+ public:
+  PyKernel(std::shared_ptr<Client> client, Kernel kernel)
+      : client_(std::move(client)), kernel_(std::move(kernel)) {}
+  ~PyKernel() {
+    WithoutGil([this] {
+      if (!freed_) client_->FreeKernel(kernel_).IgnoreError();  // the session may be gone
+      client_.reset();
+    });
+  }
+  PyKernel(const PyKernel&) = delete;
+  PyKernel& operator=(const PyKernel&) = delete;
+
+  const std::shared_ptr<Client>& client() const { return client_; }
+  const Kernel& kernel() const { return kernel_; }
+  bool freed() const { return freed_; }
+
+  void Free() {
+    if (freed_) return;
+    freed_ = true;
+    absl::Status status;
+    WithoutGil([&] { status = client_->FreeKernel(kernel_); });
+    ThrowIfError(status);
+  }
+
+ private:
+  std::shared_ptr<Client> client_;
+  Kernel kernel_;
+  bool freed_ = false;
+};
+
+// A kernel launch argument whose C type the caller chose (gpukit/_kernel.py picks it).
+struct PyKernelArgument {
+  std::variant<std::shared_ptr<PyArray>, float, double, int32_t, int64_t, uint32_t, uint64_t> value;
+};
+
+Dim3 ToDim3(const std::vector<uint32_t>& dims, const char* name) {
+  if (dims.empty() || dims.size() > 3) {
+    throw StatusError(absl::InvalidArgumentError(
+        absl::StrCat(name, " has ", dims.size(), " dimensions; give 1 to 3")));
+  }
+  Dim3 dim;
+  dim.x = dims[0];
+  if (dims.size() > 1) dim.y = dims[1];
+  if (dims.size() > 2) dim.z = dims[2];
+  return dim;
+}
+
+std::shared_ptr<PyClient> Connect(const std::string& address, const std::string& tenant,
+                                  const std::string& partition,
+                                  std::optional<int64_t> memory_request_bytes,
+                                  std::optional<int64_t> memory_limit_bytes,
+                                  std::optional<double> compute_request,
+                                  std::optional<double> compute_limit, double lease_s, int priority,
+                                  double queue_timeout_s, double call_timeout_s,
+                                  double connect_timeout_s, const std::string& client_name) {
+  ClientOptions options;
+  options.address = address;
+  options.tenant = tenant;
+  options.partition = partition;
+  options.resources.memory_request_bytes = memory_request_bytes;
+  options.resources.memory_limit_bytes = memory_limit_bytes;
+  options.resources.compute_request = compute_request;
+  options.resources.compute_limit = compute_limit;
+  options.lease = Seconds(lease_s);
+  options.task.priority = priority;
+  options.task.queue_timeout = Seconds(queue_timeout_s);
+  options.call_timeout = Seconds(call_timeout_s);
+  options.connect_timeout = Seconds(connect_timeout_s);
+  options.client_name = client_name;
+  absl::StatusOr<std::unique_ptr<Client>> client;
+  WithoutGil([&] { client = Client::Connect(options); });
+  return std::make_shared<PyClient>(std::shared_ptr<Client>(ValueOrThrow(std::move(client))));
+}
+
+Attr ToAttr(const std::string& name, py::handle value) {
+  if (py::isinstance<py::bool_>(value)) return value.cast<bool>();
+  if (py::isinstance<py::int_>(value)) return value.cast<int64_t>();
+  if (py::isinstance<py::float_>(value)) return value.cast<double>();
+  if (py::isinstance<DType>(value)) return value.cast<DType>();
+  if (py::isinstance<py::str>(value)) return value.cast<std::string>();
+  if (py::isinstance<py::list>(value) || py::isinstance<py::tuple>(value)) {
+    return value.cast<std::vector<int64_t>>();
+  }
+  throw StatusError(absl::InvalidArgumentError(
+      absl::StrCat("attribute \"", name, "\" has Python type ",
+                   py::str(value.get_type().attr("__name__")).cast<std::string>(),
+                   "; give an int, float, bool, DType, str or a list of ints")));
+}
+
+std::shared_ptr<PyArray> RunOp(const PyClient& self, const std::string& op, py::list inputs,
+                               py::dict attrs) {
+  const std::shared_ptr<Client>& client = self.client();
+  std::vector<std::shared_ptr<Array>> arrays;  // alive until the call returns
+  std::vector<Operand> operands;
+  arrays.reserve(inputs.size());
+  operands.reserve(inputs.size());
+  for (py::handle input : inputs) {
+    if (py::isinstance<PyArray>(input)) {
+      arrays.push_back(input.cast<const PyArray&>().Live());
+      operands.emplace_back(*arrays.back());
+    } else if (py::isinstance<py::bool_>(input) || py::isinstance<py::int_>(input)) {
+      operands.emplace_back(input.cast<int64_t>());
+    } else if (py::isinstance<py::float_>(input)) {
+      operands.emplace_back(input.cast<double>());
+    } else {
+      throw StatusError(absl::InvalidArgumentError(
+          absl::StrCat("inputs[", operands.size(), "] of \"", op, "\" is a ",
+                       py::str(input.get_type().attr("__name__")).cast<std::string>(),
+                       "; give an Array, int or float")));
+    }
+  }
+  Attrs op_attrs;
+  for (const auto& [key, value] : attrs) {
+    const std::string name = key.cast<std::string>();
+    op_attrs.emplace_back(name, ToAttr(name, value));
+  }
+  absl::StatusOr<Array> out;
+  WithoutGil([&] { out = client->RunOp(op, operands, op_attrs); });
+  return std::make_shared<PyArray>(client, ValueOrThrow(std::move(out)));
+}
+
+double LaunchKernel(const PyKernel& kernel, const std::string& entry,
+                    const std::vector<uint32_t>& grid, const std::vector<uint32_t>& block,
+                    uint32_t shared_memory_bytes, const std::vector<PyKernelArgument>& args) {
+  const std::shared_ptr<Client>& client = kernel.client();
+  std::vector<std::shared_ptr<Array>> arrays;  // alive until the call returns
+  std::vector<KernelArgument> arguments;
+  arrays.reserve(args.size());
+  arguments.reserve(args.size());
+  for (const PyKernelArgument& arg : args) {
+    std::visit(
+        [&](const auto& v) {
+          using T = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<T, std::shared_ptr<PyArray>>) {
+            arrays.push_back(v->Live());
+            arguments.emplace_back(*arrays.back());
+          } else {
+            arguments.emplace_back(v);
+          }
+        },
+        arg.value);
+  }
+  const Dim3 grid_dim = ToDim3(grid, "grid");
+  const Dim3 block_dim = ToDim3(block, "block");
+  absl::StatusOr<absl::Duration> device_time;
+  WithoutGil([&] {
+    device_time = client->LaunchKernel(kernel.kernel(), entry, grid_dim, block_dim,
+                                       shared_memory_bytes, arguments);
+  });
+  return absl::ToDoubleSeconds(ValueOrThrow(std::move(device_time)));
+}
+
+template <typename T>
+PyKernelArgument MakeArgument(T value) {
+  return PyKernelArgument{value};
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_gpukit, m) {
+  m.doc() =
+      "Thin bindings of libgpukit, the C++ client of gpukitd. Use the `gpukit` package; this "
+      "module is its implementation.";
+  m.attr("__version__") = GPUKIT_VERSION_STRING;
+  RegisterErrors(m);
+
+  py::enum_<DType>(m, "DType", "Element type of a gpukit array.")
+      .value("float32", DType::kFloat32)
+      .value("float16", DType::kFloat16)
+      .value("bfloat16", DType::kBFloat16)
+      .value("int32", DType::kInt32)
+      .value("int64", DType::kInt64)
+      .value("uint8", DType::kUInt8)
+      .def_property_readonly(
+          "itemsize", [](DType dtype) { return DTypeSize(dtype); }, "Bytes per element.");
+
+  py::class_<PyClient, std::shared_ptr<PyClient>>(m, "Client",
+                                                  "One session with gpukitd (gpukit::Client).")
+      .def_static("connect", &Connect, py::arg("address") = "", py::arg("tenant") = "default",
+                  py::arg("partition") = "", py::arg("memory_request_bytes") = py::none(),
+                  py::arg("memory_limit_bytes") = py::none(),
+                  py::arg("compute_request") = py::none(), py::arg("compute_limit") = py::none(),
+                  py::arg("lease_s") = 0.0, py::arg("priority") = 0,
+                  py::arg("queue_timeout_s") = 0.0, py::arg("call_timeout_s") = 60.0,
+                  py::arg("connect_timeout_s") = 5.0, py::arg("client_name") = "",
+                  "Connects and opens a session (gpukit::Client::Connect).")
+      .def_property_readonly("session_id",
+                             [](const PyClient& self) { return self.client()->session_id(); })
+      .def_property_readonly("address",
+                             [](const PyClient& self) { return self.client()->address(); })
+      .def_property_readonly("partition",
+                             [](const PyClient& self) { return self.client()->partition(); })
+      .def_property_readonly("qos_class",
+                             [](const PyClient& self) { return self.client()->qos_class(); })
+      .def_property_readonly("device_index",
+                             [](const PyClient& self) { return self.client()->device_index(); })
+      .def_property_readonly(
+          "lease_s",
+          [](const PyClient& self) { return absl::ToDoubleSeconds(self.client()->lease()); })
+      .def(
+          "empty",
+          [](const PyClient& self, std::vector<int64_t> shape, DType dtype) {
+            absl::StatusOr<Array> array;
+            WithoutGil([&] { array = self.client()->Empty(std::move(shape), dtype); });
+            return std::make_shared<PyArray>(self.client(), ValueOrThrow(std::move(array)));
+          },
+          py::arg("shape"), py::arg("dtype"), "Uninitialised array (Create).")
+      .def(
+          "from_buffer",
+          [](const PyClient& self, py::handle data, std::vector<int64_t> shape, DType dtype) {
+            ContiguousBuffer buffer(data, /*writable=*/false);
+            absl::StatusOr<Array> array;
+            WithoutGil([&] {
+              array =
+                  self.client()->FromBytes(buffer.data(), buffer.bytes(), std::move(shape), dtype);
+            });
+            return std::make_shared<PyArray>(self.client(), ValueOrThrow(std::move(array)));
+          },
+          py::arg("data"), py::arg("shape"), py::arg("dtype"),
+          "Array holding the bytes of `data`, any C-contiguous buffer (Create + Upload).")
+      .def("run_op", &RunOp, py::arg("op"), py::arg("inputs"), py::arg("attrs") = py::dict(),
+           "Runs a built-in op (RunOp); inputs are Arrays, ints or floats.")
+      .def(
+          "compile_kernel",
+          [](const PyClient& self, const std::string& source, std::vector<std::string> entries,
+             std::vector<std::string> options) {
+            absl::StatusOr<Kernel> kernel;
+            WithoutGil([&] {
+              kernel = self.client()->CompileKernel(source, std::move(entries), std::move(options));
+            });
+            return std::make_shared<PyKernel>(self.client(), ValueOrThrow(std::move(kernel)));
+          },
+          py::arg("source"), py::arg("entries"), py::arg("options") = std::vector<std::string>(),
+          "Compiles CUDA C++ with NVRTC in the daemon (CompileKernel).")
+      .def(
+          "keep_alive",
+          [](const PyClient& self) {
+            absl::Status status;
+            WithoutGil([&] { status = self.client()->KeepAlive(); });
+            ThrowIfError(status);
+          },
+          "Renews the lease now (a background thread does this by itself).")
+      .def(
+          "close",
+          [](const PyClient& self) {
+            absl::Status status;
+            WithoutGil([&] { status = self.client()->Close(); });
+            ThrowIfError(status);
+          },
+          "Closes the session; its arrays and kernels become invalid. A second close does "
+          "nothing.");
+
+  py::class_<PyArray, std::shared_ptr<PyArray>>(m, "Array", "A device array (gpukit::Array).")
+      .def_property_readonly("handle", &PyArray::handle)
+      .def_property_readonly("shape",
+                             [](const PyArray& self) {
+                               py::tuple shape(self.shape().size());
+                               for (size_t i = 0; i < self.shape().size(); ++i) {
+                                 shape[i] = py::int_(self.shape()[i]);
+                               }
+                               return shape;
+                             })
+      .def_property_readonly("dtype", &PyArray::dtype)
+      .def_property_readonly("size_bytes", &PyArray::size_bytes)
+      .def_property_readonly("freed", &PyArray::freed)
+      .def_property_readonly("session_id",
+                             [](const PyArray& self) { return self.client()->session_id(); })
+      .def("read_into", &PyArray::Read, py::arg("out"),
+           "Downloads the array into `out`, a writable C-contiguous buffer of size_bytes.")
+      .def("write", &PyArray::Write, py::arg("data"),
+           "Uploads `data`, a C-contiguous buffer of size_bytes, into the array.")
+      .def("free", &PyArray::Free, "Frees the device memory now (Free).");
+
+  py::class_<PyKernel, std::shared_ptr<PyKernel>>(m, "Kernel",
+                                                  "A compiled kernel (gpukit::Kernel).")
+      .def_property_readonly("handle", [](const PyKernel& self) { return self.kernel().handle; })
+      .def_property_readonly("entries", [](const PyKernel& self) { return self.kernel().entries; })
+      .def_property_readonly("lowered_names",
+                             [](const PyKernel& self) { return self.kernel().lowered_names; })
+      .def_property_readonly("arch", [](const PyKernel& self) { return self.kernel().arch; })
+      .def_property_readonly("origin", [](const PyKernel& self) { return self.kernel().origin; })
+      .def_property_readonly("compile_ms",
+                             [](const PyKernel& self) { return self.kernel().compile_ms; })
+      .def_property_readonly("log", [](const PyKernel& self) { return self.kernel().log; })
+      .def_property_readonly("freed", &PyKernel::freed)
+      .def("launch", &LaunchKernel, py::arg("entry"), py::arg("grid"), py::arg("block"),
+           py::arg("shared_memory_bytes"), py::arg("args"),
+           "Launches an entry (LaunchKernel) and returns the device time in seconds.")
+      .def("free", &PyKernel::Free, "Frees the kernel in the daemon (FreeKernel).");
+
+  py::class_<PyKernelArgument>(m, "KernelArgument",
+                               "A kernel argument with its C type: an array's device pointer, "
+                               "or a scalar passed by value.")
+      .def_static("array", &MakeArgument<std::shared_ptr<PyArray>>, py::arg("array"))
+      .def_static("f32", &MakeArgument<float>, py::arg("value"))
+      .def_static("f64", &MakeArgument<double>, py::arg("value"))
+      .def_static("i32", &MakeArgument<int32_t>, py::arg("value"))
+      .def_static("i64", &MakeArgument<int64_t>, py::arg("value"))
+      .def_static("u32", &MakeArgument<uint32_t>, py::arg("value"))
+      .def_static("u64", &MakeArgument<uint64_t>, py::arg("value"));
+}
+
+}  // namespace gpukit::python

@@ -1,0 +1,138 @@
+"""Fixtures of the Python client's tests: the real gpukitd of the build, on a temporary unix
+socket with the CPU backend, for the whole run; and a fresh session for every test.
+
+The build is found as for tests/run_all.sh: $GPUKIT_BUILD_DIR, else build/ at the repository
+root. The package under test is <build>/python/gpukit (the module of that build) when it
+exists, else an installed gpukit (pip install ./client/python). $GPUKITD and $GPUKITCTL
+override the binaries.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD_DIR = Path(os.environ.get("GPUKIT_BUILD_DIR", ROOT / "build"))
+if (BUILD_DIR / "python" / "gpukit" / "__init__.py").exists():
+    sys.path.insert(0, str(BUILD_DIR / "python"))
+
+import gpukit  # noqa: E402
+
+
+def _binary(env: str, relative: str) -> Path:
+    path = Path(os.environ.get(env) or BUILD_DIR / relative)
+    if not path.exists():
+        pytest.exit(f"{path} not found: build gpukit first or set {env}", returncode=4)
+    return path
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"gpukit {gpukit.__version__} from {Path(gpukit.__file__).parent}"
+
+
+@dataclass
+class Daemon:
+    address: str
+    log_path: Path
+    gpukitctl: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def has_nvrtc(self) -> bool:
+        return "NVRTC JIT compiler not available" not in self.log()
+
+    def status(self) -> dict:
+        """`gpukitctl status` as JSON: sessions, arrays, backend, ..."""
+        out = subprocess.run(
+            [str(self.gpukitctl), "--addr", self.address, "-o", "json", "status"],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        return json.loads(out.stdout)
+
+
+def _accepts(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        try:
+            s.connect(str(path))
+            return True
+        except OSError:
+            return False
+
+
+@pytest.fixture(scope="session")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    directory = tmp_path_factory.mktemp("gpukitd")
+    sock = directory / "gpukitd.sock"
+    config = directory / "gpukitd.json"
+    config.write_text(json.dumps({"jit": {"cacheDir": "none"}}))  # no cache in $HOME
+    log_path = directory / "gpukitd.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [
+                str(_binary("GPUKITD", "daemon/gpukitd")),
+                "--listen",
+                f"unix://{sock}",
+                "--backend",
+                "cpu",
+                "--config",
+                str(config),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 15
+        while not (sock.exists() and _accepts(sock)):
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.exit(f"gpukitd did not start:\n{log_path.read_text()}", returncode=4)
+            time.sleep(0.02)
+        yield Daemon(f"unix://{sock}", log_path, _binary("GPUKITCTL", "client/cpp/gpukitctl"))
+    finally:
+        # Sessions no test holds any more let go of their channels now. (The last test's
+        # session is still referenced by pytest here; the daemon's shutdown waits a few
+        # seconds for its idle channel.)
+        gc.collect()
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    assert process.returncode == 0, (
+        f"gpukitd exited with {process.returncode}:\n{log_path.read_text()}"
+    )
+
+
+@pytest.fixture
+def gk(daemon: Daemon) -> Iterator[gpukit.Session]:
+    """A session of its own for each test, closed after it."""
+    with gpukit.connect(daemon.address, tenant="pytest") as session:
+        yield session
+
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest):
+    """A NumPy generator seeded per test; the seed is in the test's report on failure."""
+    import numpy as np
+
+    seed = int(os.environ.get("GPUKIT_TEST_SEED", time.time_ns() % (1 << 31)))
+    request.node.user_properties.append(("seed", seed))
+    print(f"seed {seed} (GPUKIT_TEST_SEED={seed} repeats it)")
+    return np.random.default_rng(seed)

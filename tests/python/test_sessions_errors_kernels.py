@@ -1,0 +1,210 @@
+"""Sessions, errors and custom kernels; and that blocking calls release the GIL."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import gpukit
+from gpukit._kernel import kernel_argument
+
+SAXPY = r"""
+extern "C" __global__ void saxpy(float a, const float* x, float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] += a * x[i];
+}
+"""
+
+
+# --- sessions -------------------------------------------------------------------------------
+
+
+def test_context_manager_closes_the_session(daemon):
+    before = daemon.status()["sessions"]
+    with gpukit.connect(daemon.address, tenant="ctx") as gk:
+        assert daemon.status()["sessions"] == before + 1
+        assert gk.session_id.startswith("s-") and gk.partition == "default"
+        a = gk.ones(4)
+    assert gk.closed
+    assert daemon.status()["sessions"] == before
+    with pytest.raises(gpukit.NotFound):
+        a.numpy()
+    gk.close()  # a second close does nothing
+
+
+def test_qos_class_follows_requests_and_limits(daemon):
+    with gpukit.connect(daemon.address) as gk:
+        assert gk.qos_class == "BestEffort"
+    with gpukit.connect(daemon.address, memory_limit_bytes=1 << 20) as gk:
+        assert gk.qos_class == "Burstable"
+    with gpukit.connect(daemon.address, memory_limit_bytes=1 << 20, compute_limit=0.1) as gk:
+        assert gk.qos_class == "Guaranteed"
+
+
+def test_lease_and_gpukit_addr(daemon, monkeypatch):
+    monkeypatch.setenv("GPUKIT_ADDR", daemon.address)
+    with gpukit.connect(lease_s=5) as gk:
+        assert gk.address == daemon.address
+        assert gk.lease_s == 5.0
+        gk.keep_alive()
+
+
+def test_no_daemon_is_unavailable(tmp_path):
+    with pytest.raises(gpukit.Unavailable) as error:
+        gpukit.connect(f"unix://{tmp_path}/nothing.sock", connect_timeout_s=0.2)
+    assert error.value.code == "UNAVAILABLE"
+
+
+def test_unknown_partition_is_not_found(daemon):
+    with pytest.raises(gpukit.NotFound, match='partition "gold" does not exist'):
+        gpukit.connect(daemon.address, partition="gold")
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+
+def test_error_hierarchy():
+    for cls in [
+        gpukit.InvalidArgument,
+        gpukit.NotFound,
+        gpukit.ResourceExhausted,
+        gpukit.FailedPrecondition,
+        gpukit.PermissionDenied,
+        gpukit.DeadlineExceeded,
+        gpukit.Unavailable,
+        gpukit.Internal,
+        gpukit.Cancelled,
+    ]:
+        assert issubclass(cls, gpukit.Error) and issubclass(cls, Exception)
+    assert gpukit.NotFound.code == "NOT_FOUND" and gpukit.Error.reason is None
+
+
+def test_shape_mismatch_is_invalid_argument(gk):
+    with pytest.raises(gpukit.InvalidArgument) as error:
+        gk.zeros((2, 3)) + gk.zeros((4,))
+    assert error.value.code == "INVALID_ARGUMENT"
+    assert error.value.message == "shapes [2, 3] and [4] cannot be broadcast together"
+    assert error.value.reason is None
+    with pytest.raises(gpukit.InvalidArgument, match="inner dimensions"):
+        gk.zeros((2, 3)) @ gk.zeros((2, 3))
+
+
+def test_foreign_array_is_not_found(gk, daemon):
+    mine = gk.ones(3)
+    with gpukit.connect(daemon.address, tenant="other") as other:
+        theirs = other.ones(3)
+        with pytest.raises(gpukit.NotFound, match="not found in this session"):
+            other.sum(mine)
+        with pytest.raises(gpukit.NotFound, match="not found in this session"):
+            mine + theirs
+
+
+def test_freed_array_is_not_found(gk):
+    a = gk.ones(3)
+    handle = a.handle
+    a.free()
+    assert a.freed and "freed" in repr(a)
+    for use in [a.numpy, lambda: a + 1, lambda: gpukit.sum(a)]:
+        with pytest.raises(gpukit.NotFound, match=handle):
+            use()
+    a.free()  # a second free does nothing
+
+
+def test_memory_limit_is_resource_exhausted_with_reason(daemon):
+    with gpukit.connect(daemon.address, memory_limit_bytes=1 << 20) as gk:
+        held = gk.empty((1 << 18,), "float32")  # exactly the limit
+        assert held.nbytes == 1 << 20
+        with pytest.raises(gpukit.ResourceExhausted) as error:
+            gk.empty((16,), "float32")
+    assert error.value.code == "RESOURCE_EXHAUSTED"
+    assert error.value.reason == "REASON_SESSION_LIMIT_EXCEEDED"
+    assert "above its limits.memory" in error.value.message
+    assert str(error.value).endswith("(reason REASON_SESSION_LIMIT_EXCEEDED)")
+
+
+# --- kernels --------------------------------------------------------------------------------
+
+
+def test_kernel_arguments_get_the_documented_c_types():
+    assert kernel_argument(2)  # int -> int32
+    with pytest.raises(OverflowError, match="np.int64"):
+        kernel_argument(1 << 31)
+    with pytest.raises(TypeError, match="bool"):
+        kernel_argument(True)
+    with pytest.raises(TypeError, match="np.float32"):
+        kernel_argument(np.int16(3))
+    with pytest.raises(TypeError):
+        kernel_argument("x")
+    scalars = [np.float32(1), np.float64(1), np.int32(1), np.int64(1 << 40), np.uint32(1)]
+    for value in [1.5, np.uint64(1), *scalars]:
+        kernel_argument(value)
+
+
+def test_compile_and_launch_on_the_cpu_backend(gk, daemon):
+    if not daemon.has_nvrtc():
+        with pytest.raises(gpukit.FailedPrecondition, match="NVRTC JIT compiler not available"):
+            gk.compile(SAXPY, "saxpy")
+        pytest.skip("the daemon found no NVRTC on this host, so it compiles no kernels")
+    k = gk.compile(SAXPY, "saxpy")
+    assert k.entries == ["saxpy"] and k.lowered_names == ["saxpy"]
+    assert k.arch.startswith("sm_") and k.origin == "compiled" and k.handle.startswith("k-")
+    assert gk.compile(SAXPY, ["saxpy"]).origin == "memory"
+    n = 1000
+    x, y = gk.ones(n), gk.zeros(n)
+    with pytest.raises(gpukit.FailedPrecondition) as error:
+        k((n + 255) // 256, 256, 2.0, x, y, n)
+    assert "kernel launch requires a GPU; the kernel compiled" in error.value.message
+    with pytest.raises(gpukit.FailedPrecondition):
+        k.launch((4, 1, 1), (256,), np.float32(2), x, y, np.int32(n), entry="saxpy")
+    k.free()
+    with pytest.raises(gpukit.NotFound):
+        k(1, 1, 2.0, x, y, n)
+
+
+def test_compile_error_is_invalid_argument_with_nvrtc_log(gk, daemon):
+    if not daemon.has_nvrtc():
+        pytest.skip("the daemon found no NVRTC on this host, so it compiles no kernels")
+    with pytest.raises(gpukit.InvalidArgument) as error:
+        gk.compile('extern "C" __global__ void bad() { undeclared_thing = 1; }', "bad")
+    assert "kernel compilation failed" in error.value.message
+    assert 'identifier "undeclared_thing" is undefined' in error.value.message
+
+
+# --- the GIL --------------------------------------------------------------------------------
+
+
+def test_blocking_calls_release_the_gil(gk):
+    """A thread waits in one long daemon call while the main thread keeps running Python.
+
+    A C call that holds the GIL is never preempted, so while it runs the main thread could
+    not run at all: its ticks would show a gap as long as the call. Released, the main thread
+    ticks throughout, and no gap comes near the call's length.
+    """
+    n = 768  # a matmul of about 0.05 to 0.5 s on the CPU backend
+    a = gk.ones((n, n))
+    window = {}
+    started = threading.Event()
+
+    def worker():
+        started.set()
+        window["start"] = time.monotonic()
+        gpukit.matmul(a, a).free()
+        window["end"] = time.monotonic()
+
+    thread = threading.Thread(target=worker)
+    ticks = []
+    thread.start()
+    started.wait()
+    while thread.is_alive():
+        ticks.append(time.monotonic())
+    thread.join()
+    duration = window["end"] - window["start"]
+    assert duration > 0.03, f"the call took {duration:.4f}s, too short to tell"
+    inside = [window["start"]] + [t for t in ticks if window["start"] < t < window["end"]]
+    inside.append(window["end"])
+    longest_gap = max(later - earlier for earlier, later in zip(inside, inside[1:]))
+    assert longest_gap < duration / 2, (
+        f"the main thread stood still for {longest_gap:.3f}s of a {duration:.3f}s call: "
+        "the call held the GIL"
+    )
