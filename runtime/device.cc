@@ -45,9 +45,9 @@ absl::Status Device::UnregisterHostMemory(void* /*data*/) { return absl::OkStatu
 
 absl::StatusOr<ExportedBuffer> Device::ExportBuffer(BufferId buffer) {
   GPUKIT_RETURN_IF_ERROR(BufferBytes(buffer).status());
-  return absl::FailedPreconditionError(absl::StrCat(
-      "buffers of the ", BackendName(properties().backend),
-      " backend cannot be mapped by another process; use host shared memory"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("buffers of the ", BackendName(properties().backend),
+                   " backend cannot be mapped by another process; use host shared memory"));
 }
 
 absl::Status SynchronizeStream(Device& device, StreamId stream) {

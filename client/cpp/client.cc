@@ -7,11 +7,13 @@
 #include <thread>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "client/cpp/channel.h"
+#include "client/cpp/device_import.h"
 #include "gpukit/v1/array.grpc.pb.h"
 #include "gpukit/v1/compute.grpc.pb.h"
 #include "gpukit/v1/session.grpc.pb.h"
@@ -135,6 +137,60 @@ class SessionState {
                          absl::ToChronoMilliseconds(options_.call_timeout));
   }
 
+  // Arrays mapped into this process (Array::Map), by handle.
+  absl::StatusOr<DeviceMapping> Map(const std::string& handle) {
+    {
+      absl::MutexLock lock(&imports_mu_);
+      if (auto it = imports_.find(handle); it != imports_.end()) return it->second.first;
+    }
+    v1::ExportArrayRequest request;
+    request.set_session_id(session_id_);
+    request.set_handle(handle);
+    v1::ExportArrayResponse response;
+    grpc::ClientContext context;
+    SetDeadline(context);
+    absl::Status status = FromGrpc(arrays_->Export(&context, request, &response), context);
+    if (!status.ok()) return status;
+    absl::StatusOr<ScopedFd> channel = ConnectUnixSocket(response.fd_channel());
+    if (!channel.ok()) {
+      return absl::UnavailableError(absl::StrCat("cannot reach gpukitd's descriptor channel at ",
+                                                 response.fd_channel(), ": ",
+                                                 channel.status().message()));
+    }
+    const std::string message = EncodeFdChannelRequest({FdChannelOp::kFetch, response.token()});
+    status = SendMessage(channel->get(), message.data(), message.size());
+    if (!status.ok()) return status;
+    absl::StatusOr<ReceivedMessage> reply =
+        ReceiveMessage(channel->get(), kFdChannelMaxReplyBytes, options_.call_timeout);
+    if (!reply.ok()) return reply.status();
+    status = DecodeFdChannelReply(reply->bytes);
+    if (!status.ok()) return status;
+    if (!reply->fd.valid()) return absl::InternalError("gpukitd sent no descriptor");
+    absl::StatusOr<std::unique_ptr<DeviceImport>> imported = DeviceImport::Import(
+        response.device_index(), std::move(reply->fd), response.allocation_bytes());
+    if (!imported.ok()) return imported.status();
+    DeviceMapping mapping;
+    mapping.device_pointer =
+        (*imported)->address() + static_cast<uint64_t>(response.offset_bytes());
+    mapping.size_bytes = response.bytes();
+    mapping.device_index = response.device_index();
+    absl::MutexLock lock(&imports_mu_);
+    // Two threads mapping one array at once: the first mapping stays, the other is unmapped.
+    auto [it, added] = imports_.try_emplace(handle, mapping, nullptr);
+    if (added) it->second.second = *std::move(imported);
+    return it->second.first;
+  }
+
+  // Unmaps the array's mapping, if it has one (before it is freed).
+  void Unmap(const std::string& handle) {
+    std::unique_ptr<DeviceImport> doomed;
+    absl::MutexLock lock(&imports_mu_);
+    if (auto it = imports_.find(handle); it != imports_.end()) {
+      doomed = std::move(it->second.second);
+      imports_.erase(it);
+    }
+  }
+
   const ClientOptions options_;
   std::string session_id_;
   absl::Duration lease_;
@@ -164,6 +220,9 @@ class SessionState {
 
   mutable absl::Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Mutex imports_mu_;
+  absl::flat_hash_map<std::string, std::pair<DeviceMapping, std::unique_ptr<DeviceImport>>> imports_
+      ABSL_GUARDED_BY(imports_mu_);
   absl::Mutex keepalive_mu_;
   absl::Notification stop_;
   std::thread keepalive_;
@@ -196,6 +255,7 @@ Array::~Array() { Free().IgnoreError(); }
 absl::Status Array::Free() {
   if (session_ == nullptr) return absl::FailedPreconditionError("array was freed or moved");
   std::shared_ptr<SessionState> session = std::move(session_);
+  session->Unmap(handle_);
   if (session->closed()) return absl::OkStatus();  // the session freed it already
   v1::FreeArrayRequest request;
   request.set_session_id(session->session_id_);
@@ -294,6 +354,11 @@ absl::Status CopyWithHostMemory(const SessionState& session, bool to_array,
 }
 
 }  // namespace
+
+absl::StatusOr<DeviceMapping> Array::Map() const {
+  if (session_ == nullptr) return absl::FailedPreconditionError("array was freed or moved");
+  return session_->Map(handle_);
+}
 
 absl::Status Array::Write(const HostMemory& source, int64_t source_offset) const {
   if (session_ == nullptr) return absl::FailedPreconditionError("array was freed or moved");

@@ -147,7 +147,8 @@ grpc::Status ArrayServiceImpl::Export(grpc::ServerContext* context,
                         "exporting device memory needs gpukitd's descriptor channel, which "
                         "exists only when gpukitd listens on a unix socket");
   }
-  absl::StatusOr<ArrayExport> exported = core_.ExportArray(request->session_id(), request->handle());
+  absl::StatusOr<ArrayExport> exported =
+      core_.ExportArray(request->session_id(), request->handle());
   if (!exported.ok()) return ToGrpc(exported.status(), context);
   response->set_token(exported->token);
   response->set_token_ttl_ms(absl::ToInt64Milliseconds(exported->token_ttl));

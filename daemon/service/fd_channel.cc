@@ -21,9 +21,9 @@ absl::StatusOr<std::unique_ptr<FdChannel>> FdChannel::Start(std::string path, De
   GPUKIT_ASSIGN_OR_RETURN(ScopedFd listening, ListenUnixSocket(path, 64));
   ScopedFd wake(::eventfd(0, EFD_CLOEXEC));
   if (!wake.valid()) return absl::InternalError("eventfd failed");
-  std::unique_ptr<FdChannel> channel(new FdChannel(
-      std::move(path), std::move(listening), std::move(wake), std::move(deliver), std::move(fetch),
-      receive_timeout));
+  std::unique_ptr<FdChannel> channel(new FdChannel(std::move(path), std::move(listening),
+                                                   std::move(wake), std::move(deliver),
+                                                   std::move(fetch), receive_timeout));
   channel->thread_ = std::thread([raw = channel.get()] { raw->Loop(); });
   spdlog::info("descriptor channel on {}", channel->path_);
   return channel;

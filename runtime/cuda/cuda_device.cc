@@ -496,10 +496,9 @@ absl::StatusOr<ExportedBuffer> CudaDevice::ExportBuffer(BufferId buffer) {
     // Its slab holds other buffers, which the importer must not reach: move it out.
     GPUKIT_ASSIGN_OR_RETURN(PoolBlock own, pool_->AllocateOwnSegment(allocation.bytes));
     GPUKIT_RETURN_IF_ERROR(Bind());
-    absl::Status copied =
-        CheckCu(cu_.cuMemcpyDtoD(own.address, allocation.address,
-                                 static_cast<size_t>(allocation.bytes)),
-                "cuMemcpyDtoD");
+    absl::Status copied = CheckCu(
+        cu_.cuMemcpyDtoD(own.address, allocation.address, static_cast<size_t>(allocation.bytes)),
+        "cuMemcpyDtoD");
     bool moved = false;
     if (copied.ok()) {
       absl::MutexLock lock(&mu_);
@@ -520,11 +519,11 @@ absl::StatusOr<ExportedBuffer> CudaDevice::ExportBuffer(BufferId buffer) {
   GPUKIT_RETURN_IF_ERROR(pool_->MarkShared(block.address));
   GPUKIT_RETURN_IF_ERROR(Bind());
   int fd = -1;
-  GPUKIT_RETURN_IF_ERROR(CheckCu(
-      cu_.cuMemExportToShareableHandle(&fd,
-                                       static_cast<CUmemGenericAllocationHandle>(block.segment.handle),
-                                       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-      "cuMemExportToShareableHandle"));
+  GPUKIT_RETURN_IF_ERROR(
+      CheckCu(cu_.cuMemExportToShareableHandle(
+                  &fd, static_cast<CUmemGenericAllocationHandle>(block.segment.handle),
+                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+              "cuMemExportToShareableHandle"));
   ExportedBuffer exported;
   exported.fd.Reset(fd);
   exported.allocation_bytes = block.segment.bytes;
@@ -538,8 +537,8 @@ absl::Status CudaDevice::RegisterHostMemory(void* data, int64_t bytes) {
     return absl::InvalidArgumentError(absl::StrCat("host range of ", bytes, " bytes at null"));
   }
   GPUKIT_RETURN_IF_ERROR(Bind());
-  GPUKIT_RETURN_IF_ERROR(CheckCu(cu_.cuMemHostRegister(data, static_cast<size_t>(bytes), 0),
-                                 "cuMemHostRegister"));
+  GPUKIT_RETURN_IF_ERROR(
+      CheckCu(cu_.cuMemHostRegister(data, static_cast<size_t>(bytes), 0), "cuMemHostRegister"));
   absl::MutexLock lock(&mu_);
   registered_host_[reinterpret_cast<uintptr_t>(data)] = bytes;
   return absl::OkStatus();

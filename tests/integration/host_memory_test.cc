@@ -204,5 +204,27 @@ TEST_F(HostMemoryTest, ClosingTheSessionUnmapsItsRegionsAndTheClientKeepsItsMemo
   EXPECT_TRUE(WaitUntilDaemonHoldsNothing(absl::Seconds(5)));
 }
 
+TEST_F(HostMemoryTest, ExportingArraysOfTheCpuBackendIsRefusedAndBadFetchesToo) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Connect());
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Array array, client->Empty({16}, DType::kFloat32));
+  EXPECT_THAT(array.Map().status(), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                             HasSubstr("use host shared memory")));
+  auto stub = v1::ArrayService::NewStub(api().channel());
+  v1::ExportArrayRequest request;
+  request.set_session_id(client->session_id());
+  request.set_handle("a-0123456789abcdef0123456789abcdef");
+  v1::ExportArrayResponse response;
+  grpc::ClientContext context;
+  EXPECT_EQ(stub->Export(&context, request, &response).error_code(), grpc::StatusCode::NOT_FOUND);
+  // A fetch with a token nobody was given.
+  GPUKIT_ASSERT_OK_AND_ASSIGN(HostMemory memory, client->RegisterHostMemory(64));
+  const std::string path = daemon().socket_path() + ".fd";
+  EXPECT_THAT(SendOnChannel(path,
+                            EncodeFdChannelRequest({FdChannelOp::kFetch, std::string(32, '0')}),
+                            -1),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("export token")));
+  ExpectDaemonServesAnotherClient();
+}
+
 }  // namespace
 }  // namespace gpukit::testing

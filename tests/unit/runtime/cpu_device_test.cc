@@ -22,6 +22,7 @@ using ::gpukit::testing::DeviceConformanceTest;
 using ::gpukit::testing::IsOk;
 using ::gpukit::testing::StatusIs;
 using ::testing::HasSubstr;
+using ::testing::HasSubstr;
 
 constexpr int64_t kDeviceBytes = int64_t{64} << 20;
 
@@ -53,6 +54,15 @@ TEST(CpuDeviceTest, CreateRejectsNonPositiveMemory) {
     EXPECT_THAT(CpuDevice::Create(options),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("must be > 0")));
   }
+}
+
+TEST(CpuDeviceTest, BuffersCannotBeExportedAndSayWhatToUseInstead) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<CpuDevice> device, CpuDevice::Create({}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId buffer, device->Allocate(64));
+  EXPECT_THAT(device->ExportBuffer(buffer).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("host shared memory")));
+  EXPECT_THAT(device->ExportBuffer(BufferId{9999}).status(),
+              StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST(CpuDeviceTest, DefaultOptionsOfferFourGiB) {

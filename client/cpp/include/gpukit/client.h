@@ -104,6 +104,14 @@ class SessionState;
 class Array;
 class HostMemory;
 
+// An array's device memory mapped into this process (Array::Map): a CUdeviceptr of this
+// process, on the CUDA device `device_index` (in its primary context).
+struct DeviceMapping {
+  uint64_t device_pointer = 0;
+  int64_t size_bytes = 0;
+  int device_index = 0;
+};
+
 // An operand of an op: an array or a scalar.
 class Operand {
  public:
@@ -200,6 +208,16 @@ class Array {
   // OUT_OF_RANGE when the host memory is too small; NOT_FOUND for memory of another session.
   absl::Status Write(const HostMemory& source, int64_t source_offset = 0) const;
   absl::Status Read(const HostMemory& target, int64_t target_offset = 0) const;
+
+  // Maps the array's device memory into this process, zero-copy: the first call has gpukitd
+  // export it (a round trip, and a descriptor over the descriptor channel) and maps it; later
+  // calls return the same mapping from the client's cache. The pointer stays valid until the
+  // Array is freed or the client closes. Work on it is not ordered with gpukitd's: have each
+  // side's work complete before the other uses the memory (gpukitd's calls return once done).
+  // The array is never spilled from then on. Errors: FAILED_PRECONDITION (no CUDA driver in
+  // this process, or a daemon on the CPU backend: use HostMemory), UNAVAILABLE (the
+  // descriptor channel cannot be reached), NOT_FOUND.
+  absl::StatusOr<DeviceMapping> Map() const;
 
   // Frees now; later calls on this Array return FAILED_PRECONDITION.
   absl::Status Free();
