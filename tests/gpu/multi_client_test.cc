@@ -217,6 +217,19 @@ TEST_F(MultiClientGpuTest, TwoClientProcessesComputeOnTheGpuAtOnceAndLeaveNothin
   EXPECT_EQ(WhatDaemonHolds(), "");
 }
 
+// Zero-copy device memory: a client process maps arrays of gpukitd's (Array::Map) and reads
+// and writes them through the mapping; the worker checks both directions against gRPC, and
+// times first and cached maps.
+TEST_F(MultiClientGpuTest, AClientMapsArraysAndSeesTheSameMemoryBothWays) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Subprocess worker,
+                              SpawnWorker(7, {"--mode", "gpu-map", "--rounds", "200"}));
+  absl::StatusOr<int> code = worker.WaitForExitCode(kWorkerTimeout);
+  EXPECT_THAT(code, IsOkAndHolds(0)) << "worker output:\n" << worker.Output();
+  EXPECT_THAT(worker.Output(), ::testing::HasSubstr("gpu-map ok"));
+  std::printf("%s", worker.Output().c_str());
+  EXPECT_EQ(WhatDaemonHolds(), "");
+}
+
 TEST_F(MultiClientGpuTest, ClientKilledMidWorkLeavesNothingBehindOnceItsLeaseLapses) {
   constexpr int64_t kLeaseMs = 2000;
   // The victim computes until killed; the survivor waits for it to be under way.
