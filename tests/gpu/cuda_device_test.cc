@@ -7,6 +7,7 @@
 #include <cuda.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -507,6 +508,52 @@ TEST_F(CudaDeviceTest, HostBuffersArePinnedAndReused) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(HostBuffer second, device_->AllocateHostBuffer(8 << 20));
   EXPECT_TRUE(second.pinned());
   EXPECT_EQ(second.data(), first_data) << "the pinned segment was cached and handed out again";
+}
+
+// Export moves a slab buffer to a segment of its own (same BufferId, same bytes), the
+// descriptor imports as that memory, and the freed segment goes back to the driver.
+TEST_F(CudaDeviceTest, ExportedBufferIsASegmentOfItsOwnThatImportsAsTheSameMemory) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId neighbour, UploadFloats({9, 9, 9, 9}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId data, UploadFloats({1, 2, 3, 4, 5}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ExportedBuffer exported, device_->ExportBuffer(data));
+  EXPECT_TRUE(exported.fd.valid());
+  EXPECT_EQ(exported.bytes, 20);
+  EXPECT_EQ(exported.allocation_bytes % (2 << 20), 0);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<float> still, DownloadFloats(data, 5));
+  EXPECT_THAT(still, ElementsAreArray({1.0f, 2.0f, 3.0f, 4.0f, 5.0f}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<float> other, DownloadFloats(neighbour, 4));
+  EXPECT_THAT(other, ElementsAreArray({9.0f, 9.0f, 9.0f, 9.0f}));
+
+  const CudaDriver& cu = **CudaDriver::Get();
+  CUmemGenericAllocationHandle handle = 0;
+  ASSERT_EQ(cu.cuMemImportFromShareableHandle(
+                &handle, reinterpret_cast<void*>(static_cast<intptr_t>(exported.fd.get())),
+                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+            CUDA_SUCCESS);
+  const size_t size = static_cast<size_t>(exported.allocation_bytes);
+  CUdeviceptr mapped = 0;
+  ASSERT_EQ(cu.cuMemAddressReserve(&mapped, size, 0, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cu.cuMemMap(mapped, size, 0, handle, 0), CUDA_SUCCESS);
+  CUmemAccessDesc access = {};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = 0;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  ASSERT_EQ(cu.cuMemSetAccess(mapped, size, &access, 1), CUDA_SUCCESS);
+  float through_import[5] = {};
+  ASSERT_EQ(cu.cuMemcpyDtoH(through_import, mapped + exported.offset_bytes, 20), CUDA_SUCCESS);
+  EXPECT_THAT(through_import, ElementsAreArray({1.0f, 2.0f, 3.0f, 4.0f, 5.0f}));
+
+  const int64_t unmaps = device_->memory_pool_stats().unmaps;
+  GPUKIT_ASSERT_OK(device_->Free(data));
+  owned_.erase(std::find(owned_.begin(), owned_.end(), data));
+  EXPECT_EQ(device_->memory_pool_stats().unmaps, unmaps + 1) << "never cached for reuse";
+  // The import still holds the memory: reading through it still works.
+  ASSERT_EQ(cu.cuMemcpyDtoH(through_import, mapped + exported.offset_bytes, 20), CUDA_SUCCESS);
+  EXPECT_EQ(through_import[4], 5.0f);
+  EXPECT_EQ(cu.cuMemUnmap(mapped, size), CUDA_SUCCESS);
+  EXPECT_EQ(cu.cuMemAddressFree(mapped, size), CUDA_SUCCESS);
+  EXPECT_EQ(cu.cuMemRelease(handle), CUDA_SUCCESS);
+  EXPECT_THAT(device_->ExportBuffer(data).status(), StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST(CudaSegmentSourceTest, SegmentsExportAsPosixFileDescriptors) {
