@@ -69,6 +69,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(Core& core, const Clock& c
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  builder.SetSyncServerOption(grpc::ServerBuilder::MAX_POLLERS, options.sync_server_max_pollers);
   std::vector<int> ports(options.listen.size(), 0);
   for (size_t i = 0; i < options.listen.size(); ++i) {
     absl::StatusOr<std::string> path = PrepareUnixSocket(options.listen[i]);

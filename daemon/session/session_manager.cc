@@ -1,6 +1,7 @@
 #include "daemon/session/session_manager.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -56,14 +57,36 @@ absl::Status ValidateOpenSessionParams(const OpenSessionParams& params) {
 }
 
 std::string NewOpaqueId(absl::string_view prefix) {
-  unsigned char bytes[16];
-  size_t filled = 0;
-  while (filled < sizeof(bytes)) {
-    ssize_t n = getrandom(bytes + filled, sizeof(bytes) - filled, 0);
-    if (n > 0) filled += static_cast<size_t>(n);
+  // Random bytes come from getrandom in batches of 32 ids per thread: a system call per id
+  // (0.4-0.5 us on the build machine, against 0.05 us per id in batches) was part of every
+  // RunOp, which names its output array with an id. The bytes are the kernel's CSPRNG
+  // output either way; gpukitd never forks, so no two processes share a batch.
+  constexpr size_t kIdBytes = 16;
+  struct RandomBatch {
+    unsigned char bytes[32 * kIdBytes];
+    size_t used = sizeof(bytes);
+  };
+  thread_local RandomBatch batch;
+  if (batch.used == sizeof(batch.bytes)) {
+    size_t filled = 0;
+    while (filled < sizeof(batch.bytes)) {
+      ssize_t n = getrandom(batch.bytes + filled, sizeof(batch.bytes) - filled, 0);
+      if (n > 0) filled += static_cast<size_t>(n);
+    }
+    batch.used = 0;
   }
-  return absl::StrCat(
-      prefix, absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(bytes), 16)));
+  unsigned char* bytes = batch.bytes + batch.used;
+  batch.used += kIdBytes;
+  constexpr char kHex[] = "0123456789abcdef";
+  std::string id(prefix.size() + 2 * kIdBytes, '\0');
+  std::memcpy(id.data(), prefix.data(), prefix.size());
+  char* out = id.data() + prefix.size();
+  for (size_t i = 0; i < kIdBytes; ++i) {
+    out[2 * i] = kHex[bytes[i] >> 4];
+    out[2 * i + 1] = kHex[bytes[i] & 0xf];
+  }
+  std::memset(bytes, 0, kIdBytes);  // a used id's bytes do not linger
+  return id;
 }
 
 SessionKernel::SessionKernel(std::string handle, Device& device,

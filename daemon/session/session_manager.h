@@ -261,7 +261,8 @@ class SessionManager {
   absl::flat_hash_map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
 };
 
-// A random, unguessable id: `prefix` followed by 32 hex digits (128 bits from getrandom).
+// A random, unguessable id: `prefix` followed by 32 hex digits (128 bits from getrandom,
+// fetched in batches). Thread-safe.
 std::string NewOpaqueId(absl::string_view prefix);
 
 }  // namespace gpukit

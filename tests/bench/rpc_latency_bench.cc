@@ -3,13 +3,18 @@
 // an empty custom kernel (CompileKernel once, then LaunchKernel through the C++ client).
 //
 //   gpukit_rpc_bench --gpukitd build/daemon/gpukitd [--iterations 20000] [--starts 5]
-//                    [--backend cpu|cuda]
+//                    [--backend cpu|cuda] [--only ping|keepalive|runop|add|launch]
 //
 // The daemon is started by the benchmark on a private unix socket. Start-up time is from
 // posix_spawn to the first answered health check. The ping is grpc.health.v1.Health/Check
 // with an empty request (what any gRPC server answers without touching gpukit code); the
 // op is ComputeService/RunOp "add" of two 16-element float32 arrays, through the generated
-// stub, its result freed after the timed loop.
+// stub, its result freed after the timed loop. SessionService/KeepAlive (a session lookup
+// and nothing else) separates what any synchronous gpukit handler costs from what RunOp adds.
+//
+// --only NAME makes the same calls, one kind only, `iterations` times without the start-up
+// runs: a driver for a profiler attached to the daemon (perf, callgrind), whose counts for
+// two kinds, divided by `iterations`, give what one call of each costs.
 #include <signal.h>
 #include <spawn.h>
 #include <unistd.h>
@@ -30,6 +35,7 @@
 #include "gpukit/client.h"
 #include "gpukit/v1/array.grpc.pb.h"
 #include "gpukit/v1/compute.grpc.pb.h"
+#include "gpukit/v1/session.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/codegen/client_unary_call.h"
 #include <sys/wait.h>
@@ -156,11 +162,13 @@ std::vector<Stats> TimeInterleaved(int iterations, const std::vector<std::functi
 int main(int argc, char** argv) {
   std::string gpukitd;
   int iterations = 20000, starts = 5;
+  std::string only;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--gpukitd") == 0) gpukitd = argv[i + 1];
     if (std::strcmp(argv[i], "--iterations") == 0) iterations = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--starts") == 0) starts = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--backend") == 0) g_backend = argv[i + 1];
+    if (std::strcmp(argv[i], "--only") == 0) only = argv[i + 1];
   }
   if (gpukitd.empty()) {
     std::fprintf(stderr, "usage: %s --gpukitd PATH [--iterations N] [--starts N]\n", argv[0]);
@@ -171,7 +179,7 @@ int main(int argc, char** argv) {
 
   // Start-up: spawn to first answered health check, several times.
   std::vector<double> start_ms;
-  for (int i = 0; i < starts; ++i) {
+  for (int i = 0; i < (only.empty() ? starts : 0); ++i) {
     const auto spawned = Clock::now();
     Daemon d = Spawn(gpukitd, dir);
     start_ms.push_back(WaitReadyMs(d, spawned));
@@ -221,28 +229,58 @@ int main(int argc, char** argv) {
     }
     empty = *compiled;
   }
-  std::vector<std::function<void()>> timed = {[&] {
-                     if (!HealthCheck(**channel)) std::exit(1);
-                   },
-                   [&] {
-                     gpukit::v1::RunOpResponse response;
-                     grpc::ClientContext context;
-                     if (!compute->RunOp(&context, run, &response).ok()) std::exit(1);
-                     outputs.push_back(response.output().handle());
-                   },
-                   [&] {
-                     auto c = (*client)->Add(*a, *b);  // RunOp + Free when `c` goes out of scope
-                     if (!c.ok()) std::exit(1);
-                   }};
+  auto sessions = gpukit::v1::SessionService::NewStub(*channel);
+  gpukit::v1::KeepAliveRequest keepalive;
+  keepalive.set_session_id((*client)->session_id());
+  struct Call {
+    const char* name;
+    const char* label;
+    std::function<void()> fn;
+  };
+  std::vector<Call> calls = {{"ping", "grpc.health.v1 Check (raw gRPC ping)",
+                              [&] {
+                                if (!HealthCheck(**channel)) std::exit(1);
+                              }},
+                             {"keepalive", "SessionService.KeepAlive (sync baseline)",
+                              [&] {
+                                gpukit::v1::KeepAliveResponse response;
+                                grpc::ClientContext context;
+                                if (!sessions->KeepAlive(&context, keepalive, &response).ok())
+                                  std::exit(1);
+                              }},
+                             {"runop", "RunOp add, 2 x 16 float32 (stub)",
+                              [&] {
+                                gpukit::v1::RunOpResponse response;
+                                grpc::ClientContext context;
+                                if (!compute->RunOp(&context, run, &response).ok()) std::exit(1);
+                                outputs.push_back(response.output().handle());
+                              }},
+                             {"add", "Client::Add incl. Free of the result", [&] {
+                                auto c = (*client)->Add(
+                                    *a, *b);  // RunOp + Free when `c` goes out of scope
+                                if (!c.ok()) std::exit(1);
+                              }}};
   if (launches) {
-    timed.push_back([&] {
-      if (!(*client)->LaunchKernel(empty, "", {1}, {1}, 0, {}).ok()) std::exit(1);
-    });
+    calls.push_back({"launch", "LaunchKernel empty<<<1,1>>> (client)", [&] {
+                       if (!(*client)->LaunchKernel(empty, "", {1}, {1}, 0, {}).ok()) std::exit(1);
+                     }});
   }
-  const std::vector<Stats> stats = TimeInterleaved(iterations, timed);
-  const Stats& ping = stats[0];
-  const Stats& op = stats[1];
-  const Stats& client_add = stats[2];
+  if (!only.empty()) {
+    auto it =
+        std::find_if(calls.begin(), calls.end(), [&](const Call& c) { return only == c.name; });
+    if (it == calls.end()) {
+      std::fprintf(stderr, "--only %s: no such call\n", only.c_str());
+      return 2;
+    }
+    const auto start = Clock::now();
+    for (int i = 0; i < iterations; ++i) it->fn();
+    std::printf("%d x %s: mean %.1f us\n", iterations, it->name,
+                Micros(Clock::now() - start) / iterations);
+  }
+  std::vector<std::function<void()>> timed;
+  for (const Call& call : calls) timed.push_back(call.fn);
+  const std::vector<Stats> stats =
+      only.empty() ? TimeInterleaved(iterations, timed) : std::vector<Stats>();
   auto arrays = gpukit::v1::ArrayService::NewStub(*channel);
   for (const std::string& handle : outputs) {
     gpukit::v1::FreeArrayRequest free;
@@ -257,24 +295,24 @@ int main(int argc, char** argv) {
   Stop(daemon);
   rmdir(dir.c_str());
 
+  if (!only.empty()) return 0;
   std::printf(
       "gpukitd start-up (spawn to first health check), %d starts: median %.1f ms, max %.1f ms\n",
       starts, start_ms[start_ms.size() / 2], start_ms.back());
   std::printf("gpukitd idle RSS: %.1f MiB; peak RSS after the run: %.1f MiB\n", idle_rss / 1024.0,
               busy_rss / 1024.0);
-  std::printf("%-44s %10s %10s %10s\n", "round trip (unix socket)", "p50 us", "p99 us", "mean us");
-  std::printf("%-44s %10.1f %10.1f %10.1f\n", "grpc.health.v1 Check (raw gRPC ping)", ping.p50,
-              ping.p99, ping.mean);
-  std::printf("%-44s %10.1f %10.1f %10.1f\n", "RunOp add, 2 x 16 float32 (stub)", op.p50, op.p99,
-              op.mean);
-  std::printf("%-44s %10.1f %10.1f %10.1f\n", "Client::Add incl. Free of the result",
-              client_add.p50, client_add.p99, client_add.mean);
+  std::printf("%-44s %10s %10s %10s %8s\n", "round trip (unix socket)", "p50 us", "p99 us",
+              "mean us", "/ ping");
+  for (size_t i = 0; i < calls.size(); ++i) {
+    std::printf("%-44s %10.1f %10.1f %10.1f %7.2fx\n", calls[i].label, stats[i].p50, stats[i].p99,
+                stats[i].mean, stats[i].p50 / stats[0].p50);
+  }
+  const Stats& ping = stats[0];
+  const Stats& op = stats[2];
   std::printf("RunOp / ping: p50 %.2fx, mean %.2fx (goal <= 1.3x)\n", op.p50 / ping.p50,
               op.mean / ping.mean);
   if (launches) {
-    const Stats& launch = stats[3];
-    std::printf("%-44s %10.1f %10.1f %10.1f\n", "LaunchKernel empty<<<1,1>>> (client)",
-                launch.p50, launch.p99, launch.mean);
+    const Stats& launch = stats[4];
     std::printf("LaunchKernel / ping: p50 %.2fx, mean %.2fx (goal <= 1.3x)\n",
                 launch.p50 / ping.p50, launch.mean / ping.mean);
   }
