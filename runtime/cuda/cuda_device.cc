@@ -337,25 +337,9 @@ CudaDevice::CudaDevice(const CudaDriver& cu, int device, CUctx_st* context,
       event_pool_(std::make_shared<EventPool>(cu, context)) {}
 
 CudaDevice::~CudaDevice() {
-  // Every piece of work gpukit queues runs on one of the device's streams (the transfer
-  // engine and cuBLASLt use the caller's), so waiting for each stream waits for all of it.
-  std::vector<std::shared_ptr<Stream>> live_streams;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [id, stream] : streams_) live_streams.push_back(stream);
+  if (absl::Status idle = SynchronizeAllStreams(); !idle.ok()) {
+    spdlog::warn("{}: queued work failed at shutdown: {}", Describe(), idle.ToString());
   }
-  if (absl::Status bound = Bind(); !bound.ok()) {
-    spdlog::warn("{}: cannot make its context current at shutdown: {}", Describe(),
-                 bound.ToString());
-  } else {
-    for (const std::shared_ptr<Stream>& stream : live_streams) {
-      if (CUresult result = cu_.cuStreamSynchronize(stream->handle); result != CUDA_SUCCESS) {
-        spdlog::warn("{}: queued work failed at shutdown: {}", Describe(), CuErrorName(result));
-        break;  // a faulted context fails every stream alike
-      }
-    }
-  }
-  live_streams.clear();
   // Everything leaves the tables under the lock and is released outside it: releases call
   // the driver.
   absl::flat_hash_map<uint64_t, std::shared_ptr<Function>> functions;
@@ -493,9 +477,15 @@ absl::StatusOr<ExportedBuffer> CudaDevice::ExportBuffer(BufferId buffer) {
   }
   GPUKIT_ASSIGN_OR_RETURN(PoolBlock block, pool_->Lookup(allocation.address));
   if (block.shares_segment) {
-    // Its slab holds other buffers, which the importer must not reach: move it out.
+    // Its slab holds other buffers, which the importer must not reach: move it out. Work
+    // other requests queued on the buffer (on any stream) finishes first, so that nothing
+    // reads the old block once it is freed.
     GPUKIT_ASSIGN_OR_RETURN(PoolBlock own, pool_->AllocateOwnSegment(allocation.bytes));
     GPUKIT_RETURN_IF_ERROR(Bind());
+    if (absl::Status idle = SynchronizeAllStreams(); !idle.ok()) {
+      pool_->Free(own.address).IgnoreError();
+      return idle;
+    }
     absl::Status copied = CheckCu(
         cu_.cuMemcpyDtoD(own.address, allocation.address, static_cast<size_t>(allocation.bytes)),
         "cuMemcpyDtoD");
@@ -530,6 +520,19 @@ absl::StatusOr<ExportedBuffer> CudaDevice::ExportBuffer(BufferId buffer) {
   exported.offset_bytes = 0;
   exported.bytes = allocation.bytes;
   return exported;
+}
+
+absl::Status CudaDevice::SynchronizeAllStreams() {
+  std::vector<std::shared_ptr<Stream>> streams;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, stream] : streams_) streams.push_back(stream);
+  }
+  GPUKIT_RETURN_IF_ERROR(Bind());
+  for (const std::shared_ptr<Stream>& stream : streams) {
+    GPUKIT_RETURN_IF_ERROR(CheckCu(cu_.cuStreamSynchronize(stream->handle), "cuStreamSynchronize"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CudaDevice::RegisterHostMemory(void* data, int64_t bytes) {

@@ -225,6 +225,11 @@ class CudaDevice final : public Device {
   // when the GPU has no memory for one (cuBLASLt then picks among algorithms that need none).
   std::pair<uint64_t, uint64_t> BlasWorkspace(StreamId stream);
 
+  // Waits for the work queued on every stream of the device. Every piece of work gpukit
+  // queues runs on one of them (the transfer engine and cuBLASLt use the caller's), so this
+  // waits for all of it.
+  absl::Status SynchronizeAllStreams();
+
   // Makes the primary context current on the calling thread (cheap when it already is).
   absl::Status Bind() const;
 
