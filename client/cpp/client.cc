@@ -20,6 +20,7 @@
 #include "proto/dtype_convert.h"
 #include "runtime/base/fd_channel_protocol.h"
 #include "runtime/base/shape.h"
+#include "runtime/base/status_macros.h"
 #include "runtime/base/unix_fd.h"
 #include <sys/mman.h>
 
@@ -151,23 +152,11 @@ class SessionState {
     SetDeadline(context);
     absl::Status status = FromGrpc(arrays_->Export(&context, request, &response), context);
     if (!status.ok()) return status;
-    absl::StatusOr<ScopedFd> channel = ConnectUnixSocket(response.fd_channel());
-    if (!channel.ok()) {
-      return absl::UnavailableError(absl::StrCat("cannot reach gpukitd's descriptor channel at ",
-                                                 response.fd_channel(), ": ",
-                                                 channel.status().message()));
-    }
-    const std::string message = EncodeFdChannelRequest({FdChannelOp::kFetch, response.token()});
-    status = SendMessage(channel->get(), message.data(), message.size());
-    if (!status.ok()) return status;
-    absl::StatusOr<ReceivedMessage> reply =
-        ReceiveMessage(channel->get(), kFdChannelMaxReplyBytes, options_.call_timeout);
-    if (!reply.ok()) return reply.status();
-    status = DecodeFdChannelReply(reply->bytes);
-    if (!status.ok()) return status;
-    if (!reply->fd.valid()) return absl::InternalError("gpukitd sent no descriptor");
-    absl::StatusOr<std::unique_ptr<DeviceImport>> imported = DeviceImport::Import(
-        response.device_index(), std::move(reply->fd), response.allocation_bytes());
+    absl::StatusOr<ScopedFd> fd =
+        ExchangeOnFdChannel(response.fd_channel(), FdChannelOp::kFetch, response.token());
+    if (!fd.ok()) return fd.status();
+    absl::StatusOr<std::unique_ptr<DeviceImport>> imported =
+        DeviceImport::Import(response.device_index(), *std::move(fd), response.allocation_bytes());
     if (!imported.ok()) return imported.status();
     DeviceMapping mapping;
     mapping.device_pointer =
@@ -179,6 +168,27 @@ class SessionState {
     auto [it, added] = imports_.try_emplace(handle, mapping, nullptr);
     if (added) it->second.second = *std::move(imported);
     return it->second.first;
+  }
+
+  // One exchange on gpukitd's descriptor channel: `op` with `token`, and `fd` attached when it
+  // is >= 0 (deliver). Returns the descriptor the reply carried (fetch), or an invalid one.
+  absl::StatusOr<ScopedFd> ExchangeOnFdChannel(const std::string& path, FdChannelOp op,
+                                               const std::string& token, int fd = -1) const {
+    absl::StatusOr<ScopedFd> channel = ConnectUnixSocket(path);
+    if (!channel.ok()) {
+      return absl::UnavailableError(absl::StrCat("cannot reach gpukitd's descriptor channel at ",
+                                                 path, ": ", channel.status().message()));
+    }
+    const std::string message = EncodeFdChannelRequest({op, token});
+    GPUKIT_RETURN_IF_ERROR(SendMessage(channel->get(), message.data(), message.size(), fd));
+    GPUKIT_ASSIGN_OR_RETURN(
+        ReceivedMessage reply,
+        ReceiveMessage(channel->get(), kFdChannelMaxReplyBytes, options_.call_timeout));
+    GPUKIT_RETURN_IF_ERROR(DecodeFdChannelReply(reply.bytes));
+    if (op == FdChannelOp::kFetch && !reply.fd.valid()) {
+      return absl::InternalError("gpukitd sent no descriptor");
+    }
+    return std::move(reply.fd);
   }
 
   // Unmaps the array's mapping, if it has one (before it is freed).
@@ -436,20 +446,9 @@ absl::StatusOr<HostMemory> Client::RegisterHostMemory(int64_t bytes) {
   }
   // From here the region exists in the daemon: `memory` unregisters it on any failure.
   HostMemory memory(state_, response.region(), static_cast<char*>(mapping), bytes);
-  absl::StatusOr<ScopedFd> channel = ConnectUnixSocket(response.fd_channel());
-  if (!channel.ok()) {
-    return absl::UnavailableError(absl::StrCat("cannot reach gpukitd's descriptor channel at ",
-                                               response.fd_channel(), ": ",
-                                               channel.status().message()));
-  }
-  const std::string message = EncodeFdChannelRequest({FdChannelOp::kDeliver, response.token()});
-  status = SendMessage(channel->get(), message.data(), message.size(), fd->get());
-  if (!status.ok()) return status;
-  absl::StatusOr<ReceivedMessage> reply =
-      ReceiveMessage(channel->get(), kFdChannelMaxReplyBytes, state_->options_.call_timeout);
-  if (!reply.ok()) return reply.status();
-  status = DecodeFdChannelReply(reply->bytes);
-  if (!status.ok()) return status;
+  absl::StatusOr<ScopedFd> delivered = state_->ExchangeOnFdChannel(
+      response.fd_channel(), FdChannelOp::kDeliver, response.token(), fd->get());
+  if (!delivered.ok()) return delivered.status();
   return memory;
 }
 
