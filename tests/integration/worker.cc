@@ -57,7 +57,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/cpp/channel.h"
+#include "client/cpp/device_import.h"
 #include "gpukit/client.h"
+#include "gpukit/v1/array.grpc.pb.h"
+#include "runtime/base/fd_channel_protocol.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/base/units.h"
 #include "runtime/cuda/cuda_driver.h"
@@ -564,6 +568,43 @@ int GpuMap(const gpukit::ClientOptions& options, uint64_t seed, int rounds) {
                 PercentileUs(first_us, 99), PercentileUs(cached_us, 50),
                 PercentileUs(cached_us, 99));
   }
+  // Where a first map's time goes: the same steps as Array::Map, one by one, on 4 MiB arrays.
+  auto channel = gpukit::ConnectChannel(options.address, absl::Seconds(5));
+  if (!channel.ok()) return Fail("channel", channel.status());
+  auto stub = gpukit::v1::ArrayService::NewStub(*channel);
+  std::vector<double> rpc_us, fetch_us, import_us;
+  for (int i = 0; i < std::max(rounds, 1) / 4 + 1; ++i) {
+    auto fresh = (*client)->Empty({1 << 20}, gpukit::DType::kFloat32);
+    if (!fresh.ok()) return Fail("create", fresh.status());
+    auto start = std::chrono::steady_clock::now();
+    auto lap = [&start](std::vector<double>& into) {
+      const auto now = std::chrono::steady_clock::now();
+      into.push_back(std::chrono::duration<double, std::micro>(now - start).count());
+      start = now;
+    };
+    gpukit::v1::ExportArrayRequest request;
+    request.set_session_id((*client)->session_id());
+    request.set_handle(fresh->handle());
+    gpukit::v1::ExportArrayResponse response;
+    grpc::ClientContext context;
+    if (!stub->Export(&context, request, &response).ok()) return Fail("export");
+    lap(rpc_us);
+    auto socket = gpukit::ConnectUnixSocket(response.fd_channel());
+    if (!socket.ok()) return Fail("channel", socket.status());
+    const std::string message =
+        gpukit::EncodeFdChannelRequest({gpukit::FdChannelOp::kFetch, response.token()});
+    absl::Status sent = gpukit::SendMessage(socket->get(), message.data(), message.size());
+    auto reply = gpukit::ReceiveMessage(socket->get(), 1024, absl::Seconds(5));
+    if (!sent.ok() || !reply.ok() || !reply->fd.valid()) return Fail("fetch");
+    lap(fetch_us);
+    auto imported = gpukit::internal::DeviceImport::Import(
+        response.device_index(), std::move(reply->fd), response.allocation_bytes());
+    if (!imported.ok()) return Fail("import", imported.status());
+    lap(import_us);
+  }
+  std::printf("map steps p50: Export RPC %.1f us, descriptor fetch %.1f us, import + map %.1f us\n",
+              PercentileUs(rpc_us, 50), PercentileUs(fetch_us, 50), PercentileUs(import_us, 50));
+
   absl::Status closed = (*client)->Close();
   if (!closed.ok()) return Fail("close", closed);
   std::cout << "gpu-map ok" << std::endl;
