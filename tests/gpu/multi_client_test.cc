@@ -230,6 +230,20 @@ TEST_F(MultiClientGpuTest, AClientMapsArraysAndSeesTheSameMemoryBothWays) {
   EXPECT_EQ(WhatDaemonHolds(), "");
 }
 
+// A client killed with SIGKILL while it maps an exported array: its session lapses, the array
+// is freed and its memory goes back to the driver; the daemon serves on.
+TEST_F(MultiClientGpuTest, ClientKilledWhileItMapsAnArrayLeavesNothingBehind) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Subprocess victim, SpawnWorker(8, {"--mode", "hold-mapped", "--bytes",
+                                                                 "8MiB", "--lease-ms", "2000"}));
+  ASSERT_TRUE(WaitForLine(victim, "holding", kWorkerTimeout)) << "victim output:\n"
+                                                              << victim.Output();
+  EXPECT_NE(WhatDaemonHolds(), "") << "the victim's session holds its array";
+  ASSERT_EQ(kill(victim.pid(), SIGKILL), 0);
+  EXPECT_TRUE(PollUntil([&] { return WhatDaemonHolds().empty(); }, absl::Seconds(6)))
+      << WhatDaemonHolds();
+  ExpectDaemonServesAnotherClient();
+}
+
 TEST_F(MultiClientGpuTest, ClientKilledMidWorkLeavesNothingBehindOnceItsLeaseLapses) {
   constexpr int64_t kLeaseMs = 2000;
   // The victim computes until killed; the survivor waits for it to be under way.

@@ -11,6 +11,8 @@
 //   worker --addr ADDR --mode hold --bytes SIZE
 //       Opens a session and creates an array of SIZE bytes (e.g. 48MiB); prints "holding"
 //       and then waits, renewing its lease, until killed.
+//   worker --addr ADDR --mode hold-mapped --bytes SIZE
+//       The same, with the array mapped into this process first (Array::Map: needs a GPU).
 //   worker --addr ADDR --mode hammer --ops N
 //       Uploads a 1 MiB float32 array and runs N "add" ops on it back to back. A call
 //       refused with RESOURCE_EXHAUSTED and reason REASON_QUEUE_FULL is counted (an op is
@@ -242,11 +244,15 @@ int UploadForever(const gpukit::ClientOptions& options) {
   }
 }
 
-int Hold(const gpukit::ClientOptions& options, int64_t bytes) {
+int Hold(const gpukit::ClientOptions& options, int64_t bytes, bool mapped) {
   auto client = gpukit::Client::Connect(options);
   if (!client.ok()) return Fail("connect", client.status());
   auto array = (*client)->Empty({bytes}, gpukit::DType::kUInt8);
   if (!array.ok()) return Fail("create", array.status());
+  if (mapped) {
+    absl::StatusOr<gpukit::DeviceMapping> mapping = array->Map();
+    if (!mapping.ok()) return Fail("map", mapping.status());
+  }
   std::cout << "holding" << std::endl;  // flushed: the test is waiting for it
   while (true) absl::SleepFor(absl::Seconds(1));
 }
@@ -665,7 +671,8 @@ int main(int argc, char** argv) {
   options.call_timeout = absl::Seconds(30);
   if (flags.mode == "compute") return Compute(options, flags.seed);
   if (flags.mode == "upload-forever") return UploadForever(options);
-  if (flags.mode == "hold") return Hold(options, flags.bytes);
+  if (flags.mode == "hold") return Hold(options, flags.bytes, /*mapped=*/false);
+  if (flags.mode == "hold-mapped") return Hold(options, flags.bytes, /*mapped=*/true);
   if (flags.mode == "hammer") return Hammer(options, flags.ops);
   if (flags.mode == "gpu-compute") {
     return GpuCompute(options, flags.seed, flags.rounds, flags.wait_for);
@@ -673,7 +680,7 @@ int main(int argc, char** argv) {
   if (flags.mode == "gpu-map") {
     return GpuMap(options, flags.seed, static_cast<int>(flags.rounds_given ? flags.rounds : 200));
   }
-  return Fail(
-      absl::StrCat("unknown --mode \"", flags.mode,
-                   "\"; modes: compute, upload-forever, hold, hammer, gpu-compute, gpu-map"));
+  return Fail(absl::StrCat(
+      "unknown --mode \"", flags.mode,
+      "\"; modes: compute, upload-forever, hold, hold-mapped, hammer, gpu-compute, gpu-map"));
 }
