@@ -1,5 +1,6 @@
 """Fixtures of the Python client's tests: the real gpukitd of the build, on a temporary unix
-socket with the CPU backend, for the whole run; and a fresh session for every test.
+socket with the CPU backend ($GPUKIT_TEST_BACKEND=cuda on a GPU host), for the whole run; and
+a fresh session for every test.
 
 The build is found as for tests/run_all.sh: $GPUKIT_BUILD_DIR, else build/ at the repository
 root. The package under test is <build>/python/gpukit (the module of that build) when it
@@ -75,6 +76,11 @@ def _accepts(path: Path) -> bool:
             return False
 
 
+# The daemon's backend: cpu, unless $GPUKIT_TEST_BACKEND says cuda (the GPU host runs
+# tests/python/test_cuda_interop.py so; the rest of the suite expects the CPU backend).
+BACKEND = os.environ.get("GPUKIT_TEST_BACKEND", "cpu")
+
+
 @pytest.fixture(scope="session")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     directory = tmp_path_factory.mktemp("gpukitd")
@@ -89,7 +95,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
                 "--listen",
                 f"unix://{sock}",
                 "--backend",
-                "cpu",
+                BACKEND,
                 "--config",
                 str(config),
             ],

@@ -1,5 +1,6 @@
 """Sessions, errors and custom kernels; and that blocking calls release the GIL."""
 
+import os
 import threading
 import time
 
@@ -208,3 +209,19 @@ def test_blocking_calls_release_the_gil(gk):
         f"the main thread stood still for {longest_gap:.3f}s of a {duration:.3f}s call: "
         "the call held the GIL"
     )
+
+
+# --- zero-copy device memory -------------------------------------------------------------
+
+
+@pytest.mark.skipif(os.environ.get("GPUKIT_TEST_BACKEND", "cpu") != "cpu",
+                    reason="the CPU backend's refusal")
+def test_mapping_device_memory_on_the_cpu_backend_is_refused_clearly(gk):
+    a = gk.array(np.arange(4, dtype=np.float32))
+    with pytest.raises(gpukit.FailedPrecondition, match="use host shared memory"):
+        a.map()
+    # Consumers probe the interface with hasattr: on the CPU backend it is absent.
+    assert not hasattr(a, "__cuda_array_interface__")
+    assert not hasattr(gk.array(np.ones(2, dtype=np.float32)).astype("bfloat16"),
+                       "__cuda_array_interface__")
+    np.testing.assert_array_equal(a.numpy(), np.arange(4, dtype=np.float32))

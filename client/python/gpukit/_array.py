@@ -243,6 +243,52 @@ class Array:
         self._impl.read_into(out)
         return out
 
+    # --- zero-copy device memory ----------------------------------------------------------
+
+    def map(self) -> Tuple[int, int, int]:
+        """Maps the array's device memory into this process, without copying it.
+
+        The first call has gpukitd export the memory and maps it here (about 2 ms today);
+        later calls return the same mapping. The mapping lives until the array is freed or
+        its session closes, and the array is never spilled from then on. gpukitd's calls
+        return once their work is done; work done through the pointer must finish before the
+        array is used by gpukitd again.
+
+        Returns
+        -------
+        tuple of int
+            ``(device_pointer, size_bytes, device_index)``: a CUDA device pointer of this
+            process, on the CUDA device of that ordinal.
+
+        Raises
+        ------
+        FailedPrecondition
+            The daemon runs on the CPU backend (use host transfers), or this process has no
+            CUDA driver.
+        """
+        return self._impl.map()
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        """The CUDA Array Interface (version 3) over :meth:`map`'s mapping, so that
+        ``torch.as_tensor(a, device="cuda")`` or ``cupy.asarray(a)`` see the array's device
+        memory without a copy. An ``AttributeError`` where the array cannot be mapped (a CPU
+        backend, no CUDA driver here) or has no interface type string (bfloat16).
+        """
+        if self._impl.dtype == _gpukit.DType.bfloat16:
+            raise AttributeError("bfloat16 has no CUDA Array Interface type string")
+        try:
+            pointer, _, _ = self._impl.map()
+        except _gpukit.FailedPrecondition as error:
+            raise AttributeError(f"__cuda_array_interface__: {error}") from error
+        return {
+            "shape": self.shape,
+            "typestr": np.dtype(_dtypes.host_dtype(self._impl.dtype)).str,
+            "data": (pointer, False),
+            "strides": None,
+            "version": 3,
+        }
+
     def tobytes(self) -> bytes:
         """Downloads the array's raw bytes (row-major, the host's byte order)."""
         out = bytearray(self._impl.size_bytes)

@@ -132,6 +132,16 @@ class PyArray {
     ThrowIfError(status);
   }
 
+  // Maps the array's device memory into this process (Array::Map): (device pointer, bytes,
+  // CUDA device ordinal).
+  py::tuple Map() const {
+    std::shared_ptr<Array> array = Live();
+    absl::StatusOr<DeviceMapping> mapping = absl::InternalError("not mapped");
+    WithoutGil([&] { mapping = array->Map(); });
+    ThrowIfError(mapping.status());
+    return py::make_tuple(mapping->device_pointer, mapping->size_bytes, mapping->device_index);
+  }
+
   // Frees the device memory now, unless a call on another thread still uses the array: then
   // when that call ends. A second free() does nothing.
   void Free() {
@@ -427,6 +437,9 @@ PYBIND11_MODULE(_gpukit, m) {
            "Downloads the array into `out`, a writable C-contiguous buffer of size_bytes.")
       .def("write", &PyArray::Write, py::arg("data"),
            "Uploads `data`, a C-contiguous buffer of size_bytes, into the array.")
+      .def("map", &PyArray::Map,
+           "Maps the device memory into this process, zero-copy (Array::Map): returns "
+           "(device_pointer, size_bytes, device_index).")
       .def("free", &PyArray::Free, "Frees the device memory now (Free).");
 
   py::class_<PyKernel, std::shared_ptr<PyKernel>>(m, "Kernel",
