@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/base/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace gpukit {
@@ -76,23 +77,23 @@ int64_t MemoryPool::SlabBytes(int64_t block_bytes) const {
   return RoundUp(std::max(granularity_bytes_, block_bytes * kMinBlocksPerSlab), granularity_bytes_);
 }
 
-absl::StatusOr<PoolBlock> MemoryPool::Allocate(int64_t bytes) {
+absl::Status MemoryPool::CheckRequest(int64_t bytes) const {
   if (bytes <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("pool allocation of ", bytes, " bytes"));
   }
   if (bytes > std::numeric_limits<int64_t>::max() - granularity_bytes_) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PoolBlock> MemoryPool::Allocate(int64_t bytes) {
+  GPUKIT_RETURN_IF_ERROR(CheckRequest(bytes));
   return AllocateRounded(RoundedBytes(bytes), IsSmall(bytes));
 }
 
 absl::StatusOr<PoolBlock> MemoryPool::AllocateOwnSegment(int64_t bytes) {
-  if (bytes <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("pool allocation of ", bytes, " bytes"));
-  }
-  if (bytes > std::numeric_limits<int64_t>::max() - granularity_bytes_) {
-    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
-  }
+  GPUKIT_RETURN_IF_ERROR(CheckRequest(bytes));
   return AllocateRounded(RoundUp(bytes, granularity_bytes_), /*small=*/false);
 }
 
@@ -193,46 +194,37 @@ PoolBlock MemoryPool::AddSegment(const Segment& segment, int64_t rounded_bytes, 
   return block;
 }
 
-const MemoryPool::SegmentState* MemoryPool::FindLive(uint64_t address) const {
-  auto it = segments_.upper_bound(address);
-  if (it == segments_.begin()) return nullptr;
-  --it;
-  const SegmentState& state = it->second;
-  const uint64_t start = state.segment.address;
-  if (address >= start + static_cast<uint64_t>(state.segment.bytes)) return nullptr;
-  if (state.block_bytes == 0) {
-    return address == start && state.live_blocks == 1 ? &state : nullptr;
-  }
-  const int64_t offset = static_cast<int64_t>(address - start);
+bool MemoryPool::StartsLiveBlock(const SegmentState& state, uint64_t address) {
+  const int64_t offset = static_cast<int64_t>(address - state.segment.address);
+  if (state.block_bytes == 0) return offset == 0 && state.live_blocks == 1;
   const int64_t index = offset / state.block_bytes;
-  if (offset % state.block_bytes != 0 || index >= static_cast<int64_t>(state.in_use.size()) ||
-      !state.in_use[index]) {
-    return nullptr;
-  }
-  return &state;
+  return offset % state.block_bytes == 0 && index < static_cast<int64_t>(state.in_use.size()) &&
+         state.in_use[index];
 }
 
 absl::StatusOr<PoolBlock> MemoryPool::Lookup(uint64_t address) const {
   absl::MutexLock lock(&mu_);
-  const SegmentState* state = FindLive(address);
-  if (state == nullptr) {
+  auto it = SegmentAt(segments_, address);
+  if (it == segments_.end() || !StartsLiveBlock(it->second, address)) {
     return absl::NotFoundError(absl::StrCat("no live pool block at ", Hex(address)));
   }
+  const SegmentState& state = it->second;
   PoolBlock block;
   block.address = address;
-  block.segment = state->segment;
-  block.shares_segment = state->block_bytes > 0;
-  block.bytes = block.shares_segment ? state->block_bytes : state->segment.bytes;
+  block.segment = state.segment;
+  block.shares_segment = state.block_bytes > 0;
+  block.bytes = block.shares_segment ? state.block_bytes : state.segment.bytes;
   return block;
 }
 
 absl::Status MemoryPool::MarkShared(uint64_t address) {
   absl::MutexLock lock(&mu_);
-  const SegmentState* state = FindLive(address);
-  if (state == nullptr || state->block_bytes > 0) {
+  auto it = SegmentAt(segments_, address);
+  if (it == segments_.end() || it->second.block_bytes > 0 ||
+      !StartsLiveBlock(it->second, address)) {
     return absl::NotFoundError(absl::StrCat("no live segment-sized block at ", Hex(address)));
   }
-  segments_.at(state->segment.address).shared = true;
+  it->second.shared = true;
   return absl::OkStatus();
 }
 
@@ -240,30 +232,21 @@ absl::Status MemoryPool::Free(uint64_t address) {
   std::vector<Segment> released;
   {
     absl::MutexLock lock(&mu_);
-    auto it = segments_.upper_bound(address);
-    const auto not_found = [&] {
+    auto it = SegmentAt(segments_, address);
+    if (it == segments_.end() || !StartsLiveBlock(it->second, address)) {
       return absl::NotFoundError(
           absl::StrCat("no live pool block at ", Hex(address), " (never allocated or freed)"));
-    };
-    if (it == segments_.begin()) return not_found();
-    --it;
+    }
     SegmentState& state = it->second;
     const uint64_t start = state.segment.address;
-    if (address >= start + static_cast<uint64_t>(state.segment.bytes)) return not_found();
     if (state.block_bytes > 0) {
       const int64_t offset = static_cast<int64_t>(address - start);
-      const int64_t index = offset / state.block_bytes;
-      if (offset % state.block_bytes != 0 || index >= static_cast<int64_t>(state.in_use.size()) ||
-          !state.in_use[index]) {
-        return not_found();
-      }
-      state.in_use[index] = false;
+      state.in_use[offset / state.block_bytes] = false;
       state.free_offsets.push_back(offset);
       --state.live_blocks;
       slabs_with_room_[state.block_bytes].insert(start);
       stats_.in_use_bytes -= state.block_bytes;
     } else {
-      if (address != start || state.live_blocks == 0) return not_found();
       state.live_blocks = 0;
       stats_.in_use_bytes -= state.segment.bytes;
       if (state.shared) {
@@ -332,13 +315,11 @@ void MemoryPool::UnmapAll(const std::vector<Segment>& segments) {
 
 bool MemoryPool::Owns(uint64_t address, int64_t bytes) const {
   absl::MutexLock lock(&mu_);
-  auto it = segments_.upper_bound(address);
-  if (it == segments_.begin()) return false;
-  --it;
+  auto it = SegmentAt(segments_, address);
+  if (it == segments_.end() || bytes < 0) return false;
   const Segment& segment = it->second.segment;
-  const uint64_t offset = address - segment.address;
-  return bytes >= 0 && offset < static_cast<uint64_t>(segment.bytes) &&
-         static_cast<uint64_t>(bytes) <= static_cast<uint64_t>(segment.bytes) - offset;
+  return static_cast<uint64_t>(bytes) <=
+         static_cast<uint64_t>(segment.bytes) - (address - segment.address);
 }
 
 MemoryPoolStats MemoryPool::stats() const {

@@ -152,9 +152,20 @@ class MemoryPool {
   // A free block of the class, or a cached segment of about the size; address 0 when there
   // is none.
   PoolBlock TakeCached(int64_t rounded_bytes, bool small) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // INVALID_ARGUMENT or RESOURCE_EXHAUSTED for a request size no segment can serve.
+  absl::Status CheckRequest(int64_t bytes) const;
   absl::StatusOr<PoolBlock> AllocateRounded(int64_t rounded_bytes, bool small);
-  // The segment holding `address` and whether `address` starts a live block in it.
-  const SegmentState* FindLive(uint64_t address) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The segment holding `address` in `segments` (segments_, const or not), or its end().
+  template <typename Segments>
+  static auto SegmentAt(Segments& segments, uint64_t address) {
+    auto it = segments.upper_bound(address);
+    if (it == segments.begin()) return segments.end();
+    --it;
+    const Segment& segment = it->second.segment;
+    return address - segment.address < static_cast<uint64_t>(segment.bytes) ? it : segments.end();
+  }
+  // Whether `address`, inside `state`'s segment, is where a live block of it starts.
+  static bool StartsLiveBlock(const SegmentState& state, uint64_t address);
   // Maps a new segment (trimming and retrying once when the source is out of memory).
   absl::StatusOr<Segment> MapSegment(int64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   // Adds a freshly mapped segment and takes a block from it.
