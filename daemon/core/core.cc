@@ -228,6 +228,8 @@ Core::Core(const Clock& clock, const CoreOptions& options, std::vector<DeviceSlo
       scheduler_(std::move(scheduler)),
       jit_(std::move(jit)),
       sessions_(clock, options.sessions, *scheduler_),
+      pending_regions_(clock),
+      pending_exports_(clock),
       streams_(options.streams_per_partition) {}
 
 Core::~Core() {

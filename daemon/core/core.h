@@ -49,6 +49,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "daemon/core/partition_streams.h"
+#include "daemon/core/pending_tokens.h"
 #include "daemon/scheduler/admission.h"
 #include "daemon/scheduler/clock.h"
 #include "daemon/scheduler/scheduler.h"
@@ -324,26 +325,12 @@ class Core {
   std::unique_ptr<Scheduler> scheduler_;
   const std::shared_ptr<JitCompiler> jit_;  // null: no custom kernels
   SessionManager sessions_;
+  // Host memory regions waiting for their descriptors, and exported arrays' descriptors
+  // waiting to be fetched, by token.
+  PendingTokens<std::weak_ptr<HostRegion>> pending_regions_;
+  PendingTokens<ScopedFd> pending_exports_;
   // Orders session opening against partition deletion (see the top of this file). Taken
   // before the scheduler's and the session manager's locks, never after.
-  // RegisterHostMemory tokens waiting for their descriptors.
-  struct PendingRegion {
-    std::weak_ptr<HostRegion> region;
-    absl::Time expires;
-  };
-  absl::Mutex pending_regions_mu_;
-  absl::flat_hash_map<std::string, PendingRegion> pending_regions_
-      ABSL_GUARDED_BY(pending_regions_mu_);
-
-  // ExportArray descriptors waiting to be fetched.
-  struct PendingExport {
-    ScopedFd fd;
-    absl::Time expires;
-  };
-  absl::Mutex pending_exports_mu_;
-  absl::flat_hash_map<std::string, PendingExport> pending_exports_
-      ABSL_GUARDED_BY(pending_exports_mu_);
-
   absl::Mutex partitions_mu_;
   PartitionStreams streams_ ABSL_GUARDED_BY(partitions_mu_);
 };

@@ -1,5 +1,6 @@
 // Core: memory shared with clients: host shared memory regions (RegisterHostMemory and the
 // copies through them) and exported device arrays (ExportArray).
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -20,27 +21,14 @@ absl::StatusOr<HostRegionGrant> Core::RegisterHostMemory(absl::string_view sessi
   Device& device = *devices_[session->admission().device_index].device;
   auto region = std::make_shared<HostRegion>(NewOpaqueId("m-"), device, bytes);
   GPUKIT_RETURN_IF_ERROR(session->AddRegion(region, options_.max_host_regions_per_session));
-  HostRegionGrant grant{region->handle(), NewOpaqueId(""), options_.host_memory_token_ttl};
-  const absl::Time now = clock_.Now();
-  absl::MutexLock lock(&pending_regions_mu_);
-  absl::erase_if(pending_regions_, [now](const auto& entry) {
-    return entry.second.expires <= now || entry.second.region.expired();
-  });
-  pending_regions_[grant.token] = PendingRegion{region, now + grant.token_ttl};
-  return grant;
+  const std::string token = pending_regions_.Add(region, options_.host_memory_token_ttl);
+  return HostRegionGrant{region->handle(), token, options_.host_memory_token_ttl};
 }
 
 absl::Status Core::DeliverHostMemory(absl::string_view token, ScopedFd fd) {
-  std::shared_ptr<HostRegion> region;
-  {
-    absl::MutexLock lock(&pending_regions_mu_);
-    auto it = pending_regions_.find(token);
-    if (it != pending_regions_.end()) {
-      if (it->second.expires > clock_.Now()) region = it->second.region.lock();
-      pending_regions_.erase(it);  // single use, whatever the outcome
-    }
-  }
-  if (region == nullptr) {
+  std::optional<std::weak_ptr<HostRegion>> pending = pending_regions_.Take(token);
+  std::shared_ptr<HostRegion> region = pending.has_value() ? pending->lock() : nullptr;
+  if (region == nullptr) {  // also when its session has gone meanwhile
     return absl::NotFoundError("unknown, used or lapsed host memory token");
   }
   GPUKIT_RETURN_IF_ERROR(region->Attach(std::move(fd)));
@@ -83,34 +71,21 @@ absl::StatusOr<ArrayExport> Core::ExportArray(absl::string_view session_id,
   GPUKIT_ASSIGN_OR_RETURN(ExportedBuffer exported, array->device().ExportBuffer(pin.buffer()));
   array->MarkExported();
   ArrayExport result;
-  result.token = NewOpaqueId("");
   result.token_ttl = options_.host_memory_token_ttl;
   result.allocation_bytes = exported.allocation_bytes;
   result.offset_bytes = exported.offset_bytes;
   result.bytes = exported.bytes;
   result.device_index = array->device().properties().index;
-  const absl::Time now = clock_.Now();
-  absl::MutexLock lock(&pending_exports_mu_);
-  absl::erase_if(pending_exports_,
-                 [now](const auto& entry) { return entry.second.expires <= now; });
-  pending_exports_[result.token] = PendingExport{std::move(exported.fd), now + result.token_ttl};
+  result.token = pending_exports_.Add(std::move(exported.fd), result.token_ttl);
   spdlog::debug("array exported: session={} array={} bytes={}", session->id(), array->handle(),
                 result.bytes);
   return result;
 }
 
 absl::StatusOr<ScopedFd> Core::FetchExport(absl::string_view token) {
-  absl::MutexLock lock(&pending_exports_mu_);
-  auto it = pending_exports_.find(token);
-  if (it == pending_exports_.end()) {
-    return absl::NotFoundError("unknown, used or lapsed export token");
-  }
-  PendingExport pending = std::move(it->second);
-  pending_exports_.erase(it);  // single use
-  if (pending.expires <= clock_.Now()) {
-    return absl::NotFoundError("unknown, used or lapsed export token");
-  }
-  return std::move(pending.fd);
+  std::optional<ScopedFd> fd = pending_exports_.Take(token);
+  if (!fd.has_value()) return absl::NotFoundError("unknown, used or lapsed export token");
+  return *std::move(fd);
 }
 
 }  // namespace gpukit
