@@ -51,6 +51,7 @@ namespace gpukit {
   REQUIRED(cuDeviceGetName)                              \
   REQUIRED(cuDeviceTotalMem)                             \
   REQUIRED(cuDeviceGetAttribute)                         \
+  REQUIRED(cuDeviceGetUuid)                              \
   REQUIRED(cuDevicePrimaryCtxRetain)                     \
   REQUIRED(cuDevicePrimaryCtxRelease)                    \
   REQUIRED(cuCtxGetCurrent)                              \
@@ -72,6 +73,12 @@ namespace gpukit {
   REQUIRED(cuMemSetAccess)                               \
   REQUIRED(cuMemExportToShareableHandle)                 \
   REQUIRED(cuMemImportFromShareableHandle)               \
+  REQUIRED(cuMemRetainAllocationHandle)                  \
+  REQUIRED(cuMemGetAddressRange)                         \
+  REQUIRED(cuPointerGetAttribute)                        \
+  REQUIRED(cuIpcGetMemHandle)                            \
+  REQUIRED(cuIpcOpenMemHandle)                           \
+  REQUIRED(cuIpcCloseMemHandle)                          \
   REQUIRED(cuMemcpyDtoD)                                 \
   REQUIRED(cuMemcpyHtoD)                                 \
   REQUIRED(cuMemcpyDtoH)                                 \
