@@ -81,7 +81,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(Core& core, const Clock& c
     absl::StatusOr<std::unique_ptr<FdChannel>> channel = FdChannel::Start(
         server->socket_paths_.front() + ".fd",
         [&core](absl::string_view token, ScopedFd fd) {
-          return core.DeliverHostMemory(token, std::move(fd));
+          return core.DeliverDescriptor(token, std::move(fd));
         },
         [&core](absl::string_view token) { return core.FetchExport(token); });
     if (channel.ok()) {

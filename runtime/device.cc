@@ -50,6 +50,33 @@ absl::StatusOr<ExportedBuffer> Device::ExportBuffer(BufferId buffer) {
                    " backend cannot be mapped by another process; use host shared memory"));
 }
 
+absl::StatusOr<BufferId> Device::ImportBuffer(ImportedMemory memory) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the ", BackendName(properties().backend), " backend cannot use ",
+      memory.cuda_ipc_handle.empty() ? "shared memory of another process"
+                                     : "CUDA IPC handles (they need a GPU)",
+      " as a buffer"));
+}
+
+absl::Status CheckImportedRange(const ImportedMemory& memory) {
+  if (memory.bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("an imported buffer needs > 0 bytes, not ", memory.bytes));
+  }
+  if (memory.offset_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("negative offset ", memory.offset_bytes, " into imported memory"));
+  }
+  if (memory.cuda_ipc_handle.empty() &&
+      (memory.allocation_bytes <= 0 || memory.offset_bytes > memory.allocation_bytes ||
+       memory.bytes > memory.allocation_bytes - memory.offset_bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "imported range [", memory.offset_bytes, ", +", memory.bytes,
+        ") is outside the shared allocation of ", memory.allocation_bytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SynchronizeStream(Device& device, StreamId stream) {
   GPUKIT_ASSIGN_OR_RETURN(EventId event, device.RecordEvent(stream));
   absl::Status status = device.WaitEvent(event);

@@ -69,6 +69,19 @@ struct ExportedBuffer {
   int64_t bytes = 0;             // the buffer's size
 };
 
+// Memory another process allocated that a buffer may use as its own (Device::ImportBuffer).
+// It comes in one of two forms: a file descriptor, mapped whole (on CUDA a VMM allocation's
+// POSIX descriptor from cuMemExportToShareableHandle; on the CPU backend a shared file such as
+// a memfd), or, when `cuda_ipc_handle` is set, a legacy CUDA IPC handle (the 64 bytes of
+// cuIpcGetMemHandle, for cuMemAlloc memory).
+struct ImportedMemory {
+  ScopedFd fd;
+  int64_t allocation_bytes = 0;  // the size of what `fd` names
+  std::string cuda_ipc_handle;
+  int64_t offset_bytes = 0;  // where the buffer starts in the allocation
+  int64_t bytes = 0;         // the buffer's size
+};
+
 struct DeviceProperties {
   int index = 0;
   std::string name;
@@ -152,6 +165,14 @@ class Device {
   // backends whose memory cannot be exported (the CPU backend: use host shared memory),
   // INVALID_ARGUMENT for a zero-byte buffer, NOT_FOUND for an unknown one.
   virtual absl::StatusOr<ExportedBuffer> ExportBuffer(BufferId buffer);
+  // A buffer over memory another process allocated and shares (a client's own device memory):
+  // no copy, the buffer's memory is the owner's. Freeing the buffer unmaps it and leaves the
+  // memory to its owner, who must keep it until then. It does not count in GetMemoryInfo's
+  // used bytes, and ExportBuffer refuses it. INVALID_ARGUMENT for memory that cannot be
+  // mapped (a forged handle, a descriptor that is not shareable memory) or a range outside it;
+  // FAILED_PRECONDITION on backends that cannot map the form (a CUDA IPC handle on the CPU
+  // backend; every form by default).
+  virtual absl::StatusOr<BufferId> ImportBuffer(ImportedMemory memory);
 
   virtual absl::StatusOr<StreamId> CreateStream(StreamPriority priority) = 0;
   // Waits for the stream's queued work, then destroys it.
@@ -194,6 +215,11 @@ class Device {
   virtual absl::Status Launch(FunctionId function, const LaunchConfig& config,
                               absl::Span<const KernelArg> args, StreamId stream) = 0;
 };
+
+// For ImportBuffer's implementations: INVALID_ARGUMENT unless `memory` names > 0 bytes at a
+// non-negative offset inside its allocation (as far as the allocation's size is known: it is
+// for descriptors; an IPC handle's allocation is sized by the driver once opened).
+absl::Status CheckImportedRange(const ImportedMemory& memory);
 
 // Enqueues an event on `stream` and waits for it: the synchronous tail of most requests.
 absl::Status SynchronizeStream(Device& device, StreamId stream);

@@ -141,8 +141,8 @@ class SessionState {
   // Arrays mapped into this process (Array::Map), by handle.
   absl::StatusOr<DeviceMapping> Map(const std::string& handle) {
     {
-      absl::MutexLock lock(&imports_mu_);
-      if (auto it = imports_.find(handle); it != imports_.end()) return it->second.first;
+      absl::MutexLock lock(&mappings_mu_);
+      if (auto it = mappings_.find(handle); it != mappings_.end()) return it->second.first;
     }
     v1::ExportArrayRequest request;
     request.set_session_id(session_id_);
@@ -163,9 +163,9 @@ class SessionState {
         (*imported)->address() + static_cast<uint64_t>(response.offset_bytes());
     mapping.size_bytes = response.bytes();
     mapping.device_index = response.device_index();
-    absl::MutexLock lock(&imports_mu_);
+    absl::MutexLock lock(&mappings_mu_);
     // Two threads mapping one array at once: the first mapping stays, the other is unmapped.
-    auto [it, added] = imports_.try_emplace(handle, mapping, nullptr);
+    auto [it, added] = mappings_.try_emplace(handle, mapping, nullptr);
     if (added) it->second.second = *std::move(imported);
     return it->second.first;
   }
@@ -191,13 +191,20 @@ class SessionState {
     return std::move(reply.fd);
   }
 
+  // An array of this process's own memory (Client::ImportDeviceMemory): Map() gives back that
+  // memory, nothing to unmap.
+  void RememberOwnMemory(const std::string& handle, const DeviceMapping& mapping) {
+    absl::MutexLock lock(&mappings_mu_);
+    mappings_.try_emplace(handle, mapping, nullptr);
+  }
+
   // Unmaps the array's mapping, if it has one (before it is freed).
   void Unmap(const std::string& handle) {
     std::unique_ptr<DeviceImport> doomed;
-    absl::MutexLock lock(&imports_mu_);
-    if (auto it = imports_.find(handle); it != imports_.end()) {
+    absl::MutexLock lock(&mappings_mu_);
+    if (auto it = mappings_.find(handle); it != mappings_.end()) {
       doomed = std::move(it->second.second);
-      imports_.erase(it);
+      mappings_.erase(it);
     }
   }
 
@@ -230,9 +237,9 @@ class SessionState {
 
   mutable absl::Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Mutex imports_mu_;
-  absl::flat_hash_map<std::string, std::pair<DeviceMapping, std::unique_ptr<DeviceImport>>> imports_
-      ABSL_GUARDED_BY(imports_mu_);
+  absl::Mutex mappings_mu_;
+  absl::flat_hash_map<std::string, std::pair<DeviceMapping, std::unique_ptr<DeviceImport>>> mappings_
+      ABSL_GUARDED_BY(mappings_mu_);
   absl::Mutex keepalive_mu_;
   absl::Notification stop_;
   std::thread keepalive_;
@@ -488,6 +495,37 @@ absl::StatusOr<Array> Client::Empty(std::vector<int64_t> shape, DType dtype) {
   if (!status.ok()) return status;
   return Array(state_, response.array().handle(), std::move(shape), dtype,
                response.array().size_bytes());
+}
+
+absl::StatusOr<Array> Client::ImportDeviceMemory(uint64_t device_pointer,
+                                                 std::vector<int64_t> shape, DType dtype) {
+  GPUKIT_RETURN_IF_ERROR(ValidateShape(shape, "shape"));
+  GPUKIT_ASSIGN_OR_RETURN(int64_t bytes, ByteSize(shape, dtype));
+  GPUKIT_ASSIGN_OR_RETURN(internal::SharedDeviceMemory memory,
+                          internal::ShareDeviceMemory(device_pointer, bytes));
+  v1::ImportArrayRequest request;
+  request.set_session_id(state_->session_id_);
+  request.mutable_shape()->Assign(shape.begin(), shape.end());
+  request.set_dtype(DTypeToProto(dtype));
+  request.set_offset_bytes(memory.offset_bytes);
+  if (memory.fd.valid()) {
+    request.set_descriptor_allocation_bytes(memory.allocation_bytes);
+  } else {
+    request.set_cuda_ipc_handle(memory.cuda_ipc_handle);
+  }
+  v1::ImportArrayResponse response;
+  grpc::ClientContext context;
+  state_->SetDeadline(context);
+  GPUKIT_RETURN_IF_ERROR(FromGrpc(state_->arrays_->Import(&context, request, &response), context));
+  if (memory.fd.valid()) {  // the array exists once gpukitd has the descriptor
+    GPUKIT_RETURN_IF_ERROR(state_->ExchangeOnFdChannel(response.fd_channel(),
+                                                       FdChannelOp::kDeliver, response.token(),
+                                                       memory.fd.get())
+                               .status());
+  }
+  const std::string& handle = response.array().handle();
+  state_->RememberOwnMemory(handle, DeviceMapping{device_pointer, bytes, memory.device_index});
+  return Array(state_, handle, std::move(shape), dtype, bytes);
 }
 
 absl::StatusOr<Array> Client::FromBytes(const void* data, int64_t bytes, std::vector<int64_t> shape,

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/cuda/cuda_driver.h"
 #include "spdlog/spdlog.h"
@@ -19,62 +21,100 @@ void LogIfFailed(CUresult result, const char* call) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DeviceImport>> DeviceImport::Import(int device_index, ScopedFd fd,
-                                                                   int64_t allocation_bytes) {
+                                                                   int64_t allocation_bytes,
+                                                                   bool read_only) {
   GPUKIT_ASSIGN_OR_RETURN(const CudaDriver* cu, CudaDriver::Get());
   CUdevice device = 0;
   GPUKIT_RETURN_IF_ERROR(CheckCu(cu->cuDeviceGet(&device, device_index), "cuDeviceGet"));
   CUcontext context = nullptr;
   GPUKIT_RETURN_IF_ERROR(
       CheckCu(cu->cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain"));
-  auto release_context = [&] {
+  absl::StatusOr<std::unique_ptr<SharedMapping>> mapping =
+      absl::FailedPreconditionError("not mapped");
+  if (absl::Status current = CheckCu(cu->cuCtxSetCurrent(context), "cuCtxSetCurrent");
+      current.ok()) {
+    mapping = SharedMapping::OpenDescriptor(*cu, device, fd.get(), allocation_bytes, read_only);
+  } else {
+    mapping = current;
+  }
+  if (!mapping.ok()) {
     LogIfFailed(cu->cuDevicePrimaryCtxRelease(device), "cuDevicePrimaryCtxRelease");
-  };
-  absl::Status status = CheckCu(cu->cuCtxSetCurrent(context), "cuCtxSetCurrent");
-  CUmemGenericAllocationHandle handle = 0;
-  if (status.ok()) {
-    status = CheckCu(cu->cuMemImportFromShareableHandle(
-                         &handle, reinterpret_cast<void*>(static_cast<intptr_t>(fd.get())),
-                         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
-                     "cuMemImportFromShareableHandle");
+    return mapping.status();
   }
-  if (!status.ok()) {
-    release_context();
-    return status;
-  }
-  const size_t size = static_cast<size_t>(allocation_bytes);
-  CUdeviceptr address = 0;
-  status = CheckCu(cu->cuMemAddressReserve(&address, size, 0, 0, 0), "cuMemAddressReserve");
-  if (status.ok()) {
-    status = CheckCu(cu->cuMemMap(address, size, 0, handle, 0), "cuMemMap");
-    if (status.ok()) {
-      CUmemAccessDesc access = {};
-      access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-      access.location.id = device;
-      access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-      status = CheckCu(cu->cuMemSetAccess(address, size, &access, 1), "cuMemSetAccess");
-      if (!status.ok()) LogIfFailed(cu->cuMemUnmap(address, size), "cuMemUnmap");
-    }
-    if (!status.ok()) LogIfFailed(cu->cuMemAddressFree(address, size), "cuMemAddressFree");
-  }
-  // The mapping holds the memory from here on; the handle and the descriptor can go.
-  LogIfFailed(cu->cuMemRelease(handle), "cuMemRelease");
-  if (!status.ok()) {
-    release_context();
-    return status;
-  }
-  return std::unique_ptr<DeviceImport>(
-      new DeviceImport(device, context, static_cast<uint64_t>(address), allocation_bytes));
+  return std::unique_ptr<DeviceImport>(new DeviceImport(device, context, *std::move(mapping)));
 }
 
 DeviceImport::~DeviceImport() {
   absl::StatusOr<const CudaDriver*> cu = CudaDriver::Get();
   if (!cu.ok()) return;
-  const size_t size = static_cast<size_t>(bytes_);
   LogIfFailed((*cu)->cuCtxSetCurrent(static_cast<CUcontext>(context_)), "cuCtxSetCurrent");
-  LogIfFailed((*cu)->cuMemUnmap(static_cast<CUdeviceptr>(address_), size), "cuMemUnmap");
-  LogIfFailed((*cu)->cuMemAddressFree(static_cast<CUdeviceptr>(address_), size),
-              "cuMemAddressFree");
+  mapping_.reset();
   LogIfFailed((*cu)->cuDevicePrimaryCtxRelease(device_), "cuDevicePrimaryCtxRelease");
+}
+
+absl::StatusOr<SharedDeviceMemory> ShareDeviceMemory(uint64_t pointer, int64_t bytes) {
+  GPUKIT_ASSIGN_OR_RETURN(const CudaDriver* cu, CudaDriver::Get());
+  const auto address = static_cast<CUdeviceptr>(pointer);
+  int ordinal = -1;
+  if (CUresult r =
+          cu->cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, address);
+      r != CUDA_SUCCESS) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "0x", absl::Hex(pointer), " is not CUDA device memory of this process (",
+        CuErrorName(r), ")"));
+  }
+  // The queries below want a context of the memory's device: its primary context, which the
+  // CUDA runtime (and so PyTorch) allocates in.
+  CUdevice device = 0;
+  GPUKIT_RETURN_IF_ERROR(CheckCu(cu->cuDeviceGet(&device, ordinal), "cuDeviceGet"));
+  CUcontext context = nullptr;
+  GPUKIT_RETURN_IF_ERROR(
+      CheckCu(cu->cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain"));
+  absl::Cleanup release = [&] {
+    LogIfFailed(cu->cuDevicePrimaryCtxRelease(device), "cuDevicePrimaryCtxRelease");
+  };
+  GPUKIT_RETURN_IF_ERROR(CheckCu(cu->cuCtxSetCurrent(context), "cuCtxSetCurrent"));
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  GPUKIT_RETURN_IF_ERROR(
+      CheckCu(cu->cuMemGetAddressRange(&base, &size, address), "cuMemGetAddressRange"));
+  SharedDeviceMemory shared;
+  shared.allocation_bytes = static_cast<int64_t>(size);
+  shared.offset_bytes = static_cast<int64_t>(address - base);
+  shared.device_index = ordinal;
+  if (bytes < 0 || bytes > shared.allocation_bytes - shared.offset_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(bytes, " bytes at 0x", absl::Hex(pointer), " run past the end of its ",
+                     size, "-byte allocation (", shared.offset_bytes, " bytes in)"));
+  }
+  CUipcMemHandle handle;
+  const CUresult legacy = cu->cuIpcGetMemHandle(&handle, base);
+  if (legacy == CUDA_SUCCESS) {
+    shared.cuda_ipc_handle.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));
+    return shared;
+  }
+  // Not cuMemAlloc memory: a VMM allocation exports its own descriptor if it was created
+  // for that.
+  CUmemGenericAllocationHandle allocation = 0;
+  if (CUresult r = cu->cuMemRetainAllocationHandle(&allocation, reinterpret_cast<void*>(address));
+      r != CUDA_SUCCESS) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the memory at 0x", absl::Hex(pointer), " cannot be shared: ",
+                     "cuIpcGetMemHandle: ", CuErrorName(legacy), "; cuMemRetainAllocationHandle: ",
+                     CuErrorName(r)));
+  }
+  int fd = -1;
+  const CUresult exported = cu->cuMemExportToShareableHandle(
+      &fd, allocation, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  LogIfFailed(cu->cuMemRelease(allocation), "cuMemRelease");
+  if (exported != CUDA_SUCCESS) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the VMM allocation at 0x", absl::Hex(pointer),
+        " cannot be shared: it was not created with the POSIX file descriptor handle type (",
+        CuErrorName(exported), ")"));
+  }
+  shared.fd.Reset(fd);
+  return shared;
 }
 
 }  // namespace gpukit::internal

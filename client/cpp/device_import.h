@@ -2,10 +2,9 @@
 // process: the client side of zero-copy device arrays.
 //
 // Import takes the descriptor gpukitd sent over its descriptor channel (a CUDA VMM allocation
-// as a POSIX file descriptor), imports it with cuMemImportFromShareableHandle and maps all of
-// it at an address range of its own in the primary context of the given device, readable and
-// writable from that device. The destructor unmaps it; the memory itself lives until every
-// process that maps it has let go.
+// as a POSIX file descriptor) and maps all of it (SharedMapping) in the primary context of the
+// given device, readable and writable from that device, or only readable. The destructor
+// unmaps it; the memory itself lives until every process that maps it has let go.
 //
 // Thread safety: a value; Import may be called from any thread.
 #ifndef GPUKIT_CLIENT_CPP_DEVICE_IMPORT_H_
@@ -13,9 +12,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "runtime/base/unix_fd.h"
+#include "runtime/cuda/shared_mapping.h"
 
 namespace gpukit::internal {
 
@@ -24,23 +25,40 @@ class DeviceImport {
   // FAILED_PRECONDITION without a usable CUDA driver in this process; the driver's errors
   // (INVALID_ARGUMENT for a descriptor that is not exported device memory).
   static absl::StatusOr<std::unique_ptr<DeviceImport>> Import(int device_index, ScopedFd fd,
-                                                              int64_t allocation_bytes);
+                                                              int64_t allocation_bytes,
+                                                              bool read_only = false);
   ~DeviceImport();
   DeviceImport(const DeviceImport&) = delete;
   DeviceImport& operator=(const DeviceImport&) = delete;
 
-  uint64_t address() const { return address_; }  // a CUdeviceptr of this process
-  int64_t bytes() const { return bytes_; }
+  uint64_t address() const { return mapping_->address(); }  // a CUdeviceptr of this process
+  int64_t bytes() const { return mapping_->bytes(); }
 
  private:
-  DeviceImport(int device, void* context, uint64_t address, int64_t bytes)
-      : device_(device), context_(context), address_(address), bytes_(bytes) {}
+  DeviceImport(int device, void* context, std::unique_ptr<SharedMapping> mapping)
+      : device_(device), context_(context), mapping_(std::move(mapping)) {}
 
   const int device_;     // CUdevice, whose primary context this process retained
   void* const context_;  // that context (a CUcontext)
-  const uint64_t address_;
-  const int64_t bytes_;
+  std::unique_ptr<SharedMapping> mapping_;
 };
+
+// Device memory of this process described for gpukitd's ArrayService.Import: a legacy CUDA IPC
+// handle for cuMemAlloc (cudaMalloc) memory, or else a VMM allocation's POSIX descriptor
+// (memory from cuMemCreate with that handle type, mapped from the allocation's start).
+struct SharedDeviceMemory {
+  std::string cuda_ipc_handle;   // 64 bytes, or empty when `fd` is set
+  ScopedFd fd;                   // VMM
+  int64_t allocation_bytes = 0;  // the allocation's size
+  int64_t offset_bytes = 0;      // where `pointer` is in it
+  int device_index = 0;          // the CUDA device (ordinal) the memory is on
+};
+
+// Describes the `bytes` at `pointer` (a CUdeviceptr of this process) for sharing. Errors:
+// FAILED_PRECONDITION without a usable CUDA driver; INVALID_ARGUMENT for a pointer that is not
+// device memory, a range past the end of its allocation, or memory that cannot be shared
+// (a VMM allocation without the POSIX descriptor handle type, managed memory).
+absl::StatusOr<SharedDeviceMemory> ShareDeviceMemory(uint64_t pointer, int64_t bytes);
 
 }  // namespace gpukit::internal
 

@@ -230,6 +230,7 @@ Core::Core(const Clock& clock, const CoreOptions& options, std::vector<DeviceSlo
       sessions_(clock, options.sessions, *scheduler_),
       pending_regions_(clock),
       pending_exports_(clock),
+      pending_imports_(clock),
       streams_(options.streams_per_partition) {}
 
 Core::~Core() {
@@ -333,8 +334,7 @@ int64_t Core::Reclaim(const ReclaimPlan& plan) {
   return freed;
 }
 
-absl::StatusOr<DeviceAllocation> Core::AllocateMemory(const Session& session, int64_t bytes) {
-  DeviceSlot& slot = devices_[session.admission().device_index];
+absl::StatusOr<MemoryReservation> Core::ReserveMemory(const Session& session, int64_t bytes) {
   // A reclaim frees memory for this request, but another request may take it first, so
   // try a few times before giving up.
   constexpr int kAttempts = 3;
@@ -342,22 +342,26 @@ absl::StatusOr<DeviceAllocation> Core::AllocateMemory(const Session& session, in
     ReclaimPlan plan;
     absl::StatusOr<MemoryReservation> reservation =
         scheduler_->ReserveMemory(session.ticket(), bytes, &plan);
-    if (!reservation.ok()) {
-      if (plan.shortfall_bytes > 0) {
-        if (attempt < kAttempts && Reclaim(plan) > 0) continue;
-        scheduler_->CountRefusal(session.ticket(), ReasonOf(reservation.status()));
-      }
-      return reservation.status();
+    if (reservation.ok()) return reservation;
+    if (plan.shortfall_bytes > 0) {
+      if (attempt < kAttempts && Reclaim(plan) > 0) continue;
+      scheduler_->CountRefusal(session.ticket(), ReasonOf(reservation.status()));
     }
-    absl::StatusOr<BufferId> buffer = slot.device->Allocate(bytes);
-    if (!buffer.ok()) {
-      if (absl::IsResourceExhausted(buffer.status())) {
-        return WithReason(buffer.status(), RejectReason::kDeviceMemoryExhausted);
-      }
-      return buffer.status();
-    }
-    return DeviceAllocation{*buffer, *std::move(reservation)};
+    return reservation.status();
   }
+}
+
+absl::StatusOr<DeviceAllocation> Core::AllocateMemory(const Session& session, int64_t bytes) {
+  GPUKIT_ASSIGN_OR_RETURN(MemoryReservation reservation, ReserveMemory(session, bytes));
+  absl::StatusOr<BufferId> buffer =
+      devices_[session.admission().device_index].device->Allocate(bytes);
+  if (!buffer.ok()) {
+    if (absl::IsResourceExhausted(buffer.status())) {
+      return WithReason(buffer.status(), RejectReason::kDeviceMemoryExhausted);
+    }
+    return buffer.status();
+  }
+  return DeviceAllocation{*buffer, std::move(reservation)};
 }
 
 absl::StatusOr<std::shared_ptr<DeviceArray>> Core::NewArray(const Session& session,

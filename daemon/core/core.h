@@ -149,6 +149,13 @@ struct HostRegionGrant {
   absl::Duration token_ttl;
 };
 
+// An array of client memory whose descriptor is still to come (ImportArrayByDescriptor).
+struct ArrayImportGrant {
+  ArrayView array;    // what it will be once the descriptor has arrived
+  std::string token;  // 32 hex digits, single use
+  absl::Duration token_ttl;
+};
+
 // An array exported to its client (ExportArray), waiting for the client to fetch it.
 struct ArrayExport {
   std::string token;  // 32 hex digits, single use
@@ -246,7 +253,7 @@ class Core {
                                               absl::Span<const KernelArgInput> args,
                                               const TaskOptions& task = {});
   // Host shared memory. RegisterHostMemory adds a region of `bytes` to the session and returns
-  // it with a token; DeliverHostMemory (the descriptor channel's call) pairs the token with
+  // it with a token; DeliverDescriptor (the descriptor channel's call) pairs the token with
   // the client's descriptor and maps the memory (pinned on a GPU). Tokens are single use and
   // lapse after options.host_memory_token_ttl. Copies run as transfer tasks, like
   // WriteArray/ReadArray, from and to the region's memory. Errors: INVALID_ARGUMENT (bytes <=
@@ -254,7 +261,10 @@ class Core {
   // NOT_FOUND (session, region, array, or an unknown, used or lapsed token),
   // FAILED_PRECONDITION (the region's descriptor has not arrived), OUT_OF_RANGE.
   absl::StatusOr<HostRegionGrant> RegisterHostMemory(absl::string_view session_id, int64_t bytes);
-  absl::Status DeliverHostMemory(absl::string_view token, ScopedFd fd);
+  // The descriptor channel's delivery: pairs a token of RegisterHostMemory or
+  // ImportArrayByDescriptor with the client's descriptor. NOT_FOUND for an unknown, used or
+  // lapsed token; the import's errors.
+  absl::Status DeliverDescriptor(absl::string_view token, ScopedFd fd);
   absl::Status UnregisterHostMemory(absl::string_view session_id, absl::string_view region);
   absl::Status CopyFromHostMemory(absl::string_view session_id, absl::string_view handle,
                                   int64_t array_offset, absl::string_view region,
@@ -272,6 +282,22 @@ class Core {
   // unknown, used or lapsed token), and the device's (FAILED_PRECONDITION on the CPU backend).
   absl::StatusOr<ArrayExport> ExportArray(absl::string_view session_id, absl::string_view handle);
   absl::StatusOr<ScopedFd> FetchExport(absl::string_view token);
+  // The other way: device memory the client allocated becomes an array of its session, with
+  // no copy (Device::ImportBuffer). It counts against the session's memory like any other
+  // array and is never spilled; freeing it unmaps it in gpukitd and leaves the memory to the
+  // client, who must keep it allocated until then. ImportArray takes a legacy CUDA IPC handle
+  // (64 bytes) and an offset into its allocation. ImportArrayByDescriptor takes the size of a
+  // VMM allocation and an offset, and returns a token for DeliverDescriptor; the array exists
+  // once the descriptor has arrived. Errors: INVALID_ARGUMENT (shape, dtype, a range outside
+  // the allocation, memory that cannot be mapped or lives on another GPU), the admission's
+  // (RESOURCE_EXHAUSTED with a reason), FAILED_PRECONDITION (a backend that cannot map it),
+  // NOT_FOUND.
+  absl::StatusOr<ArrayView> ImportArray(absl::string_view session_id, const TensorDesc& desc,
+                                        std::string cuda_ipc_handle, int64_t offset_bytes);
+  absl::StatusOr<ArrayImportGrant> ImportArrayByDescriptor(absl::string_view session_id,
+                                                           const TensorDesc& desc,
+                                                           int64_t allocation_bytes,
+                                                           int64_t offset_bytes);
 
   // Frees a session's kernel. Its module is unloaded now, or when a launch in flight ends.
   absl::Status FreeKernel(absl::string_view session_id, absl::string_view handle);
@@ -309,6 +335,12 @@ class Core {
   // Reserves `bytes` for the session (reclaiming by spilling if the scheduler says that
   // can help) and allocates a device buffer.
   absl::StatusOr<DeviceAllocation> AllocateMemory(const Session& session, int64_t bytes);
+  // The reservation alone (for memory the client brings: ImportArray).
+  absl::StatusOr<MemoryReservation> ReserveMemory(const Session& session, int64_t bytes);
+  // Makes `memory` an array `handle` of the session: reserved against its memory like any
+  // other, never spilled.
+  absl::StatusOr<ArrayView> AdoptImportedMemory(Session& session, std::string handle,
+                                                const TensorDesc& desc, ImportedMemory memory);
   // Spills arrays chosen by the reclaim policy to cover `plan`; returns bytes freed.
   int64_t Reclaim(const ReclaimPlan& plan);
   absl::StatusOr<std::shared_ptr<DeviceArray>> NewArray(const Session& session,
@@ -329,6 +361,13 @@ class Core {
   // waiting to be fetched, by token.
   PendingTokens<std::weak_ptr<HostRegion>> pending_regions_;
   PendingTokens<ScopedFd> pending_exports_;
+  struct PendingImport {
+    std::weak_ptr<Session> session;
+    ArrayView array;
+    int64_t allocation_bytes = 0;
+    int64_t offset_bytes = 0;
+  };
+  PendingTokens<PendingImport> pending_imports_;
   // Orders session opening against partition deletion (see the top of this file). Taken
   // before the scheduler's and the session manager's locks, never after.
   absl::Mutex partitions_mu_;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/core/core.h"
+#include "runtime/base/shape.h"
 #include "runtime/base/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -25,11 +26,22 @@ absl::StatusOr<HostRegionGrant> Core::RegisterHostMemory(absl::string_view sessi
   return HostRegionGrant{region->handle(), token, options_.host_memory_token_ttl};
 }
 
-absl::Status Core::DeliverHostMemory(absl::string_view token, ScopedFd fd) {
+absl::Status Core::DeliverDescriptor(absl::string_view token, ScopedFd fd) {
+  if (std::optional<PendingImport> import = pending_imports_.Take(token); import.has_value()) {
+    std::shared_ptr<Session> session = import->session.lock();
+    if (session == nullptr) return absl::NotFoundError("the importing session has ended");
+    ImportedMemory memory;
+    memory.fd = std::move(fd);
+    memory.allocation_bytes = import->allocation_bytes;
+    memory.offset_bytes = import->offset_bytes;
+    return AdoptImportedMemory(*session, import->array.handle, import->array.desc,
+                               std::move(memory))
+        .status();
+  }
   std::optional<std::weak_ptr<HostRegion>> pending = pending_regions_.Take(token);
   std::shared_ptr<HostRegion> region = pending.has_value() ? pending->lock() : nullptr;
   if (region == nullptr) {  // also when its session has gone meanwhile
-    return absl::NotFoundError("unknown, used or lapsed host memory token");
+    return absl::NotFoundError("unknown, used or lapsed descriptor token");
   }
   GPUKIT_RETURN_IF_ERROR(region->Attach(std::move(fd)));
   spdlog::debug("host memory region mapped: region={} bytes={}", region->handle(), region->bytes());
@@ -69,7 +81,7 @@ absl::StatusOr<ArrayExport> Core::ExportArray(absl::string_view session_id,
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceArray> array, session->FindArray(handle));
   GPUKIT_ASSIGN_OR_RETURN(ArrayPin pin, PinArray(*session, *array));
   GPUKIT_ASSIGN_OR_RETURN(ExportedBuffer exported, array->device().ExportBuffer(pin.buffer()));
-  array->MarkExported();
+  array->MarkShared();
   ArrayExport result;
   result.token_ttl = options_.host_memory_token_ttl;
   result.allocation_bytes = exported.allocation_bytes;
@@ -86,6 +98,58 @@ absl::StatusOr<ScopedFd> Core::FetchExport(absl::string_view token) {
   std::optional<ScopedFd> fd = pending_exports_.Take(token);
   if (!fd.has_value()) return absl::NotFoundError("unknown, used or lapsed export token");
   return *std::move(fd);
+}
+
+absl::StatusOr<ArrayView> Core::AdoptImportedMemory(Session& session, std::string handle,
+                                                    const TensorDesc& desc,
+                                                    ImportedMemory memory) {
+  GPUKIT_RETURN_IF_ERROR(session.CheckArrayRoom(options_.limits.max_arrays_per_session));
+  GPUKIT_ASSIGN_OR_RETURN(int64_t bytes, ByteSize(desc.shape, desc.dtype));
+  GPUKIT_ASSIGN_OR_RETURN(MemoryReservation reservation, ReserveMemory(session, bytes));
+  Device& device = *devices_[session.admission().device_index].device;
+  memory.bytes = bytes;
+  GPUKIT_ASSIGN_OR_RETURN(BufferId buffer, device.ImportBuffer(std::move(memory)));
+  auto array = std::make_shared<DeviceArray>(std::move(handle), device, buffer, desc, bytes,
+                                             std::move(reservation), clock_.Now());
+  array->MarkShared();
+  ArrayView view = View(*array);
+  GPUKIT_RETURN_IF_ERROR(
+      session.AddArray(std::move(array), options_.limits.max_arrays_per_session));
+  spdlog::debug("client memory imported: session={} array={} bytes={}", session.id(), view.handle,
+                bytes);
+  return view;
+}
+
+absl::StatusOr<ArrayView> Core::ImportArray(absl::string_view session_id, const TensorDesc& desc,
+                                            std::string cuda_ipc_handle, int64_t offset_bytes) {
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
+  GPUKIT_RETURN_IF_ERROR(ValidateShape(desc.shape, "shape"));
+  ImportedMemory memory;
+  memory.cuda_ipc_handle = std::move(cuda_ipc_handle);
+  memory.offset_bytes = offset_bytes;
+  return AdoptImportedMemory(*session, NewOpaqueId("a-"), desc, std::move(memory));
+}
+
+absl::StatusOr<ArrayImportGrant> Core::ImportArrayByDescriptor(absl::string_view session_id,
+                                                               const TensorDesc& desc,
+                                                               int64_t allocation_bytes,
+                                                               int64_t offset_bytes) {
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
+  GPUKIT_RETURN_IF_ERROR(ValidateShape(desc.shape, "shape"));
+  GPUKIT_ASSIGN_OR_RETURN(int64_t bytes, ByteSize(desc.shape, desc.dtype));
+  // What can be told now is told now; the device checks the memory itself on delivery.
+  ImportedMemory range;
+  range.allocation_bytes = allocation_bytes;
+  range.offset_bytes = offset_bytes;
+  range.bytes = bytes;
+  GPUKIT_RETURN_IF_ERROR(CheckImportedRange(range));
+  GPUKIT_RETURN_IF_ERROR(session->CheckArrayRoom(options_.limits.max_arrays_per_session));
+  ArrayImportGrant grant;
+  grant.array = ArrayView{NewOpaqueId("a-"), desc, bytes, session->admission().device_index};
+  grant.token_ttl = options_.host_memory_token_ttl;
+  grant.token = pending_imports_.Add(
+      PendingImport{session, grant.array, allocation_bytes, offset_bytes}, grant.token_ttl);
+  return grant;
 }
 
 }  // namespace gpukit

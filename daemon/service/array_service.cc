@@ -160,6 +160,45 @@ grpc::Status ArrayServiceImpl::Export(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status ArrayServiceImpl::Import(grpc::ServerContext* context,
+                                      const v1::ImportArrayRequest* request,
+                                      v1::ImportArrayResponse* response) {
+  absl::StatusOr<DType> dtype = DTypeFromProto(request->dtype(), "dtype");
+  if (!dtype.ok()) return ToGrpc(dtype.status(), context);
+  const TensorDesc desc{*dtype, Shape(request->shape().begin(), request->shape().end())};
+  switch (request->memory_case()) {
+    case v1::ImportArrayRequest::kCudaIpcHandle: {
+      absl::StatusOr<ArrayView> view = core_.ImportArray(
+          request->session_id(), desc, request->cuda_ipc_handle(), request->offset_bytes());
+      if (!view.ok()) return ToGrpc(view.status(), context);
+      ToProto(*view, response->mutable_array());
+      return grpc::Status::OK;
+    }
+    case v1::ImportArrayRequest::kDescriptorAllocationBytes: {
+      if (fd_channel_.empty()) {
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                            "importing memory by descriptor needs gpukitd's descriptor channel, "
+                            "which exists only when gpukitd listens on a unix socket");
+      }
+      absl::StatusOr<ArrayImportGrant> grant =
+          core_.ImportArrayByDescriptor(request->session_id(), desc,
+                                        request->descriptor_allocation_bytes(),
+                                        request->offset_bytes());
+      if (!grant.ok()) return ToGrpc(grant.status(), context);
+      ToProto(grant->array, response->mutable_array());
+      response->set_token(grant->token);
+      response->set_token_ttl_ms(absl::ToInt64Milliseconds(grant->token_ttl));
+      response->set_fd_channel(fd_channel_);
+      return grpc::Status::OK;
+    }
+    case v1::ImportArrayRequest::MEMORY_NOT_SET:
+      break;
+  }
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                      "the import names no memory: set cuda_ipc_handle or "
+                      "descriptor_allocation_bytes");
+}
+
 grpc::Status ArrayServiceImpl::UnregisterHostMemory(
     grpc::ServerContext* context, const v1::UnregisterHostMemoryRequest* request,
     v1::UnregisterHostMemoryResponse* /*response*/) {

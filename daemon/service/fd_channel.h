@@ -1,13 +1,13 @@
 // FdChannel: gpukitd's descriptor channel, the unix socket beside its gRPC socket over which
 // clients hand over file descriptors (host shared memory) with SCM_RIGHTS. The wire format is
 // in runtime/base/fd_channel_protocol.h; each exchange is paired with a gRPC request by the
-// token that request's reply carried, and handed to `deliver` (Core::DeliverHostMemory) or
+// token that request's reply carried, and handed to `deliver` (Core::DeliverDescriptor) or
 // answered by `fetch` (Core::FetchExport).
 //
 //   GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<FdChannel> channel,
 //       FdChannel::Start("/run/gpukit/gpukitd.sock.fd",
 //                        [&](absl::string_view token, ScopedFd fd) {
-//                          return core.DeliverHostMemory(token, std::move(fd));
+//                          return core.DeliverDescriptor(token, std::move(fd));
 //                        },
 //                        [&](absl::string_view token) { return core.FetchExport(token); }));
 //

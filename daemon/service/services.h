@@ -58,6 +58,8 @@ class ArrayServiceImpl final : public v1::ArrayService::Service {
 
   grpc::Status Export(grpc::ServerContext* context, const v1::ExportArrayRequest* request,
                       v1::ExportArrayResponse* response) override;
+  grpc::Status Import(grpc::ServerContext* context, const v1::ImportArrayRequest* request,
+                      v1::ImportArrayResponse* response) override;
 
   // The descriptor channel's path, set before the server starts ("" when there is none).
   void set_fd_channel(std::string path) { fd_channel_ = std::move(path); }

@@ -59,7 +59,7 @@ absl::StatusOr<int64_t> DeviceArray::Spill(StreamId stream) {
     absl::Mutex* mu;
     ~Unlock() { mu->Unlock(); }
   } unlock{&mu_};
-  if (spilled_ || pins_ > 0 || exported_) return 0;
+  if (spilled_ || pins_ > 0 || shared_) return 0;
   GPUKIT_ASSIGN_OR_RETURN(HostBuffer copy, device_.AllocateHostBuffer(bytes_));
   if (bytes_ > 0) {
     GPUKIT_RETURN_IF_ERROR(device_.CopyDeviceToHost(copy.data(), buffer_, 0, bytes_, stream));
@@ -84,9 +84,9 @@ bool DeviceArray::spilled() const {
   return spilled_;
 }
 
-void DeviceArray::MarkExported() {
+void DeviceArray::MarkShared() {
   absl::MutexLock lock(&mu_);
-  exported_ = true;
+  shared_ = true;
 }
 
 bool DeviceArray::pinned() const {
@@ -97,7 +97,7 @@ bool DeviceArray::pinned() const {
 std::optional<absl::Time> DeviceArray::SpillableLastUsed() const {
   if (!mu_.TryLock()) return std::nullopt;
   std::optional<absl::Time> since;
-  if (!spilled_ && pins_ == 0 && !exported_ && bytes_ > 0) since = last_used_;
+  if (!spilled_ && pins_ == 0 && !shared_ && bytes_ > 0) since = last_used_;
   mu_.Unlock();
   return since;
 }

@@ -65,9 +65,10 @@ class DeviceArray : public std::enable_shared_from_this<DeviceArray> {
   // (0 when it did nothing).
   absl::StatusOr<int64_t> Spill(StreamId stream);
 
-  // Marks the array as mapped by a client (ExportArray): from then on it is never spilled, since
-  // the client's mapping names its device memory. Call while it is pinned (resident).
-  void MarkExported();
+  // Marks the array's memory as shared with a client process (ExportArray, or memory the client
+  // allocated: ImportArray): from then on it is never spilled, since the other process names
+  // that very memory. Call while it is resident.
+  void MarkShared();
 
   bool spilled() const;
   bool pinned() const;
@@ -93,7 +94,7 @@ class DeviceArray : public std::enable_shared_from_this<DeviceArray> {
   HostBuffer host_copy_ ABSL_GUARDED_BY(mu_);
   bool spilled_ ABSL_GUARDED_BY(mu_) = false;
   int pins_ ABSL_GUARDED_BY(mu_) = 0;
-  bool exported_ ABSL_GUARDED_BY(mu_) = false;
+  bool shared_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_used_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -1,6 +1,9 @@
 #include "runtime/cpu/cpu_device.h"
 
+#include <sys/mman.h>
+
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -12,12 +15,25 @@
 
 namespace gpukit {
 
+// Memory of the device's own (malloc'd), or of another process (ImportBuffer: a shared file
+// mapped here, `mapping` and `mapping_bytes` to unmap).
 struct CpuDevice::Buffer {
-  struct FreeDeleter {
-    void operator()(std::byte* p) const { std::free(p); }
-  };
-  std::unique_ptr<std::byte, FreeDeleter> data;
+  Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() {
+    if (mapping != nullptr) {
+      munmap(mapping, static_cast<size_t>(mapping_bytes));
+    } else {
+      std::free(data);
+    }
+  }
+  bool imported() const { return mapping != nullptr; }
+
+  std::byte* data = nullptr;
   int64_t bytes = 0;
+  void* mapping = nullptr;
+  int64_t mapping_bytes = 0;
 };
 
 struct CpuDevice::Event {
@@ -159,7 +175,7 @@ absl::StatusOr<BufferId> CpuDevice::Allocate(int64_t bytes) {
   constexpr int64_t kAlignment = 64;
   const int64_t rounded = (std::max<int64_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
   auto buffer = std::make_unique<Buffer>();
-  buffer->data.reset(static_cast<std::byte*>(std::aligned_alloc(kAlignment, rounded)));
+  buffer->data = static_cast<std::byte*>(std::aligned_alloc(kAlignment, rounded));
   if (buffer->data == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("host allocation of ", bytes, " bytes for the CPU device failed"));
@@ -178,10 +194,36 @@ absl::Status CpuDevice::Free(BufferId buffer) {
   if (it == buffers_.end()) {
     return absl::NotFoundError(absl::StrCat("buffer ", buffer.value, " not found"));
   }
-  used_bytes_ -= it->second->bytes;
+  if (!it->second->imported()) used_bytes_ -= it->second->bytes;
   doomed = std::move(it->second);
   buffers_.erase(it);
   return absl::OkStatus();
+}
+
+absl::StatusOr<BufferId> CpuDevice::ImportBuffer(ImportedMemory memory) {
+  if (!memory.cuda_ipc_handle.empty()) return Device::ImportBuffer(std::move(memory));
+  GPUKIT_RETURN_IF_ERROR(CheckImportedRange(memory));
+  GPUKIT_ASSIGN_OR_RETURN(int64_t file_bytes, FileBytes(memory.fd.get()));
+  if (file_bytes < memory.allocation_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the shared file has ", file_bytes,
+                                                   " bytes, not the ", memory.allocation_bytes,
+                                                   " the import names"));
+  }
+  void* mapping = mmap(nullptr, static_cast<size_t>(memory.allocation_bytes),
+                       PROT_READ | PROT_WRITE, MAP_SHARED, memory.fd.get(), 0);
+  if (mapping == MAP_FAILED) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot map the shared file: ", std::strerror(errno)));
+  }
+  auto buffer = std::make_unique<Buffer>();
+  buffer->mapping = mapping;
+  buffer->mapping_bytes = memory.allocation_bytes;
+  buffer->data = static_cast<std::byte*>(mapping) + memory.offset_bytes;
+  buffer->bytes = memory.bytes;
+  absl::MutexLock lock(&mu_);
+  const uint64_t id = next_id_++;
+  buffers_.emplace(id, std::move(buffer));
+  return BufferId{id};
 }
 
 absl::StatusOr<int64_t> CpuDevice::BufferBytes(BufferId buffer) const {
@@ -205,7 +247,7 @@ absl::StatusOr<std::byte*> CpuDevice::Resolve(BufferId buffer, int64_t offset,
     return absl::OutOfRangeError(absl::StrCat("range [", offset, ", +", bytes, ") outside buffer ",
                                               buffer.value, " of ", size, " bytes"));
   }
-  return it->second->data.get() + offset;
+  return it->second->data + offset;
 }
 
 absl::StatusOr<StreamId> CpuDevice::CreateStream(StreamPriority /*priority*/) {

@@ -43,6 +43,8 @@ class CpuDevice final : public Device {
   absl::StatusOr<BufferId> Allocate(int64_t bytes) override;
   absl::Status Free(BufferId buffer) override;
   absl::StatusOr<int64_t> BufferBytes(BufferId buffer) const override;
+  // A shared file (a memfd) mapped as the buffer's memory; CUDA IPC handles are refused.
+  absl::StatusOr<BufferId> ImportBuffer(ImportedMemory memory) override;
 
   absl::StatusOr<StreamId> CreateStream(StreamPriority priority) override;
   absl::Status DestroyStream(StreamId stream) override;

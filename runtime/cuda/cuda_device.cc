@@ -17,6 +17,7 @@
 #include "runtime/cuda/cuda_driver.h"
 #include "runtime/cuda/device_memory.h"
 #include "runtime/cuda/matmul_plan.h"
+#include "runtime/cuda/shared_mapping.h"
 #include "runtime/cuda/transfer_engine.h"
 #include "runtime/jit/library_search.h"
 #include "spdlog/spdlog.h"
@@ -361,9 +362,13 @@ CudaDevice::~CudaDevice() {
   events.clear();
   event_pool_.reset();
   streams.clear();
+  if (!Bind().ok()) spdlog::warn("{}: cannot bind its context to unmap imported memory", Describe());
   for (const auto& [id, allocation] : buffers) {
-    if (allocation.address != 0) ReleaseDeviceMemory(allocation.address).IgnoreError();
+    if (allocation.address != 0 && allocation.imported == nullptr) {
+      ReleaseDeviceMemory(allocation.address).IgnoreError();
+    }
   }
+  buffers.clear();  // unmaps imported memory
   pool_.reset();       // returns every segment to the driver
   host_pool_.reset();  // host buffers must not outlive the device
   transfers_.reset();  // its pinned buffers and events belong to the context
@@ -436,12 +441,54 @@ absl::Status CudaDevice::Free(BufferId buffer) {
     if (it == buffers_.end()) {
       return absl::NotFoundError(absl::StrCat("buffer ", buffer.value, " not found"));
     }
-    doomed = it->second;
-    used_bytes_ -= doomed.bytes;
+    doomed = std::move(it->second);
+    if (doomed.imported == nullptr) used_bytes_ -= doomed.bytes;
     buffers_.erase(it);
   }
+  // Outside the lock: both may wait for the GPU.
+  if (doomed.imported != nullptr) {
+    GPUKIT_RETURN_IF_ERROR(Bind());
+    doomed.imported.reset();  // unmaps
+    return absl::OkStatus();
+  }
   if (doomed.address == 0) return absl::OkStatus();
-  return ReleaseDeviceMemory(doomed.address);  // may wait for the GPU: outside the lock
+  return ReleaseDeviceMemory(doomed.address);
+}
+
+absl::StatusOr<BufferId> CudaDevice::ImportBuffer(ImportedMemory memory) {
+  GPUKIT_RETURN_IF_ERROR(CheckImportedRange(memory));
+  GPUKIT_RETURN_IF_ERROR(Bind());
+  absl::StatusOr<std::unique_ptr<SharedMapping>> mapping =
+      memory.cuda_ipc_handle.empty()
+          ? SharedMapping::OpenDescriptor(cu_, device_, memory.fd.get(), memory.allocation_bytes)
+          : SharedMapping::OpenIpcHandle(cu_, memory.cuda_ipc_handle);
+  if (!mapping.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Describe(), " cannot map the shared memory: ", mapping.status().message()));
+  }
+  std::shared_ptr<SharedMapping> imported = *std::move(mapping);
+  if (memory.offset_bytes > imported->bytes() ||
+      memory.bytes > imported->bytes() - memory.offset_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "imported range [", memory.offset_bytes, ", +", memory.bytes,
+        ") is outside the shared allocation of ", imported->bytes(), " bytes"));
+  }
+  // A legacy handle of memory on another GPU opens through peer access; gpukit wants the
+  // session's own GPU.
+  int ordinal = -1;
+  GPUKIT_RETURN_IF_ERROR(CheckCu(
+      cu_.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                static_cast<CUdeviceptr>(imported->address())),
+      "cuPointerGetAttribute"));
+  if (ordinal != properties_.index) {
+    return absl::InvalidArgumentError(absl::StrCat("the shared memory is on CUDA device ", ordinal,
+                                                   " of gpukitd's, not on ", Describe()));
+  }
+  const uint64_t address = imported->address() + static_cast<uint64_t>(memory.offset_bytes);
+  absl::MutexLock lock(&mu_);
+  const uint64_t id = next_id_++;
+  buffers_.emplace(id, Allocation{address, memory.bytes, std::move(imported)});
+  return BufferId{id};
 }
 
 absl::StatusOr<HostBuffer> CudaDevice::AllocateHostBuffer(int64_t bytes) {
@@ -474,6 +521,10 @@ absl::StatusOr<ExportedBuffer> CudaDevice::ExportBuffer(BufferId buffer) {
   }
   if (allocation.bytes == 0) {
     return absl::InvalidArgumentError("a zero-byte buffer has no memory to export");
+  }
+  if (allocation.imported != nullptr) {
+    return absl::FailedPreconditionError(
+        "the buffer is memory another process shared with gpukit; it cannot be exported again");
   }
   GPUKIT_ASSIGN_OR_RETURN(PoolBlock block, pool_->Lookup(allocation.address));
   if (block.shares_segment) {

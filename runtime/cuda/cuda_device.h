@@ -63,6 +63,7 @@ namespace gpukit {
 class TransferEngine;
 class CublasLtMatmul;
 class CudaSegmentSource;
+class SharedMapping;
 
 struct CudaDriver;
 
@@ -151,6 +152,9 @@ class CudaDevice final : public Device {
   // buffers moves first to a segment of its own (a device-to-device copy; its BufferId stays).
   // FAILED_PRECONDITION where device memory is not exportable (no VMM or no POSIX handles).
   absl::StatusOr<ExportedBuffer> ExportBuffer(BufferId buffer) override;
+  // A VMM descriptor (mapped read-write for this GPU) or a legacy IPC handle of a client's
+  // allocation on this GPU (SharedMapping); memory of another GPU is refused.
+  absl::StatusOr<BufferId> ImportBuffer(ImportedMemory memory) override;
   // cuMemHostRegister: copies from and to the range then go straight to the copy engines.
   absl::Status RegisterHostMemory(void* data, int64_t bytes) override;
   absl::Status UnregisterHostMemory(void* data) override;
@@ -201,6 +205,8 @@ class CudaDevice final : public Device {
   struct Allocation {
     uint64_t address = 0;  // CUdeviceptr; 0 for a zero-byte buffer
     int64_t bytes = 0;
+    // Set for memory of another process (ImportBuffer); the pool's otherwise.
+    std::shared_ptr<SharedMapping> imported;
   };
   struct Stream;
   struct Event;

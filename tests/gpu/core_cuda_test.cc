@@ -130,7 +130,7 @@ TEST_F(CoreCudaTest, HostMemoryRegionsCopyToAndFromTheGpuBitForBit) {
   char* shared = static_cast<char*>(mapping);
   const std::vector<float> data = Random(n, 11);
   std::memcpy(shared + 4096, data.data(), n * 4);
-  GPUKIT_ASSERT_OK(core_->DeliverHostMemory(grant.token, std::move(fd)));
+  GPUKIT_ASSERT_OK(core_->DeliverDescriptor(grant.token, std::move(fd)));
 
   GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView array, core_->CreateArray(session, {DType::kFloat32, {n}}));
   GPUKIT_ASSERT_OK(core_->CopyFromHostMemory(session, array.handle, 0, grant.handle, 4096, n * 4));

@@ -92,6 +92,9 @@ class ForwardingDevice final : public Device {
   absl::StatusOr<ExportedBuffer> ExportBuffer(BufferId buffer) override {
     return inner_->ExportBuffer(buffer);
   }
+  absl::StatusOr<BufferId> ImportBuffer(ImportedMemory memory) override {
+    return inner_->ImportBuffer(std::move(memory));
+  }
   absl::Status RegisterHostMemory(void* data, int64_t bytes) override {
     return inner_->RegisterHostMemory(data, bytes);
   }

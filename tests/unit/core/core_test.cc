@@ -1310,15 +1310,15 @@ TEST_F(CoreTest, HostMemoryTokensAreSingleUseAndLapse) {
   EXPECT_EQ(lapsing.token.size(), 32u);
   clock_.Advance(options_.host_memory_token_ttl + absl::Milliseconds(1));
   GPUKIT_ASSERT_OK_AND_ASSIGN(ScopedFd memory, CreateSharedMemory("core-test", 4096));
-  EXPECT_THAT(core().DeliverHostMemory(lapsing.token, std::move(memory)),
+  EXPECT_THAT(core().DeliverDescriptor(lapsing.token, std::move(memory)),
               StatusIs(kNotFound, HasSubstr("lapsed")));
 
   GPUKIT_ASSERT_OK_AND_ASSIGN(HostRegionGrant grant, core().RegisterHostMemory(session, 4096));
   EXPECT_NE(grant.token, lapsing.token);
   GPUKIT_ASSERT_OK_AND_ASSIGN(ScopedFd first, CreateSharedMemory("core-test", 4096));
-  GPUKIT_EXPECT_OK(core().DeliverHostMemory(grant.token, std::move(first)));
+  GPUKIT_EXPECT_OK(core().DeliverDescriptor(grant.token, std::move(first)));
   GPUKIT_ASSERT_OK_AND_ASSIGN(ScopedFd second, CreateSharedMemory("core-test", 4096));
-  EXPECT_THAT(core().DeliverHostMemory(grant.token, std::move(second)), StatusIs(kNotFound));
+  EXPECT_THAT(core().DeliverDescriptor(grant.token, std::move(second)), StatusIs(kNotFound));
 }
 
 TEST_F(CoreTest, HostMemoryCopiesMoveExactlyTheBytesAskedFor) {
@@ -1329,7 +1329,7 @@ TEST_F(CoreTest, HostMemoryCopiesMoveExactlyTheBytesAskedFor) {
   ASSERT_NE(mapping, MAP_FAILED);
   float* shared = static_cast<float*>(mapping);
   for (int i = 0; i < 16; ++i) shared[i] = 1.5f * static_cast<float>(i + 1);
-  GPUKIT_ASSERT_OK(core().DeliverHostMemory(grant.token, std::move(fd)));
+  GPUKIT_ASSERT_OK(core().DeliverDescriptor(grant.token, std::move(fd)));
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::string a,
                               Upload<float>(session, {4}, {-1.0f, -2.0f, -3.0f, -4.0f}));
   // Elements 2..5 of the shared memory into the array, then the array into elements 10..13.

@@ -310,6 +310,24 @@ class Client {
                      std::move(shape), DTypeOf<T>());
   }
 
+  // Device memory of this process as an array of the session, zero-copy: gpukitd maps the
+  // memory and its ops read and write it in place; it counts against the session's memory
+  // like any other array. `device_pointer` is a CUdeviceptr of this process on the session's
+  // GPU, at which `shape` x `dtype` bytes lie within one allocation: from cuMemAlloc
+  // (cudaMalloc, PyTorch's default allocator; shared as a legacy CUDA IPC handle) or from
+  // cuMemCreate with the POSIX file descriptor handle type (shared as a descriptor over the
+  // descriptor channel). Keep the memory allocated until the Array is freed: freeing the
+  // Array unmaps it in gpukitd and leaves it to you. Map() on the Array returns
+  // `device_pointer`. Work is not ordered between this process and gpukitd: complete yours
+  // before handing the array to gpukitd (gpukitd's calls return once its work is done).
+  // Errors: FAILED_PRECONDITION (no CUDA driver in this process; a daemon on the CPU
+  // backend), INVALID_ARGUMENT (not device memory, a range past its allocation's end, memory
+  // that cannot be shared, memory on another GPU than the session's), RESOURCE_EXHAUSTED
+  // (the session's memory limit; RejectReason() says which), UNAVAILABLE (no descriptor
+  // channel, for VMM memory).
+  absl::StatusOr<Array> ImportDeviceMemory(uint64_t device_pointer, std::vector<int64_t> shape,
+                                           DType dtype);
+
   // Any built-in op by name; the result is a new array of this session.
   absl::StatusOr<Array> RunOp(absl::string_view op, const std::vector<Operand>& inputs,
                               const Attrs& attrs = {});
