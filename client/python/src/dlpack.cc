@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -75,8 +75,9 @@ py::object MakeCapsule(DLPackExport spec, uint64_t flags_if_versioned) {
   context->owner = std::move(spec.owner);
   PyObject* capsule =
       PyCapsule_New(&context->managed, kName, &DestroyExportCapsule<Managed, kName>);
-  if (capsule == nullptr) throw py::error_already_set();  // `context` frees it all
-  context.release();  // the capsule's, and then its consumer's
+  // On failure `context` frees it all; on success it is the capsule's, then its consumer's.
+  if (capsule == nullptr) throw py::error_already_set();
+  context.release();
   return py::reinterpret_steal<py::object>(capsule);
 }
 
@@ -114,8 +115,7 @@ std::string DeviceText(const DLDevice& device) {
     default:
       name = "a device";
   }
-  return absl::StrCat(name, " (DLPack device type ", static_cast<int32_t>(device.device_type),
-                      ")");
+  return absl::StrCat(name, " (DLPack device type ", static_cast<int32_t>(device.device_type), ")");
 }
 
 // The name of a DLPack element type, for messages: "float64", "int16", "complex64",
@@ -156,9 +156,9 @@ struct ImportedType {
   DType dtype;
 };
 constexpr ImportedType kImportedTypes[] = {
-    {kDLFloat, 32, DType::kFloat32}, {kDLFloat, 16, DType::kFloat16},
+    {kDLFloat, 32, DType::kFloat32},   {kDLFloat, 16, DType::kFloat16},
     {kDLBfloat, 16, DType::kBFloat16}, {kDLInt, 32, DType::kInt32},
-    {kDLInt, 64, DType::kInt64},     {kDLUInt, 8, DType::kUInt8},
+    {kDLInt, 64, DType::kInt64},       {kDLUInt, 8, DType::kUInt8},
     {kDLBool, 8, DType::kUInt8},
 };
 
@@ -202,7 +202,7 @@ py::object MakeDLPackCapsule(DLPackExport spec) {
   if (spec.versioned) {
     const uint64_t flags = spec.is_copy ? kDLPackFlagIsCopied : 0;
     return MakeCapsule<DLManagedTensorVersioned, kDLPackVersionedCapsuleName>(std::move(spec),
-                                                                             flags);
+                                                                              flags);
   }
   return MakeCapsule<DLManagedTensor, kDLPackCapsuleName>(std::move(spec), 0);
 }
@@ -210,9 +210,9 @@ py::object MakeDLPackCapsule(DLPackExport spec) {
 DLPackTensor DLPackTensor::Take(py::handle capsule) {
   PyObject* object = capsule.ptr();
   if (!PyCapsule_CheckExact(object)) {
-    throw py::type_error(absl::StrCat(
-        "expected a DLPack capsule, got ",
-        py::str(capsule.get_type().attr("__name__")).cast<std::string>()));
+    throw py::type_error(
+        absl::StrCat("expected a DLPack capsule, got ",
+                     py::str(capsule.get_type().attr("__name__")).cast<std::string>()));
   }
   const bool versioned = PyCapsule_IsValid(object, kDLPackVersionedCapsuleName) != 0;
   if (!versioned && PyCapsule_IsValid(object, kDLPackCapsuleName) == 0) {
@@ -235,8 +235,8 @@ DLPackTensor DLPackTensor::Take(py::handle capsule) {
   if (pointer == nullptr) throw py::error_already_set();
   // The tensor is ours from the rename on: the producer's capsule destructor leaves it alone,
   // and `tensor` releases it on every path out of here that does not return it.
-  if (PyCapsule_SetName(object, versioned ? kDLPackUsedVersionedCapsuleName
-                                          : kDLPackUsedCapsuleName) != 0) {
+  if (PyCapsule_SetName(
+          object, versioned ? kDLPackUsedVersionedCapsuleName : kDLPackUsedCapsuleName) != 0) {
     throw py::error_already_set();
   }
   DLPackTensor tensor = versioned
@@ -285,9 +285,9 @@ std::string DLPackTensor::Describe() const {
 void DLPackTensor::Check() {
   if (versioned_ != nullptr && versioned_->version.major != kDLPackMajorVersion) {
     // Only version, manager_ctx and deleter may be read at another major version.
-    throw py::buffer_error(absl::StrCat("the DLPack tensor has version ",
-                                        versioned_->version.major, ".", versioned_->version.minor,
-                                        "; gpukit reads DLPack ", kDLPackMajorVersion, ".x"));
+    throw py::buffer_error(absl::StrCat("the DLPack tensor has version ", versioned_->version.major,
+                                        ".", versioned_->version.minor, "; gpukit reads DLPack ",
+                                        kDLPackMajorVersion, ".x"));
   }
   const DLTensor& t = tensor();
   if (t.ndim < 0) throw py::value_error(absl::StrCat("DLPack tensor has ndim = ", t.ndim));

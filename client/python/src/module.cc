@@ -326,9 +326,9 @@ std::shared_ptr<PyArray> FromDLPack(const PyClient& self, py::handle capsule,
   DLPackTensor tensor = DLPackTensor::Take(capsule);
   if (!tensor.on_host()) {
     if (copy == true) {
-      throw py::buffer_error(absl::StrCat(
-          "from_dlpack(copy=True) got ", tensor.Describe(),
-          " from its producer; a copy needs host memory (dl_device=(1, 0))"));
+      throw py::buffer_error(
+          absl::StrCat("from_dlpack(copy=True) got ", tensor.Describe(),
+                       " from its producer; a copy needs host memory (dl_device=(1, 0))"));
     }
     return ImportCudaTensor(self.client(), std::move(tensor));
   }
