@@ -68,7 +68,9 @@ def _check_stream(stream: Any) -> None:
     if stream is None:
         return
     if isinstance(stream, bool) or not isinstance(stream, int):
-        raise TypeError(f"stream must be None or an int (a CUDA stream), not {type(stream).__name__}")
+        raise TypeError(
+            f"stream must be None or an int (a CUDA stream), not {type(stream).__name__}"
+        )
     if stream == 0:
         raise ValueError(
             "stream=0 is ambiguous for CUDA and the DLPack standard disallows it: pass None or 1 "
