@@ -1,12 +1,19 @@
-"""Zero-copy interop on a GPU host: gpukitd's arrays seen by PyTorch through the CUDA Array
-Interface, both ways, without copies. Runs with $GPUKIT_TEST_BACKEND=cuda (the daemon on the
-GPU) where torch with CUDA is installed; skipped elsewhere, which is what CI sees.
+"""Zero-copy interop on a GPU host: gpukitd's arrays seen by PyTorch (and CuPy, where
+installed) through the CUDA Array Interface and DLPack, both ways, without copies. Runs with
+$GPUKIT_TEST_BACKEND=cuda (the daemon on the GPU) where torch with CUDA is installed; skipped
+elsewhere, which is what CI sees.
 """
 
 from __future__ import annotations
 
+import gc
+import json
+import subprocess
+
 import numpy as np
 import pytest
+
+import gpukit
 
 from conftest import BACKEND
 
@@ -39,3 +46,170 @@ def test_half_precision_and_integer_arrays_keep_their_types(gk):
     assert th.dtype == torch.float16 and ti.dtype == torch.int32
     np.testing.assert_array_equal(th.cpu().numpy(), halves)
     np.testing.assert_array_equal(ti.cpu().numpy(), ints)
+
+
+# --- DLPack --------------------------------------------------------------------------------
+
+KDL_CUDA = 2
+
+
+def arrays_held(daemon, gk) -> int:
+    """The number of arrays gpukitd holds for `gk`'s session (`gpukitctl sessions`)."""
+    out = subprocess.run(
+        [str(daemon.gpukitctl), "--addr", daemon.address, "-o", "json", "sessions"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    for session in json.loads(out.stdout).get("sessions", []):
+        if session["sessionId"] == gk.session_id:
+            return int(session.get("arrays", 0))  # proto JSON leaves out a 0
+    raise AssertionError(f"session {gk.session_id} not listed: {out.stdout}")
+
+
+def test_torch_from_dlpack_shares_the_arrays_memory_both_ways(gk):
+    data = np.random.default_rng(11).uniform(-4, 4, size=(64, 48)).astype(np.float32)
+    a = gk.array(data)
+    pointer, size_bytes, device_index = a.map()
+    assert a.__dlpack_device__() == (KDL_CUDA, device_index)
+    t = torch.from_dlpack(a)
+    assert t.data_ptr() == pointer and size_bytes == data.nbytes  # the same memory
+    assert t.device == torch.device("cuda", device_index)
+    assert t.shape == (64, 48) and t.dtype == torch.float32 and t.is_contiguous()
+    np.testing.assert_array_equal(t.cpu().numpy(), data)
+    t.add_(1)
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(a.numpy(), data + 1)  # gpukitd reads torch's write
+    b = a * 2
+    np.testing.assert_array_equal(torch.from_dlpack(b).cpu().numpy(), (data + 1) * 2)
+
+
+def test_the_tensor_keeps_the_array_alive_until_it_dies(gk, daemon):
+    data = np.arange(4096, dtype=np.float32)
+    a = gk.array(data)
+    t = torch.from_dlpack(a)
+    held = arrays_held(daemon, gk)
+    del a
+    gc.collect()
+    assert arrays_held(daemon, gk) == held  # the tensor holds the array
+    t.mul_(3)
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(t.cpu().numpy(), data * 3)
+    del t
+    gc.collect()
+    assert arrays_held(daemon, gk) == held - 1  # freed with the tensor
+
+
+def test_free_while_a_tensor_holds_the_memory_takes_effect_when_it_dies(gk, daemon):
+    data = np.arange(100, dtype=np.int32)
+    a = gk.array(data)
+    t = torch.from_dlpack(a)
+    held = arrays_held(daemon, gk)
+    a.free()
+    with pytest.raises(gpukit.NotFound):
+        a.numpy()
+    assert arrays_held(daemon, gk) == held
+    np.testing.assert_array_equal(t.cpu().numpy(), data)
+    del t
+    gc.collect()
+    assert arrays_held(daemon, gk) == held - 1
+
+
+def test_versioned_and_legacy_capsules(gk, daemon):
+    data = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    a = gk.array(data)
+    pointer = a.map()[0]
+    versioned = a.__dlpack__(max_version=(1, 0))
+    legacy = a.__dlpack__()
+    assert '"dltensor_versioned"' in repr(versioned) and '"dltensor"' in repr(legacy)
+    for capsule in (versioned, legacy):
+        t = torch.utils.dlpack.from_dlpack(capsule)
+        assert "used_dltensor" in repr(capsule)  # torch took it over
+        assert t.data_ptr() == pointer and t.shape == (2, 3, 4) and t.stride() == (12, 4, 1)
+        np.testing.assert_array_equal(t.cpu().numpy(), data)
+    # A capsule nobody consumed releases the array when it is collected.
+    b = gk.array(data)
+    unused = b.__dlpack__(max_version=(1, 0))
+    held = arrays_held(daemon, gk)
+    del b
+    gc.collect()
+    assert arrays_held(daemon, gk) == held
+    del unused
+    gc.collect()
+    assert arrays_held(daemon, gk) == held - 1
+
+
+@pytest.mark.parametrize(
+    "dtype, torch_dtype",
+    [
+        ("float32", torch.float32),
+        ("float16", torch.float16),
+        ("bfloat16", torch.bfloat16),
+        ("int32", torch.int32),
+        ("int64", torch.int64),
+        ("uint8", torch.uint8),
+    ],
+)
+def test_every_dtype_maps_to_its_torch_dtype(gk, dtype, torch_dtype):
+    # Small integers: exact in every dtype, bfloat16 included.
+    values = np.arange(120).reshape(8, 15) - (0 if dtype == "uint8" else 60)
+    a = gk.array(values.astype(np.float32), dtype=dtype)
+    t = torch.from_dlpack(a)
+    assert t.dtype == torch_dtype and t.shape == (8, 15)
+    assert t.data_ptr() == a.map()[0]
+    np.testing.assert_array_equal(t.to(torch.float64).cpu().numpy(), values)
+
+
+def test_copy_true_exports_a_copy_made_in_gpukitd(gk):
+    data = np.arange(16, dtype=np.float32)
+    a = gk.array(data)
+    t = torch.utils.dlpack.from_dlpack(a.__dlpack__(max_version=(1, 0), copy=True))
+    assert t.data_ptr() != a.map()[0]
+    np.testing.assert_array_equal(t.cpu().numpy(), data)
+    t.zero_()
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(a.numpy(), data)  # the copy is the consumer's alone
+
+
+def test_stream_and_device_arguments(gk):
+    a = gk.array(np.ones(8, np.float32))
+    device_index = a.map()[2]
+    side_stream = torch.cuda.Stream()
+    for stream in (None, -1, 1, 2, side_stream.cuda_stream):
+        t = torch.utils.dlpack.from_dlpack(a.__dlpack__(stream=stream, max_version=(1, 0)))
+        assert t.data_ptr() == a.map()[0]
+    with pytest.raises(ValueError, match="stream=0"):
+        a.__dlpack__(stream=0)
+    with pytest.raises(BufferError, match="dl_device"):
+        a.__dlpack__(dl_device=(1, 0))
+    a.__dlpack__(dl_device=(KDL_CUDA, device_index))  # its own device is fine
+
+
+def test_empty_arrays_are_a_buffer_error(gk):
+    with pytest.raises(BufferError, match="empty"):
+        torch.from_dlpack(gk.empty((0, 3)))
+
+
+def test_cupy_from_dlpack_shares_the_memory(gk):
+    cp = pytest.importorskip("cupy")
+    data = np.arange(30, dtype=np.float16).reshape(5, 6)
+    a = gk.array(data)
+    c = cp.from_dlpack(a)
+    assert c.data.ptr == a.map()[0] and c.dtype == np.float16 and c.shape == (5, 6)
+    np.testing.assert_array_equal(cp.asnumpy(c), data)
+
+
+def test_from_dlpack_of_torch_tensors(gk):
+    host = torch.arange(12, dtype=torch.int64).reshape(3, 4)
+    np.testing.assert_array_equal(gk.from_dlpack(host).numpy(), host.numpy())
+    half = torch.linspace(-2, 2, 9, dtype=torch.bfloat16)
+    b = gk.from_dlpack(half)
+    assert b.dtype == gpukit.bfloat16
+    np.testing.assert_array_equal(b.numpy(), half.float().numpy())
+    with pytest.raises(ValueError, match=r"contiguous\(\)"):
+        gk.from_dlpack(host.t())
+    device = torch.arange(12, dtype=torch.float32, device="cuda").reshape(3, 4)
+    with pytest.raises(BufferError, match="copy=True"):  # no zero-copy import yet
+        gk.from_dlpack(device)
+    np.testing.assert_array_equal(gk.from_dlpack(device, copy=True).numpy(), device.cpu().numpy())

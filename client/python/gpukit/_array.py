@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence, Tuple,
 
 import numpy as np
 
-from . import _dtypes, _gpukit
+from . import _dlpack, _dtypes, _gpukit
 
 if TYPE_CHECKING:
     from ._session import Session
@@ -288,6 +288,64 @@ class Array:
             "strides": None,
             "version": 3,
         }
+
+    def __dlpack_device__(self) -> Tuple[int, int]:
+        """The DLPack device of the array: ``(2, device_index)``, kDLCUDA and the CUDA ordinal
+        of :meth:`map`'s mapping (which this maps, if it was not mapped yet).
+
+        Raises
+        ------
+        BufferError
+            The array cannot be mapped into this process: gpukitd runs on its CPU backend (the
+            array lives in the daemon; :meth:`numpy` copies it to the host), this process has
+            no CUDA driver, or the array is empty.
+        """
+        return _dlpack.dlpack_device(self)
+
+    def __dlpack__(
+        self,
+        *,
+        stream: Optional[int] = None,
+        max_version: Optional[Tuple[int, int]] = None,
+        dl_device: Optional[Tuple[int, int]] = None,
+        copy: Optional[bool] = None,
+    ) -> Any:
+        """Exports the array as a DLPack capsule, for ``torch.from_dlpack(a)``,
+        ``cupy.from_dlpack(a)`` and other consumers (the Python array API standard).
+
+        The capsule's tensor is :meth:`map`'s mapping, without a copy: kDLCUDA on the mapping's
+        device, compact row-major with explicit strides, writable, ``byte_offset`` 0; bfloat16
+        is kDLBfloat. It keeps the array and its session alive until the consumer releases it:
+        the consumer's tensor stays valid after ``del a``, and :meth:`free` meanwhile frees
+        the memory only once the consumer lets go. Closing the session ends it regardless.
+
+        Parameters
+        ----------
+        stream : int, optional
+            The consumer's CUDA stream. gpukitd's calls return once their work is done, so
+            the memory is ready for any stream and nothing is synchronised. Checked as the
+            standard defines it: None, -1 (no synchronisation), 1 (legacy default stream), 2
+            (per-thread default stream) or a stream handle; 0 is a ``ValueError``.
+        max_version : tuple of int, optional
+            The newest DLPack version the consumer reads: ``(1, x)`` or newer gives a
+            ``"dltensor_versioned"`` capsule (DLPack 1.0), None or an older one a legacy
+            ``"dltensor"`` capsule.
+        dl_device : tuple of int, optional
+            The device the consumer wants the tensor on; only the array's own,
+            :meth:`__dlpack_device__`, can be had.
+        copy : bool, optional
+            True exports a copy made in gpukitd (flagged as a copy in a versioned capsule);
+            False and None export the array's own memory.
+
+        Raises
+        ------
+        BufferError
+            The array cannot be mapped (see :meth:`__dlpack_device__`), or `dl_device` names
+            another device.
+        NotFound
+            The array was freed, or its session closed.
+        """
+        return _dlpack.export(self, stream, max_version, dl_device, copy)
 
     def tobytes(self) -> bytes:
         """Downloads the array's raw bytes (row-major, the host's byte order)."""

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 from . import _array, _dtypes
 from ._array import Array, Axis, Scalar, run_op, session_of
+
+if TYPE_CHECKING:
+    from ._session import Session
 
 
 def sum(a: Array, axis: Axis = None, keepdims: bool = False) -> Array:  # noqa: A001
@@ -128,3 +131,24 @@ def where(cond: Array, a: Union[Array, Scalar], b: Union[Array, Scalar]) -> Arra
 def concatenate(arrays: Sequence[Array], axis: int = 0) -> Array:
     """Joins 2 to 64 arrays along an existing axis."""
     return run_op(session_of(list(arrays)), "concat", list(arrays), {"axis": int(axis)})
+
+
+def from_dlpack(
+    x: Any, /, *, session: Optional["Session"] = None, copy: Optional[bool] = None
+) -> Array:
+    """The array API's ``from_dlpack``: `x` (a NumPy array, a torch tensor, a DLPack capsule,
+    ...) as a new array of `session`; see :meth:`Session.from_dlpack`, which this calls.
+
+    A gpukit array has no session of its own to go to, so `session` is required unless `x` is
+    a :class:`gpukit.Array` (then its own session, where `x` is returned as it is, or copied
+    with ``copy=True``).
+    """
+    if session is None:
+        if not isinstance(x, Array):
+            raise TypeError(
+                f"gpukit.from_dlpack needs the session to create the array in (x is a "
+                f"{type(x).__name__}, not a gpukit.Array): gk.from_dlpack(x), or "
+                "gpukit.from_dlpack(x, session=gk)"
+            )
+        session = x.session
+    return session.from_dlpack(x, copy=copy)

@@ -7,7 +7,7 @@ from typing import Any, Mapping, Optional, Sequence, Tuple, Type, Union
 
 import numpy as np
 
-from . import _array, _dtypes, _gpukit, _kernel
+from . import _array, _dlpack, _dtypes, _gpukit, _kernel
 from ._array import Array, Axis
 
 ShapeLike = Union[int, Sequence[int]]
@@ -155,6 +155,45 @@ class Session:
         Use it for bfloat16 bit patterns."""
         impl = self._client.from_buffer(data, list(_shape(shape)), _dtypes.to_gpukit(dtype))
         return Array(impl, self)
+
+    def from_dlpack(self, x: Any, *, copy: Optional[bool] = None) -> Array:
+        """A new array of this session from another library's tensor, through DLPack.
+
+        Parameters
+        ----------
+        x : object
+            Anything with ``__dlpack__`` and ``__dlpack_device__`` (a NumPy array, a torch
+            tensor, a CuPy array, ...), or a DLPack capsule (``torch.utils.dlpack.to_dlpack``).
+            The tensor must be compact row-major (C-contiguous) and of a gpukit dtype; bool is
+            taken as uint8, as :meth:`array` does. A gpukit array of this session is returned
+            as it is (or copied in gpukitd with ``copy=True``).
+        copy : bool, optional
+            The array API's: None copies only where needed, True always copies, False never.
+            Host memory (NumPy, CPU tensors) is always copied into gpukitd, which cannot use
+            this process's memory in place: the same as ``gk.array(np.from_dlpack(x))``, and a
+            ``BufferError`` with ``copy=False``. CUDA memory can only be copied, through host
+            memory by its producer, with ``copy=True``: gpukit cannot import it without a copy
+            yet (``BufferError`` otherwise).
+
+        Returns
+        -------
+        Array
+            With the tensor's shape and dtype. The producer's tensor is released as soon as
+            it is copied.
+
+        Raises
+        ------
+        ValueError
+            Strides that are not compact row-major (the message gives them): pass
+            ``x.contiguous()`` (torch) or ``np.ascontiguousarray(x)``; or a capsule that was
+            already consumed.
+        TypeError
+            An element type gpukit does not have (float64, int16, complex, vector types), or
+            `x` speaks no DLPack.
+        BufferError
+            A device gpukit cannot take, or a copy `copy` forbids.
+        """
+        return _dlpack.from_dlpack(self, x, copy)
 
     def empty(self, shape: ShapeLike, dtype: _dtypes.DTypeLike = np.float32) -> Array:
         """A new array with undefined contents (no data crosses to the daemon)."""

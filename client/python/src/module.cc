@@ -19,7 +19,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "client/python/src/dlpack.h"
 #include "client/python/src/errors.h"
+#include "client/python/src/gil.h"
 #include "gpukit/client.h"
 #include "pybind11/pybind11.h"
 #include "pybind11/stl.h"
@@ -28,18 +30,6 @@
 namespace gpukit::python {
 namespace py = pybind11;
 namespace {
-
-// Runs `fn` without the GIL when the calling thread holds it (destructors may also run on
-// threads that do not, e.g. inside another call's released region).
-template <typename Fn>
-void WithoutGil(Fn&& fn) {
-  if (PyGILState_Check()) {
-    py::gil_scoped_release release;
-    fn();
-  } else {
-    fn();
-  }
-}
 
 absl::Duration Seconds(double seconds) { return absl::Microseconds(seconds * 1e6); }
 
@@ -142,6 +132,25 @@ class PyArray {
     return py::make_tuple(mapping->device_pointer, mapping->size_bytes, mapping->device_index);
   }
 
+  // A DLPack capsule ("dltensor_versioned", or the legacy "dltensor") over the array's mapping
+  // (Map). The capsule's tensor holds the array and its client until the consumer releases
+  // it, so the memory outlives this object, and a free() meanwhile takes effect only then.
+  py::object ToDLPack(bool versioned, bool is_copy) const {
+    std::shared_ptr<Array> array = Live();
+    absl::StatusOr<DeviceMapping> mapping = absl::InternalError("not mapped");
+    WithoutGil([&] { mapping = array->Map(); });
+    ThrowIfError(mapping.status());
+    DLPackExport spec;
+    spec.device_pointer = mapping->device_pointer;
+    spec.device_index = mapping->device_index;
+    spec.shape = shape_;
+    spec.dtype = dtype_;
+    spec.versioned = versioned;
+    spec.is_copy = is_copy;
+    spec.owner = std::make_shared<const ExportOwner>(ExportOwner{client_, std::move(array)});
+    return MakeDLPackCapsule(std::move(spec));
+  }
+
   // Frees the device memory now, unless a call on another thread still uses the array: then
   // when that call ends. A second free() does nothing.
   void Free() {
@@ -156,6 +165,13 @@ class PyArray {
   }
 
  private:
+  // What an exported tensor keeps alive; the array goes first, then (if it was the last
+  // reference) the session.
+  struct ExportOwner {
+    std::shared_ptr<Client> client;
+    std::shared_ptr<Array> array;
+  };
+
   std::shared_ptr<Client> client_;
   std::string handle_;
   std::vector<int64_t> shape_;
@@ -287,6 +303,50 @@ std::shared_ptr<PyArray> RunOp(const PyClient& self, const std::string& op, py::
   return std::make_shared<PyArray>(client, ValueOrThrow(std::move(out)));
 }
 
+// Where the zero-copy import of another library's CUDA memory plugs in: `tensor` is a checked
+// kDLCUDA tensor (device pointer tensor.data(), tensor.size_bytes(), tensor.shape(),
+// tensor.dtype(), CUDA ordinal tensor.device().device_id in this process, read_only()), and
+// it must stay alive (unreleased) for as long as the array uses its memory: its destruction
+// calls the producer's deleter. libgpukit cannot import device memory yet, so this says so;
+// the Python layer offers copy=True (through host memory) instead.
+std::shared_ptr<PyArray> ImportCudaTensor(const std::shared_ptr<Client>& client,
+                                          DLPackTensor tensor) {
+  static_cast<void>(client);
+  throw py::buffer_error(absl::StrCat(
+      "from_dlpack: ", tensor.Describe(),
+      " cannot become a gpukit array without a copy yet (gpukitd cannot import another "
+      "process's CUDA memory); pass copy=True to copy it through host memory"));
+}
+
+// The array of a DLPack capsule: a copy for host memory (gpukitd cannot read this process's
+// memory in place), the producer's own memory for a CUDA tensor (ImportCudaTensor). `copy` is
+// the array API's: None copies where needed, False refuses to, True insists.
+std::shared_ptr<PyArray> FromDLPack(const PyClient& self, py::handle capsule,
+                                    std::optional<bool> copy) {
+  DLPackTensor tensor = DLPackTensor::Take(capsule);
+  if (!tensor.on_host()) {
+    if (copy == true) {
+      throw py::buffer_error(
+          absl::StrCat("from_dlpack(copy=True) got ", tensor.Describe(),
+                       " from its producer; a copy needs host memory (dl_device=(1, 0))"));
+    }
+    return ImportCudaTensor(self.client(), std::move(tensor));
+  }
+  if (copy == false) {
+    throw py::buffer_error(absl::StrCat(
+        "from_dlpack(copy=False): ", tensor.Describe(),
+        " can only be copied into gpukitd (it cannot use this process's memory in place); "
+        "pass copy=None or True"));
+  }
+  absl::StatusOr<Array> array;
+  WithoutGil([&] {
+    array = self.client()->FromBytes(tensor.data(), tensor.size_bytes(), tensor.shape(),
+                                     tensor.dtype());
+  });
+  tensor.Release();  // copied: the producer may let go of it now
+  return std::make_shared<PyArray>(self.client(), ValueOrThrow(std::move(array)));
+}
+
 double LaunchKernel(const PyKernel& kernel, const std::string& entry,
                     const std::vector<uint32_t>& grid, const std::vector<uint32_t>& block,
                     uint32_t shared_memory_bytes, const std::vector<PyKernelArgument>& args) {
@@ -388,6 +448,10 @@ PYBIND11_MODULE(_gpukit, m) {
           "Array holding the bytes of `data`, any C-contiguous buffer (Create + Upload).")
       .def("run_op", &RunOp, py::arg("op"), py::arg("inputs"), py::arg("attrs") = py::dict(),
            "Runs a built-in op (RunOp); inputs are Arrays, ints or floats.")
+      .def("from_dlpack", &FromDLPack, py::arg("capsule"), py::arg("copy") = py::none(),
+           "Array of a DLPack capsule (\"dltensor_versioned\" or \"dltensor\"), which it "
+           "consumes: host memory is copied (Create + Upload) and released right after; CUDA "
+           "memory cannot be imported yet (BufferError).")
       .def(
           "compile_kernel",
           [](const PyClient& self, const std::string& source, std::vector<std::string> entries,
@@ -440,6 +504,9 @@ PYBIND11_MODULE(_gpukit, m) {
       .def("map", &PyArray::Map,
            "Maps the device memory into this process, zero-copy (Array::Map): returns "
            "(device_pointer, size_bytes, device_index).")
+      .def("dlpack", &PyArray::ToDLPack, py::arg("versioned"), py::arg("is_copy") = false,
+           "A DLPack capsule of the mapped device memory (Array::Map), kDLCUDA, which keeps "
+           "the array and its session alive until the consumer releases it.")
       .def("free", &PyArray::Free, "Frees the device memory now (Free).");
 
   py::class_<PyKernel, std::shared_ptr<PyKernel>>(m, "Kernel",
