@@ -52,6 +52,19 @@ DeviceImport::~DeviceImport() {
   LogIfFailed((*cu)->cuDevicePrimaryCtxRelease(device_), "cuDevicePrimaryCtxRelease");
 }
 
+absl::Status SynchronizeLegacyStream(int device_index) {
+  GPUKIT_ASSIGN_OR_RETURN(const CudaDriver* cu, CudaDriver::Get());
+  CUdevice device = 0;
+  GPUKIT_RETURN_IF_ERROR(CheckCu(cu->cuDeviceGet(&device, device_index), "cuDeviceGet"));
+  CUcontext context = nullptr;
+  GPUKIT_RETURN_IF_ERROR(
+      CheckCu(cu->cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain"));
+  absl::Status status = CheckCu(cu->cuCtxSetCurrent(context), "cuCtxSetCurrent");
+  if (status.ok()) status = CheckCu(cu->cuStreamSynchronize(CU_STREAM_LEGACY), "cuStreamSynchronize");
+  LogIfFailed(cu->cuDevicePrimaryCtxRelease(device), "cuDevicePrimaryCtxRelease");
+  return status;
+}
+
 absl::StatusOr<SharedDeviceMemory> ShareDeviceMemory(uint64_t pointer, int64_t bytes) {
   GPUKIT_ASSIGN_OR_RETURN(const CudaDriver* cu, CudaDriver::Get());
   const auto address = static_cast<CUdeviceptr>(pointer);

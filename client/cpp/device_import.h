@@ -60,6 +60,11 @@ struct SharedDeviceMemory {
 // (a VMM allocation without the POSIX descriptor handle type, managed memory).
 absl::StatusOr<SharedDeviceMemory> ShareDeviceMemory(uint64_t pointer, int64_t bytes);
 
+// Waits until the legacy default stream of `device_index`'s primary context is idle: where
+// a DLPack producer ordered its work when asked for stream 1. FAILED_PRECONDITION without a
+// usable CUDA driver; the driver's errors.
+absl::Status SynchronizeLegacyStream(int device_index);
+
 }  // namespace gpukit::internal
 
 #endif  // GPUKIT_CLIENT_CPP_DEVICE_IMPORT_H_

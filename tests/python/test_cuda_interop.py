@@ -210,6 +210,63 @@ def test_from_dlpack_of_torch_tensors(gk):
     with pytest.raises(ValueError, match=r"contiguous\(\)"):
         gk.from_dlpack(host.t())
     device = torch.arange(12, dtype=torch.float32, device="cuda").reshape(3, 4)
-    with pytest.raises(BufferError, match="copy=True"):  # no zero-copy import yet
-        gk.from_dlpack(device)
-    np.testing.assert_array_equal(gk.from_dlpack(device, copy=True).numpy(), device.cpu().numpy())
+    copied = gk.from_dlpack(device, copy=True)
+    assert copied.map()[0] != device.data_ptr()
+    np.testing.assert_array_equal(copied.numpy(), device.cpu().numpy())
+
+
+FILL = r"""
+extern "C" __global__ void fill(float* y, float value, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = value + i;
+}
+"""
+
+
+def test_from_dlpack_imports_torch_cuda_memory_without_a_copy(gk, daemon):
+    t = torch.arange(4096, dtype=torch.float32, device="cuda").reshape(64, 64)
+    before = arrays_held(daemon, gk)
+    a = gk.from_dlpack(t)
+    assert a.shape == (64, 64) and a.dtype == np.float32
+    assert a.map()[0] == t.data_ptr()  # the client's own memory, not a mapping of gpukitd's
+    assert arrays_held(daemon, gk) == before + 1
+    np.testing.assert_array_equal(a.numpy(), t.cpu().numpy())
+    t.mul_(3)  # torch writes; gpukitd reads the write (from_dlpack waited; numpy() after sync)
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(a.numpy(), t.cpu().numpy())
+    np.testing.assert_array_equal((a + a).numpy(), (t + t).cpu().numpy())
+    # gpukitd writes into torch's memory: a kernel launched on the imported array.
+    k = gk.compile(FILL, "fill")
+    k((16,), (256,), a, np.float32(0.5), np.int32(4096))
+    expected = np.arange(4096, dtype=np.float32).reshape(64, 64) + 0.5
+    np.testing.assert_array_equal(t.cpu().numpy(), expected)
+    # A view at an offset into torch's allocation imports that part only.
+    row = gk.from_dlpack(t[10])
+    assert row.map()[0] == t[10].data_ptr()
+    np.testing.assert_array_equal(row.numpy(), expected[10])
+    # Freeing the arrays unmaps them in gpukitd; the tensor is torch's and lives on.
+    del a, row
+    gc.collect()
+    assert arrays_held(daemon, gk) == before
+    t.add_(1)
+    np.testing.assert_array_equal(t.cpu().numpy(), expected + 1)
+
+
+def test_from_dlpack_keeps_the_tensor_alive_while_the_array_lives(gk, daemon):
+    t = torch.full((1 << 20,), 7.0, dtype=torch.float32, device="cuda")
+    pointer = t.data_ptr()
+    a = gk.from_dlpack(t)
+    del t
+    gc.collect()
+    torch.cuda.empty_cache()  # the array still holds torch's tensor: its memory stays
+    np.testing.assert_array_equal(a.numpy()[:4], np.full(4, 7.0, np.float32))
+    assert a.map()[0] == pointer
+    a.free()
+
+
+def test_from_dlpack_refuses_read_only_and_non_contiguous_cuda_tensors(gk):
+    t = torch.zeros((8, 8), dtype=torch.float32, device="cuda")
+    with pytest.raises(ValueError, match=r"contiguous\(\)"):
+        gk.from_dlpack(t.t())
+    with pytest.raises(TypeError):
+        gk.from_dlpack(torch.zeros(4, dtype=torch.float64, device="cuda"))

@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "client/cpp/device_import.h"
 #include "client/python/src/dlpack.h"
 #include "client/python/src/errors.h"
 #include "client/python/src/gil.h"
@@ -75,12 +76,15 @@ class PyClient {
 class PyArray {
  public:
   PyArray(std::shared_ptr<Client> client, Array array)
+      : PyArray(std::move(client), std::make_shared<Array>(std::move(array))) {}
+  // An array whose shared_ptr does more when the last reference goes (ImportCudaTensor's).
+  PyArray(std::shared_ptr<Client> client, std::shared_ptr<Array> array)
       : client_(std::move(client)),
-        handle_(array.handle()),
-        shape_(array.shape()),
-        dtype_(array.dtype()),
-        size_bytes_(array.size_bytes()),
-        array_(std::make_shared<Array>(std::move(array))) {}
+        handle_(array->handle()),
+        shape_(array->shape()),
+        dtype_(array->dtype()),
+        size_bytes_(array->size_bytes()),
+        array_(std::move(array)) {}
   ~PyArray() {
     WithoutGil([this] {
       array_.reset();
@@ -311,11 +315,46 @@ std::shared_ptr<PyArray> RunOp(const PyClient& self, const std::string& op, py::
 // the Python layer offers copy=True (through host memory) instead.
 std::shared_ptr<PyArray> ImportCudaTensor(const std::shared_ptr<Client>& client,
                                           DLPackTensor tensor) {
-  static_cast<void>(client);
-  throw py::buffer_error(absl::StrCat(
-      "from_dlpack: ", tensor.Describe(),
-      " cannot become a gpukit array without a copy yet (gpukitd cannot import another "
-      "process's CUDA memory); pass copy=True to copy it through host memory"));
+  if (tensor.device().device_type != kDLCUDA) {
+    throw py::buffer_error(absl::StrCat("from_dlpack: ", tensor.Describe(),
+                                        ": gpukitd imports CUDA device memory only; pass "
+                                        "copy=True to copy it through host memory"));
+  }
+  if (tensor.read_only()) {
+    throw py::buffer_error(absl::StrCat(
+        "from_dlpack: ", tensor.Describe(),
+        " is read-only, and a gpukit array may be written; pass copy=True for a copy"));
+  }
+  if (tensor.size_bytes() == 0) {  // no memory to share: an empty array is the same thing
+    absl::StatusOr<Array> empty;
+    WithoutGil([&] { empty = client->Empty(tensor.shape(), tensor.dtype()); });
+    return std::make_shared<PyArray>(client, ValueOrThrow(std::move(empty)));
+  }
+  const uint64_t pointer = reinterpret_cast<uint64_t>(tensor.data());
+  const int device = static_cast<int>(tensor.device().device_id);
+  absl::StatusOr<Array> imported;
+  WithoutGil([&] {
+    // The capsule was asked for with stream 1: the producer's work is ordered before what
+    // comes next on the legacy default stream, so once that is idle the memory is ready.
+    absl::Status ready = internal::SynchronizeLegacyStream(device);
+    if (ready.ok()) {
+      imported = client->ImportDeviceMemory(pointer, tensor.shape(), tensor.dtype());
+    } else {
+      imported = ready;
+    }
+  });
+  Array array = ValueOrThrow(std::move(imported));  // on error `tensor` is released here
+  // The producer's tensor lives as long as the array: the last reference to it (the PyArray,
+  // or a capsule exported from it) frees the array in gpukitd first, which unmaps the memory
+  // there, and then hands the tensor back to its producer.
+  auto owner = std::make_shared<DLPackTensor>(std::move(tensor));
+  std::shared_ptr<Array> shared(new Array(std::move(array)), [owner](Array* done) mutable {
+    delete done;
+    if (!Py_IsInitialized()) return;  // too late to call into the producer: leave it
+    py::gil_scoped_acquire gil;
+    owner.reset();
+  });
+  return std::make_shared<PyArray>(client, std::move(shared));
 }
 
 // The array of a DLPack capsule: a copy for host memory (gpukitd cannot read this process's
