@@ -556,6 +556,58 @@ TEST_F(CudaDeviceTest, ExportedBufferIsASegmentOfItsOwnThatImportsAsTheSameMemor
   EXPECT_THAT(device_->ExportBuffer(data).status(), StatusIs(absl::StatusCode::kNotFound));
 }
 
+// ImportBuffer maps memory another process shares; here that process is this one (a VMM
+// descriptor of an exported buffer), which the driver allows for descriptors (not for legacy
+// IPC handles). The imported buffer is the same memory, refuses a second export, is not
+// counted as the device's, and freeing it leaves the memory to its owner.
+TEST_F(CudaDeviceTest, ImportedBufferIsTheSharedMemoryAndFreeingItLeavesItToItsOwner) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId owner, UploadFloats({1, 2, 3, 4, 5, 6, 7, 8}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ExportedBuffer exported, device_->ExportBuffer(owner));
+  const int64_t used = device_->GetMemoryInfo().used_bytes;
+  ImportedMemory memory;
+  memory.fd = std::move(exported.fd);
+  memory.allocation_bytes = exported.allocation_bytes;
+  memory.offset_bytes = exported.offset_bytes + 8;  // the last six floats
+  memory.bytes = 24;
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId imported, device_->ImportBuffer(std::move(memory)));
+  owned_.push_back(imported);
+  EXPECT_EQ(device_->GetMemoryInfo().used_bytes, used) << "the owner's memory, not the device's";
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<float> seen, DownloadFloats(imported, 6));
+  EXPECT_THAT(seen, ElementsAreArray({3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f}));
+  const float nine = 9.0f;
+  GPUKIT_ASSERT_OK(device_->CopyHostToDevice(imported, 0, &nine, 4, stream_));
+  GPUKIT_ASSERT_OK(SynchronizeStream(*device_, stream_));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<float> owners, DownloadFloats(owner, 3));
+  EXPECT_EQ(owners[2], 9.0f) << "a write through the import is the owner's memory";
+  EXPECT_THAT(device_->ExportBuffer(imported).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  GPUKIT_ASSERT_OK(device_->Free(imported));
+  owned_.erase(std::find(owned_.begin(), owned_.end(), imported));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(owners, DownloadFloats(owner, 3));
+  EXPECT_EQ(owners[2], 9.0f);
+
+  // Ranges outside the allocation, and handles that name nothing.
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ExportedBuffer again, device_->ExportBuffer(owner));
+  ImportedMemory outside;
+  outside.fd = std::move(again.fd);
+  outside.allocation_bytes = again.allocation_bytes;
+  outside.offset_bytes = again.allocation_bytes - 4;
+  outside.bytes = 8;
+  EXPECT_THAT(device_->ImportBuffer(std::move(outside)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("outside")));
+  ImportedMemory forged;
+  forged.cuda_ipc_handle = std::string(64, '\x5a');
+  forged.bytes = 4;
+  EXPECT_THAT(device_->ImportBuffer(std::move(forged)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  ImportedMemory not_memory;
+  GPUKIT_ASSERT_OK_AND_ASSIGN(not_memory.fd, CreateSharedMemory("not-device-memory", 2 << 20));
+  not_memory.allocation_bytes = 2 << 20;
+  not_memory.bytes = 4;
+  EXPECT_THAT(device_->ImportBuffer(std::move(not_memory)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST(CudaSegmentSourceTest, SegmentsExportAsPosixFileDescriptors) {
   absl::StatusOr<const CudaDriver*> cu = CudaDriver::Get();
   if (!cu.ok()) GTEST_SKIP() << "no usable CUDA driver here: " << cu.status();

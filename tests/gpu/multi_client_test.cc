@@ -244,6 +244,35 @@ TEST_F(MultiClientGpuTest, ClientKilledWhileItMapsAnArrayLeavesNothingBehind) {
   ExpectDaemonServesAnotherClient();
 }
 
+// The other way: a client process's own device memory as arrays of its session, both kinds
+// (legacy IPC handle, VMM descriptor), checked both ways against gRPC, with refusals and
+// timings.
+TEST_F(MultiClientGpuTest, AClientImportsItsOwnDeviceMemoryAsArrays) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Subprocess worker,
+                              SpawnWorker(9, {"--mode", "gpu-import", "--rounds", "200"}));
+  absl::StatusOr<int> code = worker.WaitForExitCode(kWorkerTimeout);
+  EXPECT_THAT(code, IsOkAndHolds(0)) << "worker output:\n" << worker.Output();
+  EXPECT_THAT(worker.Output(), ::testing::HasSubstr("gpu-import ok"));
+  std::printf("%s", worker.Output().c_str());
+  EXPECT_EQ(WhatDaemonHolds(), "");
+  ExpectDaemonServesAnotherClient();
+}
+
+// A client killed with SIGKILL while gpukitd maps its memory: the lease lapses, gpukitd
+// unmaps the dead process's memory and serves on.
+TEST_F(MultiClientGpuTest, ClientKilledWhileGpukitdMapsItsMemoryLeavesNothingBehind) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Subprocess victim,
+                              SpawnWorker(10, {"--mode", "hold-imported", "--bytes", "8MiB",
+                                               "--lease-ms", "2000"}));
+  ASSERT_TRUE(WaitForLine(victim, "holding", kWorkerTimeout)) << "victim output:\n"
+                                                              << victim.Output();
+  EXPECT_NE(WhatDaemonHolds(), "") << "the victim's session holds the imported array";
+  ASSERT_EQ(kill(victim.pid(), SIGKILL), 0);
+  EXPECT_TRUE(PollUntil([&] { return WhatDaemonHolds().empty(); }, absl::Seconds(6)))
+      << WhatDaemonHolds();
+  ExpectDaemonServesAnotherClient();
+}
+
 TEST_F(MultiClientGpuTest, ClientKilledMidWorkLeavesNothingBehindOnceItsLeaseLapses) {
   constexpr int64_t kLeaseMs = 2000;
   // The victim computes until killed; the survivor waits for it to be under way.

@@ -39,6 +39,19 @@
 //       and 4 MiB arrays (export + descriptor + import) and R cached maps, and prints
 //       "map N MiB arrays: first p50 X p99 Y us; cached p50 X p99 Y us" for each size, then
 //       "gpu-map ok".
+//   worker --addr ADDR --mode gpu-import --seed N [--rounds R]
+//       The other way (Client::ImportDeviceMemory): this process's own device memory becomes
+//       an array of its session. For cuMemAlloc memory (a legacy IPC handle) and for a VMM
+//       allocation made with the POSIX descriptor handle type, it fills the memory here and
+//       checks what gpukitd reads (Download, an add), that Map() gives its own pointer, that
+//       gpukitd's writes (Upload) land in its memory, and that the memory is still its own
+//       after the array is freed. It checks that host memory, a range past an allocation's
+//       end and a VMM allocation without a shareable handle are refused. Then it times R
+//       (default 200) imports of fresh 4 MiB allocations of each kind and prints
+//       "import 4 MiB <kind>: p50 X p99 Y us", then "gpu-import ok".
+//   worker --addr ADDR --mode hold-imported --bytes SIZE
+//       Imports SIZE bytes of its own cuMemAlloc memory as an array, prints "holding" and
+//       sleeps until killed.
 //
 // Every mode also takes --partition NAME, --memory-request SIZE, --memory-limit SIZE,
 // --compute-request SHARE and --compute-limit SHARE for the session it opens, and
@@ -617,6 +630,193 @@ int GpuMap(const gpukit::ClientOptions& options, uint64_t seed, int rounds) {
   return 0;
 }
 
+// This process's device memory, for the import modes: cuMemAlloc memory, or a VMM allocation
+// (POSIX descriptor handle type when `shareable`) mapped read-write at an address of its own.
+class OwnMemory {
+ public:
+  static absl::StatusOr<std::unique_ptr<OwnMemory>> Legacy(const gpukit::CudaDriver& cu,
+                                                           int64_t bytes) {
+    auto memory = std::unique_ptr<OwnMemory>(new OwnMemory(cu, bytes));
+    GPUKIT_RETURN_IF_ERROR(gpukit::CheckCu(
+        cu.cuMemAlloc(&memory->address_, static_cast<size_t>(bytes)), "cuMemAlloc"));
+    return memory;
+  }
+  static absl::StatusOr<std::unique_ptr<OwnMemory>> Vmm(const gpukit::CudaDriver& cu,
+                                                        int64_t bytes, bool shareable) {
+    auto memory = std::unique_ptr<OwnMemory>(new OwnMemory(cu, bytes));
+    CUmemAllocationProp prop = {};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    prop.requestedHandleTypes =
+        shareable ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
+    const size_t size = static_cast<size_t>(bytes);  // a multiple of 2 MiB here
+    GPUKIT_RETURN_IF_ERROR(
+        gpukit::CheckCu(cu.cuMemCreate(&memory->handle_, size, &prop, 0), "cuMemCreate"));
+    GPUKIT_RETURN_IF_ERROR(gpukit::CheckCu(
+        cu.cuMemAddressReserve(&memory->address_, size, 0, 0, 0), "cuMemAddressReserve"));
+    GPUKIT_RETURN_IF_ERROR(
+        gpukit::CheckCu(cu.cuMemMap(memory->address_, size, 0, memory->handle_, 0), "cuMemMap"));
+    memory->mapped_ = true;
+    CUmemAccessDesc access = {};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = 0;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    GPUKIT_RETURN_IF_ERROR(
+        gpukit::CheckCu(cu.cuMemSetAccess(memory->address_, size, &access, 1), "cuMemSetAccess"));
+    return memory;
+  }
+  ~OwnMemory() {
+    const size_t size = static_cast<size_t>(bytes_);
+    if (handle_ != 0) {
+      if (mapped_) cu_.cuMemUnmap(address_, size);
+      if (address_ != 0) cu_.cuMemAddressFree(address_, size);
+      cu_.cuMemRelease(handle_);
+    } else if (address_ != 0) {
+      cu_.cuMemFree(address_);
+    }
+  }
+  uint64_t address() const { return address_; }
+
+ private:
+  OwnMemory(const gpukit::CudaDriver& cu, int64_t bytes) : cu_(cu), bytes_(bytes) {}
+  const gpukit::CudaDriver& cu_;
+  const int64_t bytes_;
+  CUdeviceptr address_ = 0;
+  CUmemGenericAllocationHandle handle_ = 0;
+  bool mapped_ = false;
+};
+
+// The primary context of device 0, current on this thread: where the import modes allocate.
+absl::StatusOr<const gpukit::CudaDriver*> BindPrimaryContext() {
+  GPUKIT_ASSIGN_OR_RETURN(const gpukit::CudaDriver* cu, gpukit::CudaDriver::Get());
+  CUdevice device = 0;
+  GPUKIT_RETURN_IF_ERROR(gpukit::CheckCu(cu->cuDeviceGet(&device, 0), "cuDeviceGet"));
+  CUcontext context = nullptr;
+  GPUKIT_RETURN_IF_ERROR(gpukit::CheckCu(cu->cuDevicePrimaryCtxRetain(&context, device),
+                                         "cuDevicePrimaryCtxRetain"));
+  GPUKIT_RETURN_IF_ERROR(gpukit::CheckCu(cu->cuCtxSetCurrent(context), "cuCtxSetCurrent"));
+  return cu;
+}
+
+// One kind of own memory through ImportDeviceMemory and back; "" when all checks held.
+std::string CheckImport(gpukit::Client& client, const gpukit::CudaDriver& cu,
+                        const OwnMemory& memory, int64_t offset_bytes, std::mt19937& rng) {
+  constexpr int64_t kCount = 1 << 18;  // 1 MiB of floats, at an offset into the allocation
+  std::uniform_real_distribution<float> value(-100, 100);
+  std::vector<float> data(kCount);
+  for (float& v : data) v = value(rng);
+  const uint64_t pointer = memory.address() + static_cast<uint64_t>(offset_bytes);
+  if (cu.cuMemcpyHtoD(pointer, data.data(), kCount * 4) != CUDA_SUCCESS) return "cuMemcpyHtoD";
+  auto array = client.ImportDeviceMemory(pointer, {kCount}, gpukit::DType::kFloat32);
+  if (!array.ok()) return absl::StrCat("import: ", array.status().ToString());
+  absl::Status same = Check<float>("gpukitd's view of the imported memory", data,
+                                   array->ToVector<float>());
+  if (!same.ok()) return same.ToString();
+  auto sum = client.Add(*array, *array);
+  if (!sum.ok()) return absl::StrCat("add: ", sum.status().ToString());
+  std::vector<float> doubled(kCount);
+  for (int64_t i = 0; i < kCount; ++i) doubled[i] = data[i] + data[i];
+  same = Check<float>("an add of the imported array", doubled, sum->ToVector<float>());
+  if (!same.ok()) return same.ToString();
+  absl::StatusOr<gpukit::DeviceMapping> mapping = array->Map();
+  if (!mapping.ok() || mapping->device_pointer != pointer) {
+    return "Map() of an imported array does not give the client's own pointer";
+  }
+  for (float& v : data) v = value(rng);
+  absl::Status written = array->Write(data.data(), kCount * 4);
+  if (!written.ok()) return absl::StrCat("upload: ", written.ToString());
+  std::vector<float> seen(kCount);
+  if (cu.cuMemcpyDtoH(seen.data(), pointer, kCount * 4) != CUDA_SUCCESS) return "cuMemcpyDtoH";
+  if (seen != data) return "gpukitd's upload did not land in the client's memory";
+  absl::Status freed = array->Free();
+  if (!freed.ok()) return absl::StrCat("free: ", freed.ToString());
+  if (cu.cuMemcpyDtoH(seen.data(), pointer, kCount * 4) != CUDA_SUCCESS || seen != data) {
+    return "the memory is not the client's own after the array was freed";
+  }
+  return "";
+}
+
+int GpuImport(const gpukit::ClientOptions& options, uint64_t seed, int rounds) {
+  std::cout << "gpu-import seed " << seed << std::endl;
+  absl::StatusOr<const gpukit::CudaDriver*> bound = BindPrimaryContext();
+  if (!bound.ok()) return Fail("CUDA", bound.status());
+  const gpukit::CudaDriver& cu = **bound;
+  auto client = gpukit::Client::Connect(options);
+  if (!client.ok()) return Fail("connect", client.status());
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  constexpr int64_t kBytes = int64_t{4} << 20;
+
+  auto legacy = OwnMemory::Legacy(cu, kBytes);
+  if (!legacy.ok()) return Fail("cuMemAlloc", legacy.status());
+  if (std::string failed = CheckImport(**client, cu, **legacy, 4096, rng); !failed.empty()) {
+    return Fail("legacy IPC: " + failed);
+  }
+  auto vmm = OwnMemory::Vmm(cu, kBytes, /*shareable=*/true);
+  if (!vmm.ok()) return Fail("VMM allocation", vmm.status());
+  if (std::string failed = CheckImport(**client, cu, **vmm, 8192, rng); !failed.empty()) {
+    return Fail("VMM descriptor: " + failed);
+  }
+
+  // Refusals.
+  std::vector<float> host(16);
+  auto refused = (*client)->ImportDeviceMemory(reinterpret_cast<uint64_t>(host.data()), {16},
+                                               gpukit::DType::kFloat32);
+  if (!absl::IsInvalidArgument(refused.status())) {
+    return Fail("importing host memory was not refused as INVALID_ARGUMENT", refused.status());
+  }
+  refused = (*client)->ImportDeviceMemory((*legacy)->address() + 8, {kBytes / 4},
+                                          gpukit::DType::kFloat32);
+  if (!absl::IsInvalidArgument(refused.status())) {
+    return Fail("a range past the allocation's end was not refused", refused.status());
+  }
+  auto private_vmm = OwnMemory::Vmm(cu, kBytes, /*shareable=*/false);
+  if (!private_vmm.ok()) return Fail("VMM allocation", private_vmm.status());
+  refused = (*client)->ImportDeviceMemory((*private_vmm)->address(), {16}, gpukit::DType::kFloat32);
+  if (!absl::IsInvalidArgument(refused.status()) ||
+      refused.status().message().find("cannot be shared") == std::string::npos) {
+    return Fail("a VMM allocation without a shareable handle was not refused", refused.status());
+  }
+
+  // Timings: fresh memory each round, imported then freed.
+  for (const bool is_vmm : {false, true}) {
+    std::vector<double> import_us;
+    for (int i = 0; i < std::max(rounds, 1); ++i) {
+      auto memory = is_vmm ? OwnMemory::Vmm(cu, kBytes, true) : OwnMemory::Legacy(cu, kBytes);
+      if (!memory.ok()) return Fail("allocate", memory.status());
+      const auto start = std::chrono::steady_clock::now();
+      auto array = (*client)->ImportDeviceMemory((*memory)->address(), {kBytes / 4},
+                                                 gpukit::DType::kFloat32);
+      import_us.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+              .count());
+      if (!array.ok()) return Fail("timed import", array.status());
+      absl::Status freed = array->Free();
+      if (!freed.ok()) return Fail("free", freed);
+    }
+    std::printf("import 4 MiB %s: p50 %.1f p99 %.1f us\n",
+                is_vmm ? "VMM descriptor" : "legacy IPC handle", PercentileUs(import_us, 50),
+                PercentileUs(import_us, 99));
+  }
+  absl::Status closed = (*client)->Close();
+  if (!closed.ok()) return Fail("close", closed);
+  std::cout << "gpu-import ok" << std::endl;
+  return 0;
+}
+
+int HoldImported(const gpukit::ClientOptions& options, int64_t bytes) {
+  absl::StatusOr<const gpukit::CudaDriver*> bound = BindPrimaryContext();
+  if (!bound.ok()) return Fail("CUDA", bound.status());
+  auto client = gpukit::Client::Connect(options);
+  if (!client.ok()) return Fail("connect", client.status());
+  auto memory = OwnMemory::Legacy(**bound, bytes);
+  if (!memory.ok()) return Fail("cuMemAlloc", memory.status());
+  auto array = (*client)->ImportDeviceMemory((*memory)->address(), {bytes}, gpukit::DType::kUInt8);
+  if (!array.ok()) return Fail("import", array.status());
+  std::cout << "holding" << std::endl;  // flushed: the test is waiting for it
+  while (true) absl::SleepFor(absl::Seconds(1));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -680,7 +880,13 @@ int main(int argc, char** argv) {
   if (flags.mode == "gpu-map") {
     return GpuMap(options, flags.seed, static_cast<int>(flags.rounds_given ? flags.rounds : 200));
   }
+  if (flags.mode == "gpu-import") {
+    return GpuImport(options, flags.seed,
+                     static_cast<int>(flags.rounds_given ? flags.rounds : 200));
+  }
+  if (flags.mode == "hold-imported") return HoldImported(options, flags.bytes);
   return Fail(absl::StrCat(
       "unknown --mode \"", flags.mode,
-      "\"; modes: compute, upload-forever, hold, hold-mapped, hammer, gpu-compute, gpu-map"));
+      "\"; modes: compute, upload-forever, hold, hold-mapped, hammer, gpu-compute, gpu-map, "
+      "gpu-import, hold-imported"));
 }
