@@ -43,7 +43,7 @@ absl::Status Device::RegisterHostMemory(void* /*data*/, int64_t /*bytes*/) {
 
 absl::Status Device::UnregisterHostMemory(void* /*data*/) { return absl::OkStatus(); }
 
-absl::StatusOr<ExportedBuffer> Device::ExportBuffer(BufferId buffer) {
+absl::StatusOr<ExportedBuffer> Device::ExportBuffer(BufferId buffer, ExportForm /*form*/) {
   GPUKIT_RETURN_IF_ERROR(BufferBytes(buffer).status());
   return absl::FailedPreconditionError(
       absl::StrCat("buffers of the ", BackendName(properties().backend),

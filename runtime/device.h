@@ -59,11 +59,25 @@ struct FunctionId {
   uint64_t value = 0;
 };
 
+// How an exported buffer's memory is named for another process (Device::ExportBuffer).
+enum class ExportForm {
+  // A VMM allocation's POSIX file descriptor, passed over a unix socket: the memory lives on
+  // while any process maps it, whatever its owner does.
+  kDescriptor,
+  // A legacy CUDA IPC handle (64 bytes of cuIpcGetMemHandle) of cuMemAlloc memory, for
+  // processes that cannot receive descriptors. The CUDA driver leaves what happens to a
+  // mapping undefined once the owner frees the memory, so the owner must keep it allocated
+  // for as long as any process may map it.
+  kCudaIpcHandle,
+};
+
 // A buffer's memory as another process can map it (Device::ExportBuffer).
 struct ExportedBuffer {
-  // The memory: on CUDA a VMM allocation's POSIX file descriptor, which the receiving process
-  // imports (cuMemImportFromShareableHandle) and maps.
+  // kDescriptor: the descriptor, which the receiving process imports
+  // (cuMemImportFromShareableHandle) and maps whole.
   ScopedFd fd;
+  // kCudaIpcHandle: the handle, which the receiving process opens (cuIpcOpenMemHandle).
+  std::string cuda_ipc_handle;
   int64_t allocation_bytes = 0;  // the size of what the descriptor names (to map whole)
   int64_t offset_bytes = 0;      // where the buffer starts in it
   int64_t bytes = 0;             // the buffer's size
@@ -158,13 +172,15 @@ class Device {
   virtual absl::Status RegisterHostMemory(void* data, int64_t bytes);
   virtual absl::Status UnregisterHostMemory(void* data);
 
-  // Exports a buffer's memory to another process; the buffer stays usable here. Its memory is
-  // then a segment of its own (nothing else of the device's can be reached through it) and is
-  // never given to another buffer: once freed, it lives on only as long as mappings
-  // elsewhere. Queued work on the buffer must have completed. FAILED_PRECONDITION on
-  // backends whose memory cannot be exported (the CPU backend: use host shared memory),
-  // INVALID_ARGUMENT for a zero-byte buffer, NOT_FOUND for an unknown one.
-  virtual absl::StatusOr<ExportedBuffer> ExportBuffer(BufferId buffer);
+  // Exports a buffer's memory to another process in `form`; the buffer stays usable here. Its
+  // memory is then an allocation of its own (nothing else of the device's can be reached
+  // through it; the buffer moves there first if it must) and is never given to another
+  // buffer: once freed, a descriptor's lives on only as long as mappings elsewhere. A buffer
+  // is exported in one form only (the other is FAILED_PRECONDITION), as often as asked.
+  // Queued work on the buffer must have completed. FAILED_PRECONDITION on backends whose
+  // memory cannot be exported (the CPU backend: use host shared memory), INVALID_ARGUMENT for
+  // a zero-byte buffer, NOT_FOUND for an unknown one.
+  virtual absl::StatusOr<ExportedBuffer> ExportBuffer(BufferId buffer, ExportForm form);
   // A buffer over memory another process allocated and shares (a client's own device memory):
   // no copy, the buffer's memory is the owner's. Freeing the buffer unmaps it and leaves the
   // memory to its owner, who must keep it until then. It does not count in GetMemoryInfo's

@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/cord.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -144,19 +145,28 @@ class SessionState {
       absl::MutexLock lock(&mappings_mu_);
       if (auto it = mappings_.find(handle); it != mappings_.end()) return it->second.first;
     }
+    // Over a unix socket the memory comes as a descriptor; a client that cannot receive one
+    // (over TCP, on the daemon's host) asks for a legacy CUDA IPC handle.
+    const bool ipc_handle = !absl::StartsWith(options_.address, "unix:");
     v1::ExportArrayRequest request;
     request.set_session_id(session_id_);
     request.set_handle(handle);
+    request.set_cuda_ipc_handle(ipc_handle);
     v1::ExportArrayResponse response;
     grpc::ClientContext context;
     SetDeadline(context);
     absl::Status status = FromGrpc(arrays_->Export(&context, request, &response), context);
     if (!status.ok()) return status;
-    absl::StatusOr<ScopedFd> fd =
-        ExchangeOnFdChannel(response.fd_channel(), FdChannelOp::kFetch, response.token());
-    if (!fd.ok()) return fd.status();
-    absl::StatusOr<std::unique_ptr<DeviceImport>> imported =
-        DeviceImport::Import(response.device_index(), *std::move(fd), response.allocation_bytes());
+    absl::StatusOr<std::unique_ptr<DeviceImport>> imported;
+    if (ipc_handle) {
+      imported = DeviceImport::OpenIpcHandle(response.device_index(), response.cuda_ipc_handle());
+    } else {
+      absl::StatusOr<ScopedFd> fd =
+          ExchangeOnFdChannel(response.fd_channel(), FdChannelOp::kFetch, response.token());
+      if (!fd.ok()) return fd.status();
+      imported = DeviceImport::Import(response.device_index(), *std::move(fd),
+                                      response.allocation_bytes());
+    }
     if (!imported.ok()) return imported.status();
     DeviceMapping mapping;
     mapping.device_pointer =

@@ -20,9 +20,8 @@ void LogIfFailed(CUresult result, const char* call) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DeviceImport>> DeviceImport::Import(int device_index, ScopedFd fd,
-                                                                   int64_t allocation_bytes,
-                                                                   bool read_only) {
+absl::StatusOr<std::unique_ptr<DeviceImport>> DeviceImport::Open(int device_index,
+                                                                 const Opener& open) {
   GPUKIT_ASSIGN_OR_RETURN(const CudaDriver* cu, CudaDriver::Get());
   CUdevice device = 0;
   GPUKIT_RETURN_IF_ERROR(CheckCu(cu->cuDeviceGet(&device, device_index), "cuDeviceGet"));
@@ -33,7 +32,7 @@ absl::StatusOr<std::unique_ptr<DeviceImport>> DeviceImport::Import(int device_in
       absl::FailedPreconditionError("not mapped");
   if (absl::Status current = CheckCu(cu->cuCtxSetCurrent(context), "cuCtxSetCurrent");
       current.ok()) {
-    mapping = SharedMapping::OpenDescriptor(*cu, device, fd.get(), allocation_bytes, read_only);
+    mapping = open(*cu, device);
   } else {
     mapping = current;
   }
@@ -42,6 +41,21 @@ absl::StatusOr<std::unique_ptr<DeviceImport>> DeviceImport::Import(int device_in
     return mapping.status();
   }
   return std::unique_ptr<DeviceImport>(new DeviceImport(device, context, *std::move(mapping)));
+}
+
+absl::StatusOr<std::unique_ptr<DeviceImport>> DeviceImport::Import(int device_index, ScopedFd fd,
+                                                                   int64_t allocation_bytes,
+                                                                   bool read_only) {
+  return Open(device_index, [&](const CudaDriver& cu, int device) {
+    return SharedMapping::OpenDescriptor(cu, device, fd.get(), allocation_bytes, read_only);
+  });
+}
+
+absl::StatusOr<std::unique_ptr<DeviceImport>> DeviceImport::OpenIpcHandle(
+    int device_index, const std::string& handle) {
+  return Open(device_index, [&](const CudaDriver& cu, int /*device*/) {
+    return SharedMapping::OpenIpcHandle(cu, handle);
+  });
 }
 
 DeviceImport::~DeviceImport() {

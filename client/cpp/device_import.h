@@ -11,12 +11,17 @@
 #define GPUKIT_CLIENT_CPP_DEVICE_IMPORT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "runtime/base/unix_fd.h"
 #include "runtime/cuda/shared_mapping.h"
+
+namespace gpukit {
+struct CudaDriver;
+}  // namespace gpukit
 
 namespace gpukit::internal {
 
@@ -27,6 +32,9 @@ class DeviceImport {
   static absl::StatusOr<std::unique_ptr<DeviceImport>> Import(int device_index, ScopedFd fd,
                                                               int64_t allocation_bytes,
                                                               bool read_only = false);
+  // The same for a legacy CUDA IPC handle (64 bytes; mapped read-write).
+  static absl::StatusOr<std::unique_ptr<DeviceImport>> OpenIpcHandle(int device_index,
+                                                                     const std::string& handle);
   ~DeviceImport();
   DeviceImport(const DeviceImport&) = delete;
   DeviceImport& operator=(const DeviceImport&) = delete;
@@ -35,6 +43,10 @@ class DeviceImport {
   int64_t bytes() const { return mapping_->bytes(); }
 
  private:
+  using Opener = std::function<absl::StatusOr<std::unique_ptr<SharedMapping>>(
+      const CudaDriver& cu, int device)>;
+  // Opens with `open` in the primary context of `device_index`, which it retains.
+  static absl::StatusOr<std::unique_ptr<DeviceImport>> Open(int device_index, const Opener& open);
   DeviceImport(int device, void* context, std::unique_ptr<SharedMapping> mapping)
       : device_(device), context_(context), mapping_(std::move(mapping)) {}
 

@@ -158,6 +158,7 @@ struct ArrayImportGrant {
 
 // An array exported to its client (ExportArray), waiting for the client to fetch it.
 struct ArrayExport {
+  std::string cuda_ipc_handle;  // ExportForm::kCudaIpcHandle: the handle, and no token
   std::string token;  // 32 hex digits, single use
   absl::Duration token_ttl;
   int64_t allocation_bytes = 0;
@@ -280,7 +281,11 @@ class Core {
   // descriptor under a token for FetchExport (the descriptor channel's call), single use,
   // lapsing after options.host_memory_token_ttl. Errors: NOT_FOUND (session, array, or an
   // unknown, used or lapsed token), and the device's (FAILED_PRECONDITION on the CPU backend).
-  absl::StatusOr<ArrayExport> ExportArray(absl::string_view session_id, absl::string_view handle);
+  // In ExportForm::kCudaIpcHandle the reply carries the handle itself, and the array's memory
+  // stays allocated until the session ends, even once the array is freed (the other process
+  // may map it as long as it lives; CUDA does not say what happens to its mapping otherwise).
+  absl::StatusOr<ArrayExport> ExportArray(absl::string_view session_id, absl::string_view handle,
+                                          ExportForm form = ExportForm::kDescriptor);
   absl::StatusOr<ScopedFd> FetchExport(absl::string_view token);
   // The other way: device memory the client allocated becomes an array of its session, with
   // no copy (Device::ImportBuffer). It counts against the session's memory like any other

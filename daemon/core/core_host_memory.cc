@@ -76,19 +76,24 @@ absl::Status Core::CopyToHostMemory(absl::string_view session_id, absl::string_v
 }
 
 absl::StatusOr<ArrayExport> Core::ExportArray(absl::string_view session_id,
-                                              absl::string_view handle) {
+                                              absl::string_view handle, ExportForm form) {
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceArray> array, session->FindArray(handle));
   GPUKIT_ASSIGN_OR_RETURN(ArrayPin pin, PinArray(*session, *array));
-  GPUKIT_ASSIGN_OR_RETURN(ExportedBuffer exported, array->device().ExportBuffer(pin.buffer()));
-  array->MarkShared();
+  GPUKIT_ASSIGN_OR_RETURN(ExportedBuffer exported,
+                          array->device().ExportBuffer(pin.buffer(), form));
+  array->MarkShared(/*until_session_end=*/form == ExportForm::kCudaIpcHandle);
   ArrayExport result;
   result.token_ttl = options_.host_memory_token_ttl;
   result.allocation_bytes = exported.allocation_bytes;
   result.offset_bytes = exported.offset_bytes;
   result.bytes = exported.bytes;
   result.device_index = array->device().properties().index;
-  result.token = pending_exports_.Add(std::move(exported.fd), result.token_ttl);
+  if (form == ExportForm::kCudaIpcHandle) {
+    result.cuda_ipc_handle = std::move(exported.cuda_ipc_handle);
+  } else {
+    result.token = pending_exports_.Add(std::move(exported.fd), result.token_ttl);
+  }
   spdlog::debug("array exported: session={} array={} bytes={}", session->id(), array->handle(),
                 result.bytes);
   return result;

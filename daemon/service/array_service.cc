@@ -142,14 +142,17 @@ grpc::Status ArrayServiceImpl::RegisterHostMemory(grpc::ServerContext* context,
 grpc::Status ArrayServiceImpl::Export(grpc::ServerContext* context,
                                       const v1::ExportArrayRequest* request,
                                       v1::ExportArrayResponse* response) {
-  if (fd_channel_.empty()) {
+  if (fd_channel_.empty() && !request->cuda_ipc_handle()) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "exporting device memory needs gpukitd's descriptor channel, which "
-                        "exists only when gpukitd listens on a unix socket");
+                        "exporting device memory as a descriptor needs gpukitd's descriptor "
+                        "channel, which exists only when gpukitd listens on a unix socket; ask "
+                        "for a CUDA IPC handle instead");
   }
-  absl::StatusOr<ArrayExport> exported =
-      core_.ExportArray(request->session_id(), request->handle());
+  absl::StatusOr<ArrayExport> exported = core_.ExportArray(
+      request->session_id(), request->handle(),
+      request->cuda_ipc_handle() ? ExportForm::kCudaIpcHandle : ExportForm::kDescriptor);
   if (!exported.ok()) return ToGrpc(exported.status(), context);
+  response->set_cuda_ipc_handle(exported->cuda_ipc_handle);
   response->set_token(exported->token);
   response->set_token_ttl_ms(absl::ToInt64Milliseconds(exported->token_ttl));
   response->set_fd_channel(fd_channel_);

@@ -84,9 +84,15 @@ bool DeviceArray::spilled() const {
   return spilled_;
 }
 
-void DeviceArray::MarkShared() {
+void DeviceArray::MarkShared(bool until_session_end) {
   absl::MutexLock lock(&mu_);
   shared_ = true;
+  kept_until_session_end_ = kept_until_session_end_ || until_session_end;
+}
+
+bool DeviceArray::kept_until_session_end() const {
+  absl::MutexLock lock(&mu_);
+  return kept_until_session_end_;
 }
 
 bool DeviceArray::pinned() const {

@@ -67,8 +67,11 @@ class DeviceArray : public std::enable_shared_from_this<DeviceArray> {
 
   // Marks the array's memory as shared with a client process (ExportArray, or memory the client
   // allocated: ImportArray): from then on it is never spilled, since the other process names
-  // that very memory. Call while it is resident.
-  void MarkShared();
+  // that very memory. Call while it is resident. `until_session_end`: the memory must outlive
+  // the array's handle too (a legacy CUDA IPC handle's, which the other process may map as
+  // long as it lives): the session keeps the array until it ends (Session::RemoveArray).
+  void MarkShared(bool until_session_end = false);
+  bool kept_until_session_end() const;
 
   bool spilled() const;
   bool pinned() const;
@@ -95,6 +98,7 @@ class DeviceArray : public std::enable_shared_from_this<DeviceArray> {
   bool spilled_ ABSL_GUARDED_BY(mu_) = false;
   int pins_ ABSL_GUARDED_BY(mu_) = 0;
   bool shared_ ABSL_GUARDED_BY(mu_) = false;
+  bool kept_until_session_end_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_used_ ABSL_GUARDED_BY(mu_);
 };
 

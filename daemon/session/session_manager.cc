@@ -167,10 +167,14 @@ absl::Status Session::CheckArrayRoom(int max_arrays) const {
 
 absl::Status Session::CheckArrayRoomLocked(int max_arrays) const {
   if (closed_) return absl::NotFoundError(absl::StrCat("session ", id_, " was closed"));
-  if (static_cast<int64_t>(arrays_.size()) >= max_arrays) {
-    return WithReason(absl::ResourceExhaustedError(absl::StrCat(
-                          "session holds ", arrays_.size(), " arrays, its max_arrays_per_session")),
-                      RejectReason::kTooManyArrays);
+  // Retired arrays hold memory like live ones, so they count too.
+  if (static_cast<int64_t>(arrays_.size() + retired_.size()) >= max_arrays) {
+    return WithReason(
+        absl::ResourceExhaustedError(absl::StrCat(
+            "session holds ", arrays_.size() + retired_.size(), " arrays (", retired_.size(),
+            " of them freed but kept for a CUDA IPC handle until the session ends), its "
+            "max_arrays_per_session")),
+        RejectReason::kTooManyArrays);
   }
   return absl::OkStatus();
 }
@@ -193,6 +197,7 @@ absl::StatusOr<std::shared_ptr<DeviceArray>> Session::RemoveArray(absl::string_v
   std::shared_ptr<DeviceArray> array = std::move(it->second);
   arrays_.erase(it);
   memory_bytes_ -= array->bytes();
+  if (array->kept_until_session_end()) retired_.push_back(array);
   return array;
 }
 
@@ -311,6 +316,8 @@ Session::Holdings Session::CloseAndTake() {
   holdings.arrays.reserve(arrays_.size());
   for (auto& [handle, array] : arrays_) holdings.arrays.push_back(std::move(array));
   arrays_.clear();
+  for (std::shared_ptr<DeviceArray>& array : retired_) holdings.arrays.push_back(std::move(array));
+  retired_.clear();
   memory_bytes_ = 0;
   for (auto& [handle, region] : regions_) holdings.regions.push_back(std::move(region));
   regions_.clear();

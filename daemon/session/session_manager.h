@@ -215,6 +215,9 @@ class Session {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   int64_t memory_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<std::string, std::shared_ptr<DeviceArray>> arrays_ ABSL_GUARDED_BY(mu_);
+  // Arrays removed whose memory must live until the session ends (legacy IPC exports: see
+  // DeviceArray::MarkShared); still charged to the session.
+  std::vector<std::shared_ptr<DeviceArray>> retired_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<SessionKernel>> kernels_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<HostRegion>> regions_ ABSL_GUARDED_BY(mu_);
 };

@@ -364,7 +364,10 @@ CudaDevice::~CudaDevice() {
   streams.clear();
   if (!Bind().ok()) spdlog::warn("{}: cannot bind its context to unmap imported memory", Describe());
   for (const auto& [id, allocation] : buffers) {
-    if (allocation.address != 0 && allocation.imported == nullptr) {
+    if (allocation.address == 0 || allocation.imported != nullptr) continue;
+    if (allocation.legacy_ipc) {
+      LogIfFailed(cu_.cuMemFree(static_cast<CUdeviceptr>(allocation.address)), "cuMemFree");
+    } else {
       ReleaseDeviceMemory(allocation.address).IgnoreError();
     }
   }
@@ -452,6 +455,10 @@ absl::Status CudaDevice::Free(BufferId buffer) {
     return absl::OkStatus();
   }
   if (doomed.address == 0) return absl::OkStatus();
+  if (doomed.legacy_ipc) {
+    GPUKIT_RETURN_IF_ERROR(Bind());
+    return CheckCu(cu_.cuMemFree(static_cast<CUdeviceptr>(doomed.address)), "cuMemFree");
+  }
   return ReleaseDeviceMemory(doomed.address);
 }
 
@@ -505,11 +512,7 @@ absl::StatusOr<HostBuffer> CudaDevice::AllocateHostBuffer(int64_t bytes) {
       [pool](char* data) { pool->Free(reinterpret_cast<uint64_t>(data)).IgnoreError(); });
 }
 
-absl::StatusOr<ExportedBuffer> CudaDevice::ExportBuffer(BufferId buffer) {
-  if (!memory_exportable_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        Describe(), ": its memory cannot be exported: it comes from ", memory_source_));
-  }
+absl::StatusOr<ExportedBuffer> CudaDevice::ExportBuffer(BufferId buffer, ExportForm form) {
   Allocation allocation;
   {
     absl::MutexLock lock(&mu_);
@@ -526,33 +529,54 @@ absl::StatusOr<ExportedBuffer> CudaDevice::ExportBuffer(BufferId buffer) {
     return absl::FailedPreconditionError(
         "the buffer is memory another process shared with gpukit; it cannot be exported again");
   }
+  if (form == ExportForm::kCudaIpcHandle) {
+    if (allocation.exported_descriptor) {
+      return absl::FailedPreconditionError(
+          "the buffer was exported as a descriptor; it cannot also be a CUDA IPC handle");
+    }
+    return ExportIpcHandle(buffer, allocation);
+  }
+  if (allocation.legacy_ipc) {
+    return absl::FailedPreconditionError(
+        "the buffer was exported as a CUDA IPC handle; it cannot also be a descriptor");
+  }
+  if (!memory_exportable_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Describe(), ": its memory cannot be exported as a descriptor: it comes from ",
+        memory_source_));
+  }
+  return ExportDescriptor(buffer, allocation);
+}
+
+absl::Status CudaDevice::MoveBuffer(BufferId buffer, uint64_t from, uint64_t to, int64_t bytes,
+                                    bool to_legacy) {
+  // Work other requests queued on the buffer (on any stream) finishes first, so that nothing
+  // reads the old memory once it is freed.
+  GPUKIT_RETURN_IF_ERROR(Bind());
+  GPUKIT_RETURN_IF_ERROR(SynchronizeAllStreams());
+  GPUKIT_RETURN_IF_ERROR(
+      CheckCu(cu_.cuMemcpyDtoD(to, from, static_cast<size_t>(bytes)), "cuMemcpyDtoD"));
+  absl::MutexLock lock(&mu_);
+  auto it = buffers_.find(buffer.value);
+  if (it == buffers_.end() || it->second.address != from) {
+    return absl::AbortedError("the buffer was freed or moved during its export");
+  }
+  it->second.address = to;
+  it->second.legacy_ipc = to_legacy;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ExportedBuffer> CudaDevice::ExportDescriptor(BufferId buffer,
+                                                            const Allocation& allocation) {
   GPUKIT_ASSIGN_OR_RETURN(PoolBlock block, pool_->Lookup(allocation.address));
   if (block.shares_segment) {
-    // Its slab holds other buffers, which the importer must not reach: move it out. Work
-    // other requests queued on the buffer (on any stream) finishes first, so that nothing
-    // reads the old block once it is freed.
+    // Its slab holds other buffers, which the importer must not reach: move it out.
     GPUKIT_ASSIGN_OR_RETURN(PoolBlock own, pool_->AllocateOwnSegment(allocation.bytes));
-    GPUKIT_RETURN_IF_ERROR(Bind());
-    if (absl::Status idle = SynchronizeAllStreams(); !idle.ok()) {
+    if (absl::Status moved =
+            MoveBuffer(buffer, allocation.address, own.address, allocation.bytes, false);
+        !moved.ok()) {
       pool_->Free(own.address).IgnoreError();
-      return idle;
-    }
-    absl::Status copied = CheckCu(
-        cu_.cuMemcpyDtoD(own.address, allocation.address, static_cast<size_t>(allocation.bytes)),
-        "cuMemcpyDtoD");
-    bool moved = false;
-    if (copied.ok()) {
-      absl::MutexLock lock(&mu_);
-      auto it = buffers_.find(buffer.value);
-      if (it != buffers_.end() && it->second.address == allocation.address) {
-        it->second.address = own.address;
-        moved = true;
-      }
-    }
-    if (!moved) {
-      pool_->Free(own.address).IgnoreError();
-      return copied.ok() ? absl::AbortedError("the buffer was freed or moved during its export")
-                         : copied;
+      return moved;
     }
     pool_->Free(allocation.address).IgnoreError();
     block = own;
@@ -567,7 +591,43 @@ absl::StatusOr<ExportedBuffer> CudaDevice::ExportBuffer(BufferId buffer) {
               "cuMemExportToShareableHandle"));
   ExportedBuffer exported;
   exported.fd.Reset(fd);
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = buffers_.find(buffer.value); it != buffers_.end()) {
+      it->second.exported_descriptor = true;
+    }
+  }
   exported.allocation_bytes = block.segment.bytes;
+  exported.offset_bytes = 0;
+  exported.bytes = allocation.bytes;
+  return exported;
+}
+
+absl::StatusOr<ExportedBuffer> CudaDevice::ExportIpcHandle(BufferId buffer,
+                                                           const Allocation& allocation) {
+  uint64_t address = allocation.address;
+  if (!allocation.legacy_ipc) {
+    // cuIpcGetMemHandle names whole cuMemAlloc allocations: give the buffer one of its own.
+    GPUKIT_RETURN_IF_ERROR(Bind());
+    CUdeviceptr own = 0;
+    GPUKIT_RETURN_IF_ERROR(
+        CheckCu(cu_.cuMemAlloc(&own, static_cast<size_t>(allocation.bytes)), "cuMemAlloc"));
+    if (absl::Status moved = MoveBuffer(buffer, allocation.address, own, allocation.bytes, true);
+        !moved.ok()) {
+      LogIfFailed(cu_.cuMemFree(own), "cuMemFree");
+      return moved;
+    }
+    ReleaseDeviceMemory(allocation.address).IgnoreError();
+    address = own;
+  }
+  GPUKIT_RETURN_IF_ERROR(Bind());
+  CUipcMemHandle handle;
+  GPUKIT_RETURN_IF_ERROR(
+      CheckCu(cu_.cuIpcGetMemHandle(&handle, static_cast<CUdeviceptr>(address)),
+              "cuIpcGetMemHandle"));
+  ExportedBuffer exported;
+  exported.cuda_ipc_handle.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));
+  exported.allocation_bytes = allocation.bytes;
   exported.offset_bytes = 0;
   exported.bytes = allocation.bytes;
   return exported;

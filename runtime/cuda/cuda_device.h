@@ -151,7 +151,7 @@ class CudaDevice final : public Device {
   // The buffer's VMM segment as a POSIX file descriptor. A buffer in a slab shared with other
   // buffers moves first to a segment of its own (a device-to-device copy; its BufferId stays).
   // FAILED_PRECONDITION where device memory is not exportable (no VMM or no POSIX handles).
-  absl::StatusOr<ExportedBuffer> ExportBuffer(BufferId buffer) override;
+  absl::StatusOr<ExportedBuffer> ExportBuffer(BufferId buffer, ExportForm form) override;
   // A VMM descriptor (mapped read-write for this GPU) or a legacy IPC handle of a client's
   // allocation on this GPU (SharedMapping); memory of another GPU is refused.
   absl::StatusOr<BufferId> ImportBuffer(ImportedMemory memory) override;
@@ -207,6 +207,10 @@ class CudaDevice final : public Device {
     int64_t bytes = 0;
     // Set for memory of another process (ImportBuffer); the pool's otherwise.
     std::shared_ptr<SharedMapping> imported;
+    // Exported as a descriptor (in a pool segment marked shared), or as a legacy IPC handle:
+    // then the memory is a cuMemAlloc allocation of its own, freed with cuMemFree.
+    bool exported_descriptor = false;
+    bool legacy_ipc = false;
   };
   struct Stream;
   struct Event;
@@ -216,6 +220,14 @@ class CudaDevice final : public Device {
 
   CudaDevice(const CudaDriver& cu, int device, CUctx_st* context, DeviceProperties properties,
              CudaDeviceInfo info);
+
+  // Moves `buffer`'s data from `from` to `to` (as large, not yet the buffer's) once all queued
+  // work has run, and records it there (a legacy allocation when `to_legacy`). The caller
+  // frees `from` on success and `to` on failure.
+  absl::Status MoveBuffer(BufferId buffer, uint64_t from, uint64_t to, int64_t bytes,
+                          bool to_legacy);
+  absl::StatusOr<ExportedBuffer> ExportDescriptor(BufferId buffer, const Allocation& allocation);
+  absl::StatusOr<ExportedBuffer> ExportIpcHandle(BufferId buffer, const Allocation& allocation);
 
   // Sets up the memory pool over the GPU's segment source.
   absl::Status EnableMemoryPools(const CudaDeviceOptions& options);

@@ -515,7 +515,7 @@ TEST_F(CudaDeviceTest, HostBuffersArePinnedAndReused) {
 TEST_F(CudaDeviceTest, ExportedBufferIsASegmentOfItsOwnThatImportsAsTheSameMemory) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId neighbour, UploadFloats({9, 9, 9, 9}));
   GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId data, UploadFloats({1, 2, 3, 4, 5}));
-  GPUKIT_ASSERT_OK_AND_ASSIGN(ExportedBuffer exported, device_->ExportBuffer(data));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ExportedBuffer exported, device_->ExportBuffer(data, ExportForm::kDescriptor));
   EXPECT_TRUE(exported.fd.valid());
   EXPECT_EQ(exported.bytes, 20);
   EXPECT_EQ(exported.allocation_bytes % (2 << 20), 0);
@@ -553,7 +553,7 @@ TEST_F(CudaDeviceTest, ExportedBufferIsASegmentOfItsOwnThatImportsAsTheSameMemor
   EXPECT_EQ(cu.cuMemUnmap(mapped, size), CUDA_SUCCESS);
   EXPECT_EQ(cu.cuMemAddressFree(mapped, size), CUDA_SUCCESS);
   EXPECT_EQ(cu.cuMemRelease(handle), CUDA_SUCCESS);
-  EXPECT_THAT(device_->ExportBuffer(data).status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(device_->ExportBuffer(data, ExportForm::kDescriptor).status(), StatusIs(absl::StatusCode::kNotFound));
 }
 
 // ImportBuffer maps memory another process shares; here that process is this one (a VMM
@@ -562,7 +562,7 @@ TEST_F(CudaDeviceTest, ExportedBufferIsASegmentOfItsOwnThatImportsAsTheSameMemor
 // counted as the device's, and freeing it leaves the memory to its owner.
 TEST_F(CudaDeviceTest, ImportedBufferIsTheSharedMemoryAndFreeingItLeavesItToItsOwner) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId owner, UploadFloats({1, 2, 3, 4, 5, 6, 7, 8}));
-  GPUKIT_ASSERT_OK_AND_ASSIGN(ExportedBuffer exported, device_->ExportBuffer(owner));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ExportedBuffer exported, device_->ExportBuffer(owner, ExportForm::kDescriptor));
   const int64_t used = device_->GetMemoryInfo().used_bytes;
   ImportedMemory memory;
   memory.fd = std::move(exported.fd);
@@ -579,7 +579,7 @@ TEST_F(CudaDeviceTest, ImportedBufferIsTheSharedMemoryAndFreeingItLeavesItToItsO
   GPUKIT_ASSERT_OK(SynchronizeStream(*device_, stream_));
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<float> owners, DownloadFloats(owner, 3));
   EXPECT_EQ(owners[2], 9.0f) << "a write through the import is the owner's memory";
-  EXPECT_THAT(device_->ExportBuffer(imported).status(),
+  EXPECT_THAT(device_->ExportBuffer(imported, ExportForm::kDescriptor).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition));
   GPUKIT_ASSERT_OK(device_->Free(imported));
   owned_.erase(std::find(owned_.begin(), owned_.end(), imported));
@@ -587,7 +587,7 @@ TEST_F(CudaDeviceTest, ImportedBufferIsTheSharedMemoryAndFreeingItLeavesItToItsO
   EXPECT_EQ(owners[2], 9.0f);
 
   // Ranges outside the allocation, and handles that name nothing.
-  GPUKIT_ASSERT_OK_AND_ASSIGN(ExportedBuffer again, device_->ExportBuffer(owner));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ExportedBuffer again, device_->ExportBuffer(owner, ExportForm::kDescriptor));
   ImportedMemory outside;
   outside.fd = std::move(again.fd);
   outside.allocation_bytes = again.allocation_bytes;

@@ -248,6 +248,20 @@ TEST_F(ImportTest, BadImportsAreRefusedAndTheDaemonServesOn) {
   ExpectDaemonServesAnotherClient();
 }
 
+TEST_F(ImportTest, LegacyIpcExportsNeedAGpu) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Connect());
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Array array, client->Empty({16}, DType::kFloat32));
+  v1::ExportArrayRequest request;
+  request.set_session_id(client->session_id());
+  request.set_handle(array.handle());
+  request.set_cuda_ipc_handle(true);
+  v1::ExportArrayResponse response;
+  grpc::ClientContext context;
+  const grpc::Status status = stub_->Export(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status.error_message();
+  ExpectDaemonServesAnotherClient();
+}
+
 TEST_F(ImportTest, TheClientLibraryNeedsCudaMemory) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Connect());
   std::vector<float> host(16);

@@ -89,8 +89,8 @@ class ForwardingDevice final : public Device {
   absl::StatusOr<HostBuffer> AllocateHostBuffer(int64_t bytes) override {
     return inner_->AllocateHostBuffer(bytes);
   }
-  absl::StatusOr<ExportedBuffer> ExportBuffer(BufferId buffer) override {
-    return inner_->ExportBuffer(buffer);
+  absl::StatusOr<ExportedBuffer> ExportBuffer(BufferId buffer, ExportForm form) override {
+    return inner_->ExportBuffer(buffer, form);
   }
   absl::StatusOr<BufferId> ImportBuffer(ImportedMemory memory) override {
     return inner_->ImportBuffer(std::move(memory));

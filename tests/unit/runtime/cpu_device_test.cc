@@ -59,9 +59,9 @@ TEST(CpuDeviceTest, CreateRejectsNonPositiveMemory) {
 TEST(CpuDeviceTest, BuffersCannotBeExportedAndSayWhatToUseInstead) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<CpuDevice> device, CpuDevice::Create({}));
   GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId buffer, device->Allocate(64));
-  EXPECT_THAT(device->ExportBuffer(buffer).status(),
+  EXPECT_THAT(device->ExportBuffer(buffer, ExportForm::kDescriptor).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("host shared memory")));
-  EXPECT_THAT(device->ExportBuffer(BufferId{9999}).status(),
+  EXPECT_THAT(device->ExportBuffer(BufferId{9999}, ExportForm::kDescriptor).status(),
               StatusIs(absl::StatusCode::kNotFound));
 }
 

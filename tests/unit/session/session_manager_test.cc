@@ -355,6 +355,29 @@ TEST_F(SessionManagerTest, ExpireLeasesFreesEveryArrayOfTheExpiredSession) {
   EXPECT_EQ(s->memory_bytes(), 0);
 }
 
+// An array whose memory another process may map through a legacy CUDA IPC handle keeps its
+// memory (and its charge) after it is removed, until the session ends.
+TEST_F(SessionManagerTest, ArraysKeptUntilTheSessionEndsOutliveTheirRemoval) {
+  std::shared_ptr<Session> s = Open();
+  ASSERT_NE(s, nullptr);
+  std::shared_ptr<DeviceArray> kept = MakeArray(1000);
+  ASSERT_NE(kept, nullptr);
+  kept->MarkShared(/*until_session_end=*/true);
+  const std::string handle = kept->handle();
+  GPUKIT_ASSERT_OK(s->AddArray(std::move(kept)));
+  GPUKIT_ASSERT_OK(s->AddArray(MakeArray(24)));
+  GPUKIT_ASSERT_OK(s->RemoveArray(handle).status());
+  EXPECT_THAT(s->FindArray(handle).status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(DeviceUsedBytes(), 1024) << "the memory stays";
+  EXPECT_EQ(ReservedBytes(), 1024) << "and so does its charge";
+  EXPECT_THAT(s->CheckArrayRoom(2), StatusIs(absl::StatusCode::kResourceExhausted,
+                                             HasSubstr("1 of them freed but kept")));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(CloseStats stats, manager().Close(s->id()));
+  EXPECT_EQ(stats.arrays_freed, 2);
+  EXPECT_EQ(DeviceUsedBytes(), 0);
+  EXPECT_EQ(ReservedBytes(), 0);
+}
+
 // ---- Close ----
 
 TEST_F(SessionManagerTest, CloseFreesArraysAndReportsThem) {
