@@ -1,6 +1,7 @@
 #include "runtime/base/parallel_copy.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <system_error>
 #include <thread>
@@ -9,8 +10,8 @@
 namespace gpukit {
 namespace {
 
-// Pieces start at multiples of this from the block's start, so that no two threads write
-// the same page (or cache line) when the block is page-aligned.
+// Pieces are multiples of this, so that no two threads write the same page (or cache line)
+// when the block is page-aligned.
 constexpr int64_t kPieceAlignBytes = 4096;
 
 int MaxThreads(const ParallelCopyOptions& options) {
@@ -36,24 +37,30 @@ void ParallelCopy(void* dst, const void* src, int64_t bytes, const ParallelCopyO
     std::memcpy(to, from, static_cast<size_t>(bytes));
     return;
   }
+  // Pieces of min_piece_bytes that every thread takes one at a time until none are left, so a
+  // thread that starts late or loses its core copies less instead of holding up the copy.
   const int64_t piece_bytes =
-      (bytes / threads + kPieceAlignBytes - 1) / kPieceAlignBytes * kPieceAlignBytes;
-  auto copy_piece = [=](int piece) {
-    const int64_t begin = std::min(bytes, piece * piece_bytes);
-    const int64_t end = piece + 1 == threads ? bytes : std::min(bytes, begin + piece_bytes);
-    if (end > begin) std::memcpy(to + begin, from + begin, static_cast<size_t>(end - begin));
+      (std::max<int64_t>(options.min_piece_bytes, 1) + kPieceAlignBytes - 1) / kPieceAlignBytes *
+      kPieceAlignBytes;
+  const int64_t pieces = (bytes + piece_bytes - 1) / piece_bytes;
+  std::atomic<int64_t> next_piece{0};
+  auto copy_pieces = [&] {
+    for (int64_t piece = next_piece.fetch_add(1, std::memory_order_relaxed); piece < pieces;
+         piece = next_piece.fetch_add(1, std::memory_order_relaxed)) {
+      const int64_t begin = piece * piece_bytes;
+      const int64_t end = std::min(bytes, begin + piece_bytes);
+      std::memcpy(to + begin, from + begin, static_cast<size_t>(end - begin));
+    }
   };
   std::vector<std::thread> helpers;
   helpers.reserve(threads - 1);
-  int piece = 1;
-  // std::thread reports a system out of threads only by throwing; the caller then copies
-  // the pieces no thread took.
+  // std::thread reports a system out of threads only by throwing; the threads there are
+  // (the caller's at least) then copy every piece.
   try {
-    for (; piece < threads; ++piece) helpers.emplace_back(copy_piece, piece);
+    for (int i = 1; i < threads; ++i) helpers.emplace_back(copy_pieces);
   } catch (const std::system_error&) {
   }
-  copy_piece(0);
-  for (int rest = piece; rest < threads; ++rest) copy_piece(rest);
+  copy_pieces();
   for (std::thread& helper : helpers) helper.join();
 }
 

@@ -3,10 +3,12 @@
 // One thread copies about 10 GB/s on the servers gpukit runs on, well below what their
 // memory system gives several threads. Bulk host copies (the CPU backend's copies between
 // host shared memory and arrays, the client's copies into and out of its staging region)
-// use ParallelCopy: it cuts the block into contiguous pieces of at least
-// options.min_piece_bytes, copies the first piece on the calling thread and each other
-// piece on a thread started for the call, and returns when all pieces are copied. A copy
-// smaller than two pieces is one memcpy on the calling thread, with no thread started.
+// use ParallelCopy: it cuts the block into pieces of options.min_piece_bytes (rounded up to
+// 4 KiB), starts one thread per whole piece up to a few, and the calling thread and those
+// take pieces one at a time until none are left; it returns when all are copied. Taking
+// pieces as they go, rather than one equal share each, keeps a thread that starts late or
+// loses its core (a loaded host) from holding up the whole copy. A copy smaller than two
+// pieces is one memcpy on the calling thread, with no thread started.
 //
 //   ParallelCopy(staging, data, bytes);                // the defaults below
 //   const int threads = ParallelCopyThreads(bytes);   // how many it uses, caller included
@@ -27,12 +29,13 @@
 namespace gpukit {
 
 // The most threads a copy uses by default, the caller's included. Measured on a 16-core
-// host (docs/benchmarks.md): a 256 MiB copy went at 9.8 GB/s on 1 thread, 11 on 2, 20 on 4
-// and 32 on 8. More would take cores from gpukitd's other clients.
+// host (docs/benchmarks.md): gpukitd's 256 MiB copies went at about 10 GB/s on 1 thread,
+// 11 on 2, 20 on 4 and 32 on 8. More would take cores from gpukitd's other clients.
 inline constexpr int kParallelCopyDefaultMaxThreads = 8;
 
 struct ParallelCopyOptions {
-  // The smallest piece a thread copies (bytes, > 0).
+  // The piece threads take one at a time (bytes, > 0; rounded up to 4 KiB); also the least
+  // data per thread started.
   int64_t min_piece_bytes = int64_t{4} << 20;
   // The most threads per copy, the caller's included; <= 0: the smaller of
   // std::thread::hardware_concurrency() and kParallelCopyDefaultMaxThreads.

@@ -90,7 +90,7 @@ TEST(ParallelCopyTest, CopiesEveryByteForSizesThatAreNoMultipleOfThePiece) {
   // the sizes straddle page and piece boundaries.
   const CopyCase cases[] = {
       {1, 1, 4},
-      {4095, 1, 4},  // many threads for a few bytes: pieces round to pages, some are empty
+      {4095, 1, 4},  // threads for a few bytes: one piece (rounded up to a page), idle helpers
       {4096 * 3 + 1, 4096, 8},
       {65536 * 2 - 1, 65536, 8},
       {65536 * 2, 65536, 8},
