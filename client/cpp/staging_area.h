@@ -43,11 +43,11 @@
 namespace gpukit::internal {
 
 // Transfers from this size up go through the staging region. Measured (docs/benchmarks.md,
-// "Plain transfers: gRPC messages against host shared memory, by size"), a copy through host
-// memory beat gRPC messages at every size from 4 KiB up, but by less than 1.5x in one
-// direction below 256 KiB, and by 2.3x or more in both from 256 KiB. Below that the few tens
-// of microseconds saved do not pay for a region per session and for concurrent transfers
-// waiting for each other at the one region.
+// "Plain transfers through the staging region"), a copy through host memory was within 1.5x
+// of gRPC messages below 64 KiB (0.98x to 1.48x), 1.35x to 3.3x ahead at 64 and 128 KiB, and
+// about 2x or more ahead both ways from 256 KiB (2.2x to 6.2x there), on a 2-core VM and a
+// 16-core host. Below 256 KiB the tens of microseconds saved do not pay for a region per
+// session and for concurrent transfers waiting for each other at the one region.
 inline constexpr int64_t kStagingMinBytes = int64_t{256} << 10;
 // The staging region never grows past this: larger transfers go in pieces of this size.
 inline constexpr int64_t kStagingMaxRegionBytes = int64_t{256} << 20;

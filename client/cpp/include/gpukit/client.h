@@ -202,15 +202,19 @@ class Array {
   // stays mapped in this process and gpukitd until the session closes, so a session that
   // moved a large array keeps up to 256 MiB of shared memory; it is one of the session's 64
   // host memory regions. One staged transfer of a session runs at a time: concurrent ones
-  // wait for it. If the daemon offers no shared memory to this client (its descriptor
-  // channel is unreachable, or it has none), the session remembers that and uses gRPC
-  // messages from then on, without an error.
+  // wait for it. If the daemon offers no shared memory to this client (registering answers
+  // UNAVAILABLE, FAILED_PRECONDITION or UNIMPLEMENTED: its descriptor channel is out of
+  // reach, it has none, or it predates host memory), the session remembers that and uses
+  // gRPC messages from then on, without an error (a debug log line).
   //
   // Errors: INVALID_ARGUMENT when `bytes` is not size_bytes(); the daemon's errors
-  // (NOT_FOUND, the transfer task's RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED, ...). A failed
-  // Write may have written part of the array. Cost: about 4.5 ms per 256 MiB more than a
-  // memcpy on the CPU backend, against some 450 ms up and 130 ms down in gRPC messages
-  // (docs/benchmarks.md).
+  // (NOT_FOUND, the transfer task's RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED, ...); those of
+  // registering the region (RESOURCE_EXHAUSTED when the session holds 64 regions or the
+  // system has no memory for it). A failed Write may have written part of the array. Each
+  // 256 MiB piece is one call with its own call_timeout. Cost (docs/benchmarks.md, 256 MiB
+  // on a 16-core host): about 16 ms each way through the region, with the client's copies
+  // on up to 8 threads, against some 400-500 ms up and 130-140 ms down in gRPC messages;
+  // the first transfer of a size also registers the region (a few round trips).
   absl::Status Write(const void* data, int64_t bytes) const;
   absl::Status Read(void* out, int64_t bytes) const;
 
@@ -268,7 +272,9 @@ class Array {
 // that gpukitd maps too, so transfers between it and arrays need no bytes in gRPC messages.
 // Registering costs a few round trips and a descriptor sent over gpukitd's descriptor
 // channel (its unix socket beside the gRPC one), so keep one and reuse it. Needs a daemon on
-// the same host, reached over a unix socket.
+// the same host, reached over a unix socket. Array::Write and Read of plain bytes use host
+// shared memory by themselves (the session's staging region); HostMemory saves their memcpy
+// for data that is produced or used in the shared memory itself.
 //
 //   GPUKIT_ASSIGN_OR_RETURN(gpukit::HostMemory staging, client->RegisterHostMemory(bytes));
 //   std::memcpy(staging.data(), input, bytes);  // or fill it in place
@@ -393,8 +399,9 @@ class Client {
   // Host shared memory of `bytes` (> 0), registered with the daemon (see HostMemory).
   // Errors: FAILED_PRECONDITION (the daemon listens on TCP only), UNAVAILABLE (its
   // descriptor channel cannot be reached: a daemon on another host), INVALID_ARGUMENT (a
-  // size above limits.maxArraySize), RESOURCE_EXHAUSTED (the session holds 64 regions, or
-  // the system has no memory for it).
+  // size above limits.maxArraySize), RESOURCE_EXHAUSTED (the session holds 64 regions,
+  // counting the staging region of Array::Write/Read once it exists, or the system has no
+  // memory for it).
   absl::StatusOr<HostMemory> RegisterHostMemory(int64_t bytes);
 
   // Renews the lease now (the background thread does this by itself).
