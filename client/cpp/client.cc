@@ -64,7 +64,7 @@ class SessionState final : public HostMemoryCalls {
         staging_(*this, StagingOptions{.enabled = options.use_shared_memory &&
                                                   absl::StartsWith(options.address, "unix:")}) {}
 
-  ~SessionState() {
+  ~SessionState() override {
     StopKeepAlive();
     Close().IgnoreError();
   }

@@ -54,13 +54,16 @@ std::vector<Mapping> StagingMappings() {
       ADD_FAILURE() << "cannot parse " << line;
       continue;
     }
-    mappings.push_back({reinterpret_cast<const char*>(begin), static_cast<int64_t>(end - begin)});
+    // An address of this process, as /proc lists it.
+    mappings.push_back({reinterpret_cast<const char*>(begin),  // NOLINT(performance-no-int-to-ptr)
+                        static_cast<int64_t>(end - begin)});
   }
   return mappings;
 }
 
 std::vector<int64_t> MappingSizes(const std::vector<Mapping>& mappings) {
   std::vector<int64_t> sizes;
+  sizes.reserve(mappings.size());
   for (const Mapping& m : mappings) sizes.push_back(m.bytes);
   return sizes;
 }
@@ -140,14 +143,16 @@ TEST_F(StagedTransferTest, TransfersFromTheThresholdUpTravelThroughTheStagingReg
   EXPECT_THAT(RegionsMapped(daemon().Log()), ElementsAre(kThreshold));
   std::vector<Mapping> mappings = StagingMappings();
   ASSERT_THAT(MappingSizes(mappings), ElementsAre(kThreshold));
-  EXPECT_EQ(std::memcmp(mappings[0].data, values.data(), kThreshold), 0);
+  EXPECT_EQ(std::memcmp(mappings[0].data, reinterpret_cast<const char*>(values.data()), kThreshold),
+            0);
 
   // A result the daemon computed comes back through the region: it is there after the Read,
   // put by the daemon's CopyToHostMemory (gRPC messages would have left the region alone).
   GPUKIT_ASSERT_OK_AND_ASSIGN(Array doubled, client->Add(array, array));
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<float> out, doubled.ToVector<float>());
   for (int64_t i = 0; i < kCount; ++i) ASSERT_EQ(out[i], values[i] + values[i]) << i;
-  EXPECT_EQ(std::memcmp(mappings[0].data, out.data(), kThreshold), 0);
+  EXPECT_EQ(std::memcmp(mappings[0].data, reinterpret_cast<const char*>(out.data()), kThreshold),
+            0);
 
   // A larger transfer, no power of two: the region is re-registered at the next power of two,
   // and the smaller one is gone from this process.
@@ -178,6 +183,7 @@ TEST_F(StagedTransferTest, ConcurrentTransfersAroundTheThresholdAndAboveTheCapRo
   constexpr int kThreads = 4;
   std::vector<std::vector<int64_t>> differences(kThreads);
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (size_t i = 0; i < sizes.size(); ++i) {

@@ -91,11 +91,11 @@ TEST(ParallelCopyTest, CopiesEveryByteForSizesThatAreNoMultipleOfThePiece) {
   const CopyCase cases[] = {
       {1, 1, 4},
       {4095, 1, 4},  // threads for a few bytes: one piece (rounded up to a page), idle helpers
-      {4096 * 3 + 1, 4096, 8},
-      {65536 * 2 - 1, 65536, 8},
-      {65536 * 2, 65536, 8},
-      {65536 * 5 + 333, 65536, 3},
-      {65536 * 7 + 4095, 65536, 16},
+      {int64_t{4096} * 3 + 1, 4096, 8},
+      {int64_t{65536} * 2 - 1, 65536, 8},
+      {int64_t{65536} * 2, 65536, 8},
+      {int64_t{65536} * 5 + 333, 65536, 3},
+      {int64_t{65536} * 7 + 4095, 65536, 16},
       {(int64_t{9} << 20) + 17, int64_t{4} << 20, 0},  // the defaults' piece, default cap
   };
   for (const CopyCase& c : cases) ExpectCopiesExactly(c, rng);

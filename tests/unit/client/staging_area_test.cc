@@ -348,6 +348,7 @@ TEST(StagingAreaTest, ConcurrentTransfersFromFourThreadsLandExactly) {
     for (int64_t size : sizes) daemon.AddArray(absl::StrCat("t", t, "-", size), size);
   }
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   std::vector<int> mismatches(kThreads, 0);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
