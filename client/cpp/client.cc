@@ -15,6 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "client/cpp/channel.h"
 #include "client/cpp/device_import.h"
+#include "client/cpp/staging_area.h"
 #include "gpukit/v1/array.grpc.pb.h"
 #include "gpukit/v1/compute.grpc.pb.h"
 #include "gpukit/v1/session.grpc.pb.h"
@@ -49,17 +50,21 @@ std::string HostName() {
 namespace internal {
 
 // Everything a session needs, shared by the Client and its Arrays so that an Array that
-// outlives its Client stays safe to destroy.
-class SessionState {
+// outlives its Client stays safe to destroy. It makes the host memory calls of its staging
+// area, which holds no reference back to it.
+class SessionState final : public HostMemoryCalls {
  public:
   SessionState(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options)
       : options_(options),
         channel_(std::move(channel)),
         sessions_(v1::SessionService::NewStub(channel_)),
         arrays_(v1::ArrayService::NewStub(channel_)),
-        compute_(v1::ComputeService::NewStub(channel_)) {}
+        compute_(v1::ComputeService::NewStub(channel_)),
+        // Shared memory needs the daemon's host: a unix socket says it is this one.
+        staging_(*this, StagingOptions{.enabled = options.use_shared_memory &&
+                                                  absl::StartsWith(options.address, "unix:")}) {}
 
-  ~SessionState() {
+  ~SessionState() override {
     StopKeepAlive();
     Close().IgnoreError();
   }
@@ -126,7 +131,11 @@ class SessionState {
     v1::CloseSessionResponse response;
     grpc::ClientContext context;
     SetDeadline(context);
-    return FromGrpc(sessions_->Close(&context, request, &response), context);
+    absl::Status status = FromGrpc(sessions_->Close(&context, request, &response), context);
+    // The daemon unmapped the staging region with the session (or will, when its lease
+    // lapses if Close did not reach it): only this side's mapping is left.
+    staging_.Release();
+    return status;
   }
 
   bool closed() const {
@@ -208,6 +217,67 @@ class SessionState {
     mappings_.try_emplace(handle, mapping, nullptr);
   }
 
+  // Host shared memory of this session (a memfd named `name` in /proc's listings),
+  // registered and delivered: Client::RegisterHostMemory's, and the staging area's through
+  // HostMemoryCalls. On failure nothing stays registered or mapped.
+  absl::StatusOr<RegisteredRegion> RegisterRegion(int64_t bytes, const char* name) {
+    absl::StatusOr<ScopedFd> fd = CreateSharedMemory(name, bytes);
+    if (!fd.ok()) return fd.status();
+    void* data = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED,
+                        fd->get(), 0);
+    if (data == MAP_FAILED) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot map ", bytes, " bytes of shared memory"));
+    }
+    HostMapping mapping(static_cast<char*>(data), bytes);
+    v1::RegisterHostMemoryRequest request;
+    request.set_session_id(session_id_);
+    request.set_bytes(bytes);
+    v1::RegisterHostMemoryResponse response;
+    grpc::ClientContext context;
+    SetDeadline(context);
+    GPUKIT_RETURN_IF_ERROR(
+        FromGrpc(arrays_->RegisterHostMemory(&context, request, &response), context));
+    absl::StatusOr<ScopedFd> delivered = ExchangeOnFdChannel(
+        response.fd_channel(), FdChannelOp::kDeliver, response.token(), fd->get());
+    if (!delivered.ok()) {
+      UnregisterRegion(response.region()).IgnoreError();  // the delivery's error says more
+      return delivered.status();
+    }
+    return RegisteredRegion{response.region(), std::move(mapping)};
+  }
+  absl::StatusOr<RegisteredRegion> RegisterRegion(int64_t bytes) override {
+    return RegisterRegion(bytes, "gpukit-staging");
+  }
+
+  absl::Status UnregisterRegion(const std::string& region) override {
+    v1::UnregisterHostMemoryRequest request;
+    request.set_session_id(session_id_);
+    request.set_region(region);
+    v1::UnregisterHostMemoryResponse response;
+    grpc::ClientContext context;
+    SetDeadline(context);
+    return FromGrpc(arrays_->UnregisterHostMemory(&context, request, &response), context);
+  }
+
+  absl::Status CopyRegion(bool to_array, const std::string& array, int64_t array_offset,
+                          const std::string& region, int64_t region_offset,
+                          int64_t bytes) override {
+    v1::HostMemoryCopyRequest request;
+    request.set_session_id(session_id_);
+    request.set_handle(array);
+    request.set_region(region);
+    request.set_array_offset(array_offset);
+    request.set_region_offset(region_offset);
+    request.set_bytes(bytes);
+    v1::HostMemoryCopyResponse response;
+    grpc::ClientContext context;
+    SetDeadline(context);
+    const grpc::Status status = to_array ? arrays_->CopyFromHostMemory(&context, request, &response)
+                                         : arrays_->CopyToHostMemory(&context, request, &response);
+    return FromGrpc(status, context);
+  }
+
   // Unmaps the array's mapping, if it has one (before it is freed).
   void Unmap(const std::string& handle) {
     std::unique_ptr<DeviceImport> doomed;
@@ -228,6 +298,9 @@ class SessionState {
   std::unique_ptr<v1::SessionService::Stub> sessions_;
   std::unique_ptr<v1::ArrayService::Stub> arrays_;
   std::unique_ptr<v1::ComputeService::Stub> compute_;
+  // Array::Write and Read of plain bytes through host shared memory (ClientOptions::
+  // use_shared_memory).
+  StagingArea staging_;
 
  private:
   void KeepAliveLoop() {
@@ -299,6 +372,10 @@ absl::Status Array::Write(const void* data, int64_t bytes) const {
     return absl::InvalidArgumentError(absl::StrCat("write of ", bytes, " bytes into array ",
                                                    handle_, " of ", size_bytes_, " bytes"));
   }
+  if (std::optional<absl::Status> staged =
+          session_->staging_.Write(handle_, static_cast<const char*>(data), bytes)) {
+    return *staged;
+  }
   grpc::ClientContext context;
   session_->SetDeadline(context);
   v1::UploadResponse response;
@@ -324,6 +401,10 @@ absl::Status Array::Read(void* out, int64_t bytes) const {
   if (bytes != size_bytes_) {
     return absl::InvalidArgumentError(absl::StrCat("read of ", bytes, " bytes from array ", handle_,
                                                    " of ", size_bytes_, " bytes"));
+  }
+  if (std::optional<absl::Status> staged =
+          session_->staging_.Read(handle_, static_cast<char*>(out), bytes)) {
+    return *staged;
   }
   v1::DownloadRequest request;
   request.set_session_id(session_->session_id_);
@@ -359,25 +440,12 @@ absl::Status Array::Read(void* out, int64_t bytes) const {
 
 namespace {
 
-absl::Status CopyWithHostMemory(const SessionState& session, bool to_array,
-                                const std::string& handle, const HostMemory& memory, int64_t offset,
-                                int64_t bytes) {
+absl::Status CopyWithHostMemory(SessionState& session, bool to_array, const std::string& handle,
+                                const HostMemory& memory, int64_t offset, int64_t bytes) {
   if (memory.region().empty()) {
     return absl::FailedPreconditionError("host memory was unregistered or moved");
   }
-  v1::HostMemoryCopyRequest request;
-  request.set_session_id(session.session_id_);
-  request.set_handle(handle);
-  request.set_region(memory.region());
-  request.set_region_offset(offset);
-  request.set_bytes(bytes);
-  v1::HostMemoryCopyResponse response;
-  grpc::ClientContext context;
-  session.SetDeadline(context);
-  const grpc::Status status =
-      to_array ? session.arrays_->CopyFromHostMemory(&context, request, &response)
-               : session.arrays_->CopyToHostMemory(&context, request, &response);
-  return FromGrpc(status, context);
+  return session.CopyRegion(to_array, handle, /*array_offset=*/0, memory.region(), offset, bytes);
 }
 
 }  // namespace
@@ -421,14 +489,7 @@ HostMemory::~HostMemory() { Unregister().IgnoreError(); }
 absl::Status HostMemory::Unregister() {
   absl::Status status = absl::OkStatus();
   if (session_ != nullptr && !region_.empty() && !session_->closed()) {
-    v1::UnregisterHostMemoryRequest request;
-    request.set_session_id(session_->session_id_);
-    request.set_region(region_);
-    v1::UnregisterHostMemoryResponse response;
-    grpc::ClientContext context;
-    session_->SetDeadline(context);
-    status =
-        FromGrpc(session_->arrays_->UnregisterHostMemory(&context, request, &response), context);
+    status = session_->UnregisterRegion(region_);
   }
   if (data_ != nullptr) ::munmap(data_, static_cast<size_t>(size_bytes_));
   data_ = nullptr;
@@ -441,32 +502,10 @@ absl::StatusOr<HostMemory> Client::RegisterHostMemory(int64_t bytes) {
   if (bytes <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("host memory of ", bytes, " bytes"));
   }
-  absl::StatusOr<ScopedFd> fd = CreateSharedMemory("gpukit-host-memory", bytes);
-  if (!fd.ok()) return fd.status();
-  void* mapping =
-      ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd->get(), 0);
-  if (mapping == MAP_FAILED) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot map ", bytes, " bytes of shared memory"));
-  }
-  v1::RegisterHostMemoryRequest request;
-  request.set_session_id(state_->session_id_);
-  request.set_bytes(bytes);
-  v1::RegisterHostMemoryResponse response;
-  grpc::ClientContext context;
-  state_->SetDeadline(context);
-  absl::Status status =
-      FromGrpc(state_->arrays_->RegisterHostMemory(&context, request, &response), context);
-  if (!status.ok()) {
-    ::munmap(mapping, static_cast<size_t>(bytes));
-    return status;
-  }
-  // From here the region exists in the daemon: `memory` unregisters it on any failure.
-  HostMemory memory(state_, response.region(), static_cast<char*>(mapping), bytes);
-  absl::StatusOr<ScopedFd> delivered = state_->ExchangeOnFdChannel(
-      response.fd_channel(), FdChannelOp::kDeliver, response.token(), fd->get());
-  if (!delivered.ok()) return delivered.status();
-  return memory;
+  absl::StatusOr<internal::RegisteredRegion> region =
+      state_->RegisterRegion(bytes, "gpukit-host-memory");
+  if (!region.ok()) return region.status();
+  return HostMemory(state_, std::move(region->handle), region->mapping.release(), bytes);
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/base/parallel_copy.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/cpu/cpu_op_kernels.h"
 
@@ -285,7 +286,7 @@ absl::Status CpuDevice::CopyHostToDevice(BufferId dst, int64_t dst_offset, const
   GPUKIT_ASSIGN_OR_RETURN(std::byte * to, Resolve(dst, dst_offset, bytes));
   GPUKIT_ASSIGN_OR_RETURN(Stream * s, FindStream(stream));
   s->Enqueue([to, src, bytes] {
-    if (bytes > 0) std::memcpy(to, src, bytes);  // an empty copy may name a null host pointer
+    ParallelCopy(to, src, bytes);  // an empty copy may name a null host pointer
     return absl::OkStatus();
   });
   return absl::OkStatus();
@@ -296,7 +297,7 @@ absl::Status CpuDevice::CopyDeviceToHost(void* dst, BufferId src, int64_t src_of
   GPUKIT_ASSIGN_OR_RETURN(const std::byte* from, Resolve(src, src_offset, bytes));
   GPUKIT_ASSIGN_OR_RETURN(Stream * s, FindStream(stream));
   s->Enqueue([dst, from, bytes] {
-    if (bytes > 0) std::memcpy(dst, from, bytes);  // an empty copy may name a null host pointer
+    ParallelCopy(dst, from, bytes);  // an empty copy may name a null host pointer
     return absl::OkStatus();
   });
   return absl::OkStatus();

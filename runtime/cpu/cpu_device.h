@@ -5,7 +5,9 @@
 // configured memory size. Each stream runs its work in order: work enqueued on an idle
 // stream runs at once on the caller's thread, work enqueued behind other work runs later on
 // the stream's worker thread, so callers must observe completion through events exactly as
-// on a GPU. Built-in ops run the reference kernels of
+// on a GPU. Copies between host memory and buffers are ParallelCopy's: from two of its
+// pieces (8 MiB) up, a copy runs on a few threads at once, as a GPU's copy engine would not
+// be limited to one CPU core's bandwidth. Built-in ops run the reference kernels of
 // kernels/cpu. Device code cannot run here: LoadModule and Launch return
 // FAILED_PRECONDITION "kernel launch requires a GPU".
 //

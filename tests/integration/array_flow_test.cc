@@ -77,10 +77,16 @@ TEST_F(ArrayFlowTest, QuickStartUploadsAddsWithBroadcastingMultipliesSumsAndDown
   EXPECT_TRUE(WaitUntilDaemonHoldsNothing(absl::Seconds(5)));
 }
 
-TEST_F(ArrayFlowTest, MultiChunkTransfersRoundTripBitForBit) {
-  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Connect("transfers"));
+// Plain transfers in gRPC messages (ClientOptions::use_shared_memory off), and through the
+// session's staging region (the default on a unix socket).
+class TransferTest : public ArrayFlowTest, public ::testing::WithParamInterface<bool> {};
 
-  // 12 MiB + 3 bytes of uint8: four chunks, the last one short.
+TEST_P(TransferTest, MultiChunkTransfersRoundTripBitForBit) {
+  ClientOptions options = ClientOptionsFor("transfers");
+  options.use_shared_memory = GetParam();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(options));
+
+  // 12 MiB + 3 bytes of uint8: four chunks in gRPC messages, the last one short.
   const int64_t odd_bytes = 12 * kMiB + 3;
   const std::string odd = RandomBytes(odd_bytes, /*seed=*/1);
   GPUKIT_ASSERT_OK_AND_ASSIGN(Array bytes_array,
@@ -99,6 +105,11 @@ TEST_F(ArrayFlowTest, MultiChunkTransfersRoundTripBitForBit) {
   ASSERT_EQ(static_cast<int64_t>(float_values.size() * sizeof(float)), float_bytes);
   EXPECT_EQ(std::memcmp(float_values.data(), floats.data(), float_bytes), 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(Ways, TransferTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "ThroughSharedMemory" : "InGrpcMessages";
+                         });
 
 TEST_F(ArrayFlowTest, DownloadStreamsInOrderedChunksOfAtMostFourMiBLess64KiB) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::string session, api().OpenSession("chunks"));

@@ -43,13 +43,17 @@ void DaemonTest::TearDown() {
 
 absl::StatusOr<std::unique_ptr<Client>> DaemonTest::Connect(const std::string& tenant,
                                                             absl::Duration lease) {
+  return Client::Connect(ClientOptionsFor(tenant, lease));
+}
+
+ClientOptions DaemonTest::ClientOptionsFor(const std::string& tenant, absl::Duration lease) {
   ClientOptions options;
   options.address = daemon_->address();
   options.tenant = tenant;
   options.lease = lease;
   options.client_name = "integration-test";
   options.call_timeout = absl::Seconds(10);
-  return Client::Connect(options);
+  return options;
 }
 
 void DaemonTest::ExpectDaemonServesAnotherClient() {

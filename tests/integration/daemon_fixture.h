@@ -59,6 +59,9 @@ class DaemonTest : public ::testing::Test {
   // A libgpukit client of this fixture's daemon; `lease` zero takes the daemon's default.
   absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& tenant = "integration",
                                                   absl::Duration lease = absl::ZeroDuration());
+  // The options Connect uses, for a test that changes some before Client::Connect.
+  ClientOptions ClientOptionsFor(const std::string& tenant,
+                                 absl::Duration lease = absl::ZeroDuration());
 
   // Opens a fresh client and runs an op on it, checking the result: the daemon still serves.
   void ExpectDaemonServesAnotherClient();

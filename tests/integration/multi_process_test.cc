@@ -17,6 +17,10 @@
 namespace gpukit::testing {
 namespace {
 
+using ::testing::ContainsRegex;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
 constexpr int64_t kLeaseMs = 500;
 
 class MultiProcessTest : public DaemonTest {
@@ -54,14 +58,28 @@ TEST_F(MultiProcessTest, ConcurrentComputeWorkersAllSucceedAndLeaveNothingBehind
   EXPECT_EQ(status.arrays(), 0);
 }
 
-TEST_F(MultiProcessTest, ClientKilledMidUploadLeavesNothingBehindOnceItsLeaseLapses) {
-  GPUKIT_ASSERT_OK_AND_ASSIGN(Subprocess worker, SpawnWorker({"--mode", "upload-forever",
-                                                              "--lease-ms", absl::StrCat(kLeaseMs)},
-                                                             "upload-forever"));
+// Killed in the middle of an upload in gRPC messages, or of one through the session's staging
+// region (host shared memory that the daemon maps too).
+class KilledMidUploadTest : public MultiProcessTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(KilledMidUploadTest, ClientKilledMidUploadLeavesNothingBehindOnceItsLeaseLapses) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(
+      Subprocess worker,
+      SpawnWorker({"--mode", "upload-forever", "--lease-ms", absl::StrCat(kLeaseMs),
+                   "--shared-memory", GetParam() ? "1" : "0"},
+                  "upload-forever"));
   ASSERT_TRUE(PollUntil(
       [&] { return absl::StrContains(worker.Output(), "uploading") || !worker.Running(); },
       absl::Seconds(20)));
   ASSERT_TRUE(worker.Running()) << "worker output:\n" << worker.Output();
+  // The uploads took the way asked for: the daemon mapped a 64 MiB staging region, or none.
+  if (GetParam()) {
+    EXPECT_THAT(daemon().Log(),
+                ContainsRegex(absl::StrCat("host memory region mapped: region=m-[^ ]+ bytes=",
+                                           int64_t{64} << 20)));
+  } else {
+    EXPECT_THAT(daemon().Log(), Not(HasSubstr("host memory region mapped")));
+  }
 
   // The worker's session holds its 64 MiB array while the uploads go on.
   GPUKIT_ASSERT_OK_AND_ASSIGN(v1::ListSessionsResponse before, api().ListSessions());
@@ -81,6 +99,11 @@ TEST_F(MultiProcessTest, ClientKilledMidUploadLeavesNothingBehindOnceItsLeaseLap
   EXPECT_GE(absl::Now() - killed_at, absl::Milliseconds(kLeaseMs) - absl::Milliseconds(100));
   ExpectDaemonServesAnotherClient();
 }
+
+INSTANTIATE_TEST_SUITE_P(Transfers, KilledMidUploadTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "ThroughSharedMemory" : "InGrpcMessages";
+                         });
 
 }  // namespace
 }  // namespace gpukit::testing

@@ -54,8 +54,9 @@
 //       sleeps until killed.
 //
 // Every mode also takes --partition NAME, --memory-request SIZE, --memory-limit SIZE,
-// --compute-request SHARE and --compute-limit SHARE for the session it opens, and
-// --tenant NAME (default worker-<seed>).
+// --compute-request SHARE and --compute-limit SHARE for the session it opens,
+// --tenant NAME (default worker-<seed>), and --shared-memory 0 to turn off
+// ClientOptions::use_shared_memory (plain transfers then always go in gRPC messages).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -96,6 +97,7 @@ struct Flags {
   int64_t rounds = 3;  // gpu-compute
   bool rounds_given = false;
   std::string wait_for;  // gpu-compute
+  bool use_shared_memory = true;
 };
 
 // The worker reports the first failure and exits 1.
@@ -901,6 +903,9 @@ int main(int argc, char** argv) {
       flags.rounds_given = true;
     } else if (name == "--wait-for") {
       flags.wait_for = value;
+    } else if (name == "--shared-memory") {
+      if (value != "0" && value != "1") return Fail("--shared-memory needs 0 or 1");
+      flags.use_shared_memory = value == "1";
     } else {
       return Fail(absl::StrCat("unknown flag ", name));
     }
@@ -914,6 +919,7 @@ int main(int argc, char** argv) {
   options.client_name = absl::StrCat("worker-", flags.mode);
   options.lease = absl::Milliseconds(flags.lease_ms);
   options.call_timeout = absl::Seconds(30);
+  options.use_shared_memory = flags.use_shared_memory;
   if (flags.mode == "compute") return Compute(options, flags.seed);
   if (flags.mode == "upload-forever") return UploadForever(options);
   if (flags.mode == "hold") return Hold(options, flags.bytes, /*mapped=*/false);

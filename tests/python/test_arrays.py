@@ -1,5 +1,8 @@
 """Arrays: dtypes through a round trip, creation, description, astype/reshape/transpose."""
 
+import ctypes
+import gc
+
 import numpy as np
 import pytest
 
@@ -34,9 +37,44 @@ def test_every_dtype_round_trips_through_numpy(gk, rng, dtype, shape):
     np.testing.assert_array_equal(out, data)
 
 
-def test_large_array_travels_in_several_chunks(gk, rng):
-    data = rng.standard_normal(3 * 1024 * 1024).astype(np.float32)  # 12 MiB, 3 chunks
-    np.testing.assert_array_equal(gk.array(data).numpy(), data)
+def staging_mappings():
+    """(address, bytes) of this process's mappings of staging regions: the memfds the C++
+    client names "gpukit-staging" for transfers through host shared memory."""
+    found = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            if "/memfd:gpukit-staging" in line:
+                begin, end = (int(x, 16) for x in line.split()[0].split("-"))
+                found.append((begin, end - begin))
+    return found
+
+
+@pytest.mark.parametrize("use_shared_memory", [True, False])
+def test_large_array_round_trips_through_shared_memory_or_grpc(daemon, rng, use_shared_memory):
+    gc.collect()  # sessions earlier tests left to the garbage collector close now
+    before = staging_mappings()
+    # 12 MiB + 20 KiB of float32: several gRPC chunks, and no power of two.
+    data = rng.standard_normal((3, 1024, 1029)).astype(np.float32)
+    with gpukit.connect(
+        daemon.address, tenant="pytest", use_shared_memory=use_shared_memory
+    ) as gk:
+        small = rng.standard_normal(1000).astype(np.float32)  # 4 KB: always gRPC messages
+        np.testing.assert_array_equal(gk.array(small).numpy(), small)
+        assert staging_mappings() == before
+
+        a = gk.array(data)
+        np.testing.assert_array_equal(a.numpy(), data)
+        doubled = (a * 2).numpy()
+        np.testing.assert_array_equal(doubled, data * 2)
+        added = [m for m in staging_mappings() if m not in before]
+        if use_shared_memory:
+            # One region, the next power of two, holding what the daemon computed: the bytes
+            # of .numpy() came through it (gRPC messages never touch it).
+            assert [size for _, size in added] == [16 << 20]
+            assert ctypes.string_at(added[0][0], doubled.nbytes) == doubled.tobytes()
+        else:
+            assert added == []
+    assert staging_mappings() == before  # closing the session unmapped it
 
 
 def test_bfloat16_dtype_and_host_conversion(gk, rng):

@@ -124,6 +124,7 @@ class Client:
         call_timeout_s: float = 60.0,
         connect_timeout_s: float = 5.0,
         client_name: str = "",
+        use_shared_memory: bool = True,
     ) -> "Client": ...
     @property
     def session_id(self) -> str: ...

@@ -300,6 +300,7 @@ def connect(
     call_timeout_s: float = 60.0,
     connect_timeout_s: float = 5.0,
     client_name: Optional[str] = None,
+    use_shared_memory: bool = True,
 ) -> Session:
     """Connects to gpukitd and opens a session.
 
@@ -333,6 +334,11 @@ def connect(
         How long to wait for the daemon to accept the connection.
     client_name : str, optional
         Shown to operators in ``gpukitctl sessions``; default the program's name.
+    use_shared_memory : bool
+        Whether :meth:`Session.array`, :meth:`Array.numpy` and the other transfers of 256 KiB
+        or more may go through host shared memory that the session shares with the daemon
+        (a memcpy each side) instead of gRPC messages. It only applies to a daemon on a unix
+        socket, and falls back to gRPC messages by itself where the daemon offers none.
 
     Returns
     -------
@@ -361,5 +367,6 @@ def connect(
         call_timeout_s=call_timeout_s,
         connect_timeout_s=connect_timeout_s,
         client_name=client_name or "",
+        use_shared_memory=use_shared_memory,
     )
     return Session(client)

@@ -240,7 +240,8 @@ std::shared_ptr<PyClient> Connect(const std::string& address, const std::string&
                                   std::optional<double> compute_request,
                                   std::optional<double> compute_limit, double lease_s, int priority,
                                   double queue_timeout_s, double call_timeout_s,
-                                  double connect_timeout_s, const std::string& client_name) {
+                                  double connect_timeout_s, const std::string& client_name,
+                                  bool use_shared_memory) {
   ClientOptions options;
   options.address = address;
   options.tenant = tenant;
@@ -255,6 +256,7 @@ std::shared_ptr<PyClient> Connect(const std::string& address, const std::string&
   options.call_timeout = Seconds(call_timeout_s);
   options.connect_timeout = Seconds(connect_timeout_s);
   options.client_name = client_name;
+  options.use_shared_memory = use_shared_memory;
   absl::StatusOr<std::unique_ptr<Client>> client;
   WithoutGil([&] { client = Client::Connect(options); });
   return std::make_shared<PyClient>(std::shared_ptr<Client>(ValueOrThrow(std::move(client))));
@@ -450,6 +452,7 @@ PYBIND11_MODULE(_gpukit, m) {
                   py::arg("lease_s") = 0.0, py::arg("priority") = 0,
                   py::arg("queue_timeout_s") = 0.0, py::arg("call_timeout_s") = 60.0,
                   py::arg("connect_timeout_s") = 5.0, py::arg("client_name") = "",
+                  py::arg("use_shared_memory") = true,
                   "Connects and opens a session (gpukit::Client::Connect).")
       .def_property_readonly("session_id",
                              [](const PyClient& self) { return self.client()->session_id(); })

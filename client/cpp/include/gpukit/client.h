@@ -30,7 +30,8 @@
 // the admission reason ("REASON_DEVICE_MEMORY_EXHAUSTED", ...) of a refused request.
 //
 // Cost: every call is one gRPC round trip (about 80 to 200 us on a unix socket), except
-// Upload/Download, which stream 4 MiB chunks.
+// Array::Write/Read of plain bytes, which stream 4 MiB chunks, or, from 256 KiB up with a
+// daemon on a unix socket, copy through host shared memory (see Array::Write).
 //
 // Thread safety: a Client and its Arrays may be used from several threads at once. An
 // Array must not be used after its Client's session has been closed (calls then return
@@ -95,6 +96,10 @@ struct ClientOptions {
   absl::Duration call_timeout = absl::Seconds(60);
   // How long Connect waits for the daemon to accept a connection.
   absl::Duration connect_timeout = absl::Seconds(5);
+  // Whether Array::Write, Array::Read and Client::FromBytes may move their bytes through host
+  // shared memory instead of gRPC messages (see Array::Write). It only ever applies to a
+  // daemon reached over a unix socket; false: always gRPC messages.
+  bool use_shared_memory = true;
 };
 
 namespace internal {
@@ -184,9 +189,33 @@ class Array {
   int64_t size_bytes() const { return size_bytes_; }
   int64_t element_count() const;
 
-  // Writes exactly size_bytes() bytes from `data`.
+  // Writes exactly size_bytes() bytes from `data`, or reads them into `out`.
+  //
+  // How the bytes travel: with a daemon reached over a unix socket, a transfer of 256 KiB or
+  // more goes through the session's staging region, host shared memory registered with
+  // the daemon: the client copies the bytes into it and the daemon copies them into the
+  // array (CopyFromHostMemory), or the other way for Read (CopyToHostMemory). Over TCP,
+  // below 256 KiB, or with ClientOptions::use_shared_memory false, they stream in gRPC
+  // messages of 4 MiB - 64 KiB (Upload, Download). The session registers the region on the
+  // first such transfer and re-registers it larger when a transfer needs more (rounded up
+  // to a power of two), up to 256 MiB; larger transfers go in 256 MiB pieces. The region
+  // stays mapped in this process and gpukitd until the session closes, so a session that
+  // moved a large array keeps up to 256 MiB of shared memory; it is one of the session's 64
+  // host memory regions. One staged transfer of a session runs at a time: concurrent ones
+  // wait for it. If the daemon offers no shared memory to this client (registering answers
+  // UNAVAILABLE, FAILED_PRECONDITION or UNIMPLEMENTED: its descriptor channel is out of
+  // reach, it has none, or it predates host memory), the session remembers that and uses
+  // gRPC messages from then on, without an error (a debug log line).
+  //
+  // Errors: INVALID_ARGUMENT when `bytes` is not size_bytes(); the daemon's errors
+  // (NOT_FOUND, the transfer task's RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED, ...); those of
+  // registering the region (RESOURCE_EXHAUSTED when the session holds 64 regions or the
+  // system has no memory for it). A failed Write may have written part of the array. Each
+  // 256 MiB piece is one call with its own call_timeout. Cost (docs/benchmarks.md, 256 MiB
+  // on a 16-core host): about 16 ms each way through the region, with the client's copies
+  // on up to 8 threads, against some 400-500 ms up and 130-140 ms down in gRPC messages;
+  // the first transfer of a size also registers the region (a few round trips).
   absl::Status Write(const void* data, int64_t bytes) const;
-  // Reads exactly size_bytes() bytes into `out`.
   absl::Status Read(void* out, int64_t bytes) const;
 
   // The array's elements; INVALID_ARGUMENT if T does not match dtype().
@@ -243,7 +272,9 @@ class Array {
 // that gpukitd maps too, so transfers between it and arrays need no bytes in gRPC messages.
 // Registering costs a few round trips and a descriptor sent over gpukitd's descriptor
 // channel (its unix socket beside the gRPC one), so keep one and reuse it. Needs a daemon on
-// the same host, reached over a unix socket.
+// the same host, reached over a unix socket. Array::Write and Read of plain bytes use host
+// shared memory by themselves (the session's staging region); HostMemory saves their memcpy
+// for data that is produced or used in the shared memory itself.
 //
 //   GPUKIT_ASSIGN_OR_RETURN(gpukit::HostMemory staging, client->RegisterHostMemory(bytes));
 //   std::memcpy(staging.data(), input, bytes);  // or fill it in place
@@ -301,7 +332,8 @@ class Client {
 
   // Uninitialised array.
   absl::StatusOr<Array> Empty(std::vector<int64_t> shape, DType dtype);
-  // Array holding `bytes` bytes of `data` (must equal the shape's size in bytes).
+  // Array holding `bytes` bytes of `data` (must equal the shape's size in bytes): Empty,
+  // then Array::Write (host shared memory or gRPC messages, as said there).
   absl::StatusOr<Array> FromBytes(const void* data, int64_t bytes, std::vector<int64_t> shape,
                                   DType dtype);
   template <typename T>
@@ -385,8 +417,9 @@ class Client {
   // Host shared memory of `bytes` (> 0), registered with the daemon (see HostMemory).
   // Errors: FAILED_PRECONDITION (the daemon listens on TCP only), UNAVAILABLE (its
   // descriptor channel cannot be reached: a daemon on another host), INVALID_ARGUMENT (a
-  // size above limits.maxArraySize), RESOURCE_EXHAUSTED (the session holds 64 regions, or
-  // the system has no memory for it).
+  // size above limits.maxArraySize), RESOURCE_EXHAUSTED (the session holds 64 regions,
+  // counting the staging region of Array::Write/Read once it exists, or the system has no
+  // memory for it).
   absl::StatusOr<HostMemory> RegisterHostMemory(int64_t bytes);
 
   // Renews the lease now (the background thread does this by itself).
