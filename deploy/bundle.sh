@@ -141,7 +141,11 @@ find_python312() {
 PYTHON312="${PYTHON312:-$(find_python312)}"
 if [ -z "${BUNDLE_PYTHON:-}" ]; then
   BUNDLE_PYTHON=0
-  if [ -n "$PYTHON312" ]; then BUNDLE_PYTHON=1; else log "python/: no Python 3.12 found (PYTHON312=...); no Python package"; fi
+  if [ -n "$PYTHON312" ]; then
+    BUNDLE_PYTHON=1
+  else
+    log "python/: no Python 3.12 found (PYTHON312=...); no Python package"
+  fi
 fi
 has_bundle_rpath() {  # DT_RPATH (not RUNPATH) $ORIGIN/../lib
   readelf -d "$1" | grep -F '(RPATH)' | grep -qF '$ORIGIN/../lib'
@@ -220,7 +224,9 @@ log "lib/: ${#SHIPPED[@]} shared libraries"
 
 # python/lib: what the module loads from the bundle (see "Python package" above).
 is_python_host_library() {
-  case "$1" in libstdc++.so.* | libgcc_s.so.* | libz.so.* | libssl.so.* | libcrypto.so.*) return 0 ;; esac
+  case "$1" in
+    libstdc++.so.* | libgcc_s.so.* | libz.so.* | libssl.so.* | libcrypto.so.*) return 0 ;;
+  esac
   return 1
 }
 if [ "$BUNDLE_PYTHON" = "1" ]; then
@@ -235,7 +241,9 @@ if [ "$BUNDLE_PYTHON" = "1" ]; then
       [ -n "${SHIPPED[$soname]:-}" ] || continue
       [ -n "$path" ] && path="$(realpath -sm "$path")"  # ldd says python/gpukit/../lib/...
       if is_python_host_library "$soname"; then
-        case "$path" in "$BUNDLE"/*) die "$(basename "$module") loads $soname from the bundle" ;; esac
+        case "$path" in
+          "$BUNDLE"/*) die "$(basename "$module") loads $soname from the bundle" ;;
+        esac
       else
         case "$path" in "$BUNDLE/python/lib/$soname") ;; *)
           die "$(basename "$module") finds $soname at ${path:-nowhere}, not in python/lib" ;;
@@ -243,7 +251,7 @@ if [ "$BUNDLE_PYTHON" = "1" ]; then
       fi
     done < <(env -u LD_LIBRARY_PATH ldd "$module")
   done
-  log "python/lib: $(ls "$BUNDLE/python/lib" | wc -l) links (lib/ less the C++ runtime, zlib, OpenSSL)"
+  log "python/lib: $(ls "$BUNDLE/python/lib" | wc -l) links (lib/ less C++ runtime, zlib, OpenSSL)"
 fi
 
 if [ "$STRIP" = "1" ]; then
@@ -311,7 +319,9 @@ done
 # The runner, with this bundle's list of GPU test binaries.
 sed "s|^TESTS=(@GPU_TESTS@)\$|TESTS=(${GPU_TESTS[*]})|" "$ROOT/deploy/run-gpu-tests.sh" \
   >"$BUNDLE/bin/run-gpu-tests.sh"
-grep -q '@GPU_TESTS@' "$BUNDLE/bin/run-gpu-tests.sh" && die "deploy/run-gpu-tests.sh has no TESTS line to fill"
+if grep -q '@GPU_TESTS@' "$BUNDLE/bin/run-gpu-tests.sh"; then
+  die "deploy/run-gpu-tests.sh has no TESTS line to fill"
+fi
 chmod +x "$BUNDLE/bin/run-gpu-tests.sh"
 if [ "$BUNDLE_PYTHON" = "1" ]; then
   install -m 0755 "$ROOT/tests/bench/python_overhead_bench.py" "$BUNDLE/bin/"
@@ -373,8 +383,8 @@ if [ "$BUNDLE_PYTHON" = "1" ]; then
 - The Python suite on the GPU: \`bin/run-gpu-tests.sh -R python_tests\` (part of a plain
   \`bin/run-gpu-tests.sh\`), or \`. ./env.sh && GPUKIT_TEST_BACKEND=cuda python3 -m pytest
   tests/python\` (the suite finds \`python/\` and \`bin/gpukitd\` by itself). Needs pytest.
-- Python's \`c = a + b\` against the C++ client's: \`bin/python_overhead_bench.py\`
-  (\`--backend cuda\` on a GPU host; \`--help\` says more)."
+- Python's \`c = a + b\` against the C++ client's: \`. ./env.sh &&
+  bin/python_overhead_bench.py --backend cuda\` on a GPU host (\`--help\` says more)."
   for name in "${MODULES_WITHOUT_RPATH[@]}"; do
     PYTHON_NOTE="$PYTHON_NOTE
 - \`python/gpukit/$name\` carries no RPATH: it imports with
