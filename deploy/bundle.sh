@@ -133,7 +133,7 @@ log "bin/: $count executables"
 # own, as one build serves one interpreter.
 find_python312() {
   local candidate
-  candidate="$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3 2>/dev/null |
+  candidate="$( (ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3 2>/dev/null || true) |
                sort -V | tail -n 1)"
   [ -n "$candidate" ] || candidate="$(command -v python3.12 || true)"
   echo "$candidate"
@@ -342,20 +342,21 @@ EOF
 export PYTHONPATH="$GPUKIT_BUNDLE/python${PYTHONPATH:+:$PYTHONPATH}"
 EOF
   fi
-  if [ "$PROGRAMS_HAVE_RPATH" = "1" ]; then
+  if [ "$BUNDLE_PYTHON" = "1" ] &&
+     { [ "$PROGRAMS_HAVE_RPATH" = "0" ] || [ ${#MODULES_WITHOUT_RPATH[@]} -gt 0 ]; }; then
+    cat <<'EOF'
+# This build's programs, or a Python module of it, carry no RPATH to the bundle's libraries,
+# so the loader path names them: python/lib, which is lib/ less libstdc++, libgcc_s, zlib and
+# OpenSSL. A Python that imports torch in this shell needs the host's C++ runtime, newer than
+# the bundle's, and a process holds one; programs without an RPATH run with the host's too
+# (on a host whose libstdc++ is older than GCC 12's, run them, not Python, with
+# LD_LIBRARY_PATH="$GPUKIT_BUNDLE/lib", as run-gpu-tests.sh does).
+export LD_LIBRARY_PATH="$GPUKIT_BUNDLE/python/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+EOF
+  elif [ "$PROGRAMS_HAVE_RPATH" = "1" ]; then
     cat <<'EOF'
 # No LD_LIBRARY_PATH: the programs find lib/ through their RPATH, and a Python that imports
 # torch here must not see lib/'s libstdc++, older than the host's that torch needs.
-EOF
-  elif [ "$BUNDLE_PYTHON" = "1" ]; then
-    cat <<'EOF'
-# This build's programs carry no RPATH to lib/, so the loader path names the bundle's
-# libraries: python/lib, which is lib/ less libstdc++, libgcc_s, zlib and OpenSSL. A Python
-# that imports torch in this shell needs the host's C++ runtime, newer than the bundle's, and a
-# process holds one; the programs run with the host's too. On a host whose libstdc++ is older
-# than GCC 12's, run programs (not Python) with LD_LIBRARY_PATH="$GPUKIT_BUNDLE/lib", as
-# run-gpu-tests.sh does.
-export LD_LIBRARY_PATH="$GPUKIT_BUNDLE/python/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 EOF
   else
     cat <<'EOF'
