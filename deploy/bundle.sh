@@ -4,12 +4,20 @@
 #
 #   gpukit-<version>-<git sha>/
 #     bin/      gpukitd, gpukitctl, every test and benchmark executable of the build (and
-#               gpukit_integration_worker, which GPU tests spawn beside themselves), and
-#               run-gpu-tests.sh (the GPU tests, as `ctest -L gpu` runs them in the build)
+#               gpukit_integration_worker, which GPU tests spawn beside themselves),
+#               run-gpu-tests.sh (the GPU tests, as `ctest -L gpu` runs them in the build, then
+#               the Python suite on the GPU; from deploy/run-gpu-tests.sh) and
+#               python_overhead_bench.py (tests/bench: Python's `a + b` against C++'s)
 #     lib/      every shared library they need except glibc's own and the NVIDIA driver's
 #               (libcuda always comes from the host's driver); libstdc++ and libgcc_s ship
+#     python/   gpukit/: the Python package with its compiled module _gpukit for Python 3.12
+#               (and for the build tree's own Python where it built one); lib/: links to
+#               lib/'s libraries less those a host's Python loads itself (libstdc++, libgcc_s,
+#               zlib, OpenSSL), which is what the module loads (see "Python package" below)
+#     tests/python/  the Python client's test suite (run-gpu-tests.sh runs it)
 #     etc/      gpukitd.json, the example configuration
-#     env.sh    `source` it to put bin/ on PATH and lib/ on LD_LIBRARY_PATH
+#     env.sh    `source` it to put bin/ on PATH and python/ on PYTHONPATH (and, for a build
+#               whose programs carry no RPATH, the libraries on LD_LIBRARY_PATH)
 #     README.md how to run things from the bundle
 #
 # Usage:
@@ -32,6 +40,14 @@
 #   BUNDLE_CUBLAS  1 copies libcublasLt.so.13 from CUDA_LIB_DIR into lib/ (about 540 MB, 380 MB
 #              gzipped; default 0). It needs nothing beyond glibc (not libcublas).
 #   CUDA_LIB_DIR   where those come from (default: /usr/local/cuda/lib64)
+#   BUNDLE_PYTHON  1 adds python/ and tests/python (default: 1 when a Python 3.12 is found,
+#              else 0); 0 leaves them out
+#   PYTHON312  the Python 3.12 the module is built for (default: the newest
+#              $PYENV_ROOT/versions/3.12*/bin/python3, PYENV_ROOT defaulting to ~/.pyenv, else
+#              python3.12 on PATH). It needs its headers, not pybind11 (Debian's serves).
+#   PY312_BUILD_DIR  where that module is built, target _gpukit only, with the bundle's RPATH
+#              (default: BUILD_DIR-py312; configured, or reconfigured, and built incrementally
+#              by every run, with BUILD_DIR's build type and GPUKIT_WERROR)
 #
 # gpukit dlopens NVRTC and cuBLASLt, so ldd does not see them, and they are large: by default
 # the bundle carries neither and gpukit finds them on the host (CUDA toolkit, or PyTorch's
@@ -54,11 +70,14 @@ else
   BUILD_DIR="$ROOT/build-bundle"
   log "configuring $BUILD_DIR (RPATH \$ORIGIN/../lib)"
   # DT_RPATH (--disable-new-dtags), unlike DT_RUNPATH, also serves the libraries' own
-  # dependencies (libgrpc++ -> libgrpc -> libabsl_*), so lib/ is found for all of them.
+  # dependencies (libgrpc++ -> libgrpc -> libabsl_*), so lib/ is found for all of them. The
+  # Python module (a MODULE library) gets the same: from python/gpukit/, $ORIGIN/../lib is
+  # python/lib.
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja \
     -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
     -DCMAKE_BUILD_RPATH='$ORIGIN/../lib' \
     -DCMAKE_EXE_LINKER_FLAGS='-Wl,--disable-new-dtags' \
+    -DCMAKE_MODULE_LINKER_FLAGS='-Wl,--disable-new-dtags' \
     ${GPUKIT_CUDA_INCLUDE_DIR:+-DGPUKIT_CUDA_INCLUDE_DIR="$GPUKIT_CUDA_INCLUDE_DIR"} >/dev/null
   log "building (-j $JOBS)"
   cmake --build "$BUILD_DIR" -j "$JOBS"
@@ -97,6 +116,80 @@ for required in gpukitd gpukitctl; do
 done
 log "bin/: $count executables"
 
+# ---- Python package: python/gpukit, its module for Python 3.12 (and the build tree's) ----
+# The module (_gpukit.cpython-3XY-*.so) links libgpukit's libraries (gRPC, abseil, ...) and
+# finds them through DT_RPATH $ORIGIN/../lib, i.e. python/lib, so importing gpukit needs no
+# LD_LIBRARY_PATH. python/lib links every library of lib/ except those that the host's Python
+# and its extensions load themselves: the C++ runtime (libstdc++, libgcc_s), zlib and OpenSSL
+# (libz, libssl, libcrypto), which every glibc 2.36 host has. One process holds one copy of a
+# library, loaded by whichever object asks first, and the Python that imports gpukit also
+# imports torch, which needs the host's C++ runtime: Ubuntu 24.04's is GCC 14's, newer than
+# the build's GCC 12. Were the bundle's libstdc++ on the module's path, `import gpukit` then
+# `import torch` would fail ("GLIBCXX_3.4.32 not found"); with none there, gpukit and torch
+# both get the host's, in either order, and gpukit needs no more than GCC 12's runtime has,
+# which a newer one has too. zlib and OpenSSL likewise: the host's _ssl, _hashlib and zlib
+# modules may need their newer symbol versions. (The bundle's programs, each a process of its
+# own, keep the bundle's copies.) The module is built for Python 3.12 in a build tree of its
+# own, as one build serves one interpreter.
+find_python312() {
+  local candidate
+  candidate="$( (ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3 2>/dev/null || true) |
+               sort -V | tail -n 1)"
+  [ -n "$candidate" ] || candidate="$(command -v python3.12 || true)"
+  echo "$candidate"
+}
+PYTHON312="${PYTHON312:-$(find_python312)}"
+if [ -z "${BUNDLE_PYTHON:-}" ]; then
+  BUNDLE_PYTHON=0
+  if [ -n "$PYTHON312" ]; then
+    BUNDLE_PYTHON=1
+  else
+    log "python/: no Python 3.12 found (PYTHON312=...); no Python package"
+  fi
+fi
+has_bundle_rpath() {  # DT_RPATH (not RUNPATH) $ORIGIN/../lib
+  readelf -d "$1" | grep -F '(RPATH)' | grep -qF '$ORIGIN/../lib'
+}
+cache_value() { sed -n "s/^$1:[A-Z]*=//p" "$BUILD_DIR/CMakeCache.txt"; }
+MODULES_WITHOUT_RPATH=()
+if [ "$BUNDLE_PYTHON" = "1" ]; then
+  [ -n "$PYTHON312" ] || die "BUNDLE_PYTHON=1 but no Python 3.12 found: set PYTHON312"
+  "$PYTHON312" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' ||
+    die "PYTHON312=$PYTHON312 is not Python 3.12"
+  PY312_BUILD_DIR="${PY312_BUILD_DIR:-$BUILD_DIR-py312}"
+  log "python/: building the module for $PYTHON312 in $PY312_BUILD_DIR (RPATH \$ORIGIN/../lib)"
+  cuda_include="$(cache_value GPUKIT_CUDA_INCLUDE_DIR)"
+  cmake -S "$ROOT" -B "$PY312_BUILD_DIR" -G Ninja \
+    -DCMAKE_BUILD_TYPE="$(cache_value CMAKE_BUILD_TYPE)" \
+    -DGPUKIT_WERROR="$(cache_value GPUKIT_WERROR)" \
+    ${cuda_include:+-DGPUKIT_CUDA_INCLUDE_DIR="$cuda_include"} \
+    -DGPUKIT_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PYTHON312" \
+    -DGPUKIT_BUILD_TESTS=OFF -DGPUKIT_BUILD_BENCHMARKS=OFF \
+    -DCMAKE_BUILD_RPATH='$ORIGIN/../lib' \
+    -DCMAKE_MODULE_LINKER_FLAGS='-Wl,--disable-new-dtags' >/dev/null
+  cmake --build "$PY312_BUILD_DIR" -j "$JOBS" --target _gpukit
+  mkdir -p "$BUNDLE/python/gpukit" "$BUNDLE/tests/python"
+  cp "$ROOT"/client/python/gpukit/*.py "$ROOT"/client/python/gpukit/*.pyi \
+    "$ROOT/client/python/gpukit/py.typed" "$BUNDLE/python/gpukit/"
+  mapfile -t MODULES < <(ls "$PY312_BUILD_DIR"/python/gpukit/_gpukit.cpython-312-*.so \
+                            "$BUILD_DIR"/python/gpukit/_gpukit.*.so 2>/dev/null)
+  for module in "${MODULES[@]}"; do
+    name="$(basename "$module")"
+    [ -e "$BUNDLE/python/gpukit/$name" ] && continue  # 3.12's from PY312_BUILD_DIR comes first
+    cp "$module" "$BUNDLE/python/gpukit/$name"
+    if ! has_bundle_rpath "$module"; then MODULES_WITHOUT_RPATH+=("$name"); fi
+  done
+  ls "$BUNDLE"/python/gpukit/_gpukit.cpython-312-*.so >/dev/null 2>&1 ||
+    die "$PY312_BUILD_DIR built no module for Python 3.12"
+  has_bundle_rpath "$BUNDLE"/python/gpukit/_gpukit.cpython-312-*.so ||
+    die "the Python 3.12 module has no DT_RPATH \$ORIGIN/../lib"
+  log "python/gpukit: $(cd "$BUNDLE/python/gpukit" && ls _gpukit*.so | tr '\n' ' ')"
+  for name in "${MODULES_WITHOUT_RPATH[@]}"; do
+    log "note: python/gpukit/$name carries no RPATH to python/lib (BUILD_DIR was not configured by bundle.sh): it imports with LD_LIBRARY_PATH=<bundle>/python/lib, as env.sh sets"
+  done
+  cp "$ROOT"/tests/python/*.py "$BUNDLE/tests/python/"
+fi
+
 # ---- Shared libraries: what ldd resolves, less glibc and the NVIDIA driver ----
 # glibc's libraries must come from the host (its loader and libc go together; the host's
 # glibc 2.39 is newer than the build's 2.36, so binaries built here run there).
@@ -110,7 +203,9 @@ is_host_library() {
   return 1
 }
 declare -A SHIPPED=()
-for program in "$BUNDLE"/bin/*; do
+ELF_FILES=("$BUNDLE"/bin/*)
+if [ "$BUNDLE_PYTHON" = "1" ]; then ELF_FILES+=("$BUNDLE"/python/gpukit/_gpukit*.so); fi
+for program in "${ELF_FILES[@]}"; do
   while read -r line; do
     # "libfoo.so.1 => /usr/lib/x86_64-linux-gnu/libfoo.so.1 (0x...)", or "... => not found"
     soname="$(awk '{print $1}' <<<"$line")"
@@ -127,10 +222,42 @@ for program in "$BUNDLE"/bin/*; do
 done
 log "lib/: ${#SHIPPED[@]} shared libraries"
 
+# python/lib: what the module loads from the bundle (see "Python package" above).
+is_python_host_library() {
+  case "$1" in
+    libstdc++.so.* | libgcc_s.so.* | libz.so.* | libssl.so.* | libcrypto.so.*) return 0 ;;
+  esac
+  return 1
+}
+if [ "$BUNDLE_PYTHON" = "1" ]; then
+  mkdir -p "$BUNDLE/python/lib"
+  for soname in "${!SHIPPED[@]}"; do
+    is_python_host_library "$soname" || ln -s "../../lib/$soname" "$BUNDLE/python/lib/$soname"
+  done
+  # Check it as the loader sees it: every library of the bundle that the 3.12 module needs
+  # comes from python/lib, and the host's own (C++ runtime, zlib, OpenSSL) from the system.
+  for module in "$BUNDLE"/python/gpukit/_gpukit.cpython-312-*.so; do
+    while read -r soname _ path _; do
+      [ -n "${SHIPPED[$soname]:-}" ] || continue
+      [ -n "$path" ] && path="$(realpath -sm "$path")"  # ldd says python/gpukit/../lib/...
+      if is_python_host_library "$soname"; then
+        case "$path" in
+          "$BUNDLE"/*) die "$(basename "$module") loads $soname from the bundle" ;;
+        esac
+      else
+        case "$path" in "$BUNDLE/python/lib/$soname") ;; *)
+          die "$(basename "$module") finds $soname at ${path:-nowhere}, not in python/lib" ;;
+        esac
+      fi
+    done < <(env -u LD_LIBRARY_PATH ldd "$module")
+  done
+  log "python/lib: $(ls "$BUNDLE/python/lib" | wc -l) links (lib/ less C++ runtime, zlib, OpenSSL)"
+fi
+
 if [ "$STRIP" = "1" ]; then
   log "stripping debug info from the bundled copies"
-  chmod u+w "$BUNDLE"/bin/* "$BUNDLE"/lib/*
-  strip --strip-debug "$BUNDLE"/bin/* "$BUNDLE"/lib/* 2>/dev/null || true
+  chmod u+w "${ELF_FILES[@]}" "$BUNDLE"/lib/*
+  strip --strip-debug "${ELF_FILES[@]}" "$BUNDLE"/lib/* 2>/dev/null || true
 fi
 
 # ---- CUDA libraries gpukit dlopens (opt-in: see BUNDLE_NVRTC, BUNDLE_CUBLAS) ----
@@ -154,7 +281,9 @@ else
 fi
 
 # ---- Can the binaries find lib/ by themselves? ----
+PROGRAMS_HAVE_RPATH=0
 if readelf -d "$BUNDLE/bin/gpukitd" | grep -E '\((RPATH|RUNPATH)\)' | grep -qF '$ORIGIN/../lib'; then
+  PROGRAMS_HAVE_RPATH=1
   RPATH_NOTE="The executables carry RPATH \$ORIGIN/../lib: they find lib/ when run from bin/ directly."
 else
   RPATH_NOTE="The executables carry no RPATH to lib/ (this build was not configured by bundle.sh): run them through env.sh or with LD_LIBRARY_PATH=<bundle>/lib, as run-gpu-tests.sh does."
@@ -187,85 +316,82 @@ for test in "${GPU_TESTS[@]}"; do
   done
 done
 
-cat >"$BUNDLE/bin/run-gpu-tests.sh" <<EOF
-#!/usr/bin/env bash
-# Runs this bundle's GPU tests (what \`ctest -L gpu\` runs in the build tree) with the bundle's
-# own libraries, and reports them as ctest does. Generated by deploy/bundle.sh.
-#
-#   bin/run-gpu-tests.sh                          # all of them
-#   bin/run-gpu-tests.sh -R cuda_device           # those whose name matches a regex
-#   bin/run-gpu-tests.sh -- --gtest_filter='*Ptx*' # extra flags for every test binary
-#
-# A binary fails when it exits non-zero (or runs past TIMEOUT seconds, default 300); it is
-# skipped only when none of its tests passed and some skipped (no GPU here); else it passed.
-# Full logs go to LOG_DIR (default: a new temporary directory). Exit status 0 when nothing
-# failed.
-set -uo pipefail
-BUNDLE="\$(cd "\$(dirname "\$0")/.." && pwd)"
-export LD_LIBRARY_PATH="\$BUNDLE/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
-TESTS=(${GPU_TESTS[*]})
-TIMEOUT="\${TIMEOUT:-300}"
-LOG_DIR="\${LOG_DIR:-\$(mktemp -d "\${TMPDIR:-/tmp}/gpukit-gpu-tests.XXXXXX")}"
-mkdir -p "\$LOG_DIR"
-regex=""
-if [ "\${1:-}" = "-R" ]; then regex="\$2"; shift 2; fi
-[ "\${1:-}" = "--" ] && shift
-selected=()
-for t in "\${TESTS[@]}"; do
-  if [ -z "\$regex" ] || [[ "\$t" =~ \$regex ]]; then selected+=("\$t"); fi
-done
-total=\${#selected[@]}
-echo "Test project \$BUNDLE (logs in \$LOG_DIR)"
-passed=0; failed=(); skipped=(); i=0
-for t in "\${selected[@]}"; do
-  i=\$((i + 1))
-  echo "    Start \$i: \$t"
-  start=\$(date +%s.%N)
-  timeout "\$TIMEOUT" "\$BUNDLE/bin/\$t" "\$@" >"\$LOG_DIR/\$t.log" 2>&1
-  rc=\$?
-  secs=\$(awk -v s="\$start" -v e="\$(date +%s.%N)" 'BEGIN { printf "%.2f", e - s }')
-  count() {  # what gtest's closing summary says, e.g. "[  SKIPPED ] 8 tests, listed below:"
-    local n; n=\$(sed -n "s/^\\[  \$1 *\\] \\([0-9]*\\) tests\\{0,1\\}[.,].*/\\1/p" "\$LOG_DIR/\$t.log" | head -n 1)
-    echo "\${n:-0}"
-  }
-  summary="(gtest: \$(count PASSED) passed, \$(count SKIPPED) skipped, \$(count FAILED) failed)"
-  if [ \$rc -ne 0 ]; then
-    result="***Failed"; [ \$rc -eq 124 ] && result="***Timeout"
-    failed+=("\$i - \$t")
-  elif grep -q '^\[  PASSED  \] 0 tests\.' "\$LOG_DIR/\$t.log" &&
-       grep -q '^\[  SKIPPED \] ' "\$LOG_DIR/\$t.log"; then
-    result="***Skipped"; skipped+=("\$i - \$t")
-  else
-    result="   Passed"; passed=\$((passed + 1))
-  fi
-  printf '%d/%d Test #%d: %s %s %s %8s sec  %s\n' "\$i" "\$total" "\$i" "\$t" \\
-    "\$(printf '%*s' \$((40 - \${#t})) '' | tr ' ' '.')" "\$result" "\$secs" "\$summary"
-  if [ \$rc -ne 0 ]; then sed 's/^/    | /' "\$LOG_DIR/\$t.log" | tail -n 200; fi
-done
-echo
-ran=\$((total - \${#skipped[@]}))
-pct=100; [ \$ran -gt 0 ] && pct=\$((100 * passed / ran))
-echo "\$pct% tests passed, \${#failed[@]} tests failed out of \$total"
-if [ \${#skipped[@]} -gt 0 ]; then
-  echo; echo "The following tests did not run:"
-  for s in "\${skipped[@]}"; do echo "	\$s (Skipped)"; done
+# The runner, with this bundle's list of GPU test binaries.
+sed "s|^TESTS=(@GPU_TESTS@)\$|TESTS=(${GPU_TESTS[*]})|" "$ROOT/deploy/run-gpu-tests.sh" \
+  >"$BUNDLE/bin/run-gpu-tests.sh"
+if grep -q '@GPU_TESTS@' "$BUNDLE/bin/run-gpu-tests.sh"; then
+  die "deploy/run-gpu-tests.sh has no TESTS line to fill"
 fi
-if [ \${#failed[@]} -gt 0 ]; then
-  echo; echo "The following tests FAILED:"
-  for f in "\${failed[@]}"; do echo "	\$f (Failed)"; done
-  exit 1
-fi
-EOF
 chmod +x "$BUNDLE/bin/run-gpu-tests.sh"
+if [ "$BUNDLE_PYTHON" = "1" ]; then
+  install -m 0755 "$ROOT/tests/bench/python_overhead_bench.py" "$BUNDLE/bin/"
+fi
 
 # ---- Configuration, environment, README ----
 cp "$ROOT/deploy/gpukitd.json" "$BUNDLE/etc/gpukitd.json"
-cat >"$BUNDLE/env.sh" <<'EOF'
-# Source this file (`. gpukit-*/env.sh`) to run the bundle's programs from any directory.
+{
+  cat <<'EOF'
+# Source this file (`. gpukit-*/env.sh`) to run the bundle's programs, and to import its
+# Python package, from any directory.
 GPUKIT_BUNDLE="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)"
 export PATH="$GPUKIT_BUNDLE/bin:$PATH"
+EOF
+  if [ "$BUNDLE_PYTHON" = "1" ]; then
+    cat <<'EOF'
+# The package finds the bundle's libraries by itself (RPATH to python/lib).
+export PYTHONPATH="$GPUKIT_BUNDLE/python${PYTHONPATH:+:$PYTHONPATH}"
+EOF
+  fi
+  if [ "$BUNDLE_PYTHON" = "1" ] &&
+     { [ "$PROGRAMS_HAVE_RPATH" = "0" ] || [ ${#MODULES_WITHOUT_RPATH[@]} -gt 0 ]; }; then
+    cat <<'EOF'
+# This build's programs, or a Python module of it, carry no RPATH to the bundle's libraries,
+# so the loader path names them: python/lib, which is lib/ less libstdc++, libgcc_s, zlib and
+# OpenSSL. A Python that imports torch in this shell needs the host's C++ runtime, newer than
+# the bundle's, and a process holds one; programs without an RPATH run with the host's too
+# (on a host whose libstdc++ is older than GCC 12's, run them, not Python, with
+# LD_LIBRARY_PATH="$GPUKIT_BUNDLE/lib", as run-gpu-tests.sh does).
+export LD_LIBRARY_PATH="$GPUKIT_BUNDLE/python/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+EOF
+  elif [ "$PROGRAMS_HAVE_RPATH" = "1" ]; then
+    cat <<'EOF'
+# No LD_LIBRARY_PATH: the programs find lib/ through their RPATH, and a Python that imports
+# torch here must not see lib/'s libstdc++, older than the host's that torch needs.
+EOF
+  else
+    cat <<'EOF'
+# This build's programs carry no RPATH to lib/: the loader path names it.
 export LD_LIBRARY_PATH="$GPUKIT_BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 EOF
+  fi
+} >"$BUNDLE/env.sh"
+PYTHON_NOTE=""
+if [ "$BUNDLE_PYTHON" = "1" ]; then
+  versions="$(cd "$BUNDLE/python/gpukit" && ls _gpukit*.so |
+              sed 's/^_gpukit\.cpython-\([0-9]\)\([0-9]*\)-.*/\1.\2/' | paste -sd ' ')"
+  PYTHON_NOTE="
+## Python
+
+\`python/gpukit\` is the \`gpukit\` package with its compiled module for Python ${versions// /, }
+(\`_gpukit.cpython-3XY-*.so\`); it needs NumPy on the host.
+
+- \`. ./env.sh\` puts \`python/\` on PYTHONPATH (or set \`PYTHONPATH=<bundle>/python\`):
+  \`python3 -c 'import gpukit'\`. The module finds the bundle's libraries through its RPATH
+  (\`python/lib\`: links to \`lib/\` less libstdc++, libgcc_s, zlib and OpenSSL, which come
+  from the host), so \`import torch\` and \`import gpukit\` work in either order with the
+  host's C++ runtime. Do not put \`lib/\` on LD_LIBRARY_PATH for a Python that imports
+  torch: its libstdc++ is the build's, older.
+- The Python suite on the GPU: \`bin/run-gpu-tests.sh -R python_tests\` (part of a plain
+  \`bin/run-gpu-tests.sh\`), or \`. ./env.sh && GPUKIT_TEST_BACKEND=cuda python3 -m pytest
+  tests/python\` (the suite finds \`python/\` and \`bin/gpukitd\` by itself). Needs pytest.
+- Python's \`c = a + b\` against the C++ client's: \`. ./env.sh &&
+  bin/python_overhead_bench.py --backend cuda\` on a GPU host (\`--help\` says more)."
+  for name in "${MODULES_WITHOUT_RPATH[@]}"; do
+    PYTHON_NOTE="$PYTHON_NOTE
+- \`python/gpukit/$name\` carries no RPATH: it imports with
+  \`LD_LIBRARY_PATH=<bundle>/python/lib\` (env.sh sets it for this build)."
+  done
+fi
 cat >"$BUNDLE/README.md" <<EOF
 # $NAME
 
@@ -282,6 +408,7 @@ driver; nothing here replaces it).
 - The integration tests (integration_*_test) run from the build tree only: some look for
   gpukitctl and their worker at their paths there. The GPU tests that start gpukitd and
   workers (gpu_multi_client_test) find them here in bin/.
+$PYTHON_NOTE
 EOF
 
 # ---- Archive ----

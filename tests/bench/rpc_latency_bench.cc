@@ -4,6 +4,8 @@
 //
 //   gpukit_rpc_bench --gpukitd build/daemon/gpukitd [--iterations 20000] [--starts 5]
 //                    [--backend cpu|cuda] [--only ping|keepalive|runop|add|launch]
+//   gpukit_rpc_bench --addr unix:///path.sock --only NAME [--iterations N] [--warmup N]
+//                    [--samples-out FILE]
 //
 // The daemon is started by the benchmark on a private unix socket. Start-up time is from
 // posix_spawn to the first answered health check. The ping is grpc.health.v1.Health/Check
@@ -14,7 +16,12 @@
 //
 // --only NAME makes the same calls, one kind only, `iterations` times without the start-up
 // runs: a driver for a profiler attached to the daemon (perf, callgrind), whose counts for
-// two kinds, divided by `iterations`, give what one call of each costs.
+// two kinds, divided by `iterations`, give what one call of each costs. It prints the mean
+// and, from each call timed on its own, p50 and p99; --warmup N makes N untimed calls first
+// (default 0, so a profiler's counts stay exact) and --samples-out FILE writes every call's
+// time in microseconds, one a line. --addr (with --only) uses a gpukitd that runs already
+// instead of starting one: tests/bench/python_overhead_bench.py times the C++ client so,
+// against the daemon its Python client uses.
 #include <signal.h>
 #include <spawn.h>
 #include <unistd.h>
@@ -162,20 +169,30 @@ std::vector<Stats> TimeInterleaved(int iterations, const std::vector<std::functi
 int main(int argc, char** argv) {
   std::string gpukitd;
   int iterations = 20000, starts = 5;
-  std::string only;
+  int warmup = 0;
+  std::string only, addr, samples_out;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--gpukitd") == 0) gpukitd = argv[i + 1];
     if (std::strcmp(argv[i], "--iterations") == 0) iterations = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--starts") == 0) starts = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--backend") == 0) g_backend = argv[i + 1];
     if (std::strcmp(argv[i], "--only") == 0) only = argv[i + 1];
+    if (std::strcmp(argv[i], "--addr") == 0) addr = argv[i + 1];
+    if (std::strcmp(argv[i], "--warmup") == 0) warmup = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--samples-out") == 0) samples_out = argv[i + 1];
   }
-  if (gpukitd.empty()) {
-    std::fprintf(stderr, "usage: %s --gpukitd PATH [--iterations N] [--starts N]\n", argv[0]);
+  if (gpukitd.empty() == addr.empty() || (!addr.empty() && only.empty()) || iterations <= 0) {
+    std::fprintf(stderr,
+                 "usage: %s --gpukitd PATH [--iterations N] [--starts N] [--backend cpu|cuda]\n"
+                 "          [--only NAME [--warmup N] [--samples-out FILE]]\n"
+                 "       %s --addr ADDR --only NAME [--iterations N] [--warmup N]\n"
+                 "          [--samples-out FILE]\n",
+                 argv[0], argv[0]);
     return 2;
   }
+  const bool spawns = addr.empty();  // else the daemon at `addr`, which this run leaves alone
   char dir_template[] = "/tmp/gpukit-bench-XXXXXX";
-  const std::string dir = mkdtemp(dir_template);
+  const std::string dir = spawns ? mkdtemp(dir_template) : "";
 
   // Start-up: spawn to first answered health check, several times.
   std::vector<double> start_ms;
@@ -187,11 +204,17 @@ int main(int argc, char** argv) {
   }
   std::sort(start_ms.begin(), start_ms.end());
 
-  const auto spawned = Clock::now();
-  Daemon daemon = Spawn(gpukitd, dir);
-  WaitReadyMs(daemon, spawned);
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  const long idle_rss = RssKiB(daemon.pid, "VmRSS:");
+  Daemon daemon;
+  long idle_rss = -1;
+  if (spawns) {
+    const auto spawned = Clock::now();
+    daemon = Spawn(gpukitd, dir);
+    WaitReadyMs(daemon, spawned);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    idle_rss = RssKiB(daemon.pid, "VmRSS:");
+  } else {
+    daemon.address = addr;
+  }
 
   auto channel = gpukit::ConnectChannel(daemon.address, absl::Seconds(5));
   if (!channel.ok()) return 1;
@@ -272,10 +295,25 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "--only %s: no such call\n", only.c_str());
       return 2;
     }
-    const auto start = Clock::now();
-    for (int i = 0; i < iterations; ++i) it->fn();
-    std::printf("%d x %s: mean %.1f us\n", iterations, it->name,
-                Micros(Clock::now() - start) / iterations);
+    for (int i = 0; i < warmup; ++i) it->fn();
+    std::vector<double> us;
+    us.reserve(iterations);
+    for (int i = 0; i < iterations; ++i) {
+      const auto start = Clock::now();
+      it->fn();
+      us.push_back(Micros(Clock::now() - start));
+    }
+    if (!samples_out.empty()) {
+      std::ofstream out(samples_out);
+      for (double sample : us) out << sample << '\n';
+      if (!out) {
+        std::fprintf(stderr, "--samples-out %s: cannot write\n", samples_out.c_str());
+        return 1;
+      }
+    }
+    const Stats only_stats = Summarise(std::move(us));
+    std::printf("%d x %s: mean %.1f us, p50 %.1f us, p99 %.1f us\n", iterations, it->name,
+                only_stats.mean, only_stats.p50, only_stats.p99);
   }
   std::vector<std::function<void()>> timed;
   for (const Call& call : calls) timed.push_back(call.fn);
@@ -290,8 +328,9 @@ int main(int argc, char** argv) {
     grpc::ClientContext context;
     arrays->Free(&context, free, &freed);
   }
-  const long busy_rss = RssKiB(daemon.pid, "VmHWM:");
   client->reset();
+  if (!spawns) return 0;
+  const long busy_rss = RssKiB(daemon.pid, "VmHWM:");
   Stop(daemon);
   rmdir(dir.c_str());
 

@@ -6,6 +6,10 @@ The build is found as for tests/run_all.sh: $GPUKIT_BUILD_DIR, else build/ at th
 root. The package under test is <build>/python/gpukit (the module of that build) when it
 exists, else an installed gpukit (pip install ./client/python). $GPUKITD and $GPUKITCTL
 override the binaries.
+
+In a bundle made by deploy/bundle.sh, which carries this directory as tests/python, there is
+no build: the package is the bundle's python/gpukit and the binaries are its bin/gpukitd and
+bin/gpukitctl (bin/run-gpu-tests.sh runs the suite so).
 """
 
 from __future__ import annotations
@@ -24,16 +28,21 @@ from typing import Iterator
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]  # the repository, or a bundle
 BUILD_DIR = Path(os.environ.get("GPUKIT_BUILD_DIR", ROOT / "build"))
 if (BUILD_DIR / "python" / "gpukit" / "__init__.py").exists():
     sys.path.insert(0, str(BUILD_DIR / "python"))
+elif (ROOT / "python" / "gpukit" / "__init__.py").exists():  # a bundle's
+    sys.path.insert(0, str(ROOT / "python"))
 
 import gpukit  # noqa: E402
 
 
 def _binary(env: str, relative: str) -> Path:
     path = Path(os.environ.get(env) or BUILD_DIR / relative)
+    bundled = ROOT / "bin" / path.name
+    if not os.environ.get(env) and not path.exists() and bundled.exists():
+        path = bundled
     if not path.exists():
         pytest.exit(f"{path} not found: build gpukit first or set {env}", returncode=4)
     return path

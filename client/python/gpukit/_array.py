@@ -413,12 +413,17 @@ class Array:
         return argmax(self._session, self, axis, keepdims)
 
     def _binary(self, op: str, a: Any, b: Any) -> "Array":
-        try:
-            operands = [_operand(a), _operand(b)]
-        except TypeError:
-            return NotImplemented
-        impl = self._session._client.run_op(op, operands, {})
-        return Array(impl, self._session)
+        # Two Arrays, the common case, skip _operand's checks: Python's own work is most of
+        # what it adds to an op's round trip (docs/benchmarks.md, "Python client overhead").
+        if type(a) is Array and type(b) is Array:
+            operands = [a._impl, b._impl]
+        else:
+            try:
+                operands = [_operand(a), _operand(b)]
+            except TypeError:
+                return NotImplemented
+        session = self._session
+        return Array(session._client.run_op(op, operands, {}), session)
 
     def __add__(self, other: Any) -> "Array":
         return self._binary("add", self, other)
