@@ -56,6 +56,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 DIST_DIR="${DIST_DIR:-$ROOT/dist}"
+mkdir -p "$DIST_DIR" && DIST_DIR="$(cd "$DIST_DIR" && pwd)"  # absolute: ldd answers in absolute paths
 STRIP="${STRIP:-1}"
 JOBS="${JOBS:-$(nproc)}"
 
