@@ -521,6 +521,8 @@ double PercentileUs(std::vector<double> us, int percent) {
   return us[std::min(us.size() - 1, us.size() * percent / 100)];
 }
 
+absl::StatusOr<const gpukit::CudaDriver*> BindPrimaryContext();
+
 int GpuMap(const gpukit::ClientOptions& options, uint64_t seed, int rounds) {
   std::cout << "gpu-map seed " << seed << std::endl;
   absl::StatusOr<const gpukit::CudaDriver*> cu = gpukit::CudaDriver::Get();
@@ -593,8 +595,10 @@ int GpuMap(const gpukit::ClientOptions& options, uint64_t seed, int rounds) {
   auto channel = gpukit::ConnectChannel(options.address, absl::Seconds(5));
   if (!channel.ok()) return Fail("channel", channel.status());
   auto stub = gpukit::v1::ArrayService::NewStub(*channel);
-  std::vector<double> rpc_us, fetch_us, import_us;
-  for (int i = 0; i < std::max(rounds, 1) / 4 + 1; ++i) {
+  std::vector<double> rpc_us, fetch_us, import_us, driver_us[4];
+  // A context current on this thread for the raw rounds (Array::Map's imports set it too).
+  if (absl::Status bound = BindPrimaryContext().status(); !bound.ok()) return Fail("CUDA", bound);
+  for (int i = 0; i < std::max(rounds, 1) / 2 + 2; ++i) {
     auto fresh = (*client)->Empty({1 << 20}, gpukit::DType::kFloat32);
     if (!fresh.ok()) return Fail("create", fresh.status());
     auto start = std::chrono::steady_clock::now();
@@ -618,13 +622,42 @@ int GpuMap(const gpukit::ClientOptions& options, uint64_t seed, int rounds) {
     auto reply = gpukit::ReceiveMessage(socket->get(), 1024, absl::Seconds(5));
     if (!sent.ok() || !reply.ok() || !reply->fd.valid()) return Fail("fetch");
     lap(fetch_us);
-    auto imported = gpukit::internal::DeviceImport::Import(
-        response.device_index(), std::move(reply->fd), response.allocation_bytes());
-    if (!imported.ok()) return Fail("import", imported.status());
-    lap(import_us);
+    if (i % 2 == 0) {
+      auto imported = gpukit::internal::DeviceImport::Import(
+          response.device_index(), std::move(reply->fd), response.allocation_bytes());
+      if (!imported.ok()) return Fail("import", imported.status());
+      lap(import_us);
+      continue;
+    }
+    // Every other round the driver's calls one by one, as gpukit_ipc_bench times them.
+    const size_t size = static_cast<size_t>(response.allocation_bytes());
+    CUmemGenericAllocationHandle handle = 0;
+    CUdeviceptr address = 0;
+    CUmemAccessDesc access = {};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = 0;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if ((*cu)->cuMemImportFromShareableHandle(
+            &handle, reinterpret_cast<void*>(static_cast<intptr_t>(reply->fd.get())),
+            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != CUDA_SUCCESS) {
+      return Fail("cuMemImportFromShareableHandle");
+    }
+    lap(driver_us[0]);
+    if ((*cu)->cuMemAddressReserve(&address, size, 0, 0, 0) != CUDA_SUCCESS) return Fail("reserve");
+    lap(driver_us[1]);
+    if ((*cu)->cuMemMap(address, size, 0, handle, 0) != CUDA_SUCCESS) return Fail("cuMemMap");
+    lap(driver_us[2]);
+    if ((*cu)->cuMemSetAccess(address, size, &access, 1) != CUDA_SUCCESS) return Fail("access");
+    lap(driver_us[3]);
+    (*cu)->cuMemUnmap(address, size);
+    (*cu)->cuMemAddressFree(address, size);
+    (*cu)->cuMemRelease(handle);
   }
   std::printf("map steps p50: Export RPC %.1f us, descriptor fetch %.1f us, import + map %.1f us\n",
               PercentileUs(rpc_us, 50), PercentileUs(fetch_us, 50), PercentileUs(import_us, 50));
+  std::printf("import + map's driver calls p50: import %.1f, reserve %.1f, map %.1f, access %.1f us\n",
+              PercentileUs(driver_us[0], 50), PercentileUs(driver_us[1], 50),
+              PercentileUs(driver_us[2], 50), PercentileUs(driver_us[3], 50));
 
   // The legacy form (a CUDA IPC handle in the reply), for clients that cannot receive
   // descriptors: the same memory both ways, kept after the array is freed, and timed.
