@@ -47,7 +47,7 @@ absl::StatusOr<std::unique_ptr<DeviceImport>> DeviceImport::Import(int device_in
                                                                    int64_t allocation_bytes,
                                                                    bool read_only) {
   return Open(device_index, [&](const CudaDriver& cu, int device) {
-    return SharedMapping::OpenDescriptor(cu, device, fd.get(), allocation_bytes, read_only);
+    return SharedMapping::OpenDescriptor(cu, device, std::move(fd), allocation_bytes, read_only);
   });
 }
 

@@ -467,7 +467,8 @@ absl::StatusOr<BufferId> CudaDevice::ImportBuffer(ImportedMemory memory) {
   GPUKIT_RETURN_IF_ERROR(Bind());
   absl::StatusOr<std::unique_ptr<SharedMapping>> mapping =
       memory.cuda_ipc_handle.empty()
-          ? SharedMapping::OpenDescriptor(cu_, device_, memory.fd.get(), memory.allocation_bytes)
+          ? SharedMapping::OpenDescriptor(cu_, device_, std::move(memory.fd),
+                                          memory.allocation_bytes)
           : SharedMapping::OpenIpcHandle(cu_, memory.cuda_ipc_handle);
   if (!mapping.ok()) {
     return absl::InvalidArgumentError(

@@ -19,7 +19,7 @@ void LogIfFailed(CUresult result, const char* call) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SharedMapping>> SharedMapping::OpenDescriptor(
-    const CudaDriver& cu, int device, int fd, int64_t allocation_bytes, bool read_only) {
+    const CudaDriver& cu, int device, ScopedFd fd, int64_t allocation_bytes, bool read_only) {
   if (allocation_bytes <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("shared allocation of ", allocation_bytes, " bytes"));
@@ -27,7 +27,7 @@ absl::StatusOr<std::unique_ptr<SharedMapping>> SharedMapping::OpenDescriptor(
   CUmemGenericAllocationHandle handle = 0;
   GPUKIT_RETURN_IF_ERROR(
       CheckCu(cu.cuMemImportFromShareableHandle(
-                  &handle, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                  &handle, reinterpret_cast<void*>(static_cast<intptr_t>(fd.get())),
                   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
               "cuMemImportFromShareableHandle"));
   const size_t size = static_cast<size_t>(allocation_bytes);
@@ -52,8 +52,8 @@ absl::StatusOr<std::unique_ptr<SharedMapping>> SharedMapping::OpenDescriptor(
     return absl::Status(status.code(), absl::StrCat("mapping a shared allocation of ",
                                                     allocation_bytes, " bytes: ", status.message()));
   }
-  return std::unique_ptr<SharedMapping>(
-      new SharedMapping(cu, Kind::kDescriptor, static_cast<uint64_t>(address), allocation_bytes));
+  return std::unique_ptr<SharedMapping>(new SharedMapping(
+      cu, Kind::kDescriptor, static_cast<uint64_t>(address), allocation_bytes, std::move(fd)));
 }
 
 absl::StatusOr<std::unique_ptr<SharedMapping>> SharedMapping::OpenIpcHandle(
@@ -80,7 +80,7 @@ absl::StatusOr<std::unique_ptr<SharedMapping>> SharedMapping::OpenIpcHandle(
   // The handle names the allocation from its base, so address == base.
   return std::unique_ptr<SharedMapping>(new SharedMapping(
       cu, Kind::kIpcHandle, static_cast<uint64_t>(address),
-      static_cast<int64_t>(size - static_cast<size_t>(address - base))));
+      static_cast<int64_t>(size - static_cast<size_t>(address - base)), ScopedFd()));
 }
 
 SharedMapping::~SharedMapping() {
@@ -92,6 +92,7 @@ SharedMapping::~SharedMapping() {
   const size_t size = static_cast<size_t>(bytes_);
   LogIfFailed(cu_.cuMemUnmap(address, size), "cuMemUnmap");
   LogIfFailed(cu_.cuMemAddressFree(address, size), "cuMemAddressFree");
+  fd_.Reset();
 }
 
 }  // namespace gpukit

@@ -20,9 +20,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "runtime/base/unix_fd.h"
 
 namespace gpukit {
 
@@ -33,13 +35,14 @@ class SharedMapping {
   // Size of a legacy IPC handle (CUipcMemHandle).
   static constexpr size_t kIpcHandleBytes = 64;
 
-  // Maps all `allocation_bytes` of the VMM allocation behind `fd` (the descriptor is only
-  // read; the caller still owns it), readable and writable from `device` (a CUdevice), or
-  // read-only. INVALID_ARGUMENT for a descriptor that is not exported device memory or a size
+  // Maps all `allocation_bytes` of the VMM allocation behind `fd`, readable and writable from
+  // `device` (a CUdevice), or read-only. The mapping keeps the descriptor and closes it when
+  // it unmaps: closed right after the import instead, first maps took 1.6 ms rather than
+  // 0.35 to 0.4 ms on the H100 host (docs/benchmarks.md; the driver's reason is not known). INVALID_ARGUMENT for a descriptor that is not exported device memory or a size
   // that is not the allocation's (the driver's error named), FAILED_PRECONDITION for a
   // driver without VMM support.
   static absl::StatusOr<std::unique_ptr<SharedMapping>> OpenDescriptor(const CudaDriver& cu,
-                                                                       int device, int fd,
+                                                                       int device, ScopedFd fd,
                                                                        int64_t allocation_bytes,
                                                                        bool read_only = false);
   // Opens a legacy IPC handle of kIpcHandleBytes bytes; the mapping's size is what the
@@ -56,13 +59,14 @@ class SharedMapping {
 
  private:
   enum class Kind { kDescriptor, kIpcHandle };
-  SharedMapping(const CudaDriver& cu, Kind kind, uint64_t address, int64_t bytes)
-      : cu_(cu), kind_(kind), address_(address), bytes_(bytes) {}
+  SharedMapping(const CudaDriver& cu, Kind kind, uint64_t address, int64_t bytes, ScopedFd fd)
+      : cu_(cu), kind_(kind), address_(address), bytes_(bytes), fd_(std::move(fd)) {}
 
   const CudaDriver& cu_;
   const Kind kind_;
   const uint64_t address_;
   const int64_t bytes_;
+  ScopedFd fd_;  // kDescriptor: closed after the unmap
 };
 
 }  // namespace gpukit

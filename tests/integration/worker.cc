@@ -595,7 +595,7 @@ int GpuMap(const gpukit::ClientOptions& options, uint64_t seed, int rounds) {
   auto channel = gpukit::ConnectChannel(options.address, absl::Seconds(5));
   if (!channel.ok()) return Fail("channel", channel.status());
   auto stub = gpukit::v1::ArrayService::NewStub(*channel);
-  std::vector<double> rpc_us, fetch_us, import_us, driver_us[4];
+  std::vector<double> rpc_us, fetch_us, import_us, driver_us[7];
   // A context current on this thread for the raw rounds (Array::Map's imports set it too).
   if (absl::Status bound = BindPrimaryContext().status(); !bound.ok()) return Fail("CUDA", bound);
   for (int i = 0; i < std::max(rounds, 1) / 2 + 2; ++i) {
@@ -649,15 +649,29 @@ int GpuMap(const gpukit::ClientOptions& options, uint64_t seed, int rounds) {
     lap(driver_us[2]);
     if ((*cu)->cuMemSetAccess(address, size, &access, 1) != CUDA_SUCCESS) return Fail("access");
     lap(driver_us[3]);
+    (*cu)->cuMemRelease(handle);  // while mapped, as SharedMapping does
+    lap(driver_us[4]);
+    CUdevice device = 0;
+    CUcontext primary = nullptr;
+    (*cu)->cuDeviceGet(&device, 0);
+    (*cu)->cuDevicePrimaryCtxRetain(&primary, device);
+    (*cu)->cuCtxSetCurrent(primary);
+    (*cu)->cuDevicePrimaryCtxRelease(device);
+    lap(driver_us[5]);
+    reply->fd.Reset();  // close the imported descriptor
+    lap(driver_us[6]);
     (*cu)->cuMemUnmap(address, size);
     (*cu)->cuMemAddressFree(address, size);
-    (*cu)->cuMemRelease(handle);
   }
   std::printf("map steps p50: Export RPC %.1f us, descriptor fetch %.1f us, import + map %.1f us\n",
               PercentileUs(rpc_us, 50), PercentileUs(fetch_us, 50), PercentileUs(import_us, 50));
-  std::printf("import + map's driver calls p50: import %.1f, reserve %.1f, map %.1f, access %.1f us\n",
-              PercentileUs(driver_us[0], 50), PercentileUs(driver_us[1], 50),
-              PercentileUs(driver_us[2], 50), PercentileUs(driver_us[3], 50));
+  std::printf(
+      "import + map's driver calls p50: import %.1f, reserve %.1f, map %.1f, access %.1f, "
+      "release while mapped %.1f, primary context retain + release %.1f, close(fd) %.1f us\n",
+      PercentileUs(driver_us[0], 50), PercentileUs(driver_us[1], 50),
+      PercentileUs(driver_us[2], 50), PercentileUs(driver_us[3], 50),
+      PercentileUs(driver_us[4], 50), PercentileUs(driver_us[5], 50),
+      PercentileUs(driver_us[6], 50));
 
   // The legacy form (a CUDA IPC handle in the reply), for clients that cannot receive
   // descriptors: the same memory both ways, kept after the array is freed, and timed.
