@@ -7,6 +7,8 @@
 #include <sys/socket.h>
 
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -19,7 +21,9 @@
 #include "runtime/base/fd_channel_protocol.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/base/unix_fd.h"
+#include "tests/integration/binary_path.h"
 #include "tests/integration/daemon_fixture.h"
+#include "tests/integration/subprocess.h"
 #include "tests/testing/random_seed.h"
 #include "tests/testing/status_matchers.h"
 
@@ -259,6 +263,25 @@ TEST_F(ImportTest, LegacyIpcExportsNeedAGpu) {
   grpc::ClientContext context;
   const grpc::Status status = stub_->Export(&context, request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status.error_message();
+  ExpectDaemonServesAnotherClient();
+}
+
+// client/cpp/examples/zero_copy.cc, as a user runs it: host shared memory both ways, checked
+// by the program itself; no device mapping on the CPU backend, said plainly.
+TEST_F(ImportTest, TheZeroCopyExampleRuns) {
+  const std::string out = temp_dir() + "/zero_copy.out";
+  GPUKIT_ASSERT_OK_AND_ASSIGN(
+      Subprocess example,
+      Subprocess::Spawn({{FindBinary(GPUKIT_ZERO_COPY_EXAMPLE_PATH), "--addr",
+                          daemon().address(), "--mib", "8"},
+                         out,
+                         ""}));
+  EXPECT_THAT(example.WaitForExitCode(absl::Seconds(60)), IsOkAndHolds(0));
+  std::ifstream file(out);
+  const std::string printed((std::istreambuf_iterator<char>(file)), {});
+  EXPECT_THAT(printed, HasSubstr("host shared memory: 8 MiB"));
+  EXPECT_THAT(printed, HasSubstr("checked"));
+  EXPECT_THAT(printed, HasSubstr("device mapping: not here")) << printed;
   ExpectDaemonServesAnotherClient();
 }
 
