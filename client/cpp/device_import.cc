@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <utility>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/cuda/cuda_driver.h"
@@ -20,27 +19,33 @@ void LogIfFailed(CUresult result, const char* call) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DeviceImport>> DeviceImport::Open(int device_index,
-                                                                 const Opener& open) {
+absl::StatusOr<std::unique_ptr<PrimaryContext>> PrimaryContext::Bind(int device_index) {
   GPUKIT_ASSIGN_OR_RETURN(const CudaDriver* cu, CudaDriver::Get());
   CUdevice device = 0;
   GPUKIT_RETURN_IF_ERROR(CheckCu(cu->cuDeviceGet(&device, device_index), "cuDeviceGet"));
   CUcontext context = nullptr;
   GPUKIT_RETURN_IF_ERROR(
       CheckCu(cu->cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain"));
-  absl::StatusOr<std::unique_ptr<SharedMapping>> mapping =
-      absl::FailedPreconditionError("not mapped");
-  if (absl::Status current = CheckCu(cu->cuCtxSetCurrent(context), "cuCtxSetCurrent");
-      current.ok()) {
-    mapping = open(*cu, device);
-  } else {
-    mapping = current;
-  }
-  if (!mapping.ok()) {
-    LogIfFailed(cu->cuDevicePrimaryCtxRelease(device), "cuDevicePrimaryCtxRelease");
-    return mapping.status();
-  }
-  return std::unique_ptr<DeviceImport>(new DeviceImport(device, context, *std::move(mapping)));
+  auto bound = std::unique_ptr<PrimaryContext>(new PrimaryContext(*cu, device, context));
+  GPUKIT_RETURN_IF_ERROR(bound->MakeCurrent());
+  return bound;
+}
+
+absl::Status PrimaryContext::MakeCurrent() const {
+  return CheckCu(cu_.cuCtxSetCurrent(static_cast<CUcontext>(context_)), "cuCtxSetCurrent");
+}
+
+PrimaryContext::~PrimaryContext() {
+  LogIfFailed(cu_.cuDevicePrimaryCtxRelease(device_), "cuDevicePrimaryCtxRelease");
+}
+
+absl::StatusOr<std::unique_ptr<DeviceImport>> DeviceImport::Open(int device_index,
+                                                                 const Opener& open) {
+  GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<PrimaryContext> context,
+                          PrimaryContext::Bind(device_index));
+  GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<SharedMapping> mapping,
+                          open(context->cu(), context->device()));
+  return std::unique_ptr<DeviceImport>(new DeviceImport(std::move(context), std::move(mapping)));
 }
 
 absl::StatusOr<std::unique_ptr<DeviceImport>> DeviceImport::Import(int device_index, ScopedFd fd,
@@ -59,24 +64,14 @@ absl::StatusOr<std::unique_ptr<DeviceImport>> DeviceImport::OpenIpcHandle(
 }
 
 DeviceImport::~DeviceImport() {
-  absl::StatusOr<const CudaDriver*> cu = CudaDriver::Get();
-  if (!cu.ok()) return;
-  LogIfFailed((*cu)->cuCtxSetCurrent(static_cast<CUcontext>(context_)), "cuCtxSetCurrent");
+  context_->MakeCurrent().IgnoreError();  // the unmap's context, whatever this thread had
   mapping_.reset();
-  LogIfFailed((*cu)->cuDevicePrimaryCtxRelease(device_), "cuDevicePrimaryCtxRelease");
 }
 
 absl::Status SynchronizeLegacyStream(int device_index) {
-  GPUKIT_ASSIGN_OR_RETURN(const CudaDriver* cu, CudaDriver::Get());
-  CUdevice device = 0;
-  GPUKIT_RETURN_IF_ERROR(CheckCu(cu->cuDeviceGet(&device, device_index), "cuDeviceGet"));
-  CUcontext context = nullptr;
-  GPUKIT_RETURN_IF_ERROR(
-      CheckCu(cu->cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain"));
-  absl::Status status = CheckCu(cu->cuCtxSetCurrent(context), "cuCtxSetCurrent");
-  if (status.ok()) status = CheckCu(cu->cuStreamSynchronize(CU_STREAM_LEGACY), "cuStreamSynchronize");
-  LogIfFailed(cu->cuDevicePrimaryCtxRelease(device), "cuDevicePrimaryCtxRelease");
-  return status;
+  GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<PrimaryContext> context,
+                          PrimaryContext::Bind(device_index));
+  return CheckCu(context->cu().cuStreamSynchronize(CU_STREAM_LEGACY), "cuStreamSynchronize");
 }
 
 absl::StatusOr<SharedDeviceMemory> ShareDeviceMemory(uint64_t pointer, int64_t bytes) {
@@ -92,15 +87,7 @@ absl::StatusOr<SharedDeviceMemory> ShareDeviceMemory(uint64_t pointer, int64_t b
   }
   // The queries below want a context of the memory's device: its primary context, which the
   // CUDA runtime (and so PyTorch) allocates in.
-  CUdevice device = 0;
-  GPUKIT_RETURN_IF_ERROR(CheckCu(cu->cuDeviceGet(&device, ordinal), "cuDeviceGet"));
-  CUcontext context = nullptr;
-  GPUKIT_RETURN_IF_ERROR(
-      CheckCu(cu->cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain"));
-  absl::Cleanup release = [&] {
-    LogIfFailed(cu->cuDevicePrimaryCtxRelease(device), "cuDevicePrimaryCtxRelease");
-  };
-  GPUKIT_RETURN_IF_ERROR(CheckCu(cu->cuCtxSetCurrent(context), "cuCtxSetCurrent"));
+  GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<PrimaryContext> context, PrimaryContext::Bind(ordinal));
   CUdeviceptr base = 0;
   size_t size = 0;
   GPUKIT_RETURN_IF_ERROR(

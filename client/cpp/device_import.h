@@ -25,6 +25,29 @@ struct CudaDriver;
 
 namespace gpukit::internal {
 
+// A device's primary context, retained (and current on the calling thread) for the life of
+// this object: the context the CUDA runtime, and so PyTorch, works in.
+class PrimaryContext {
+ public:
+  // FAILED_PRECONDITION without a usable CUDA driver; the driver's errors.
+  static absl::StatusOr<std::unique_ptr<PrimaryContext>> Bind(int device_index);
+  ~PrimaryContext();
+  PrimaryContext(const PrimaryContext&) = delete;
+  PrimaryContext& operator=(const PrimaryContext&) = delete;
+
+  const CudaDriver& cu() const { return cu_; }
+  int device() const { return device_; }  // the CUdevice
+  // Makes the context current on the calling thread again.
+  absl::Status MakeCurrent() const;
+
+ private:
+  PrimaryContext(const CudaDriver& cu, int device, void* context)
+      : cu_(cu), device_(device), context_(context) {}
+  const CudaDriver& cu_;
+  const int device_;
+  void* const context_;  // a CUcontext
+};
+
 class DeviceImport {
  public:
   // FAILED_PRECONDITION without a usable CUDA driver in this process; the driver's errors
@@ -47,11 +70,10 @@ class DeviceImport {
       const CudaDriver& cu, int device)>;
   // Opens with `open` in the primary context of `device_index`, which it retains.
   static absl::StatusOr<std::unique_ptr<DeviceImport>> Open(int device_index, const Opener& open);
-  DeviceImport(int device, void* context, std::unique_ptr<SharedMapping> mapping)
-      : device_(device), context_(context), mapping_(std::move(mapping)) {}
+  DeviceImport(std::unique_ptr<PrimaryContext> context, std::unique_ptr<SharedMapping> mapping)
+      : context_(std::move(context)), mapping_(std::move(mapping)) {}
 
-  const int device_;     // CUdevice, whose primary context this process retained
-  void* const context_;  // that context (a CUcontext)
+  std::unique_ptr<PrimaryContext> context_;  // retained while the mapping lives
   std::unique_ptr<SharedMapping> mapping_;
 };
 
