@@ -32,6 +32,7 @@
 #include "runtime/builtin_op_runner.h"
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/cuda_device.h"
+#include "runtime/cuda/cuda_driver.h"
 #include "runtime/device_factory.h"
 #include "runtime/jit/jit_compiler.h"
 #include "tests/integration/daemon_fixture.h"
@@ -271,6 +272,49 @@ TEST_F(MultiClientGpuTest, ClientKilledWhileGpukitdMapsItsMemoryLeavesNothingBeh
   EXPECT_TRUE(PollUntil([&] { return WhatDaemonHolds().empty(); }, absl::Seconds(6)))
       << WhatDaemonHolds();
   ExpectDaemonServesAnotherClient();
+}
+
+// The daemon also listens on TCP: a client there cannot receive descriptors, so Array::Map
+// asks for a legacy CUDA IPC handle. This test's own process is that client.
+class MultiClientGpuTcpTest : public MultiClientGpuTest {
+ protected:
+  void ConfigureDaemon(DaemonOptions& options) const override {
+    MultiClientGpuTest::ConfigureDaemon(options);
+    options.extra_args = {"--listen", "127.0.0.1:0"};
+  }
+};
+
+TEST_F(MultiClientGpuTcpTest, OverTcpArraysMapThroughLegacyIpcHandles) {
+  const std::string listening = "listening on 127.0.0.1:";
+  ASSERT_TRUE(
+      PollUntil([&] { return absl::StrContains(daemon().Log(), listening); }, absl::Seconds(5)));
+  const std::string log = daemon().Log();
+  const size_t at = log.find(listening) + listening.size();
+  ClientOptions options;
+  options.address = absl::StrCat("127.0.0.1:", log.substr(at, log.find('\n', at) - at));
+  options.tenant = "tcp";
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(options));
+  std::vector<float> values(1 << 20);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 977) - 400.0f;
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Array array,
+                              client->FromVector(values, {static_cast<int64_t>(values.size())}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(DeviceMapping mapping, array.Map());
+  EXPECT_EQ(mapping.size_bytes, static_cast<int64_t>(values.size() * sizeof(float)));
+  const CudaDriver& cu = **CudaDriver::Get();
+  std::vector<float> seen(values.size());
+  ASSERT_EQ(cu.cuMemcpyDtoH(seen.data(), mapping.device_pointer, seen.size() * sizeof(float)),
+            CUDA_SUCCESS);
+  EXPECT_EQ(seen, values);
+  const float written = 12.5f;
+  ASSERT_EQ(cu.cuMemcpyHtoD(mapping.device_pointer + 40, &written, sizeof(written)), CUDA_SUCCESS);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<float> back, array.ToVector<float>());
+  EXPECT_EQ(back[10], 12.5f);
+  // Freed, the array's memory stays with the session (the mapping may still read it) until
+  // the session ends.
+  GPUKIT_ASSERT_OK(array.Free());
+  GPUKIT_ASSERT_OK(client->Close());
+  EXPECT_TRUE(PollUntil([&] { return WhatDaemonHolds().empty(); }, absl::Seconds(6)))
+      << WhatDaemonHolds();
 }
 
 TEST_F(MultiClientGpuTest, ClientKilledMidWorkLeavesNothingBehindOnceItsLeaseLapses) {
