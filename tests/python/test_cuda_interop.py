@@ -252,6 +252,13 @@ def test_from_dlpack_imports_torch_cuda_memory_without_a_copy(gk, daemon):
     np.testing.assert_array_equal(t.cpu().numpy(), expected + 1)
 
 
+def test_an_empty_array_has_no_interface_and_says_so(gk):
+    empty = gk.zeros(0)
+    assert not hasattr(empty, "__cuda_array_interface__")
+    with pytest.raises(BufferError):
+        empty.__dlpack__()
+
+
 def test_from_dlpack_keeps_the_tensor_alive_while_the_array_lives(gk, daemon):
     t = torch.full((1 << 20,), 7.0, dtype=torch.float32, device="cuda")
     pointer = t.data_ptr()

@@ -248,8 +248,8 @@ class Array:
     def map(self) -> Tuple[int, int, int]:
         """Maps the array's device memory into this process, without copying it.
 
-        The first call has gpukitd export the memory and maps it here (about 2 ms today);
-        later calls return the same mapping. The mapping lives until the array is freed or
+        The first call has gpukitd export the memory and maps it here (about 0.5 ms on an
+        H100 host); later calls return the same mapping (under a microsecond). The mapping lives until the array is freed or
         its session closes, and the array is never spilled from then on. gpukitd's calls
         return once their work is done; work done through the pointer must finish before the
         array is used by gpukitd again.
@@ -273,10 +273,13 @@ class Array:
         """The CUDA Array Interface (version 3) over :meth:`map`'s mapping, so that
         ``torch.as_tensor(a, device="cuda")`` or ``cupy.asarray(a)`` see the array's device
         memory without a copy. An ``AttributeError`` where the array cannot be mapped (a CPU
-        backend, no CUDA driver here) or has no interface type string (bfloat16).
+        backend, no CUDA driver here, an empty array: no memory) or has no interface type
+        string (bfloat16).
         """
         if self._impl.dtype == _gpukit.DType.bfloat16:
             raise AttributeError("bfloat16 has no CUDA Array Interface type string")
+        if self.size == 0:
+            raise AttributeError("an empty array has no device memory to map")
         try:
             pointer, _, _ = self._impl.map()
         except _gpukit.FailedPrecondition as error:
