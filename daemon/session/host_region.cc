@@ -51,11 +51,6 @@ absl::Status HostRegion::Attach(ScopedFd fd) {
   return absl::OkStatus();
 }
 
-bool HostRegion::attached() const {
-  absl::MutexLock lock(&mu_);
-  return mapping_ != nullptr;
-}
-
 absl::StatusOr<char*> HostRegion::Data(int64_t offset, int64_t bytes) const {
   absl::MutexLock lock(&mu_);
   if (mapping_ == nullptr) {

@@ -43,7 +43,6 @@ class HostRegion {
   // FAILED_PRECONDITION when a descriptor came already, INVALID_ARGUMENT when the file is
   // smaller than the region or cannot be mapped (not shared memory).
   absl::Status Attach(ScopedFd fd);
-  bool attached() const;
   // The mapping at `offset`, after checking [offset, offset + bytes) lies inside the region
   // (OUT_OF_RANGE otherwise); FAILED_PRECONDITION before Attach.
   absl::StatusOr<char*> Data(int64_t offset, int64_t bytes) const;

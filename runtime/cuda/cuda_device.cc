@@ -43,7 +43,9 @@ absl::Status MakeCurrent(const CudaDriver& cu, CUcontext context) {
 }
 
 // Releases have no caller to report to; a faulted context fails every one of them alike.
-void LogIfFailed(CUresult result, const char* call) {
+// Cleanups at the device's end often meet a context already torn down: debug level here,
+// where cuda_driver.h's LogIfFailed warns.
+void LogQuietlyIfFailed(CUresult result, const char* call) {
   if (result != CUDA_SUCCESS) spdlog::debug("{} failed: {}", call, CuErrorName(result));
 }
 
@@ -58,7 +60,7 @@ struct CudaDevice::Stream {
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
   ~Stream() {
-    if (MakeCurrent(cu, context).ok()) LogIfFailed(cu.cuStreamDestroy(handle), "cuStreamDestroy");
+    if (MakeCurrent(cu, context).ok()) LogQuietlyIfFailed(cu.cuStreamDestroy(handle), "cuStreamDestroy");
   }
 
   const CudaDriver& cu;
@@ -79,7 +81,7 @@ class CudaDevice::EventPool {
   EventPool& operator=(const EventPool&) = delete;
   ~EventPool() {
     if (!MakeCurrent(cu_, context_).ok()) return;
-    for (CUevent event : free_) LogIfFailed(cu_.cuEventDestroy(event), "cuEventDestroy");
+    for (CUevent event : free_) LogQuietlyIfFailed(cu_.cuEventDestroy(event), "cuEventDestroy");
   }
 
   // A free event, or a new one; the context must be current.
@@ -106,7 +108,7 @@ class CudaDevice::EventPool {
         return;
       }
     }
-    if (MakeCurrent(cu_, context_).ok()) LogIfFailed(cu_.cuEventDestroy(event), "cuEventDestroy");
+    if (MakeCurrent(cu_, context_).ok()) LogQuietlyIfFailed(cu_.cuEventDestroy(event), "cuEventDestroy");
   }
 
  private:
@@ -138,7 +140,7 @@ struct CudaDevice::Module {
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
   ~Module() {
-    if (MakeCurrent(cu, context).ok()) LogIfFailed(cu.cuModuleUnload(handle), "cuModuleUnload");
+    if (MakeCurrent(cu, context).ok()) LogQuietlyIfFailed(cu.cuModuleUnload(handle), "cuModuleUnload");
   }
 
   const CudaDriver& cu;
@@ -246,7 +248,7 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(const CudaDeviceO
                      "cuCtxGetStreamPriorityRange");
   }
   if (!status.ok()) {
-    LogIfFailed(cu->cuDevicePrimaryCtxRelease(device), "cuDevicePrimaryCtxRelease");
+    LogQuietlyIfFailed(cu->cuDevicePrimaryCtxRelease(device), "cuDevicePrimaryCtxRelease");
     return status;
   }
   std::unique_ptr<CudaDevice> created(
@@ -366,7 +368,7 @@ CudaDevice::~CudaDevice() {
   for (const auto& [id, allocation] : buffers) {
     if (allocation.address == 0 || allocation.imported != nullptr) continue;
     if (allocation.legacy_ipc) {
-      LogIfFailed(cu_.cuMemFree(static_cast<CUdeviceptr>(allocation.address)), "cuMemFree");
+      LogQuietlyIfFailed(cu_.cuMemFree(static_cast<CUdeviceptr>(allocation.address)), "cuMemFree");
     } else {
       ReleaseDeviceMemory(allocation.address).IgnoreError();
     }
@@ -376,11 +378,11 @@ CudaDevice::~CudaDevice() {
   host_pool_.reset();  // host buffers must not outlive the device
   transfers_.reset();  // its pinned buffers and events belong to the context
   blas_.reset();       // its handle belongs to the context too
-  LogIfFailed(cu_.cuDevicePrimaryCtxRelease(device_), "cuDevicePrimaryCtxRelease");
+  LogQuietlyIfFailed(cu_.cuDevicePrimaryCtxRelease(device_), "cuDevicePrimaryCtxRelease");
   // Leave no thread naming a context that may now be gone.
   CUcontext current = nullptr;
   if (cu_.cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == context_) {
-    LogIfFailed(cu_.cuCtxSetCurrent(nullptr), "cuCtxSetCurrent");
+    LogQuietlyIfFailed(cu_.cuCtxSetCurrent(nullptr), "cuCtxSetCurrent");
   }
 }
 
@@ -615,7 +617,7 @@ absl::StatusOr<ExportedBuffer> CudaDevice::ExportIpcHandle(BufferId buffer,
         CheckCu(cu_.cuMemAlloc(&own, static_cast<size_t>(allocation.bytes)), "cuMemAlloc"));
     if (absl::Status moved = MoveBuffer(buffer, allocation.address, own, allocation.bytes, true);
         !moved.ok()) {
-      LogIfFailed(cu_.cuMemFree(own), "cuMemFree");
+      LogQuietlyIfFailed(cu_.cuMemFree(own), "cuMemFree");
       return moved;
     }
     ReleaseDeviceMemory(allocation.address).IgnoreError();

@@ -177,4 +177,8 @@ absl::Status CheckCu(CUresult result, absl::string_view call) {
                                    text != nullptr ? absl::StrCat(" (", text, ")") : ""));
 }
 
+void LogIfFailed(CUresult result, const char* call) {
+  if (result != CUDA_SUCCESS) spdlog::warn("{} failed: {}", call, CuErrorName(result));
+}
+
 }  // namespace gpukit

@@ -51,7 +51,6 @@ namespace gpukit {
   REQUIRED(cuDeviceGetName)                              \
   REQUIRED(cuDeviceTotalMem)                             \
   REQUIRED(cuDeviceGetAttribute)                         \
-  REQUIRED(cuDeviceGetUuid)                              \
   REQUIRED(cuDevicePrimaryCtxRetain)                     \
   REQUIRED(cuDevicePrimaryCtxRelease)                    \
   REQUIRED(cuCtxGetCurrent)                              \
@@ -130,6 +129,10 @@ absl::Status CheckCu(CUresult result, absl::string_view call);
 // The error's name ("CUDA_ERROR_OUT_OF_MEMORY"), or its number when the driver is not
 // loaded or does not know it.
 std::string CuErrorName(CUresult result);
+
+// Logs a warning naming `call` unless `result` is CUDA_SUCCESS: for releases on cleanup paths,
+// which have no caller to report to.
+void LogIfFailed(CUresult result, const char* call);
 
 }  // namespace gpukit
 

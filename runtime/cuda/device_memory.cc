@@ -13,10 +13,6 @@ namespace {
 // pool's slabs look the same on both.
 constexpr int64_t kLegacyGranularityBytes = int64_t{2} << 20;
 
-void LogIfFailed(CUresult result, const char* call) {
-  if (result != CUDA_SUCCESS) spdlog::warn("{} failed: {}", call, CuErrorName(result));
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaSegmentSource>> CudaSegmentSource::Create(const CudaDriver& cu,

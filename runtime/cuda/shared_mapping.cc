@@ -10,14 +10,6 @@
 #include "spdlog/spdlog.h"
 
 namespace gpukit {
-namespace {
-
-void LogIfFailed(CUresult result, const char* call) {
-  if (result != CUDA_SUCCESS) spdlog::warn("{} failed: {}", call, CuErrorName(result));
-}
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<SharedMapping>> SharedMapping::OpenDescriptor(
     const CudaDriver& cu, int device, ScopedFd fd, int64_t allocation_bytes, bool read_only) {
   if (allocation_bytes <= 0) {

@@ -783,14 +783,13 @@ class OwnMemory {
 
 // The primary context of device 0, current on this thread: where the import modes allocate.
 absl::StatusOr<const gpukit::CudaDriver*> BindPrimaryContext() {
-  GPUKIT_ASSIGN_OR_RETURN(const gpukit::CudaDriver* cu, gpukit::CudaDriver::Get());
-  CUdevice device = 0;
-  GPUKIT_RETURN_IF_ERROR(gpukit::CheckCu(cu->cuDeviceGet(&device, 0), "cuDeviceGet"));
-  CUcontext context = nullptr;
-  GPUKIT_RETURN_IF_ERROR(gpukit::CheckCu(cu->cuDevicePrimaryCtxRetain(&context, device),
-                                         "cuDevicePrimaryCtxRetain"));
-  GPUKIT_RETURN_IF_ERROR(gpukit::CheckCu(cu->cuCtxSetCurrent(context), "cuCtxSetCurrent"));
-  return cu;
+  // Retained for the rest of the process: the worker's allocations live in it.
+  static auto* const bound =
+      new absl::StatusOr<std::unique_ptr<gpukit::internal::PrimaryContext>>(
+          gpukit::internal::PrimaryContext::Retain(0));
+  if (!bound->ok()) return bound->status();
+  GPUKIT_RETURN_IF_ERROR((**bound)->MakeCurrent());
+  return &(**bound)->cu();
 }
 
 // One kind of own memory through ImportDeviceMemory and back; "" when all checks held.

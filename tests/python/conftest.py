@@ -64,16 +64,20 @@ class Daemon:
     def has_nvrtc(self) -> bool:
         return "NVRTC JIT compiler not available" not in self.log()
 
-    def status(self) -> dict:
-        """`gpukitctl status` as JSON: sessions, arrays, backend, ..."""
+    def ctl(self, command: str) -> dict:
+        """`gpukitctl <command>` against this daemon, as JSON."""
         out = subprocess.run(
-            [str(self.gpukitctl), "--addr", self.address, "-o", "json", "status"],
+            [str(self.gpukitctl), "--addr", self.address, "-o", "json", command],
             check=True,
             capture_output=True,
             text=True,
             timeout=30,
         )
         return json.loads(out.stdout)
+
+    def status(self) -> dict:
+        """`gpukitctl status` as JSON: sessions, arrays, backend, ..."""
+        return self.ctl("status")
 
 
 def _accepts(path: Path) -> bool:

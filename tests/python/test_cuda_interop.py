@@ -7,8 +7,6 @@ elsewhere, which is what CI sees.
 from __future__ import annotations
 
 import gc
-import json
-import subprocess
 
 import numpy as np
 import pytest
@@ -55,17 +53,11 @@ KDL_CUDA = 2
 
 def arrays_held(daemon, gk) -> int:
     """The number of arrays gpukitd holds for `gk`'s session (`gpukitctl sessions`)."""
-    out = subprocess.run(
-        [str(daemon.gpukitctl), "--addr", daemon.address, "-o", "json", "sessions"],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    for session in json.loads(out.stdout).get("sessions", []):
+    sessions = daemon.ctl("sessions")
+    for session in sessions.get("sessions", []):
         if session["sessionId"] == gk.session_id:
             return int(session.get("arrays", 0))  # proto JSON leaves out a 0
-    raise AssertionError(f"session {gk.session_id} not listed: {out.stdout}")
+    raise AssertionError(f"session {gk.session_id} not listed: {sessions}")
 
 
 def test_torch_from_dlpack_shares_the_arrays_memory_both_ways(gk):

@@ -9,8 +9,8 @@ as the standard asks of producers that cannot export.
 
 Import (:func:`from_dlpack`, ``Session.from_dlpack``): another library's tensor as a new
 gpukit array. Host memory (NumPy, CPU tensors) is copied into gpukitd, since gpukitd cannot
-read this process's memory in place. CUDA memory would be imported without a copy, which
-libgpukit cannot do yet: ``copy=True`` copies it through host memory instead.
+read this process's memory in place. CUDA memory is imported without a copy
+(``Client::ImportDeviceMemory``); ``copy=True`` copies it through host memory instead.
 
 The capsules themselves are made and read by the extension module (client/python/src/
 dlpack.cc); this module speaks the Python side of the protocol.
