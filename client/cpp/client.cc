@@ -56,13 +56,12 @@ class SessionState final : public HostMemoryCalls {
  public:
   SessionState(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options)
       : options_(options),
+        local_(absl::StartsWith(options.address, "unix:")),
         channel_(std::move(channel)),
         sessions_(v1::SessionService::NewStub(channel_)),
         arrays_(v1::ArrayService::NewStub(channel_)),
         compute_(v1::ComputeService::NewStub(channel_)),
-        // Shared memory needs the daemon's host: a unix socket says it is this one.
-        staging_(*this, StagingOptions{.enabled = options.use_shared_memory &&
-                                                  absl::StartsWith(options.address, "unix:")}) {}
+        staging_(*this, StagingOptions{.enabled = options.use_shared_memory && local_}) {}
 
   ~SessionState() override {
     StopKeepAlive();
@@ -133,8 +132,14 @@ class SessionState final : public HostMemoryCalls {
     SetDeadline(context);
     absl::Status status = FromGrpc(sessions_->Close(&context, request, &response), context);
     // The daemon unmapped the staging region with the session (or will, when its lease
-    // lapses if Close did not reach it): only this side's mapping is left.
+    // lapses if Close did not reach it): only this side's mappings are left.
     staging_.Release();
+    decltype(mappings_) mappings;
+    {
+      absl::MutexLock lock(&mappings_mu_);
+      mappings.swap(mappings_);
+    }
+    mappings.clear();  // unmaps, outside the lock
     return status;
   }
 
@@ -156,7 +161,7 @@ class SessionState final : public HostMemoryCalls {
     }
     // Over a unix socket the memory comes as a descriptor; a client that cannot receive one
     // (over TCP, on the daemon's host) asks for a legacy CUDA IPC handle.
-    const bool ipc_handle = !absl::StartsWith(options_.address, "unix:");
+    const bool ipc_handle = !local_;
     v1::ExportArrayRequest request;
     request.set_session_id(session_id_);
     request.set_handle(handle);
@@ -289,6 +294,8 @@ class SessionState final : public HostMemoryCalls {
   }
 
   const ClientOptions options_;
+  // The daemon is on this host, reached over a unix socket: shared memory and descriptors work.
+  const bool local_;
   std::string session_id_;
   absl::Duration lease_;
   std::string partition_;

@@ -11,66 +11,73 @@
 #include "spdlog/spdlog.h"
 
 namespace gpukit::internal {
-namespace {
-
-void LogIfFailed(CUresult result, const char* call) {
-  if (result != CUDA_SUCCESS) spdlog::warn("{} failed: {}", call, CuErrorName(result));
-}
-
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<PrimaryContext>> PrimaryContext::Bind(int device_index) {
+absl::StatusOr<std::unique_ptr<PrimaryContext>> PrimaryContext::Retain(int device_index) {
   GPUKIT_ASSIGN_OR_RETURN(const CudaDriver* cu, CudaDriver::Get());
   CUdevice device = 0;
   GPUKIT_RETURN_IF_ERROR(CheckCu(cu->cuDeviceGet(&device, device_index), "cuDeviceGet"));
   CUcontext context = nullptr;
   GPUKIT_RETURN_IF_ERROR(
       CheckCu(cu->cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain"));
-  auto bound = std::unique_ptr<PrimaryContext>(new PrimaryContext(*cu, device, context));
-  GPUKIT_RETURN_IF_ERROR(bound->MakeCurrent());
-  return bound;
-}
-
-absl::Status PrimaryContext::MakeCurrent() const {
-  return CheckCu(cu_.cuCtxSetCurrent(static_cast<CUcontext>(context_)), "cuCtxSetCurrent");
+  return std::unique_ptr<PrimaryContext>(new PrimaryContext(*cu, device, context));
 }
 
 PrimaryContext::~PrimaryContext() {
   LogIfFailed(cu_.cuDevicePrimaryCtxRelease(device_), "cuDevicePrimaryCtxRelease");
 }
 
-absl::StatusOr<std::unique_ptr<DeviceImport>> DeviceImport::Open(int device_index,
-                                                                 const Opener& open) {
-  GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<PrimaryContext> context,
-                          PrimaryContext::Bind(device_index));
-  GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<SharedMapping> mapping,
-                          open(context->cu(), context->device()));
-  return std::unique_ptr<DeviceImport>(new DeviceImport(std::move(context), std::move(mapping)));
+absl::Status PrimaryContext::MakeCurrent() const {
+  return CheckCu(cu_.cuCtxSetCurrent(static_cast<CUcontext>(context_)), "cuCtxSetCurrent");
+}
+
+absl::StatusOr<PrimaryContext::Scope> PrimaryContext::Enter() const {
+  CUcontext previous = nullptr;
+  GPUKIT_RETURN_IF_ERROR(CheckCu(cu_.cuCtxGetCurrent(&previous), "cuCtxGetCurrent"));
+  GPUKIT_RETURN_IF_ERROR(MakeCurrent());
+  return Scope(cu_, previous);
+}
+
+PrimaryContext::Scope::Scope(Scope&& other) noexcept
+    : cu_(std::exchange(other.cu_, nullptr)), previous_(other.previous_) {}
+
+PrimaryContext::Scope::~Scope() {
+  if (cu_ != nullptr) {
+    LogIfFailed(cu_->cuCtxSetCurrent(static_cast<CUcontext>(previous_)), "cuCtxSetCurrent");
+  }
 }
 
 absl::StatusOr<std::unique_ptr<DeviceImport>> DeviceImport::Import(int device_index, ScopedFd fd,
                                                                    int64_t allocation_bytes,
                                                                    bool read_only) {
-  return Open(device_index, [&](const CudaDriver& cu, int device) {
-    return SharedMapping::OpenDescriptor(cu, device, std::move(fd), allocation_bytes, read_only);
-  });
+  GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<PrimaryContext> context,
+                          PrimaryContext::Retain(device_index));
+  GPUKIT_ASSIGN_OR_RETURN(PrimaryContext::Scope scope, context->Enter());
+  GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<SharedMapping> mapping,
+                          SharedMapping::OpenDescriptor(context->cu(), context->device(),
+                                                        std::move(fd), allocation_bytes,
+                                                        read_only));
+  return std::unique_ptr<DeviceImport>(new DeviceImport(std::move(context), std::move(mapping)));
 }
 
 absl::StatusOr<std::unique_ptr<DeviceImport>> DeviceImport::OpenIpcHandle(
     int device_index, const std::string& handle) {
-  return Open(device_index, [&](const CudaDriver& cu, int /*device*/) {
-    return SharedMapping::OpenIpcHandle(cu, handle);
-  });
+  GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<PrimaryContext> context,
+                          PrimaryContext::Retain(device_index));
+  GPUKIT_ASSIGN_OR_RETURN(PrimaryContext::Scope scope, context->Enter());
+  GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<SharedMapping> mapping,
+                          SharedMapping::OpenIpcHandle(context->cu(), handle));
+  return std::unique_ptr<DeviceImport>(new DeviceImport(std::move(context), std::move(mapping)));
 }
 
 DeviceImport::~DeviceImport() {
-  context_->MakeCurrent().IgnoreError();  // the unmap's context, whatever this thread had
+  absl::StatusOr<PrimaryContext::Scope> scope = context_->Enter();  // the unmap's context
+  if (!scope.ok()) spdlog::warn("unmapping gpukitd's memory: {}", scope.status().ToString());
   mapping_.reset();
 }
 
 absl::Status SynchronizeLegacyStream(int device_index) {
   GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<PrimaryContext> context,
-                          PrimaryContext::Bind(device_index));
+                          PrimaryContext::Retain(device_index));
+  GPUKIT_ASSIGN_OR_RETURN(PrimaryContext::Scope scope, context->Enter());
   return CheckCu(context->cu().cuStreamSynchronize(CU_STREAM_LEGACY), "cuStreamSynchronize");
 }
 
@@ -87,7 +94,9 @@ absl::StatusOr<SharedDeviceMemory> ShareDeviceMemory(uint64_t pointer, int64_t b
   }
   // The queries below want a context of the memory's device: its primary context, which the
   // CUDA runtime (and so PyTorch) allocates in.
-  GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<PrimaryContext> context, PrimaryContext::Bind(ordinal));
+  GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<PrimaryContext> context,
+                          PrimaryContext::Retain(ordinal));
+  GPUKIT_ASSIGN_OR_RETURN(PrimaryContext::Scope scope, context->Enter());
   CUdeviceptr base = 0;
   size_t size = 0;
   GPUKIT_RETURN_IF_ERROR(

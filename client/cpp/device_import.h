@@ -11,7 +11,6 @@
 #define GPUKIT_CLIENT_CPP_DEVICE_IMPORT_H_
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 
@@ -25,20 +24,39 @@ struct CudaDriver;
 
 namespace gpukit::internal {
 
-// A device's primary context, retained (and current on the calling thread) for the life of
-// this object: the context the CUDA runtime, and so PyTorch, works in.
+// A device's primary context, retained for the life of this object: the context the CUDA
+// runtime, and so PyTorch, works in. Retaining it does not change the calling thread's
+// current context; Enter() makes it current for a while and puts back what was current.
 class PrimaryContext {
  public:
   // FAILED_PRECONDITION without a usable CUDA driver; the driver's errors.
-  static absl::StatusOr<std::unique_ptr<PrimaryContext>> Bind(int device_index);
+  static absl::StatusOr<std::unique_ptr<PrimaryContext>> Retain(int device_index);
   ~PrimaryContext();
   PrimaryContext(const PrimaryContext&) = delete;
   PrimaryContext& operator=(const PrimaryContext&) = delete;
 
+  // While it lives, the context is current on the thread that entered; then the context that
+  // was current before is again, so the caller's own CUDA work keeps its device.
+  class Scope {
+   public:
+    Scope(Scope&& other) noexcept;
+    Scope& operator=(Scope&&) = delete;
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+    ~Scope();
+
+   private:
+    friend class PrimaryContext;
+    Scope(const CudaDriver& cu, void* previous) : cu_(&cu), previous_(previous) {}
+    const CudaDriver* cu_;  // null once moved from
+    void* previous_;        // a CUcontext, or null
+  };
+  absl::StatusOr<Scope> Enter() const;
+  // Makes the context current on the calling thread, for good.
+  absl::Status MakeCurrent() const;
+
   const CudaDriver& cu() const { return cu_; }
   int device() const { return device_; }  // the CUdevice
-  // Makes the context current on the calling thread again.
-  absl::Status MakeCurrent() const;
 
  private:
   PrimaryContext(const CudaDriver& cu, int device, void* context)
@@ -66,10 +84,6 @@ class DeviceImport {
   int64_t bytes() const { return mapping_->bytes(); }
 
  private:
-  using Opener = std::function<absl::StatusOr<std::unique_ptr<SharedMapping>>(
-      const CudaDriver& cu, int device)>;
-  // Opens with `open` in the primary context of `device_index`, which it retains.
-  static absl::StatusOr<std::unique_ptr<DeviceImport>> Open(int device_index, const Opener& open);
   DeviceImport(std::unique_ptr<PrimaryContext> context, std::unique_ptr<SharedMapping> mapping)
       : context_(std::move(context)), mapping_(std::move(mapping)) {}
 

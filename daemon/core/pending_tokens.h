@@ -38,7 +38,7 @@ class PendingTokens {
     std::string token = NewOpaqueId("");
     const absl::Time now = clock_.Now();
     absl::MutexLock lock(&mu_);
-    absl::erase_if(entries_, [now](const auto& entry) { return entry.second.expires <= now; });
+    DropLapsed(now);
     entries_.insert_or_assign(token, Entry{std::move(value), now + ttl});
     return token;
   }
@@ -46,15 +46,21 @@ class PendingTokens {
   // The value of `token`, once: nullopt for an unknown, used or lapsed token.
   std::optional<T> Take(absl::string_view token) {
     absl::MutexLock lock(&mu_);
+    // Lapsed values go at every call, not only the next Add: one may hold a resource (an
+    // exported allocation's descriptor keeps its device memory alive).
+    DropLapsed(clock_.Now());
     auto it = entries_.find(token);
     if (it == entries_.end()) return std::nullopt;
     Entry entry = std::move(it->second);
-    entries_.erase(it);  // single use, whatever the outcome
-    if (entry.expires <= clock_.Now()) return std::nullopt;
+    entries_.erase(it);  // single use
     return std::move(entry.value);
   }
 
  private:
+  void DropLapsed(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::erase_if(entries_, [now](const auto& entry) { return entry.second.expires <= now; });
+  }
+
   struct Entry {
     T value;
     absl::Time expires;

@@ -312,12 +312,9 @@ std::shared_ptr<PyArray> RunOp(const PyClient& self, const std::string& op, py::
   return std::make_shared<PyArray>(client, ValueOrThrow(std::move(out)));
 }
 
-// Where the zero-copy import of another library's CUDA memory plugs in: `tensor` is a checked
-// kDLCUDA tensor (device pointer tensor.data(), tensor.size_bytes(), tensor.shape(),
-// tensor.dtype(), CUDA ordinal tensor.device().device_id in this process, read_only()), and
-// it must stay alive (unreleased) for as long as the array uses its memory: its destruction
-// calls the producer's deleter. libgpukit cannot import device memory yet, so this says so;
-// the Python layer offers copy=True (through host memory) instead.
+// The zero-copy import of another library's CUDA memory: `tensor` is a checked kDLCUDA
+// tensor, imported with Client::ImportDeviceMemory, and kept alive (unreleased) for as long
+// as the array uses its memory: its destruction calls the producer's deleter.
 std::shared_ptr<PyArray> ImportCudaTensor(const std::shared_ptr<Client>& client,
                                           DLPackTensor tensor) {
   if (tensor.device().device_type != kDLCUDA) {
@@ -355,7 +352,10 @@ std::shared_ptr<PyArray> ImportCudaTensor(const std::shared_ptr<Client>& client,
   auto owner = std::make_shared<DLPackTensor>(std::move(tensor));
   std::shared_ptr<Array> shared(new Array(std::move(array)), [owner](Array* done) mutable {
     delete done;
-    if (!Py_IsInitialized()) return;  // too late to call into the producer: leave it
+    if (!Py_IsInitialized()) {  // too late to call into the producer: leave the tensor be
+      new std::shared_ptr<DLPackTensor>(std::move(owner));  // NOLINT: leaked on purpose
+      return;
+    }
     py::gil_scoped_acquire gil;
     owner.reset();
   });
@@ -496,7 +496,7 @@ PYBIND11_MODULE(_gpukit, m) {
       .def("from_dlpack", &FromDLPack, py::arg("capsule"), py::arg("copy") = py::none(),
            "Array of a DLPack capsule (\"dltensor_versioned\" or \"dltensor\"), which it "
            "consumes: host memory is copied (Create + Upload) and released right after; CUDA "
-           "memory cannot be imported yet (BufferError).")
+           "memory is imported without a copy (Import) and released once the array is freed.")
       .def(
           "compile_kernel",
           [](const PyClient& self, const std::string& source, std::vector<std::string> entries,
