@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "client/cpp/device_import.h"
 #include "runtime/builtin_op_runner.h"
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/cuda_device.h"
@@ -300,7 +301,12 @@ TEST_F(MultiClientGpuTcpTest, OverTcpArraysMapThroughLegacyIpcHandles) {
                               client->FromVector(values, {static_cast<int64_t>(values.size())}));
   GPUKIT_ASSERT_OK_AND_ASSIGN(DeviceMapping mapping, array.Map());
   EXPECT_EQ(mapping.size_bytes, static_cast<int64_t>(values.size() * sizeof(float)));
-  const CudaDriver& cu = **CudaDriver::Get();
+  // This thread's copies through the mapping, in the primary context (Map leaves the thread's
+  // current context as it was).
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<gpukit::internal::PrimaryContext> primary,
+                              gpukit::internal::PrimaryContext::Retain(mapping.device_index));
+  GPUKIT_ASSERT_OK(primary->MakeCurrent());
+  const CudaDriver& cu = primary->cu();
   std::vector<float> seen(values.size());
   ASSERT_EQ(cu.cuMemcpyDtoH(seen.data(), mapping.device_pointer, seen.size() * sizeof(float)),
             CUDA_SUCCESS);

@@ -525,8 +525,10 @@ absl::StatusOr<const gpukit::CudaDriver*> BindPrimaryContext();
 
 int GpuMap(const gpukit::ClientOptions& options, uint64_t seed, int rounds) {
   std::cout << "gpu-map seed " << seed << std::endl;
-  absl::StatusOr<const gpukit::CudaDriver*> cu = gpukit::CudaDriver::Get();
-  if (!cu.ok()) return Fail("CUDA driver", cu.status());
+  // This thread's own CUDA work (the copies through the mappings) runs in the primary
+  // context; Array::Map leaves the thread's current context as it found it.
+  absl::StatusOr<const gpukit::CudaDriver*> cu = BindPrimaryContext();
+  if (!cu.ok()) return Fail("CUDA", cu.status());
   auto client = gpukit::Client::Connect(options);
   if (!client.ok()) return Fail("connect", client.status());
   std::mt19937 rng(static_cast<uint32_t>(seed));
@@ -596,8 +598,6 @@ int GpuMap(const gpukit::ClientOptions& options, uint64_t seed, int rounds) {
   if (!channel.ok()) return Fail("channel", channel.status());
   auto stub = gpukit::v1::ArrayService::NewStub(*channel);
   std::vector<double> rpc_us, fetch_us, import_us, driver_us[7];
-  // A context current on this thread for the raw rounds (Array::Map's imports set it too).
-  if (absl::Status bound = BindPrimaryContext().status(); !bound.ok()) return Fail("CUDA", bound);
   for (int i = 0; i < std::max(rounds, 1) / 2 + 2; ++i) {
     auto fresh = (*client)->Empty({1 << 20}, gpukit::DType::kFloat32);
     if (!fresh.ok()) return Fail("create", fresh.status());
