@@ -1,6 +1,9 @@
 // gpukitd: parses flags, wires the layers together and serves until SIGTERM or SIGINT.
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -25,9 +28,32 @@ int Fail(const absl::Status& status) {
 
 // The NVRTC JIT compiler, or null (with a warning) when NVRTC is missing: the daemon still
 // serves, without custom kernels and, on a GPU, without built-in ops.
+// The compile worker: jit.workerPath, else beside this executable, else in
+// ../libexec/gpukit/ from it (a package's layout). "" when there is none.
+std::string FindCompileWorker(const std::string& configured) {
+  if (!configured.empty()) return configured;
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) return "";
+  for (const std::filesystem::path& candidate :
+       {self.parent_path() / "gpukit-compile-worker",
+        self.parent_path().parent_path() / "libexec" / "gpukit" / "gpukit-compile-worker"}) {
+    if (access(candidate.c_str(), X_OK) == 0) return candidate.string();
+  }
+  return "";
+}
+
 std::shared_ptr<gpukit::JitCompiler> CreateJitCompiler(const gpukit::DaemonConfig& config) {
   gpukit::JitCompilerOptions options = config.jit;
   options.cache_dir = gpukit::KernelCacheDir(config.jit.cache_dir);
+  // Kernel sources are compiled in the sandbox only: without the worker, no kernels.
+  options.worker_path = FindCompileWorker(config.jit.worker_path);
+  if (options.worker_path.empty()) {
+    spdlog::warn(
+        "NVRTC JIT compiler not available: the compile worker gpukit-compile-worker is not "
+        "beside gpukitd or in ../libexec/gpukit (set jit.workerPath); no kernels are compiled");
+    return nullptr;
+  }
   absl::StatusOr<std::unique_ptr<gpukit::JitCompiler>> jit = gpukit::JitCompiler::Create(options);
   if (!jit.ok() && !options.cache_dir.empty() &&
       jit.status().code() != absl::StatusCode::kFailedPrecondition) {
@@ -40,8 +66,9 @@ std::shared_ptr<gpukit::JitCompiler> CreateJitCompiler(const gpukit::DaemonConfi
     spdlog::warn("{}", std::string(jit.status().message()));
     return nullptr;
   }
-  spdlog::info("NVRTC {} JIT compiler at {}; kernel cache {}", (*jit)->nvrtc_version(),
-               (*jit)->nvrtc_library_path(),
+  spdlog::info("NVRTC {} JIT compiler at {}, sandboxed in {} (up to {} at once); kernel cache {}",
+               (*jit)->nvrtc_version(), (*jit)->nvrtc_library_path(), options.worker_path,
+               options.compile_workers,
                options.cache_dir.empty() ? std::string("in memory only") : options.cache_dir);
   return std::shared_ptr<gpukit::JitCompiler>(*std::move(jit));
 }

@@ -112,7 +112,7 @@ for program in "${PROGRAMS[@]}"; do
   cp "$program" "$BUNDLE/bin/$name"
   count=$((count + 1))
 done
-for required in gpukitd gpukitctl; do
+for required in gpukitd gpukit-compile-worker gpukitctl; do
   [ -f "$BUNDLE/bin/$required" ] || die "$BUILD_DIR has no $required: build it first"
 done
 log "bin/: $count executables"

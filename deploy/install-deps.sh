@@ -10,6 +10,7 @@ PACKAGES=(
   libabsl-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   pybind11-dev python3-dev
+  libseccomp-dev
 )
 
 SUDO=""

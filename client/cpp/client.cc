@@ -689,14 +689,19 @@ absl::StatusOr<Array> Client::Transpose(const Array& a, std::vector<int64_t> per
   return RunOp("transpose", {a}, {{"perm", std::move(perm)}});
 }
 
-absl::StatusOr<Kernel> Client::CompileKernel(const std::string& source,
-                                             std::vector<std::string> entries,
-                                             std::vector<std::string> options) {
+absl::StatusOr<Kernel> Client::CompileKernel(
+    const std::string& source, std::vector<std::string> entries, std::vector<std::string> options,
+    const std::vector<std::pair<std::string, std::string>>& headers) {
   v1::CompileKernelRequest request;
   request.set_session_id(state_->session_id_);
   request.set_source(source);
   for (std::string& entry : entries) request.add_entries(std::move(entry));
   for (std::string& option : options) request.add_options(std::move(option));
+  for (const auto& [name, text] : headers) {
+    v1::KernelHeader* header = request.add_headers();
+    header->set_name(name);
+    header->set_source(text);
+  }
   v1::CompileKernelResponse response;
   grpc::ClientContext context;
   state_->SetDeadline(context);
@@ -714,6 +719,18 @@ absl::StatusOr<Kernel> Client::CompileKernel(const std::string& source,
   kernel.compile_ms = response.compile_ms();
   kernel.log = response.log();
   return kernel;
+}
+
+absl::StatusOr<std::string> Client::LastCompileLog() {
+  v1::GetCompileLogRequest request;
+  request.set_session_id(state_->session_id_);
+  v1::GetCompileLogResponse response;
+  grpc::ClientContext context;
+  state_->SetDeadline(context);
+  absl::Status status =
+      FromGrpc(state_->compute_->GetCompileLog(&context, request, &response), context);
+  if (!status.ok()) return status;
+  return response.log();
 }
 
 absl::StatusOr<absl::Duration> Client::LaunchKernel(const Kernel& kernel, absl::string_view entry,

@@ -250,6 +250,24 @@ absl::StatusOr<DaemonConfig> ApplyConfigJson(absl::string_view json, DaemonConfi
     }
   }
   if (!jit.nvrtc_dir().empty()) config.jit.library_dir = jit.nvrtc_dir();
+  if (!jit.worker_path().empty()) {
+    if (jit.worker_path()[0] != '/') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "jit.workerPath = \"", jit.worker_path(), "\" must be an absolute path"));
+    }
+    config.jit.worker_path = jit.worker_path();
+  }
+  if (jit.has_compile_workers()) {
+    if (jit.compile_workers() < 1 || jit.compile_workers() > 64) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "jit.compileWorkers = ", jit.compile_workers(), " must be between 1 and 64"));
+    }
+    config.jit.compile_workers = jit.compile_workers();
+  }
+  if (!jit.worker_memory().empty()) {
+    GPUKIT_ASSIGN_OR_RETURN(config.jit.worker_memory_bytes,
+                            ParsePositiveBytes(jit.worker_memory(), "jit.workerMemory"));
+  }
   if (!jit.memory_cache().empty()) {
     GPUKIT_ASSIGN_OR_RETURN(config.jit.memory_budget_bytes,
                             ParsePositiveBytes(jit.memory_cache(), "jit.memoryCache"));

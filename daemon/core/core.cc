@@ -532,7 +532,20 @@ absl::StatusOr<KernelView> Core::CompileKernel(absl::string_view session_id,
   const std::string arch = KernelArch(device, options_);
   // No lock is held while NVRTC runs (seconds, for heavy templates): the session's other
   // requests go on meanwhile, and AddKernel decides on the limit again afterwards.
-  GPUKIT_ASSIGN_OR_RETURN(JitResult compiled, jit_->Compile(request, arch));
+  absl::StatusOr<JitResult> result = jit_->Compile(request, arch);
+  if (!result.ok()) {
+    const absl::string_view message = result.status().message();
+    session->SetCompileLog({std::string(message), true});
+    if (message.size() <= kMaxCompileErrorBytes) return result.status();
+    size_t cut = kMaxCompileErrorBytes;
+    while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xc0) == 0x80) --cut;
+    return absl::Status(
+        result.status().code(),
+        absl::StrCat(message.substr(0, cut), "\n[", message.size() - cut, " of ", message.size(),
+                     " bytes cut; ComputeService.GetCompileLog returns the whole log]"));
+  }
+  JitResult compiled = *std::move(result);
+  session->SetCompileLog({compiled.kernel->log, false});
   KernelView view;
   view.handle = NewOpaqueId("k-");
   view.entries = compiled.kernel->entries;
@@ -549,6 +562,11 @@ absl::StatusOr<KernelView> Core::CompileKernel(absl::string_view session_id,
                 std::string(KernelOriginName(view.origin)),
                 absl::ToDoubleMilliseconds(view.compile_time));
   return view;
+}
+
+absl::StatusOr<CompileLog> Core::LastCompileLog(absl::string_view session_id) {
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
+  return session->compile_log();
 }
 
 absl::StatusOr<absl::Duration> Core::LaunchKernel(absl::string_view session_id,

@@ -234,8 +234,13 @@ class Core {
   // kernels, its limit" at options.max_kernels_per_session; and JitCompiler::Compile's
   // (INVALID_ARGUMENT for a bad request or a compile error with NVRTC's log,
   // DEADLINE_EXCEEDED past the compile budget).
+  // A failed compile's message is cut to kMaxCompileErrorBytes (with a note of how much was
+  // cut and where the rest is); the whole log stays with the session (LastCompileLog).
   absl::StatusOr<KernelView> CompileKernel(absl::string_view session_id,
                                            const CompileRequest& request);
+  static constexpr size_t kMaxCompileErrorBytes = 6 << 10;
+  // The log of the session's last CompileKernel. NOT_FOUND for an unknown session.
+  absl::StatusOr<CompileLog> LastCompileLog(absl::string_view session_id);
   // Launches entry `entry` ("" for a kernel's only entry) of a session's kernel with `args`
   // and waits for it; returns the device time the launch took. Checks, in order, before the
   // request takes a place in the queue: the kernel (NOT_FOUND), the entry (NOT_FOUND, or

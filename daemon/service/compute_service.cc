@@ -52,9 +52,22 @@ grpc::Status ComputeServiceImpl::CompileKernel(grpc::ServerContext* context,
   compile.source = request->source();
   compile.entries.assign(request->entries().begin(), request->entries().end());
   compile.options.assign(request->options().begin(), request->options().end());
+  for (const v1::KernelHeader& header : request->headers()) {
+    compile.headers.emplace_back(header.name(), header.source());
+  }
   absl::StatusOr<KernelView> kernel = core_.CompileKernel(request->session_id(), compile);
   if (!kernel.ok()) return ToGrpc(kernel.status(), context);
   ToProto(*kernel, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status ComputeServiceImpl::GetCompileLog(grpc::ServerContext* context,
+                                               const v1::GetCompileLogRequest* request,
+                                               v1::GetCompileLogResponse* response) {
+  absl::StatusOr<CompileLog> log = core_.LastCompileLog(request->session_id());
+  if (!log.ok()) return ToGrpc(log.status(), context);
+  response->set_log(log->text);
+  response->set_failed(log->failed);
   return grpc::Status::OK;
 }
 

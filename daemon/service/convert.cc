@@ -346,8 +346,19 @@ grpc::Status ToGrpc(const absl::Status& status, grpc::ServerContext* context) {
       context->AddTrailingMetadata("gpukit-reason", std::string(RejectReasonName(reason)));
     }
   }
+  // The message travels in a header, and a stock gRPC client refuses a response whose
+  // headers pass 16 KiB ("received metadata size exceeds hard limit"): the client would see
+  // RESOURCE_EXHAUSTED instead of the error. No message passes kMaxStatusMessageBytes.
+  std::string message(status.message());
+  if (message.size() > kMaxStatusMessageBytes) {
+    size_t cut = kMaxStatusMessageBytes;
+    while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xc0) == 0x80) --cut;
+    const size_t total = message.size();
+    message.resize(cut);
+    absl::StrAppend(&message, "\n[message cut: ", total - cut, " of ", total, " bytes]");
+  }
   // absl and gRPC share the canonical code numbering.
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::move(message));
 }
 
 }  // namespace gpukit::service

@@ -59,6 +59,9 @@ void ToProto(const KernelView& kernel, v1::CompileKernelResponse* out);
 
 // The status mapping: code and message carry over; an admission reason goes into the
 // "gpukit-reason" trailer. `context` may be null (no trailer then).
+// Messages longer than kMaxStatusMessageBytes are cut there, with a note of how much was cut,
+// so that every status fits a stock client's 16 KiB metadata limit with room to spare.
+inline constexpr size_t kMaxStatusMessageBytes = 8 << 10;
 grpc::Status ToGrpc(const absl::Status& status, grpc::ServerContext* context);
 
 }  // namespace gpukit::service

@@ -78,6 +78,8 @@ class ComputeServiceImpl final : public v1::ComputeService::Service {
                        v1::ListOpsResponse* response) override;
   grpc::Status CompileKernel(grpc::ServerContext* context, const v1::CompileKernelRequest* request,
                              v1::CompileKernelResponse* response) override;
+  grpc::Status GetCompileLog(grpc::ServerContext* context, const v1::GetCompileLogRequest* request,
+                             v1::GetCompileLogResponse* response) override;
   grpc::Status LaunchKernel(grpc::ServerContext* context, const v1::LaunchKernelRequest* request,
                             v1::LaunchKernelResponse* response) override;
   grpc::Status FreeKernel(grpc::ServerContext* context, const v1::FreeKernelRequest* request,

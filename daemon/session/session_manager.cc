@@ -254,6 +254,16 @@ int Session::kernel_count() const {
   return static_cast<int>(kernels_.size());
 }
 
+void Session::SetCompileLog(CompileLog log) {
+  absl::MutexLock lock(&mu_);
+  compile_log_ = std::move(log);
+}
+
+CompileLog Session::compile_log() const {
+  absl::MutexLock lock(&mu_);
+  return compile_log_;
+}
+
 absl::StatusOr<std::shared_ptr<HostRegion>> Session::FindRegion(absl::string_view handle) const {
   absl::MutexLock lock(&mu_);
   auto it = regions_.find(handle);

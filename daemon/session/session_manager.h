@@ -130,6 +130,12 @@ class SessionKernel {
   std::vector<std::optional<FunctionId>> functions_ ABSL_GUARDED_BY(mu_);  // by entry
 };
 
+// NVRTC's log of a compile, and whether the compile failed.
+struct CompileLog {
+  std::string text;
+  bool failed = false;
+};
+
 class Session {
  public:
   Session(std::string id, const OpenSessionParams& params, SessionAdmission admission,
@@ -170,6 +176,11 @@ class Session {
   absl::Status CheckKernelRoom(int max_kernels) const;
   absl::StatusOr<std::shared_ptr<SessionKernel>> RemoveKernel(absl::string_view handle);
   int kernel_count() const;
+  // The log of the session's last compile (CompileKernel), kept for GetCompileLog: a failed
+  // compile's message may be cut to fit a gRPC status, the log here is whole (as bounded by
+  // the compiler).
+  void SetCompileLog(CompileLog log);
+  CompileLog compile_log() const;
 
   // Host memory regions (RegisterHostMemory), with the same rules: NOT_FOUND `host memory
   // region "h" not found in this session`; AddRegion refuses with NOT_FOUND once the session
@@ -220,6 +231,7 @@ class Session {
   std::vector<std::shared_ptr<DeviceArray>> retired_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<SessionKernel>> kernels_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<HostRegion>> regions_ ABSL_GUARDED_BY(mu_);
+  CompileLog compile_log_ ABSL_GUARDED_BY(mu_);
 };
 
 struct CloseStats {

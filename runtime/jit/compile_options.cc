@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -159,6 +160,42 @@ absl::Status ValidateKernelSource(absl::string_view source, const CompileLimits&
   if (const size_t nul = source.find('\0'); nul != absl::string_view::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("kernel source holds a NUL byte at offset ", nul));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateKernelHeaders(absl::string_view source,
+                                   const std::vector<std::pair<std::string, std::string>>& headers,
+                                   const CompileLimits& limits) {
+  if (static_cast<int64_t>(headers.size()) > limits.max_headers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(headers.size(), " headers; the limit is ", limits.max_headers));
+  }
+  int64_t total_bytes = static_cast<int64_t>(source.size());
+  std::set<absl::string_view> names;
+  for (size_t i = 0; i < headers.size(); ++i) {
+    const auto& [name, text] = headers[i];
+    if (name.empty() || name.size() > 256 ||
+        !std::all_of(name.begin(), name.end(), [](char c) { return c > 0x20 && c < 0x7f; })) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("headers[", i,
+                       "]: a header's name must be 1 to 256 printable ASCII characters "
+                       "without spaces, as the source #includes it"));
+    }
+    if (!names.insert(name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("headers[", i, "]: the name \"", name, "\" is given twice"));
+    }
+    if (const size_t nul = text.find('\0'); nul != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("headers[", i, "] (\"", name, "\") holds a NUL byte at offset ", nul));
+    }
+    total_bytes += static_cast<int64_t>(text.size());
+  }
+  if (total_bytes > limits.max_source_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("kernel source and headers are ", total_bytes,
+                                                   " bytes; the limit is ",
+                                                   limits.max_source_bytes));
   }
   return absl::OkStatus();
 }

@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -45,6 +46,8 @@ struct CompileLimits {
   int64_t max_source_bytes = int64_t{1} << 20;
   int max_options = 64;
   int max_entries = 64;
+  // Named headers a request may carry (their text counts towards max_source_bytes).
+  int max_headers = 64;
 };
 
 // The allow-listed, normalised, deduplicated and sorted form of `options`. Each refusal is
@@ -57,6 +60,13 @@ absl::StatusOr<std::vector<std::string>> NormalizeCompileOptions(
 // INVALID_ARGUMENT when the source is empty, longer than limits.max_source_bytes ("kernel
 // source is N bytes; the limit is M") or holds a NUL byte.
 absl::Status ValidateKernelSource(absl::string_view source, const CompileLimits& limits);
+
+// INVALID_ARGUMENT unless every header has a name of 1 to 256 bytes of printable ASCII that
+// is not repeated and text without NUL bytes, there are at most limits.max_headers, and the
+// source and the headers' texts together fit limits.max_source_bytes.
+absl::Status ValidateKernelHeaders(absl::string_view source,
+                                   const std::vector<std::pair<std::string, std::string>>& headers,
+                                   const CompileLimits& limits);
 
 // INVALID_ARGUMENT unless there are 1 to limits.max_entries names, distinct, each a C
 // identifier or an NVRTC name expression for a kernel: a possibly qualified name with

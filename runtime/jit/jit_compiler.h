@@ -17,7 +17,10 @@
 //   // cuModuleLoadData(compiled.kernel->cubin), then
 //   // cuModuleGetFunction(compiled.kernel->lowered_names[0])
 //
-// Compile time: NVRTC runs on the calling thread. Each compile has a budget
+// Where NVRTC runs: in sandboxed worker processes when options.worker_path is set (gpukitd
+// always sets it; see compile_sandbox.h and docs/security.md), else in this process.
+//
+// Compile time: the calling thread waits for NVRTC. Each compile has a budget
 // (compile_time_budget, 30 s by default). Where NVRTC supports cancellation
 // (nvrtcSetFlowCallback, as CUDA 13's does), a compile that reaches its budget is cancelled
 // within NVRTC's next checkpoint; with an older NVRTC it runs to its end and its output is
@@ -39,7 +42,7 @@
 #include "absl/time/time.h"
 #include "runtime/jit/compile_options.h"
 #include "runtime/jit/kernel_cache.h"
-#include "runtime/jit/nvrtc.h"
+#include "runtime/jit/source_compiler.h"
 
 namespace gpukit {
 
@@ -55,10 +58,19 @@ struct JitCompilerOptions {
   // Generous: real kernels compile in well under a second, heavy templates in a few.
   absl::Duration compile_time_budget = absl::Seconds(30);
   CompileLimits limits;
+  // The compile worker executable (gpukit-compile-worker): when set, NVRTC runs in sandboxed
+  // worker processes that can open no file (compile_sandbox.h), as gpukitd always does. Empty:
+  // NVRTC runs in this process, which lets a source #include any file the process can read;
+  // only for sources gpukit trusts (tests, tools).
+  std::string worker_path;
+  int compile_workers = 2;                         // compiles at once (sandbox only)
+  int64_t worker_memory_bytes = int64_t{4} << 30;  // each worker's address space
+  int64_t max_log_bytes = int64_t{1} << 20;        // NVRTC's log is cut to this
 };
 
 struct CompileRequest {
-  std::string source;                // CUDA C++; #include of files is impossible (no -I)
+  std::string source;  // CUDA C++; it may #include only `headers` (no -I; sandboxed: no file)
+  std::vector<std::pair<std::string, std::string>> headers;  // (include name, text)
   std::vector<std::string> entries;  // kernels to expose: "add", "scale<float>"
   std::vector<std::string> options;  // allow-listed NVRTC options (compile_options.h)
 };
@@ -88,19 +100,22 @@ class JitCompiler {
   // NVRTC can compile for; INVALID_ARGUMENT naming the supported ones otherwise.
   absl::Status CheckArch(absl::string_view arch) const;
 
-  std::string nvrtc_version() const { return nvrtc_->version_string(); }  // "13.0"
-  const std::string& nvrtc_library_path() const { return nvrtc_->library_path(); }
-  const std::vector<int>& supported_archs() const { return nvrtc_->supported_archs(); }
+  std::string nvrtc_version() const { return compiler_->version_string(); }  // "13.0"
+  const std::string& nvrtc_library_path() const { return compiler_->library_path(); }
+  const std::vector<int>& supported_archs() const { return compiler_->supported_archs(); }
+  bool sandboxed() const { return !options_.worker_path.empty(); }
+  // The compiler behind the cache (a CompileSandbox when sandboxed()).
+  const SourceCompiler& compiler() const { return *compiler_; }
   KernelCacheStats cache_stats() const { return cache_->stats(); }
   const KernelCache& cache() const { return *cache_; }
 
  private:
-  JitCompiler(const JitCompilerOptions& options, std::unique_ptr<Nvrtc> nvrtc,
+  JitCompiler(const JitCompilerOptions& options, std::unique_ptr<SourceCompiler> compiler,
               std::unique_ptr<KernelCache> cache)
-      : options_(options), nvrtc_(std::move(nvrtc)), cache_(std::move(cache)) {}
+      : options_(options), compiler_(std::move(compiler)), cache_(std::move(cache)) {}
 
   const JitCompilerOptions options_;
-  const std::unique_ptr<Nvrtc> nvrtc_;
+  const std::unique_ptr<SourceCompiler> compiler_;
   const std::unique_ptr<KernelCache> cache_;
 };
 

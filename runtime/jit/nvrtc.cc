@@ -195,17 +195,35 @@ absl::StatusOr<NvrtcOutput> Nvrtc::Compile(absl::string_view source,
                                            const std::vector<std::string>& options,
                                            absl::string_view arch,
                                            absl::Duration time_budget) const {
+  return Compile(NvrtcInput{.source = std::string(source),
+                            .name_expressions = name_expressions,
+                            .options = options,
+                            .arch = std::string(arch),
+                            .time_budget = time_budget});
+}
+
+absl::StatusOr<NvrtcOutput> Nvrtc::Compile(const NvrtcInput& input) const {
+  const std::vector<std::string>& name_expressions = input.name_expressions;
+  const std::vector<std::string>& options = input.options;
+  const absl::string_view arch = input.arch;
+  const absl::Duration time_budget = input.time_budget;
   const Functions& fn = *functions_;
   auto call_failed = [&](const char* call, nvrtcResult result) {
     return absl::InternalError(absl::StrCat(call, ": ", fn.nvrtcGetErrorString(result)));
   };
   const auto start = std::chrono::steady_clock::now();
 
-  // nvrtcCreateProgram takes a NUL-terminated string.
-  const std::string source_text(source);
+  // nvrtcCreateProgram takes NUL-terminated strings.
+  std::vector<const char*> header_texts;
+  std::vector<const char*> header_names;
+  for (const auto& [name, text] : input.headers) {
+    header_names.push_back(name.c_str());
+    header_texts.push_back(text.c_str());
+  }
   nvrtcProgram raw_program = nullptr;
-  if (nvrtcResult result = fn.nvrtcCreateProgram(&raw_program, source_text.c_str(), kProgramName, 0,
-                                                 nullptr, nullptr);
+  if (nvrtcResult result = fn.nvrtcCreateProgram(&raw_program, input.source.c_str(), kProgramName,
+                                                 static_cast<int>(header_names.size()),
+                                                 header_texts.data(), header_names.data());
       result != NVRTC_SUCCESS) {
     if (result == NVRTC_ERROR_OUT_OF_MEMORY) {
       return absl::ResourceExhaustedError("nvrtcCreateProgram: out of memory");

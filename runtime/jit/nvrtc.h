@@ -35,20 +35,11 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "runtime/dynamic_library.h"
+#include "runtime/jit/source_compiler.h"
 
 namespace gpukit {
 
-struct NvrtcOutput {
-  std::string cubin;  // ELF image; set when the arch is a real one (sm_XX)
-  std::string ptx;    // set instead when the arch is virtual (compute_XX)
-  // The mangled name of each name expression, in the order given to Compile. For an
-  // extern "C" kernel it is the kernel's own name.
-  std::vector<std::string> lowered_names;
-  std::string log;  // NVRTC's warnings; empty when there are none
-  absl::Duration compile_time;
-};
-
-class Nvrtc {
+class Nvrtc : public SourceCompiler {
  public:
   // The library names Load tries by default, newest first: libnvrtc.so.13, libnvrtc.so.12,
   // libnvrtc.so.
@@ -61,36 +52,29 @@ class Nvrtc {
       const std::vector<std::string>& search_dirs,
       const std::vector<std::string>& library_names = DefaultLibraryNames());
 
-  ~Nvrtc();
+  ~Nvrtc() override;
   Nvrtc(const Nvrtc&) = delete;
   Nvrtc& operator=(const Nvrtc&) = delete;
 
   int major_version() const { return major_; }
   int minor_version() const { return minor_; }
-  std::string version_string() const;  // "13.0"
-  const std::string& library_path() const { return library_.path(); }
+  std::string version_string() const override;  // "13.0"
+  const std::string& library_path() const override { return library_.path(); }
 
   // The SM versions this NVRTC can compile for, as numbers: {75, 80, 86, ..., 90, 100, ...}.
   // Empty when the library cannot say (nvrtcGetSupportedArchs is missing).
-  const std::vector<int>& supported_archs() const { return supported_archs_; }
+  const std::vector<int>& supported_archs() const override { return supported_archs_; }
 
   // Whether a compile can be cancelled at its time budget (nvrtcSetFlowCallback, which
   // recent releases such as CUDA 13.0 have). Without it, a compile runs to its end and is
   // only then judged late.
   bool can_cancel() const;
 
-  // Compiles `source` (named "kernel.cu" in messages) for `arch` ("sm_90" gives a cubin,
-  // "compute_90" PTX) with `options` passed to NVRTC as they are, plus
-  // --gpu-architecture=<arch>. Each of `name_expressions` ("add", "scale<float>") is
-  // registered with nvrtcAddNameExpression and its lowered name returned.
-  // Errors:
-  //   INVALID_ARGUMENT: the source does not compile, an option is refused by NVRTC, or a
-  //     name expression names no kernel; the message holds NVRTC's whole log.
-  //   DEADLINE_EXCEEDED: the compile ran past `time_budget` (cancelled where NVRTC allows,
-  //     otherwise its output is discarded). absl::InfiniteDuration() means no budget.
-  //   RESOURCE_EXHAUSTED: NVRTC ran out of memory.
-  //   FAILED_PRECONDITION: NVRTC's installation is broken (builtins missing).
-  //   INTERNAL: any other NVRTC failure, with its error name.
+  // Compiles `input` in this process (see SourceCompiler::Compile for the errors). NVRTC
+  // opens any file the source #includes, with this process's rights: only for sources gpukit
+  // trusts, and inside the compile worker, which can open no file.
+  absl::StatusOr<NvrtcOutput> Compile(const NvrtcInput& input) const override;
+  // The same, for a source without headers.
   absl::StatusOr<NvrtcOutput> Compile(absl::string_view source,
                                       const std::vector<std::string>& name_expressions,
                                       const std::vector<std::string>& options,

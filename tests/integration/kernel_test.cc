@@ -25,6 +25,7 @@ namespace {
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 constexpr absl::StatusCode kInvalidArgument = absl::StatusCode::kInvalidArgument;
@@ -252,6 +253,76 @@ TEST_F(KernelTest, MalformedLaunchRequestsForARealKernelGetClearErrors) {
   defaults.clear_block();
   EXPECT_THAT(Launch(defaults), StatusIs(kFailedPrecondition));
   EXPECT_EQ(KernelTaskCount(), 0u);
+}
+
+// ---- Hostile sources (issue: a kernel source reads no host file) ----
+
+TEST_F(KernelTest, AnIncludedHostFileIsNeitherReadNorQuoted) {
+  SKIP_WITHOUT_NVRTC();
+  constexpr char kToken[] = "gpukit-integration-secret-31c7";
+  const std::string secret = absl::StrCat(temp_dir(), "/secret.h");
+  {
+    std::FILE* file = std::fopen(secret.c_str(), "w");
+    ASSERT_NE(file, nullptr);
+    std::fprintf(file, "%s\n", kToken);
+    std::fclose(file);
+  }
+  for (const std::string& source :
+       {absl::StrCat("#include \"", secret, "\"\n"), absl::StrCat("#include <", secret, ">\n"),
+        std::string("#include \"/etc/passwd\"\n"),
+        absl::StrCat("#define F \"", secret, "\"\n#include F\n")}) {
+    v1::CompileKernelRequest request = SaxpyRequest();
+    request.set_source(source + kSaxpy);
+    absl::StatusOr<v1::CompileKernelResponse> compiled = Compile(request);
+    EXPECT_THAT(compiled, StatusIs(kInvalidArgument, AllOf(HasSubstr("Permission denied"),
+                                                           Not(HasSubstr(kToken)),
+                                                           Not(HasSubstr("root:x:0")))))
+        << source;
+  }
+}
+
+TEST_F(KernelTest, NamedHeadersAreTheOnlyIncludesAndTheyWork) {
+  SKIP_WITHOUT_NVRTC();
+  v1::CompileKernelRequest request = SaxpyRequest();
+  request.set_source(absl::StrCat("#include \"scale.h\"\n", kSaxpy));
+  v1::KernelHeader* header = request.add_headers();
+  header->set_name("scale.h");
+  header->set_source("constexpr float kScale = 2.0f;\n");
+  GPUKIT_EXPECT_OK(Compile(request).status());
+  header->set_name("bad name.h");
+  EXPECT_THAT(Compile(request), StatusIs(kInvalidArgument, HasSubstr("headers[0]")));
+}
+
+TEST_F(KernelTest, AHugeCompileLogFitsTheStatusAndGetCompileLogHasAllOfIt) {
+  SKIP_WITHOUT_NVRTC();
+  // Each line's error quotes a 2000-character name: far more log than gRPC's 16 KiB of
+  // metadata could carry in a status message.
+  const std::string name(2000, 'q');
+  std::string source;
+  for (int i = 0; i < 40; ++i) absl::StrAppend(&source, "int v", i, " = ", name, i, ";\n");
+  v1::CompileKernelRequest request = SaxpyRequest();
+  request.set_source(source);
+  absl::StatusOr<v1::CompileKernelResponse> compiled = Compile(request);
+  ASSERT_THAT(compiled, StatusIs(kInvalidArgument, HasSubstr("GetCompileLog returns the whole")));
+  EXPECT_LT(compiled.status().message().size(), size_t{8} << 10);
+
+  grpc::ClientContext context;
+  v1::GetCompileLogRequest log_request;
+  log_request.set_session_id(session_);
+  v1::GetCompileLogResponse log;
+  GPUKIT_ASSERT_OK(FromGrpc(compute_->GetCompileLog(&context, log_request, &log), context));
+  EXPECT_TRUE(log.failed());
+  EXPECT_GT(log.log().size(), size_t{16} << 10);
+  EXPECT_THAT(log.log(), HasSubstr(absl::StrCat(name, "39")));
+
+  // The C++ client reads it too, and a good compile replaces it.
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Connect());
+  EXPECT_FALSE(client->CompileKernel(source, {"saxpy"}).ok());
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string whole, client->LastCompileLog());
+  EXPECT_GT(whole.size(), size_t{16} << 10);
+  GPUKIT_ASSERT_OK(client->CompileKernel(kSaxpy, {"saxpy"}).status());
+  GPUKIT_ASSERT_OK_AND_ASSIGN(whole, client->LastCompileLog());
+  EXPECT_EQ(whole, "");
 }
 
 }  // namespace

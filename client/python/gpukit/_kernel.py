@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, List, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -196,7 +196,10 @@ def compile_kernel(
     source: str,
     entries: Union[str, Sequence[str]],
     options: Sequence[str] = (),
+    headers: Optional[Mapping[str, str]] = None,
 ) -> Kernel:
     names: Tuple[str, ...] = (entries,) if isinstance(entries, str) else tuple(entries)
-    impl = session._client.compile_kernel(source, list(names), list(options))
+    impl = session._client.compile_kernel(
+        source, list(names), list(options), list((headers or {}).items())
+    )
     return Kernel(impl, session)

@@ -254,19 +254,26 @@ class Session:
     # --- custom kernels -----------------------------------------------------------------
 
     def compile(
-        self, source: str, entries: Union[str, Sequence[str]], options: Sequence[str] = ()
+        self,
+        source: str,
+        entries: Union[str, Sequence[str]],
+        options: Sequence[str] = (),
+        headers: Optional[Mapping[str, str]] = None,
     ) -> _kernel.Kernel:
         """Compiles CUDA C++ `source` in the daemon (NVRTC, cached) for the session's device.
 
         Parameters
         ----------
         source : str
-            CUDA C++; nothing can be ``#include``d.
+            CUDA C++. It may ``#include`` only `headers`: the daemon compiles where no file of
+            its host is visible.
         entries : str or sequence of str
             The kernels to export: ``extern "C"`` names, or template name expressions
             (``"scale<float>"``).
         options : sequence of str
             NVRTC options from the daemon's allow-list (``"-DN=4"``, ``"--use_fast_math"``).
+        headers : mapping of str to str, optional
+            Headers the source may ``#include``, by name: ``{"tile.h": "..."}``.
 
         Returns
         -------
@@ -275,14 +282,18 @@ class Session:
         Raises
         ------
         InvalidArgument
-            The source does not compile (the message holds NVRTC's log), or a refused option
-            or entry name.
+            The source does not compile (the message holds the start of NVRTC's log;
+            :meth:`last_compile_log` has all of it), or a refused option, header or entry name.
         FailedPrecondition
             The daemon has no NVRTC.
         ResourceExhausted
             The session holds its limit of kernels.
         """
-        return _kernel.compile_kernel(self, source, entries, options)
+        return _kernel.compile_kernel(self, source, entries, options, headers)
+
+    def last_compile_log(self) -> str:
+        """NVRTC's whole log of this session's last :meth:`compile`, failed or not."""
+        return self._client.last_compile_log()
 
 
 def connect(

@@ -500,15 +500,26 @@ PYBIND11_MODULE(_gpukit, m) {
       .def(
           "compile_kernel",
           [](const PyClient& self, const std::string& source, std::vector<std::string> entries,
-             std::vector<std::string> options) {
+             std::vector<std::string> options,
+             std::vector<std::pair<std::string, std::string>> headers) {
             absl::StatusOr<Kernel> kernel;
             WithoutGil([&] {
-              kernel = self.client()->CompileKernel(source, std::move(entries), std::move(options));
+              kernel = self.client()->CompileKernel(source, std::move(entries), std::move(options),
+                                                    headers);
             });
             return std::make_shared<PyKernel>(self.client(), ValueOrThrow(std::move(kernel)));
           },
           py::arg("source"), py::arg("entries"), py::arg("options") = std::vector<std::string>(),
+          py::arg("headers") = std::vector<std::pair<std::string, std::string>>(),
           "Compiles CUDA C++ with NVRTC in the daemon (CompileKernel).")
+      .def(
+          "last_compile_log",
+          [](const PyClient& self) {
+            absl::StatusOr<std::string> log;
+            WithoutGil([&] { log = self.client()->LastCompileLog(); });
+            return ValueOrThrow(std::move(log));
+          },
+          "NVRTC's whole log of the session's last compile (GetCompileLog).")
       .def(
           "keep_alive",
           [](const PyClient& self) {

@@ -392,9 +392,16 @@ class Client {
   // (the message holds NVRTC's log for source that does not compile; a refused option or
   // entry name), FAILED_PRECONDITION (the daemon has no NVRTC), RESOURCE_EXHAUSTED (the
   // session holds its limit of kernels), DEADLINE_EXCEEDED (compiling took too long).
-  // A compile the daemon has cached costs one round trip.
-  absl::StatusOr<Kernel> CompileKernel(const std::string& source, std::vector<std::string> entries,
-                                       std::vector<std::string> options = {});
+  // A compile the daemon has cached costs one round trip. The source may #include only
+  // `headers` ((name, text) pairs: #include "name" finds text); the daemon compiles where no
+  // file of its host is visible. A long compile error's message holds the start of NVRTC's
+  // log; LastCompileLog returns all of it.
+  absl::StatusOr<Kernel> CompileKernel(
+      const std::string& source, std::vector<std::string> entries,
+      std::vector<std::string> options = {},
+      const std::vector<std::pair<std::string, std::string>>& headers = {});
+  // NVRTC's whole log of this session's last CompileKernel (failed or not; at most 1 MiB).
+  absl::StatusOr<std::string> LastCompileLog();
   // Launches `entry` of `kernel` ("" for a kernel's only entry) over `grid` blocks of
   // `block` threads with `shared_memory_bytes` of dynamic shared memory, as a task of the
   // session's partition (with ClientOptions::task, or `task`), and waits for it to run.
