@@ -180,6 +180,37 @@ def test_compile_error_is_invalid_argument_with_nvrtc_log(gk, daemon):
 # --- the GIL --------------------------------------------------------------------------------
 
 
+def test_a_source_includes_its_headers_and_no_host_file(gk, daemon, tmp_path):
+    if not daemon.has_nvrtc():
+        pytest.skip("the daemon found no NVRTC on this host, so it compiles no kernels")
+    secret = tmp_path / "secret.h"
+    secret.write_text("gpukit-python-secret-5d2e\n")
+    with pytest.raises(gpukit.InvalidArgument) as refused:
+        gk.compile(f'#include "{secret}"\nextern "C" __global__ void k() {{}}', "k")
+    assert "Permission denied" in str(refused.value)
+    assert "gpukit-python-secret" not in str(refused.value)
+    kernel = gk.compile(
+        '#include "n.h"\nextern "C" __global__ void k(int* x) { x[0] = kN; }',
+        "k",
+        headers={"n.h": "constexpr int kN = 7;"},
+    )
+    assert kernel.entries == ["k"]
+    assert gk.last_compile_log() == ""
+
+
+def test_last_compile_log_holds_what_the_error_message_cut(gk, daemon):
+    if not daemon.has_nvrtc():
+        pytest.skip("the daemon found no NVRTC on this host, so it compiles no kernels")
+    name = "q" * 2000
+    source = "".join(f"int v{i} = {name}{i};\n" for i in range(40))
+    with pytest.raises(gpukit.InvalidArgument) as refused:
+        gk.compile(source, "k")
+    assert "GetCompileLog returns the whole log" in str(refused.value)
+    assert len(str(refused.value)) < 8192
+    log = gk.last_compile_log()
+    assert len(log) > 16384 and f"{name}39" in log
+
+
 def test_blocking_calls_release_the_gil(gk):
     """A thread waits in one long daemon call while the main thread keeps running Python.
 
