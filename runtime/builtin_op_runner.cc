@@ -726,16 +726,17 @@ absl::StatusOr<ModuleId> BuiltinOpRunner::Load(Slot& slot) {
     absl::StatusOr<ModuleId> id = device_.LoadModule(source.fatbin);
     if (id.ok()) {
       slot.origin = ModuleOrigin::kPrecompiled;
-      spdlog::info("built-in kernels \"{}\": precompiled ({:.1f} ms)", std::string(source.name),
-                   absl::ToDoubleMilliseconds(
-                       absl::FromChrono(std::chrono::steady_clock::now() - start)));
+      spdlog::info(
+          "built-in kernels \"{}\": precompiled ({:.1f} ms)", std::string(source.name),
+          absl::ToDoubleMilliseconds(absl::FromChrono(std::chrono::steady_clock::now() - start)));
       return id;
     }
     // The same driver refuses every fatbin of the build alike: say so once, then compile.
     if (!precompiled_refused_.exchange(true)) {
-      spdlog::warn("built-in kernels: the device refused the precompiled fatbin of \"{}\" ({}); "
-                   "compiling the built-in kernels with NVRTC instead",
-                   std::string(source.name), id.status().ToString());
+      spdlog::warn(
+          "built-in kernels: the device refused the precompiled fatbin of \"{}\" ({}); "
+          "compiling the built-in kernels with NVRTC instead",
+          std::string(source.name), id.status().ToString());
     }
   }
   if (compile_ == nullptr) {
@@ -745,11 +746,11 @@ absl::StatusOr<ModuleId> BuiltinOpRunner::Load(Slot& slot) {
   }
   absl::StatusOr<std::string> image = compile_(source.name, source.text, slot.entry);
   if (!image.ok()) {
-    return absl::Status(
-        image.status().code() == absl::StatusCode::kInvalidArgument ? absl::StatusCode::kInternal
-                                                                    : image.status().code(),
-        absl::StrCat("compiling built-in kernel module \"", source.name,
-                     "\": ", image.status().message()));
+    return absl::Status(image.status().code() == absl::StatusCode::kInvalidArgument
+                            ? absl::StatusCode::kInternal
+                            : image.status().code(),
+                        absl::StrCat("compiling built-in kernel module \"", source.name,
+                                     "\": ", image.status().message()));
   }
   GPUKIT_ASSIGN_OR_RETURN(ModuleId id, device_.LoadModule(*image));
   slot.origin = ModuleOrigin::kCompiled;
@@ -774,9 +775,10 @@ void BuiltinOpRunner::WarmUpLoop() {
     if (next >= warm_up_order_.size()) return;
     Slot& slot = *warm_up_order_[next];
     if (absl::Status loaded = LoadedModule(slot).status(); !loaded.ok()) {
-      spdlog::warn("built-in kernels \"{}\": warm-up failed, the first op needing them will "
-                   "try again: {}",
-                   std::string(slot.source->name), loaded.ToString());
+      spdlog::warn(
+          "built-in kernels \"{}\": warm-up failed, the first op needing them will "
+          "try again: {}",
+          std::string(slot.source->name), loaded.ToString());
     }
   }
 }

@@ -338,9 +338,10 @@ void CudaDevice::EnableBuiltinOps(std::shared_ptr<JitCompiler> jit) {
     }
   }
   if (fit == FatbinFit::kNone && jit == nullptr) {
-    spdlog::warn("{}: no NVRTC JIT compiler for it and {}, so no built-in ops (raw kernel "
-                 "launches only)",
-                 Describe(), no_fatbin_reason);
+    spdlog::warn(
+        "{}: no NVRTC JIT compiler for it and {}, so no built-in ops (raw kernel "
+        "launches only)",
+        Describe(), no_fatbin_reason);
     return;
   }
   ModuleCompiler compile;  // stays null without NVRTC: the fatbins must do
@@ -366,7 +367,8 @@ void CudaDevice::EnableBuiltinOps(std::shared_ptr<JitCompiler> jit) {
                                     .use_precompiled = fit != FatbinFit::kNone});
   // Modules still to be compiled (by NVRTC, or by the driver from PTX) are compiled in the
   // background from now on, several at once, so that the first op waits for its own at most.
-  const int warm_up_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
+  const int warm_up_threads =
+      std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
   const kernels::PrecompiledTargets targets = kernels::PrecompiledKernelTargets();
   const std::string fatbin_text =
       targets.sass_archs.empty()
@@ -379,9 +381,10 @@ void CudaDevice::EnableBuiltinOps(std::shared_ptr<JitCompiler> jit) {
       spdlog::info("{}: built-in kernels: {}, SASS for {}", Describe(), fatbin_text, info_.arch);
       break;
     case FatbinFit::kPtx:
-      spdlog::info("{}: built-in kernels: {}, compute_{} PTX compiled by the driver for {} in "
-                   "the background",
-                   Describe(), fatbin_text, targets.ptx_arch, info_.arch);
+      spdlog::info(
+          "{}: built-in kernels: {}, compute_{} PTX compiled by the driver for {} in "
+          "the background",
+          Describe(), fatbin_text, targets.ptx_arch, info_.arch);
       ops_->StartWarmUp(warm_up_threads);
       break;
     case FatbinFit::kNone:
@@ -1003,7 +1006,8 @@ absl::Status CudaDevice::RunOp(const OpLaunch& launch, StreamId stream) {
   if (ops_ == nullptr) {
     return absl::UnimplementedError(
         absl::StrCat("op \"", launch.op->name, "\" cannot run on ", Describe(),
-                     ": built-in ops need the NVRTC JIT compiler, which is not available for it"));
+                     ": built-in ops need precompiled kernels this GPU runs or the NVRTC JIT "
+                     "compiler, and it has neither (see gpukitd's log at start-up)"));
   }
   return ops_->Run(launch, stream);
 }

@@ -61,9 +61,8 @@ absl::StatusOr<std::vector<FatbinImage>> ParseFatbin(absl::string_view fatbin) {
                        " bytes, payload ", payload_bytes, " bytes) runs past the end at ", end));
     }
     if (kind != kKindPtx && kind != kKindElf) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("fatbin image at offset ", offset, " has kind ", kind,
-                       "; expected 1 (PTX) or 2 (ELF)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "fatbin image at offset ", offset, " has kind ", kind, "; expected 1 (PTX) or 2 (ELF)"));
     }
     FatbinImage image;
     image.kind = kind == kKindPtx ? FatbinImage::Kind::kPtx : FatbinImage::Kind::kElf;

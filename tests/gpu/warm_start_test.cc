@@ -138,18 +138,17 @@ class PrecompiledMatchesNvrtcTest : public ::testing::Test {
                                        .modules = kernels::EmbeddedKernelSources(),
                                        .use_precompiled = true});
     nvrtc_ = std::make_unique<BuiltinOpRunner>(
-        *cuda_,
-        BuiltinOpRunnerOptions{
-            .compile = [arch](absl::string_view, absl::string_view source,
-                              absl::string_view entry) -> absl::StatusOr<std::string> {
-              CompileRequest request;
-              request.source = std::string(source);
-              request.entries = {std::string(entry)};
-              GPUKIT_ASSIGN_OR_RETURN(JitResult compiled, jit_->Compile(request, arch));
-              return compiled.kernel->cubin;
-            },
-            .modules = kernels::EmbeddedKernelSources(),
-            .use_precompiled = false});
+        *cuda_, BuiltinOpRunnerOptions{
+                    .compile = [arch](absl::string_view, absl::string_view source,
+                                      absl::string_view entry) -> absl::StatusOr<std::string> {
+                      CompileRequest request;
+                      request.source = std::string(source);
+                      request.entries = {std::string(entry)};
+                      GPUKIT_ASSIGN_OR_RETURN(JitResult compiled, jit_->Compile(request, arch));
+                      return compiled.kernel->cubin;
+                    },
+                    .modules = kernels::EmbeddedKernelSources(),
+                    .use_precompiled = false});
   }
 
   // Random values in +-[0.25, 2] (integers: 1..100), as bytes of `dtype`.
@@ -191,8 +190,8 @@ class PrecompiledMatchesNvrtcTest : public ::testing::Test {
       operand.desc = descs[i].tensor;
       GPUKIT_ASSIGN_OR_RETURN(operand.buffer, cuda_->Allocate(data[i].size()));
       buffers.push_back(operand.buffer);
-      GPUKIT_RETURN_IF_ERROR(cuda_->CopyHostToDevice(operand.buffer, 0, data[i].data(),
-                                                     data[i].size(), stream));
+      GPUKIT_RETURN_IF_ERROR(
+          cuda_->CopyHostToDevice(operand.buffer, 0, data[i].data(), data[i].size(), stream));
       launch.inputs.push_back(operand);
     }
     GPUKIT_ASSIGN_OR_RETURN(int64_t out_bytes, ByteSize(plan.output.shape, plan.output.dtype));
@@ -200,7 +199,8 @@ class PrecompiledMatchesNvrtcTest : public ::testing::Test {
     buffers.push_back(launch.output);
     GPUKIT_RETURN_IF_ERROR(runner.Run(launch, stream));
     std::vector<uint8_t> out(out_bytes);
-    GPUKIT_RETURN_IF_ERROR(cuda_->CopyDeviceToHost(out.data(), launch.output, 0, out_bytes, stream));
+    GPUKIT_RETURN_IF_ERROR(
+        cuda_->CopyDeviceToHost(out.data(), launch.output, 0, out_bytes, stream));
     GPUKIT_RETURN_IF_ERROR(SynchronizeStream(*cuda_, stream));
     runner.ReleaseStream(stream);
     for (BufferId buffer : buffers) GPUKIT_RETURN_IF_ERROR(cuda_->Free(buffer));
@@ -212,7 +212,8 @@ class PrecompiledMatchesNvrtcTest : public ::testing::Test {
                       const AttrMap& attrs = {}) {
     SCOPED_TRACE(absl::StrCat(op, " ", DTypeName(dtype)));
     std::vector<std::vector<uint8_t>> data;
-    for (const Shape& shape : shapes) data.push_back(RandomBytes(dtype, ElementCount(shape).value()));
+    for (const Shape& shape : shapes)
+      data.push_back(RandomBytes(dtype, ElementCount(shape).value()));
     absl::StatusOr<std::vector<uint8_t>> precompiled =
         RunWith(*precompiled_, op, dtype, shapes, data, attrs);
     ASSERT_TRUE(precompiled.ok()) << precompiled.status();

@@ -597,8 +597,8 @@ TEST(BuiltinOpRunnerModulesTest, TakesThePrecompiledImageWhenPresentAndCompilesO
   RecordingDevice device;
   RecordingCompiler compiler;
   const std::vector<kernels::EmbeddedKernelSource> modules = BinaryWithFatbinCastWithout();
-  BuiltinOpRunner runner(device, {.compile = compiler.Get(), .modules = modules,
-                                  .use_precompiled = true});
+  BuiltinOpRunner runner(device,
+                         {.compile = compiler.Get(), .modules = modules, .use_precompiled = true});
   ASSERT_THAT(runner.Kernel("binary", "gk_add_f32"), IsOk());
   EXPECT_THAT(compiler.compiled(), IsEmpty());
   EXPECT_THAT(device.loaded, ElementsAre("FATBIN-binary"));
@@ -615,8 +615,8 @@ TEST(BuiltinOpRunnerModulesTest, CompilesEveryModuleWhenTheFatbinsAreNotToBeUsed
   RecordingDevice device;
   RecordingCompiler compiler;
   const std::vector<kernels::EmbeddedKernelSource> modules = BinaryWithFatbinCastWithout();
-  BuiltinOpRunner runner(device, {.compile = compiler.Get(), .modules = modules,
-                                  .use_precompiled = false});
+  BuiltinOpRunner runner(device,
+                         {.compile = compiler.Get(), .modules = modules, .use_precompiled = false});
   ASSERT_THAT(runner.Kernel("binary", "gk_add_f32"), IsOk());
   EXPECT_THAT(compiler.compiled(), ElementsAre("binary"));
   EXPECT_THAT(device.loaded, ElementsAre("image-binary"));
@@ -629,8 +629,8 @@ TEST(BuiltinOpRunnerModulesTest, AFatbinTheDeviceRefusesIsCompiledAndNoOtherFatb
   RecordingCompiler compiler;
   std::vector<kernels::EmbeddedKernelSource> modules = BinaryWithFatbinCastWithout();
   modules[1].fatbin = "FATBIN-cast";
-  BuiltinOpRunner runner(device, {.compile = compiler.Get(), .modules = modules,
-                                  .use_precompiled = true});
+  BuiltinOpRunner runner(device,
+                         {.compile = compiler.Get(), .modules = modules, .use_precompiled = true});
   ASSERT_THAT(runner.Kernel("binary", "gk_add_f32"), IsOk());
   ASSERT_THAT(runner.Kernel("cast", "gk_cast_f32_f16"), IsOk());
   EXPECT_THAT(device.refused, ElementsAre("FATBIN-binary"));
@@ -642,12 +642,10 @@ TEST(BuiltinOpRunnerModulesTest, AFatbinTheDeviceRefusesIsCompiledAndNoOtherFatb
 TEST(BuiltinOpRunnerModulesTest, WithoutACompilerOnlyPrecompiledModulesLoad) {
   RecordingDevice device;
   const std::vector<kernels::EmbeddedKernelSource> modules = BinaryWithFatbinCastWithout();
-  BuiltinOpRunner runner(device, {.compile = nullptr, .modules = modules,
-                                  .use_precompiled = true});
+  BuiltinOpRunner runner(device, {.compile = nullptr, .modules = modules, .use_precompiled = true});
   EXPECT_THAT(runner.Kernel("binary", "gk_add_f32"), IsOk());
   EXPECT_THAT(runner.Kernel("cast", "gk_cast_f32_f16"),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("no NVRTC JIT compiler")));
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no NVRTC JIT compiler")));
   EXPECT_THAT(device.loaded, ElementsAre("FATBIN-binary"));
 }
 
@@ -674,8 +672,8 @@ TEST(BuiltinOpRunnerModulesTest, AnOpDuringTheWarmUpWaitsForItsModuleAndNothingC
   ASSERT_THAT(runner.Run(AddLaunch(), StreamId{1}), IsOk());  // races the warm-up's "binary"
   compiler.AwaitCompiled(7);
   runner.StopWarmUp();
-  EXPECT_THAT(compiler.compiled(), UnorderedElementsAre("binary", "cast", "reduce", "unary",
-                                                        "matmul", "layout", "nn"));
+  EXPECT_THAT(compiler.compiled(),
+              UnorderedElementsAre("binary", "cast", "reduce", "unary", "matmul", "layout", "nn"));
   ASSERT_EQ(device.launches.size(), 1u);
   EXPECT_EQ(device.launches[0].kernel, "image-binary:gk_add_f32");
 }

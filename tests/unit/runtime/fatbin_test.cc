@@ -76,7 +76,8 @@ TEST(FatbinTest, ReadsKindArchitectureAndCompressionOfEveryImage) {
 TEST(FatbinTest, RefusesWhatIsNotAWholeFatbin) {
   const std::string good = MakeFatbin({{2, 80}, {1, 90}});
   EXPECT_THAT(ParseFatbin(""), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("magic")));
-  EXPECT_THAT(ParseFatbin("\x7f" "ELF and more bytes than a header"),
+  EXPECT_THAT(ParseFatbin("\x7f"
+                          "ELF and more bytes than a header"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("magic")));
   std::string version = good;
   Put<uint16_t>(version, 4, 2);
