@@ -259,7 +259,7 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(const CudaDeviceO
   std::unique_ptr<CudaDevice> created(
       new CudaDevice(*cu, device, context, std::move(properties), std::move(info)));
   GPUKIT_RETURN_IF_ERROR(created->EnableMemoryPools(options));
-  created->EnableBuiltinOps(options.jit);
+  created->EnableBuiltinOps(options.jit, options.compile_builtin_kernels_at_start);
   created->EnableCublasLt(options);
   return created;
 }
@@ -305,7 +305,7 @@ void CudaDevice::EnableCublasLt(const CudaDeviceOptions& options) {
                blas_->library().path);
 }
 
-void CudaDevice::EnableBuiltinOps(std::shared_ptr<JitCompiler> jit) {
+void CudaDevice::EnableBuiltinOps(std::shared_ptr<JitCompiler> jit, bool compile_at_start) {
   // The precompiled modules (kernels/cuda/embedded_kernels.h), when the build made them: how
   // this GPU runs them is the worst fit among them (they are built alike, so all fit alike).
   const absl::Span<const kernels::EmbeddedKernelSource> modules = kernels::EmbeddedKernelSources();
@@ -365,10 +365,12 @@ void CudaDevice::EnableBuiltinOps(std::shared_ptr<JitCompiler> jit) {
       *this, BuiltinOpRunnerOptions{.compile = std::move(compile),
                                     .modules = modules,
                                     .use_precompiled = fit != FatbinFit::kNone});
-  // Modules still to be compiled (by NVRTC, or by the driver from PTX) are compiled in the
-  // background from now on, several at once, so that the first op waits for its own at most.
+  // With compile_at_start, modules still to be compiled (by NVRTC, or by the driver from
+  // PTX) are compiled in the background from now on, several at once, so that the first op
+  // waits for its own at most.
   const int warm_up_threads =
       std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
+  const char* const when = compile_at_start ? "in the background" : "on first use";
   const kernels::PrecompiledTargets targets = kernels::PrecompiledKernelTargets();
   const std::string fatbin_text =
       targets.sass_archs.empty()
@@ -381,16 +383,14 @@ void CudaDevice::EnableBuiltinOps(std::shared_ptr<JitCompiler> jit) {
       spdlog::info("{}: built-in kernels: {}, SASS for {}", Describe(), fatbin_text, info_.arch);
       break;
     case FatbinFit::kPtx:
-      spdlog::info(
-          "{}: built-in kernels: {}, compute_{} PTX compiled by the driver for {} in "
-          "the background",
-          Describe(), fatbin_text, targets.ptx_arch, info_.arch);
-      ops_->StartWarmUp(warm_up_threads);
+      spdlog::info("{}: built-in kernels: {}, compute_{} PTX compiled by the driver for {} {}",
+                   Describe(), fatbin_text, targets.ptx_arch, info_.arch, when);
+      if (compile_at_start) ops_->StartWarmUp(warm_up_threads);
       break;
     case FatbinFit::kNone:
-      spdlog::info("{}: built-in kernels: compiling with NVRTC {} for {} in the background ({})",
-                   Describe(), jit_->nvrtc_version(), info_.arch, no_fatbin_reason);
-      ops_->StartWarmUp(warm_up_threads);
+      spdlog::info("{}: built-in kernels: compiling with NVRTC {} for {} {} ({})", Describe(),
+                   jit_->nvrtc_version(), info_.arch, when, no_fatbin_reason);
+      if (compile_at_start) ops_->StartWarmUp(warm_up_threads);
       break;
   }
 }

@@ -12,8 +12,9 @@
 // contract (host memory valid until an event after the copy completes) covers the rest.
 // Built-in ops run as gpukit's own kernels (BuiltinOpRunner): loaded from the fatbins the
 // build precompiled (kernels/cuda/embedded_kernels.h) when this GPU runs them, else compiled
-// by the NVRTC JIT compiler, in the background from Create on (StartWarmUp; the destructor
-// waits for compiles in flight). Create logs which path the device takes. With neither,
+// by the NVRTC JIT compiler, on first use or in the background from Create on
+// (compile_builtin_kernels_at_start; the destructor waits for compiles in flight). Create
+// logs which path the device takes. With neither,
 // SupportsOp is false for all of them and RunOp validates its operands, then returns
 // UNIMPLEMENTED. float32, float16 and bfloat16 matmuls run through
 // cuBLASLt instead when it is available (runtime/cuda/cublaslt.h), with a workspace per
@@ -77,6 +78,13 @@ struct CudaDeviceOptions {
   // no precompiled code it runs. Without either, or when its NVRTC cannot compile for this
   // GPU, the device runs no built-in ops (SupportsOp is false); raw launches still work.
   std::shared_ptr<JitCompiler> jit;
+  // Where the built-in kernels must be compiled (no precompiled code this GPU runs, or PTX
+  // the driver compiles), starts compiling all of them in the background at Create, half
+  // the cores at a time, instead of each on its first use. The daemon's devices do (the
+  // first tenant then waits for its module's compile at most); off by default, so that a
+  // short-lived device (a test's) compiles only what it uses and its destructor, which
+  // waits for compiles in flight, returns at once.
+  bool compile_builtin_kernels_at_start = false;
   // Runs float32/float16/bfloat16 matmuls through cuBLASLt when libcublasLt is found
   // (runtime/jit/library_search.h's search, `cublaslt_dir` first when set). Without it the
   // device logs "cuBLASLt not available (...); matmul uses gpukit's own kernel" and does so.
@@ -237,7 +245,7 @@ class CudaDevice final : public Device {
   // Sets up the built-in ops over the precompiled fatbins if this GPU runs them, else over
   // `jit` if it can compile for this GPU, compiling in the background (logs which, or why
   // neither).
-  void EnableBuiltinOps(std::shared_ptr<JitCompiler> jit);
+  void EnableBuiltinOps(std::shared_ptr<JitCompiler> jit, bool compile_at_start);
   // Opens cuBLASLt for matmul, if wanted and found (logs the outcome either way).
   void EnableCublasLt(const CudaDeviceOptions& options);
   // Runs a planned matmul through cuBLASLt when it takes it: true when it is enqueued (or
