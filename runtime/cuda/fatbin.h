@@ -7,8 +7,10 @@
 // The container is what nvcc -fatbin writes (and cuModuleLoadData takes): a 16-byte header
 // (magic 0xBA55ED50, version 1, header size, size of the images that follow), then one
 // header per image, each followed by its payload, possibly compressed. Only the headers are
-// read; no payload is decompressed. The layout is not documented by NVIDIA; the fields read
-// here (kind, architecture, flags) are the ones cuobjdump and the driver rely on.
+// read; no payload is decompressed. NVIDIA does not document the layout: the fields read here
+// (kind, sizes, architecture, compression flags) are where CUDA 12 and 13's nvcc put them, as
+// open-source fatbin readers (e.g. ZLUDA's) read them, and tests/unit/runtime/fatbin_test.cc
+// checks them against the fatbins the build embeds.
 //
 //   GPUKIT_ASSIGN_OR_RETURN(std::vector<FatbinImage> images, ParseFatbin(fatbin));
 //   if (FatbinRunsOn(images, 9, 0) == FatbinFit::kSass) { ... }
