@@ -310,6 +310,7 @@ log "gpu tests: ${GPU_TESTS[*]:-none}"
 for test in "${GPU_TESTS[@]}"; do
   case "$test" in
     gpu_multi_client_test) needs=(gpukitd gpukit_integration_worker) ;;
+    gpu_warm_start_test) needs=(gpukitd) ;;
     *) needs=() ;;
   esac
   for program in "${needs[@]}"; do

@@ -1,6 +1,7 @@
 #include "runtime/builtin_op_runner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -8,11 +9,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/embedded_kernels.h"
 #include "kernels/cuda/op_params.h"
 #include "runtime/base/shape.h"
 #include "runtime/base/status_macros.h"
+#include "spdlog/spdlog.h"
 
 namespace gpukit {
 namespace {
@@ -623,7 +626,23 @@ absl::string_view KernelDTypeSuffix(DType dtype) {
 }
 
 BuiltinOpRunner::BuiltinOpRunner(Device& device, ModuleCompiler compile)
-    : device_(device), compile_(std::move(compile)) {}
+    : BuiltinOpRunner(device, BuiltinOpRunnerOptions{.compile = std::move(compile),
+                                                     .modules = kernels::EmbeddedKernelSources(),
+                                                     .use_precompiled = false}) {}
+
+BuiltinOpRunner::BuiltinOpRunner(Device& device, BuiltinOpRunnerOptions options)
+    : device_(device),
+      compile_(std::move(options.compile)),
+      use_precompiled_(options.use_precompiled) {
+  for (const kernels::EmbeddedKernelSource& source : options.modules) {
+    auto slot = std::make_unique<Slot>();
+    slot->source = &source;
+    slot->entry = ModuleEntry(source.name);
+    slots_.push_back(std::move(slot));
+  }
+}
+
+BuiltinOpRunner::~BuiltinOpRunner() { StopWarmUp(); }
 
 bool BuiltinOpRunner::Supports(absl::string_view op_name) {
   for (absl::string_view op :
@@ -661,33 +680,115 @@ void BuiltinOpRunner::ReleaseStream(StreamId stream) {
 
 absl::StatusOr<FunctionId> BuiltinOpRunner::Kernel(absl::string_view module,
                                                    absl::string_view kernel) {
-  absl::MutexLock lock(&mu_);
   const std::string key = absl::StrCat(module, ".", kernel);
-  if (auto it = functions_.find(key); it != functions_.end()) return it->second;
-  auto loaded = modules_.find(module);
-  if (loaded == modules_.end()) {
-    const kernels::EmbeddedKernelSource* source = nullptr;
-    for (const kernels::EmbeddedKernelSource& s : kernels::EmbeddedKernelSources()) {
-      if (s.name == module) source = &s;
-    }
-    const absl::string_view entry = ModuleEntry(module);
-    if (source == nullptr || entry.empty()) {
-      return absl::InternalError(absl::StrCat("no built-in kernel module \"", module, "\""));
-    }
-    absl::StatusOr<std::string> image = compile_(module, source->text, entry);
-    if (!image.ok()) {
-      return absl::Status(
-          image.status().code() == absl::StatusCode::kInvalidArgument ? absl::StatusCode::kInternal
-                                                                      : image.status().code(),
-          absl::StrCat("compiling built-in kernel module \"", module,
-                       "\": ", image.status().message()));
-    }
-    GPUKIT_ASSIGN_OR_RETURN(ModuleId id, device_.LoadModule(*image));
-    loaded = modules_.emplace(std::string(module), id).first;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = functions_.find(key); it != functions_.end()) return it->second;
   }
-  GPUKIT_ASSIGN_OR_RETURN(FunctionId function, device_.GetFunction(loaded->second, kernel));
+  Slot* slot = FindSlot(module);
+  if (slot == nullptr || slot->entry.empty()) {
+    return absl::InternalError(absl::StrCat("no built-in kernel module \"", module, "\""));
+  }
+  GPUKIT_ASSIGN_OR_RETURN(ModuleId id, LoadedModule(*slot));
+  absl::MutexLock lock(&mu_);
+  if (auto it = functions_.find(key); it != functions_.end()) return it->second;
+  GPUKIT_ASSIGN_OR_RETURN(FunctionId function, device_.GetFunction(id, kernel));
   functions_.emplace(key, function);
   return function;
+}
+
+BuiltinOpRunner::Slot* BuiltinOpRunner::FindSlot(absl::string_view module) const {
+  for (const std::unique_ptr<Slot>& slot : slots_) {
+    if (slot->source->name == module) return slot.get();
+  }
+  return nullptr;
+}
+
+ModuleOrigin BuiltinOpRunner::Origin(absl::string_view module) const {
+  const Slot* slot = FindSlot(module);
+  if (slot == nullptr) return ModuleOrigin::kNotLoaded;
+  absl::MutexLock lock(&slot->mu);
+  return slot->origin;
+}
+
+absl::StatusOr<ModuleId> BuiltinOpRunner::LoadedModule(Slot& slot) {
+  absl::MutexLock lock(&slot.mu);
+  if (slot.id.has_value()) return *slot.id;
+  GPUKIT_ASSIGN_OR_RETURN(ModuleId id, Load(slot));
+  slot.id = id;
+  return id;
+}
+
+absl::StatusOr<ModuleId> BuiltinOpRunner::Load(Slot& slot) {
+  const kernels::EmbeddedKernelSource& source = *slot.source;
+  if (use_precompiled_ && !source.fatbin.empty() && !precompiled_refused_.load()) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<ModuleId> id = device_.LoadModule(source.fatbin);
+    if (id.ok()) {
+      slot.origin = ModuleOrigin::kPrecompiled;
+      spdlog::info(
+          "built-in kernels \"{}\": precompiled ({:.1f} ms)", std::string(source.name),
+          absl::ToDoubleMilliseconds(absl::FromChrono(std::chrono::steady_clock::now() - start)));
+      return id;
+    }
+    // The same driver refuses every fatbin of the build alike: say so once, then compile.
+    if (!precompiled_refused_.exchange(true)) {
+      spdlog::warn(
+          "built-in kernels: the device refused the precompiled fatbin of \"{}\" ({}); "
+          "compiling the built-in kernels with NVRTC instead",
+          std::string(source.name), id.status().ToString());
+    }
+  }
+  if (compile_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "built-in kernel module \"", source.name,
+        "\" has no precompiled image this GPU runs, and there is no NVRTC JIT compiler"));
+  }
+  absl::StatusOr<std::string> image = compile_(source.name, source.text, slot.entry);
+  if (!image.ok()) {
+    return absl::Status(image.status().code() == absl::StatusCode::kInvalidArgument
+                            ? absl::StatusCode::kInternal
+                            : image.status().code(),
+                        absl::StrCat("compiling built-in kernel module \"", source.name,
+                                     "\": ", image.status().message()));
+  }
+  GPUKIT_ASSIGN_OR_RETURN(ModuleId id, device_.LoadModule(*image));
+  slot.origin = ModuleOrigin::kCompiled;
+  return id;
+}
+
+void BuiltinOpRunner::StartWarmUp(int threads) {
+  if (!warm_up_threads_.empty() || warm_up_stopped_.load()) return;
+  // The modules of the commonest ops first: an a + b needs "binary" alone.
+  for (absl::string_view name : {"binary", "cast", "reduce", "unary", "matmul", "layout", "nn"}) {
+    if (Slot* slot = FindSlot(name); slot != nullptr && !slot->entry.empty()) {
+      warm_up_order_.push_back(slot);
+    }
+  }
+  const int count = std::clamp<int>(threads, 1, std::max<int>(1, warm_up_order_.size()));
+  for (int i = 0; i < count; ++i) warm_up_threads_.emplace_back([this] { WarmUpLoop(); });
+}
+
+void BuiltinOpRunner::WarmUpLoop() {
+  while (!warm_up_stopped_.load()) {
+    const size_t next = warm_up_next_.fetch_add(1);
+    if (next >= warm_up_order_.size()) return;
+    Slot& slot = *warm_up_order_[next];
+    if (absl::Status loaded = LoadedModule(slot).status(); !loaded.ok()) {
+      spdlog::warn(
+          "built-in kernels \"{}\": warm-up failed, the first op needing them will "
+          "try again: {}",
+          std::string(slot.source->name), loaded.ToString());
+    }
+  }
+}
+
+void BuiltinOpRunner::StopWarmUp() {
+  warm_up_stopped_.store(true);
+  for (std::thread& thread : warm_up_threads_) {
+    if (thread.joinable()) thread.join();
+  }
+  warm_up_threads_.clear();
 }
 
 }  // namespace gpukit

@@ -77,6 +77,7 @@ CudaDevices CreateCudaDevices(int device_count, const std::shared_ptr<JitCompile
     CudaDeviceOptions options;
     options.index = index;
     options.jit = jit;
+    options.compile_builtin_kernels_at_start = true;  // the daemon's first op should not wait
     absl::StatusOr<std::unique_ptr<CudaDevice>> device = CudaDevice::Create(options);
     if (!device.ok()) {
       result.refusals.push_back(absl::StrCat("device ", index, ": ", device.status().message()));

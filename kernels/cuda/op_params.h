@@ -1,7 +1,8 @@
 // Parameter blocks of gpukit's built-in device kernels (kernels/cuda/*.cu).
 //
 // This header is compiled twice: by the host compiler, where the CUDA device fills these
-// structs, and by NVRTC, where the build embeds it ahead of every built-in kernel source.
+// structs, and by NVRTC (or nvcc, precompiling), where the build embeds it ahead of every
+// built-in kernel source; both device compilers see the same typedefs.
 // Each kernel takes its output and input pointers, then one of these structs by value, so
 // the host passes the struct's address in cuLaunchKernel's parameter array and both sides
 // must agree on its layout: plain fixed-size fields only, 8-byte aligned, no padding holes.
@@ -13,7 +14,7 @@
 #ifndef GPUKIT_KERNELS_CUDA_OP_PARAMS_H_
 #define GPUKIT_KERNELS_CUDA_OP_PARAMS_H_
 
-#ifdef __CUDACC_RTC__
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
 typedef long long gk_int64;
 typedef unsigned long long gk_uint64;
 typedef int gk_int32;

@@ -2,20 +2,25 @@
 
 #include <cuda.h>  // types and constants only; calls go through CudaDriver
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <thread>
 #include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/cuda/embedded_kernels.h"
 #include "runtime/base/shape.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/cuda_driver.h"
 #include "runtime/cuda/device_memory.h"
+#include "runtime/cuda/fatbin.h"
 #include "runtime/cuda/matmul_plan.h"
 #include "runtime/cuda/shared_mapping.h"
 #include "runtime/cuda/transfer_engine.h"
@@ -254,7 +259,7 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(const CudaDeviceO
   std::unique_ptr<CudaDevice> created(
       new CudaDevice(*cu, device, context, std::move(properties), std::move(info)));
   GPUKIT_RETURN_IF_ERROR(created->EnableMemoryPools(options));
-  created->EnableBuiltinOps(options.jit);
+  created->EnableBuiltinOps(options.jit, options.compile_builtin_kernels_at_start);
   created->EnableCublasLt(options);
   return created;
 }
@@ -300,33 +305,94 @@ void CudaDevice::EnableCublasLt(const CudaDeviceOptions& options) {
                blas_->library().path);
 }
 
-void CudaDevice::EnableBuiltinOps(std::shared_ptr<JitCompiler> jit) {
-  if (jit == nullptr) {
-    spdlog::warn("{}: no NVRTC JIT compiler, so no built-in ops (raw kernel launches only)",
-                 Describe());
+void CudaDevice::EnableBuiltinOps(std::shared_ptr<JitCompiler> jit, bool compile_at_start) {
+  // The precompiled modules (kernels/cuda/embedded_kernels.h), when the build made them: how
+  // this GPU runs them is the worst fit among them (they are built alike, so all fit alike).
+  const absl::Span<const kernels::EmbeddedKernelSource> modules = kernels::EmbeddedKernelSources();
+  FatbinFit fit = FatbinFit::kNone;
+  int64_t fatbin_bytes = 0;
+  std::string no_fatbin_reason = "this build has no precompiled kernels";
+  if (!modules.empty() && !modules.front().fatbin.empty()) {
+    fit = FatbinFit::kSass;
+    for (const kernels::EmbeddedKernelSource& module : modules) {
+      absl::StatusOr<std::vector<FatbinImage>> images = ParseFatbin(module.fatbin);
+      const FatbinFit module_fit =
+          images.ok() ? FatbinRunsOn(*images, info_.sm_major, info_.sm_minor) : FatbinFit::kNone;
+      if (!images.ok()) {
+        spdlog::warn("{}: the precompiled built-in kernels \"{}\" are unreadable: {}", Describe(),
+                     std::string(module.name), images.status().ToString());
+      }
+      if (module_fit == FatbinFit::kNone) fit = FatbinFit::kNone;
+      if (module_fit == FatbinFit::kPtx && fit == FatbinFit::kSass) fit = FatbinFit::kPtx;
+      fatbin_bytes += static_cast<int64_t>(module.fatbin.size());
+    }
+    if (fit == FatbinFit::kNone) {
+      no_fatbin_reason = absl::StrCat("the precompiled kernels hold no code ", info_.arch, " runs");
+    }
+  }
+  if (jit != nullptr) {
+    if (absl::Status arch = jit->CheckArch(info_.arch); !arch.ok()) {
+      spdlog::warn("{}: NVRTC {} cannot compile for it: {}", Describe(), jit->nvrtc_version(),
+                   std::string(arch.message()));
+      jit = nullptr;
+    }
+  }
+  if (fit == FatbinFit::kNone && jit == nullptr) {
+    spdlog::warn(
+        "{}: no NVRTC JIT compiler for it and {}, so no built-in ops (raw kernel "
+        "launches only)",
+        Describe(), no_fatbin_reason);
     return;
   }
-  if (absl::Status arch = jit->CheckArch(info_.arch); !arch.ok()) {
-    spdlog::warn("{}: NVRTC {} cannot compile for it, so no built-in ops: {}", Describe(),
-                 jit->nvrtc_version(), std::string(arch.message()));
-    return;
+  ModuleCompiler compile;  // stays null without NVRTC: the fatbins must do
+  if (jit != nullptr) {
+    jit_ = std::move(jit);
+    JitCompiler* compiler = jit_.get();
+    const std::string arch = info_.arch;
+    compile = [compiler, arch](absl::string_view module, absl::string_view source,
+                               absl::string_view entry) -> absl::StatusOr<std::string> {
+      CompileRequest request;
+      request.source = std::string(source);
+      request.entries = {std::string(entry)};
+      GPUKIT_ASSIGN_OR_RETURN(JitResult compiled, compiler->Compile(request, arch));
+      spdlog::info("built-in kernels \"{}\" for {}: {} ({:.1f} ms)", std::string(module), arch,
+                   std::string(KernelOriginName(compiled.origin)),
+                   absl::ToDoubleMilliseconds(compiled.elapsed));
+      return compiled.kernel->cubin;
+    };
   }
-  jit_ = std::move(jit);
-  JitCompiler* compiler = jit_.get();
-  const std::string arch = info_.arch;
   ops_ = std::make_unique<BuiltinOpRunner>(
-      *this,
-      [compiler, arch](absl::string_view module, absl::string_view source,
-                       absl::string_view entry) -> absl::StatusOr<std::string> {
-        CompileRequest request;
-        request.source = std::string(source);
-        request.entries = {std::string(entry)};
-        GPUKIT_ASSIGN_OR_RETURN(JitResult compiled, compiler->Compile(request, arch));
-        spdlog::info("built-in kernels \"{}\" for {}: {} ({:.1f} ms)", std::string(module), arch,
-                     std::string(KernelOriginName(compiled.origin)),
-                     absl::ToDoubleMilliseconds(compiled.elapsed));
-        return compiled.kernel->cubin;
-      });
+      *this, BuiltinOpRunnerOptions{.compile = std::move(compile),
+                                    .modules = modules,
+                                    .use_precompiled = fit != FatbinFit::kNone});
+  // With compile_at_start, modules still to be compiled (by NVRTC, or by the driver from
+  // PTX) are compiled in the background from now on, several at once, so that the first op
+  // waits for its own at most.
+  const int warm_up_threads =
+      std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
+  const char* const when = compile_at_start ? "in the background" : "on first use";
+  const kernels::PrecompiledTargets targets = kernels::PrecompiledKernelTargets();
+  const std::string fatbin_text =
+      targets.sass_archs.empty()
+          ? std::string()
+          : absl::StrFormat("precompiled fatbin for sm_%d..sm_%d (%.1f MiB)",
+                            targets.sass_archs.front(), targets.sass_archs.back(),
+                            static_cast<double>(fatbin_bytes) / (1 << 20));
+  switch (fit) {
+    case FatbinFit::kSass:
+      spdlog::info("{}: built-in kernels: {}, SASS for {}", Describe(), fatbin_text, info_.arch);
+      break;
+    case FatbinFit::kPtx:
+      spdlog::info("{}: built-in kernels: {}, compute_{} PTX compiled by the driver for {} {}",
+                   Describe(), fatbin_text, targets.ptx_arch, info_.arch, when);
+      if (compile_at_start) ops_->StartWarmUp(warm_up_threads);
+      break;
+    case FatbinFit::kNone:
+      spdlog::info("{}: built-in kernels: compiling with NVRTC {} for {} {} ({})", Describe(),
+                   jit_->nvrtc_version(), info_.arch, when, no_fatbin_reason);
+      if (compile_at_start) ops_->StartWarmUp(warm_up_threads);
+      break;
+  }
 }
 
 CudaDevice::CudaDevice(const CudaDriver& cu, int device, CUctx_st* context,
@@ -340,6 +406,8 @@ CudaDevice::CudaDevice(const CudaDriver& cu, int device, CUctx_st* context,
       event_pool_(std::make_shared<EventPool>(cu, context)) {}
 
 CudaDevice::~CudaDevice() {
+  // The warm-up loads modules through this device: it ends before anything is torn down.
+  if (ops_ != nullptr) ops_->StopWarmUp();
   if (absl::Status idle = SynchronizeAllStreams(); !idle.ok()) {
     spdlog::warn("{}: queued work failed at shutdown: {}", Describe(), idle.ToString());
   }
@@ -938,7 +1006,8 @@ absl::Status CudaDevice::RunOp(const OpLaunch& launch, StreamId stream) {
   if (ops_ == nullptr) {
     return absl::UnimplementedError(
         absl::StrCat("op \"", launch.op->name, "\" cannot run on ", Describe(),
-                     ": built-in ops need the NVRTC JIT compiler, which is not available for it"));
+                     ": built-in ops need precompiled kernels this GPU runs or the NVRTC JIT "
+                     "compiler, and it has neither (see gpukitd's log at start-up)"));
   }
   return ops_->Run(launch, stream);
 }

@@ -10,9 +10,13 @@
 // enqueued asynchronously on them, events are timing CUDA events, reused from a free list.
 // Host memory passed to copies may be pageable: the driver stages it, and the Device
 // contract (host memory valid until an event after the copy completes) covers the rest.
-// Built-in ops run as gpukit's own kernels (BuiltinOpRunner, compiled by the NVRTC JIT
-// compiler); without a compiler SupportsOp is false for all of them and RunOp validates its
-// operands, then returns UNIMPLEMENTED. float32, float16 and bfloat16 matmuls run through
+// Built-in ops run as gpukit's own kernels (BuiltinOpRunner): loaded from the fatbins the
+// build precompiled (kernels/cuda/embedded_kernels.h) when this GPU runs them, else compiled
+// by the NVRTC JIT compiler, on first use or in the background from Create on
+// (compile_builtin_kernels_at_start; the destructor waits for compiles in flight). Create
+// logs which path the device takes. With neither,
+// SupportsOp is false for all of them and RunOp validates its operands, then returns
+// UNIMPLEMENTED. float32, float16 and bfloat16 matmuls run through
 // cuBLASLt instead when it is available (runtime/cuda/cublaslt.h), with a workspace per
 // stream (CublasLtMatmul::kWorkspaceBytes, allocated on the stream's first such matmul,
 // counted in GetMemoryInfo, freed by DestroyStream); matmuls cuBLASLt does not take (other
@@ -70,10 +74,17 @@ struct CudaDriver;
 struct CudaDeviceOptions {
   // CUDA device ordinal as the driver numbers visible devices (after CUDA_VISIBLE_DEVICES).
   int index = 0;
-  // Compiles the built-in op kernels (kernels/cuda) for this GPU, on first use of each
-  // module. Without it, or when its NVRTC cannot compile for this GPU, the device runs no
-  // built-in ops (SupportsOp is false); raw launches still work.
+  // Compiles the built-in op kernels (kernels/cuda) for this GPU where the binary carries
+  // no precompiled code it runs. Without either, or when its NVRTC cannot compile for this
+  // GPU, the device runs no built-in ops (SupportsOp is false); raw launches still work.
   std::shared_ptr<JitCompiler> jit;
+  // Where the built-in kernels must be compiled (no precompiled code this GPU runs, or PTX
+  // the driver compiles), starts compiling all of them in the background at Create, half
+  // the cores at a time, instead of each on its first use. The daemon's devices do (the
+  // first tenant then waits for its module's compile at most); off by default, so that a
+  // short-lived device (a test's) compiles only what it uses and its destructor, which
+  // waits for compiles in flight, returns at once.
+  bool compile_builtin_kernels_at_start = false;
   // Runs float32/float16/bfloat16 matmuls through cuBLASLt when libcublasLt is found
   // (runtime/jit/library_search.h's search, `cublaslt_dir` first when set). Without it the
   // device logs "cuBLASLt not available (...); matmul uses gpukit's own kernel" and does so.
@@ -231,8 +242,10 @@ class CudaDevice final : public Device {
 
   // Sets up the memory pool over the GPU's segment source.
   absl::Status EnableMemoryPools(const CudaDeviceOptions& options);
-  // Sets up the built-in ops over `jit`, if it can compile for this GPU (logs why not).
-  void EnableBuiltinOps(std::shared_ptr<JitCompiler> jit);
+  // Sets up the built-in ops over the precompiled fatbins if this GPU runs them, else over
+  // `jit` if it can compile for this GPU, compiling in the background (logs which, or why
+  // neither).
+  void EnableBuiltinOps(std::shared_ptr<JitCompiler> jit, bool compile_at_start);
   // Opens cuBLASLt for matmul, if wanted and found (logs the outcome either way).
   void EnableCublasLt(const CudaDeviceOptions& options);
   // Runs a planned matmul through cuBLASLt when it takes it: true when it is enqueued (or
@@ -272,7 +285,7 @@ class CudaDevice final : public Device {
   CUctx_st* const context_;  // the retained primary context
   const DeviceProperties properties_;
   const CudaDeviceInfo info_;
-  // The built-in ops; null when there is no JIT compiler for this GPU.
+  // The built-in ops; null when neither the fatbins nor a JIT compiler serve this GPU.
   std::shared_ptr<JitCompiler> jit_;
   std::unique_ptr<BuiltinOpRunner> ops_;
   // Large host <-> device copies through pinned staging buffers.

@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/half.h"
@@ -28,6 +30,8 @@ using ::gpukit::testing::IsOk;
 using ::gpukit::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::UnorderedElementsAre;
 
 struct RecordedLaunch {
   std::string kernel;
@@ -87,11 +91,17 @@ class RecordingDevice final : public Device {
   bool SupportsOp(absl::string_view) const override { return false; }
   absl::Status RunOp(const OpLaunch&, StreamId) override { return absl::UnimplementedError(""); }
   absl::StatusOr<ModuleId> LoadModule(absl::string_view image) override {
+    absl::MutexLock lock(&modules_mu);  // the warm-up loads from several threads
+    if (!refused_prefix.empty() && absl::StartsWith(image, refused_prefix)) {
+      refused.push_back(std::string(image));
+      return absl::InvalidArgumentError("CUDA_ERROR_NO_BINARY_FOR_GPU");
+    }
     loaded.push_back(std::string(image));
     return ModuleId{loaded.size()};
   }
   absl::Status UnloadModule(ModuleId) override { return absl::OkStatus(); }
   absl::StatusOr<FunctionId> GetFunction(ModuleId module, absl::string_view name) override {
+    absl::MutexLock lock(&modules_mu);
     names.push_back(absl::StrCat(loaded.at(module.value - 1), ":", name));
     return FunctionId{names.size()};
   }
@@ -113,7 +123,10 @@ class RecordingDevice final : public Device {
   };
   std::vector<RecordedLaunch> launches;
   std::vector<Copy> copies;
-  std::vector<std::string> loaded;  // images, in load order
+  absl::Mutex modules_mu;
+  std::string refused_prefix;        // LoadModule refuses images that start with it
+  std::vector<std::string> refused;  // images refused, in order
+  std::vector<std::string> loaded;   // images, in load order
   std::vector<std::string> names;   // "image:kernel" per GetFunction
   std::vector<int64_t> allocated;
   std::set<uint64_t> live;
@@ -511,6 +524,173 @@ TEST(BuiltinOpRunnerCompileTest, EveryOpTheRunnerSupportsIsABuiltinOpAndEveryMod
   }
   EXPECT_THAT(modules, ::testing::UnorderedElementsAre("binary", "cast", "reduce", "layout",
                                                        "matmul", "unary", "nn"));
+}
+
+// ---- Where modules come from: precompiled fatbins, the compiler, the warm-up ----
+
+// Two modules of the real sources, "binary" with a (fake) fatbin and "cast" without one.
+std::vector<kernels::EmbeddedKernelSource> BinaryWithFatbinCastWithout() {
+  std::vector<kernels::EmbeddedKernelSource> modules;
+  for (const kernels::EmbeddedKernelSource& s : kernels::EmbeddedKernelSources()) {
+    if (s.name == "binary") modules.push_back({s.name, s.text, "FATBIN-binary"});
+    if (s.name == "cast") modules.push_back({s.name, s.text, {}});
+  }
+  return modules;
+}
+
+// Every real module, without fatbins.
+std::vector<kernels::EmbeddedKernelSource> SourcesOnly() {
+  std::vector<kernels::EmbeddedKernelSource> modules;
+  for (const kernels::EmbeddedKernelSource& s : kernels::EmbeddedKernelSources()) {
+    modules.push_back({s.name, s.text, {}});
+  }
+  return modules;
+}
+
+// A compiler that records what it is asked to compile (from any thread) and returns
+// "image-<module>", or `failure` when that is set.
+class RecordingCompiler {
+ public:
+  explicit RecordingCompiler(absl::Status failure = absl::OkStatus()) : failure_(failure) {}
+  ModuleCompiler Get() {
+    return [this](absl::string_view module, absl::string_view, absl::string_view) {
+      absl::MutexLock lock(&mu_);
+      compiled_.push_back(std::string(module));
+      changed_.SignalAll();
+      if (!failure_.ok()) return absl::StatusOr<std::string>(failure_);
+      return absl::StatusOr<std::string>(absl::StrCat("image-", module));
+    };
+  }
+  std::vector<std::string> compiled() {
+    absl::MutexLock lock(&mu_);
+    return compiled_;
+  }
+  // Blocks until `count` compiles were asked for (the warm-up runs on its own threads).
+  void AwaitCompiled(size_t count) {
+    absl::MutexLock lock(&mu_);
+    while (compiled_.size() < count) changed_.Wait(&mu_);
+  }
+
+ private:
+  const absl::Status failure_;
+  absl::Mutex mu_;
+  absl::CondVar changed_;
+  std::vector<std::string> compiled_ ABSL_GUARDED_BY(mu_);
+};
+
+OpLaunch AddLaunch() {
+  OpLaunch launch;
+  launch.op = *OpRegistry::Builtin().Find("add");
+  launch.plan = *OpRegistry::Builtin().Plan(
+      *launch.op, {ArrayDesc(DType::kFloat32, {4}), ArrayDesc(DType::kFloat32, {4})}, {});
+  launch.output = BufferId{99};
+  for (uint64_t i = 1; i <= 2; ++i) {
+    OpOperand operand;
+    operand.desc = {DType::kFloat32, {4}};
+    operand.buffer = BufferId{i};
+    launch.inputs.push_back(operand);
+  }
+  return launch;
+}
+
+TEST(BuiltinOpRunnerModulesTest, TakesThePrecompiledImageWhenPresentAndCompilesOtherwise) {
+  RecordingDevice device;
+  RecordingCompiler compiler;
+  const std::vector<kernels::EmbeddedKernelSource> modules = BinaryWithFatbinCastWithout();
+  BuiltinOpRunner runner(device,
+                         {.compile = compiler.Get(), .modules = modules, .use_precompiled = true});
+  ASSERT_THAT(runner.Kernel("binary", "gk_add_f32"), IsOk());
+  EXPECT_THAT(compiler.compiled(), IsEmpty());
+  EXPECT_THAT(device.loaded, ElementsAre("FATBIN-binary"));
+  EXPECT_EQ(runner.Origin("binary"), ModuleOrigin::kPrecompiled);
+  EXPECT_EQ(runner.Origin("cast"), ModuleOrigin::kNotLoaded);
+
+  ASSERT_THAT(runner.Kernel("cast", "gk_cast_f32_f16"), IsOk());
+  EXPECT_THAT(compiler.compiled(), ElementsAre("cast"));
+  EXPECT_THAT(device.loaded, ElementsAre("FATBIN-binary", "image-cast"));
+  EXPECT_EQ(runner.Origin("cast"), ModuleOrigin::kCompiled);
+}
+
+TEST(BuiltinOpRunnerModulesTest, CompilesEveryModuleWhenTheFatbinsAreNotToBeUsed) {
+  RecordingDevice device;
+  RecordingCompiler compiler;
+  const std::vector<kernels::EmbeddedKernelSource> modules = BinaryWithFatbinCastWithout();
+  BuiltinOpRunner runner(device,
+                         {.compile = compiler.Get(), .modules = modules, .use_precompiled = false});
+  ASSERT_THAT(runner.Kernel("binary", "gk_add_f32"), IsOk());
+  EXPECT_THAT(compiler.compiled(), ElementsAre("binary"));
+  EXPECT_THAT(device.loaded, ElementsAre("image-binary"));
+  EXPECT_EQ(runner.Origin("binary"), ModuleOrigin::kCompiled);
+}
+
+TEST(BuiltinOpRunnerModulesTest, AFatbinTheDeviceRefusesIsCompiledAndNoOtherFatbinIsTried) {
+  RecordingDevice device;
+  device.refused_prefix = "FATBIN";
+  RecordingCompiler compiler;
+  std::vector<kernels::EmbeddedKernelSource> modules = BinaryWithFatbinCastWithout();
+  modules[1].fatbin = "FATBIN-cast";
+  BuiltinOpRunner runner(device,
+                         {.compile = compiler.Get(), .modules = modules, .use_precompiled = true});
+  ASSERT_THAT(runner.Kernel("binary", "gk_add_f32"), IsOk());
+  ASSERT_THAT(runner.Kernel("cast", "gk_cast_f32_f16"), IsOk());
+  EXPECT_THAT(device.refused, ElementsAre("FATBIN-binary"));
+  EXPECT_THAT(compiler.compiled(), ElementsAre("binary", "cast"));
+  EXPECT_THAT(device.loaded, ElementsAre("image-binary", "image-cast"));
+  EXPECT_EQ(runner.Origin("binary"), ModuleOrigin::kCompiled);
+}
+
+TEST(BuiltinOpRunnerModulesTest, WithoutACompilerOnlyPrecompiledModulesLoad) {
+  RecordingDevice device;
+  const std::vector<kernels::EmbeddedKernelSource> modules = BinaryWithFatbinCastWithout();
+  BuiltinOpRunner runner(device, {.compile = nullptr, .modules = modules, .use_precompiled = true});
+  EXPECT_THAT(runner.Kernel("binary", "gk_add_f32"), IsOk());
+  EXPECT_THAT(runner.Kernel("cast", "gk_cast_f32_f16"),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no NVRTC JIT compiler")));
+  EXPECT_THAT(device.loaded, ElementsAre("FATBIN-binary"));
+}
+
+TEST(BuiltinOpRunnerModulesTest, WarmUpCompilesTheCommonestModulesFirst) {
+  RecordingDevice device;
+  RecordingCompiler compiler;
+  const std::vector<kernels::EmbeddedKernelSource> modules = SourcesOnly();
+  BuiltinOpRunner runner(device, {.compile = compiler.Get(), .modules = modules});
+  runner.StartWarmUp(1);
+  compiler.AwaitCompiled(7);
+  runner.StopWarmUp();
+  EXPECT_THAT(compiler.compiled(),
+              ElementsAre("binary", "cast", "reduce", "unary", "matmul", "layout", "nn"));
+  EXPECT_EQ(device.loaded.size(), 7u);
+  EXPECT_EQ(runner.Origin("nn"), ModuleOrigin::kCompiled);
+}
+
+TEST(BuiltinOpRunnerModulesTest, AnOpDuringTheWarmUpWaitsForItsModuleAndNothingCompilesTwice) {
+  RecordingDevice device;
+  RecordingCompiler compiler;
+  const std::vector<kernels::EmbeddedKernelSource> modules = SourcesOnly();
+  BuiltinOpRunner runner(device, {.compile = compiler.Get(), .modules = modules});
+  runner.StartWarmUp(3);
+  ASSERT_THAT(runner.Run(AddLaunch(), StreamId{1}), IsOk());  // races the warm-up's "binary"
+  compiler.AwaitCompiled(7);
+  runner.StopWarmUp();
+  EXPECT_THAT(compiler.compiled(),
+              UnorderedElementsAre("binary", "cast", "reduce", "unary", "matmul", "layout", "nn"));
+  ASSERT_EQ(device.launches.size(), 1u);
+  EXPECT_EQ(device.launches[0].kernel, "image-binary:gk_add_f32");
+}
+
+TEST(BuiltinOpRunnerModulesTest, AFailedWarmUpLoadIsMetAgainByTheOp) {
+  RecordingDevice device;
+  RecordingCompiler compiler(absl::DeadlineExceededError("compile took longer than 30s"));
+  const std::vector<kernels::EmbeddedKernelSource> modules = SourcesOnly();
+  BuiltinOpRunner runner(device, {.compile = compiler.Get(), .modules = modules});
+  runner.StartWarmUp(2);
+  compiler.AwaitCompiled(7);  // every module failed once
+  runner.StopWarmUp();
+  EXPECT_THAT(runner.Kernel("binary", "gk_add_f32"),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("longer than 30s")));
+  EXPECT_EQ(compiler.compiled().size(), 8u) << "the op compiled again: no failure is kept";
+  EXPECT_THAT(device.loaded, IsEmpty());
+  EXPECT_EQ(runner.Origin("binary"), ModuleOrigin::kNotLoaded);
 }
 
 }  // namespace
