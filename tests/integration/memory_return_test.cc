@@ -76,8 +76,7 @@ TEST_F(MemoryReturnTest, IdleResidentMemoryStaysNearTheFirstRoundsAfterUploadRou
     std::vector<absl::Status> results(kSessions);
     std::vector<std::thread> clients;
     for (int i = 0; i < kSessions; ++i) {
-      clients.emplace_back(
-          [&, i] { results[i] = UploadAndClose(daemon().address(), data); });
+      clients.emplace_back([&, i] { results[i] = UploadAndClose(daemon().address(), data); });
     }
     for (std::thread& client : clients) client.join();
     for (const absl::Status& result : results) GPUKIT_ASSERT_OK(result) << "round " << round;
