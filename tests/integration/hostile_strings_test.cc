@@ -167,7 +167,11 @@ bool HasRawControl(absl::string_view text) {
   return absl::StrContains(text, "\xc2\x9b");
 }
 
-class HostileStringsTest : public DaemonTest {};
+class HostileStringsTest : public DaemonTest {
+ protected:
+  // Every line gpukitd can write, so that the log check below sees the most.
+  std::string DaemonConfigJson() const override { return R"({"logLevel": "debug"})"; }
+};
 
 TEST_F(HostileStringsTest, WalkFindsTheStringFieldsOfEveryService) {
   const std::vector<StringField> fields = AllRequestStringFields();
