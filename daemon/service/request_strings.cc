@@ -62,60 +62,103 @@ bool IsControl(char32_t cp) {
          (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
 }
 
-absl::Status ValidateMessage(const Message& message, const std::string& path);
+// Whether `value` keeps the rule; ValidateRequestString says how it does not.
+bool KeepsTheRule(absl::string_view value) {
+  if (value.size() > kMaxRequestStringBytes) return false;
+  size_t i = 0;
+  while (i < value.size()) {
+    char32_t cp = 0;
+    const int length = DecodeUtf8(value.substr(i), &cp);
+    if (length == 0 || IsControl(cp)) return false;
+    i += static_cast<size_t>(length);
+  }
+  return true;
+}
 
-// A map entry of the field at `path`, the `index`th: its key first (once valid, it names the
-// value: "attrs[\"axis\"]"), then its value.
-absl::Status ValidateMapEntry(const Message& entry, const std::string& path, int index) {
+// Where a value sits in the request, as a chain on the walk's stack; spelled out (Render) only
+// for an error, so that a valid request costs no string building. A step is a field, with an
+// index when the field is repeated, or a map key (`key`: then the field's entry is named by
+// it, or `is_key` for the key itself).
+struct PathStep {
+  const PathStep* parent = nullptr;
+  const FieldDescriptor* field = nullptr;
+  int index = -1;
+  const std::string* key = nullptr;
+  bool is_key = false;
+};
+
+std::string Render(const PathStep* step) {
+  if (step == nullptr) return "";
+  std::string out = Render(step->parent);
+  if (!out.empty()) out += ".";
+  out += step->field->name();
+  if (step->is_key) {
+    out += " key";
+  } else if (step->key != nullptr) {
+    absl::StrAppend(&out, "[\"", *step->key, "\"]");
+  } else if (step->index >= 0) {
+    absl::StrAppend(&out, "[", step->index, "]");
+  }
+  return out;
+}
+
+absl::Status CheckString(const PathStep& step, const std::string& value) {
+  if (KeepsTheRule(value)) return absl::OkStatus();
+  return ValidateRequestString(Render(&step), value);
+}
+
+absl::Status ValidateMessage(const Message& message, const PathStep* parent);
+
+// The `index`th entry of the map field `field` (of the message at `parent`): its key first
+// (once valid, it names the value: "attrs[\"axis\"]"), then its value.
+absl::Status ValidateMapEntry(const Message& entry, const PathStep* parent,
+                              const FieldDescriptor* field, int index) {
   const Reflection& reflection = *entry.GetReflection();
   const FieldDescriptor* key = entry.GetDescriptor()->map_key();
   const FieldDescriptor* value = entry.GetDescriptor()->map_value();
-  std::string value_path = absl::StrCat(path, "[", index, "]");
+  PathStep step{parent, field, index};
+  std::string key_scratch;
   if (key->type() == FieldDescriptor::TYPE_STRING) {
-    std::string scratch;
-    const std::string& key_value = reflection.GetStringReference(entry, key, &scratch);
-    GPUKIT_RETURN_IF_ERROR(ValidateRequestString(absl::StrCat(path, " key"), key_value));
-    value_path = absl::StrCat(path, "[\"", key_value, "\"]");
+    const std::string& key_value = reflection.GetStringReference(entry, key, &key_scratch);
+    GPUKIT_RETURN_IF_ERROR(CheckString(PathStep{parent, field, -1, nullptr, true}, key_value));
+    step.key = &key_value;
   }
   if (value->type() == FieldDescriptor::TYPE_STRING) {
     std::string scratch;
-    return ValidateRequestString(value_path, reflection.GetStringReference(entry, value, &scratch));
+    return CheckString(step, reflection.GetStringReference(entry, value, &scratch));
   }
   if (value->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE && reflection.HasField(entry, value)) {
-    return ValidateMessage(reflection.GetMessage(entry, value), value_path);
+    return ValidateMessage(reflection.GetMessage(entry, value), &step);
   }
   return absl::OkStatus();
 }
 
-// Checks every set string field of `message`, whose path in the request is `path` ("" for the
-// request itself), and recurses into its set message fields.
-absl::Status ValidateMessage(const Message& message, const std::string& path) {
+// Checks every set string field of `message` (at `parent` in the request; null for the request
+// itself), and recurses into its set message fields.
+absl::Status ValidateMessage(const Message& message, const PathStep* parent) {
   const Reflection& reflection = *message.GetReflection();
   std::vector<const FieldDescriptor*> fields;
   reflection.ListFields(message, &fields);
   for (const FieldDescriptor* field : fields) {
-    const std::string name = path.empty() ? field->name() : absl::StrCat(path, ".", field->name());
-    const int count = field->is_repeated() ? reflection.FieldSize(message, field) : 1;
+    const bool repeated = field->is_repeated();
+    const int count = repeated ? reflection.FieldSize(message, field) : 1;
     if (field->type() == FieldDescriptor::TYPE_STRING && !IsExempt(*field)) {
       std::string scratch;
       for (int i = 0; i < count; ++i) {
         const std::string& value =
-            field->is_repeated()
-                ? reflection.GetRepeatedStringReference(message, field, i, &scratch)
-                : reflection.GetStringReference(message, field, &scratch);
-        GPUKIT_RETURN_IF_ERROR(ValidateRequestString(
-            field->is_repeated() ? absl::StrCat(name, "[", i, "]") : name, value));
+            repeated ? reflection.GetRepeatedStringReference(message, field, i, &scratch)
+                     : reflection.GetStringReference(message, field, &scratch);
+        GPUKIT_RETURN_IF_ERROR(CheckString(PathStep{parent, field, repeated ? i : -1}, value));
       }
     } else if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
       for (int i = 0; i < count; ++i) {
-        const Message& child = field->is_repeated()
-                                   ? reflection.GetRepeatedMessage(message, field, i)
-                                   : reflection.GetMessage(message, field);
+        const Message& child = repeated ? reflection.GetRepeatedMessage(message, field, i)
+                                        : reflection.GetMessage(message, field);
         if (field->is_map()) {
-          GPUKIT_RETURN_IF_ERROR(ValidateMapEntry(child, name, i));
+          GPUKIT_RETURN_IF_ERROR(ValidateMapEntry(child, parent, field, i));
         } else {
-          GPUKIT_RETURN_IF_ERROR(ValidateMessage(
-              child, field->is_repeated() ? absl::StrCat(name, "[", i, "]") : name));
+          const PathStep step{parent, field, repeated ? i : -1};
+          GPUKIT_RETURN_IF_ERROR(ValidateMessage(child, &step));
         }
       }
     }
@@ -153,7 +196,7 @@ absl::Status ValidateRequestString(absl::string_view field, absl::string_view va
 }
 
 absl::Status ValidateRequestStrings(const google::protobuf::Message& request) {
-  return ValidateMessage(request, "");
+  return ValidateMessage(request, nullptr);
 }
 
 }  // namespace gpukit::service

@@ -22,8 +22,9 @@
 // its own bounds). Bytes fields (array data) are not strings and are not looked at.
 //
 // Cost: one walk of the message's set fields through protobuf reflection and one pass over
-// each string's bytes: about a microsecond for a RunOp request, nothing per upload chunk
-// (only the Upload header is checked).
+// each string's bytes; a field's path is spelled out only for an error. 1.0-1.6 us for a RunOp
+// `add` request, 1.6-2.2 us with two attributes (reflection copies a map into entries), on the
+// loaded 2-core build machine; nothing per upload chunk (only the Upload header is checked).
 //
 // Thread safety: pure functions.
 #ifndef GPUKIT_DAEMON_SERVICE_REQUEST_STRINGS_H_
