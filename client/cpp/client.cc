@@ -32,17 +32,27 @@ namespace {
 // The daemon's largest upload chunk: 4 MiB - 64 KiB, so each message stays within 4 MiB.
 constexpr int64_t kChunkBytes = (int64_t{4} << 20) - (int64_t{64} << 10);
 
+// `text` with every byte outside printable ASCII as '?': gpukitd refuses control characters
+// and text that is not UTF-8 in any request string, and the kernel's 15-byte comm can end in
+// the middle of a UTF-8 sequence.
+std::string PrintableAscii(std::string text) {
+  for (char& c : text) {
+    if (c < 0x20 || c > 0x7e) c = '?';
+  }
+  return text;
+}
+
 std::string ProgramName() {
   std::ifstream comm("/proc/self/comm");
   std::string name;
   std::getline(comm, name);
-  return name.empty() ? "gpukit-client" : name;
+  return name.empty() ? "gpukit-client" : PrintableAscii(name);
 }
 
 std::string HostName() {
   char name[256] = {};
   gethostname(name, sizeof(name) - 1);
-  return name;
+  return PrintableAscii(name);
 }
 
 }  // namespace

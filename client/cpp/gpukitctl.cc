@@ -15,6 +15,7 @@
 #include "client/cpp/channel.h"
 #include "client/cpp/gpukitctl_args.h"
 #include "client/cpp/gpukitctl_commands.h"
+#include "client/cpp/gpukitctl_format.h"
 
 namespace gpukit::ctl {
 namespace {
@@ -110,7 +111,7 @@ const std::vector<Command>& Commands() {
 }
 
 int UsageError(const std::string& message) {
-  std::cerr << "gpukitctl: " << message << "\n";
+  std::cerr << "gpukitctl: " << EscapeForTerminal(message) << "\n";
   return 1;
 }
 

@@ -105,6 +105,13 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, const char* const* argv) 
     } else if (arg == "--addr") {
       absl::StatusOr<std::string> v = next();
       if (!v.ok()) return v.status();
+      // An empty value is a mistake (an unset shell variable), not a request for the default:
+      // falling back to $GPUKIT_ADDR would talk to a daemon the operator did not name.
+      if (v->empty()) {
+        return absl::InvalidArgumentError(
+            "--addr is empty; give an address (unix:///path.sock or host:port), or leave --addr "
+            "out to use $GPUKIT_ADDR or the default socket");
+      }
       line.global.addr = *v;
     } else if (arg == "-o" || arg == "--output") {
       absl::StatusOr<std::string> v = next();

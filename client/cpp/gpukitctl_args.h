@@ -32,7 +32,7 @@ namespace gpukit::ctl {
 enum class OutputFormat { kTable, kJson };
 
 struct GlobalOptions {
-  // Empty: $GPUKIT_ADDR, else the default socket.
+  // Not given: $GPUKIT_ADDR, else the default socket. An empty --addr is refused.
   std::string addr;
   OutputFormat output = OutputFormat::kTable;
   // Deadline of each call.

@@ -57,9 +57,11 @@ bool SleepUnlessStopped(absl::Duration duration) {
 }  // namespace
 
 int Fail(absl::string_view what, const absl::Status& status) {
-  std::cerr << "gpukitctl: " << what << ": " << status.message();
+  // The message comes from the daemon (or names what the operator typed): escaped like all
+  // else gpukitctl prints.
+  std::cerr << "gpukitctl: " << what << ": " << EscapeForTerminal(status.message());
   if (const std::string reason = RejectReason(status); !reason.empty()) {
-    std::cerr << " (reason " << reason << ")";
+    std::cerr << " (reason " << EscapeForTerminal(reason) << ")";
   }
   std::cerr << "\n";
   return 1;
@@ -158,7 +160,8 @@ int Ctl::CreatePartition(const PartitionFlags& flags) {
           &response);
   if (!status.ok()) return Fail("partition create", status);
   if (json()) return PrintJson(response);
-  std::cout << "partition/" << response.partition().partition().name() << " created\n";
+  std::cout << "partition/" << EscapeForTerminal(response.partition().partition().name())
+            << " created\n";
   return 0;
 }
 
@@ -195,8 +198,8 @@ int Ctl::UpdatePartition(const PartitionFlags& flags) {
           &response);
   if (!status.ok()) return Fail("partition update", status);
   if (json()) return PrintJson(response);
-  std::cout << "partition/" << response.partition().partition().name() << " updated ("
-            << absl::StrJoin(flags.fields, ", ") << ")\n";
+  std::cout << "partition/" << EscapeForTerminal(response.partition().partition().name())
+            << " updated (" << absl::StrJoin(flags.fields, ", ") << ")\n";
   return 0;
 }
 
@@ -211,7 +214,7 @@ int Ctl::DeletePartition(const std::string& name, bool force) {
           &response);
   if (!status.ok()) return Fail("partition delete", status);
   if (json()) return PrintJson(response);
-  std::cout << "partition/" << name << " deleted";
+  std::cout << "partition/" << EscapeForTerminal(name) << " deleted";
   if (response.sessions_closed() > 0) {
     std::cout << " (" << response.sessions_closed() << " session(s) closed)";
   }

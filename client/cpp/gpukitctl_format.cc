@@ -6,6 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
@@ -48,16 +49,90 @@ absl::StatusOr<std::string> JsonArray(const Messages& messages) {
   return absl::StrCat("[", absl::StrJoin(items, ","), "]");
 }
 
+// The length (2 to 4) of the valid UTF-8 sequence of a code point above U+007F that starts
+// `text`, and its code point; 0 when `text` does not start with one (a stray continuation
+// byte, an overlong form, a surrogate, a truncated sequence, or beyond U+10FFFF).
+int Utf8Sequence(absl::string_view text, char32_t* code_point) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(0);
+  int length = 0;
+  char32_t cp = 0;
+  char32_t min = 0;
+  if (lead >= 0xc2 && lead <= 0xdf) {
+    length = 2, cp = lead & 0x1f, min = 0x80;
+  } else if (lead >= 0xe0 && lead <= 0xef) {
+    length = 3, cp = lead & 0x0f, min = 0x800;
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    length = 4, cp = lead & 0x07, min = 0x10000;
+  } else {
+    return 0;
+  }
+  if (text.size() < static_cast<size_t>(length)) return 0;
+  for (int i = 1; i < length; ++i) {
+    if ((byte(i) & 0xc0) != 0x80) return 0;
+    cp = (cp << 6) | (byte(i) & 0x3f);
+  }
+  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+  *code_point = cp;
+  return length;
+}
+
+// Code points a terminal acts on, or that reorder or break what follows them on screen.
+bool IsTerminalControl(char32_t cp) {
+  return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || cp == 0x200e || cp == 0x200f ||
+         (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
+// EscapeForTerminal, or with `json` the pass over protobuf's JSON text: there backslashes are
+// JSON's own escapes and C0 characters are already escaped inside strings (a raw newline is
+// the pretty form's whitespace), so only the code points above U+007F that protobuf leaves
+// raw (the isolates U+2066-U+2069) get a "\u" escape, which JSON reads as the same string.
+std::string Escape(absl::string_view text, bool json) {
+  std::string out;
+  out.reserve(text.size());
+  size_t i = 0;
+  while (i < text.size()) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    char32_t cp = c;
+    size_t length = 1;
+    if (c >= 0x80) {
+      length = static_cast<size_t>(Utf8Sequence(text.substr(i), &cp));
+      if (length == 0) {  // not UTF-8: the byte itself
+        absl::StrAppendFormat(&out, "\\x%02x", c);
+        ++i;
+        continue;
+      }
+    }
+    if (cp == '\\' && !json) {
+      out += "\\\\";
+    } else if (IsTerminalControl(cp) && !(json && cp < 0x80)) {
+      absl::StrAppendFormat(&out, "\\u%04x", static_cast<uint32_t>(cp));
+    } else {
+      out.append(text.data() + i, length);
+    }
+    i += length;
+  }
+  return out;
+}
+
 }  // namespace
 
+std::string EscapeForTerminal(absl::string_view text) { return Escape(text, /*json=*/false); }
+
 std::string RenderTable(const Table& rows) {
-  std::vector<size_t> widths;
+  Table escaped;
+  escaped.reserve(rows.size());
   for (const auto& row : rows) {
+    std::vector<std::string>& cells = escaped.emplace_back();
+    for (const std::string& cell : row) cells.push_back(EscapeForTerminal(cell));
+  }
+  std::vector<size_t> widths;
+  for (const auto& row : escaped) {
     widths.resize(std::max(widths.size(), row.size()), 0);
     for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
   }
   std::string out;
-  for (const auto& row : rows) {
+  for (const auto& row : escaped) {
     for (size_t i = 0; i < row.size(); ++i) {
       out += row[i];
       if (i + 1 < row.size()) out += std::string(widths[i] - row[i].size() + 3, ' ');
@@ -219,10 +294,11 @@ void KeepBusiest(const v1::ListSessionsResponse& sessions, int count, TopSnapsho
 }
 
 std::string RenderTopFrame(const TopSnapshot& s) {
-  std::string frame = absl::StrCat(
-      "gpukitd ", s.status.version(), " (", s.status.backend(), ")   up ",
-      Age(s.status.uptime_ms()), "   ", s.status.sessions(), " session(s)   ", s.status.arrays(),
-      " array(s)   ", absl::FormatTime("%H:%M:%S", s.time, absl::LocalTimeZone()), "\n\n");
+  std::string frame =
+      absl::StrCat("gpukitd ", EscapeForTerminal(s.status.version()), " (",
+                   EscapeForTerminal(s.status.backend()), ")   up ", Age(s.status.uptime_ms()),
+                   "   ", s.status.sessions(), " session(s)   ", s.status.arrays(), " array(s)   ",
+                   absl::FormatTime("%H:%M:%S", s.time, absl::LocalTimeZone()), "\n\n");
   Table devices = {{"DEVICE", "NAME", "BACKEND", "MEMORY(used/total)"}};
   for (const v1::DeviceInfo& d : s.devices.devices()) {
     devices.push_back({absl::StrCat(d.index()), d.name(), d.backend(),
@@ -272,7 +348,7 @@ absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message, boo
   if (!status.ok()) {
     return absl::InternalError(absl::StrCat("cannot print JSON: ", status.message().ToString()));
   }
-  return json;
+  return Escape(json, /*json=*/true);
 }
 
 }  // namespace gpukit::ctl

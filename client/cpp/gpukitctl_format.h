@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "google/protobuf/message.h"
 #include "gpukit/v1/admin.pb.h"
@@ -26,6 +27,18 @@ namespace gpukit::ctl {
 
 using Table = std::vector<std::vector<std::string>>;
 
+// `text` made safe to print on a terminal: what a terminal would act on instead of showing is
+// written as an escape, so a name that a client or a daemon chose cannot clear the screen,
+// move the cursor or change the window title (the class of kubectl's CVE-2021-25743).
+// Code points of C0 (U+0000-U+001F), DEL (U+007F), C1 (U+0080-U+009F), the bidirectional
+// overrides and isolates (U+200E, U+200F, U+202A-U+202E, U+2066-U+2069) and the line and
+// paragraph separators (U+2028, U+2029) become "\u" and four hex digits ("\u001b" for ESC,
+// as JSON writes them); a byte that is not part of valid UTF-8 becomes "\x" and two hex digits
+// ("\x9b"); a backslash becomes "\\", so the escaped text reads back unambiguously. Other
+// text is returned as it is. O(size of text).
+std::string EscapeForTerminal(absl::string_view text);
+
+// Pads each column to its widest cell; every cell is printed through EscapeForTerminal.
 std::string RenderTable(const Table& rows);
 
 // kubectl-style age: 45s, 12m, 3h, 2d.
@@ -71,7 +84,8 @@ struct TopSnapshot {
 
 // Fills snapshot->sessions with at most `count` of `sessions`, the busiest.
 void KeepBusiest(const v1::ListSessionsResponse& sessions, int count, TopSnapshot* snapshot);
-// A header line, then the devices, partitions (with queues) and sessions tables.
+// A header line, then the devices, partitions (with queues) and sessions tables; every
+// string from the daemon goes through EscapeForTerminal.
 std::string RenderTopFrame(const TopSnapshot& snapshot);
 // One line: {"time": RFC 3339, "status": StatusResponse, "devices": [DeviceInfo],
 // "partitions": [PartitionStatus], "sessions": [SessionInfo], "sessionsNotShown": N}, each
@@ -79,6 +93,8 @@ std::string RenderTopFrame(const TopSnapshot& snapshot);
 absl::StatusOr<std::string> TopJson(const TopSnapshot& snapshot);
 
 // The message's proto3 JSON, default values included; `pretty` adds newlines and indents.
+// Strings hold no raw control character: protobuf writes C0, DEL, C1 and most format
+// characters as "\u" escapes, and the rest of EscapeForTerminal's set is escaped after it.
 absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message, bool pretty);
 
 }  // namespace gpukit::ctl

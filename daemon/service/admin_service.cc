@@ -80,6 +80,7 @@ grpc::Status PartitionReply(const Core& core, const std::string& name, grpc::Ser
 grpc::Status AdminServiceImpl::CreatePartition(grpc::ServerContext* context,
                                                const v1::CreatePartitionRequest* request,
                                                v1::CreatePartitionResponse* response) {
+  if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
   absl::StatusOr<PartitionSpec> spec = FromProto(request->partition());
   if (!spec.ok()) return ToGrpc(spec.status(), context);
   if (absl::Status s = core_.scheduler().CreatePartition(*spec); !s.ok()) {
@@ -93,6 +94,7 @@ grpc::Status AdminServiceImpl::CreatePartition(grpc::ServerContext* context,
 grpc::Status AdminServiceImpl::UpdatePartition(grpc::ServerContext* context,
                                                const v1::UpdatePartitionRequest* request,
                                                v1::UpdatePartitionResponse* response) {
+  if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
   absl::StatusOr<PartitionSpec> current =
       core_.scheduler().GetPartition(request->partition().name());
   if (!current.ok()) return ToGrpc(current.status(), context);
@@ -110,6 +112,7 @@ grpc::Status AdminServiceImpl::UpdatePartition(grpc::ServerContext* context,
 grpc::Status AdminServiceImpl::DeletePartition(grpc::ServerContext* context,
                                                const v1::DeletePartitionRequest* request,
                                                v1::DeletePartitionResponse* response) {
+  if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
   absl::StatusOr<int> closed = core_.DeletePartition(request->name(), request->force());
   if (!closed.ok()) return ToGrpc(closed.status(), context);
   spdlog::info("partition deleted: partition={} sessions_closed={}", request->name(), *closed);
@@ -129,6 +132,7 @@ grpc::Status AdminServiceImpl::ListPartitions(grpc::ServerContext* /*context*/,
 grpc::Status AdminServiceImpl::ListTasks(grpc::ServerContext* context,
                                          const v1::ListTasksRequest* request,
                                          v1::ListTasksResponse* response) {
+  if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
   TaskFilter filter;
   if (!request->partition().empty()) filter.partition = request->partition();
   absl::StatusOr<std::optional<TaskState>> state = FromProto(request->state());

@@ -8,6 +8,7 @@ namespace gpukit::service {
 grpc::Status ComputeServiceImpl::RunOp(grpc::ServerContext* context,
                                        const v1::RunOpRequest* request,
                                        v1::RunOpResponse* response) {
+  if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
   absl::StatusOr<std::vector<OpInput>> inputs = FromProto(request->inputs());
   if (!inputs.ok()) return ToGrpc(inputs.status(), context);
   absl::StatusOr<AttrMap> attrs = FromProto(request->attrs());
@@ -48,6 +49,7 @@ grpc::Status ComputeServiceImpl::ListOps(grpc::ServerContext* /*context*/,
 grpc::Status ComputeServiceImpl::CompileKernel(grpc::ServerContext* context,
                                                const v1::CompileKernelRequest* request,
                                                v1::CompileKernelResponse* response) {
+  if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
   CompileRequest compile;
   compile.source = request->source();
   compile.entries.assign(request->entries().begin(), request->entries().end());
@@ -74,6 +76,7 @@ grpc::Status ComputeServiceImpl::GetCompileLog(grpc::ServerContext* context,
 grpc::Status ComputeServiceImpl::LaunchKernel(grpc::ServerContext* context,
                                               const v1::LaunchKernelRequest* request,
                                               v1::LaunchKernelResponse* response) {
+  if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
   absl::StatusOr<std::vector<KernelArgInput>> args = FromProto(request->args());
   if (!args.ok()) return ToGrpc(args.status(), context);
   if (absl::Status task = ValidateTaskOptions(request->task()); !task.ok()) {
@@ -90,6 +93,7 @@ grpc::Status ComputeServiceImpl::LaunchKernel(grpc::ServerContext* context,
 grpc::Status ComputeServiceImpl::FreeKernel(grpc::ServerContext* context,
                                             const v1::FreeKernelRequest* request,
                                             v1::FreeKernelResponse* /*response*/) {
+  if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
   return ToGrpc(core_.FreeKernel(request->session_id(), request->kernel()), context);
 }
 

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/scheduler/admission.h"
+#include "daemon/service/request_strings.h"
 #include "proto/dtype_convert.h"
 #include "runtime/base/status_macros.h"
 
@@ -257,6 +258,11 @@ absl::Status ValidateTaskOptions(const v1::TaskOptions& options) {
         absl::StrCat("task.queue_timeout_ms = ", options.queue_timeout_ms(), " must be >= 0"));
   }
   return absl::OkStatus();
+}
+
+grpc::Status ValidateStrings(const google::protobuf::Message& request,
+                             grpc::ServerContext* context) {
+  return ToGrpc(ValidateRequestStrings(request), context);
 }
 
 namespace {

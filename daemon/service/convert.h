@@ -57,6 +57,11 @@ absl::StatusOr<std::vector<KernelArgInput>> FromProto(
 LaunchConfig LaunchConfigFrom(const v1::LaunchKernelRequest& request);
 void ToProto(const KernelView& kernel, v1::CompileKernelResponse* out);
 
+// ValidateRequestStrings (request_strings.h) as a handler's answer: OK, or INVALID_ARGUMENT
+// naming the field. Every handler calls it first, on its request (Upload: on the header).
+grpc::Status ValidateStrings(const google::protobuf::Message& request,
+                             grpc::ServerContext* context);
+
 // The status mapping: code and message carry over; an admission reason goes into the
 // "gpukit-reason" trailer. `context` may be null (no trailer then).
 // Messages longer than kMaxStatusMessageBytes are cut there, with a note of how much was cut,

@@ -6,6 +6,7 @@ namespace gpukit::service {
 grpc::Status SessionServiceImpl::Open(grpc::ServerContext* context,
                                       const v1::OpenSessionRequest* request,
                                       v1::OpenSessionResponse* response) {
+  if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
   OpenSessionParams params;
   params.tenant = request->tenant();
   params.partition = request->partition();
@@ -29,6 +30,7 @@ grpc::Status SessionServiceImpl::Open(grpc::ServerContext* context,
 grpc::Status SessionServiceImpl::KeepAlive(grpc::ServerContext* context,
                                            const v1::KeepAliveRequest* request,
                                            v1::KeepAliveResponse* response) {
+  if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
   absl::StatusOr<absl::Duration> lease = core_.KeepAlive(request->session_id());
   if (!lease.ok()) return ToGrpc(lease.status(), context);
   response->set_lease_ms(absl::ToInt64Milliseconds(*lease));
@@ -38,6 +40,7 @@ grpc::Status SessionServiceImpl::KeepAlive(grpc::ServerContext* context,
 grpc::Status SessionServiceImpl::Close(grpc::ServerContext* context,
                                        const v1::CloseSessionRequest* request,
                                        v1::CloseSessionResponse* response) {
+  if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
   absl::StatusOr<CloseStats> stats = core_.CloseSession(request->session_id());
   if (!stats.ok()) return ToGrpc(stats.status(), context);
   response->set_arrays_freed(stats->arrays_freed);

@@ -16,8 +16,9 @@
 
 namespace gpukit {
 
-// Memory of the device's own (malloc'd), or of another process (ImportBuffer: a shared file
-// mapped here, `mapping` and `mapping_bytes` to unmap).
+// Memory of the device's own (an anonymous mapping from kOwnMappingBytes up, aligned_alloc
+// below), or of another process (ImportBuffer: a shared file mapped here, `imported`);
+// `mapping` and `mapping_bytes` are what to unmap, null for aligned_alloc's memory.
 struct CpuDevice::Buffer {
   Buffer() = default;
   Buffer(const Buffer&) = delete;
@@ -29,13 +30,26 @@ struct CpuDevice::Buffer {
       std::free(data);
     }
   }
-  bool imported() const { return mapping != nullptr; }
-
   std::byte* data = nullptr;
   int64_t bytes = 0;
   void* mapping = nullptr;
   int64_t mapping_bytes = 0;
+  bool imported = false;
 };
+
+namespace {
+
+// From this size up, the device's memory is its own anonymous mapping, unmapped at Free, as a
+// GPU's memory is apart from the host's heap. Through malloc, large buffers stayed in glibc's
+// arenas after Free: glibc raises its mmap threshold to the size of each large block freed
+// (up to 32 MiB), so from the second round on 16 MiB arrays came from the arenas of whichever
+// gRPC thread ran the request, and those arenas kept them. Rounds of 8 sessions x 4 arrays of
+// 16 MiB (tests/integration/memory_return_test.cc) left gpukitd at an idle RSS of
+// 164 -> 580 -> 776 -> 990 -> 984 -> 1211 MiB. Small buffers stay with malloc: a mapping
+// costs a system call and a page at least, and RunOp's small outputs are most allocations.
+constexpr int64_t kOwnMappingBytes = int64_t{1} << 20;
+
+}  // namespace
 
 struct CpuDevice::Event {
   const void* stream = nullptr;  // the Stream it was recorded on
@@ -176,7 +190,17 @@ absl::StatusOr<BufferId> CpuDevice::Allocate(int64_t bytes) {
   constexpr int64_t kAlignment = 64;
   const int64_t rounded = (std::max<int64_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
   auto buffer = std::make_unique<Buffer>();
-  buffer->data = static_cast<std::byte*>(std::aligned_alloc(kAlignment, rounded));
+  if (rounded >= kOwnMappingBytes) {
+    void* mapping = mmap(nullptr, static_cast<size_t>(rounded), PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mapping != MAP_FAILED) {
+      buffer->mapping = mapping;
+      buffer->mapping_bytes = rounded;
+      buffer->data = static_cast<std::byte*>(mapping);
+    }
+  } else {
+    buffer->data = static_cast<std::byte*>(std::aligned_alloc(kAlignment, rounded));
+  }
   if (buffer->data == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("host allocation of ", bytes, " bytes for the CPU device failed"));
@@ -195,7 +219,7 @@ absl::Status CpuDevice::Free(BufferId buffer) {
   if (it == buffers_.end()) {
     return absl::NotFoundError(absl::StrCat("buffer ", buffer.value, " not found"));
   }
-  if (!it->second->imported()) used_bytes_ -= it->second->bytes;
+  if (!it->second->imported) used_bytes_ -= it->second->bytes;
   doomed = std::move(it->second);
   buffers_.erase(it);
   return absl::OkStatus();
@@ -219,6 +243,7 @@ absl::StatusOr<BufferId> CpuDevice::ImportBuffer(ImportedMemory memory) {
   auto buffer = std::make_unique<Buffer>();
   buffer->mapping = mapping;
   buffer->mapping_bytes = memory.allocation_bytes;
+  buffer->imported = true;
   buffer->data = static_cast<std::byte*>(mapping) + memory.offset_bytes;
   buffer->bytes = memory.bytes;
   absl::MutexLock lock(&mu_);

@@ -2,13 +2,14 @@
 //
 // Runs the whole Device interface on host memory so gpukitd serves the same API without a
 // GPU (and CI tests it). Buffers are 64-byte aligned host allocations counted against a
-// configured memory size. Each stream runs its work in order: work enqueued on an idle
-// stream runs at once on the caller's thread, work enqueued behind other work runs later on
-// the stream's worker thread, so callers must observe completion through events exactly as
-// on a GPU. Copies between host memory and buffers are ParallelCopy's: from two of its
-// pieces (8 MiB) up, a copy runs on a few threads at once, as a GPU's copy engine would not
-// be limited to one CPU core's bandwidth. Built-in ops run the reference kernels of
-// kernels/cpu. Device code cannot run here: LoadModule and Launch return
+// configured memory size; from 1 MiB up each is its own anonymous mapping, returned to the
+// system at Free (as a GPU's memory is apart from the host's heap). Each stream runs its work
+// in order: work enqueued on an idle stream runs at once on the caller's thread, work enqueued
+// behind other work runs later on the stream's worker thread, so callers must observe
+// completion through events exactly as on a GPU. Copies between host memory and buffers are
+// ParallelCopy's: from two of its pieces (8 MiB) up, a copy runs on a few threads at once, as
+// a GPU's copy engine would not be limited to one CPU core's bandwidth. Built-in ops run the
+// reference kernels of kernels/cpu. Device code cannot run here: LoadModule and Launch return
 // FAILED_PRECONDITION "kernel launch requires a GPU".
 //
 //   GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<CpuDevice> device, CpuDevice::Create({}));

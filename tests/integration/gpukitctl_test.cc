@@ -19,6 +19,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "tests/integration/daemon_fixture.h"
+#include "tests/testing/scoped_env.h"
 #include "tests/testing/status_matchers.h"
 
 namespace gpukit::testing {
@@ -772,6 +773,142 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlagCase{{"sessions", "--force"}, "flag --force does not apply to \"sessions\""},
         BadFlagCase{{"partitions", "extra"}, "unexpected argument \"extra\""},
         BadFlagCase{{"queues", "--state", "queued"}, "flag --state does not apply to \"queues\""}));
+
+// ---- Hostile strings and an empty --addr -------------------------------------------------
+
+TEST_F(GpukitctlTest, EmptyAddrIsRefusedInsteadOfFallingBackToGpukitAddr) {
+  // $GPUKIT_ADDR names a live daemon: a fallback would succeed, so exit 1 shows the refusal.
+  ScopedEnv addr("GPUKIT_ADDR", daemon().address());
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ProgramResult fallback,
+                              RunProgram({kCtlPath, "status"}, temp_dir(), kCtlTimeout));
+  EXPECT_EQ(fallback.exit_code, 0) << fallback.stderr_text;
+  for (const std::vector<std::string>& argv :
+       {std::vector<std::string>{kCtlPath, "--addr", "", "status"},
+        std::vector<std::string>{kCtlPath, "--addr=", "status"},
+        std::vector<std::string>{kCtlPath, "status", "--addr="}}) {
+    SCOPED_TRACE(absl::StrJoin(argv, " "));
+    GPUKIT_ASSERT_OK_AND_ASSIGN(ProgramResult result, RunProgram(argv, temp_dir(), kCtlTimeout));
+    EXPECT_EQ(result.exit_code, 1);
+    EXPECT_THAT(result.stderr_text, HasSubstr("gpukitctl: --addr is empty"));
+    EXPECT_THAT(result.stdout_text, IsEmpty());
+  }
+}
+
+TEST_F(GpukitctlTest, ClientNameWithEscapesIsRefusedSoSessionsNeverShowsIt) {
+  ClientOptions options;
+  options.address = daemon().address();
+  options.tenant = "ctl-tenant";
+  options.client_name = "evil\x1b[2J\a\r";
+  EXPECT_THAT(Client::Connect(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("client.name holds control character U+001B")));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ProgramResult table, Ctl({"sessions"}));
+  EXPECT_EQ(table.exit_code, 0);
+  EXPECT_THAT(table.stderr_text, HasSubstr("No sessions."));
+}
+
+// A daemon that answers with hostile strings (an old gpukitd that stored them, or a hostile
+// one): gpukitctl must not hand them to the terminal raw.
+constexpr char kHostileName[] =
+    "evil\x1b[2J\a\rok\xc2\x9b"
+    "31m\x7f\xe2\x80\xaeZ";
+
+class HostileAdmin final : public v1::AdminService::Service {
+ public:
+  grpc::Status Status(grpc::ServerContext*, const v1::StatusRequest*,
+                      v1::StatusResponse* response) override {
+    response->set_version(kHostileName);
+    response->set_backend(kHostileName);
+    response->add_listen_addresses(kHostileName);
+    return grpc::Status::OK;
+  }
+  grpc::Status ListDevices(grpc::ServerContext*, const v1::ListDevicesRequest*,
+                           v1::ListDevicesResponse* response) override {
+    response->add_devices()->set_name(kHostileName);
+    return grpc::Status::OK;
+  }
+  grpc::Status ListSessions(grpc::ServerContext*, const v1::ListSessionsRequest*,
+                            v1::ListSessionsResponse* response) override {
+    v1::SessionInfo* s = response->add_sessions();
+    s->set_session_id(kHostileName);
+    s->set_tenant(kHostileName);
+    s->set_partition(kHostileName);
+    s->set_client_name(kHostileName);
+    s->set_client_hostname(kHostileName);
+    return grpc::Status::OK;
+  }
+  grpc::Status ListPartitions(grpc::ServerContext*, const v1::ListPartitionsRequest*,
+                              v1::ListPartitionsResponse* response) override {
+    v1::PartitionStatus* p = response->add_partitions();
+    p->mutable_partition()->set_name(kHostileName);
+    (*p->mutable_rejected())[kHostileName] = 1;
+    return grpc::Status::OK;
+  }
+  grpc::Status ListTasks(grpc::ServerContext*, const v1::ListTasksRequest*,
+                         v1::ListTasksResponse* response) override {
+    v1::TaskInfo* t = response->add_tasks();
+    t->set_session_id(kHostileName);
+    t->set_name(kHostileName);
+    t->set_kind(kHostileName);
+    return grpc::Status::OK;
+  }
+  grpc::Status DeletePartition(grpc::ServerContext*, const v1::DeletePartitionRequest*,
+                               v1::DeletePartitionResponse*) override {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("partition ", kHostileName, " is busy"));
+  }
+};
+
+// Whether `text` holds a byte a terminal acts on: C0 but newline, DEL, or a C1 as UTF-8.
+bool HasRawControl(const std::string& text) {
+  for (char c : text) {
+    const unsigned char byte = static_cast<unsigned char>(c);
+    if ((byte < 0x20 && byte != '\n') || byte == 0x7f) return true;
+  }
+  return absl::StrContains(text, "\xc2\x9b") || absl::StrContains(text, "\xe2\x80\xae");
+}
+
+TEST_F(GpukitctlTest, HostileStringsFromADaemonAreEscapedInTablesAndStayExactInJson) {
+  HostileAdmin admin;
+  grpc::ServerBuilder builder;
+  const std::string address = "unix://" + temp_dir() + "/hostile.sock";
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials());
+  builder.RegisterService(&admin);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  const auto ctl = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {kCtlPath, "--addr", address});
+    return RunProgram(args, temp_dir(), kCtlTimeout);
+  };
+  for (const std::vector<std::string>& command : {std::vector<std::string>{"status"},
+                                                  {"devices"},
+                                                  {"sessions"},
+                                                  {"partitions"},
+                                                  {"queues"},
+                                                  {"tasks"},
+                                                  {"top", "--iterations", "1"}}) {
+    SCOPED_TRACE(absl::StrJoin(command, " "));
+    GPUKIT_ASSERT_OK_AND_ASSIGN(ProgramResult table, ctl(command));
+    EXPECT_EQ(table.exit_code, 0) << table.stderr_text;
+    EXPECT_FALSE(HasRawControl(table.stdout_text)) << table.stdout_text;
+    EXPECT_THAT(table.stdout_text, HasSubstr("evil\\u001b[2J\\u0007\\u000dok\\u009b31m"));
+  }
+  // JSON: valid, and the same strings once parsed.
+  std::vector<std::string> json_command = {"-o", "json", "sessions"};
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ProgramResult json, ctl(json_command));
+  EXPECT_EQ(json.exit_code, 0) << json.stderr_text;
+  EXPECT_FALSE(HasRawControl(json.stdout_text)) << json.stdout_text;
+  v1::ListSessionsResponse sessions;
+  ASSERT_NO_FATAL_FAILURE(ParseJsonStrictly(json.stdout_text, &sessions));
+  ASSERT_EQ(sessions.sessions_size(), 1);
+  EXPECT_EQ(sessions.sessions(0).client_name(), kHostileName);
+  // An error message from the daemon is escaped too.
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ProgramResult refused, ctl({"partition", "delete", "gold"}));
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_FALSE(HasRawControl(refused.stderr_text)) << refused.stderr_text;
+  EXPECT_THAT(refused.stderr_text, HasSubstr("partition evil\\u001b[2J"));
+  server->Shutdown();
+}
 
 }  // namespace
 }  // namespace gpukit::testing

@@ -218,7 +218,7 @@ TEST_F(KernelTest, MalformedLaunchRequestsWithoutAKernelGetClearErrors) {
   grpc::ClientContext context;
   v1::FreeKernelResponse freed;
   EXPECT_THAT(FromGrpc(compute_->FreeKernel(&context, free, &freed), context),
-              StatusIs(kNotFound, HasSubstr("not found in this session")));
+              StatusIs(kInvalidArgument, HasSubstr("kernel is 10000 bytes long")));
 }
 
 TEST_F(KernelTest, MalformedLaunchRequestsForARealKernelGetClearErrors) {

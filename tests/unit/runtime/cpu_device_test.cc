@@ -3,7 +3,9 @@
 #include "runtime/cpu/cpu_device.h"
 
 #include <cstdint>
+#include <fstream>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -149,6 +151,36 @@ TEST(CpuDeviceTest, DestroyingTheDeviceReleasesLiveBuffersStreamsAndEvents) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(EventId event, device->RecordEvent(stream));
   (void)event;
   device.reset();
+}
+
+// This process's VmRSS in bytes, from /proc/self/status; -1 if it cannot be read.
+int64_t ResidentBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return -1;
+}
+
+TEST(CpuDeviceTest, FreedLargeBuffersGoBackToTheSystem) {
+  // Through malloc, the second 16 MiB buffer came from the heap (glibc's mmap threshold had
+  // risen to 16 MiB at the first free) and stayed resident after Free.
+  constexpr int64_t kBytes = int64_t{16} << 20;
+  std::unique_ptr<CpuDevice> device = MakeDevice(int64_t{1} << 30);
+  ASSERT_NE(device, nullptr);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device->CreateStream(StreamPriority::kHigh));
+  const std::vector<uint8_t> data(kBytes, 7);  // before the first reading: in both
+  const int64_t before = ResidentBytes();
+  ASSERT_GT(before, 0);
+  for (int round = 0; round < 3; ++round) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId buffer, device->Allocate(kBytes));
+    GPUKIT_ASSERT_OK(device->CopyHostToDevice(buffer, 0, data.data(), kBytes, stream));
+    GPUKIT_ASSERT_OK(SynchronizeStream(*device, stream));
+    EXPECT_GE(ResidentBytes() - before, kBytes / 2) << "the buffer's pages are resident";
+    GPUKIT_ASSERT_OK(device->Free(buffer));
+    EXPECT_LT(ResidentBytes() - before, kBytes / 4) << "round " << round;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,202 @@
+#include "daemon/service/request_strings.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "google/protobuf/descriptor.h"
+#include "runtime/base/status_macros.h"
+
+namespace gpukit::service {
+namespace {
+
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+
+// Program text: newlines and tabs belong there, and its size has the compiler's own bound.
+constexpr absl::string_view kExemptFields[] = {"gpukit.v1.CompileKernelRequest.source"};
+
+bool IsExempt(const FieldDescriptor& field) {
+  for (absl::string_view exempt : kExemptFields) {
+    if (field.full_name() == exempt) return true;
+  }
+  return false;
+}
+
+// The length (1 to 4) of the valid UTF-8 sequence that starts `text` (not empty), and its code
+// point; 0 when it does not start with one (a stray continuation byte, an overlong form, a
+// surrogate, a truncated sequence, or beyond U+10FFFF).
+int DecodeUtf8(absl::string_view text, char32_t* code_point) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(0);
+  int length = 0;
+  char32_t cp = 0;
+  char32_t min = 0;
+  if (lead < 0x80) {
+    *code_point = lead;
+    return 1;
+  } else if (lead >= 0xc2 && lead <= 0xdf) {
+    length = 2, cp = lead & 0x1f, min = 0x80;
+  } else if (lead >= 0xe0 && lead <= 0xef) {
+    length = 3, cp = lead & 0x0f, min = 0x800;
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    length = 4, cp = lead & 0x07, min = 0x10000;
+  } else {
+    return 0;
+  }
+  if (text.size() < static_cast<size_t>(length)) return 0;
+  for (int i = 1; i < length; ++i) {
+    if ((byte(i) & 0xc0) != 0x80) return 0;
+    cp = (cp << 6) | (byte(i) & 0x3f);
+  }
+  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+  *code_point = cp;
+  return length;
+}
+
+// Code points a terminal or a log viewer acts on, or that reorder or break what follows them.
+bool IsControl(char32_t cp) {
+  return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || cp == 0x200e || cp == 0x200f ||
+         (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
+// Whether `value` keeps the rule; ValidateRequestString says how it does not.
+bool KeepsTheRule(absl::string_view value) {
+  if (value.size() > kMaxRequestStringBytes) return false;
+  size_t i = 0;
+  while (i < value.size()) {
+    char32_t cp = 0;
+    const int length = DecodeUtf8(value.substr(i), &cp);
+    if (length == 0 || IsControl(cp)) return false;
+    i += static_cast<size_t>(length);
+  }
+  return true;
+}
+
+// Where a value sits in the request, as a chain on the walk's stack; spelled out (Render) only
+// for an error, so that a valid request costs no string building. A step is a field, with an
+// index when the field is repeated, or a map key (`key`: then the field's entry is named by
+// it, or `is_key` for the key itself).
+struct PathStep {
+  const PathStep* parent = nullptr;
+  const FieldDescriptor* field = nullptr;
+  int index = -1;
+  const std::string* key = nullptr;
+  bool is_key = false;
+};
+
+std::string Render(const PathStep* step) {
+  if (step == nullptr) return "";
+  std::string out = Render(step->parent);
+  if (!out.empty()) out += ".";
+  out += step->field->name();
+  if (step->is_key) {
+    out += " key";
+  } else if (step->key != nullptr) {
+    absl::StrAppend(&out, "[\"", *step->key, "\"]");
+  } else if (step->index >= 0) {
+    absl::StrAppend(&out, "[", step->index, "]");
+  }
+  return out;
+}
+
+absl::Status CheckString(const PathStep& step, const std::string& value) {
+  if (KeepsTheRule(value)) return absl::OkStatus();
+  return ValidateRequestString(Render(&step), value);
+}
+
+absl::Status ValidateMessage(const Message& message, const PathStep* parent);
+
+// The `index`th entry of the map field `field` (of the message at `parent`): its key first
+// (once valid, it names the value: "attrs[\"axis\"]"), then its value.
+absl::Status ValidateMapEntry(const Message& entry, const PathStep* parent,
+                              const FieldDescriptor* field, int index) {
+  const Reflection& reflection = *entry.GetReflection();
+  const FieldDescriptor* key = entry.GetDescriptor()->map_key();
+  const FieldDescriptor* value = entry.GetDescriptor()->map_value();
+  PathStep step{parent, field, index};
+  std::string key_scratch;
+  if (key->type() == FieldDescriptor::TYPE_STRING) {
+    const std::string& key_value = reflection.GetStringReference(entry, key, &key_scratch);
+    GPUKIT_RETURN_IF_ERROR(CheckString(PathStep{parent, field, -1, nullptr, true}, key_value));
+    step.key = &key_value;
+  }
+  if (value->type() == FieldDescriptor::TYPE_STRING) {
+    std::string scratch;
+    return CheckString(step, reflection.GetStringReference(entry, value, &scratch));
+  }
+  if (value->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE && reflection.HasField(entry, value)) {
+    return ValidateMessage(reflection.GetMessage(entry, value), &step);
+  }
+  return absl::OkStatus();
+}
+
+// Checks every set string field of `message` (at `parent` in the request; null for the request
+// itself), and recurses into its set message fields.
+absl::Status ValidateMessage(const Message& message, const PathStep* parent) {
+  const Reflection& reflection = *message.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  reflection.ListFields(message, &fields);
+  for (const FieldDescriptor* field : fields) {
+    const bool repeated = field->is_repeated();
+    const int count = repeated ? reflection.FieldSize(message, field) : 1;
+    if (field->type() == FieldDescriptor::TYPE_STRING && !IsExempt(*field)) {
+      std::string scratch;
+      for (int i = 0; i < count; ++i) {
+        const std::string& value =
+            repeated ? reflection.GetRepeatedStringReference(message, field, i, &scratch)
+                     : reflection.GetStringReference(message, field, &scratch);
+        GPUKIT_RETURN_IF_ERROR(CheckString(PathStep{parent, field, repeated ? i : -1}, value));
+      }
+    } else if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      for (int i = 0; i < count; ++i) {
+        const Message& child = repeated ? reflection.GetRepeatedMessage(message, field, i)
+                                        : reflection.GetMessage(message, field);
+        if (field->is_map()) {
+          GPUKIT_RETURN_IF_ERROR(ValidateMapEntry(child, parent, field, i));
+        } else {
+          const PathStep step{parent, field, repeated ? i : -1};
+          GPUKIT_RETURN_IF_ERROR(ValidateMessage(child, &step));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateRequestString(absl::string_view field, absl::string_view value) {
+  if (value.size() > kMaxRequestStringBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " is ", value.size(),
+                                                   " bytes long; at most ", kMaxRequestStringBytes,
+                                                   " are allowed"));
+  }
+  size_t i = 0;
+  while (i < value.size()) {
+    char32_t cp = 0;
+    const int length = DecodeUtf8(value.substr(i), &cp);
+    if (length == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s is not valid UTF-8 (byte %d is 0x%02x); strings in requests must "
+                          "be printable UTF-8",
+                          field, i, static_cast<unsigned char>(value[i])));
+    }
+    if (IsControl(cp)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s holds control character U+%04X at byte %d; strings in requests "
+                          "must be printable UTF-8",
+                          field, static_cast<uint32_t>(cp), i));
+    }
+    i += static_cast<size_t>(length);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRequestStrings(const google::protobuf::Message& request) {
+  return ValidateMessage(request, nullptr);
+}
+
+}  // namespace gpukit::service

@@ -1,0 +1,132 @@
+// The service edge's string rule: which values pass, what the refusal says, and that the walk
+// reaches nested, repeated and map fields and leaves the kernel source alone.
+#include "daemon/service/request_strings.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gpukit/v1/admin.pb.h"
+#include "gpukit/v1/array.pb.h"
+#include "gpukit/v1/compute.pb.h"
+#include "gpukit/v1/session.pb.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+
+namespace gpukit::service {
+namespace {
+
+using ::gpukit::testing::IsOk;
+using ::gpukit::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+struct StringCase {
+  std::string name;
+  std::string value;
+  std::string error;  // empty: accepted
+};
+
+class ValidateRequestStringTest : public ::testing::TestWithParam<StringCase> {};
+
+TEST_P(ValidateRequestStringTest, AcceptsPrintableUtf8UpTo256BytesOnly) {
+  const absl::Status status = ValidateRequestString("f", GetParam().value);
+  if (GetParam().error.empty()) {
+    EXPECT_THAT(status, IsOk());
+  } else {
+    EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(GetParam().error)));
+    // The refusal never carries the value itself.
+    EXPECT_THAT(std::string(status.message()), Not(HasSubstr(GetParam().value)));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ValidateRequestStringTest,
+    ::testing::Values(
+        StringCase{"Empty", "", ""}, StringCase{"Name", "inference-worker_1.2/v3 (x)", ""},
+        StringCase{"Latin1", "caf\xc3\xa9", ""}, StringCase{"Cjk", "\xe6\x97\xa5\xe6\x9c\xac", ""},
+        StringCase{"Emoji", "\xf0\x9f\x9a\x80", ""},
+        StringCase{"NoBreakSpaceAboveC1",
+                   "a\xc2\xa0"
+                   "b",
+                   ""},
+        StringCase{"Exactly256", std::string(256, 'a'), ""},
+        StringCase{"Over256", std::string(257, 'a'), "f is 257 bytes long; at most 256"},
+        StringCase{"OneMiB", std::string(size_t{1} << 20, 'a'), "f is 1048576 bytes long"},
+        StringCase{"Esc", "ab\x1b[2J", "f holds control character U+001B at byte 2"},
+        StringCase{"Nul", std::string("\0", 1), "U+0000 at byte 0"},
+        StringCase{"Tab", "a\tb", "U+0009"}, StringCase{"Newline", "a\n", "U+000A"},
+        StringCase{"CarriageReturn", "a\r", "U+000D"}, StringCase{"Del", "\x7f", "U+007F"},
+        StringCase{"C1Csi", "x\xc2\x9b", "U+009B at byte 1"},
+        StringCase{"C1Nel", "\xc2\x85", "U+0085"},
+        StringCase{"LeftToRightMark", "\xe2\x80\x8e", "U+200E"},
+        StringCase{"RightToLeftOverride", "\xe2\x80\xae", "U+202E"},
+        StringCase{"Isolate", "\xe2\x81\xa6", "U+2066"},
+        StringCase{"LineSeparator", "\xe2\x80\xa8", "U+2028"},
+        StringCase{"LoneCsiByte", "a\x9b", "f is not valid UTF-8 (byte 1 is 0x9b)"},
+        StringCase{"Overlong", "\xc0\xaf", "not valid UTF-8 (byte 0 is 0xc0)"},
+        StringCase{"Truncated", "\xe2\x80", "not valid UTF-8"},
+        StringCase{"Surrogate", "\xed\xa0\x80", "not valid UTF-8"},
+        StringCase{"AboveUnicode", "\xf4\x90\x80\x80", "not valid UTF-8"}),
+    [](const ::testing::TestParamInfo<StringCase>& info) { return info.param.name; });
+
+TEST(ValidateRequestStringsTest, NamesNestedFieldsByTheirPath) {
+  v1::OpenSessionRequest open;
+  open.set_tenant("t");
+  open.mutable_client()->set_name("x\x1b");
+  EXPECT_THAT(ValidateRequestStrings(open),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("client.name holds")));
+
+  v1::RunOpRequest run;
+  run.set_op("add");
+  run.add_inputs()->set_handle("a-1");
+  run.add_inputs()->set_handle(std::string(300, 'h'));
+  EXPECT_THAT(ValidateRequestStrings(run),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("inputs[1].handle is 300")));
+
+  v1::UploadRequest upload;
+  upload.mutable_header()->set_handle("\a");
+  EXPECT_THAT(ValidateRequestStrings(upload),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("header.handle holds")));
+
+  v1::UpdatePartitionRequest update;
+  update.add_update_mask("memory_quota_bytes");
+  update.add_update_mask("x\n");
+  EXPECT_THAT(ValidateRequestStrings(update),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("update_mask[1] holds")));
+}
+
+TEST(ValidateRequestStringsTest, ChecksMapKeysAndValues) {
+  v1::RunOpRequest run;
+  (*run.mutable_attrs())["axis"].set_int_value(1);
+  EXPECT_THAT(ValidateRequestStrings(run), IsOk());
+  (*run.mutable_attrs())["mode"].set_string_value("\x1b]0;title\a");
+  EXPECT_THAT(ValidateRequestStrings(run),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("attrs[\"mode\"].string_value holds control character U+001B")));
+  v1::RunOpRequest bad_key;
+  (*bad_key.mutable_attrs())["a\rb"].set_int_value(1);
+  EXPECT_THAT(ValidateRequestStrings(bad_key),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("attrs key holds"), Not(HasSubstr("a\rb")))));
+}
+
+TEST(ValidateRequestStringsTest, LeavesTheKernelSourceToTheCompiler) {
+  v1::CompileKernelRequest compile;
+  compile.set_source(std::string("extern \"C\" __global__ void k() {}\n\t// ") +
+                     std::string(size_t{1} << 20, 'x'));
+  compile.add_entries("k");
+  EXPECT_THAT(ValidateRequestStrings(compile), IsOk());
+  compile.add_entries("k\x1b");
+  EXPECT_THAT(ValidateRequestStrings(compile),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("entries[1] holds")));
+}
+
+TEST(ValidateRequestStringsTest, LeavesBytesFieldsAlone) {
+  v1::UploadRequest chunk;
+  chunk.mutable_chunk()->set_data(std::string(size_t{1} << 20, '\x1b'));
+  EXPECT_THAT(ValidateRequestStrings(chunk), IsOk());
+}
+
+}  // namespace
+}  // namespace gpukit::service
