@@ -66,6 +66,7 @@ grpc::Status ComputeServiceImpl::CompileKernel(grpc::ServerContext* context,
 grpc::Status ComputeServiceImpl::GetCompileLog(grpc::ServerContext* context,
                                                const v1::GetCompileLogRequest* request,
                                                v1::GetCompileLogResponse* response) {
+  if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
   absl::StatusOr<CompileLog> log = core_.LastCompileLog(request->session_id());
   if (!log.ok()) return ToGrpc(log.status(), context);
   response->set_log(log->text);

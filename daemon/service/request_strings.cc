@@ -16,7 +16,8 @@ using google::protobuf::Message;
 using google::protobuf::Reflection;
 
 // Program text: newlines and tabs belong there, and its size has the compiler's own bound.
-constexpr absl::string_view kExemptFields[] = {"gpukit.v1.CompileKernelRequest.source"};
+constexpr absl::string_view kExemptFields[] = {"gpukit.v1.CompileKernelRequest.source",
+                                               "gpukit.v1.KernelHeader.source"};
 
 bool IsExempt(const FieldDescriptor& field) {
   for (absl::string_view exempt : kExemptFields) {

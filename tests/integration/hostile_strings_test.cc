@@ -32,7 +32,8 @@ using google::protobuf::Message;
 constexpr const char* kProtoFiles[] = {"gpukit/v1/session.proto", "gpukit/v1/array.proto",
                                        "gpukit/v1/compute.proto", "gpukit/v1/admin.proto"};
 // Fields the daemon's string rule leaves out, each with its own bound elsewhere.
-constexpr const char* kExemptFields[] = {"gpukit.v1.CompileKernelRequest.source"};
+constexpr const char* kExemptFields[] = {"gpukit.v1.CompileKernelRequest.source",
+                                        "gpukit.v1.KernelHeader.source"};
 
 // One string field of one RPC's request, and how to reach it from the request.
 struct StringField {
