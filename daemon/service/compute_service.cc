@@ -8,6 +8,9 @@ namespace gpukit::service {
 grpc::Status ComputeServiceImpl::RunOp(grpc::ServerContext* context,
                                        const v1::RunOpRequest* request,
                                        v1::RunOpResponse* response) {
+  if (grpc::Status denied = guard_.CheckSession(context, request->session_id()); !denied.ok()) {
+    return denied;
+  }
   absl::StatusOr<std::vector<OpInput>> inputs = FromProto(request->inputs());
   if (!inputs.ok()) return ToGrpc(inputs.status(), context);
   absl::StatusOr<AttrMap> attrs = FromProto(request->attrs());
@@ -48,6 +51,9 @@ grpc::Status ComputeServiceImpl::ListOps(grpc::ServerContext* /*context*/,
 grpc::Status ComputeServiceImpl::CompileKernel(grpc::ServerContext* context,
                                                const v1::CompileKernelRequest* request,
                                                v1::CompileKernelResponse* response) {
+  if (grpc::Status denied = guard_.CheckSession(context, request->session_id()); !denied.ok()) {
+    return denied;
+  }
   CompileRequest compile;
   compile.source = request->source();
   compile.entries.assign(request->entries().begin(), request->entries().end());
@@ -61,6 +67,9 @@ grpc::Status ComputeServiceImpl::CompileKernel(grpc::ServerContext* context,
 grpc::Status ComputeServiceImpl::LaunchKernel(grpc::ServerContext* context,
                                               const v1::LaunchKernelRequest* request,
                                               v1::LaunchKernelResponse* response) {
+  if (grpc::Status denied = guard_.CheckSession(context, request->session_id()); !denied.ok()) {
+    return denied;
+  }
   absl::StatusOr<std::vector<KernelArgInput>> args = FromProto(request->args());
   if (!args.ok()) return ToGrpc(args.status(), context);
   if (absl::Status task = ValidateTaskOptions(request->task()); !task.ok()) {
@@ -77,6 +86,9 @@ grpc::Status ComputeServiceImpl::LaunchKernel(grpc::ServerContext* context,
 grpc::Status ComputeServiceImpl::FreeKernel(grpc::ServerContext* context,
                                             const v1::FreeKernelRequest* request,
                                             v1::FreeKernelResponse* /*response*/) {
+  if (grpc::Status denied = guard_.CheckSession(context, request->session_id()); !denied.ok()) {
+    return denied;
+  }
   return ToGrpc(core_.FreeKernel(request->session_id(), request->kernel()), context);
 }
 
