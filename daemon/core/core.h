@@ -202,8 +202,9 @@ class Core {
   absl::StatusOr<SessionGrant> OpenSession(OpenSessionParams params);
   absl::StatusOr<absl::Duration> KeepAlive(absl::string_view session_id);
   absl::StatusOr<CloseStats> CloseSession(absl::string_view session_id);
-  // Who opened a live session, without renewing its lease: the services check it against
-  // the caller before any request touches the session. NOT_FOUND as SessionNotFoundError.
+  // Who opened a session (live, or lapsed and not yet reaped), without renewing its lease:
+  // the services check it against the caller before any request touches the session.
+  // NOT_FOUND (SessionNotFoundError) for unknown and closed sessions.
   absl::StatusOr<Principal> SessionOwner(absl::string_view session_id) const;
   // Closes sessions whose lease lapsed; returns how many.
   int ExpireLeases();

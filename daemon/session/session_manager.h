@@ -249,8 +249,9 @@ class SessionManager {
   // Finds a live session and renews its lease. NOT_FOUND for unknown, closed or expired
   // (deadline passed, even if the reaper has not run yet) sessions.
   absl::StatusOr<std::shared_ptr<Session>> Touch(absl::string_view session_id);
-  // The same lookup without renewing the lease (for checking who may use the session before
-  // the request touches it). Same errors as Touch.
+  // A session that is still registered, without renewing its lease: live, or lapsed and
+  // not yet reaped (Close still closes those). For checking who may use a session before the
+  // request touches it. NOT_FOUND (SessionNotFoundError) for unknown and closed sessions.
   absl::StatusOr<std::shared_ptr<const Session>> Find(absl::string_view session_id) const;
   absl::StatusOr<CloseStats> Close(absl::string_view session_id);
   // Closes every session whose lease deadline has passed.

@@ -109,8 +109,7 @@ void Fill(pb::Message& message, const Flags& victim, bool last_oneof_member, int
       reflection.AddInt64(&message, &field, 4);
     } else if (field.type() == pb::FieldDescriptor::TYPE_ENUM && name == "dtype") {
       reflection.SetEnumValue(&message, &field, gpukit::v1::DTYPE_FLOAT32);
-    } else if (field.type() == pb::FieldDescriptor::TYPE_MESSAGE && !field.is_map() &&
-               depth < 2) {
+    } else if (field.type() == pb::FieldDescriptor::TYPE_MESSAGE && !field.is_map() && depth < 2) {
       pb::Message* inner = field.is_repeated() ? reflection.AddMessage(&message, &field)
                                                : reflection.MutableMessage(&message, &field);
       Fill(*inner, victim, last_oneof_member, depth + 1);
@@ -194,7 +193,8 @@ int Attack(const std::shared_ptr<grpc::Channel>& channel, const Flags& victim) {
   list_context.set_deadline(Deadline());
   status = admin->ListSessions(&list_context, {}, &listed);
   if (!status.ok()) return Fail("ListSessions: " + status.error_message());
-  for (const auto& session : listed.sessions()) std::cout << "LISTED " << session.session_id() << "\n";
+  for (const auto& session : listed.sessions())
+    std::cout << "LISTED " << session.session_id() << "\n";
 
   gpukit::v1::ListTasksResponse tasks;
   grpc::ClientContext tasks_context;

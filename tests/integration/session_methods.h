@@ -23,9 +23,9 @@ namespace gpukit::testing {
 
 // Every proto file of gpukit.v1 that declares services.
 inline const std::vector<std::string>& GpukitServiceFiles() {
-  static const auto* files = new std::vector<std::string>{
-      "gpukit/v1/session.proto", "gpukit/v1/array.proto", "gpukit/v1/compute.proto",
-      "gpukit/v1/admin.proto"};
+  static const auto* files =
+      new std::vector<std::string>{"gpukit/v1/session.proto", "gpukit/v1/array.proto",
+                                   "gpukit/v1/compute.proto", "gpukit/v1/admin.proto"};
   return *files;
 }
 
@@ -53,7 +53,8 @@ inline std::vector<const google::protobuf::MethodDescriptor*> MethodsNamingASess
   (void)v1::RunOpRequest::descriptor();
   (void)v1::ListSessionsRequest::descriptor();
   std::vector<const google::protobuf::MethodDescriptor*> methods;
-  const google::protobuf::DescriptorPool& pool = *google::protobuf::DescriptorPool::generated_pool();
+  const google::protobuf::DescriptorPool& pool =
+      *google::protobuf::DescriptorPool::generated_pool();
   for (const std::string& name : GpukitServiceFiles()) {
     const google::protobuf::FileDescriptor* file = pool.FindFileByName(name);
     if (file == nullptr) continue;

@@ -5,7 +5,6 @@
 // and must get NOT_FOUND, word for word the answer for an id that does not exist; the
 // victim's session, bytes and kernel must be untouched. Needs root (to spawn another uid),
 // as CI runs it; skipped otherwise.
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <map>
@@ -24,6 +23,7 @@
 #include "tests/integration/daemon_fixture.h"
 #include "tests/integration/session_methods.h"
 #include "tests/testing/status_matchers.h"
+#include <sys/stat.h>
 
 namespace gpukit::testing {
 namespace {
@@ -89,8 +89,7 @@ class SessionOwnershipTest : public DaemonTest {
   // Runs foreign_client as kForeignUid with `args`; its stdout, parsed.
   ClientOutput RunForeign(const std::vector<std::string>& args) {
     std::vector<std::string> argv = {FindBinary(GPUKIT_FOREIGN_CLIENT_PATH), "--addr",
-                                     daemon().address(), "--as-uid",
-                                     std::to_string(kForeignUid)};
+                                     daemon().address(), "--as-uid", std::to_string(kForeignUid)};
     argv.insert(argv.end(), args.begin(), args.end());
     absl::StatusOr<ProgramResult> result = RunProgram(argv, temp_dir(), absl::Seconds(60));
     EXPECT_TRUE(result.ok()) << result.status();
@@ -134,8 +133,7 @@ class SessionOwnershipTest : public DaemonTest {
     v1::DownloadRequest download;
     download.set_session_id(session_);
     download.set_handle(array_);
-    GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<v1::DownloadResponse> chunks,
-                                api().Download(download));
+    GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<v1::DownloadResponse> chunks, api().Download(download));
     std::string read;
     for (const v1::DownloadResponse& chunk : chunks) read += chunk.chunk().data();
     EXPECT_EQ(read, bytes_);
@@ -166,9 +164,8 @@ class SessionOwnershipTest : public DaemonTest {
 
 TEST_F(SessionOwnershipTest, ForeignUidGetsNotFoundFromEveryRpcThatNamesASession) {
   ASSERT_NO_FATAL_FAILURE(OpenVictim());
-  const ClientOutput out =
-      RunForeign({"--mode", "attack", "--session", session_, "--array", array_, "--kernel",
-                  kernel_});
+  const ClientOutput out = RunForeign(
+      {"--mode", "attack", "--session", session_, "--array", array_, "--kernel", kernel_});
 
   // The walk covered every method that names a session, here and in the client alike.
   std::set<std::string> expected;
@@ -179,8 +176,8 @@ TEST_F(SessionOwnershipTest, ForeignUidGetsNotFoundFromEveryRpcThatNamesASession
                               Contains("gpukit.v1.ArrayService.Upload"),
                               Contains("gpukit.v1.ComputeService.LaunchKernel")));
   std::set<std::string> sent;
-  const std::string not_found = absl::StrCat(static_cast<int>(grpc::StatusCode::NOT_FOUND), " ",
-                                             NotFoundMessage(session_));
+  const std::string not_found =
+      absl::StrCat(static_cast<int>(grpc::StatusCode::NOT_FOUND), " ", NotFoundMessage(session_));
   ASSERT_TRUE(out.lines.count("RESULT")) << "the client sent nothing";
   for (const std::string& line : out.lines.at("RESULT")) {
     std::pair<std::string, std::string> parts = absl::StrSplit(line, absl::MaxSplits(' ', 1));
@@ -214,12 +211,11 @@ TEST_F(SessionOwnershipTest, ForeignRefusalReadsExactlyAsAnUnknownSession) {
   // A session id that never existed, from the same foreign client: same code, and the
   // message differs only by the id it quotes.
   const std::string unknown = "s-" + std::string(32, '0');
-  const ClientOutput out =
-      RunForeign({"--mode", "attack", "--session", unknown, "--array", array_, "--kernel",
-                  kernel_});
+  const ClientOutput out = RunForeign(
+      {"--mode", "attack", "--session", unknown, "--array", array_, "--kernel", kernel_});
   ASSERT_TRUE(out.lines.count("RESULT"));
-  const std::string expected = absl::StrCat(static_cast<int>(grpc::StatusCode::NOT_FOUND), " ",
-                                            NotFoundMessage(unknown));
+  const std::string expected =
+      absl::StrCat(static_cast<int>(grpc::StatusCode::NOT_FOUND), " ", NotFoundMessage(unknown));
   for (const std::string& line : out.lines.at("RESULT")) {
     EXPECT_THAT(line, HasSubstr(expected));
   }
@@ -236,8 +232,7 @@ TEST_F(SessionOwnershipTest, SameUidAndAdminsMayUseASession) {
   const std::string& session = ids.first;
   const std::string& array = ids.second;
 
-  const ClientOutput used =
-      RunForeign({"--mode", "use", "--session", session, "--array", array});
+  const ClientOutput used = RunForeign({"--mode", "use", "--session", session, "--array", array});
   ASSERT_TRUE(used.lines.count("USE"));
   EXPECT_EQ(used.lines.at("USE"), (std::vector<std::string>{"KeepAlive 0", "Describe 0"}));
 
@@ -254,6 +249,71 @@ TEST_F(SessionOwnershipTest, SameUidAndAdminsMayUseASession) {
   }
   EXPECT_TRUE(found) << "root (an admin) should list the session of uid " << kForeignUid;
   EXPECT_TRUE(api().Close(session).ok());
+}
+
+// The daemon also listens on TCP (loopback, a port of its choosing).
+class TcpSessionOwnershipTest : public SessionOwnershipTest {
+ protected:
+  void ConfigureDaemon(DaemonOptions& options) const override {
+    options.extra_args = {"--listen", "127.0.0.1:0"};
+  }
+
+  // "127.0.0.1:<port>" from the daemon's "listening on" line.
+  std::string TcpAddress() {
+    const std::string log = daemon().Log();
+    const size_t at = log.find("listening on 127.0.0.1:");
+    if (at == std::string::npos) return "";
+    const size_t start = at + std::string("listening on ").size();
+    const size_t end =
+        log.find_first_not_of("0123456789", start + std::string("127.0.0.1:").size());
+    return log.substr(start, end - start);
+  }
+};
+
+TEST_F(TcpSessionOwnershipTest, OverTcpTheIdIsTheCapabilityAndLocalSessionsAreOffLimits) {
+  ASSERT_NO_FATAL_FAILURE(OpenVictim());  // root's session, on the unix socket
+  const std::string tcp = TcpAddress();
+  ASSERT_FALSE(tcp.empty()) << daemon().Log();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(RawApi first, RawApi::Connect(tcp));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(RawApi second, RawApi::Connect(tcp));
+
+  // A TCP caller cannot touch a session opened on the unix socket, nor list it.
+  EXPECT_THAT(first.KeepAlive(session_).status(),
+              StatusIs(absl::StatusCode::kNotFound, NotFoundMessage(session_)));
+  EXPECT_THAT(first.Describe(session_, array_).status(),
+              StatusIs(absl::StatusCode::kNotFound, NotFoundMessage(session_)));
+
+  // A session opened over TCP: any TCP connection with its id may use it.
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string remote, first.OpenSession("remote", 60000));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(v1::ArrayInfo array,
+                              first.CreateArray(remote, {4}, v1::DTYPE_FLOAT32));
+  EXPECT_TRUE(second.Describe(remote, array.handle()).ok());
+  GPUKIT_ASSERT_OK_AND_ASSIGN(v1::ListSessionsResponse tcp_listed, second.ListSessions());
+  EXPECT_EQ(tcp_listed.sessions_size(), 0) << "TCP callers list no sessions";
+
+  // Root (an admin, on the unix socket) sees and may use it, with its owner's address.
+  EXPECT_TRUE(api().Describe(remote, array.handle()).ok());
+  GPUKIT_ASSERT_OK_AND_ASSIGN(v1::ListSessionsResponse listed, api().ListSessions());
+  bool found = false;
+  for (const v1::SessionInfo& s : listed.sessions()) {
+    if (s.session_id() != remote) continue;
+    found = true;
+    EXPECT_TRUE(s.owner_network());
+    EXPECT_THAT(s.owner_address(), HasSubstr("ipv4:127.0.0.1:"));
+    EXPECT_EQ(s.owner_uid(), 0u);
+  }
+  EXPECT_TRUE(found);
+
+  // A local user who is not an admin may not use it.
+  const ClientOutput out = RunForeign(
+      {"--mode", "attack", "--session", remote, "--array", array.handle(), "--kernel", kernel_});
+  ASSERT_TRUE(out.lines.count("RESULT"));
+  const std::string not_found =
+      absl::StrCat(static_cast<int>(grpc::StatusCode::NOT_FOUND), " ", NotFoundMessage(remote));
+  for (const std::string& line : out.lines.at("RESULT")) EXPECT_THAT(line, HasSubstr(not_found));
+  EXPECT_TRUE(second.Describe(remote, array.handle()).ok());
+  EXPECT_TRUE(second.Close(remote).ok());
+  ExpectVictimUntouched();
 }
 
 }  // namespace

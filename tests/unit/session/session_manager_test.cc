@@ -330,10 +330,13 @@ TEST_F(SessionManagerTest, RecordsItsOwnerAndFindDoesNotRenewTheLease) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::shared_ptr<const Session> found, manager().Find(s->id()));
   EXPECT_EQ(found.get(), s.get());
   EXPECT_EQ(found->owner().uid, 1000u);
-  // Find looked without renewing: the lease still ends 30 s after opening.
+  // Find looked without renewing: the lease still ends 30 s after opening. Lapsed but not
+  // reaped, Find still finds it (Close may still close it); reaped, it is gone.
   clock_.Advance(absl::Seconds(6));
-  EXPECT_THAT(manager().Find(s->id()), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(manager().Touch(s->id()), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(manager().Find(s->id()), IsOk());
   EXPECT_EQ(manager().ExpireLeases().size(), 1u);
+  EXPECT_THAT(manager().Find(s->id()), StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(SessionManagerTest, EveryMissingSessionGetsTheSameMessage) {
