@@ -70,9 +70,9 @@ class Server {
   Core& core_;
   std::vector<std::string> addresses_;
   std::vector<std::string> socket_paths_;  // unix sockets to remove at shutdown
+  service::PeerTable peers_;  // declared before the listeners that write to it
   // One per unix socket address; they accept until Shutdown.
   std::vector<std::unique_ptr<service::UnixListener>> listeners_;
-  service::PeerTable peers_;
   service::AccessGuard guard_;
   // Beside the first unix socket ("<path>.fd"); null when gpukitd listens on TCP only.
   std::unique_ptr<FdChannel> fd_channel_;
