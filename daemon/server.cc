@@ -125,6 +125,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(Core& core, const Clock& c
     }
     spdlog::info("listening on {}", server->addresses_.back());
   }
+  spdlog::info("sessions belong to their opener; admins: local callers with uid 0 or {}",
+               server->guard_.policy().daemon_uid());
   server->reaper_ =
       std::thread([s = server.get(), interval = options.reap_interval] { s->ReapLoop(interval); });
   return server;
