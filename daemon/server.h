@@ -70,7 +70,7 @@ class Server {
   Core& core_;
   std::vector<std::string> addresses_;
   std::vector<std::string> socket_paths_;  // unix sockets to remove at shutdown
-  service::PeerTable peers_;  // declared before the listeners that write to it
+  service::PeerTable peers_;               // declared before the listeners that write to it
   // One per unix socket address; they accept until Shutdown.
   std::vector<std::unique_ptr<service::UnixListener>> listeners_;
   service::AccessGuard guard_;
