@@ -56,10 +56,11 @@ absl::StatusOr<std::string> PrepareUnixSocket(absl::string_view address) {
 
 Server::Server(Core& core, const Clock& clock, const ServerOptions& options)
     : core_(core),
-      session_service_(core),
-      array_service_(core),
-      compute_service_(core),
-      admin_service_(core, clock,
+      guard_(core, peers_, AccessPolicy(options.admin_uid.value_or(geteuid()))),
+      session_service_(core, guard_),
+      array_service_(core, guard_),
+      compute_service_(core, guard_),
+      admin_service_(core, guard_, clock,
                      service::AdminFacts{options.version, clock.Now(), options.listen}) {}
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(Core& core, const Clock& clock,
@@ -74,8 +75,16 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(Core& core, const Clock& c
   for (size_t i = 0; i < options.listen.size(); ++i) {
     absl::StatusOr<std::string> path = PrepareUnixSocket(options.listen[i]);
     if (!path.ok()) return path.status();
-    if (!path->empty()) server->socket_paths_.push_back(*path);
-    builder.AddListeningPort(options.listen[i], grpc::InsecureServerCredentials(), &ports[i]);
+    if (path->empty()) {
+      builder.AddListeningPort(options.listen[i], grpc::InsecureServerCredentials(), &ports[i]);
+      continue;
+    }
+    // Our own accept loop, for the peer's credentials (see the top of server.h).
+    absl::StatusOr<std::unique_ptr<service::UnixListener>> listener =
+        service::UnixListener::Bind(*path);
+    if (!listener.ok()) return listener.status();
+    server->socket_paths_.push_back(*path);
+    server->listeners_.push_back(*std::move(listener));
   }
   if (!server->socket_paths_.empty()) {
     absl::StatusOr<std::unique_ptr<FdChannel>> channel = FdChannel::Start(
@@ -102,6 +111,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(Core& core, const Clock& c
                                                absl::StrJoin(options.listen, ", "),
                                                " (in use, or no permission)"));
   }
+  for (const auto& listener : server->listeners_) {
+    listener->Start(*server->server_, server->peers_);
+  }
   for (size_t i = 0; i < options.listen.size(); ++i) {
     const std::string& address = options.listen[i];
     if (absl::StartsWith(address, "unix://")) {
@@ -113,6 +125,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(Core& core, const Clock& c
     }
     spdlog::info("listening on {}", server->addresses_.back());
   }
+  spdlog::info("sessions belong to their opener; admins: local callers with uid 0 or {}",
+               server->guard_.policy().daemon_uid());
   server->reaper_ =
       std::thread([s = server.get(), interval = options.reap_interval] { s->ReapLoop(interval); });
   return server;
@@ -123,14 +137,18 @@ void Server::ReapLoop(absl::Duration interval) {
 }
 
 void Server::Shutdown(absl::Duration grace) {
-  if (server_ == nullptr) return;
-  server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
-  server_->Wait();
-  server_.reset();
+  // No connection may be handed to the server once it shuts down.
+  for (const auto& listener : listeners_) listener->Stop();
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
+    server_->Wait();
+    server_.reset();
+  }
   if (!stop_reaper_.HasBeenNotified()) stop_reaper_.Notify();
   if (reaper_.joinable()) reaper_.join();
   fd_channel_.reset();
   for (const std::string& path : socket_paths_) unlink(path.c_str());
+  socket_paths_.clear();
 }
 
 Server::~Server() { Shutdown(absl::ZeroDuration()); }

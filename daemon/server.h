@@ -1,6 +1,11 @@
 // Server: the gRPC server of gpukitd (the four gpukit.v1 services, grpc.health.v1 and
 // server reflection) on its listen addresses, plus the lease reaper.
 //
+// TCP addresses are gRPC's own listening ports. Unix sockets gpukitd binds itself and
+// accepts on with a UnixListener each, which records every connection's peer credentials
+// (SO_PEERCRED) in a PeerTable before handing it to gRPC; the services' AccessGuard reads
+// them to decide who may name which session (see daemon/session/principal.h).
+//
 //   GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<Server> server,
 //                           Server::Start(*core, clock, options));
 //   ... until a signal ...
@@ -11,6 +16,7 @@
 #define GPUKIT_DAEMON_SERVER_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,8 +24,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "daemon/core/core.h"
+#include "daemon/service/access_guard.h"
 #include "daemon/service/fd_channel.h"
+#include "daemon/service/peer_table.h"
 #include "daemon/service/services.h"
+#include "daemon/service/unix_listener.h"
 #include "grpcpp/grpcpp.h"
 
 namespace gpukit {
@@ -37,6 +46,9 @@ struct ServerOptions {
   // 1.01-1.03x, and RunOp 126 us instead of 161-178 us (docs/notes/rpc_latency.md).
   // Idle pollers cost a thread each and no CPU.
   int sync_server_max_pollers = 4;
+  // Local callers with this uid (and root) are admins: they may use and list every session.
+  // Unset: gpukitd's effective uid.
+  std::optional<uint32_t> admin_uid;
 };
 
 class Server {
@@ -45,7 +57,8 @@ class Server {
                                                        const ServerOptions& options);
   ~Server();
 
-  // Stops accepting requests, waits up to `grace` for those in flight, then cancels them.
+  // Stops accepting connections and requests, waits up to `grace` for those in flight, then
+  // cancels them, and removes the unix socket files. Idempotent.
   void Shutdown(absl::Duration grace = absl::Seconds(5));
 
   const std::vector<std::string>& addresses() const { return addresses_; }
@@ -57,6 +70,10 @@ class Server {
   Core& core_;
   std::vector<std::string> addresses_;
   std::vector<std::string> socket_paths_;  // unix sockets to remove at shutdown
+  service::PeerTable peers_;               // declared before the listeners that write to it
+  // One per unix socket address; they accept until Shutdown.
+  std::vector<std::unique_ptr<service::UnixListener>> listeners_;
+  service::AccessGuard guard_;
   // Beside the first unix socket ("<path>.fd"); null when gpukitd listens on TCP only.
   std::unique_ptr<FdChannel> fd_channel_;
   service::SessionServiceImpl session_service_;

@@ -667,6 +667,11 @@ absl::StatusOr<int> Core::DeletePartition(absl::string_view name, bool force) {
   return closed;
 }
 
+absl::StatusOr<Principal> Core::SessionOwner(absl::string_view session_id) const {
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<const Session> session, sessions_.Find(session_id));
+  return session->owner();
+}
+
 std::vector<SessionSummary> Core::ListSessions() const {
   const absl::Time now = clock_.Now();
   std::vector<SessionSummary> list;
@@ -677,6 +682,7 @@ std::vector<SessionSummary> Core::ListSessions() const {
     summary.tenant = s->tenant();
     summary.partition = s->partition();
     summary.client = s->client();
+    summary.owner = s->owner();
     summary.arrays = s->array_count();
     summary.memory_bytes = usage.memory_used_bytes;
     summary.spilled_bytes = std::max<int64_t>(0, s->memory_bytes() - usage.memory_used_bytes);

@@ -172,6 +172,7 @@ struct SessionSummary {
   std::string tenant;
   std::string partition;
   ClientDescription client;
+  Principal owner;  // who opened it (OpenSessionParams::owner)
   int64_t arrays = 0;
   int64_t memory_bytes = 0;   // resident on the device
   int64_t spilled_bytes = 0;  // in host memory after a reclaim
@@ -201,6 +202,10 @@ class Core {
   absl::StatusOr<SessionGrant> OpenSession(OpenSessionParams params);
   absl::StatusOr<absl::Duration> KeepAlive(absl::string_view session_id);
   absl::StatusOr<CloseStats> CloseSession(absl::string_view session_id);
+  // Who opened a session (live, or lapsed and not yet reaped), without renewing its lease:
+  // the services check it against the caller before any request touches the session.
+  // NOT_FOUND (SessionNotFoundError) for unknown and closed sessions.
+  absl::StatusOr<Principal> SessionOwner(absl::string_view session_id) const;
   // Closes sessions whose lease lapsed; returns how many.
   int ExpireLeases();
   void CloseAllSessions();

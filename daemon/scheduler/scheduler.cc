@@ -661,13 +661,15 @@ void Scheduler::Finish(const TaskRef& task, const absl::Status& result,
   PumpLocked(now);
 }
 
+absl::Status TaskNotFoundError(uint64_t task_id) {
+  return absl::NotFoundError(
+      absl::StrCat("task ", task_id, " is not waiting or running (unknown or finished)"));
+}
+
 absl::Status Scheduler::Cancel(uint64_t task_id, absl::string_view why) {
   absl::MutexLock lock(&mu_);
   auto it = live_.find(task_id);
-  if (it == live_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("task ", task_id, " is not waiting or running (unknown or finished)"));
-  }
+  if (it == live_.end()) return TaskNotFoundError(task_id);
   TaskRef task = it->second;
   if (task->info.state == TaskState::kRunning) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -278,6 +278,10 @@ class Scheduler {
   std::deque<TaskRef> history_ ABSL_GUARDED_BY(mu_);  // ended tasks, oldest first
 };
 
+// NOT_FOUND "task N is not waiting or running (unknown or finished)": Cancel's answer for a
+// task it does not hold, and the services' for a task the caller may not see.
+absl::Status TaskNotFoundError(uint64_t task_id);
+
 }  // namespace gpukit
 
 #endif  // GPUKIT_DAEMON_SCHEDULER_SCHEDULER_H_

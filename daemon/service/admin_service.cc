@@ -35,10 +35,12 @@ grpc::Status AdminServiceImpl::ListDevices(grpc::ServerContext* /*context*/,
   return grpc::Status::OK;
 }
 
-grpc::Status AdminServiceImpl::ListSessions(grpc::ServerContext* /*context*/,
+grpc::Status AdminServiceImpl::ListSessions(grpc::ServerContext* context,
                                             const v1::ListSessionsRequest* /*request*/,
                                             v1::ListSessionsResponse* response) {
+  const Principal caller = guard_.Caller(*context);
   for (const SessionSummary& s : core_.ListSessions()) {
+    if (!guard_.MaySee(caller, s.owner)) continue;
     v1::SessionInfo* info = response->add_sessions();
     info->set_session_id(s.session_id);
     info->set_tenant(s.tenant);
@@ -55,6 +57,14 @@ grpc::Status AdminServiceImpl::ListSessions(grpc::ServerContext* /*context*/,
     ToProto(s.resources, info->mutable_resources());
     info->set_device_index(s.device_index);
     info->set_spilled_bytes(s.spilled_bytes);
+    info->set_owner_network(s.owner.network());
+    if (s.owner.local()) {
+      info->set_owner_uid(s.owner.uid);
+      info->set_owner_gid(s.owner.gid);
+      info->set_owner_pid(s.owner.pid);
+    } else {
+      info->set_owner_address(s.owner.address);
+    }
   }
   return grpc::Status::OK;
 }
@@ -129,6 +139,12 @@ grpc::Status AdminServiceImpl::ListPartitions(grpc::ServerContext* /*context*/,
   return grpc::Status::OK;
 }
 
+bool AdminServiceImpl::MaySeeTask(const Principal& caller, const TaskInfo& task) const {
+  // Only a live session has an owner to check; tasks of ended sessions are for admins.
+  absl::StatusOr<Principal> owner = core_.SessionOwner(task.session_id);
+  return owner.ok() && guard_.MaySee(caller, *owner);
+}
+
 grpc::Status AdminServiceImpl::ListTasks(grpc::ServerContext* context,
                                          const v1::ListTasksRequest* request,
                                          v1::ListTasksResponse* response) {
@@ -144,8 +160,13 @@ grpc::Status AdminServiceImpl::ListTasks(grpc::ServerContext* context,
                   context);
   }
   filter.limit = request->limit();
+  const Principal caller = guard_.Caller(*context);
+  const bool admin = guard_.policy().IsAdmin(caller);
+  if (!admin) filter.limit = 0;  // the limit applies to what the caller may see
   const absl::Time now = clock_.Now();
   for (const TaskInfo& task : core_.scheduler().ListTasks(filter)) {
+    if (!admin && !MaySeeTask(caller, task)) continue;
+    if (request->limit() > 0 && response->tasks_size() >= request->limit()) break;
     ToProto(task, now, response->add_tasks());
   }
   return grpc::Status::OK;
@@ -154,6 +175,22 @@ grpc::Status AdminServiceImpl::ListTasks(grpc::ServerContext* context,
 grpc::Status AdminServiceImpl::CancelTask(grpc::ServerContext* context,
                                           const v1::CancelTaskRequest* request,
                                           v1::CancelTaskResponse* /*response*/) {
+  const Principal caller = guard_.Caller(*context);
+  if (!guard_.policy().IsAdmin(caller)) {
+    // Only tasks of the caller's own sessions, and a foreign one reads as unknown.
+    bool visible = false;
+    for (const TaskInfo& task : core_.scheduler().ListTasks({})) {
+      if (task.id == request->task_id()) {
+        visible = MaySeeTask(caller, task);
+        break;
+      }
+    }
+    if (!visible) {
+      spdlog::debug("task cancel refused or unknown: task={} caller=\"{}\"", request->task_id(),
+                    caller.Describe());
+      return ToGrpc(TaskNotFoundError(request->task_id()), context);
+    }
+  }
   absl::Status status = core_.scheduler().Cancel(request->task_id(), "an operator cancelled it");
   if (!status.ok()) return ToGrpc(status, context);
   spdlog::info("task cancelled by an operator: task={}", request->task_id());

@@ -9,6 +9,9 @@ grpc::Status ArrayServiceImpl::Create(grpc::ServerContext* context,
                                       const v1::CreateArrayRequest* request,
                                       v1::CreateArrayResponse* response) {
   if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
+  if (grpc::Status denied = guard_.CheckSession(context, request->session_id()); !denied.ok()) {
+    return denied;
+  }
   absl::StatusOr<DType> dtype = DTypeFromProto(request->dtype(), "dtype");
   if (!dtype.ok()) return ToGrpc(dtype.status(), context);
   absl::StatusOr<ArrayView> view = core_.CreateArray(
@@ -31,6 +34,9 @@ grpc::Status ArrayServiceImpl::Upload(grpc::ServerContext* context,
   }
   if (grpc::Status s = ValidateStrings(message, context); !s.ok()) return s;
   const v1::UploadRequest::Header header = message.header();
+  if (grpc::Status denied = guard_.CheckSession(context, header.session_id()); !denied.ok()) {
+    return denied;
+  }
   absl::StatusOr<ArrayView> view = core_.DescribeArray(header.session_id(), header.handle());
   if (!view.ok()) return ToGrpc(view.status(), context);
   int64_t written = 0;
@@ -73,6 +79,9 @@ grpc::Status ArrayServiceImpl::Download(grpc::ServerContext* context,
                                         const v1::DownloadRequest* request,
                                         grpc::ServerWriter<v1::DownloadResponse>* writer) {
   if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
+  if (grpc::Status denied = guard_.CheckSession(context, request->session_id()); !denied.ok()) {
+    return denied;
+  }
   if (request->chunk_bytes() < 0) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat("chunk_bytes = ", request->chunk_bytes(), " must be >= 0"));
@@ -106,6 +115,9 @@ grpc::Status ArrayServiceImpl::Free(grpc::ServerContext* context,
                                     const v1::FreeArrayRequest* request,
                                     v1::FreeArrayResponse* response) {
   if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
+  if (grpc::Status denied = guard_.CheckSession(context, request->session_id()); !denied.ok()) {
+    return denied;
+  }
   absl::StatusOr<int64_t> bytes = core_.FreeArray(request->session_id(), request->handle());
   if (!bytes.ok()) return ToGrpc(bytes.status(), context);
   response->set_bytes_freed(*bytes);
@@ -116,6 +128,9 @@ grpc::Status ArrayServiceImpl::Describe(grpc::ServerContext* context,
                                         const v1::DescribeArrayRequest* request,
                                         v1::DescribeArrayResponse* response) {
   if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
+  if (grpc::Status denied = guard_.CheckSession(context, request->session_id()); !denied.ok()) {
+    return denied;
+  }
   absl::StatusOr<ArrayView> view = core_.DescribeArray(request->session_id(), request->handle());
   if (!view.ok()) return ToGrpc(view.status(), context);
   ToProto(*view, response->mutable_array());
@@ -130,6 +145,9 @@ grpc::Status ArrayServiceImpl::RegisterHostMemory(grpc::ServerContext* context,
                                                   const v1::RegisterHostMemoryRequest* request,
                                                   v1::RegisterHostMemoryResponse* response) {
   if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
+  if (grpc::Status denied = guard_.CheckSession(context, request->session_id()); !denied.ok()) {
+    return denied;
+  }
   if (fd_channel_.empty()) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "host shared memory needs gpukitd's descriptor channel, which exists "
@@ -149,6 +167,9 @@ grpc::Status ArrayServiceImpl::Export(grpc::ServerContext* context,
                                       const v1::ExportArrayRequest* request,
                                       v1::ExportArrayResponse* response) {
   if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
+  if (grpc::Status denied = guard_.CheckSession(context, request->session_id()); !denied.ok()) {
+    return denied;
+  }
   if (fd_channel_.empty() && !request->cuda_ipc_handle()) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "exporting device memory as a descriptor needs gpukitd's descriptor "
@@ -174,6 +195,9 @@ grpc::Status ArrayServiceImpl::Import(grpc::ServerContext* context,
                                       const v1::ImportArrayRequest* request,
                                       v1::ImportArrayResponse* response) {
   if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
+  if (grpc::Status denied = guard_.CheckSession(context, request->session_id()); !denied.ok()) {
+    return denied;
+  }
   absl::StatusOr<DType> dtype = DTypeFromProto(request->dtype(), "dtype");
   if (!dtype.ok()) return ToGrpc(dtype.status(), context);
   const TensorDesc desc{*dtype, Shape(request->shape().begin(), request->shape().end())};
@@ -214,6 +238,9 @@ grpc::Status ArrayServiceImpl::UnregisterHostMemory(
     grpc::ServerContext* context, const v1::UnregisterHostMemoryRequest* request,
     v1::UnregisterHostMemoryResponse* /*response*/) {
   if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
+  if (grpc::Status denied = guard_.CheckSession(context, request->session_id()); !denied.ok()) {
+    return denied;
+  }
   return ToGrpc(core_.UnregisterHostMemory(request->session_id(), request->region()), context);
 }
 
@@ -221,6 +248,9 @@ grpc::Status ArrayServiceImpl::CopyFromHostMemory(grpc::ServerContext* context,
                                                   const v1::HostMemoryCopyRequest* request,
                                                   v1::HostMemoryCopyResponse* /*response*/) {
   if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
+  if (grpc::Status denied = guard_.CheckSession(context, request->session_id()); !denied.ok()) {
+    return denied;
+  }
   return ToGrpc(
       core_.CopyFromHostMemory(request->session_id(), request->handle(), request->array_offset(),
                                request->region(), request->region_offset(), request->bytes(),
@@ -232,6 +262,9 @@ grpc::Status ArrayServiceImpl::CopyToHostMemory(grpc::ServerContext* context,
                                                 const v1::HostMemoryCopyRequest* request,
                                                 v1::HostMemoryCopyResponse* /*response*/) {
   if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
+  if (grpc::Status denied = guard_.CheckSession(context, request->session_id()); !denied.ok()) {
+    return denied;
+  }
   return ToGrpc(
       core_.CopyToHostMemory(request->session_id(), request->handle(), request->array_offset(),
                              request->region(), request->region_offset(), request->bytes(),

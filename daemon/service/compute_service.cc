@@ -9,6 +9,9 @@ grpc::Status ComputeServiceImpl::RunOp(grpc::ServerContext* context,
                                        const v1::RunOpRequest* request,
                                        v1::RunOpResponse* response) {
   if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
+  if (grpc::Status denied = guard_.CheckSession(context, request->session_id()); !denied.ok()) {
+    return denied;
+  }
   absl::StatusOr<std::vector<OpInput>> inputs = FromProto(request->inputs());
   if (!inputs.ok()) return ToGrpc(inputs.status(), context);
   absl::StatusOr<AttrMap> attrs = FromProto(request->attrs());
@@ -50,6 +53,9 @@ grpc::Status ComputeServiceImpl::CompileKernel(grpc::ServerContext* context,
                                                const v1::CompileKernelRequest* request,
                                                v1::CompileKernelResponse* response) {
   if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
+  if (grpc::Status denied = guard_.CheckSession(context, request->session_id()); !denied.ok()) {
+    return denied;
+  }
   CompileRequest compile;
   compile.source = request->source();
   compile.entries.assign(request->entries().begin(), request->entries().end());
@@ -67,6 +73,9 @@ grpc::Status ComputeServiceImpl::GetCompileLog(grpc::ServerContext* context,
                                                const v1::GetCompileLogRequest* request,
                                                v1::GetCompileLogResponse* response) {
   if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
+  if (grpc::Status denied = guard_.CheckSession(context, request->session_id()); !denied.ok()) {
+    return denied;
+  }
   absl::StatusOr<CompileLog> log = core_.LastCompileLog(request->session_id());
   if (!log.ok()) return ToGrpc(log.status(), context);
   response->set_log(log->text);
@@ -78,6 +87,9 @@ grpc::Status ComputeServiceImpl::LaunchKernel(grpc::ServerContext* context,
                                               const v1::LaunchKernelRequest* request,
                                               v1::LaunchKernelResponse* response) {
   if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
+  if (grpc::Status denied = guard_.CheckSession(context, request->session_id()); !denied.ok()) {
+    return denied;
+  }
   absl::StatusOr<std::vector<KernelArgInput>> args = FromProto(request->args());
   if (!args.ok()) return ToGrpc(args.status(), context);
   if (absl::Status task = ValidateTaskOptions(request->task()); !task.ok()) {
@@ -95,6 +107,9 @@ grpc::Status ComputeServiceImpl::FreeKernel(grpc::ServerContext* context,
                                             const v1::FreeKernelRequest* request,
                                             v1::FreeKernelResponse* /*response*/) {
   if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
+  if (grpc::Status denied = guard_.CheckSession(context, request->session_id()); !denied.ok()) {
+    return denied;
+  }
   return ToGrpc(core_.FreeKernel(request->session_id(), request->kernel()), context);
 }
 

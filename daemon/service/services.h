@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "daemon/core/core.h"
+#include "daemon/service/access_guard.h"
 #include "gpukit/v1/admin.grpc.pb.h"
 #include "gpukit/v1/array.grpc.pb.h"
 #include "gpukit/v1/compute.grpc.pb.h"
@@ -18,7 +19,8 @@ namespace gpukit::service {
 
 class SessionServiceImpl final : public v1::SessionService::Service {
  public:
-  explicit SessionServiceImpl(Core& core) : core_(core) {}
+  // `guard` checks who may name a session; both must outlive the service.
+  SessionServiceImpl(Core& core, const AccessGuard& guard) : core_(core), guard_(guard) {}
   grpc::Status Open(grpc::ServerContext* context, const v1::OpenSessionRequest* request,
                     v1::OpenSessionResponse* response) override;
   grpc::Status KeepAlive(grpc::ServerContext* context, const v1::KeepAliveRequest* request,
@@ -28,11 +30,13 @@ class SessionServiceImpl final : public v1::SessionService::Service {
 
  private:
   Core& core_;
+  const AccessGuard& guard_;
 };
 
 class ArrayServiceImpl final : public v1::ArrayService::Service {
  public:
-  explicit ArrayServiceImpl(Core& core) : core_(core) {}
+  // `guard` checks who may name a session; both must outlive the service.
+  ArrayServiceImpl(Core& core, const AccessGuard& guard) : core_(core), guard_(guard) {}
   grpc::Status Create(grpc::ServerContext* context, const v1::CreateArrayRequest* request,
                       v1::CreateArrayResponse* response) override;
   grpc::Status Upload(grpc::ServerContext* context, grpc::ServerReader<v1::UploadRequest>* reader,
@@ -66,12 +70,14 @@ class ArrayServiceImpl final : public v1::ArrayService::Service {
 
  private:
   Core& core_;
+  const AccessGuard& guard_;
   std::string fd_channel_;
 };
 
 class ComputeServiceImpl final : public v1::ComputeService::Service {
  public:
-  explicit ComputeServiceImpl(Core& core) : core_(core) {}
+  // `guard` checks who may name a session; both must outlive the service.
+  ComputeServiceImpl(Core& core, const AccessGuard& guard) : core_(core), guard_(guard) {}
   grpc::Status RunOp(grpc::ServerContext* context, const v1::RunOpRequest* request,
                      v1::RunOpResponse* response) override;
   grpc::Status ListOps(grpc::ServerContext* context, const v1::ListOpsRequest* request,
@@ -87,6 +93,7 @@ class ComputeServiceImpl final : public v1::ComputeService::Service {
 
  private:
   Core& core_;
+  const AccessGuard& guard_;
 };
 
 struct AdminFacts {
@@ -97,8 +104,8 @@ struct AdminFacts {
 
 class AdminServiceImpl final : public v1::AdminService::Service {
  public:
-  AdminServiceImpl(Core& core, const Clock& clock, AdminFacts facts)
-      : core_(core), clock_(clock), facts_(std::move(facts)) {}
+  AdminServiceImpl(Core& core, const AccessGuard& guard, const Clock& clock, AdminFacts facts)
+      : core_(core), guard_(guard), clock_(clock), facts_(std::move(facts)) {}
   grpc::Status Status(grpc::ServerContext* context, const v1::StatusRequest* request,
                       v1::StatusResponse* response) override;
   grpc::Status ListDevices(grpc::ServerContext* context, const v1::ListDevicesRequest* request,
@@ -123,7 +130,11 @@ class AdminServiceImpl final : public v1::AdminService::Service {
                           v1::CancelTaskResponse* response) override;
 
  private:
+  // Whether ListTasks shows `task` to a caller who is not an admin.
+  bool MaySeeTask(const Principal& caller, const TaskInfo& task) const;
+
   Core& core_;
+  const AccessGuard& guard_;
   const Clock& clock_;
   const AdminFacts facts_;
 };

@@ -12,6 +12,7 @@ grpc::Status SessionServiceImpl::Open(grpc::ServerContext* context,
   params.partition = request->partition();
   params.client = {request->client().name(), request->client().library_version(),
                    request->client().hostname(), request->client().pid()};
+  params.owner = guard_.Caller(*context);
   params.lease = absl::Milliseconds(request->lease_ms());
   absl::StatusOr<ResourceSpec> resources = FromProto(request->resources());
   if (!resources.ok()) return ToGrpc(resources.status(), context);
@@ -31,6 +32,9 @@ grpc::Status SessionServiceImpl::KeepAlive(grpc::ServerContext* context,
                                            const v1::KeepAliveRequest* request,
                                            v1::KeepAliveResponse* response) {
   if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
+  if (grpc::Status denied = guard_.CheckSession(context, request->session_id()); !denied.ok()) {
+    return denied;
+  }
   absl::StatusOr<absl::Duration> lease = core_.KeepAlive(request->session_id());
   if (!lease.ok()) return ToGrpc(lease.status(), context);
   response->set_lease_ms(absl::ToInt64Milliseconds(*lease));
@@ -41,6 +45,9 @@ grpc::Status SessionServiceImpl::Close(grpc::ServerContext* context,
                                        const v1::CloseSessionRequest* request,
                                        v1::CloseSessionResponse* response) {
   if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
+  if (grpc::Status denied = guard_.CheckSession(context, request->session_id()); !denied.ok()) {
+    return denied;
+  }
   absl::StatusOr<CloseStats> stats = core_.CloseSession(request->session_id());
   if (!stats.ok()) return ToGrpc(stats.status(), context);
   response->set_arrays_freed(stats->arrays_freed);

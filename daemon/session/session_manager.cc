@@ -56,6 +56,11 @@ absl::Status ValidateOpenSessionParams(const OpenSessionParams& params) {
   return absl::OkStatus();
 }
 
+absl::Status SessionNotFoundError(absl::string_view session_id) {
+  return absl::NotFoundError(absl::StrCat("session \"", absl::CHexEscape(session_id.substr(0, 80)),
+                                          "\" not found (closed, expired or never opened)"));
+}
+
 std::string NewOpaqueId(absl::string_view prefix) {
   // Random bytes come from getrandom in batches of 32 ids per thread: a system call per id
   // (0.4-0.5 us on the build machine, against 0.05 us per id in batches) was part of every
@@ -143,6 +148,7 @@ Session::Session(std::string id, const OpenSessionParams& params, SessionAdmissi
       tenant_(params.tenant),
       partition_(admission.partition),
       client_(params.client),
+      owner_(params.owner),
       opened_at_(now),
       lease_(lease),
       stream_(params.stream),
@@ -356,10 +362,11 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Open(const std::string&
   auto session = std::make_shared<Session>(id, params, std::move(admission), clock_.Now(), lease);
   sessions_.emplace(session->id(), session);
   spdlog::info(
-      "session opened: session={} tenant={} partition={} qos={} client={} pid={} lease_ms={}",
+      "session opened: session={} tenant={} partition={} qos={} client={} pid={} lease_ms={} "
+      "owner=\"{}\"",
       session->id(), session->tenant(), session->partition(),
       std::string(QosName(session->admission().qos)), params.client.name, params.client.pid,
-      absl::ToInt64Milliseconds(lease));
+      absl::ToInt64Milliseconds(lease), params.owner.Describe());
   return session;
 }
 
@@ -368,12 +375,18 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Touch(absl::string_view
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(session_id);
   if (it == sessions_.end() || it->second->lease_deadline() < now) {
-    return absl::NotFoundError(absl::StrCat("session \"",
-                                            absl::CHexEscape(session_id.substr(0, 80)),
-                                            "\" not found (closed, expired or never opened)"));
+    return SessionNotFoundError(session_id);
   }
   it->second->Renew(now);
   return it->second;
+}
+
+absl::StatusOr<std::shared_ptr<const Session>> SessionManager::Find(
+    absl::string_view session_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end()) return SessionNotFoundError(session_id);
+  return std::shared_ptr<const Session>(it->second);
 }
 
 CloseStats SessionManager::CloseLocked(const std::shared_ptr<Session>& session) {
@@ -396,10 +409,7 @@ absl::StatusOr<CloseStats> SessionManager::Close(absl::string_view session_id) {
   std::shared_ptr<Session> closed;
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(session_id);
-  if (it == sessions_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("session \"", absl::CHexEscape(session_id.substr(0, 80)), "\" not found"));
-  }
+  if (it == sessions_.end()) return SessionNotFoundError(session_id);
   closed = it->second;
   CloseStats stats = CloseLocked(closed);
   spdlog::info(

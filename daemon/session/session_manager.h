@@ -40,6 +40,7 @@
 #include "daemon/scheduler/scheduler.h"
 #include "daemon/session/device_array.h"
 #include "daemon/session/host_region.h"
+#include "daemon/session/principal.h"
 #include "runtime/device.h"
 #include "runtime/jit/kernel_cache.h"
 
@@ -63,6 +64,9 @@ struct OpenSessionParams {
   std::string tenant;
   std::string partition;  // empty: "default"
   ClientDescription client;
+  // Who opened it, as the transport identified them (the service layer fills it in): every
+  // later request naming the session is checked against it (AccessPolicy).
+  Principal owner;
   absl::Duration lease = absl::ZeroDuration();  // zero: the default
   ResourceSpec resources;                       // empty: the partition's defaults
   StreamId stream;                              // where the session's work runs
@@ -145,6 +149,7 @@ class Session {
   const std::string& tenant() const { return tenant_; }
   const std::string& partition() const { return partition_; }
   const ClientDescription& client() const { return client_; }
+  const Principal& owner() const { return owner_; }
   absl::Time opened_at() const { return opened_at_; }
   absl::Duration lease() const { return lease_; }
   StreamId stream() const { return stream_; }
@@ -215,6 +220,7 @@ class Session {
   const std::string tenant_;
   const std::string partition_;
   const ClientDescription client_;
+  const Principal owner_;
   const absl::Time opened_at_;
   const absl::Duration lease_;
   const StreamId stream_;
@@ -255,6 +261,10 @@ class SessionManager {
   // Finds a live session and renews its lease. NOT_FOUND for unknown, closed or expired
   // (deadline passed, even if the reaper has not run yet) sessions.
   absl::StatusOr<std::shared_ptr<Session>> Touch(absl::string_view session_id);
+  // A session that is still registered, without renewing its lease: live, or lapsed and
+  // not yet reaped (Close still closes those). For checking who may use a session before the
+  // request touches it. NOT_FOUND (SessionNotFoundError) for unknown and closed sessions.
+  absl::StatusOr<std::shared_ptr<const Session>> Find(absl::string_view session_id) const;
   absl::StatusOr<CloseStats> Close(absl::string_view session_id);
   // Closes every session whose lease deadline has passed.
   std::vector<CloseStats> ExpireLeases();
@@ -275,6 +285,11 @@ class SessionManager {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
 };
+
+// NOT_FOUND `session "<id>" not found (closed, expired or never opened)`: what every
+// request naming a session that is not there gets, and, word for word, what a caller gets for
+// a session it may not use (so the answer tells nothing about other callers' sessions).
+absl::Status SessionNotFoundError(absl::string_view session_id);
 
 // A random, unguessable id: `prefix` followed by 32 hex digits (128 bits from getrandom,
 // fetched in batches). Thread-safe.

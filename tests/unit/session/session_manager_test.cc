@@ -321,6 +321,41 @@ TEST_F(SessionManagerTest, TouchRenewsTheLeaseFromNow) {
   EXPECT_THAT(manager().Touch(s->id()), StatusIs(absl::StatusCode::kNotFound));
 }
 
+TEST_F(SessionManagerTest, RecordsItsOwnerAndFindDoesNotRenewTheLease) {
+  OpenSessionParams params = Params();
+  params.owner = Principal::Local(1000, 1000, 4242);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::shared_ptr<Session> s, OpenVia(params));
+  EXPECT_EQ(s->owner().Describe(), "uid=1000 gid=1000 pid=4242");
+  clock_.Advance(absl::Seconds(25));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::shared_ptr<const Session> found, manager().Find(s->id()));
+  EXPECT_EQ(found.get(), s.get());
+  EXPECT_EQ(found->owner().uid, 1000u);
+  // Find looked without renewing: the lease still ends 30 s after opening. Lapsed but not
+  // reaped, Find still finds it (Close may still close it); reaped, it is gone.
+  clock_.Advance(absl::Seconds(6));
+  EXPECT_THAT(manager().Touch(s->id()), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(manager().Find(s->id()), IsOk());
+  EXPECT_EQ(manager().ExpireLeases().size(), 1u);
+  EXPECT_THAT(manager().Find(s->id()), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(SessionManagerTest, EveryMissingSessionGetsTheSameMessage) {
+  // Unknown, closed and expired sessions answer word for word alike, in every call: the
+  // services answer a caller who may not use a session with this same error.
+  const std::string expected = SessionNotFoundError("s-nope").ToString();
+  EXPECT_EQ(manager().Touch("s-nope").status().ToString(), expected);
+  EXPECT_EQ(manager().Find("s-nope").status().ToString(), expected);
+  EXPECT_EQ(manager().Close("s-nope").status().ToString(), expected);
+  std::shared_ptr<Session> s = Open();
+  ASSERT_NE(s, nullptr);
+  ASSERT_THAT(manager().Close(s->id()), IsOk());
+  const std::string closed = SessionNotFoundError(s->id()).ToString();
+  EXPECT_EQ(manager().Touch(s->id()).status().ToString(), closed);
+  EXPECT_EQ(manager().Find(s->id()).status().ToString(), closed);
+  EXPECT_EQ(manager().Close(s->id()).status().ToString(), closed);
+  EXPECT_THAT(closed, HasSubstr("not found (closed, expired or never opened)"));
+}
+
 TEST_F(SessionManagerTest, ExpireLeasesClosesOnlyExpiredSessions) {
   OpenSessionParams short_params = Params("short");
   short_params.lease = absl::Seconds(5);

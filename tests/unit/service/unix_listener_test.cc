@@ -1,0 +1,163 @@
+// gpukitd's own accept loop on a unix socket (daemon/service/unix_listener.h) and the peer
+// identity that handlers read back (daemon/service/access_guard.h's PrincipalOfPeer): a
+// real gRPC server whose one generic handler answers with the caller it identified.
+#include "daemon/service/unix_listener.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/service/access_guard.h"
+#include "daemon/service/peer_table.h"
+#include "gmock/gmock.h"
+#include "grpcpp/generic/async_generic_service.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+namespace gpukit::service {
+namespace {
+
+using ::gpukit::testing::ScopedTempDir;
+using ::gpukit::testing::StatusIs;
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+
+// Answers every call with UNIMPLEMENTED carrying "<peer string>|<Principal::Describe()>".
+class WhoAmIService : public grpc::CallbackGenericService {
+ public:
+  explicit WhoAmIService(const PeerTable& peers) : peers_(peers) {}
+
+ private:
+  class Reactor : public grpc::ServerGenericBidiReactor {
+   public:
+    Reactor(grpc::GenericCallbackServerContext* context, const PeerTable& peers) {
+      const std::string peer = context->peer();
+      Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                          absl::StrCat(peer, "|", PrincipalOfPeer(peer, peers).Describe())));
+    }
+    void OnDone() override { delete this; }
+  };
+  grpc::ServerGenericBidiReactor* CreateReactor(
+      grpc::GenericCallbackServerContext* context) override {
+    return new Reactor(context, peers_);
+  }
+  const PeerTable& peers_;
+};
+
+// One unary call on a fresh channel to `address`; returns the status.
+grpc::Status CallOnce(const std::string& address) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::CompletionQueue queue;
+  grpc::ByteBuffer request;
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  auto call = stub.PrepareUnaryCall(&context, "/test.WhoAmI/Ask", request, &queue);
+  call->StartCall();
+  call->Finish(&response, &status, reinterpret_cast<void*>(1));
+  void* tag = nullptr;
+  bool ok = false;
+  EXPECT_TRUE(queue.Next(&tag, &ok));
+  return status;
+}
+
+class UnixListenerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = dir_.path() + "/test.sock";
+    absl::StatusOr<std::unique_ptr<UnixListener>> listener = UnixListener::Bind(path_);
+    ASSERT_TRUE(listener.ok()) << listener.status();
+    listener_ = *std::move(listener);
+    grpc::ServerBuilder builder;
+    builder.RegisterCallbackGenericService(&service_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    listener_->Start(*server_, peers_);
+  }
+  void TearDown() override {
+    listener_->Stop();
+    server_->Shutdown();
+  }
+
+  ScopedTempDir dir_;
+  std::string path_;
+  PeerTable peers_;
+  WhoAmIService service_{peers_};
+  std::unique_ptr<UnixListener> listener_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+TEST_F(UnixListenerTest, HandlersSeeTheConnectingProcessesCredentials) {
+  const std::string me = absl::StrCat("uid=", getuid(), " gid=", getgid(), " pid=", getpid());
+  const grpc::Status first = CallOnce("unix://" + path_);
+  ASSERT_EQ(first.error_code(), grpc::StatusCode::UNIMPLEMENTED) << first.error_message();
+  // gRPC 1.51 names a connection added from a descriptor "fd:<n>"; AccessGuard relies on it.
+  EXPECT_THAT(first.error_message(), MatchesRegex("fd:[0-9]+\\|.*"));
+  EXPECT_THAT(first.error_message(), HasSubstr("|" + me));
+  // A second connection is identified the same way.
+  const grpc::Status second = CallOnce("unix://" + path_);
+  EXPECT_THAT(second.error_message(), HasSubstr("|" + me));
+}
+
+TEST_F(UnixListenerTest, SocketFileHasTheUmasksMode) {
+  // As gRPC made it: 0777 less the umask.
+  const mode_t umask_bits = umask(0);
+  umask(umask_bits);
+  struct stat st {};
+  ASSERT_EQ(lstat(path_.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0777 & ~umask_bits);
+}
+
+TEST_F(UnixListenerTest, StopRefusesNewConnections) {
+  listener_->Stop();
+  listener_->Stop();  // idempotent
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, path_.c_str(), sizeof(address.sun_path) - 1);
+  EXPECT_NE(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  close(fd);
+}
+
+TEST(UnixListenerBind, RefusesAPathTooLongForASocketAddress) {
+  EXPECT_THAT(UnixListener::Bind("/tmp/" + std::string(200, 'x')).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bytes long")));
+}
+
+TEST(UnixListenerBind, RefusesAPathInUse) {
+  ScopedTempDir dir;
+  const std::string path = dir.path() + "/taken.sock";
+  absl::StatusOr<std::unique_ptr<UnixListener>> first = UnixListener::Bind(path);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_THAT(UnixListener::Bind(path).status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("cannot bind " + path)));
+}
+
+TEST(PrincipalOfPeer, MapsEachTransportsPeerString) {
+  PeerTable peers;
+  peers.Record(7, Principal::Local(1000, 100, 4242));
+  EXPECT_EQ(PrincipalOfPeer("fd:7", peers).Describe(), "uid=1000 gid=100 pid=4242");
+  peers.Record(7, Principal::Local(1001, 101, 4343));  // the number reused by a new connection
+  EXPECT_EQ(PrincipalOfPeer("fd:7", peers).Describe(), "uid=1001 gid=101 pid=4343");
+  EXPECT_TRUE(PrincipalOfPeer("ipv4:10.0.0.2:5000", peers).network());
+  EXPECT_TRUE(PrincipalOfPeer("ipv6:[::1]:5000", peers).network());
+  for (const char* unknown : {"fd:8", "fd:", "fd:x7", "unix:/run/gpukit/gpukitd.sock", ""}) {
+    const Principal p = PrincipalOfPeer(unknown, peers);
+    EXPECT_EQ(p.kind, Principal::Kind::kUnidentified) << unknown;
+  }
+}
+
+}  // namespace
+}  // namespace gpukit::service
