@@ -236,7 +236,7 @@ absl::StatusOr<PartitionSpec> ApplyPartitionUpdate(
   return base;
 }
 
-TaskOptions TaskOptionsFrom(const v1::TaskOptions& options, grpc::ServerContext* context,
+TaskOptions TaskOptionsFrom(const v1::TaskOptions& options, grpc::ServerContextBase* context,
                             absl::Time now) {
   TaskOptions task;
   task.priority = options.priority();
@@ -339,7 +339,7 @@ void ToProto(const KernelView& kernel, v1::CompileKernelResponse* out) {
   out->set_log(kernel.log);
 }
 
-grpc::Status ToGrpc(const absl::Status& status, grpc::ServerContext* context) {
+grpc::Status ToGrpc(const absl::Status& status, grpc::ServerContextBase* context) {
   if (status.ok()) return grpc::Status::OK;
   if (context != nullptr) {
     if (RejectReason reason = ReasonOf(status); reason != RejectReason::kNone) {

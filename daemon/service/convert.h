@@ -43,7 +43,7 @@ absl::StatusOr<std::optional<TaskState>> FromProto(v1::TaskState state);
 absl::StatusOr<PartitionSpec> ApplyPartitionUpdate(PartitionSpec base, const v1::Partition& update,
                                                    const google::protobuf::RepeatedPtrField<std::string>& mask);
 // The request's queueing: its TaskOptions, the call's deadline and its cancellation.
-TaskOptions TaskOptionsFrom(const v1::TaskOptions& options, grpc::ServerContext* context,
+TaskOptions TaskOptionsFrom(const v1::TaskOptions& options, grpc::ServerContextBase* context,
                             absl::Time now);
 // INVALID_ARGUMENT "task.queue_timeout_ms = -1 must be >= 0".
 absl::Status ValidateTaskOptions(const v1::TaskOptions& options);
@@ -58,8 +58,9 @@ LaunchConfig LaunchConfigFrom(const v1::LaunchKernelRequest& request);
 void ToProto(const KernelView& kernel, v1::CompileKernelResponse* out);
 
 // The status mapping: code and message carry over; an admission reason goes into the
-// "gpukit-reason" trailer. `context` may be null (no trailer then).
-grpc::Status ToGrpc(const absl::Status& status, grpc::ServerContext* context);
+// "gpukit-reason" trailer. `context` (a synchronous or a callback handler's) may be null (no
+// trailer then).
+grpc::Status ToGrpc(const absl::Status& status, grpc::ServerContextBase* context);
 
 }  // namespace gpukit::service
 
