@@ -65,11 +65,19 @@ Server::Server(Core& core, const Clock& clock, const ServerOptions& options)
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(Core& core, const Clock& clock,
                                                       const ServerOptions& options) {
   if (options.listen.empty()) return absl::InvalidArgumentError("no listen address");
+  if (options.max_threads < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("server.maxThreads = ", options.max_threads,
+                     " must be >= 2: one thread waits for requests while the others run them"));
+  }
   std::unique_ptr<Server> server(new Server(core, clock, options));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.SetSyncServerOption(grpc::ServerBuilder::MAX_POLLERS, options.sync_server_max_pollers);
+  grpc::ResourceQuota quota("gpukitd");
+  quota.SetMaxThreads(options.max_threads);
+  builder.SetResourceQuota(quota);
   std::vector<int> ports(options.listen.size(), 0);
   for (size_t i = 0; i < options.listen.size(); ++i) {
     absl::StatusOr<std::string> path = PrepareUnixSocket(options.listen[i]);

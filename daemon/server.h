@@ -37,6 +37,18 @@ struct ServerOptions {
   // 1.01-1.03x, and RunOp 126 us instead of 161-178 us (docs/notes/rpc_latency.md).
   // Idle pollers cost a thread each and no CPU.
   int sync_server_max_pollers = 4;
+  // Most threads the synchronous server may have, waiting or running a handler
+  // (grpc::ResourceQuota::SetMaxThreads; config key server.maxThreads). A unary request
+  // holds one while it runs, also while it waits in its partition's queue; one always waits
+  // for requests, so up to max_threads - 1 handlers run at once. A request that finds none
+  // free is answered at once, without running, with RESOURCE_EXHAUSTED "Server Threadpool
+  // Exhausted" (gRPC's text), which a client may retry. Without a cap, slow clients could
+  // make gpukitd start threads without bound. Streams (Upload, Download) and gRPC's health
+  // service use the callback API and take none of these. Default 256: far above what the
+  // request path needs (a partition runs at most 64 tasks at once by default), far below
+  // what strains a host (each thread reserves an 8 MiB stack of address space and uses a
+  // few pages of it). Must be >= 2.
+  int max_threads = 256;
 };
 
 class Server {
