@@ -56,8 +56,9 @@ absl::StatusOr<std::string> PrepareUnixSocket(absl::string_view address) {
 
 Server::Server(Core& core, const Clock& clock, const ServerOptions& options)
     : core_(core),
+      stream_workers_(options.max_threads, options.stream_worker_idle_timeout),
       session_service_(core),
-      array_service_(core),
+      array_service_(core, stream_workers_),
       compute_service_(core),
       admin_service_(core, clock,
                      service::AdminFacts{options.version, clock.Now(), options.listen}) {}

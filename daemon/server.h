@@ -47,8 +47,13 @@ struct ServerOptions {
   // service use the callback API and take none of these. Default 256: far above what the
   // request path needs (a partition runs at most 64 tasks at once by default), far below
   // what strains a host (each thread reserves an 8 MiB stack of address space and uses a
-  // few pages of it). Must be >= 2.
+  // few pages of it). Must be >= 2. The same number caps the threads that run streams'
+  // chunk transfers (service::WorkerPool), which start only as chunks wait at once.
   int max_threads = 256;
+  // How long a thread of the streams' WorkerPool waits for work before it ends. A burst of
+  // chunks (5000 streams each sending one at once) may start up to max_threads of them; they
+  // are gone this long after it.
+  absl::Duration stream_worker_idle_timeout = absl::Seconds(2);
 };
 
 class Server {
@@ -71,6 +76,9 @@ class Server {
   std::vector<std::string> socket_paths_;  // unix sockets to remove at shutdown
   // Beside the first unix socket ("<path>.fd"); null when gpukitd listens on TCP only.
   std::unique_ptr<FdChannel> fd_channel_;
+  // The streams' chunk transfers; outlives server_, whose Wait returns once every stream
+  // has finished (each stream's last work here finishes it).
+  service::WorkerPool stream_workers_;
   service::SessionServiceImpl session_service_;
   service::ArrayServiceImpl array_service_;
   service::ComputeServiceImpl compute_service_;

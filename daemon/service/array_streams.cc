@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/service/convert.h"
+#include "daemon/service/worker_pool.h"
 #include "runtime/base/status_macros.h"
 
 namespace gpukit::service {
@@ -18,8 +19,9 @@ grpc::Status InvalidArgument(std::string message) {
 
 class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
  public:
-  UploadReactor(Core& core, grpc::CallbackServerContext* context, v1::UploadResponse* response)
-      : core_(core), context_(context), response_(response) {
+  UploadReactor(Core& core, WorkerPool& workers, grpc::CallbackServerContext* context,
+                v1::UploadResponse* response)
+      : core_(core), workers_(workers), context_(context), response_(response) {
     StartRead(&message_);
   }
 
@@ -33,6 +35,12 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
       Finish(*failed);
       return;
     }
+    if (message_.has_chunk()) {
+      // The chunk's write may wait (array_streams.h): on a worker, not on this thread.
+      // message_ is not read into again before the write is done.
+      workers_.Schedule([this] { WriteChunk(); });
+      return;
+    }
     StartRead(&message_);
   }
 
@@ -40,7 +48,8 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
   void OnDone() override { delete this; }
 
  private:
-  // Handles one message; returns the status to end the stream with if it fails.
+  // Checks one message and takes the header; returns the status to end the stream with if
+  // it fails. Waits for nothing.
   std::optional<grpc::Status> Take(const v1::UploadRequest& message) {
     if (!header_.has_value()) {
       if (!message.has_header()) {
@@ -65,16 +74,25 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
       return InvalidArgument(absl::StrCat("chunk.data has ", chunk.data().size(),
                                           " bytes; at most ", kMaxChunkBytes, " per chunk"));
     }
-    // The one wait of a reaction (see array_streams.h): the chunk's transfer task.
+    return std::nullopt;
+  }
+
+  // On a worker: writes message_'s chunk (its transfer task), then reads on or finishes.
+  void WriteChunk() {
+    const v1::DataChunk& chunk = message_.chunk();
     absl::Status status =
         core_.WriteArray(header_->session_id(), header_->handle(), chunk.offset(), chunk.data(),
                          TaskOptionsFrom({}, context_, absl::Now()));
     if (absl::IsOutOfRange(status)) {
-      return InvalidArgument(absl::StrCat("upload exceeds the array: ", status.message()));
+      Finish(InvalidArgument(absl::StrCat("upload exceeds the array: ", status.message())));
+      return;
     }
-    if (!status.ok()) return ToGrpc(status, context_);
+    if (!status.ok()) {
+      Finish(ToGrpc(status, context_));
+      return;
+    }
     written_ += static_cast<int64_t>(chunk.data().size());
-    return std::nullopt;
+    StartRead(&message_);
   }
 
   // The answer to the client's half-close.
@@ -99,6 +117,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
   }
 
   Core& core_;
+  WorkerPool& workers_;
   grpc::CallbackServerContext* const context_;
   v1::UploadResponse* const response_;
   v1::UploadRequest message_;  // the message being read
@@ -108,9 +127,10 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
 
 class DownloadReactor final : public grpc::ServerWriteReactor<v1::DownloadResponse> {
  public:
-  DownloadReactor(Core& core, grpc::CallbackServerContext* context,
+  DownloadReactor(Core& core, WorkerPool& workers, grpc::CallbackServerContext* context,
                   const v1::DownloadRequest& request)
       : core_(core),
+        workers_(workers),
         context_(context),
         session_id_(request.session_id()),
         handle_(request.handle()) {
@@ -127,7 +147,7 @@ class DownloadReactor final : public grpc::ServerWriteReactor<v1::DownloadRespon
       return;
     }
     view_ = *std::move(view);
-    WriteNext();
+    workers_.Schedule([this] { WriteNext(); });
   }
 
   void OnWriteDone(bool ok) override {
@@ -139,20 +159,20 @@ class DownloadReactor final : public grpc::ServerWriteReactor<v1::DownloadRespon
       Finish(grpc::Status::OK);
       return;
     }
-    WriteNext();
+    workers_.Schedule([this] { WriteNext(); });
   }
 
   void OnDone() override { delete this; }  // as UploadReactor's
 
  private:
-  // Reads the chunk at offset_ and starts sending it, or finishes with the read's error.
+  // On a worker: reads the chunk at offset_ (its transfer task) and starts sending it, or
+  // finishes with the read's error.
   void WriteNext() {
     message_.Clear();
     if (offset_ == 0) ToProto(view_, message_.mutable_array());
     const int64_t bytes = std::min(chunk_bytes_, view_.bytes - offset_);
     std::string* data = message_.mutable_chunk()->mutable_data();
     data->resize(static_cast<size_t>(bytes));
-    // The one wait of a reaction (see array_streams.h): the chunk's transfer task.
     absl::Status status = core_.ReadArray(session_id_, handle_, offset_, absl::MakeSpan(*data),
                                           TaskOptionsFrom({}, context_, absl::Now()));
     if (!status.ok()) {
@@ -165,6 +185,7 @@ class DownloadReactor final : public grpc::ServerWriteReactor<v1::DownloadRespon
   }
 
   Core& core_;
+  WorkerPool& workers_;
   grpc::CallbackServerContext* const context_;
   const std::string session_id_;
   const std::string handle_;
@@ -176,15 +197,16 @@ class DownloadReactor final : public grpc::ServerWriteReactor<v1::DownloadRespon
 
 }  // namespace
 
-grpc::ServerReadReactor<v1::UploadRequest>* NewUploadReactor(Core& core,
+grpc::ServerReadReactor<v1::UploadRequest>* NewUploadReactor(Core& core, WorkerPool& workers,
                                                              grpc::CallbackServerContext* context,
                                                              v1::UploadResponse* response) {
-  return new UploadReactor(core, context, response);
+  return new UploadReactor(core, workers, context, response);
 }
 
 grpc::ServerWriteReactor<v1::DownloadResponse>* NewDownloadReactor(
-    Core& core, grpc::CallbackServerContext* context, const v1::DownloadRequest& request) {
-  return new DownloadReactor(core, context, request);
+    Core& core, WorkerPool& workers, grpc::CallbackServerContext* context,
+    const v1::DownloadRequest& request) {
+  return new DownloadReactor(core, workers, context, request);
 }
 
 }  // namespace gpukit::service

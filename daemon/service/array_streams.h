@@ -10,17 +10,19 @@
 //
 //   grpc::ServerReadReactor<v1::UploadRequest>* Upload(grpc::CallbackServerContext* context,
 //                                                      v1::UploadResponse* response) override {
-//     return NewUploadReactor(core_, context, response);
+//     return NewUploadReactor(core_, workers_, context, response);
 //   }
 //
-// Where the work runs: each reaction runs on one of gRPC's callback threads, which every
-// stream of the daemon (and the health service) shares, so a reaction must not block for
-// long. A reaction does one chunk's worth of work: a chunk's write into the array (Upload)
-// or read out of it (Download), a task of the session's partition of at most kMaxChunkBytes
-// (4 MiB), which waits for admission in the partition's queue and for one copy on the
-// device. That is as long as a unary Write of the same chunk would hold a thread, and the
-// wait in the queue ends at the call's deadline or when the client goes away. Nothing else
-// in a reaction waits: no reaction waits for the client.
+// Where the work runs: reactions run on gRPC's callback threads, which are few (two on a
+// 2-core host) and shared by every stream of the daemon and the health service, so a
+// reaction must not block. It checks the message, resolves the header (a lookup) and
+// returns. A chunk's write into the array (Upload) or read out of it (Download) is a task of
+// the session's partition that waits for admission in the partition's queue, for as long as
+// the partition is busy, and for one copy of at most kMaxChunkBytes (4 MiB): that runs on a
+// WorkerPool thread (worker_pool.h), which resumes the stream when it is done. Measured
+// before this was so, on the 2-core build machine: two uploads whose chunks waited in a
+// queue stalled every other stream of the daemon. The wait ends at the call's deadline or
+// when the client goes away. Nothing waits for the client.
 //
 // Leases: every message of a stream counts as activity on its session, as a unary request
 // does: the header (Upload's first message, or the Download request) and each chunk renew
@@ -35,6 +37,7 @@
 #define GPUKIT_DAEMON_SERVICE_ARRAY_STREAMS_H_
 
 #include "daemon/core/core.h"
+#include "daemon/service/worker_pool.h"
 #include "gpukit/v1/array.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 
@@ -48,7 +51,8 @@ namespace gpukit::service {
 // fewer bytes than the array has), NOT_FOUND (session or array unknown, or the session ended
 // before the stream did: its bytes went into an array that is freed), and the Core's (the
 // queue's RESOURCE_EXHAUSTED or DEADLINE_EXCEEDED, ...).
-grpc::ServerReadReactor<v1::UploadRequest>* NewUploadReactor(Core& core,
+// `workers` runs the chunks' writes.
+grpc::ServerReadReactor<v1::UploadRequest>* NewUploadReactor(Core& core, WorkerPool& workers,
                                                              grpc::CallbackServerContext* context,
                                                              v1::UploadResponse* response);
 
@@ -58,8 +62,10 @@ grpc::ServerReadReactor<v1::UploadRequest>* NewUploadReactor(Core& core,
 // one has been sent, so a slow reader holds one chunk in gpukitd, not the array. Errors:
 // INVALID_ARGUMENT (chunk_bytes < 0), NOT_FOUND (session or array unknown, or the session
 // ended while the stream ran), CANCELLED (the client stopped reading), and the Core's.
+// `workers` runs the chunks' reads.
 grpc::ServerWriteReactor<v1::DownloadResponse>* NewDownloadReactor(
-    Core& core, grpc::CallbackServerContext* context, const v1::DownloadRequest& request);
+    Core& core, WorkerPool& workers, grpc::CallbackServerContext* context,
+    const v1::DownloadRequest& request);
 
 }  // namespace gpukit::service
 

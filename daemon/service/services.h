@@ -41,16 +41,18 @@ class ArrayServiceImpl final
     : public v1::ArrayService::WithCallbackMethod_Upload<
           v1::ArrayService::WithCallbackMethod_Download<v1::ArrayService::Service>> {
  public:
-  explicit ArrayServiceImpl(Core& core) : core_(core) {}
+  // `workers` runs the streams' chunk transfers (array_streams.h); it must outlive the
+  // server's streams.
+  ArrayServiceImpl(Core& core, WorkerPool& workers) : core_(core), workers_(workers) {}
   grpc::Status Create(grpc::ServerContext* context, const v1::CreateArrayRequest* request,
                       v1::CreateArrayResponse* response) override;
   grpc::ServerReadReactor<v1::UploadRequest>* Upload(grpc::CallbackServerContext* context,
                                                      v1::UploadResponse* response) override {
-    return NewUploadReactor(core_, context, response);
+    return NewUploadReactor(core_, workers_, context, response);
   }
   grpc::ServerWriteReactor<v1::DownloadResponse>* Download(
       grpc::CallbackServerContext* context, const v1::DownloadRequest* request) override {
-    return NewDownloadReactor(core_, context, *request);
+    return NewDownloadReactor(core_, workers_, context, *request);
   }
   grpc::Status Free(grpc::ServerContext* context, const v1::FreeArrayRequest* request,
                     v1::FreeArrayResponse* response) override;
@@ -79,6 +81,7 @@ class ArrayServiceImpl final
 
  private:
   Core& core_;
+  WorkerPool& workers_;
   std::string fd_channel_;
 };
 

@@ -60,6 +60,7 @@ class ServerThreadsTest : public ::testing::Test {
 
   void TearDown() override {
     hooks_->before_run_op = nullptr;
+    hooks_->on_enqueue = nullptr;
     if (server_ != nullptr) server_->Shutdown();
   }
 
@@ -177,6 +178,60 @@ TEST_F(ServerThreadsTest, UnaryRequestsBeyondTheCapAreResourceExhaustedWhileStre
   }
   const grpc::Status renewed = KeepAlive(session);
   EXPECT_TRUE(renewed.ok()) << renewed.error_message();
+}
+
+TEST_F(ServerThreadsTest, StreamsWaitingForTheDeviceDoNotStallOtherStreams) {
+  v1::OpenSessionRequest open;
+  open.set_tenant("waiting");
+  v1::OpenSessionResponse opened;
+  ASSERT_TRUE(sessions_->Open(Context().get(), open, &opened).ok());
+  const std::string session = opened.session_id();
+  v1::CreateArrayRequest create;
+  create.set_session_id(session);
+  create.set_dtype(v1::DTYPE_UINT8);
+  create.add_shape(4);
+  v1::CreateArrayResponse created;
+  ASSERT_TRUE(arrays_->Create(Context().get(), create, &created).ok());
+
+  // Uploads whose chunks stay inside the device: more of them than gRPC has callback
+  // threads on any host this runs on, and more than the stream workers' cap (kMaxThreads).
+  constexpr int kWaiting = 8;
+  absl::Mutex mu;
+  int held = 0;
+  absl::Notification release;
+  hooks_->on_enqueue = [&](StreamId) {
+    {
+      absl::MutexLock lock(&mu);
+      ++held;
+    }
+    release.WaitForNotification();
+  };
+  std::vector<grpc::Status> results(kWaiting);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kWaiting; ++i) {
+    clients.emplace_back(
+        [&, i] { results[i] = Upload(session, created.array().handle(), "abcd"); });
+  }
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(
+                                        +[](int* n) { return *n == kMaxThreads; }, &held),
+                                    absl::Seconds(30)))
+        << held << " chunks reached the device";
+  }
+
+  // Another stream is served (its reaction waits for nothing), and a unary request too.
+  std::string downloaded;
+  const grpc::Status other = Download(session, "a-no-such-array", &downloaded);
+  EXPECT_EQ(other.error_code(), grpc::StatusCode::NOT_FOUND) << other.error_message();
+  EXPECT_THAT(other.error_message(), HasSubstr("a-no-such-array"));
+  EXPECT_TRUE(KeepAlive(session).ok());
+
+  release.Notify();
+  for (std::thread& client : clients) client.join();
+  for (const grpc::Status& result : results) {
+    EXPECT_TRUE(result.ok()) << result.error_code() << ": " << result.error_message();
+  }
 }
 
 TEST(ServerOptionsTest, MaxThreadsBelowTwoIsRefused) {
