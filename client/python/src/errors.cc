@@ -30,8 +30,8 @@ constexpr ErrorClass kErrorClasses[] = {
     {absl::StatusCode::kResourceExhausted, "ResourceExhausted",
      "Admission refused the request; ``reason`` names why "
      "(\"REASON_SESSION_LIMIT_EXCEEDED\", \"REASON_DEVICE_MEMORY_EXHAUSTED\", ...). "
-     "Without a reason: gpukitd had no thread free for it (\"Server Threadpool Exhausted\"), "
-     "try again later."},
+     "Without a reason, a gRPC limit: a message too large, or no server thread free for the "
+     "request (\"Server Threadpool Exhausted\": try again later)."},
     {absl::StatusCode::kFailedPrecondition, "FailedPrecondition",
      "The daemon cannot do this in its present state, e.g. a kernel launch on the CPU "
      "backend, or compiling without NVRTC."},
