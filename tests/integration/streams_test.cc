@@ -215,8 +215,8 @@ TEST_F(StreamsTest, UploadWhoseSessionLapsedBeforeItsEndFailsAndFreesEverything)
 }
 
 TEST_F(StreamsTest, EveryChunkOfAnUploadRenewsTheLease) {
-  constexpr int kChunks = 10;
-  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string session, api().OpenSession("slow-upload", 500));
+  constexpr int kChunks = 12;
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string session, api().OpenSession("slow-upload", 800));
   GPUKIT_ASSERT_OK_AND_ASSIGN(v1::ArrayInfo array,
                               api().CreateArray(session, {kChunks}, v1::DTYPE_UINT8));
   auto stub = v1::ArrayService::NewStub(api().channel());
@@ -225,7 +225,7 @@ TEST_F(StreamsTest, EveryChunkOfAnUploadRenewsTheLease) {
   v1::UploadResponse response;
   std::unique_ptr<grpc::ClientWriter<v1::UploadRequest>> writer = stub->Upload(&context, &response);
   ASSERT_TRUE(writer->Write(UploadHeader(session, array.handle())));
-  // One byte every 150 ms: 1.5 s in all, three leases, and no other request names the
+  // One byte every 150 ms: 1.8 s in all, over two leases, and no other request names the
   // session. Not a wait for an event: the time passing is what the test is about.
   for (int i = 0; i < kChunks; ++i) {
     absl::SleepFor(absl::Milliseconds(150));
@@ -241,7 +241,7 @@ TEST_F(StreamsTest, EveryChunkOfAnUploadRenewsTheLease) {
   download.set_handle(array.handle());
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<v1::DownloadResponse> messages, api().Download(download));
   ASSERT_EQ(messages.size(), 1u);
-  EXPECT_EQ(messages[0].chunk().data(), "abcdefghij");
+  EXPECT_EQ(messages[0].chunk().data(), "abcdefghijkl");
 }
 
 TEST_F(StreamsTest, DownloadOfAnUnknownArrayOrBadChunkSizeFailsAndTheDaemonServesOn) {
