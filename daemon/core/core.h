@@ -387,7 +387,11 @@ class Core {
   SessionManager sessions_;
   // Host memory regions waiting for their descriptors, and exported arrays' descriptors
   // waiting to be fetched, by token.
-  PendingTokens<std::weak_ptr<HostRegion>> pending_regions_;
+  struct PendingRegion {
+    std::weak_ptr<Session> session;
+    std::weak_ptr<HostRegion> region;
+  };
+  PendingTokens<PendingRegion> pending_regions_;
   PendingTokens<ScopedFd> pending_exports_;
   struct PendingImport {
     std::weak_ptr<Session> session;

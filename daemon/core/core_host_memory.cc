@@ -23,7 +23,8 @@ absl::StatusOr<HostRegionGrant> Core::RegisterHostMemory(absl::string_view sessi
   auto region = std::make_shared<HostRegion>(NewOpaqueId("m-"), device, bytes);
   GPUKIT_RETURN_IF_ERROR(
       Conclude(*session, session->AddRegion(region, options_.max_host_regions_per_session)));
-  const std::string token = pending_regions_.Add(region, options_.host_memory_token_ttl);
+  const std::string token =
+      pending_regions_.Add(PendingRegion{session, region}, options_.host_memory_token_ttl);
   return HostRegionGrant{region->handle(), token, options_.host_memory_token_ttl};
 }
 
@@ -39,12 +40,15 @@ absl::Status Core::DeliverDescriptor(absl::string_view token, ScopedFd fd) {
                                std::move(memory))
         .status();
   }
-  std::optional<std::weak_ptr<HostRegion>> pending = pending_regions_.Take(token);
-  std::shared_ptr<HostRegion> region = pending.has_value() ? pending->lock() : nullptr;
-  if (region == nullptr) {  // also when its session has gone meanwhile
+  std::optional<PendingRegion> pending = pending_regions_.Take(token);
+  std::shared_ptr<HostRegion> region = pending.has_value() ? pending->region.lock() : nullptr;
+  std::shared_ptr<Session> session = pending.has_value() ? pending->session.lock() : nullptr;
+  if (region == nullptr || session == nullptr) {  // also when its session has gone meanwhile
     return absl::NotFoundError("unknown, used or lapsed descriptor token");
   }
   GPUKIT_RETURN_IF_ERROR(region->Attach(std::move(fd)));
+  // A session that ended meanwhile dropped the region: its mapping goes with `region` here.
+  GPUKIT_RETURN_IF_ERROR(Conclude(*session, absl::OkStatus()));
   spdlog::debug("host memory region mapped: region={} bytes={}", region->handle(), region->bytes());
   return absl::OkStatus();
 }

@@ -68,6 +68,9 @@ class ForwardingDevice final : public Device {
   std::function<void(int64_t bytes)> before_allocate;
   std::function<void(const ImportedMemory&)> before_import_buffer;
   std::function<void(BufferId)> before_free;
+  // Called at the start of RegisterHostMemory (a client's shared memory being mapped for the
+  // device), before the call is passed on.
+  std::function<void(void* data, int64_t bytes)> before_register_host_memory;
   // When set, answers ExportBuffer in place of the wrapped device (the CPU device exports
   // nothing).
   std::function<absl::StatusOr<ExportedBuffer>(BufferId, ExportForm)> export_buffer;
@@ -111,6 +114,7 @@ class ForwardingDevice final : public Device {
     return inner_->ImportBuffer(std::move(memory));
   }
   absl::Status RegisterHostMemory(void* data, int64_t bytes) override {
+    if (before_register_host_memory) before_register_host_memory(data, bytes);
     return inner_->RegisterHostMemory(data, bytes);
   }
   absl::Status UnregisterHostMemory(void* data) override {

@@ -122,6 +122,7 @@ class SessionEndTest : public ::testing::TestWithParam<std::tuple<InFlightCase, 
     hooks().before_allocate = nullptr;
     hooks().before_free = nullptr;
     hooks().before_import_buffer = nullptr;
+    hooks().before_register_host_memory = nullptr;
     hooks().export_buffer = nullptr;
     hooks().before_run_op = nullptr;
     hooks().on_enqueue = nullptr;
@@ -246,6 +247,13 @@ std::vector<InFlightCase> Cases() {
            return exported;
          };
          return t.core().ExportArray(s, a).status();
+       }},
+      {"RegisterHostMemoryDelivery",  // the region is usable once its descriptor arrives
+       [](T& t, const std::string& s, const std::function<void()>& end) {
+         GPUKIT_ASSIGN_OR_RETURN(HostRegionGrant grant, t.core().RegisterHostMemory(s, 4096));
+         GPUKIT_ASSIGN_OR_RETURN(ScopedFd memory, CreateSharedMemory("session-end-region", 4096));
+         t.hooks().before_register_host_memory = [end](void*, int64_t) { end(); };
+         return t.core().DeliverDescriptor(grant.token, std::move(memory));
        }},
       {"ImportArrayByDescriptor",  // the import completes when its descriptor arrives
        [](T& t, const std::string& s, const std::function<void()>& end) {
