@@ -209,12 +209,12 @@ class Core {
   //
   // No request reports OK for work whose session ended while it ran. Every call that
   // changes state (CreateArray, FreeArray, WriteArray, ReadArray, RunOp, LaunchKernel,
-  // FreeKernel, the host memory calls, ExportArray, the imports) looks its session up
-  // again when its work is done, renewing the lease once more; if the session was closed
-  // or its lease lapsed meanwhile, the call fails with NOT_FOUND "session ... ended (closed,
-  // or its lease lapsed) while the request ran", whatever else happened, because what it
-  // did went into state the session's end frees. A task still waiting in its partition's
-  // queue when the session ends fails the same way.
+  // FreeKernel, the host memory calls and their descriptor deliveries, ExportArray, the
+  // imports) looks its session up again when its work is done, renewing the lease once
+  // more; if the session was closed or its lease lapsed meanwhile, the call fails with
+  // NOT_FOUND "session ... ended (closed, or its lease lapsed) while the request ran",
+  // whatever else happened, because what it did went into state the session's end frees.
+  // A task still waiting in its partition's queue when the session ends fails the same way.
   absl::StatusOr<ArrayView> CreateArray(absl::string_view session_id, const TensorDesc& desc);
   absl::StatusOr<ArrayView> DescribeArray(absl::string_view session_id, absl::string_view handle);
   // Returns the bytes freed.
