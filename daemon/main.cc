@@ -175,6 +175,7 @@ int Run(int argc, char** argv) {
   gpukit::ServerOptions server_options;
   server_options.listen = config->listen;
   server_options.version = GPUKIT_VERSION_STRING;
+  server_options.max_threads = config->server_max_threads;
   auto server = gpukit::Server::Start(**core, clock, server_options);
   if (!server.ok()) return Fail(server.status());
   spdlog::info("gpukitd ready");

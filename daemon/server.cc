@@ -57,8 +57,9 @@ absl::StatusOr<std::string> PrepareUnixSocket(absl::string_view address) {
 Server::Server(Core& core, const Clock& clock, const ServerOptions& options)
     : core_(core),
       guard_(core, peers_, AccessPolicy(options.admin_uid.value_or(geteuid()))),
+      stream_workers_(options.max_threads, options.stream_worker_idle_timeout),
       session_service_(core, guard_),
-      array_service_(core, guard_),
+      array_service_(core, guard_, stream_workers_),
       compute_service_(core, guard_),
       admin_service_(core, guard_, clock,
                      service::AdminFacts{options.version, clock.Now(), options.listen}) {}
@@ -66,11 +67,19 @@ Server::Server(Core& core, const Clock& clock, const ServerOptions& options)
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(Core& core, const Clock& clock,
                                                       const ServerOptions& options) {
   if (options.listen.empty()) return absl::InvalidArgumentError("no listen address");
+  if (options.max_threads < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("server.maxThreads = ", options.max_threads,
+                     " must be >= 2: one thread waits for requests while the others run them"));
+  }
   std::unique_ptr<Server> server(new Server(core, clock, options));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.SetSyncServerOption(grpc::ServerBuilder::MAX_POLLERS, options.sync_server_max_pollers);
+  grpc::ResourceQuota quota("gpukitd");
+  quota.SetMaxThreads(options.max_threads);
+  builder.SetResourceQuota(quota);
   std::vector<int> ports(options.listen.size(), 0);
   for (size_t i = 0; i < options.listen.size(); ++i) {
     absl::StatusOr<std::string> path = PrepareUnixSocket(options.listen[i]);

@@ -49,6 +49,23 @@ struct ServerOptions {
   // Local callers with this uid (and root) are admins: they may use and list every session.
   // Unset: gpukitd's effective uid.
   std::optional<uint32_t> admin_uid;
+  // Most threads the synchronous server may have, waiting or running a handler
+  // (grpc::ResourceQuota::SetMaxThreads; config key server.maxThreads). A unary request
+  // holds one while it runs, also while it waits in its partition's queue; one always waits
+  // for requests, so up to max_threads - 1 handlers run at once. A request that finds none
+  // free is answered at once, without running, with RESOURCE_EXHAUSTED "Server Threadpool
+  // Exhausted" (gRPC's text), which a client may retry. Without a cap, slow clients could
+  // make gpukitd start threads without bound. Streams (Upload, Download) and gRPC's health
+  // service use the callback API and take none of these. Default 256: far above what the
+  // request path needs (a partition runs at most 64 tasks at once by default), far below
+  // what strains a host (each thread reserves an 8 MiB stack of address space and uses a
+  // few pages of it). Must be >= 2. The same number caps the threads that run streams'
+  // chunk transfers (service::WorkerPool), which start only as chunks wait at once.
+  int max_threads = 256;
+  // How long a thread of the streams' WorkerPool waits for work before it ends. A burst of
+  // chunks (5000 streams each sending one at once) may start up to max_threads of them; they
+  // are gone this long after it.
+  absl::Duration stream_worker_idle_timeout = absl::Seconds(2);
 };
 
 class Server {
@@ -76,6 +93,9 @@ class Server {
   service::AccessGuard guard_;
   // Beside the first unix socket ("<path>.fd"); null when gpukitd listens on TCP only.
   std::unique_ptr<FdChannel> fd_channel_;
+  // The streams' chunk transfers; outlives server_, whose Wait returns once every stream
+  // has finished (each stream's last work here finishes it).
+  service::WorkerPool stream_workers_;
   service::SessionServiceImpl session_service_;
   service::ArrayServiceImpl array_service_;
   service::ComputeServiceImpl compute_service_;

@@ -27,7 +27,8 @@ constexpr absl::string_view kDefaultConfig = R"json({
   "streamsPerPartition": 2,
   "partitions": [],
   "scheduler": {"pacingBurst": "20ms", "taskHistory": 1000},
-  "jit": {"cacheDir": "", "memoryCache": "256MiB", "compileTimeout": "30s", "cpuArch": "sm_90"}
+  "jit": {"cacheDir": "", "memoryCache": "256MiB", "compileTimeout": "30s", "cpuArch": "sm_90"},
+  "server": {"maxThreads": 256}
 }
 )json";
 
@@ -284,6 +285,14 @@ absl::StatusOr<DaemonConfig> ApplyConfigJson(absl::string_view json, DaemonConfi
           "jit.cpuArch = \"", jit.cpu_arch(), "\" must be sm_XX with XX >= 80, e.g. sm_90"));
     }
     config.core.cpu_kernel_arch = jit.cpu_arch();
+  }
+  if (file.server().has_max_threads()) {
+    if (file.server().max_threads() < 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("server.maxThreads = ", file.server().max_threads(),
+                       " must be >= 2: one thread waits for requests while the others run them"));
+    }
+    config.server_max_threads = file.server().max_threads();
   }
   return config;
 }

@@ -30,6 +30,8 @@ struct DaemonConfig {
   // The JIT compiler's options; cache_dir as configured ("", "none" or a path: see
   // KernelCacheDir).
   JitCompilerOptions jit;
+  // server.maxThreads: the gRPC server's thread cap (ServerOptions::max_threads).
+  int server_max_threads = 256;
 };
 
 // The kernel cache directory for jit.cacheDir = `configured`: "" for "none" (memory only),

@@ -379,13 +379,34 @@ absl::StatusOr<ArrayPin> Core::PinArray(const Session& session, DeviceArray& arr
   return array.Pin(clock_.Now(), restore, devices_[session.admission().device_index].spill_stream);
 }
 
+absl::Status Core::Conclude(const Session& session, absl::Status status) {
+  // Touch, not the session's own flag: it also sees a lease that lapsed but was not reaped
+  // yet, and it orders this check after a concurrent close, which happens under the same
+  // lock as the scheduler's cancellation of the session's tasks.
+  absl::StatusOr<std::shared_ptr<Session>> live = sessions_.Touch(session.id());
+  if (live.ok() && live->get() == &session) return status;
+  return absl::NotFoundError(absl::StrCat(
+      "session \"", session.id(),
+      "\" ended (closed, or its lease lapsed) while the request ran; its arrays are freed, so "
+      "what the request did is lost"));
+}
+
+absl::StatusOr<Core::RunningTask> Core::StartTask(const Session& session, TaskKind kind,
+                                                  absl::string_view name,
+                                                  const TaskOptions& options) {
+  absl::StatusOr<RunningTask> task = RunningTask::Create(*scheduler_, session, kind, name, options);
+  if (!task.ok()) return Conclude(session, task.status());
+  return task;
+}
+
 absl::StatusOr<ArrayView> Core::CreateArray(absl::string_view session_id, const TensorDesc& desc) {
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
   GPUKIT_RETURN_IF_ERROR(session->CheckArrayRoom(options_.limits.max_arrays_per_session));
-  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceArray> array, NewArray(*session, desc));
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceArray> array,
+                          Conclude(*session, NewArray(*session, desc)));
   ArrayView view = View(*array);
-  GPUKIT_RETURN_IF_ERROR(
-      session->AddArray(std::move(array), options_.limits.max_arrays_per_session));
+  GPUKIT_RETURN_IF_ERROR(Conclude(
+      *session, session->AddArray(std::move(array), options_.limits.max_arrays_per_session)));
   return view;
 }
 
@@ -398,8 +419,15 @@ absl::StatusOr<ArrayView> Core::DescribeArray(absl::string_view session_id,
 
 absl::StatusOr<int64_t> Core::FreeArray(absl::string_view session_id, absl::string_view handle) {
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
-  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceArray> array, session->RemoveArray(handle));
-  return array->bytes();
+  absl::StatusOr<int64_t> bytes;
+  if (absl::StatusOr<std::shared_ptr<DeviceArray>> array = session->RemoveArray(handle);
+      array.ok()) {
+    bytes = (*array)->bytes();
+  } else {
+    bytes = array.status();
+  }
+  // The array is dropped by now: freed, unless work in flight still pins it.
+  return Conclude(*session, std::move(bytes));
 }
 
 namespace {
@@ -421,16 +449,15 @@ absl::Status Core::WriteArray(absl::string_view session_id, absl::string_view ha
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceArray> array, session->FindArray(handle));
   GPUKIT_RETURN_IF_ERROR(CheckRange(*array, offset, data.size()));
   if (data.empty()) return absl::OkStatus();
-  GPUKIT_ASSIGN_OR_RETURN(
-      RunningTask task,
-      RunningTask::Create(*scheduler_, *session, TaskKind::kTransfer, "upload", options));
+  GPUKIT_ASSIGN_OR_RETURN(RunningTask task,
+                          StartTask(*session, TaskKind::kTransfer, "upload", options));
   absl::StatusOr<ArrayPin> pin = PinArray(*session, *array);
-  if (!pin.ok()) return task.Fail(pin.status());
+  if (!pin.ok()) return Conclude(*session, task.Fail(pin.status()));
   Device& device = array->device();
-  return task.Run(device, session->stream(), [&] {
+  return Conclude(*session, task.Run(device, session->stream(), [&] {
     return device.CopyHostToDevice(pin->buffer(), offset, data.data(),
                                    static_cast<int64_t>(data.size()), session->stream());
-  });
+  }));
 }
 
 absl::Status Core::ReadArray(absl::string_view session_id, absl::string_view handle, int64_t offset,
@@ -439,16 +466,15 @@ absl::Status Core::ReadArray(absl::string_view session_id, absl::string_view han
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceArray> array, session->FindArray(handle));
   GPUKIT_RETURN_IF_ERROR(CheckRange(*array, offset, out.size()));
   if (out.empty()) return absl::OkStatus();
-  GPUKIT_ASSIGN_OR_RETURN(
-      RunningTask task,
-      RunningTask::Create(*scheduler_, *session, TaskKind::kTransfer, "download", options));
+  GPUKIT_ASSIGN_OR_RETURN(RunningTask task,
+                          StartTask(*session, TaskKind::kTransfer, "download", options));
   absl::StatusOr<ArrayPin> pin = PinArray(*session, *array);
-  if (!pin.ok()) return task.Fail(pin.status());
+  if (!pin.ok()) return Conclude(*session, task.Fail(pin.status()));
   Device& device = array->device();
-  return task.Run(device, session->stream(), [&] {
+  return Conclude(*session, task.Run(device, session->stream(), [&] {
     return device.CopyDeviceToHost(out.data(), pin->buffer(), offset,
                                    static_cast<int64_t>(out.size()), session->stream());
-  });
+  }));
 }
 
 absl::StatusOr<ArrayView> Core::RunOp(absl::string_view session_id, absl::string_view op_name,
@@ -483,8 +509,7 @@ absl::StatusOr<ArrayView> Core::RunOp(absl::string_view session_id, absl::string
   launch.op = op;
   GPUKIT_ASSIGN_OR_RETURN(launch.plan, ops_.Plan(*op, descs, attrs));
   GPUKIT_RETURN_IF_ERROR(session->CheckArrayRoom(options_.limits.max_arrays_per_session));
-  GPUKIT_ASSIGN_OR_RETURN(RunningTask task, RunningTask::Create(*scheduler_, *session,
-                                                                TaskKind::kOp, op_name, options));
+  GPUKIT_ASSIGN_OR_RETURN(RunningTask task, StartTask(*session, TaskKind::kOp, op_name, options));
   // Pin every input until the op has run, even if the client frees it meanwhile; a spilled
   // input comes back to the device here.
   std::vector<ArrayPin> pins;
@@ -495,7 +520,10 @@ absl::StatusOr<ArrayView> Core::RunOp(absl::string_view session_id, absl::string
       operand.scalar = inputs[i].scalar;
     } else {
       absl::StatusOr<ArrayPin> pin = PinArray(*session, *arrays[i]);
-      if (!pin.ok()) return task.Fail(PrefixStatus(pin.status(), absl::StrCat("inputs[", i, "]: ")));
+      if (!pin.ok()) {
+        return Conclude(*session,
+                        task.Fail(PrefixStatus(pin.status(), absl::StrCat("inputs[", i, "]: "))));
+      }
       operand.desc = arrays[i]->desc();
       operand.buffer = pin->buffer();
       pins.push_back(*std::move(pin));
@@ -503,19 +531,20 @@ absl::StatusOr<ArrayView> Core::RunOp(absl::string_view session_id, absl::string
     launch.inputs.push_back(std::move(operand));
   }
   absl::StatusOr<std::shared_ptr<DeviceArray>> output = NewArray(*session, launch.plan.output);
-  if (!output.ok()) return task.Fail(output.status());
+  if (!output.ok()) return Conclude(*session, task.Fail(output.status()));
   auto no_restore = [](int64_t) -> absl::StatusOr<DeviceAllocation> {
     return absl::InternalError("a new array cannot be spilled before it is registered");
   };
   absl::StatusOr<ArrayPin> output_pin = (*output)->Pin(clock_.Now(), no_restore, {});
-  if (!output_pin.ok()) return task.Fail(output_pin.status());
+  if (!output_pin.ok()) return Conclude(*session, task.Fail(output_pin.status()));
   launch.output = output_pin->buffer();
   Device& device = (*output)->device();
-  GPUKIT_RETURN_IF_ERROR(
-      task.Run(device, session->stream(), [&] { return device.RunOp(launch, session->stream()); }));
+  GPUKIT_RETURN_IF_ERROR(Conclude(*session, task.Run(device, session->stream(), [&] {
+    return device.RunOp(launch, session->stream());
+  })));
   ArrayView view = View(**output);
-  GPUKIT_RETURN_IF_ERROR(
-      session->AddArray(*std::move(output), options_.limits.max_arrays_per_session));
+  GPUKIT_RETURN_IF_ERROR(Conclude(
+      *session, session->AddArray(*std::move(output), options_.limits.max_arrays_per_session)));
   return view;
 }
 
@@ -605,9 +634,8 @@ absl::StatusOr<absl::Duration> Core::LaunchKernel(absl::string_view session_id,
         "), but the session's device ", device.properties().index, " is on the ",
         BackendName(device.properties().backend), " backend, which cannot run device code"));
   }
-  GPUKIT_ASSIGN_OR_RETURN(RunningTask task,
-                          RunningTask::Create(*scheduler_, *session, TaskKind::kKernel,
-                                              kernel->entries()[index], options));
+  GPUKIT_ASSIGN_OR_RETURN(
+      RunningTask task, StartTask(*session, TaskKind::kKernel, kernel->entries()[index], options));
   // Pin every array until the kernel has run, even if the client frees it meanwhile; a
   // spilled one comes back to the device here.
   std::vector<ArrayPin> pins;
@@ -616,7 +644,10 @@ absl::StatusOr<absl::Duration> Core::LaunchKernel(absl::string_view session_id,
     KernelArg& arg = device_args[i];
     if (args[i].is_array) {
       absl::StatusOr<ArrayPin> pin = PinArray(*session, *arrays[i]);
-      if (!pin.ok()) return task.Fail(PrefixStatus(pin.status(), absl::StrCat("args[", i, "]: ")));
+      if (!pin.ok()) {
+        return Conclude(*session,
+                        task.Fail(PrefixStatus(pin.status(), absl::StrCat("args[", i, "]: "))));
+      }
       arg.kind = KernelArg::Kind::kBuffer;
       arg.buffer = pin->buffer();
       pins.push_back(*std::move(pin));
@@ -628,19 +659,20 @@ absl::StatusOr<absl::Duration> Core::LaunchKernel(absl::string_view session_id,
   }
   // The module is loaded on the first launch, inside the task: loading is device work.
   absl::StatusOr<FunctionId> function = kernel->Function(index);
-  if (!function.ok()) return task.Fail(function.status());
+  if (!function.ok()) return Conclude(*session, task.Fail(function.status()));
   absl::Duration device_time;
-  GPUKIT_RETURN_IF_ERROR(task.Run(
+  absl::Status ran = task.Run(
       device, session->stream(),
       [&] { return device.Launch(*function, config, device_args, session->stream()); },
-      &device_time));
+      &device_time);
+  GPUKIT_RETURN_IF_ERROR(Conclude(*session, std::move(ran)));
   return device_time;
 }
 
 absl::Status Core::FreeKernel(absl::string_view session_id, absl::string_view handle) {
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
   // The kernel drops here, unloading its module, unless a launch still holds it.
-  return session->RemoveKernel(handle).status();
+  return Conclude(*session, session->RemoveKernel(handle).status());
 }
 
 absl::StatusOr<int> Core::DeletePartition(absl::string_view name, bool force) {

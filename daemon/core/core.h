@@ -211,6 +211,15 @@ class Core {
   void CloseAllSessions();
 
   // Arrays. Every call renews the session's lease; foreign handles are NOT_FOUND.
+  //
+  // No request reports OK for work whose session ended while it ran. Every call that
+  // changes state (CreateArray, FreeArray, WriteArray, ReadArray, RunOp, LaunchKernel,
+  // FreeKernel, the host memory calls and their descriptor deliveries, ExportArray, the
+  // imports) looks its session up again when its work is done, renewing the lease once
+  // more; if the session was closed or its lease lapsed meanwhile, the call fails with
+  // NOT_FOUND "session ... ended (closed, or its lease lapsed) while the request ran",
+  // whatever else happened, because what it did went into state the session's end frees.
+  // A task still waiting in its partition's queue when the session ends fails the same way.
   absl::StatusOr<ArrayView> CreateArray(absl::string_view session_id, const TensorDesc& desc);
   absl::StatusOr<ArrayView> DescribeArray(absl::string_view session_id, absl::string_view handle);
   // Returns the bytes freed.
@@ -363,6 +372,20 @@ class Core {
   // Pins one of the session's arrays resident, restoring it (with the session's admission)
   // if it was spilled.
   absl::StatusOr<ArrayPin> PinArray(const Session& session, DeviceArray& array);
+  // What a request on `session` returns once its work is done (see "No request reports
+  // OK" above): `status`, renewing the lease, while the session is still open and its
+  // lease unexpired; else NOT_FOUND naming the session, whatever `status` was.
+  absl::Status Conclude(const Session& session, absl::Status status);
+  template <typename T>
+  absl::StatusOr<T> Conclude(const Session& session, absl::StatusOr<T> result) {
+    absl::Status status = Conclude(session, result.status());
+    if (!status.ok()) return status;
+    return result;
+  }
+  // A task for a request on `session` (RunningTask::Create), whose failure goes through
+  // Conclude: a task cancelled because the session ended fails as the session's end.
+  absl::StatusOr<RunningTask> StartTask(const Session& session, TaskKind kind,
+                                        absl::string_view name, const TaskOptions& options);
   static ArrayView View(const DeviceArray& array);
 
   const Clock& clock_;
@@ -374,7 +397,11 @@ class Core {
   SessionManager sessions_;
   // Host memory regions waiting for their descriptors, and exported arrays' descriptors
   // waiting to be fetched, by token.
-  PendingTokens<std::weak_ptr<HostRegion>> pending_regions_;
+  struct PendingRegion {
+    std::weak_ptr<Session> session;
+    std::weak_ptr<HostRegion> region;
+  };
+  PendingTokens<PendingRegion> pending_regions_;
   PendingTokens<ScopedFd> pending_exports_;
   struct PendingImport {
     std::weak_ptr<Session> session;

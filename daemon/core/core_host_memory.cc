@@ -21,8 +21,10 @@ absl::StatusOr<HostRegionGrant> Core::RegisterHostMemory(absl::string_view sessi
   }
   Device& device = *devices_[session->admission().device_index].device;
   auto region = std::make_shared<HostRegion>(NewOpaqueId("m-"), device, bytes);
-  GPUKIT_RETURN_IF_ERROR(session->AddRegion(region, options_.max_host_regions_per_session));
-  const std::string token = pending_regions_.Add(region, options_.host_memory_token_ttl);
+  GPUKIT_RETURN_IF_ERROR(
+      Conclude(*session, session->AddRegion(region, options_.max_host_regions_per_session)));
+  const std::string token =
+      pending_regions_.Add(PendingRegion{session, region}, options_.host_memory_token_ttl);
   return HostRegionGrant{region->handle(), token, options_.host_memory_token_ttl};
 }
 
@@ -38,12 +40,15 @@ absl::Status Core::DeliverDescriptor(absl::string_view token, ScopedFd fd) {
                                std::move(memory))
         .status();
   }
-  std::optional<std::weak_ptr<HostRegion>> pending = pending_regions_.Take(token);
-  std::shared_ptr<HostRegion> region = pending.has_value() ? pending->lock() : nullptr;
-  if (region == nullptr) {  // also when its session has gone meanwhile
+  std::optional<PendingRegion> pending = pending_regions_.Take(token);
+  std::shared_ptr<HostRegion> region = pending.has_value() ? pending->region.lock() : nullptr;
+  std::shared_ptr<Session> session = pending.has_value() ? pending->session.lock() : nullptr;
+  if (region == nullptr || session == nullptr) {  // also when its session has gone meanwhile
     return absl::NotFoundError("unknown, used or lapsed descriptor token");
   }
   GPUKIT_RETURN_IF_ERROR(region->Attach(std::move(fd)));
+  // A session that ended meanwhile dropped the region: its mapping goes with `region` here.
+  GPUKIT_RETURN_IF_ERROR(Conclude(*session, absl::OkStatus()));
   spdlog::debug("host memory region mapped: region={} bytes={}", region->handle(), region->bytes());
   return absl::OkStatus();
 }
@@ -51,7 +56,7 @@ absl::Status Core::DeliverDescriptor(absl::string_view token, ScopedFd fd) {
 absl::Status Core::UnregisterHostMemory(absl::string_view session_id, absl::string_view region) {
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
   // Unmapped when the last copy using it lets go.
-  return session->RemoveRegion(region).status();
+  return Conclude(*session, session->RemoveRegion(region).status());
 }
 
 absl::Status Core::CopyFromHostMemory(absl::string_view session_id, absl::string_view handle,
@@ -79,9 +84,12 @@ absl::StatusOr<ArrayExport> Core::ExportArray(absl::string_view session_id,
                                               absl::string_view handle, ExportForm form) {
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceArray> array, session->FindArray(handle));
-  GPUKIT_ASSIGN_OR_RETURN(ArrayPin pin, PinArray(*session, *array));
+  GPUKIT_ASSIGN_OR_RETURN(ArrayPin pin, Conclude(*session, PinArray(*session, *array)));
   GPUKIT_ASSIGN_OR_RETURN(ExportedBuffer exported,
                           array->device().ExportBuffer(pin.buffer(), form));
+  // A session that ended meanwhile freed the array: its export (and the descriptor, dropped
+  // here) would hand the client memory that is no longer the array's.
+  GPUKIT_RETURN_IF_ERROR(Conclude(*session, absl::OkStatus()));
   array->MarkShared(/*until_session_end=*/form == ExportForm::kCudaIpcHandle);
   ArrayExport result;
   result.token_ttl = options_.host_memory_token_ttl;
@@ -110,16 +118,18 @@ absl::StatusOr<ArrayView> Core::AdoptImportedMemory(Session& session, std::strin
                                                     ImportedMemory memory) {
   GPUKIT_RETURN_IF_ERROR(session.CheckArrayRoom(options_.limits.max_arrays_per_session));
   GPUKIT_ASSIGN_OR_RETURN(int64_t bytes, ByteSize(desc.shape, desc.dtype));
-  GPUKIT_ASSIGN_OR_RETURN(MemoryReservation reservation, ReserveMemory(session, bytes));
+  GPUKIT_ASSIGN_OR_RETURN(MemoryReservation reservation,
+                          Conclude(session, ReserveMemory(session, bytes)));
   Device& device = *devices_[session.admission().device_index].device;
   memory.bytes = bytes;
-  GPUKIT_ASSIGN_OR_RETURN(BufferId buffer, device.ImportBuffer(std::move(memory)));
+  GPUKIT_ASSIGN_OR_RETURN(BufferId buffer,
+                          Conclude(session, device.ImportBuffer(std::move(memory))));
   auto array = std::make_shared<DeviceArray>(std::move(handle), device, buffer, desc, bytes,
                                              std::move(reservation), clock_.Now());
   array->MarkShared();
   ArrayView view = View(*array);
-  GPUKIT_RETURN_IF_ERROR(
-      session.AddArray(std::move(array), options_.limits.max_arrays_per_session));
+  GPUKIT_RETURN_IF_ERROR(Conclude(
+      session, session.AddArray(std::move(array), options_.limits.max_arrays_per_session)));
   spdlog::debug("client memory imported: session={} array={} bytes={}", session.id(), view.handle,
                 bytes);
   return view;

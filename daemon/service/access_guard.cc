@@ -21,11 +21,11 @@ Principal PrincipalOfPeer(absl::string_view peer, const PeerTable& peers) {
   return Principal::Unidentified(std::string(peer));
 }
 
-Principal AccessGuard::Caller(const grpc::ServerContext& context) const {
+Principal AccessGuard::Caller(const grpc::ServerContextBase& context) const {
   return PrincipalOfPeer(context.peer(), peers_);
 }
 
-grpc::Status AccessGuard::CheckSession(grpc::ServerContext* context,
+grpc::Status AccessGuard::CheckSession(grpc::ServerContextBase* context,
                                        absl::string_view session_id) const {
   absl::StatusOr<Principal> owner = core_.SessionOwner(session_id);
   if (!owner.ok()) return ToGrpc(owner.status(), context);

@@ -35,10 +35,10 @@ class AccessGuard {
       : core_(core), peers_(peers), policy_(policy) {}
 
   // Who sent the request. O(1).
-  Principal Caller(const grpc::ServerContext& context) const;
+  Principal Caller(const grpc::ServerContextBase& context) const;
   // OK if the caller may name `session_id`; NOT_FOUND as for an unknown session otherwise
   // (and for an unknown, closed or expired one). Does not renew the session's lease. O(1).
-  grpc::Status CheckSession(grpc::ServerContext* context, absl::string_view session_id) const;
+  grpc::Status CheckSession(grpc::ServerContextBase* context, absl::string_view session_id) const;
   // The same rule on a session's owner that the caller already has, for listings.
   bool MaySee(const Principal& caller, const Principal& owner) const {
     return policy_.MaySeeSession(caller, owner);

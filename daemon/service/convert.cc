@@ -237,7 +237,7 @@ absl::StatusOr<PartitionSpec> ApplyPartitionUpdate(
   return base;
 }
 
-TaskOptions TaskOptionsFrom(const v1::TaskOptions& options, grpc::ServerContext* context,
+TaskOptions TaskOptionsFrom(const v1::TaskOptions& options, grpc::ServerContextBase* context,
                             absl::Time now) {
   TaskOptions task;
   task.priority = options.priority();
@@ -261,7 +261,7 @@ absl::Status ValidateTaskOptions(const v1::TaskOptions& options) {
 }
 
 grpc::Status ValidateStrings(const google::protobuf::Message& request,
-                             grpc::ServerContext* context) {
+                             grpc::ServerContextBase* context) {
   return ToGrpc(ValidateRequestStrings(request), context);
 }
 
@@ -345,7 +345,7 @@ void ToProto(const KernelView& kernel, v1::CompileKernelResponse* out) {
   out->set_log(kernel.log);
 }
 
-grpc::Status ToGrpc(const absl::Status& status, grpc::ServerContext* context) {
+grpc::Status ToGrpc(const absl::Status& status, grpc::ServerContextBase* context) {
   if (status.ok()) return grpc::Status::OK;
   if (context != nullptr) {
     if (RejectReason reason = ReasonOf(status); reason != RejectReason::kNone) {

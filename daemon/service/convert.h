@@ -43,7 +43,7 @@ absl::StatusOr<std::optional<TaskState>> FromProto(v1::TaskState state);
 absl::StatusOr<PartitionSpec> ApplyPartitionUpdate(PartitionSpec base, const v1::Partition& update,
                                                    const google::protobuf::RepeatedPtrField<std::string>& mask);
 // The request's queueing: its TaskOptions, the call's deadline and its cancellation.
-TaskOptions TaskOptionsFrom(const v1::TaskOptions& options, grpc::ServerContext* context,
+TaskOptions TaskOptionsFrom(const v1::TaskOptions& options, grpc::ServerContextBase* context,
                             absl::Time now);
 // INVALID_ARGUMENT "task.queue_timeout_ms = -1 must be >= 0".
 absl::Status ValidateTaskOptions(const v1::TaskOptions& options);
@@ -60,14 +60,15 @@ void ToProto(const KernelView& kernel, v1::CompileKernelResponse* out);
 // ValidateRequestStrings (request_strings.h) as a handler's answer: OK, or INVALID_ARGUMENT
 // naming the field. Every handler calls it first, on its request (Upload: on the header).
 grpc::Status ValidateStrings(const google::protobuf::Message& request,
-                             grpc::ServerContext* context);
+                             grpc::ServerContextBase* context);
 
 // The status mapping: code and message carry over; an admission reason goes into the
-// "gpukit-reason" trailer. `context` may be null (no trailer then).
-// Messages longer than kMaxStatusMessageBytes are cut there, with a note of how much was cut,
-// so that every status fits a stock client's 16 KiB metadata limit with room to spare.
+// "gpukit-reason" trailer. `context` (a synchronous or a callback handler's) may be null (no
+// trailer then). Messages longer than kMaxStatusMessageBytes are cut there, with a note of how
+// much was cut, so that every status fits a stock client's 16 KiB metadata limit with room to
+// spare.
 inline constexpr size_t kMaxStatusMessageBytes = 8 << 10;
-grpc::Status ToGrpc(const absl::Status& status, grpc::ServerContext* context);
+grpc::Status ToGrpc(const absl::Status& status, grpc::ServerContextBase* context);
 
 }  // namespace gpukit::service
 

@@ -1,6 +1,11 @@
 // The gRPC services of gpukit.v1. Each handler validates the request's form, calls the
 // Core and translates the answer; no rule of the product lives here.
 //
+// Unary handlers run on gRPC's synchronous server, one thread each while they run (the
+// number is capped: ServerOptions::max_threads). The streaming ones, ArrayService.Upload and
+// Download, are on the callback API so that an open stream holds no thread: they return a
+// reactor (array_streams.h).
+//
 // Thread safety: handlers run on gRPC's threads concurrently; all state is in the Core.
 #ifndef GPUKIT_DAEMON_SERVICE_SERVICES_H_
 #define GPUKIT_DAEMON_SERVICE_SERVICES_H_
@@ -10,6 +15,7 @@
 
 #include "daemon/core/core.h"
 #include "daemon/service/access_guard.h"
+#include "daemon/service/array_streams.h"
 #include "gpukit/v1/admin.grpc.pb.h"
 #include "gpukit/v1/array.grpc.pb.h"
 #include "gpukit/v1/compute.grpc.pb.h"
@@ -33,16 +39,25 @@ class SessionServiceImpl final : public v1::SessionService::Service {
   const AccessGuard& guard_;
 };
 
-class ArrayServiceImpl final : public v1::ArrayService::Service {
+// Synchronous but for Upload and Download, which are callback methods.
+class ArrayServiceImpl final
+    : public v1::ArrayService::WithCallbackMethod_Upload<
+          v1::ArrayService::WithCallbackMethod_Download<v1::ArrayService::Service>> {
  public:
-  // `guard` checks who may name a session; both must outlive the service.
-  ArrayServiceImpl(Core& core, const AccessGuard& guard) : core_(core), guard_(guard) {}
+  // `guard` checks who may name a session; `workers` runs the streams' chunk transfers
+  // (array_streams.h). Both must outlive the server's streams.
+  ArrayServiceImpl(Core& core, const AccessGuard& guard, WorkerPool& workers)
+      : core_(core), guard_(guard), workers_(workers) {}
   grpc::Status Create(grpc::ServerContext* context, const v1::CreateArrayRequest* request,
                       v1::CreateArrayResponse* response) override;
-  grpc::Status Upload(grpc::ServerContext* context, grpc::ServerReader<v1::UploadRequest>* reader,
-                      v1::UploadResponse* response) override;
-  grpc::Status Download(grpc::ServerContext* context, const v1::DownloadRequest* request,
-                        grpc::ServerWriter<v1::DownloadResponse>* writer) override;
+  grpc::ServerReadReactor<v1::UploadRequest>* Upload(grpc::CallbackServerContext* context,
+                                                     v1::UploadResponse* response) override {
+    return NewUploadReactor(core_, guard_, workers_, context, response);
+  }
+  grpc::ServerWriteReactor<v1::DownloadResponse>* Download(
+      grpc::CallbackServerContext* context, const v1::DownloadRequest* request) override {
+    return NewDownloadReactor(core_, guard_, workers_, context, *request);
+  }
   grpc::Status Free(grpc::ServerContext* context, const v1::FreeArrayRequest* request,
                     v1::FreeArrayResponse* response) override;
   grpc::Status Describe(grpc::ServerContext* context, const v1::DescribeArrayRequest* request,
@@ -71,6 +86,7 @@ class ArrayServiceImpl final : public v1::ArrayService::Service {
  private:
   Core& core_;
   const AccessGuard& guard_;
+  WorkerPool& workers_;
   std::string fd_channel_;
 };
 

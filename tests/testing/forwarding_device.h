@@ -63,6 +63,17 @@ class ForwardingDevice final : public Device {
   std::function<absl::Status(StreamPriority)> before_create_stream;
   // Called at the start of DestroyStream, before the call is passed on.
   std::function<void(StreamId)> before_destroy_stream;
+  // Called at the start of Allocate and ImportBuffer, before the call is passed on: where a
+  // request's memory is being made; and at the start of Free, where it goes.
+  std::function<void(int64_t bytes)> before_allocate;
+  std::function<void(const ImportedMemory&)> before_import_buffer;
+  std::function<void(BufferId)> before_free;
+  // Called at the start of RegisterHostMemory (a client's shared memory being mapped for the
+  // device), before the call is passed on.
+  std::function<void(void* data, int64_t bytes)> before_register_host_memory;
+  // When set, answers ExportBuffer in place of the wrapped device (the CPU device exports
+  // nothing).
+  std::function<absl::StatusOr<ExportedBuffer>(BufferId, ExportForm)> export_buffer;
 
   // Every stream created through this device so far, in order of creation.
   std::vector<StreamRecord> streams() const {
@@ -81,8 +92,14 @@ class ForwardingDevice final : public Device {
     return properties_ ? *properties_ : inner_->properties();
   }
   MemoryInfo GetMemoryInfo() const override { return inner_->GetMemoryInfo(); }
-  absl::StatusOr<BufferId> Allocate(int64_t bytes) override { return inner_->Allocate(bytes); }
-  absl::Status Free(BufferId buffer) override { return inner_->Free(buffer); }
+  absl::StatusOr<BufferId> Allocate(int64_t bytes) override {
+    if (before_allocate) before_allocate(bytes);
+    return inner_->Allocate(bytes);
+  }
+  absl::Status Free(BufferId buffer) override {
+    if (before_free) before_free(buffer);
+    return inner_->Free(buffer);
+  }
   absl::StatusOr<int64_t> BufferBytes(BufferId buffer) const override {
     return inner_->BufferBytes(buffer);
   }
@@ -90,12 +107,14 @@ class ForwardingDevice final : public Device {
     return inner_->AllocateHostBuffer(bytes);
   }
   absl::StatusOr<ExportedBuffer> ExportBuffer(BufferId buffer, ExportForm form) override {
-    return inner_->ExportBuffer(buffer, form);
+    return export_buffer ? export_buffer(buffer, form) : inner_->ExportBuffer(buffer, form);
   }
   absl::StatusOr<BufferId> ImportBuffer(ImportedMemory memory) override {
+    if (before_import_buffer) before_import_buffer(memory);
     return inner_->ImportBuffer(std::move(memory));
   }
   absl::Status RegisterHostMemory(void* data, int64_t bytes) override {
+    if (before_register_host_memory) before_register_host_memory(data, bytes);
     return inner_->RegisterHostMemory(data, bytes);
   }
   absl::Status UnregisterHostMemory(void* data) override {

@@ -23,12 +23,15 @@ constexpr ErrorClass kErrorClasses[] = {
      "The request breaks a rule: a shape, dtype, attribute, broadcasting, or a kernel that "
      "does not compile (the message holds NVRTC's log)."},
     {absl::StatusCode::kNotFound, "NotFound",
-     "An unknown, closed or expired session, or an array or kernel handle the session does "
-     "not have (freed, or another session's)."},
+     "An unknown, closed or expired session (also one that ended while the request ran: its "
+     "work is lost), or an array or kernel handle the session does not have (freed, or "
+     "another session's)."},
     {absl::StatusCode::kAlreadyExists, "AlreadyExists", "The thing to create exists already."},
     {absl::StatusCode::kResourceExhausted, "ResourceExhausted",
      "Admission refused the request; ``reason`` names why "
-     "(\"REASON_SESSION_LIMIT_EXCEEDED\", \"REASON_DEVICE_MEMORY_EXHAUSTED\", ...)."},
+     "(\"REASON_SESSION_LIMIT_EXCEEDED\", \"REASON_DEVICE_MEMORY_EXHAUSTED\", ...). "
+     "Without a reason, a gRPC limit: a message too large, or no server thread free for the "
+     "request (\"Server Threadpool Exhausted\": try again later)."},
     {absl::StatusCode::kFailedPrecondition, "FailedPrecondition",
      "The daemon cannot do this in its present state, e.g. a kernel launch on the CPU "
      "backend, or compiling without NVRTC."},
@@ -39,7 +42,7 @@ constexpr ErrorClass kErrorClasses[] = {
      "No daemon answers at the address, or it is shutting down."},
     {absl::StatusCode::kInternal, "Internal", "The daemon or the client failed internally."},
     {absl::StatusCode::kCancelled, "Cancelled",
-     "The request's task was cancelled (by an operator, or because its session ended)."},
+     "The request's task was cancelled (by an operator, or by the client going away)."},
     {absl::StatusCode::kUnimplemented, "Unimplemented",
      "The daemon does not implement this call or op."},
     {absl::StatusCode::kDataLoss, "DataLoss", "Device data was lost (planned)."},

@@ -559,5 +559,21 @@ INSTANTIATE_TEST_SUITE_P(
                    "scheduler.pacingBurst"}),
     [](const ::testing::TestParamInfo<RejectCase>& info) { return info.param.name; });
 
+INSTANTIATE_TEST_SUITE_P(
+    Server, RejectConfigJsonTest,
+    ::testing::Values(RejectCase{"OneThread", R"({"server": {"maxThreads": 1}})",
+                                 "server.maxThreads = 1 must be >= 2"},
+                      RejectCase{"NegativeThreads", R"({"server": {"maxThreads": -4}})",
+                                 "server.maxThreads = -4 must be >= 2"}),
+    [](const ::testing::TestParamInfo<RejectCase>& info) { return info.param.name; });
+
+TEST(ServerConfigTest, MaxThreadsDefaultsTo256AndAFileMaySetIt) {
+  const DaemonConfig defaults = EmbeddedDefault();
+  EXPECT_EQ(defaults.server_max_threads, 256);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(DaemonConfig set,
+                              ApplyConfigJson(R"({"server": {"maxThreads": 16}})", defaults));
+  EXPECT_EQ(set.server_max_threads, 16);
+}
+
 }  // namespace
 }  // namespace gpukit

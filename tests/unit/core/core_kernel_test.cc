@@ -589,13 +589,42 @@ TEST_F(CoreKernelTest, SessionClosedWhileItsKernelRunsLeavesNothingBehind) {
     EXPECT_GT(DeviceMemoryUsed(), 0) << "the pinned argument stays until the launch ends";
     return absl::OkStatus();
   };
-  GPUKIT_EXPECT_OK(core()
-                       .LaunchKernel(s, k.handle, "fill", Blocks(1, 2),
-                                     {ArrayArg(y), ScalarArg(0.0f), ScalarArg(2)})
-                       .status());
+  // The launch wrote into an array the session's end freed: never OK.
+  EXPECT_THAT(core().LaunchKernel(s, k.handle, "fill", Blocks(1, 2),
+                                  {ArrayArg(y), ScalarArg(0.0f), ScalarArg(2)}),
+              StatusIs(kNotFound, HasSubstr("while the request ran")));
   EXPECT_THAT(unloaded_, ElementsAre(1u));
   EXPECT_EQ(DeviceMemoryUsed(), 0);
   EXPECT_EQ(core().session_count(), 0);
+}
+
+TEST_F(CoreKernelTest, LeaseLapsingWhileItsKernelRunsFailsTheLaunchAndLeavesNothingBehind) {
+  core(/*gpu_double=*/true);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string s, Open());
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string y, Upload(s, {1, 2}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(KernelView k, core().CompileKernel(s, SaxpyAndFill()));
+  for (const bool reaped : {false, true}) {
+    SCOPED_TRACE(reaped ? "reaped" : "not reaped yet");
+    if (reaped) {
+      GPUKIT_ASSERT_OK_AND_ASSIGN(s, Open());
+      GPUKIT_ASSERT_OK_AND_ASSIGN(y, Upload(s, {1, 2}));
+      GPUKIT_ASSERT_OK_AND_ASSIGN(k, core().CompileKernel(s, SaxpyAndFill()));
+    }
+    on_launch_ = [&](absl::Span<const KernelArg>, StreamId) {
+      clock_.Advance(absl::Seconds(31));  // past the default lease of 30 s
+      if (reaped) {
+        EXPECT_EQ(core().ExpireLeases(), 1);
+      }
+      return absl::OkStatus();
+    };
+    EXPECT_THAT(core().LaunchKernel(s, k.handle, "fill", Blocks(1, 2),
+                                    {ArrayArg(y), ScalarArg(0.0f), ScalarArg(2)}),
+                StatusIs(kNotFound, HasSubstr("while the request ran")));
+    on_launch_ = nullptr;
+    core().ExpireLeases();
+    EXPECT_EQ(DeviceMemoryUsed(), 0);
+    EXPECT_EQ(core().session_count(), 0);
+  }
 }
 
 TEST_F(CoreKernelTest, ArgumentFreedDuringTheLaunchStaysPinnedUntilItEnds) {

@@ -1,0 +1,259 @@
+// The gRPC server (daemon/server.h) in this process, over a Core whose CPU device the test
+// can hold in the middle of a request: the synchronous server's thread cap
+// (ServerOptions::max_threads) and what a client sees beyond it, and the streaming RPCs,
+// which are on the callback API and outside the cap.
+#include "daemon/server.h"
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "daemon/scheduler/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/cpu/cpu_device.h"
+#include "tests/testing/forwarding_device.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+
+namespace gpukit {
+namespace {
+
+using ::gpukit::testing::ForwardingDevice;
+using ::gpukit::testing::IsOk;
+using ::gpukit::testing::ScopedTempDir;
+using ::gpukit::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr int kMaxThreads = 4;
+
+std::unique_ptr<grpc::ClientContext> Context() {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  return context;
+}
+
+class ServerThreadsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CpuDeviceOptions device_options;
+    device_options.memory_bytes = int64_t{1} << 20;
+    auto device = std::make_unique<ForwardingDevice>(*CpuDevice::Create(device_options));
+    hooks_ = device.get();
+    std::vector<std::unique_ptr<Device>> devices;
+    devices.push_back(std::move(device));
+    GPUKIT_ASSERT_OK_AND_ASSIGN(core_, Core::Create(clock_, std::move(devices), CoreOptions{}));
+    ServerOptions options;
+    options.listen = {"unix://" + dir_.path() + "/gpukitd.sock"};
+    options.max_threads = kMaxThreads;
+    options.reap_interval = absl::Hours(1);
+    GPUKIT_ASSERT_OK_AND_ASSIGN(server_, Server::Start(*core_, clock_, options));
+    channel_ = grpc::CreateChannel(server_->addresses()[0], grpc::InsecureChannelCredentials());
+    sessions_ = v1::SessionService::NewStub(channel_);
+    arrays_ = v1::ArrayService::NewStub(channel_);
+    compute_ = v1::ComputeService::NewStub(channel_);
+  }
+
+  void TearDown() override {
+    hooks_->before_run_op = nullptr;
+    hooks_->on_enqueue = nullptr;
+    if (server_ != nullptr) server_->Shutdown();
+  }
+
+  grpc::Status KeepAlive(const std::string& session) {
+    v1::KeepAliveRequest request;
+    request.set_session_id(session);
+    v1::KeepAliveResponse response;
+    return sessions_->KeepAlive(Context().get(), request, &response);
+  }
+
+  grpc::Status Upload(const std::string& session, const std::string& handle,
+                      const std::string& data) {
+    auto context = Context();
+    v1::UploadResponse response;
+    std::unique_ptr<grpc::ClientWriter<v1::UploadRequest>> writer =
+        arrays_->Upload(context.get(), &response);
+    v1::UploadRequest header;
+    header.mutable_header()->set_session_id(session);
+    header.mutable_header()->set_handle(handle);
+    v1::UploadRequest chunk;
+    chunk.mutable_chunk()->set_data(data);
+    writer->Write(header);
+    writer->Write(chunk);
+    writer->WritesDone();
+    return writer->Finish();
+  }
+
+  // The array's bytes, through one Download stream.
+  grpc::Status Download(const std::string& session, const std::string& handle, std::string* out) {
+    auto context = Context();
+    v1::DownloadRequest request;
+    request.set_session_id(session);
+    request.set_handle(handle);
+    std::unique_ptr<grpc::ClientReader<v1::DownloadResponse>> reader =
+        arrays_->Download(context.get(), request);
+    v1::DownloadResponse message;
+    out->clear();
+    while (reader->Read(&message)) out->append(message.chunk().data());
+    return reader->Finish();
+  }
+
+  FakeClock clock_;
+  ScopedTempDir dir_;
+  ForwardingDevice* hooks_ = nullptr;
+  std::unique_ptr<Core> core_;
+  std::unique_ptr<Server> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::SessionService::Stub> sessions_;
+  std::unique_ptr<v1::ArrayService::Stub> arrays_;
+  std::unique_ptr<v1::ComputeService::Stub> compute_;
+};
+
+TEST_F(ServerThreadsTest, UnaryRequestsBeyondTheCapAreResourceExhaustedWhileStreamsRun) {
+  v1::OpenSessionRequest open;
+  open.set_tenant("capped");
+  v1::OpenSessionResponse opened;
+  ASSERT_TRUE(sessions_->Open(Context().get(), open, &opened).ok());
+  const std::string session = opened.session_id();
+  v1::CreateArrayRequest create;
+  create.set_session_id(session);
+  create.set_dtype(v1::DTYPE_UINT8);
+  create.add_shape(4);
+  v1::CreateArrayResponse created;
+  ASSERT_TRUE(arrays_->Create(Context().get(), create, &created).ok());
+  const std::string handle = created.array().handle();
+
+  // Ops that stay inside the device until released, each holding a server thread.
+  absl::Mutex mu;
+  int held = 0;
+  absl::Notification release;
+  hooks_->before_run_op = [&](const OpLaunch&) {
+    {
+      absl::MutexLock lock(&mu);
+      ++held;
+    }
+    release.WaitForNotification();
+  };
+  constexpr int kHandlers = kMaxThreads - 1;  // one thread always waits for requests
+  std::vector<grpc::Status> results(kHandlers);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kHandlers; ++i) {
+    clients.emplace_back([&, i] {
+      v1::RunOpRequest request;
+      request.set_session_id(session);
+      request.set_op("add");
+      request.add_inputs()->set_handle(handle);
+      request.add_inputs()->set_handle(handle);
+      v1::RunOpResponse response;
+      results[i] = compute_->RunOp(Context().get(), request, &response);
+    });
+  }
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(
+                                        +[](int* n) { return *n == kHandlers; }, &held),
+                                    absl::Seconds(30)))
+        << held << " of " << kHandlers << " ops reached the device";
+  }
+
+  // Every thread the cap allows is busy: the next unary request is refused at once...
+  const grpc::Status refused = KeepAlive(session);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(), HasSubstr("Threadpool Exhausted"));
+  // ... while streams, on the callback API, take no thread of the cap.
+  EXPECT_TRUE(Upload(session, handle, "abcd").ok());
+  std::string downloaded;
+  const grpc::Status download = Download(session, handle, &downloaded);
+  EXPECT_TRUE(download.ok()) << download.error_message();
+  EXPECT_EQ(downloaded, "abcd");
+
+  release.Notify();
+  for (std::thread& client : clients) client.join();
+  for (const grpc::Status& result : results) {
+    EXPECT_TRUE(result.ok()) << result.error_code() << ": " << result.error_message();
+  }
+  // Served again once the handlers' threads are back: a client that retries gets through.
+  // (They go back just after their replies, so the first retry may still find none.)
+  grpc::Status renewed = KeepAlive(session);
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(30);
+       renewed.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED && absl::Now() < deadline;
+       renewed = KeepAlive(session)) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_TRUE(renewed.ok()) << renewed.error_message();
+}
+
+TEST_F(ServerThreadsTest, StreamsWaitingForTheDeviceDoNotStallOtherStreams) {
+  v1::OpenSessionRequest open;
+  open.set_tenant("waiting");
+  v1::OpenSessionResponse opened;
+  ASSERT_TRUE(sessions_->Open(Context().get(), open, &opened).ok());
+  const std::string session = opened.session_id();
+  v1::CreateArrayRequest create;
+  create.set_session_id(session);
+  create.set_dtype(v1::DTYPE_UINT8);
+  create.add_shape(4);
+  v1::CreateArrayResponse created;
+  ASSERT_TRUE(arrays_->Create(Context().get(), create, &created).ok());
+
+  // Uploads whose chunks stay inside the device: more of them than gRPC has callback
+  // threads on any host this runs on, and more than the stream workers' cap (kMaxThreads).
+  constexpr int kWaiting = 8;
+  absl::Mutex mu;
+  int held = 0;
+  absl::Notification release;
+  hooks_->on_enqueue = [&](StreamId) {
+    {
+      absl::MutexLock lock(&mu);
+      ++held;
+    }
+    release.WaitForNotification();
+  };
+  std::vector<grpc::Status> results(kWaiting);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kWaiting; ++i) {
+    clients.emplace_back(
+        [&, i] { results[i] = Upload(session, created.array().handle(), "abcd"); });
+  }
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(
+                                        +[](int* n) { return *n == kMaxThreads; }, &held),
+                                    absl::Seconds(30)))
+        << held << " chunks reached the device";
+  }
+
+  // Another stream is served (its reaction waits for nothing), and a unary request too.
+  std::string downloaded;
+  const grpc::Status other = Download(session, "a-no-such-array", &downloaded);
+  EXPECT_EQ(other.error_code(), grpc::StatusCode::NOT_FOUND) << other.error_message();
+  EXPECT_THAT(other.error_message(), HasSubstr("a-no-such-array"));
+  EXPECT_TRUE(KeepAlive(session).ok());
+
+  release.Notify();
+  for (std::thread& client : clients) client.join();
+  for (const grpc::Status& result : results) {
+    EXPECT_TRUE(result.ok()) << result.error_code() << ": " << result.error_message();
+  }
+}
+
+TEST(ServerOptionsTest, MaxThreadsBelowTwoIsRefused) {
+  FakeClock clock;
+  std::vector<std::unique_ptr<Device>> devices;
+  devices.push_back(*CpuDevice::Create({}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Core> core,
+                              Core::Create(clock, std::move(devices), CoreOptions{}));
+  ScopedTempDir dir;
+  ServerOptions options;
+  options.listen = {"unix://" + dir.path() + "/gpukitd.sock"};
+  options.max_threads = 1;
+  EXPECT_THAT(Server::Start(*core, clock, options),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("server.maxThreads = 1")));
+}
+
+}  // namespace
+}  // namespace gpukit
