@@ -65,7 +65,8 @@ struct CudaDevice::Stream {
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
   ~Stream() {
-    if (MakeCurrent(cu, context).ok()) LogQuietlyIfFailed(cu.cuStreamDestroy(handle), "cuStreamDestroy");
+    if (MakeCurrent(cu, context).ok())
+      LogQuietlyIfFailed(cu.cuStreamDestroy(handle), "cuStreamDestroy");
   }
 
   const CudaDriver& cu;
@@ -113,7 +114,8 @@ class CudaDevice::EventPool {
         return;
       }
     }
-    if (MakeCurrent(cu_, context_).ok()) LogQuietlyIfFailed(cu_.cuEventDestroy(event), "cuEventDestroy");
+    if (MakeCurrent(cu_, context_).ok())
+      LogQuietlyIfFailed(cu_.cuEventDestroy(event), "cuEventDestroy");
   }
 
  private:
@@ -145,7 +147,8 @@ struct CudaDevice::Module {
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
   ~Module() {
-    if (MakeCurrent(cu, context).ok()) LogQuietlyIfFailed(cu.cuModuleUnload(handle), "cuModuleUnload");
+    if (MakeCurrent(cu, context).ok())
+      LogQuietlyIfFailed(cu.cuModuleUnload(handle), "cuModuleUnload");
   }
 
   const CudaDriver& cu;
@@ -259,7 +262,8 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(const CudaDeviceO
   std::unique_ptr<CudaDevice> created(
       new CudaDevice(*cu, device, context, std::move(properties), std::move(info)));
   GPUKIT_RETURN_IF_ERROR(created->EnableMemoryPools(options));
-  created->EnableBuiltinOps(options.jit, options.compile_builtin_kernels_at_start);
+  created->EnableBuiltinOps(options.jit, options.compile_builtin_kernels_at_start,
+                            options.use_precompiled_kernels);
   created->EnableCublasLt(options);
   return created;
 }
@@ -305,14 +309,16 @@ void CudaDevice::EnableCublasLt(const CudaDeviceOptions& options) {
                blas_->library().path);
 }
 
-void CudaDevice::EnableBuiltinOps(std::shared_ptr<JitCompiler> jit, bool compile_at_start) {
+void CudaDevice::EnableBuiltinOps(std::shared_ptr<JitCompiler> jit, bool compile_at_start,
+                                  bool use_precompiled) {
   // The precompiled modules (kernels/cuda/embedded_kernels.h), when the build made them: how
   // this GPU runs them is the worst fit among them (they are built alike, so all fit alike).
   const absl::Span<const kernels::EmbeddedKernelSource> modules = kernels::EmbeddedKernelSources();
   FatbinFit fit = FatbinFit::kNone;
   int64_t fatbin_bytes = 0;
-  std::string no_fatbin_reason = "this build has no precompiled kernels";
-  if (!modules.empty() && !modules.front().fatbin.empty()) {
+  std::string no_fatbin_reason = use_precompiled ? "this build has no precompiled kernels"
+                                                 : "precompiled kernels are turned off";
+  if (use_precompiled && !modules.empty() && !modules.front().fatbin.empty()) {
     fit = FatbinFit::kSass;
     for (const kernels::EmbeddedKernelSource& module : modules) {
       absl::StatusOr<std::vector<FatbinImage>> images = ParseFatbin(module.fatbin);
@@ -432,7 +438,8 @@ CudaDevice::~CudaDevice() {
   events.clear();
   event_pool_.reset();
   streams.clear();
-  if (!Bind().ok()) spdlog::warn("{}: cannot bind its context to unmap imported memory", Describe());
+  if (!Bind().ok())
+    spdlog::warn("{}: cannot bind its context to unmap imported memory", Describe());
   for (const auto& [id, allocation] : buffers) {
     if (allocation.address == 0 || allocation.imported != nullptr) continue;
     if (allocation.legacy_ipc) {
@@ -441,7 +448,7 @@ CudaDevice::~CudaDevice() {
       ReleaseDeviceMemory(allocation.address).IgnoreError();
     }
   }
-  buffers.clear();  // unmaps imported memory
+  buffers.clear();     // unmaps imported memory
   pool_.reset();       // returns every segment to the driver
   host_pool_.reset();  // host buffers must not outlive the device
   transfers_.reset();  // its pinned buffers and events belong to the context
@@ -547,17 +554,17 @@ absl::StatusOr<BufferId> CudaDevice::ImportBuffer(ImportedMemory memory) {
   std::shared_ptr<SharedMapping> imported = *std::move(mapping);
   if (memory.offset_bytes > imported->bytes() ||
       memory.bytes > imported->bytes() - memory.offset_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "imported range [", memory.offset_bytes, ", +", memory.bytes,
-        ") is outside the shared allocation of ", imported->bytes(), " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("imported range [", memory.offset_bytes, ", +", memory.bytes,
+                     ") is outside the shared allocation of ", imported->bytes(), " bytes"));
   }
   // A legacy handle of memory on another GPU opens through peer access; gpukit wants the
   // session's own GPU.
   int ordinal = -1;
-  GPUKIT_RETURN_IF_ERROR(CheckCu(
-      cu_.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                                static_cast<CUdeviceptr>(imported->address())),
-      "cuPointerGetAttribute"));
+  GPUKIT_RETURN_IF_ERROR(
+      CheckCu(cu_.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                        static_cast<CUdeviceptr>(imported->address())),
+              "cuPointerGetAttribute"));
   if (ordinal != properties_.index) {
     return absl::InvalidArgumentError(absl::StrCat("the shared memory is on CUDA device ", ordinal,
                                                    " of gpukitd's, not on ", Describe()));
@@ -612,9 +619,9 @@ absl::StatusOr<ExportedBuffer> CudaDevice::ExportBuffer(BufferId buffer, ExportF
         "the buffer was exported as a CUDA IPC handle; it cannot also be a descriptor");
   }
   if (!memory_exportable_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        Describe(), ": its memory cannot be exported as a descriptor: it comes from ",
-        memory_source_));
+    return absl::FailedPreconditionError(
+        absl::StrCat(Describe(), ": its memory cannot be exported as a descriptor: it comes from ",
+                     memory_source_));
   }
   return ExportDescriptor(buffer, allocation);
 }
@@ -693,9 +700,8 @@ absl::StatusOr<ExportedBuffer> CudaDevice::ExportIpcHandle(BufferId buffer,
   }
   GPUKIT_RETURN_IF_ERROR(Bind());
   CUipcMemHandle handle;
-  GPUKIT_RETURN_IF_ERROR(
-      CheckCu(cu_.cuIpcGetMemHandle(&handle, static_cast<CUdeviceptr>(address)),
-              "cuIpcGetMemHandle"));
+  GPUKIT_RETURN_IF_ERROR(CheckCu(cu_.cuIpcGetMemHandle(&handle, static_cast<CUdeviceptr>(address)),
+                                 "cuIpcGetMemHandle"));
   ExportedBuffer exported;
   exported.cuda_ipc_handle.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));
   exported.allocation_bytes = allocation.bytes;

@@ -85,6 +85,9 @@ struct CudaDeviceOptions {
   // short-lived device (a test's) compiles only what it uses and its destructor, which
   // waits for compiles in flight, returns at once.
   bool compile_builtin_kernels_at_start = false;
+  // Loads the built-in modules from the build's precompiled fatbins where this GPU runs them.
+  // Off: only `jit` compiles them (tests of the NVRTC path and of a device without either).
+  bool use_precompiled_kernels = true;
   // Runs float32/float16/bfloat16 matmuls through cuBLASLt when libcublasLt is found
   // (runtime/jit/library_search.h's search, `cublaslt_dir` first when set). Without it the
   // device logs "cuBLASLt not available (...); matmul uses gpukit's own kernel" and does so.
@@ -242,10 +245,11 @@ class CudaDevice final : public Device {
 
   // Sets up the memory pool over the GPU's segment source.
   absl::Status EnableMemoryPools(const CudaDeviceOptions& options);
-  // Sets up the built-in ops over the precompiled fatbins if this GPU runs them, else over
-  // `jit` if it can compile for this GPU, compiling in the background (logs which, or why
-  // neither).
-  void EnableBuiltinOps(std::shared_ptr<JitCompiler> jit, bool compile_at_start);
+  // Sets up the built-in ops over the precompiled fatbins if `use_precompiled` and this GPU
+  // runs them, else over `jit` if it can compile for this GPU, compiling in the background
+  // (logs which, or why neither).
+  void EnableBuiltinOps(std::shared_ptr<JitCompiler> jit, bool compile_at_start,
+                        bool use_precompiled);
   // Opens cuBLASLt for matmul, if wanted and found (logs the outcome either way).
   void EnableCublasLt(const CudaDeviceOptions& options);
   // Runs a planned matmul through cuBLASLt when it takes it: true when it is enqueued (or

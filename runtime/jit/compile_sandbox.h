@@ -38,8 +38,9 @@ struct CompileSandboxOptions {
   std::string library_dir;  // searched first for libnvrtc (passed to the worker)
   // Compiles that run at once; more wait for a worker. NVRTC compiles on one core each.
   int max_workers = 2;
-  // The worker's address-space limit (RLIMIT_AS): NVRTC needs a few hundred MiB for heavy
-  // templates; 4 GiB leaves room and still stops a source built to exhaust the host.
+  // Address space one compile may add to the worker's (RLIMIT_AS over what the worker has
+  // mapped once NVRTC is loaded): NVRTC needs a few hundred MiB for heavy templates; 4 GiB
+  // leaves room and still stops a source built to exhaust the host.
   int64_t memory_limit_bytes = int64_t{4} << 30;
   // NVRTC's log is cut to this in the worker; a compile error's message holds the log.
   int64_t max_log_bytes = int64_t{1} << 20;

@@ -5,9 +5,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/jit/compile_worker_protocol.h"
@@ -242,6 +245,20 @@ absl::Status WarmUp(const Nvrtc& nvrtc) {
   return absl::OkStatus();
 }
 
+// The process's mapped address space (VmSize), read before the filter forbids opening
+// /proc; 0 when it cannot be read.
+int64_t MappedBytes() {
+  std::FILE* status = std::fopen("/proc/self/status", "r");
+  if (status == nullptr) return 0;
+  char line[256];
+  int64_t kib = 0;
+  while (std::fgets(line, sizeof(line), status) != nullptr) {
+    if (std::sscanf(line, "VmSize: %" SCNd64 " kB", &kib) == 1) break;
+  }
+  std::fclose(status);
+  return kib * 1024;
+}
+
 }  // namespace
 
 absl::Status LockDownCompileWorker(int64_t memory_limit_bytes) {
@@ -250,8 +267,12 @@ absl::Status LockDownCompileWorker(int64_t memory_limit_bytes) {
   if (setrlimit(RLIMIT_CORE, &no_files) != 0) return Errno("setrlimit(RLIMIT_CORE)");
 #if !defined(__SANITIZE_ADDRESS__)
   if (memory_limit_bytes > 0) {
-    const rlimit memory{static_cast<rlim_t>(memory_limit_bytes),
-                        static_cast<rlim_t>(memory_limit_bytes)};
+    // On top of what the process has mapped by now: NVRTC and the C library reserve address
+    // space by the host's size (on a 16-core, 128 GiB H100 host a fixed 4 GiB limit left no
+    // room for a single compile), so the limit is what a compile may add.
+    const int64_t mapped_bytes = MappedBytes();
+    const auto limit = static_cast<rlim_t>(mapped_bytes + memory_limit_bytes);
+    const rlimit memory{limit, limit};
     if (setrlimit(RLIMIT_AS, &memory) != 0) return Errno("setrlimit(RLIMIT_AS)");
   }
 #endif
@@ -295,6 +316,13 @@ int RunCompileWorker(int socket, const CompileWorkerOptions& options) {
     if (output.ok()) {
       response.output = *std::move(output);
       response.output.log = CapLog(std::move(response.output.log), options.max_log_bytes);
+    } else if (absl::StrContains(output.status().message(), "catastrophic error: out of memory")) {
+      // NVRTC hit the address-space limit: the compile asked too much, which is not the
+      // source's fault as a syntax error would be.
+      response.status = absl::ResourceExhaustedError(
+          absl::StrCat("kernel compilation ran out of its memory limit (",
+                       options.memory_limit_bytes >> 20, " MiB, jit.workerMemory): ",
+                       CapLog(std::string(output.status().message()), options.max_log_bytes)));
     } else {
       response.status =
           absl::Status(output.status().code(),

@@ -24,8 +24,9 @@ namespace gpukit {
 
 struct CompileWorkerOptions {
   std::string library_dir;  // searched first for libnvrtc; empty: the standard search
-  // Address space of the worker (RLIMIT_AS): a hostile source cannot make NVRTC take the
-  // host's memory. 0: no limit. Not applied in sanitizer builds (their shadow memory).
+  // Address space a compile may add to what the worker has mapped once NVRTC is loaded
+  // (RLIMIT_AS): a hostile source cannot make NVRTC take the host's memory. 0: no limit.
+  // Not applied in sanitizer builds (their shadow memory).
   int64_t memory_limit_bytes = int64_t{4} << 30;
   // NVRTC's log is cut to this (with a note of how much was cut) before it leaves the worker.
   int64_t max_log_bytes = int64_t{1} << 20;
@@ -40,7 +41,8 @@ int RunCompileWorker(int socket, const CompileWorkerOptions& options);
 // processes, to open sockets, to trace or signal other processes, or to gain privileges: a
 // seccomp filter (libseccomp) that answers those system calls with EACCES, plus
 // PR_SET_NO_NEW_PRIVS, no core dumps, no file writes (RLIMIT_FSIZE 0) and, as root, the
-// unprivileged uid 65534. Irreversible. `memory_limit_bytes` > 0 also sets RLIMIT_AS.
+// unprivileged uid 65534. Irreversible. `memory_limit_bytes` > 0 also sets RLIMIT_AS to the
+// address space mapped now plus that much.
 absl::Status LockDownCompileWorker(int64_t memory_limit_bytes);
 
 }  // namespace gpukit

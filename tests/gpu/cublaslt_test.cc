@@ -11,8 +11,6 @@
 // float16 and bfloat16.
 //
 // Skipped, visibly, where there is no GPU or no libcublasLt.
-#include "runtime/base/shape.h"
-#include "runtime/base/status_macros.h"
 #include "runtime/cuda/cublaslt.h"
 
 #include <cuda.h>
@@ -33,6 +31,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "runtime/base/shape.h"
+#include "runtime/base/status_macros.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/cuda/cuda_driver.h"
 #include "runtime/jit/library_search.h"
@@ -331,9 +331,11 @@ TEST_F(CublasLtMatmulTest, PlansAreCachedPerShape) {
 class CudaDeviceMatmulTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    // No JIT compiler: gpukit's own kernels are unavailable, so a matmul that works went
-    // through cuBLASLt and one that falls back says so (UNIMPLEMENTED).
-    absl::StatusOr<std::unique_ptr<CudaDevice>> device = CudaDevice::Create({});
+    // No JIT compiler and no precompiled kernels: gpukit's own kernels are unavailable, so a
+    // matmul that works went through cuBLASLt and one that falls back says so
+    // (UNIMPLEMENTED).
+    absl::StatusOr<std::unique_ptr<CudaDevice>> device =
+        CudaDevice::Create({.use_precompiled_kernels = false});
     if (!device.ok()) GTEST_SKIP() << "no usable CUDA device: " << device.status();
     device_ = *std::move(device);
     if (!device_->cublaslt_available()) GTEST_SKIP() << "no cuBLASLt (see the log)";

@@ -170,6 +170,7 @@ class CudaDeviceTest : public ::testing::Test {
   void SetUp() override {
     CudaDeviceOptions options;
     options.index = 0;
+    options.use_precompiled_kernels = false;  // neither JIT nor fatbins: see below
     absl::StatusOr<std::unique_ptr<CudaDevice>> device = CudaDevice::Create(options);
     if (absl::IsFailedPrecondition(device.status())) {
       GTEST_SKIP() << "no usable CUDA device here: " << device.status();
@@ -515,7 +516,8 @@ TEST_F(CudaDeviceTest, HostBuffersArePinnedAndReused) {
 TEST_F(CudaDeviceTest, ExportedBufferIsASegmentOfItsOwnThatImportsAsTheSameMemory) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId neighbour, UploadFloats({9, 9, 9, 9}));
   GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId data, UploadFloats({1, 2, 3, 4, 5}));
-  GPUKIT_ASSERT_OK_AND_ASSIGN(ExportedBuffer exported, device_->ExportBuffer(data, ExportForm::kDescriptor));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ExportedBuffer exported,
+                              device_->ExportBuffer(data, ExportForm::kDescriptor));
   EXPECT_TRUE(exported.fd.valid());
   EXPECT_EQ(exported.bytes, 20);
   EXPECT_EQ(exported.allocation_bytes % (2 << 20), 0);
@@ -553,7 +555,8 @@ TEST_F(CudaDeviceTest, ExportedBufferIsASegmentOfItsOwnThatImportsAsTheSameMemor
   EXPECT_EQ(cu.cuMemUnmap(mapped, size), CUDA_SUCCESS);
   EXPECT_EQ(cu.cuMemAddressFree(mapped, size), CUDA_SUCCESS);
   EXPECT_EQ(cu.cuMemRelease(handle), CUDA_SUCCESS);
-  EXPECT_THAT(device_->ExportBuffer(data, ExportForm::kDescriptor).status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(device_->ExportBuffer(data, ExportForm::kDescriptor).status(),
+              StatusIs(absl::StatusCode::kNotFound));
 }
 
 // ImportBuffer maps memory another process shares; here that process is this one (a VMM
@@ -562,7 +565,8 @@ TEST_F(CudaDeviceTest, ExportedBufferIsASegmentOfItsOwnThatImportsAsTheSameMemor
 // counted as the device's, and freeing it leaves the memory to its owner.
 TEST_F(CudaDeviceTest, ImportedBufferIsTheSharedMemoryAndFreeingItLeavesItToItsOwner) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId owner, UploadFloats({1, 2, 3, 4, 5, 6, 7, 8}));
-  GPUKIT_ASSERT_OK_AND_ASSIGN(ExportedBuffer exported, device_->ExportBuffer(owner, ExportForm::kDescriptor));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ExportedBuffer exported,
+                              device_->ExportBuffer(owner, ExportForm::kDescriptor));
   const int64_t used = device_->GetMemoryInfo().used_bytes;
   ImportedMemory memory;
   memory.fd = std::move(exported.fd);
@@ -587,7 +591,8 @@ TEST_F(CudaDeviceTest, ImportedBufferIsTheSharedMemoryAndFreeingItLeavesItToItsO
   EXPECT_EQ(owners[2], 9.0f);
 
   // Ranges outside the allocation, and handles that name nothing.
-  GPUKIT_ASSERT_OK_AND_ASSIGN(ExportedBuffer again, device_->ExportBuffer(owner, ExportForm::kDescriptor));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ExportedBuffer again,
+                              device_->ExportBuffer(owner, ExportForm::kDescriptor));
   ImportedMemory outside;
   outside.fd = std::move(again.fd);
   outside.allocation_bytes = again.allocation_bytes;
@@ -632,7 +637,8 @@ TEST(CudaSegmentSourceTest, SegmentsExportAsPosixFileDescriptors) {
   ASSERT_EQ((*cu)->cuDevicePrimaryCtxRelease(device), CUDA_SUCCESS);
 }
 
-// The fixture's device has no JIT compiler (the conformance suite's has one).
+// The fixture's device has no JIT compiler and uses no precompiled kernels (the conformance
+// suite's has a JIT compiler).
 TEST_F(CudaDeviceTest, WithoutAJitCompilerItRunsNoBuiltinOps) {
   EXPECT_FALSE(device_->SupportsOp("add"));
   GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId a, UploadFloats({1, 2}));

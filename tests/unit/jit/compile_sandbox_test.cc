@@ -161,6 +161,19 @@ TEST(CompileSandboxLogTest, LogsAreValidUtf8) {
   EXPECT_THAT(std::string(out.status().message()), Not(HasSubstr("\xff")));
 }
 
+#if !defined(__SANITIZE_ADDRESS__)  // the worker sets no memory limit under ASan
+TEST(CompileSandboxMemoryTest, ACompileBeyondTheMemoryLimitIsResourceExhausted) {
+  absl::StatusOr<std::unique_ptr<CompileSandbox>> sandbox =
+      StartSandbox({.memory_limit_bytes = int64_t{1} << 20});
+  if (!sandbox.ok()) GTEST_SKIP() << sandbox.status();
+  std::string source = "extern \"C\" __global__ void k(float* x) {\n";
+  for (int i = 0; i < 4000; ++i) absl::StrAppend(&source, "  x[", i, "] = x[", i + 1, "] * 2;\n");
+  source += "}\n";
+  EXPECT_THAT((*sandbox)->Compile(Kernel(source)),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("memory")));
+}
+#endif
+
 TEST_F(CompileSandboxTest, AWorkerKilledWhileIdleCostsNoCompile) {
   const std::vector<pid_t> idle = sandbox_->idle_worker_pids();
   ASSERT_EQ(idle.size(), 1u);
