@@ -37,8 +37,20 @@ using ::testing::Not;
 
 constexpr char kSecret[] = "gpukit-sandbox-secret-7f3a9c";
 
+// The build tree's worker, or (run from a bundle, where every program sits in one bin/) the
+// one beside this test.
+std::string WorkerPath() {
+  if (access(GPUKIT_COMPILE_WORKER_PATH, X_OK) == 0) return GPUKIT_COMPILE_WORKER_PATH;
+  std::error_code error;
+  const std::filesystem::path beside =
+      std::filesystem::read_symlink("/proc/self/exe", error).parent_path() /
+      "gpukit-compile-worker";
+  return !error && access(beside.c_str(), X_OK) == 0 ? beside.string()
+                                                      : GPUKIT_COMPILE_WORKER_PATH;
+}
+
 absl::StatusOr<std::unique_ptr<CompileSandbox>> StartSandbox(CompileSandboxOptions options = {}) {
-  options.worker_path = GPUKIT_COMPILE_WORKER_PATH;
+  options.worker_path = WorkerPath();
   return CompileSandbox::Start(options);
 }
 
@@ -262,7 +274,7 @@ TEST(LockDownTest, ALockedDownProcessCannotOpenExecConnectOrFork) {
 
 TEST(JitCompilerSandboxTest, HeadersArePartOfTheCacheKey) {
   absl::StatusOr<std::unique_ptr<JitCompiler>> jit =
-      JitCompiler::Create({.worker_path = GPUKIT_COMPILE_WORKER_PATH});
+      JitCompiler::Create({.worker_path = WorkerPath()});
   if (!jit.ok()) GTEST_SKIP() << jit.status();
   EXPECT_TRUE((*jit)->sandboxed());
   CompileRequest request{.source =
