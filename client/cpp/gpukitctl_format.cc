@@ -12,6 +12,7 @@
 #include "absl/strings/strip.h"
 #include "google/protobuf/util/json_util.h"
 #include "runtime/base/units.h"
+#include "runtime/base/utf8.h"
 
 namespace gpukit::ctl {
 namespace {
@@ -49,40 +50,6 @@ absl::StatusOr<std::string> JsonArray(const Messages& messages) {
   return absl::StrCat("[", absl::StrJoin(items, ","), "]");
 }
 
-// The length (2 to 4) of the valid UTF-8 sequence of a code point above U+007F that starts
-// `text`, and its code point; 0 when `text` does not start with one (a stray continuation
-// byte, an overlong form, a surrogate, a truncated sequence, or beyond U+10FFFF).
-int Utf8Sequence(absl::string_view text, char32_t* code_point) {
-  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
-  const unsigned char lead = byte(0);
-  int length = 0;
-  char32_t cp = 0;
-  char32_t min = 0;
-  if (lead >= 0xc2 && lead <= 0xdf) {
-    length = 2, cp = lead & 0x1f, min = 0x80;
-  } else if (lead >= 0xe0 && lead <= 0xef) {
-    length = 3, cp = lead & 0x0f, min = 0x800;
-  } else if (lead >= 0xf0 && lead <= 0xf4) {
-    length = 4, cp = lead & 0x07, min = 0x10000;
-  } else {
-    return 0;
-  }
-  if (text.size() < static_cast<size_t>(length)) return 0;
-  for (int i = 1; i < length; ++i) {
-    if ((byte(i) & 0xc0) != 0x80) return 0;
-    cp = (cp << 6) | (byte(i) & 0x3f);
-  }
-  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-  *code_point = cp;
-  return length;
-}
-
-// Code points a terminal acts on, or that reorder or break what follows them on screen.
-bool IsTerminalControl(char32_t cp) {
-  return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || cp == 0x200e || cp == 0x200f ||
-         (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
-}
-
 // EscapeForTerminal, or with `json` the pass over protobuf's JSON text: there backslashes are
 // JSON's own escapes and C0 characters are already escaped inside strings (a raw newline is
 // the pretty form's whitespace), so only the code points above U+007F that protobuf leaves
@@ -96,7 +63,7 @@ std::string Escape(absl::string_view text, bool json) {
     char32_t cp = c;
     size_t length = 1;
     if (c >= 0x80) {
-      length = static_cast<size_t>(Utf8Sequence(text.substr(i), &cp));
+      length = static_cast<size_t>(DecodeUtf8(text.substr(i), &cp));
       if (length == 0) {  // not UTF-8: the byte itself
         absl::StrAppendFormat(&out, "\\x%02x", c);
         ++i;
@@ -105,7 +72,7 @@ std::string Escape(absl::string_view text, bool json) {
     }
     if (cp == '\\' && !json) {
       out += "\\\\";
-    } else if (IsTerminalControl(cp) && !(json && cp < 0x80)) {
+    } else if (IsDisplayControl(cp) && !(json && cp < 0x80)) {
       absl::StrAppendFormat(&out, "\\u%04x", static_cast<uint32_t>(cp));
     } else {
       out.append(text.data() + i, length);

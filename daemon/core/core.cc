@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/base/utf8.h"
 #include "runtime/cuda/cuda_device.h"
 #include "spdlog/spdlog.h"
 
@@ -484,10 +485,9 @@ absl::StatusOr<ArrayView> Core::RunOp(absl::string_view session_id, absl::string
   GPUKIT_ASSIGN_OR_RETURN(const OpDef* op, ops_.Find(op_name));
   if (Device& device = *devices_[session->admission().device_index].device;
       !device.SupportsOp(op_name)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("op \"", op_name, "\" cannot run on device ", device.properties().index,
-                     " (", BackendName(device.properties().backend),
-                     " backend): it has no kernels for it"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "op \"", op_name, "\" cannot run on device ", device.properties().index, " (",
+        BackendName(device.properties().backend), " backend): it has no kernels for it"));
   }
   // Plan first: a malformed request is refused before it takes a place in the queue.
   std::vector<std::shared_ptr<DeviceArray>> arrays(inputs.size());
@@ -566,8 +566,7 @@ absl::StatusOr<KernelView> Core::CompileKernel(absl::string_view session_id,
     const absl::string_view message = result.status().message();
     session->SetCompileLog({std::string(message), true});
     if (message.size() <= kMaxCompileErrorBytes) return result.status();
-    size_t cut = kMaxCompileErrorBytes;
-    while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xc0) == 0x80) --cut;
+    const size_t cut = Utf8PrefixBytes(message, kMaxCompileErrorBytes);
     return absl::Status(
         result.status().code(),
         absl::StrCat(message.substr(0, cut), "\n[", message.size() - cut, " of ", message.size(),

@@ -8,6 +8,7 @@
 #include "daemon/service/request_strings.h"
 #include "proto/dtype_convert.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/base/utf8.h"
 
 namespace gpukit::service {
 
@@ -98,7 +99,8 @@ absl::StatusOr<ResourceSpec> FromProto(const v1::ResourceRequirements& resources
 }
 
 void ToProto(const ResourceSpec& spec, v1::ResourceRequirements* out) {
-  if (spec.memory_request_bytes) out->mutable_requests()->set_memory_bytes(*spec.memory_request_bytes);
+  if (spec.memory_request_bytes)
+    out->mutable_requests()->set_memory_bytes(*spec.memory_request_bytes);
   if (spec.memory_limit_bytes) out->mutable_limits()->set_memory_bytes(*spec.memory_limit_bytes);
   if (spec.compute_request) out->mutable_requests()->set_compute(*spec.compute_request);
   if (spec.compute_limit) out->mutable_limits()->set_compute(*spec.compute_limit);
@@ -174,8 +176,8 @@ absl::StatusOr<std::optional<TaskState>> FromProto(v1::TaskState state) {
   if (state == v1::TASK_STATE_UNSPECIFIED) return std::optional<TaskState>();
   const int value = static_cast<int>(state) - 1;
   if (value < 0 || value >= kTaskStateCount) {
-    return absl::InvalidArgumentError(absl::StrCat("state = ", static_cast<int>(state),
-                                                   " is not a TaskState"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("state = ", static_cast<int>(state), " is not a TaskState"));
   }
   return std::optional<TaskState>(static_cast<TaskState>(value));
 }
@@ -230,8 +232,8 @@ absl::StatusOr<PartitionSpec> ApplyPartitionUpdate(
       return absl::InvalidArgumentError(
           absl::StrCat("update_mask names \"", field, "\", which cannot change"));
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "update_mask names \"", field.substr(0, 64), "\", which is not a Partition field"));
+      return absl::InvalidArgumentError(absl::StrCat("update_mask names \"", field.substr(0, 64),
+                                                     "\", which is not a Partition field"));
     }
   }
   return base;
@@ -357,8 +359,7 @@ grpc::Status ToGrpc(const absl::Status& status, grpc::ServerContextBase* context
   // RESOURCE_EXHAUSTED instead of the error. No message passes kMaxStatusMessageBytes.
   std::string message(status.message());
   if (message.size() > kMaxStatusMessageBytes) {
-    size_t cut = kMaxStatusMessageBytes;
-    while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xc0) == 0x80) --cut;
+    const size_t cut = Utf8PrefixBytes(message, kMaxStatusMessageBytes);
     const size_t total = message.size();
     message.resize(cut);
     absl::StrAppend(&message, "\n[message cut: ", total - cut, " of ", total, " bytes]");

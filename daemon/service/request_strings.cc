@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "google/protobuf/descriptor.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/base/utf8.h"
 
 namespace gpukit::service {
 namespace {
@@ -26,43 +27,6 @@ bool IsExempt(const FieldDescriptor& field) {
   return false;
 }
 
-// The length (1 to 4) of the valid UTF-8 sequence that starts `text` (not empty), and its code
-// point; 0 when it does not start with one (a stray continuation byte, an overlong form, a
-// surrogate, a truncated sequence, or beyond U+10FFFF).
-int DecodeUtf8(absl::string_view text, char32_t* code_point) {
-  const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
-  const unsigned char lead = byte(0);
-  int length = 0;
-  char32_t cp = 0;
-  char32_t min = 0;
-  if (lead < 0x80) {
-    *code_point = lead;
-    return 1;
-  } else if (lead >= 0xc2 && lead <= 0xdf) {
-    length = 2, cp = lead & 0x1f, min = 0x80;
-  } else if (lead >= 0xe0 && lead <= 0xef) {
-    length = 3, cp = lead & 0x0f, min = 0x800;
-  } else if (lead >= 0xf0 && lead <= 0xf4) {
-    length = 4, cp = lead & 0x07, min = 0x10000;
-  } else {
-    return 0;
-  }
-  if (text.size() < static_cast<size_t>(length)) return 0;
-  for (int i = 1; i < length; ++i) {
-    if ((byte(i) & 0xc0) != 0x80) return 0;
-    cp = (cp << 6) | (byte(i) & 0x3f);
-  }
-  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-  *code_point = cp;
-  return length;
-}
-
-// Code points a terminal or a log viewer acts on, or that reorder or break what follows them.
-bool IsControl(char32_t cp) {
-  return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || cp == 0x200e || cp == 0x200f ||
-         (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
-}
-
 // Whether `value` keeps the rule; ValidateRequestString says how it does not.
 bool KeepsTheRule(absl::string_view value) {
   if (value.size() > kMaxRequestStringBytes) return false;
@@ -70,7 +34,7 @@ bool KeepsTheRule(absl::string_view value) {
   while (i < value.size()) {
     char32_t cp = 0;
     const int length = DecodeUtf8(value.substr(i), &cp);
-    if (length == 0 || IsControl(cp)) return false;
+    if (length == 0 || IsDisplayControl(cp)) return false;
     i += static_cast<size_t>(length);
   }
   return true;
@@ -185,7 +149,7 @@ absl::Status ValidateRequestString(absl::string_view field, absl::string_view va
                           "be printable UTF-8",
                           field, i, static_cast<unsigned char>(value[i])));
     }
-    if (IsControl(cp)) {
+    if (IsDisplayControl(cp)) {
       return absl::InvalidArgumentError(
           absl::StrFormat("%s holds control character U+%04X at byte %d; strings in requests "
                           "must be printable UTF-8",

@@ -157,13 +157,14 @@ void CompileSandbox::Release(Worker worker) const {
   idle_.push_back(std::move(worker));
 }
 
-void CompileSandbox::Discard(Worker& worker, const char* why) const {
+std::string CompileSandbox::Discard(Worker& worker, absl::string_view why) const {
   kill(worker.pid, SIGKILL);
   worker.socket.Reset();
   const std::string end = DescribeExit(worker.pid);
-  spdlog::warn("compile worker {} replaced: {} ({})", worker.pid, why, end);
+  spdlog::warn("compile worker {} {} ({})", worker.pid, std::string(why), end);
   absl::MutexLock lock(&mu_);
   --live_;
+  return end;
 }
 
 absl::StatusOr<NvrtcOutput> CompileSandbox::Compile(const NvrtcInput& input) const {
@@ -182,7 +183,7 @@ absl::StatusOr<NvrtcOutput> CompileSandbox::Compile(const NvrtcInput& input) con
     if (frame.ok()) {
       absl::StatusOr<WorkerResponse> response = DecodeWorkerResponse(*frame);
       if (!response.ok()) {
-        Discard(worker, "sent a malformed answer");
+        Discard(worker, "replaced: it sent a malformed answer");
         return absl::InternalError(
             absl::StrCat("compile worker sent a malformed answer: ", response.status().message()));
       }
@@ -191,23 +192,15 @@ absl::StatusOr<NvrtcOutput> CompileSandbox::Compile(const NvrtcInput& input) con
       return std::move(response->output);
     }
     if (frame.status().code() == absl::StatusCode::kDeadlineExceeded) {
-      Discard(worker, "past its compile's budget");
+      Discard(worker, "replaced: past its compile's budget");
       return absl::DeadlineExceededError(absl::StrCat(
           "kernel compilation took longer than its budget of ",
           absl::FormatDuration(input.time_budget), " and its compiler process was stopped"));
     }
     // The worker died: its memory limit (an allocation failed and NVRTC aborted), a crash of
     // NVRTC on this source, or a kill from outside.
-    const pid_t pid = worker.pid;
-    kill(pid, SIGKILL);
-    worker.socket.Reset();
-    const std::string end = DescribeExit(pid);
-    {
-      absl::MutexLock lock(&mu_);
-      --live_;
-    }
-    spdlog::warn("compile worker {} died ({}){}", pid, end,
-                 attempt == 0 ? "; the compile goes to a fresh worker" : "");
+    const std::string end = Discard(
+        worker, attempt == 0 ? "died; the compile goes to a fresh worker" : "died compiling");
     if (attempt == 0) continue;
     return absl::ResourceExhaustedError(absl::StrCat(
         "the kernel compiler process died compiling this source (", end,

@@ -25,6 +25,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "runtime/base/unix_fd.h"
@@ -79,8 +80,9 @@ class CompileSandbox : public SourceCompiler {
   absl::StatusOr<Worker> Spawn(struct WorkerHello* hello_out) const;
   // Waits for an idle worker, or the room to start one.
   absl::StatusOr<Worker> Acquire() const;
-  void Release(Worker worker) const;                    // back to the idle list
-  void Discard(Worker& worker, const char* why) const;  // kills and reaps it
+  void Release(Worker worker) const;  // back to the idle list
+  // Kills and reaps `worker`, logs `why`; returns how it ended ("signal 9 (Killed)").
+  std::string Discard(Worker& worker, absl::string_view why) const;
 
   const CompileSandboxOptions options_;
   int nvrtc_major_ = 0;

@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/base/utf8.h"
 #include "runtime/jit/compile_worker_protocol.h"
 #include "runtime/jit/library_search.h"
 #include "runtime/jit/nvrtc.h"
@@ -192,37 +193,15 @@ absl::Status InstallFilter() {
   return absl::OkStatus();
 }
 
-// NVRTC's log may quote any bytes of the source; the log travels in a protobuf string, which
-// must be UTF-8. Bytes that are not part of a valid sequence become '?'.
-std::string ValidUtf8(std::string text) {
-  size_t i = 0;
-  while (i < text.size()) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    int length = c < 0x80           ? 1
-                 : (c >> 5) == 0x6  ? 2
-                 : (c >> 4) == 0xe  ? 3
-                 : (c >> 3) == 0x1e ? 4
-                                    : 0;
-    bool valid = length > 0 && i + length <= text.size();
-    for (int k = 1; valid && k < length; ++k) {
-      valid = (static_cast<unsigned char>(text[i + k]) & 0xc0) == 0x80;
-    }
-    if (!valid) {
-      text[i] = '?';
-      length = 1;
-    }
-    i += length;
-  }
-  return text;
-}
-
 std::string CapLog(std::string text, int64_t max_bytes) {
   if (max_bytes > 0 && static_cast<int64_t>(text.size()) > max_bytes) {
     const int64_t cut = static_cast<int64_t>(text.size()) - max_bytes;
     text.resize(static_cast<size_t>(max_bytes));
     absl::StrAppend(&text, "\n[compile log cut: ", cut, " more bytes]");
   }
-  return ValidUtf8(std::move(text));
+  // NVRTC's log may quote any bytes of the source; it travels in a protobuf string, which
+  // must be UTF-8.
+  return ToValidUtf8(std::move(text));
 }
 
 // One compile of a template kernel: makes NVRTC load everything it loads lazily (its

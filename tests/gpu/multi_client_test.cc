@@ -27,15 +27,16 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "client/cpp/device_import.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "client/cpp/device_import.h"
 #include "runtime/builtin_op_runner.h"
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/cuda/cuda_driver.h"
 #include "runtime/device_factory.h"
 #include "runtime/jit/jit_compiler.h"
+#include "tests/gpu/gpu_host.h"
 #include "tests/integration/daemon_fixture.h"
 #include "tests/testing/random_seed.h"
 #include "tests/testing/status_matchers.h"
@@ -48,21 +49,7 @@ namespace {
 // once per process; the CUDA contexts it creates are released before any daemon starts.
 const std::optional<std::string>& WhyNoGpu() {
   static const std::optional<std::string> reason = []() -> std::optional<std::string> {
-    const DriverProbe probe = ProbeCudaDriver();
-    if (!probe.driver_loaded) return "no CUDA driver on this machine: " + probe.error;
-    if (probe.device_count == 0) return std::string("the CUDA driver shows no GPU");
-    // --backend=cuda serves on every GPU the driver shows, and refuses to start if it
-    // refuses one of them (older than SM 80).
-    for (int index = 0; index < probe.device_count; ++index) {
-      CudaDeviceOptions options;
-      options.index = index;
-      options.use_cublaslt = false;  // not needed to accept the device; saves loading it
-      absl::StatusOr<std::unique_ptr<CudaDevice>> device = CudaDevice::Create(options);
-      if (!device.ok()) {
-        return absl::StrCat("GPU ", index, " is not one gpukitd --backend=cuda accepts: ",
-                            device.status().ToString());
-      }
-    }
+    if (std::optional<std::string> why = WhyNoCudaBackend()) return why;
     absl::StatusOr<std::unique_ptr<JitCompiler>> jit = JitCompiler::Create({});
     if (!jit.ok()) {
       return absl::StrCat("no NVRTC, so gpukitd runs no built-in op on the GPU: ",
@@ -263,9 +250,9 @@ TEST_F(MultiClientGpuTest, AClientImportsItsOwnDeviceMemoryAsArrays) {
 // A client killed with SIGKILL while gpukitd maps its memory: the lease lapses, gpukitd
 // unmaps the dead process's memory and serves on.
 TEST_F(MultiClientGpuTest, ClientKilledWhileGpukitdMapsItsMemoryLeavesNothingBehind) {
-  GPUKIT_ASSERT_OK_AND_ASSIGN(Subprocess victim,
-                              SpawnWorker(10, {"--mode", "hold-imported", "--bytes", "8MiB",
-                                               "--lease-ms", "2000"}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(
+      Subprocess victim,
+      SpawnWorker(10, {"--mode", "hold-imported", "--bytes", "8MiB", "--lease-ms", "2000"}));
   ASSERT_TRUE(WaitForLine(victim, "holding", kWorkerTimeout)) << "victim output:\n"
                                                               << victim.Output();
   EXPECT_NE(WhatDaemonHolds(), "") << "the victim's session holds the imported array";

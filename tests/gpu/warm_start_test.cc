@@ -39,6 +39,7 @@
 #include "runtime/device_factory.h"
 #include "runtime/jit/jit_compiler.h"
 #include "runtime/op_registry.h"
+#include "tests/gpu/gpu_host.h"
 #include "tests/integration/daemon_process.h"
 #include "tests/testing/random_seed.h"
 #include "tests/testing/status_matchers.h"
@@ -49,24 +50,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-// Why this host has no GPU gpukitd --backend=cuda accepts, or nothing when it has.
-std::optional<std::string> WhyNoGpu() {
-  const DriverProbe probe = ProbeCudaDriver();
-  if (!probe.driver_loaded) return "no CUDA driver on this machine: " + probe.error;
-  if (probe.device_count == 0) return std::string("the CUDA driver shows no GPU");
-  for (int index = 0; index < probe.device_count; ++index) {
-    CudaDeviceOptions options;
-    options.index = index;
-    options.use_cublaslt = false;
-    absl::StatusOr<std::unique_ptr<CudaDevice>> device = CudaDevice::Create(options);
-    if (!device.ok()) {
-      return absl::StrCat("GPU ", index, " is not one gpukitd --backend=cuda accepts: ",
-                          device.status().ToString());
-    }
-  }
-  return std::nullopt;
-}
 
 bool BuildHasPrecompiledKernels() {
   return !kernels::PrecompiledKernelTargets().sass_archs.empty();
@@ -120,7 +103,7 @@ absl::StatusOr<FirstAdd> StartAndAdd(const std::string& dir, const std::string& 
 class WarmStartDaemonTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (const std::optional<std::string> why = WhyNoGpu()) GTEST_SKIP() << *why;
+    if (const std::optional<std::string> why = WhyNoCudaBackend()) GTEST_SKIP() << *why;
     if (!BuildHasPrecompiledKernels() && !HostHasNvrtc()) {
       GTEST_SKIP() << "neither precompiled kernels in this build nor NVRTC on this host";
     }
@@ -189,7 +172,7 @@ class PrecompiledMatchesNvrtcTest : public ::testing::Test {
       skip_ = new std::string("this build has no precompiled kernels (GPUKIT_PRECOMPILE_KERNELS)");
       return;
     }
-    if (std::optional<std::string> why = WhyNoGpu()) {
+    if (std::optional<std::string> why = WhyNoCudaBackend()) {
       skip_ = new std::string(*why);
       return;
     }
