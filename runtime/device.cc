@@ -37,7 +37,7 @@ absl::StatusOr<HostBuffer> Device::AllocateHostBuffer(int64_t bytes) {
                     [](char* p) { std::free(p); });
 }
 
-absl::Status Device::RegisterHostMemory(void* /*data*/, int64_t /*bytes*/) {
+absl::Status Device::RegisterHostMemory(void* /*data*/, int64_t /*bytes*/, int /*shared_fd*/) {
   return absl::OkStatus();
 }
 
@@ -57,6 +57,22 @@ absl::StatusOr<BufferId> Device::ImportBuffer(ImportedMemory memory) {
                                      : "CUDA IPC handles (they need a GPU)",
       " as a buffer"));
 }
+
+absl::Status Device::MapSegment(uint64_t /*key*/, ScopedFd /*fd*/, int64_t /*bytes*/) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the ", BackendName(properties().backend), " device cannot map another process's memory"));
+}
+
+absl::Status Device::UnmapSegment(uint64_t key) {
+  return absl::NotFoundError(absl::StrCat("no mapped segment ", key));
+}
+
+absl::StatusOr<BufferId> Device::BufferInSegment(uint64_t key, int64_t /*offset*/,
+                                                 int64_t /*bytes*/) {
+  return absl::NotFoundError(absl::StrCat("no mapped segment ", key));
+}
+
+absl::Status Device::CheckHealth() { return absl::OkStatus(); }
 
 absl::Status CheckImportedRange(const ImportedMemory& memory) {
   if (memory.bytes <= 0) {

@@ -101,6 +101,14 @@ struct DeviceProperties {
   std::string name;
   BackendKind backend = BackendKind::kCpu;
   int64_t memory_total_bytes = 0;
+  // Devices that run compiled kernels (CUDA): NVRTC's --gpu-architecture for them ("sm_90")
+  // and their launch limits. Empty and 0 elsewhere.
+  std::string kernel_arch;
+  int max_grid_dim[3] = {0, 0, 0};
+  int max_block_dim[3] = {0, 0, 0};
+  int max_threads_per_block = 0;
+  // Shared memory a block may use when it opts in (static plus dynamic).
+  int max_shared_memory_per_block_optin_bytes = 0;
 };
 
 struct MemoryInfo {
@@ -169,8 +177,30 @@ class Device {
   // on a GPU it is page-locked for the copy engines; nothing happens by default. A range
   // that cannot be registered still works for copies, at the speed of ordinary memory, so
   // failures are for logging. Unregister before unmapping; `data` must be what was registered.
-  virtual absl::Status RegisterHostMemory(void* data, int64_t bytes);
+  // `shared_fd`, when >= 0, is a descriptor of the shared file mapped at `data` from its
+  // start (a client's memfd): a device whose copies run in another process (the device
+  // executor) maps that file there so copies stay zero-copy. Not kept past the call.
+  virtual absl::Status RegisterHostMemory(void* data, int64_t bytes, int shared_fd = -1);
   virtual absl::Status UnregisterHostMemory(void* data);
+
+  // Memory another process owns, mapped whole (gpukitd's, for its device executor): on CUDA
+  // a VMM allocation's POSIX descriptor (cuMemCreate + cuMemExportToShareableHandle), on the
+  // CPU backend a shared file (a memfd). `key` is the caller's name for it, unique among the
+  // mapped segments. Buffers over ranges of it come from BufferInSegment; Free of such a
+  // buffer forgets the range and leaves the memory mapped; UnmapSegment unmaps it once no
+  // buffer uses it (FAILED_PRECONDITION while one does). The memory does not count in
+  // GetMemoryInfo's used bytes (its owner accounts for it). INVALID_ARGUMENT for a descriptor
+  // that cannot be mapped or a key in use; FAILED_PRECONDITION by default.
+  virtual absl::Status MapSegment(uint64_t key, ScopedFd fd, int64_t bytes);
+  virtual absl::Status UnmapSegment(uint64_t key);
+  // A buffer over [offset, offset + bytes) of a mapped segment. NOT_FOUND for an unknown
+  // key, OUT_OF_RANGE for a range outside the segment.
+  virtual absl::StatusOr<BufferId> BufferInSegment(uint64_t key, int64_t offset, int64_t bytes);
+
+  // Whether the device can still run work. A CUDA context that took a sticky fault (an
+  // illegal address, a trap, ...) cannot: every later call fails, and only a new process can
+  // use the GPU again; then this returns the fault (INTERNAL naming it). OK by default.
+  virtual absl::Status CheckHealth();
 
   // Exports a buffer's memory to another process in `form`; the buffer stays usable here. Its
   // memory is then an allocation of its own (nothing else of the device's can be reached

@@ -23,7 +23,7 @@ PYTHON="$(${PYTHON:-python3} -c 'import sys; print(sys.executable)')"
 
 echo "==> build (warnings are errors) into $BUILD_DIR, Python module for $PYTHON"
 BUILD_DIR="$BUILD_DIR" "$ROOT/deploy/build.sh" -DGPUKIT_WERROR=ON \
-  -DGPUKIT_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PYTHON"
+  -DGPUKIT_BUILD_PYTHON=ON -DGPUKIT_FAULT_INJECTION=ON -DPython_EXECUTABLE="$PYTHON"
 
 status=0
 if [ "${SKIP_SANITIZE:-0}" != "1" ]; then
@@ -32,7 +32,7 @@ if [ "${SKIP_SANITIZE:-0}" != "1" ]; then
   # (nvcc's share of the regular build), and the fatbin tests skip.
   cmake -S "$ROOT" -B "$ASAN_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
     -DGPUKIT_WERROR=ON -DGPUKIT_SANITIZE=ON -DGPUKIT_BUILD_BENCHMARKS=OFF \
-    -DGPUKIT_BUILD_PYTHON=OFF -DGPUKIT_PRECOMPILE_KERNELS=OFF >/dev/null
+    -DGPUKIT_BUILD_PYTHON=OFF -DGPUKIT_PRECOMPILE_KERNELS=OFF -DGPUKIT_FAULT_INJECTION=ON >/dev/null
   cmake --build "$ASAN_BUILD_DIR" -j "$JOBS" --target unit_tests
   (cd "$ASAN_BUILD_DIR" && ctest -L unit --output-on-failure -j "$JOBS" --timeout 600) || status=1
 fi

@@ -42,7 +42,7 @@ absl::Status HostRegion::Attach(ScopedFd fd) {
   }
   mapping_ = static_cast<char*>(mapping);
   // The descriptor closes here; the mapping keeps the memory.
-  absl::Status registered = device_.RegisterHostMemory(mapping_, bytes_);
+  absl::Status registered = device_.RegisterHostMemory(mapping_, bytes_, fd.get());
   registered_ = registered.ok();
   if (!registered.ok()) {
     spdlog::warn("host region {} not registered with device {} (copies take the slower path): {}",

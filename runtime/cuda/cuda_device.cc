@@ -723,7 +723,7 @@ absl::Status CudaDevice::SynchronizeAllStreams() {
   return absl::OkStatus();
 }
 
-absl::Status CudaDevice::RegisterHostMemory(void* data, int64_t bytes) {
+absl::Status CudaDevice::RegisterHostMemory(void* data, int64_t bytes, int /*shared_fd*/) {
   if (data == nullptr || bytes <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("host range of ", bytes, " bytes at null"));
   }

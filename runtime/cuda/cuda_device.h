@@ -170,7 +170,7 @@ class CudaDevice final : public Device {
   // allocation on this GPU (SharedMapping); memory of another GPU is refused.
   absl::StatusOr<BufferId> ImportBuffer(ImportedMemory memory) override;
   // cuMemHostRegister: copies from and to the range then go straight to the copy engines.
-  absl::Status RegisterHostMemory(void* data, int64_t bytes) override;
+  absl::Status RegisterHostMemory(void* data, int64_t bytes, int shared_fd = -1) override;
   absl::Status UnregisterHostMemory(void* data) override;
 
   // kHigh gets the greatest priority of the context's range, kLow the least, kNormal the
