@@ -409,8 +409,9 @@ absl::StatusOr<int> RunChild(absl::string_view role, CudaVmmSegmentSource& sourc
   }
   // A child that dies early closes its end: the receive then fails at once, no wait for the
   // timeout, which is only there so that a child that hangs fails the test.
-  absl::StatusOr<ReceivedMessage> message = sent;
-  if (sent.ok()) message = ReceiveMessage(child.socket.get(), 4096, absl::Seconds(300));
+  absl::StatusOr<ReceivedMessage> message =
+      sent.ok() ? ReceiveMessage(child.socket.get(), 4096, absl::Seconds(300))
+                : absl::StatusOr<ReceivedMessage>(sent);
   if (message.ok()) {
     *report = message->bytes;
   } else {
@@ -525,7 +526,9 @@ TEST_F(ExecutorMemoryInProcessTest, SourceDescribesVmmMemoryAndSyntheticDisjoint
       << "segments overlap: " << a.address << "+" << a.bytes << ", " << b.address << "+" << b.bytes;
   EXPECT_EQ(source_->mapped_bytes(), 3 * granule);
   EXPECT_THAT(source_->Map(granule + 1), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(source_->Map(source_->capacity_bytes() + granule),
+  // The GPU's memory need not be a multiple of the granularity.
+  const int64_t beyond_capacity = (source_->capacity_bytes() / granule + 1) * granule;
+  EXPECT_THAT(source_->Map(beyond_capacity),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("out of device memory")));
   EXPECT_THAT(source_->Share(Segment{0, granule, 9999}).status(),
               StatusIs(absl::StatusCode::kNotFound));
