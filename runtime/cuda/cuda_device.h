@@ -24,6 +24,12 @@
 // only, k = 0: see RouteMatmul) run on gpukit's kernel.
 // Only SM 80 (Ampere) and newer GPUs are accepted.
 //
+// In the device executor (issue 15) the device also maps memory gpukitd owns: VMM segments
+// from runtime/cuda/vmm_segment_source.h, mapped whole under gpukitd's key (MapSegment), with
+// buffers over ranges of them (BufferInSegment). A kernel that faults then takes only the
+// executor's context down; the memory and its bytes stay with gpukitd for the next executor.
+// CheckHealth tells the executor's supervisor whether the context is poisoned.
+//
 // No CUDA type appears in this header: the Device interface stays the only view callers
 // have, and they need no CUDA headers to include it.
 //

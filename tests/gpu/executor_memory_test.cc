@@ -51,6 +51,7 @@ using ::testing::HasSubstr;
 // Kernels written by hand in PTX, so that no compiler is needed:
 //   fill_hash(u32* data, u32 n, u32 salt): data[i] = i * 16777619 + salt for i < n
 //   write_null(): stores to address 0, which is never mapped: CUDA_ERROR_ILLEGAL_ADDRESS
+//   trap_now(): executes trap: CUDA_ERROR_LAUNCH_FAILED
 //   spin_until_set(u32* flag, u32* result, u64 max_cycles): spins until *flag != 0 (then
 //     *result = 1) or until max_cycles clock cycles have passed (then *result = 2), so that a
 //     test that goes wrong ends instead of hanging the GPU
@@ -95,6 +96,12 @@ DONE:
     mov.u32             %r1, 42;
     mov.u64             %rd1, 0;
     st.global.u32       [%rd1], %r1;
+    ret;
+}
+
+.visible .entry trap_now()
+{
+    trap;
     ret;
 }
 
@@ -238,8 +245,8 @@ class ChildReport {
 struct ChildDevice {
   std::unique_ptr<CudaDevice> device;
   StreamId stream;
+  ModuleId module;
   FunctionId fill;
-  FunctionId write_null;
   BufferId buffers[kSegments];
   int64_t bytes[kSegments] = {};
 };
@@ -249,9 +256,8 @@ absl::Status SetUpChildDevice(ChildDevice& child, ChildReport& report) {
   options.use_cublaslt = false;  // not needed here; saves loading it
   GPUKIT_ASSIGN_OR_RETURN(child.device, CudaDevice::Create(options));
   GPUKIT_ASSIGN_OR_RETURN(child.stream, child.device->CreateStream(StreamPriority::kNormal));
-  GPUKIT_ASSIGN_OR_RETURN(ModuleId module, child.device->LoadModule(kPtx));
-  GPUKIT_ASSIGN_OR_RETURN(child.fill, child.device->GetFunction(module, "fill_hash"));
-  GPUKIT_ASSIGN_OR_RETURN(child.write_null, child.device->GetFunction(module, "write_null"));
+  GPUKIT_ASSIGN_OR_RETURN(child.module, child.device->LoadModule(kPtx));
+  GPUKIT_ASSIGN_OR_RETURN(child.fill, child.device->GetFunction(child.module, "fill_hash"));
   for (int i = 0; i < kSegments; ++i) {
     GPUKIT_ASSIGN_OR_RETURN(
         ReceivedMessage message,
@@ -271,10 +277,14 @@ absl::Status SetUpChildDevice(ChildDevice& child, ChildReport& report) {
   return absl::OkStatus();
 }
 
-// Role "fault": writes both segments (a copy, a kernel), checks the writes completed, then
-// launches write_null and expects the fault at WaitEvent (or earlier) and from CheckHealth.
-int RunFaultRole(ChildDevice& child, ChildReport& report) {
+// Role "fault:<kernel>": writes both segments (a copy, a kernel), checks the writes completed,
+// then launches the faulting kernel and expects the fault at WaitEvent (or earlier) and from
+// CheckHealth.
+int RunFaultRole(ChildDevice& child, absl::string_view kernel, ChildReport& report) {
   Device& device = *child.device;
+  absl::StatusOr<FunctionId> faulting = device.GetFunction(child.module, kernel);
+  report.Add(absl::StrCat("GetFunction(", kernel, ")"), faulting.status());
+  if (!faulting.ok()) return kChildFailed;
   const std::vector<uint8_t> pattern = Pattern(child.bytes[0], kCopySeed);
   absl::Status written =
       device.CopyHostToDevice(child.buffers[0], 0, pattern.data(), child.bytes[0], child.stream);
@@ -290,7 +300,7 @@ int RunFaultRole(ChildDevice& child, ChildReport& report) {
 
   // The fault surfaces at whichever call first sees it: usually the wait, but the kernel may
   // already have faulted when the event is recorded.
-  absl::Status faulted = device.Launch(child.write_null, LaunchConfig{}, {}, child.stream);
+  absl::Status faulted = device.Launch(*faulting, LaunchConfig{}, {}, child.stream);
   if (faulted.ok()) faulted = SynchronizeStream(device, child.stream);
   report.Add("faulting kernel", faulted);
   const absl::Status health = device.CheckHealth();
@@ -338,15 +348,17 @@ int RunVerifyRole(ChildDevice& child, ChildReport& report) {
 // The child's entry: selected only by the parent's command line (it is disabled otherwise).
 TEST(ExecutorMemoryChild, DISABLED_Role) {
   const char* role = std::getenv(kRoleVariable);
-  if (role == nullptr) GTEST_SKIP() << "runs only as the child of FaultInOneProcessLeavesMemory...";
+  if (role == nullptr) GTEST_SKIP() << "runs only as the child of ExecutorMemoryTest's tests";
   ChildReport report;
   ChildDevice child;
   if (absl::Status set_up = SetUpChildDevice(child, report); !set_up.ok()) {
     report.Add("set-up", set_up);
     report.SendAndExit(absl::IsFailedPrecondition(set_up) ? kChildNoDevice : kChildFailed);
   }
-  const int code =
-      std::string(role) == "fault" ? RunFaultRole(child, report) : RunVerifyRole(child, report);
+  const absl::string_view role_name = role;
+  const int code = absl::StartsWith(role_name, "fault:")
+                       ? RunFaultRole(child, role_name.substr(6), report)
+                       : RunVerifyRole(child, report);
   // The device goes first (a faulted one logs what its release calls say and must not crash).
   child.device.reset();
   report.SendAndExit(code);
@@ -429,9 +441,9 @@ absl::StatusOr<int> RunChild(absl::string_view role, CudaVmmSegmentSource& sourc
   return WEXITSTATUS(wait_status);
 }
 
-// First in the file, so that this process has created no CUDA context yet when it plays
-// gpukitd (gtest runs a file's tests in order unless shuffled; with one, the test still holds).
-TEST(ExecutorMemoryTest, FaultInOneProcessLeavesMemoryOwnedByAnotherIntact) {
+// One fault cycle: the parent (gpukitd) allocates two segments, a child writes them and then
+// faults with `kernel`, a second child maps them and finds every byte.
+void RunFaultCycle(absl::string_view kernel) {
   std::string skip;
   absl::StatusOr<std::unique_ptr<CudaVmmSegmentSource>> source = SourceOrSkipReason(&skip);
   if (!skip.empty()) GTEST_SKIP() << skip;
@@ -443,7 +455,8 @@ TEST(ExecutorMemoryTest, FaultInOneProcessLeavesMemoryOwnedByAnotherIntact) {
   }
 
   std::string report;
-  GPUKIT_ASSERT_OK_AND_ASSIGN(int fault_code, RunChild("fault", **source, segments, &report));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(
+      int fault_code, RunChild(absl::StrCat("fault:", kernel), **source, segments, &report));
   std::cout << "faulting child:\n" << report;
   if (fault_code == kChildNoDevice) GTEST_SKIP() << "no CUDA device the child can use:\n" << report;
   ASSERT_EQ(fault_code, 0) << "the faulting child did not see what it expected:\n" << report;
@@ -460,6 +473,16 @@ TEST(ExecutorMemoryTest, FaultInOneProcessLeavesMemoryOwnedByAnotherIntact) {
 
   for (const Segment& segment : segments) (*source)->Unmap(segment);
   EXPECT_EQ((*source)->mapped_bytes(), 0);
+}
+
+// First in the file, so that this process has created no CUDA context yet when it plays
+// gpukitd (gtest runs a file's tests in order unless shuffled; with one, the tests still hold).
+TEST(ExecutorMemoryTest, OutOfBoundsWriteInOneProcessLeavesMemoryOwnedByAnotherIntact) {
+  RunFaultCycle("write_null");
+}
+
+TEST(ExecutorMemoryTest, TrapInOneProcessLeavesMemoryOwnedByAnotherIntact) {
+  RunFaultCycle("trap_now");
 }
 
 // ---- In one process ----
