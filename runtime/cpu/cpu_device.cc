@@ -354,8 +354,10 @@ absl::Status CpuDevice::UnmapSegment(uint64_t key) {
     return absl::NotFoundError(absl::StrCat("no mapped segment ", key));
   }
   if (it->second->buffers > 0) {
-    return absl::FailedPreconditionError(absl::StrCat("segment ", key, " still has ",
-                                                      it->second->buffers, " buffers over it"));
+    const int64_t n = it->second->buffers;
+    return absl::FailedPreconditionError(absl::StrCat("segment ", key, " is in use (", n,
+                                                      n == 1 ? " buffer" : " buffers",
+                                                      " over it)"));
   }
   doomed = std::move(it->second);
   segments_.erase(it);
