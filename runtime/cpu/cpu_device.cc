@@ -355,9 +355,8 @@ absl::Status CpuDevice::UnmapSegment(uint64_t key) {
   }
   if (it->second->buffers > 0) {
     const int64_t n = it->second->buffers;
-    return absl::FailedPreconditionError(absl::StrCat("segment ", key, " is in use (", n,
-                                                      n == 1 ? " buffer" : " buffers",
-                                                      " over it)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "segment ", key, " is in use (", n, n == 1 ? " buffer" : " buffers", " over it)"));
   }
   doomed = std::move(it->second);
   segments_.erase(it);
@@ -372,9 +371,8 @@ absl::StatusOr<BufferId> CpuDevice::BufferInSegment(uint64_t key, int64_t offset
   }
   Segment& segment = *it->second;
   if (offset < 0 || bytes < 0 || offset > segment.bytes || bytes > segment.bytes - offset) {
-    return absl::OutOfRangeError(absl::StrCat("range [", offset, ", +", bytes,
-                                              ") outside segment ", key, " of ", segment.bytes,
-                                              " bytes"));
+    return absl::OutOfRangeError(absl::StrCat("range [", offset, ", +", bytes, ") outside segment ",
+                                              key, " of ", segment.bytes, " bytes"));
   }
   auto buffer = std::make_unique<Buffer>();
   buffer->data = static_cast<std::byte*>(segment.mapping) + offset;

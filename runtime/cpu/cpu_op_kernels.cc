@@ -235,46 +235,48 @@ bool CpuOpRunsOnStreamThread(absl::string_view op_name) {
 }
 
 CpuOpKernel FindCpuOpKernel(absl::string_view op_name) {
-  static const auto* table = new absl::flat_hash_map<absl::string_view, CpuOpKernel>({
-      {"add", &Binary<kernels::BinaryOp::kAdd>},
-      {"sub", &Binary<kernels::BinaryOp::kSub>},
-      {"mul", &Binary<kernels::BinaryOp::kMul>},
-      {"div", &Binary<kernels::BinaryOp::kDiv>},
-      {"matmul", &Matmul},
-      {"sum", &Reduce<kernels::ReduceOp::kSum>},
-      {"mean", &Reduce<kernels::ReduceOp::kMean>},
-      {"max", &Reduce<kernels::ReduceOp::kMax>},
-      {"min", &Reduce<kernels::ReduceOp::kMin>},
-      {"astype", &Astype},
-      {"reshape", &Reshape},
-      {"transpose", &Transpose},
-      {"exp", &Unary<kernels::UnaryOp::kExp>},
-      {"log", &Unary<kernels::UnaryOp::kLog>},
-      {"sqrt", &Unary<kernels::UnaryOp::kSqrt>},
-      {"rsqrt", &Unary<kernels::UnaryOp::kRsqrt>},
-      {"abs", &Unary<kernels::UnaryOp::kAbs>},
-      {"neg", &Unary<kernels::UnaryOp::kNeg>},
-      {"relu", &Unary<kernels::UnaryOp::kRelu>},
-      {"gelu", &Unary<kernels::UnaryOp::kGelu>},
-      {"silu", &Unary<kernels::UnaryOp::kSilu>},
-      {"sigmoid", &Unary<kernels::UnaryOp::kSigmoid>},
-      {"tanh", &Unary<kernels::UnaryOp::kTanh>},
-      {"clamp", &Clamp},
-      {"where", &Where},
-      {"argmax", &Argmax},
-      {"softmax", &Softmax},
-      {"layernorm", &LayerNorm},
-      {"rmsnorm", &RmsNorm},
-      {"rope", &Rope},
-      {"attention", &Attention},
-      {"embedding", &Embedding},
-      {"concat", &Concat},
+  static const auto* table = [] {
+    auto* ops = new absl::flat_hash_map<absl::string_view, CpuOpKernel>({
+        {"add", &Binary<kernels::BinaryOp::kAdd>},
+        {"sub", &Binary<kernels::BinaryOp::kSub>},
+        {"mul", &Binary<kernels::BinaryOp::kMul>},
+        {"div", &Binary<kernels::BinaryOp::kDiv>},
+        {"matmul", &Matmul},
+        {"sum", &Reduce<kernels::ReduceOp::kSum>},
+        {"mean", &Reduce<kernels::ReduceOp::kMean>},
+        {"max", &Reduce<kernels::ReduceOp::kMax>},
+        {"min", &Reduce<kernels::ReduceOp::kMin>},
+        {"astype", &Astype},
+        {"reshape", &Reshape},
+        {"transpose", &Transpose},
+        {"exp", &Unary<kernels::UnaryOp::kExp>},
+        {"log", &Unary<kernels::UnaryOp::kLog>},
+        {"sqrt", &Unary<kernels::UnaryOp::kSqrt>},
+        {"rsqrt", &Unary<kernels::UnaryOp::kRsqrt>},
+        {"abs", &Unary<kernels::UnaryOp::kAbs>},
+        {"neg", &Unary<kernels::UnaryOp::kNeg>},
+        {"relu", &Unary<kernels::UnaryOp::kRelu>},
+        {"gelu", &Unary<kernels::UnaryOp::kGelu>},
+        {"silu", &Unary<kernels::UnaryOp::kSilu>},
+        {"sigmoid", &Unary<kernels::UnaryOp::kSigmoid>},
+        {"tanh", &Unary<kernels::UnaryOp::kTanh>},
+        {"clamp", &Clamp},
+        {"where", &Where},
+        {"argmax", &Argmax},
+        {"softmax", &Softmax},
+        {"layernorm", &LayerNorm},
+        {"rmsnorm", &RmsNorm},
+        {"rope", &Rope},
+        {"attention", &Attention},
+        {"embedding", &Embedding},
+        {"concat", &Concat},
+    });
 #if GPUKIT_FAULT_INJECTION
-      {"_test_fault", &TestFault},
-      {"_test_hang", &TestHang},
-      {"_test_abort", &TestAbort},
+    ops->insert(
+        {{"_test_fault", &TestFault}, {"_test_hang", &TestHang}, {"_test_abort", &TestAbort}});
 #endif
-  });
+    return ops;
+  }();
   auto it = table->find(op_name);
   return it == table->end() ? nullptr : it->second;
 }

@@ -2,7 +2,6 @@
 // process owns, mapped whole by MapSegment and carved by BufferInSegment, as the device
 // executor maps gpukitd's memfd segments (runtime/executor/shareable_segment_source.h).
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -23,6 +22,7 @@
 #include "runtime/device.h"
 #include "runtime/executor/shareable_segment_source.h"
 #include "tests/testing/status_matchers.h"
+#include <sys/mman.h>
 
 namespace gpukit {
 namespace {
@@ -192,9 +192,9 @@ TEST_F(CpuDeviceSegmentTest, BufferInSegmentChecksTheKeyAndTheRange) {
   struct Range {
     int64_t offset, bytes;
   };
-  for (const Range& r : {Range{-1, 16}, Range{0, -1}, Range{0, kSegmentBytes + 1},
-                         Range{kSegmentBytes - 15, 16}, Range{kSegmentBytes + 1, 0},
-                         Range{1, INT64_MAX}}) {
+  for (const Range& r :
+       {Range{-1, 16}, Range{0, -1}, Range{0, kSegmentBytes + 1}, Range{kSegmentBytes - 15, 16},
+        Range{kSegmentBytes + 1, 0}, Range{1, INT64_MAX}}) {
     EXPECT_THAT(device_->BufferInSegment(3, r.offset, r.bytes),
                 StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("outside segment 3")))
         << r.offset << " +" << r.bytes;
@@ -214,8 +214,8 @@ TEST_F(CpuDeviceSegmentTest, UnmapWaitsForEveryBufferAndReleasesTheMapping) {
   EXPECT_EQ(MappingsOf(file.name), 1);
   GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId a, device_->BufferInSegment(5, 0, 4096));
   GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId b, device_->BufferInSegment(5, 4096, 4096));
-  EXPECT_THAT(device_->UnmapSegment(5), StatusIs(absl::StatusCode::kFailedPrecondition,
-                                                 HasSubstr("2 buffers")));
+  EXPECT_THAT(device_->UnmapSegment(5),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("2 buffers")));
   // Freeing one buffer leaves the segment mapped and the other buffer usable.
   GPUKIT_ASSERT_OK(device_->Free(a));
   EXPECT_THAT(device_->Free(a), StatusIs(absl::StatusCode::kNotFound));
@@ -224,8 +224,8 @@ TEST_F(CpuDeviceSegmentTest, UnmapWaitsForEveryBufferAndReleasesTheMapping) {
   std::vector<uint8_t> read(4096);
   GPUKIT_ASSERT_OK(Read(b, 0, read));
   EXPECT_THAT(read, Each(0x5A));
-  EXPECT_THAT(device_->UnmapSegment(5), StatusIs(absl::StatusCode::kFailedPrecondition,
-                                                 HasSubstr("(1 buffer over it)")));
+  EXPECT_THAT(device_->UnmapSegment(5),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("(1 buffer over it)")));
   GPUKIT_ASSERT_OK(device_->Free(b));
   GPUKIT_ASSERT_OK(device_->UnmapSegment(5));
   EXPECT_EQ(MappingsOf(file.name), 0);

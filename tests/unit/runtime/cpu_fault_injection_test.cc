@@ -82,8 +82,8 @@ class CpuFaultInjectionTest : public ::testing::Test {
   BufferId input_, output_;
 };
 
-const auto kIsTheFault = StatusIs(absl::StatusCode::kInternal,
-                                  HasSubstr("simulated device fault (_test_fault)"));
+const auto kIsTheFault =
+    StatusIs(absl::StatusCode::kInternal, HasSubstr("simulated device fault (_test_fault)"));
 
 TEST_F(CpuFaultInjectionTest, TheFaultOpsWorkFailsWithTheSimulatedFault) {
   GPUKIT_ASSERT_OK(device_->CheckHealth());

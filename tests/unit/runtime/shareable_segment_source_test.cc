@@ -4,7 +4,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/mman.h>
 
 #include <cstdint>
 #include <cstring>
@@ -16,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "runtime/base/unix_fd.h"
 #include "tests/testing/status_matchers.h"
+#include <sys/mman.h>
 
 namespace gpukit {
 namespace {
