@@ -6,6 +6,7 @@
 #include <numeric>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/op_registry.h"
@@ -548,7 +549,42 @@ std::vector<OpDef> UnaryDefs(std::index_sequence<kIndex...>) {
 // The most inputs one concat takes.
 constexpr int kMaxConcatInputs = 64;
 
+#if GPUKIT_FAULT_INJECTION
+// The fault-injection ops (IsTestOnlyOp): one array in, an array of its shape and dtype out.
+// What they do to the device is the backend's (runtime/cpu/cpu_op_kernels.cc).
+absl::StatusOr<OpPlan> PlanTestOnly(absl::Span<const OperandDesc> in, const AttrMap&) {
+  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* x, ArrayOperand(in, 0, "the _test_ op"));
+  OpPlan plan;
+  plan.compute_dtype = x->dtype;
+  plan.output = *x;
+  return plan;
+}
+
+std::vector<OpDef> TestOnlyDefs() {
+  return {
+      {"_test_fault",
+       "test builds only: a simulated sticky device fault that poisons the device (as a CUDA "
+       "illegal address poisons its context)",
+       1,
+       1,
+       {},
+       PlanTestOnly},
+      {"_test_hang",
+       "test builds only: work that never finishes, blocking its stream until the process is "
+       "killed",
+       1,
+       1,
+       {},
+       PlanTestOnly},
+      {"_test_abort", "test builds only: work that aborts the process (SIGABRT)", 1, 1, {},
+       PlanTestOnly},
+  };
+}
+#endif  // GPUKIT_FAULT_INJECTION
+
 }  // namespace
+
+bool IsTestOnlyOp(absl::string_view name) { return absl::StartsWith(name, kTestOnlyOpPrefix); }
 
 const OpRegistry& OpRegistry::Builtin() {
   static const OpRegistry* registry = new OpRegistry([] {
@@ -672,6 +708,9 @@ const OpRegistry& OpRegistry::Builtin() {
        PlanConcat},
   };
   for (OpDef& op : more) ops.push_back(std::move(op));
+#if GPUKIT_FAULT_INJECTION
+  for (OpDef& op : TestOnlyDefs()) ops.push_back(std::move(op));
+#endif
   return ops;
   }());
   return *registry;

@@ -89,9 +89,18 @@ struct OpDef {
   absl::StatusOr<OpPlan> (*plan)(absl::Span<const OperandDesc> inputs, const AttrMap& attrs);
 };
 
+// Builds with GPUKIT_FAULT_INJECTION (test builds; never a release) add fault-injection ops to
+// the built-in registry, named with this prefix: _test_fault (a sticky device fault),
+// _test_hang (work that never finishes) and _test_abort (the device's process aborts). Only
+// the CPU backend runs them. Code that walks every op (ListOps, docs, the tests that check
+// each op has a kernel on every backend) skips them with IsTestOnlyOp.
+inline constexpr absl::string_view kTestOnlyOpPrefix = "_test_";
+bool IsTestOnlyOp(absl::string_view name);
+
 class OpRegistry {
  public:
-  // The registry of gpukit's built-in ops (runtime/builtin_ops.cc).
+  // The registry of gpukit's built-in ops (runtime/builtin_ops.cc); with GPUKIT_FAULT_INJECTION
+  // also the test-only ops above.
   static const OpRegistry& Builtin();
 
   explicit OpRegistry(std::vector<OpDef> ops);

@@ -16,14 +16,27 @@
 
 namespace gpukit {
 
+// A shared file of another process's (gpukitd's memfd segment) mapped whole by MapSegment.
+struct CpuDevice::Segment {
+  Segment(void* mapping, int64_t bytes) : mapping(mapping), bytes(bytes) {}
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+  ~Segment() { munmap(mapping, static_cast<size_t>(bytes)); }
+  void* const mapping;
+  const int64_t bytes;
+  int64_t buffers = 0;  // live buffers over it (BufferInSegment), guarded by CpuDevice::mu_
+};
+
 // Memory of the device's own (an anonymous mapping from kOwnMappingBytes up, aligned_alloc
-// below), or of another process (ImportBuffer: a shared file mapped here, `imported`);
+// below), of another process (ImportBuffer: a shared file mapped here, `imported`), or a
+// range of a mapped segment (`segment`, which stays mapped while the buffer lives);
 // `mapping` and `mapping_bytes` are what to unmap, null for aligned_alloc's memory.
 struct CpuDevice::Buffer {
   Buffer() = default;
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
   ~Buffer() {
+    if (segment != nullptr) return;  // the segment's memory, unmapped by UnmapSegment
     if (mapping != nullptr) {
       munmap(mapping, static_cast<size_t>(mapping_bytes));
     } else {
@@ -35,6 +48,30 @@ struct CpuDevice::Buffer {
   void* mapping = nullptr;
   int64_t mapping_bytes = 0;
   bool imported = false;
+  Segment* segment = nullptr;  // not owned
+};
+
+// The device's sticky fault: OK until a kernel returns one (IsStickyFault), then that fault
+// for good. Checked on every enqueue, so the healthy path is one atomic load.
+class CpuDevice::Health {
+ public:
+  absl::Status Check() const {
+    if (!poisoned_.load(std::memory_order_acquire)) return absl::OkStatus();
+    absl::MutexLock lock(&mu_);
+    return fault_;
+  }
+  // Keeps the first fault.
+  void Poison(const absl::Status& fault) {
+    absl::MutexLock lock(&mu_);
+    if (!fault_.ok()) return;
+    fault_ = fault;
+    poisoned_.store(true, std::memory_order_release);
+  }
+
+ private:
+  std::atomic<bool> poisoned_{false};
+  mutable absl::Mutex mu_;
+  absl::Status fault_ ABSL_GUARDED_BY(mu_);
 };
 
 namespace {
@@ -62,15 +99,17 @@ struct CpuDevice::Event {
 
 // Runs work in enqueue order. Work enqueued while the stream is idle runs at once on the
 // caller's thread (as if a GPU had finished it immediately), which saves two thread
-// hand-offs per small request; work enqueued while the stream is busy is queued and run by
-// the stream's worker thread. Exactly one thread executes the stream's work at a time
-// (`busy_`), so order is kept. The first error since the last event is kept and handed to
-// the next event, like a stream's sticky error on a GPU.
+// hand-offs per small request; work enqueued while the stream is busy, or that must not run
+// on the caller's thread (CpuOpRunsOnStreamThread), is queued and run by the stream's worker
+// thread. Exactly one thread executes the stream's work at a time (`busy_`), so order is
+// kept. The first error since the last event is kept and handed to the next event, like a
+// stream's sticky error on a GPU. Once the device is poisoned, work is skipped (its error is
+// the fault) and only events still complete.
 class CpuDevice::Stream {
  public:
   using Work = std::function<absl::Status()>;
 
-  Stream() : thread_([this] { Run(); }) {}
+  explicit Stream(Health& health) : health_(health), thread_([this] { Run(); }) {}
   ~Stream() {
     {
       absl::MutexLock lock(&mu_);
@@ -79,46 +118,62 @@ class CpuDevice::Stream {
     thread_.join();
   }
 
-  void Enqueue(Work work) {
-    mu_.Lock();
-    if (busy_ || !queue_.empty()) {
-      queue_.push_back(std::move(work));
-      mu_.Unlock();
-      return;
-    }
-    busy_ = true;
-    mu_.Unlock();
-    Execute(work);
-    absl::MutexLock lock(&mu_);
-    busy_ = false;
+  void Enqueue(Work work, bool on_stream_thread = false) {
+    Push({std::move(work), /*is_event=*/false}, on_stream_thread);
   }
 
   void EnqueueEvent(std::shared_ptr<Event> event) {
     event->stream = this;
     event->seq = next_event_seq_.fetch_add(1);
-    Enqueue([this, event = std::move(event)] {
-      absl::Status status = std::exchange(pending_error_, absl::OkStatus());
-      absl::MutexLock lock(&event->mu);
-      event->done = true;
-      event->status = std::move(status);
-      event->busy_ns = busy_ns_;
-      return absl::OkStatus();
-    });
+    Push({[this, event = std::move(event)] {
+            absl::Status status = std::exchange(pending_error_, absl::OkStatus());
+            if (status.ok()) status = health_.Check();
+            absl::MutexLock lock(&event->mu);
+            event->done = true;
+            event->status = std::move(status);
+            event->busy_ns = busy_ns_;
+            return absl::OkStatus();
+          },
+          /*is_event=*/true},
+         /*on_stream_thread=*/false);
   }
 
  private:
+  struct Task {
+    Work work;
+    bool is_event = false;  // runs even on a poisoned device, so waiters wake up
+  };
+
+  void Push(Task task, bool on_stream_thread) {
+    mu_.Lock();
+    if (on_stream_thread || busy_ || !queue_.empty()) {
+      queue_.push_back(std::move(task));
+      mu_.Unlock();
+      return;
+    }
+    busy_ = true;
+    mu_.Unlock();
+    Execute(task);
+    absl::MutexLock lock(&mu_);
+    busy_ = false;
+  }
+
   // Called only by the thread that set busy_. Time spent in work advances the stream's
   // simulated device clock (busy_ns_), which events read.
-  void Execute(const Work& work) {
-    const absl::Time start = absl::Now();
-    absl::Status status = work();
-    busy_ns_ += absl::ToInt64Nanoseconds(absl::Now() - start);
+  void Execute(const Task& task) {
+    absl::Status status = task.is_event ? absl::OkStatus() : health_.Check();
+    if (status.ok()) {
+      const absl::Time start = absl::Now();
+      status = task.work();
+      busy_ns_ += absl::ToInt64Nanoseconds(absl::Now() - start);
+      if (IsStickyFault(status)) health_.Poison(status);
+    }
     if (!status.ok() && pending_error_.ok()) pending_error_ = std::move(status);
   }
 
   void Run() {
     while (true) {
-      Work work;
+      Task task;
       {
         absl::MutexLock lock(&mu_);
         mu_.Await(absl::Condition(
@@ -127,18 +182,19 @@ class CpuDevice::Stream {
             },
             this));
         if (queue_.empty()) return;  // stopping, and everything queued has run
-        work = std::move(queue_.front());
+        task = std::move(queue_.front());
         queue_.pop_front();
         busy_ = true;
       }
-      Execute(work);
+      Execute(task);
       absl::MutexLock lock(&mu_);
       busy_ = false;
     }
   }
 
+  Health& health_;
   absl::Mutex mu_;
-  std::deque<Work> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
   bool busy_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status pending_error_;  // touched only by the thread that set busy_
@@ -155,7 +211,7 @@ absl::StatusOr<std::unique_ptr<CpuDevice>> CpuDevice::Create(const CpuDeviceOpti
   return std::unique_ptr<CpuDevice>(new CpuDevice(options));
 }
 
-CpuDevice::CpuDevice(const CpuDeviceOptions& options) {
+CpuDevice::CpuDevice(const CpuDeviceOptions& options) : health_(std::make_unique<Health>()) {
   properties_.index = options.index;
   properties_.name = "CPU simulation device";
   properties_.backend = BackendKind::kCpu;
@@ -219,7 +275,11 @@ absl::Status CpuDevice::Free(BufferId buffer) {
   if (it == buffers_.end()) {
     return absl::NotFoundError(absl::StrCat("buffer ", buffer.value, " not found"));
   }
-  if (!it->second->imported) used_bytes_ -= it->second->bytes;
+  if (Segment* segment = it->second->segment; segment != nullptr) {
+    --segment->buffers;
+  } else if (!it->second->imported) {
+    used_bytes_ -= it->second->bytes;
+  }
   doomed = std::move(it->second);
   buffers_.erase(it);
   return absl::OkStatus();
@@ -252,6 +312,80 @@ absl::StatusOr<BufferId> CpuDevice::ImportBuffer(ImportedMemory memory) {
   return BufferId{id};
 }
 
+absl::Status CpuDevice::MapSegment(uint64_t key, ScopedFd fd, int64_t bytes) {
+  if (bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("segment ", key, " of ", bytes, " bytes: a segment needs > 0 bytes"));
+  }
+  const auto key_in_use = [key] {
+    return absl::InvalidArgumentError(absl::StrCat("segment key ", key, " is in use"));
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    if (segments_.contains(key)) return key_in_use();
+  }
+  absl::StatusOr<int64_t> file_bytes = FileBytes(fd.get());
+  if (!file_bytes.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("segment ", key, ": cannot map descriptor ",
+                                                   fd.get(), ": ", file_bytes.status().message()));
+  }
+  if (*file_bytes < bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("segment ", key, ": the shared file has ",
+                                                   *file_bytes, " bytes, not ", bytes));
+  }
+  void* mapping =
+      mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (mapping == MAP_FAILED) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("segment ", key, ": cannot map the shared file: ", std::strerror(errno)));
+  }
+  auto segment = std::make_unique<Segment>(mapping, bytes);
+  absl::MutexLock lock(&mu_);
+  // Another thread may have mapped the key meanwhile; then `segment` unmaps on return.
+  if (!segments_.try_emplace(key, std::move(segment)).second) return key_in_use();
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::UnmapSegment(uint64_t key) {
+  std::unique_ptr<Segment> doomed;  // unmapped outside the lock
+  absl::MutexLock lock(&mu_);
+  auto it = segments_.find(key);
+  if (it == segments_.end()) {
+    return absl::NotFoundError(absl::StrCat("no mapped segment ", key));
+  }
+  if (it->second->buffers > 0) {
+    const int64_t n = it->second->buffers;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "segment ", key, " is in use (", n, n == 1 ? " buffer" : " buffers", " over it)"));
+  }
+  doomed = std::move(it->second);
+  segments_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<BufferId> CpuDevice::BufferInSegment(uint64_t key, int64_t offset, int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  auto it = segments_.find(key);
+  if (it == segments_.end()) {
+    return absl::NotFoundError(absl::StrCat("no mapped segment ", key));
+  }
+  Segment& segment = *it->second;
+  if (offset < 0 || bytes < 0 || offset > segment.bytes || bytes > segment.bytes - offset) {
+    return absl::OutOfRangeError(absl::StrCat("range [", offset, ", +", bytes, ") outside segment ",
+                                              key, " of ", segment.bytes, " bytes"));
+  }
+  auto buffer = std::make_unique<Buffer>();
+  buffer->data = static_cast<std::byte*>(segment.mapping) + offset;
+  buffer->bytes = bytes;
+  buffer->segment = &segment;
+  ++segment.buffers;
+  const uint64_t id = next_id_++;
+  buffers_.emplace(id, std::move(buffer));
+  return BufferId{id};
+}
+
+absl::Status CpuDevice::CheckHealth() { return health_->Check(); }
+
 absl::StatusOr<int64_t> CpuDevice::BufferBytes(BufferId buffer) const {
   absl::MutexLock lock(&mu_);
   auto it = buffers_.find(buffer.value);
@@ -279,7 +413,7 @@ absl::StatusOr<std::byte*> CpuDevice::Resolve(BufferId buffer, int64_t offset,
 absl::StatusOr<StreamId> CpuDevice::CreateStream(StreamPriority /*priority*/) {
   absl::MutexLock lock(&mu_);
   const uint64_t id = next_id_++;
-  streams_.emplace(id, std::make_unique<Stream>());
+  streams_.emplace(id, std::make_unique<Stream>(*health_));
   return StreamId{id};
 }
 
@@ -308,6 +442,7 @@ absl::StatusOr<CpuDevice::Stream*> CpuDevice::FindStream(StreamId stream) const 
 
 absl::Status CpuDevice::CopyHostToDevice(BufferId dst, int64_t dst_offset, const void* src,
                                          int64_t bytes, StreamId stream) {
+  GPUKIT_RETURN_IF_ERROR(health_->Check());
   GPUKIT_ASSIGN_OR_RETURN(std::byte * to, Resolve(dst, dst_offset, bytes));
   GPUKIT_ASSIGN_OR_RETURN(Stream * s, FindStream(stream));
   s->Enqueue([to, src, bytes] {
@@ -319,6 +454,7 @@ absl::Status CpuDevice::CopyHostToDevice(BufferId dst, int64_t dst_offset, const
 
 absl::Status CpuDevice::CopyDeviceToHost(void* dst, BufferId src, int64_t src_offset, int64_t bytes,
                                          StreamId stream) {
+  GPUKIT_RETURN_IF_ERROR(health_->Check());
   GPUKIT_ASSIGN_OR_RETURN(const std::byte* from, Resolve(src, src_offset, bytes));
   GPUKIT_ASSIGN_OR_RETURN(Stream * s, FindStream(stream));
   s->Enqueue([dst, from, bytes] {
@@ -330,6 +466,7 @@ absl::Status CpuDevice::CopyDeviceToHost(void* dst, BufferId src, int64_t src_of
 
 absl::Status CpuDevice::CopyDeviceToDevice(BufferId dst, int64_t dst_offset, BufferId src,
                                            int64_t src_offset, int64_t bytes, StreamId stream) {
+  GPUKIT_RETURN_IF_ERROR(health_->Check());
   GPUKIT_ASSIGN_OR_RETURN(std::byte * to, Resolve(dst, dst_offset, bytes));
   GPUKIT_ASSIGN_OR_RETURN(const std::byte* from, Resolve(src, src_offset, bytes));
   GPUKIT_ASSIGN_OR_RETURN(Stream * s, FindStream(stream));
@@ -341,6 +478,7 @@ absl::Status CpuDevice::CopyDeviceToDevice(BufferId dst, int64_t dst_offset, Buf
 }
 
 absl::StatusOr<EventId> CpuDevice::RecordEvent(StreamId stream) {
+  GPUKIT_RETURN_IF_ERROR(health_->Check());
   GPUKIT_ASSIGN_OR_RETURN(Stream * s, FindStream(stream));
   auto event = std::make_shared<Event>();
   uint64_t id;
@@ -364,18 +502,30 @@ absl::StatusOr<std::shared_ptr<CpuDevice::Event>> CpuDevice::FindEvent(EventId e
 
 absl::Status CpuDevice::WaitEvent(EventId event) {
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Event> e, FindEvent(event));
-  absl::MutexLock lock(&e->mu);
-  e->mu.Await(absl::Condition(&e->done));
-  return e->status;
+  absl::Status status;
+  {
+    // Waits even on a poisoned device: work that was running when the fault came finishes
+    // first, so its memory may be freed once this returns.
+    absl::MutexLock lock(&e->mu);
+    e->mu.Await(absl::Condition(&e->done));
+    status = e->status;
+  }
+  GPUKIT_RETURN_IF_ERROR(health_->Check());
+  return status;
 }
 
 absl::StatusOr<bool> CpuDevice::QueryEvent(EventId event) {
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Event> e, FindEvent(event));
-  absl::MutexLock lock(&e->mu);
-  return e->done;
+  {
+    absl::MutexLock lock(&e->mu);
+    if (!e->done) return false;
+  }
+  GPUKIT_RETURN_IF_ERROR(health_->Check());
+  return true;
 }
 
 absl::StatusOr<int64_t> CpuDevice::EventElapsedNs(EventId start, EventId end) {
+  GPUKIT_RETURN_IF_ERROR(health_->Check());
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Event> a, FindEvent(start));
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Event> b, FindEvent(end));
   if (a->stream != b->stream) {
@@ -417,6 +567,7 @@ bool CpuDevice::SupportsOp(absl::string_view op_name) const {
 }
 
 absl::Status CpuDevice::RunOp(const OpLaunch& launch, StreamId stream) {
+  GPUKIT_RETURN_IF_ERROR(health_->Check());
   CpuOpKernel kernel = FindCpuOpKernel(launch.op->name);
   if (kernel == nullptr) {
     return absl::UnimplementedError(
@@ -438,7 +589,8 @@ absl::Status CpuDevice::RunOp(const OpLaunch& launch, StreamId stream) {
   GPUKIT_ASSIGN_OR_RETURN(std::byte * out, Resolve(launch.output, 0, out_bytes));
   GPUKIT_ASSIGN_OR_RETURN(Stream * s, FindStream(stream));
   s->Enqueue(
-      [kernel, launch, inputs = std::move(inputs), out] { return kernel(launch, inputs, out); });
+      [kernel, launch, inputs = std::move(inputs), out] { return kernel(launch, inputs, out); },
+      CpuOpRunsOnStreamThread(launch.op->name));
   return absl::OkStatus();
 }
 

@@ -12,6 +12,19 @@
 // reference kernels of kernels/cpu. Device code cannot run here: LoadModule and Launch return
 // FAILED_PRECONDITION "kernel launch requires a GPU".
 //
+// Memory another process owns (gpukitd's memfd segments, when this device runs in the device
+// executor) is mapped whole by MapSegment (MAP_SHARED, read-write; the descriptor is closed
+// once mapped) and carved by BufferInSegment; such buffers cost one map entry and no memory
+// of the device's own.
+//
+// A sticky fault (a kernel's error that IsStickyFault recognises: the test build's
+// _test_fault) poisons the device as a CUDA context is poisoned by an illegal address: work
+// already queued is skipped, and every later enqueue (copies, RunOp, RecordEvent) and wait
+// (WaitEvent, QueryEvent of a completed event, EventElapsedNs) fails with the fault, which
+// CheckHealth returns. A wait still waits for work that was running when the fault came, so
+// its memory may be freed after; Free, DestroyStream, DestroyEvent, UnmapSegment and the
+// destructor go on working, so the owner can tear the device down.
+//
 //   GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<CpuDevice> device, CpuDevice::Create({}));
 //
 // Thread safety: all methods are thread-safe (see Device).
@@ -49,6 +62,20 @@ class CpuDevice final : public Device {
   // A shared file (a memfd) mapped as the buffer's memory; CUDA IPC handles are refused.
   absl::StatusOr<BufferId> ImportBuffer(ImportedMemory memory) override;
 
+  // mmap of the whole file, MAP_SHARED read-write: one system call; the descriptor is closed
+  // once mapped. INVALID_ARGUMENT for `bytes` <= 0, a key in use, or a descriptor that cannot
+  // be mapped or names fewer than `bytes` bytes.
+  absl::Status MapSegment(uint64_t key, ScopedFd fd, int64_t bytes) override;
+  // munmap. FAILED_PRECONDITION while a buffer from BufferInSegment uses the segment,
+  // NOT_FOUND for an unknown key.
+  absl::Status UnmapSegment(uint64_t key) override;
+  // A buffer over [offset, offset + bytes) (bytes >= 0) of the segment; no memory is
+  // allocated and none counts as used. Free forgets it and leaves the segment mapped.
+  // NOT_FOUND for an unknown key, OUT_OF_RANGE for a range outside the segment.
+  absl::StatusOr<BufferId> BufferInSegment(uint64_t key, int64_t offset, int64_t bytes) override;
+  // OK, or the sticky fault that poisoned the device.
+  absl::Status CheckHealth() override;
+
   absl::StatusOr<StreamId> CreateStream(StreamPriority priority) override;
   absl::Status DestroyStream(StreamId stream) override;
 
@@ -76,6 +103,8 @@ class CpuDevice final : public Device {
 
  private:
   struct Buffer;
+  struct Segment;
+  class Health;
   class Stream;
   struct Event;
 
@@ -87,11 +116,14 @@ class CpuDevice final : public Device {
   absl::StatusOr<std::shared_ptr<Event>> FindEvent(EventId event) const;
 
   DeviceProperties properties_;
+  // Before streams_: their threads report faults to it until they are joined.
+  std::unique_ptr<Health> health_;
 
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Buffer>> buffers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Segment>> segments_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::unique_ptr<Stream>> streams_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::shared_ptr<Event>> events_ ABSL_GUARDED_BY(mu_);
 };

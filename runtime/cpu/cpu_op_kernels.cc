@@ -1,10 +1,13 @@
 #include "runtime/cpu/cpu_op_kernels.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/cord.h"
+#include "absl/synchronization/notification.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "runtime/base/status_macros.h"
 
@@ -190,44 +193,90 @@ absl::Status Concat(const OpLaunch& launch, const std::vector<const void*>& data
   return absl::OkStatus();
 }
 
+// Type URL of the payload that marks a sticky fault.
+constexpr absl::string_view kStickyFaultPayload = "type.gpukit.dev/gpukit.StickyDeviceFault";
+
+#if GPUKIT_FAULT_INJECTION
+absl::Status TestFault(const OpLaunch&, const std::vector<const void*>&, void*) {
+  return StickyFault(
+      "simulated device fault (_test_fault): the device is poisoned, as a CUDA context is after "
+      "an illegal address; every later call on it fails and only a new process can use it");
+}
+
+absl::Status TestHang(const OpLaunch&, const std::vector<const void*>&, void*) {
+  // Never notified: the thread sleeps in the kernel (a futex wait), holding its stream.
+  absl::Notification never;
+  never.WaitForNotification();
+  return absl::InternalError("_test_hang woke up");  // unreachable
+}
+
+absl::Status TestAbort(const OpLaunch&, const std::vector<const void*>&, void*) { std::abort(); }
+#endif  // GPUKIT_FAULT_INJECTION
+
 }  // namespace
 
+absl::Status StickyFault(absl::string_view message) {
+  absl::Status status = absl::InternalError(message);
+  status.SetPayload(kStickyFaultPayload, absl::Cord());
+  return status;
+}
+
+bool IsStickyFault(const absl::Status& status) {
+  return !status.ok() && status.GetPayload(kStickyFaultPayload).has_value();
+}
+
+bool CpuOpRunsOnStreamThread(absl::string_view op_name) {
+#if GPUKIT_FAULT_INJECTION
+  return op_name == "_test_hang" || op_name == "_test_abort";
+#else
+  (void)op_name;
+  return false;
+#endif
+}
+
 CpuOpKernel FindCpuOpKernel(absl::string_view op_name) {
-  static const auto* table = new absl::flat_hash_map<absl::string_view, CpuOpKernel>({
-      {"add", &Binary<kernels::BinaryOp::kAdd>},
-      {"sub", &Binary<kernels::BinaryOp::kSub>},
-      {"mul", &Binary<kernels::BinaryOp::kMul>},
-      {"div", &Binary<kernels::BinaryOp::kDiv>},
-      {"matmul", &Matmul},
-      {"sum", &Reduce<kernels::ReduceOp::kSum>},
-      {"mean", &Reduce<kernels::ReduceOp::kMean>},
-      {"max", &Reduce<kernels::ReduceOp::kMax>},
-      {"min", &Reduce<kernels::ReduceOp::kMin>},
-      {"astype", &Astype},
-      {"reshape", &Reshape},
-      {"transpose", &Transpose},
-      {"exp", &Unary<kernels::UnaryOp::kExp>},
-      {"log", &Unary<kernels::UnaryOp::kLog>},
-      {"sqrt", &Unary<kernels::UnaryOp::kSqrt>},
-      {"rsqrt", &Unary<kernels::UnaryOp::kRsqrt>},
-      {"abs", &Unary<kernels::UnaryOp::kAbs>},
-      {"neg", &Unary<kernels::UnaryOp::kNeg>},
-      {"relu", &Unary<kernels::UnaryOp::kRelu>},
-      {"gelu", &Unary<kernels::UnaryOp::kGelu>},
-      {"silu", &Unary<kernels::UnaryOp::kSilu>},
-      {"sigmoid", &Unary<kernels::UnaryOp::kSigmoid>},
-      {"tanh", &Unary<kernels::UnaryOp::kTanh>},
-      {"clamp", &Clamp},
-      {"where", &Where},
-      {"argmax", &Argmax},
-      {"softmax", &Softmax},
-      {"layernorm", &LayerNorm},
-      {"rmsnorm", &RmsNorm},
-      {"rope", &Rope},
-      {"attention", &Attention},
-      {"embedding", &Embedding},
-      {"concat", &Concat},
-  });
+  static const auto* table = [] {
+    auto* ops = new absl::flat_hash_map<absl::string_view, CpuOpKernel>({
+        {"add", &Binary<kernels::BinaryOp::kAdd>},
+        {"sub", &Binary<kernels::BinaryOp::kSub>},
+        {"mul", &Binary<kernels::BinaryOp::kMul>},
+        {"div", &Binary<kernels::BinaryOp::kDiv>},
+        {"matmul", &Matmul},
+        {"sum", &Reduce<kernels::ReduceOp::kSum>},
+        {"mean", &Reduce<kernels::ReduceOp::kMean>},
+        {"max", &Reduce<kernels::ReduceOp::kMax>},
+        {"min", &Reduce<kernels::ReduceOp::kMin>},
+        {"astype", &Astype},
+        {"reshape", &Reshape},
+        {"transpose", &Transpose},
+        {"exp", &Unary<kernels::UnaryOp::kExp>},
+        {"log", &Unary<kernels::UnaryOp::kLog>},
+        {"sqrt", &Unary<kernels::UnaryOp::kSqrt>},
+        {"rsqrt", &Unary<kernels::UnaryOp::kRsqrt>},
+        {"abs", &Unary<kernels::UnaryOp::kAbs>},
+        {"neg", &Unary<kernels::UnaryOp::kNeg>},
+        {"relu", &Unary<kernels::UnaryOp::kRelu>},
+        {"gelu", &Unary<kernels::UnaryOp::kGelu>},
+        {"silu", &Unary<kernels::UnaryOp::kSilu>},
+        {"sigmoid", &Unary<kernels::UnaryOp::kSigmoid>},
+        {"tanh", &Unary<kernels::UnaryOp::kTanh>},
+        {"clamp", &Clamp},
+        {"where", &Where},
+        {"argmax", &Argmax},
+        {"softmax", &Softmax},
+        {"layernorm", &LayerNorm},
+        {"rmsnorm", &RmsNorm},
+        {"rope", &Rope},
+        {"attention", &Attention},
+        {"embedding", &Embedding},
+        {"concat", &Concat},
+    });
+#if GPUKIT_FAULT_INJECTION
+    ops->insert(
+        {{"_test_fault", &TestFault}, {"_test_hang", &TestHang}, {"_test_abort", &TestAbort}});
+#endif
+    return ops;
+  }();
   auto it = table->find(op_name);
   return it == table->end() ? nullptr : it->second;
 }

@@ -63,7 +63,9 @@ absl::StatusOr<OpPlan> Plan(absl::string_view op, std::vector<OperandDesc> input
 
 TEST(OpRegistryTest, BuiltinHasExactlyTheDocumentedOps) {
   std::vector<std::string> names;
-  for (const OpDef& op : OpRegistry::Builtin().ops()) names.push_back(op.name);
+  for (const OpDef& op : OpRegistry::Builtin().ops()) {
+    if (!IsTestOnlyOp(op.name)) names.push_back(op.name);
+  }
   EXPECT_THAT(names,
               UnorderedElementsAreArray(
                   {"add",     "sub",   "mul",     "div",     "matmul",    "sum",       "mean",
@@ -81,6 +83,50 @@ TEST(OpRegistryTest, EveryBuiltinOpHasSummaryPlannerAndSaneArity) {
     EXPECT_GE(op.min_inputs, 1);
     EXPECT_LE(op.min_inputs, op.max_inputs);
   }
+}
+
+TEST(OpRegistryTest, FaultInjectionOpsExistExactlyInFaultInjectionBuilds) {
+  std::vector<std::string> test_only;
+  for (const OpDef& op : OpRegistry::Builtin().ops()) {
+    if (IsTestOnlyOp(op.name)) test_only.push_back(op.name);
+  }
+#if GPUKIT_FAULT_INJECTION
+  EXPECT_THAT(test_only, UnorderedElementsAreArray({"_test_fault", "_test_hang", "_test_abort"}));
+  for (const std::string& name : test_only) {
+    absl::StatusOr<const OpDef*> op = OpRegistry::Builtin().Find(name);
+    ASSERT_THAT(op, IsOk());
+    EXPECT_THAT((*op)->summary, HasSubstr("test builds only")) << name;
+  }
+#else
+  EXPECT_THAT(test_only, ::testing::IsEmpty());
+  EXPECT_THAT(OpRegistry::Builtin().Find("_test_fault"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown op")));
+#endif
+}
+
+TEST(OpRegistryTest, FaultInjectionOpsTakeOneArrayAndKeepItsShapeAndDtype) {
+#if GPUKIT_FAULT_INJECTION
+  for (absl::string_view name : {"_test_fault", "_test_hang", "_test_abort"}) {
+    SCOPED_TRACE(name);
+    absl::StatusOr<OpPlan> plan = Plan(name, {Array(DType::kInt32, {3, 5})});
+    ASSERT_THAT(plan, IsOk());
+    EXPECT_EQ(plan->output.dtype, DType::kInt32);
+    EXPECT_THAT(plan->output.shape, ::testing::ElementsAre(3, 5));
+    EXPECT_THAT(Plan(name, {Array(kF32, {2}), Array(kF32, {2})}),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("takes 1 input, got 2")));
+  }
+#else
+  GTEST_SKIP() << "built without GPUKIT_FAULT_INJECTION";
+#endif
+}
+
+TEST(OpRegistryTest, OnlyTheTestPrefixMarksATestOnlyOp) {
+  EXPECT_TRUE(IsTestOnlyOp("_test_fault"));
+  EXPECT_TRUE(IsTestOnlyOp("_test_anything"));
+  EXPECT_FALSE(IsTestOnlyOp("matmul"));
+  EXPECT_FALSE(IsTestOnlyOp("_testfault"));
+  EXPECT_FALSE(IsTestOnlyOp("test_fault"));
+  EXPECT_FALSE(IsTestOnlyOp(""));
 }
 
 TEST(OpRegistryTest, FindReturnsTheNamedOp) {
