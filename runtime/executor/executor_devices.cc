@@ -35,8 +35,10 @@ absl::StatusOr<std::vector<std::unique_ptr<Device>>> CpuDevices(
   RemoteDeviceOptions remote = BaseOptions(options, "cpu", 0);
   // Segments as large as a GPU's (2 MiB): small arrays share slabs, large ones get their own.
   remote.memory = std::make_unique<MemfdSegmentSource>(options.cpu_memory_bytes, int64_t{2} << 20);
-  // The simulated device's memory is the host's: cache little of it.
+  // The simulated device's memory is the host's: cache little of it, and little of the host
+  // segments that stage copies (gRPC messages' bytes), which count in gpukitd's RSS.
   remote.memory_pool.max_cached_bytes = int64_t{64} << 20;
+  remote.host_cache_bytes = int64_t{32} << 20;
   GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<RemoteDevice> device,
                           RemoteDevice::Create(std::move(remote)));
   spdlog::info("CPU simulation device in executor pid {}", device->executor_state().pid);

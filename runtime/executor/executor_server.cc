@@ -59,6 +59,8 @@ class WorkQueue {
   std::thread thread_;
 };
 
+struct EventState;
+
 // One of gpukitd's streams: the device's stream, a thread that enqueues its work in order and
 // a thread that waits for its events in order.
 struct StreamState {
@@ -66,6 +68,9 @@ struct StreamState {
   absl::Status create_error;  // the stream could not be created: all its work fails so
   // The first error enqueueing returned since the last RecordEvent (enqueue thread only).
   absl::Status enqueue_error;
+  // The last event recorded on the stream, and its id (enqueue thread only).
+  std::weak_ptr<EventState> last_event;
+  uint64_t last_event_id = 0;
   // Declared last: destroyed (joined) first, while the fields above are still there.
   WorkQueue completions;
   WorkQueue enqueues;
@@ -74,8 +79,12 @@ struct StreamState {
 struct EventState {
   std::shared_ptr<StreamState> stream;
   uint64_t stream_id = 0;  // gpukitd's
-  EventId device_event;        // set by the enqueue thread
+  EventId device_event;        // set by the enqueue thread; 0 once destroyed
   absl::Status enqueue_error;  // what enqueueing the work before it returned
+  // The event recorded before it on the stream (the device time between the two goes back
+  // with the wait's reply).
+  std::weak_ptr<EventState> previous;
+  uint64_t previous_id = 0;
 };
 
 }  // namespace
@@ -102,7 +111,8 @@ class ExecutorServer::Impl {
 
  private:
   void Handle(executor::Request& request, ScopedFd fd);
-  void Reply(uint64_t seq, const absl::Status& status, int64_t value = 0);
+  void Reply(uint64_t seq, const absl::Status& status, int64_t value = 0,
+             uint64_t elapsed_from = 0, int64_t elapsed_ns = 0);
   // A wait failed: if the device took a sticky fault, says so to gpukitd and stops serving.
   void CheckFault(const absl::Status& failure, uint64_t stream);
 
@@ -203,7 +213,8 @@ absl::Status ExecutorServer::Impl::Serve() {
   }
 }
 
-void ExecutorServer::Impl::Reply(uint64_t seq, const absl::Status& status, int64_t value) {
+void ExecutorServer::Impl::Reply(uint64_t seq, const absl::Status& status, int64_t value,
+                                 uint64_t elapsed_from, int64_t elapsed_ns) {
   if (seq == 0) {
     if (!status.ok()) spdlog::warn("executor: {}", std::string(status.message()));
     return;
@@ -213,6 +224,8 @@ void ExecutorServer::Impl::Reply(uint64_t seq, const absl::Status& status, int64
   reply.set_seq(seq);
   SetReplyStatus(status, reply);
   reply.set_int_value(value);
+  reply.set_elapsed_from(elapsed_from);
+  reply.set_elapsed_ns(elapsed_ns);
   SendExecutorMessage(socket_.get(), message).IgnoreError();
 }
 
@@ -570,7 +583,9 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
         return;
       }
       StreamState* s = stream.get();
-      s->enqueues.Push([this, s, event] {
+      s->enqueues.Push([this, s, event, id = request.record_event().event()] {
+        event->previous = std::exchange(s->last_event, event);
+        event->previous_id = std::exchange(s->last_event_id, id);
         event->enqueue_error = std::exchange(s->enqueue_error, absl::OkStatus());
         if (!s->create_error.ok()) {
           event->enqueue_error = s->create_error;
@@ -621,12 +636,23 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
               // A sticky fault shows as an error of the work, at enqueue (a device that runs
               // work as it is enqueued) or at the wait.
               if (!status.ok()) CheckFault(status, event->stream_id);
-              Reply(seq, status);
+              uint64_t elapsed_from = 0;
+              int64_t elapsed_ns = 0;
+              if (std::shared_ptr<EventState> previous = event->previous.lock();
+                  status.ok() && previous != nullptr && previous->device_event.value != 0) {
+                absl::StatusOr<int64_t> ns =
+                    device_.EventElapsedNs(previous->device_event, event->device_event);
+                if (ns.ok()) {
+                  elapsed_from = event->previous_id;
+                  elapsed_ns = *ns;
+                }
+              }
+              Reply(seq, status, 0, elapsed_from, elapsed_ns);
               break;
             }
             case executor::Request::kDestroyEvent: {
               if (event->device_event.value != 0) {
-                device_.DestroyEvent(event->device_event).IgnoreError();
+                device_.DestroyEvent(std::exchange(event->device_event, EventId{})).IgnoreError();
               }
               absl::MutexLock lock(&mu_);
               events_.erase(request.destroy_event().event());

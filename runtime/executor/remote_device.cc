@@ -39,6 +39,8 @@ struct Pending {
   absl::Notification done;
   absl::Status status;
   int64_t value = 0;
+  uint64_t elapsed_from = 0;  // a wait's: Reply.elapsed_from and elapsed_ns
+  int64_t elapsed_ns = 0;
   // For waits: the stream and when the wait began (the hang watchdog), and whether the work
   // it covers includes a kernel launch (fault attribution).
   bool is_wait = false;
@@ -181,6 +183,8 @@ class RemoteDevice::Impl {
     uint64_t seq = 0;
     uint64_t generation = 0;
     bool completed = false;
+    uint64_t elapsed_from = 0;  // the device time from that event, as the wait's reply said
+    int64_t elapsed_ns = 0;
   };
   struct Module {
     std::string image;
@@ -434,6 +438,8 @@ void RemoteDevice::Impl::ReadLoop(Executor* executor) {
           }
         }
         if (pending != nullptr) {
+          pending->elapsed_from = message.reply().elapsed_from();
+          pending->elapsed_ns = message.reply().elapsed_ns();
           pending->Complete(ReplyStatus(message.reply()), message.reply().int_value());
         }
         break;
@@ -1436,7 +1442,11 @@ absl::Status RemoteDevice::WaitEvent(EventId event) {
   d.SettleStream(recorded.stream, recorded.seq, status.ok());
   if (status.ok()) {
     absl::MutexLock lock(&d.mu_);
-    if (auto it = d.events_.find(event.value); it != d.events_.end()) it->second.completed = true;
+    if (auto it = d.events_.find(event.value); it != d.events_.end()) {
+      it->second.completed = true;
+      it->second.elapsed_from = pending->elapsed_from;
+      it->second.elapsed_ns = pending->elapsed_ns;
+    }
   }
   return status;
 }
@@ -1495,6 +1505,10 @@ absl::StatusOr<int64_t> RemoteDevice::EventElapsedNs(EventId start, EventId end)
     }
     if (s->second.generation != d.generation_ || e->second.generation != d.generation_) {
       return absl::FailedPreconditionError("the events' executor restarted");
+    }
+    // Measured already when the end's wait came back (the common case: no round trip).
+    if (e->second.completed && e->second.elapsed_from == start.value) {
+      return e->second.elapsed_ns;
     }
   }
   executor::Request request;

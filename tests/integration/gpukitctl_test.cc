@@ -25,6 +25,7 @@
 namespace gpukit::testing {
 namespace {
 
+using ::testing::ContainsRegex;
 using ::testing::ElementsAre;
 using ::testing::Ge;
 using ::testing::HasSubstr;
@@ -184,12 +185,13 @@ TEST_F(GpukitctlTest, DevicesPrintsTheCpuDeviceWithMemoryInUseAsTableAndJson) {
   ASSERT_EQ(table.exit_code, 0) << table.stderr_text;
   const std::vector<std::string> lines = Lines(table.stdout_text);
   ASSERT_EQ(lines.size(), 2u) << table.stdout_text;
-  EXPECT_THAT(Words(lines[0]),
-              ElementsAre("INDEX", "NAME", "BACKEND", "MEMORY-USED", "MEMORY-TOTAL"));
+  EXPECT_THAT(Words(lines[0]), ElementsAre("INDEX", "NAME", "BACKEND", "MEMORY-USED",
+                                           "MEMORY-TOTAL", "EXECUTOR", "RESTARTS", "LAST-FAULT"));
   EXPECT_THAT(lines[1], StartsWith("0 "));
   EXPECT_THAT(lines[1], HasSubstr("CPU simulation device"));
   EXPECT_THAT(lines[1], HasSubstr("4 KiB"));  // memory used
   EXPECT_THAT(lines[1], HasSubstr("4 GiB"));  // memory total
+  EXPECT_THAT(lines[1], ContainsRegex("pid [0-9]+"));  // the device executor
 
   v1::ListDevicesResponse devices;
   ASSERT_NO_FATAL_FAILURE(CtlJson("devices", &devices));
@@ -199,6 +201,9 @@ TEST_F(GpukitctlTest, DevicesPrintsTheCpuDeviceWithMemoryInUseAsTableAndJson) {
   EXPECT_EQ(devices.devices(0).name(), "CPU simulation device");
   EXPECT_EQ(devices.devices(0).memory_total_bytes(), int64_t{4} << 30);
   EXPECT_EQ(devices.devices(0).memory_used_bytes(), 4096);
+  EXPECT_EQ(devices.devices(0).executor().mode(), "process");
+  EXPECT_GT(devices.devices(0).executor().pid(), 0);
+  EXPECT_EQ(devices.devices(0).executor().restarts(), 0);
 }
 
 TEST_F(GpukitctlTest, SessionsPrintsTheLiveClientsTenantAsTableAndJson) {
