@@ -365,37 +365,44 @@ TEST_F(FaultContainmentTest, AnExecutorKilledMidOpFailsThatOpAsRetryable) {
   // signal lands; then the next one runs on the new executor, and the test kills again.
   int kills = 0;
   int64_t restarts = before.restarts();
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    const bool running = PollUntil(
-        [&] {
-          v1::ListTasksRequest request;
-          request.set_state(v1::TASK_STATE_RUNNING);
-          absl::StatusOr<v1::ListTasksResponse> tasks = api().ListTasks(request);
-          if (!tasks.ok()) return false;
-          for (const v1::TaskInfo& task : tasks->tasks()) {
-            if (task.session_id() == busy && task.name() == "matmul") return true;
-          }
-          return false;
-        },
-        kRecoveryTimeout, absl::Milliseconds(5));
-    ASSERT_TRUE(running) << "no matmul of the busy session was seen running";
-    GPUKIT_ASSERT_OK_AND_ASSIGN(pid_t pid, ExecutorPid());
-    const int completed_at_kill = completed.load();
-    ASSERT_EQ(::kill(pid, SIGKILL), 0) << std::strerror(errno);
-    ++kills;
-    ++restarts;
-    // Either the op in flight failed, or one more completed (the kill came between two).
-    ASSERT_TRUE(PollUntil(
-        [&] {
-          absl::MutexLock lock(&mu);
-          return finished || completed.load() > completed_at_kill + 1;
-        },
-        kRecoveryTimeout));
-    absl::MutexLock lock(&mu);
-    if (finished) break;
-  }
+  const absl::Status killed = [&]() -> absl::Status {
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      const bool running = PollUntil(
+          [&] {
+            v1::ListTasksRequest request;
+            request.set_state(v1::TASK_STATE_RUNNING);
+            absl::StatusOr<v1::ListTasksResponse> tasks = api().ListTasks(request);
+            if (!tasks.ok()) return false;
+            for (const v1::TaskInfo& task : tasks->tasks()) {
+              if (task.session_id() == busy && task.name() == "matmul") return true;
+            }
+            return false;
+          },
+          kRecoveryTimeout, absl::Milliseconds(5));
+      if (!running) return absl::NotFoundError("no matmul of the busy session was seen running");
+      GPUKIT_ASSIGN_OR_RETURN(pid_t pid, ExecutorPid());
+      const int completed_at_kill = completed.load();
+      if (::kill(pid, SIGKILL) != 0) {
+        return absl::InternalError(absl::StrCat("kill ", pid, ": ", std::strerror(errno)));
+      }
+      ++kills;
+      ++restarts;
+      // Either the op in flight failed, or one more completed (the kill came between two).
+      const bool settled = PollUntil(
+          [&] {
+            absl::MutexLock lock(&mu);
+            return finished || completed.load() > completed_at_kill + 1;
+          },
+          kRecoveryTimeout);
+      if (!settled) return absl::DeadlineExceededError("the matmuls neither failed nor went on");
+      absl::MutexLock lock(&mu);
+      if (finished) return absl::OkStatus();
+    }
+    return absl::OkStatus();
+  }();
   stop.store(true);
-  worker.join();
+  worker.join();  // on every path: the worker uses this test's fixture
+  GPUKIT_ASSERT_OK(killed);
   std::cout << "executor killed " << kills << " time(s); " << completed.load()
             << " matmuls completed before the failure\n";
   EXPECT_THAT(failure, StatusIs(absl::StatusCode::kUnavailable,
