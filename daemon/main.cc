@@ -17,6 +17,7 @@
 #include "runtime/base/default_address.h"
 #include "runtime/base/units.h"
 #include "runtime/device_factory.h"
+#include "runtime/executor/executor_devices.h"
 #include "runtime/jit/jit_compiler.h"
 #include "spdlog/spdlog.h"
 
@@ -29,16 +30,17 @@ int Fail(const absl::Status& status) {
 
 // The NVRTC JIT compiler, or null (with a warning) when NVRTC is missing: the daemon still
 // serves, without custom kernels and, on a GPU, without built-in ops.
-// The compile worker: jit.workerPath, else beside this executable, else in
-// ../libexec/gpukit/ from it (a package's layout). "" when there is none.
-std::string FindCompileWorker(const std::string& configured) {
+// A helper binary of gpukitd (gpukit-compile-worker, gpukit-executor): `configured`, else
+// beside this executable, else in ../libexec/gpukit/ from it (a package's layout). "" when
+// there is none.
+std::string FindHelper(const std::string& configured, const std::string& name) {
   if (!configured.empty()) return configured;
   std::error_code error;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
   if (error) return "";
   for (const std::filesystem::path& candidate :
-       {self.parent_path() / "gpukit-compile-worker",
-        self.parent_path().parent_path() / "libexec" / "gpukit" / "gpukit-compile-worker"}) {
+       {self.parent_path() / name,
+        self.parent_path().parent_path() / "libexec" / "gpukit" / name}) {
     if (access(candidate.c_str(), X_OK) == 0) return candidate.string();
   }
   return "";
@@ -48,7 +50,7 @@ std::shared_ptr<gpukit::JitCompiler> CreateJitCompiler(const gpukit::DaemonConfi
   gpukit::JitCompilerOptions options = config.jit;
   options.cache_dir = gpukit::KernelCacheDir(config.jit.cache_dir);
   // Kernel sources are compiled in the sandbox only: without the worker, no kernels.
-  options.worker_path = FindCompileWorker(config.jit.worker_path);
+  options.worker_path = FindHelper(config.jit.worker_path, "gpukit-compile-worker");
   if (options.worker_path.empty()) {
     spdlog::warn(
         "NVRTC JIT compiler not available: the compile worker gpukit-compile-worker is not "
@@ -148,12 +150,34 @@ int Run(int argc, char** argv) {
   ReturnLargeBlocksToTheSystem();
   spdlog::info("gpukitd {} starting", GPUKIT_VERSION_STRING);
   std::shared_ptr<gpukit::JitCompiler> jit = CreateJitCompiler(*config);
-  gpukit::DeviceFactoryOptions device_options;
-  device_options.backend = config->backend;
-  device_options.cpu_memory_bytes = config->cpu_memory_bytes;
-  device_options.jit = jit;
-  auto devices = gpukit::CreateDevices(device_options);
+  absl::StatusOr<std::vector<std::unique_ptr<gpukit::Device>>> devices;
+  if (config->executor.in_process) {
+    spdlog::warn(
+        "executor.mode \"inprocess\": devices run inside gpukitd; a kernel that faults stops "
+        "the device for every tenant until gpukitd restarts (for debugging only)");
+    gpukit::DeviceFactoryOptions device_options;
+    device_options.backend = config->backend;
+    device_options.cpu_memory_bytes = config->cpu_memory_bytes;
+    device_options.jit = jit;
+    devices = gpukit::CreateDevices(device_options);
+  } else {
+    gpukit::ExecutorDevicesOptions executor_options;
+    executor_options.backend = config->backend;
+    executor_options.cpu_memory_bytes = config->cpu_memory_bytes;
+    executor_options.executor_path = FindHelper(config->executor.path, "gpukit-executor");
+    executor_options.launch_deadline = config->executor.launch_deadline;
+    executor_options.standby = config->executor.standby;
+    executor_options.jit_worker_path = FindHelper(config->jit.worker_path, "gpukit-compile-worker");
+    executor_options.jit_cache_dir = gpukit::KernelCacheDir(config->jit.cache_dir);
+    executor_options.log_level = config->log_level;
+    devices = gpukit::CreateExecutorDevices(executor_options);
+  }
   if (!devices.ok()) return Fail(devices.status());
+#if GPUKIT_FAULT_INJECTION
+  spdlog::warn(
+      "built with GPUKIT_FAULT_INJECTION: the _test_fault, _test_hang and _test_abort ops can "
+      "crash a device executor; never deploy this build");
+#endif
   for (const auto& device : *devices) {
     const gpukit::DeviceProperties& p = device->properties();
     spdlog::info("backend {}: device {} \"{}\" with {}",

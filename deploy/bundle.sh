@@ -84,6 +84,11 @@ else
   cmake --build "$BUILD_DIR" -j "$JOBS"
 fi
 [ -f "$BUILD_DIR/CMakeCache.txt" ] || die "$BUILD_DIR is not a CMake build tree"
+# A test build's fault-injection ops can crash an executor on a client's request.
+if grep -q '^GPUKIT_FAULT_INJECTION:BOOL=ON' "$BUILD_DIR/CMakeCache.txt" &&
+   [ "${ALLOW_FAULT_INJECTION:-0}" != "1" ]; then
+  die "$BUILD_DIR is a test build (GPUKIT_FAULT_INJECTION=ON); bundle a release build, or set ALLOW_FAULT_INJECTION=1 for a bundle that runs tests only"
+fi
 
 # ---- Name ----
 if [ -z "${VERSION:-}" ]; then
@@ -112,7 +117,7 @@ for program in "${PROGRAMS[@]}"; do
   cp "$program" "$BUNDLE/bin/$name"
   count=$((count + 1))
 done
-for required in gpukitd gpukit-compile-worker gpukitctl; do
+for required in gpukitd gpukit-compile-worker gpukit-executor gpukitctl; do
   [ -f "$BUNDLE/bin/$required" ] || die "$BUILD_DIR has no $required: build it first"
 done
 log "bin/: $count executables"

@@ -99,6 +99,7 @@ int Ctl::Devices() {
   if (!status.ok()) return Fail("devices", status);
   if (json()) return PrintJson(response);
   PrintTable(DevicesTable(response));
+  for (const std::string& line : DeviceFaultLines(response)) std::cout << line << "\n";
   return 0;
 }
 

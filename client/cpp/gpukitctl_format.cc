@@ -171,13 +171,52 @@ Table StatusTable(const v1::StatusResponse& response) {
            absl::StrCat(response.arrays()), absl::StrJoin(response.listen_addresses(), ",")}};
 }
 
+namespace {
+
+std::string ExecutorCell(const v1::ExecutorInfo& executor) {
+  if (executor.mode() != "process") return executor.mode().empty() ? "-" : executor.mode();
+  if (executor.pid() == 0) return "restarting";
+  return absl::StrCat("pid ", executor.pid(), executor.standby_ready() ? " +standby" : "");
+}
+
+}  // namespace
+
 Table DevicesTable(const v1::ListDevicesResponse& response) {
-  Table rows = {{"INDEX", "NAME", "BACKEND", "MEMORY-USED", "MEMORY-TOTAL"}};
+  Table rows = {{"INDEX", "NAME", "BACKEND", "MEMORY-USED", "MEMORY-TOTAL", "EXECUTOR",
+                 "RESTARTS", "LAST-FAULT"}};
   for (const v1::DeviceInfo& d : response.devices()) {
+    const v1::ExecutorFault& fault = d.executor().last_fault();
     rows.push_back({absl::StrCat(d.index()), d.name(), d.backend(),
-                    FormatBytes(d.memory_used_bytes()), FormatBytes(d.memory_total_bytes())});
+                    FormatBytes(d.memory_used_bytes()), FormatBytes(d.memory_total_bytes()),
+                    ExecutorCell(d.executor()), absl::StrCat(d.executor().restarts()),
+                    fault.kind().empty() ? "-"
+                                         : absl::StrCat(fault.kind(), " at ",
+                                                        absl::FormatTime(
+                                                            "%Y-%m-%d %H:%M:%S",
+                                                            absl::FromUnixMillis(fault.time_unix_ms()),
+                                                            absl::LocalTimeZone()))});
   }
   return rows;
+}
+
+std::vector<std::string> DeviceFaultLines(const v1::ListDevicesResponse& response) {
+  std::vector<std::string> lines;
+  for (const v1::DeviceInfo& d : response.devices()) {
+    const v1::ExecutorFault& fault = d.executor().last_fault();
+    if (!fault.kind().empty()) {
+      lines.push_back(EscapeForTerminal(absl::StrCat(
+          "device ", d.index(), " last fault: ", fault.kind(),
+          fault.work().empty() ? "" : absl::StrCat(" in ", fault.work()),
+          fault.session_id().empty()
+              ? ""
+              : absl::StrCat(" of session ", fault.session_id(), " (tenant ", fault.tenant(), ")"),
+          ": ", fault.error())));
+    }
+    for (const std::string& held : d.executor().held_back()) {
+      lines.push_back(EscapeForTerminal(absl::StrCat("device ", d.index(), " held back: ", held)));
+    }
+  }
+  return lines;
 }
 
 Table SessionsTable(const v1::ListSessionsResponse& response) {

@@ -58,6 +58,9 @@ std::string RejectedCell(const google::protobuf::Map<std::string, int64_t>& reje
 
 Table StatusTable(const v1::StatusResponse& response);
 Table DevicesTable(const v1::ListDevicesResponse& response);
+// Under the devices table: each device's last executor fault in full (which work, whose,
+// the error) and the tenants held back for faulting again and again; escaped for a terminal.
+std::vector<std::string> DeviceFaultLines(const v1::ListDevicesResponse& response);
 // SESSION TENANT PARTITION CLIENT PID QOS ARRAYS REQUESTS LIMITS MEMORY SPILLED AGE LEASE-LEFT
 Table SessionsTable(const v1::ListSessionsResponse& response);
 // NAME DEVICE MEMORY(used/quota) COMPUTE(requested/share) BANDWIDTH SESSIONS QUEUED RUNNING

@@ -28,7 +28,8 @@ constexpr absl::string_view kDefaultConfig = R"json({
   "partitions": [],
   "scheduler": {"pacingBurst": "20ms", "taskHistory": 1000},
   "jit": {"cacheDir": "", "memoryCache": "256MiB", "compileTimeout": "30s", "cpuArch": "sm_90"},
-  "server": {"maxThreads": 256}
+  "server": {"maxThreads": 256},
+  "executor": {"mode": "process", "launchDeadline": "30s", "standby": true}
 }
 )json";
 
@@ -286,6 +287,27 @@ absl::StatusOr<DaemonConfig> ApplyConfigJson(absl::string_view json, DaemonConfi
     }
     config.core.cpu_kernel_arch = jit.cpu_arch();
   }
+  const auto& executor = file.executor();
+  if (!executor.mode().empty()) {
+    if (executor.mode() != "process" && executor.mode() != "inprocess") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "executor.mode = \"", executor.mode(), "\" must be \"process\" or \"inprocess\""));
+    }
+    config.executor.in_process = executor.mode() == "inprocess";
+  }
+  if (!executor.path().empty()) {
+    if (executor.path()[0] != '/') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "executor.path = \"", executor.path(), "\" must be an absolute path"));
+    }
+    config.executor.path = executor.path();
+  }
+  if (!executor.launch_deadline().empty()) {
+    GPUKIT_ASSIGN_OR_RETURN(
+        config.executor.launch_deadline,
+        ParsePositiveDuration(executor.launch_deadline(), "executor.launchDeadline"));
+  }
+  if (executor.has_standby()) config.executor.standby = executor.standby();
   if (file.server().has_max_threads()) {
     if (file.server().max_threads() < 2) {
       return absl::InvalidArgumentError(

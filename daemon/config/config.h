@@ -32,6 +32,13 @@ struct DaemonConfig {
   JitCompilerOptions jit;
   // server.maxThreads: the gRPC server's thread cap (ServerOptions::max_threads).
   int server_max_threads = 256;
+  // executor.*: how devices run (runtime/executor/executor_devices.h).
+  struct Executor {
+    bool in_process = false;  // executor.mode = "inprocess"
+    std::string path;         // "": found beside gpukitd
+    absl::Duration launch_deadline = absl::Seconds(30);
+    bool standby = true;
+  } executor;
 };
 
 // The kernel cache directory for jit.cacheDir = `configured`: "" for "none" (memory only),

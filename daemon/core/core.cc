@@ -7,7 +7,6 @@
 #include "absl/strings/str_join.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/base/utf8.h"
-#include "runtime/cuda/cuda_device.h"
 #include "spdlog/spdlog.h"
 
 namespace gpukit {
@@ -40,15 +39,15 @@ std::vector<PartitionSpec> StartupPartitions(const std::vector<PartitionSpec>& c
   return partitions;
 }
 
-// The architecture a session's kernels compile for. A dynamic_cast rather than the backend
-// field decides, so that a test double posing as a CUDA device is never taken for one.
+// The architecture a session's kernels compile for: the device's, where it runs compiled
+// kernels (a test double posing as a CUDA device has none, and is not taken for one).
 std::string KernelArch(const Device& device, const CoreOptions& options) {
-  if (const auto* cuda = dynamic_cast<const CudaDevice*>(&device)) return cuda->cuda_info().arch;
-  return options.cpu_kernel_arch;
+  const std::string& arch = device.properties().kernel_arch;
+  return arch.empty() ? options.cpu_kernel_arch : arch;
 }
 
-// What a launch may ask of a device: a CUDA device's own limits; elsewhere those that every
-// GPU gpukit accepts (SM 80 and newer) shares, so a request is judged alike on every backend.
+// What a launch may ask of a device: a GPU's own limits; elsewhere those that every GPU gpukit
+// accepts (SM 80 and newer) shares, so a request is judged alike on every backend.
 struct LaunchLimits {
   int64_t max_grid[3] = {2147483647, 65535, 65535};
   int64_t max_block[3] = {1024, 1024, 64};
@@ -58,15 +57,14 @@ struct LaunchLimits {
 
 LaunchLimits LimitsOf(const Device& device) {
   LaunchLimits limits;
-  if (const auto* cuda = dynamic_cast<const CudaDevice*>(&device)) {
-    const CudaDeviceInfo& info = cuda->cuda_info();
-    for (int i = 0; i < 3; ++i) {
-      if (info.max_grid_dim[i] > 0) limits.max_grid[i] = info.max_grid_dim[i];
-      if (info.max_block_dim[i] > 0) limits.max_block[i] = info.max_block_dim[i];
-    }
-    if (info.max_threads_per_block > 0) limits.max_threads_per_block = info.max_threads_per_block;
-    limits.max_shared_memory_bytes = info.max_shared_memory_per_block_optin_bytes;
+  const DeviceProperties& p = device.properties();
+  if (p.kernel_arch.empty()) return limits;
+  for (int i = 0; i < 3; ++i) {
+    if (p.max_grid_dim[i] > 0) limits.max_grid[i] = p.max_grid_dim[i];
+    if (p.max_block_dim[i] > 0) limits.max_block[i] = p.max_block_dim[i];
   }
+  if (p.max_threads_per_block > 0) limits.max_threads_per_block = p.max_threads_per_block;
+  limits.max_shared_memory_bytes = p.max_shared_memory_per_block_optin_bytes;
   return limits;
 }
 
@@ -229,6 +227,7 @@ Core::Core(const Clock& clock, const CoreOptions& options, std::vector<DeviceSlo
       scheduler_(std::move(scheduler)),
       jit_(std::move(jit)),
       sessions_(clock, options.sessions, *scheduler_),
+      faults_(clock),
       pending_regions_(clock),
       pending_exports_(clock),
       pending_imports_(clock),
@@ -509,6 +508,7 @@ absl::StatusOr<ArrayView> Core::RunOp(absl::string_view session_id, absl::string
   launch.op = op;
   GPUKIT_ASSIGN_OR_RETURN(launch.plan, ops_.Plan(*op, descs, attrs));
   GPUKIT_RETURN_IF_ERROR(session->CheckArrayRoom(options_.limits.max_arrays_per_session));
+  GPUKIT_RETURN_IF_ERROR(faults_.CheckLaunch(session->tenant()));
   GPUKIT_ASSIGN_OR_RETURN(RunningTask task, StartTask(*session, TaskKind::kOp, op_name, options));
   // Pin every input until the op has run, even if the client frees it meanwhile; a spilled
   // input comes back to the device here.
@@ -539,9 +539,11 @@ absl::StatusOr<ArrayView> Core::RunOp(absl::string_view session_id, absl::string
   if (!output_pin.ok()) return Conclude(*session, task.Fail(output_pin.status()));
   launch.output = output_pin->buffer();
   Device& device = (*output)->device();
-  GPUKIT_RETURN_IF_ERROR(Conclude(*session, task.Run(device, session->stream(), [&] {
-    return device.RunOp(launch, session->stream());
-  })));
+  absl::Status ran = task.Run(device, session->stream(),
+                              [&] { return device.RunOp(launch, session->stream()); });
+  GPUKIT_RETURN_IF_ERROR(Conclude(
+      *session,
+      NoteExecutorFailure(*session, device, absl::StrCat("op ", op_name), std::move(ran))));
   ArrayView view = View(**output);
   GPUKIT_RETURN_IF_ERROR(Conclude(
       *session, session->AddArray(*std::move(output), options_.limits.max_arrays_per_session)));
@@ -633,6 +635,7 @@ absl::StatusOr<absl::Duration> Core::LaunchKernel(absl::string_view session_id,
         "), but the session's device ", device.properties().index, " is on the ",
         BackendName(device.properties().backend), " backend, which cannot run device code"));
   }
+  GPUKIT_RETURN_IF_ERROR(faults_.CheckLaunch(session->tenant()));
   GPUKIT_ASSIGN_OR_RETURN(
       RunningTask task, StartTask(*session, TaskKind::kKernel, kernel->entries()[index], options));
   // Pin every array until the kernel has run, even if the client frees it meanwhile; a
@@ -664,6 +667,8 @@ absl::StatusOr<absl::Duration> Core::LaunchKernel(absl::string_view session_id,
       device, session->stream(),
       [&] { return device.Launch(*function, config, device_args, session->stream()); },
       &device_time);
+  ran = NoteExecutorFailure(*session, device, absl::StrCat("kernel ", kernel->entries()[index]),
+                            std::move(ran));
   GPUKIT_RETURN_IF_ERROR(Conclude(*session, std::move(ran)));
   return device_time;
 }
@@ -729,10 +734,38 @@ std::vector<SessionSummary> Core::ListSessions() const {
 
 std::vector<DeviceSummary> Core::ListDevices() const {
   std::vector<DeviceSummary> list;
+  const std::vector<std::string> held_back = faults_.HeldBack();
   for (const DeviceSlot& slot : devices_) {
-    list.push_back({slot.device->properties(), slot.device->GetMemoryInfo().used_bytes});
+    DeviceSummary summary;
+    summary.properties = slot.device->properties();
+    summary.memory_used_bytes = slot.device->GetMemoryInfo().used_bytes;
+    if (const auto* remote = dynamic_cast<const RemoteDevice*>(slot.device.get())) {
+      summary.executor = remote->executor_state();
+    }
+    summary.attributed_fault = faults_.LastFault(summary.properties.index);
+    summary.held_back = held_back;
+    list.push_back(std::move(summary));
   }
   return list;
+}
+
+absl::Status Core::NoteExecutorFailure(const Session& session, const Device& device,
+                                       absl::string_view work, absl::Status status) {
+  auto kind = status.GetPayload(kExecutorFaultPayload);
+  if (!kind.has_value()) return status;
+  const std::string kind_text(*kind);
+  if (kind_text == "fault" || kind_text == "hang") {
+    spdlog::warn("device {}: {} of session {} (tenant {}) cost the executor a restart: {}",
+                 device.properties().index, std::string(work), session.id(), session.tenant(),
+                 std::string(status.message()));
+    faults_.Record({.device = device.properties().index,
+                    .kind = kind_text,
+                    .error = std::string(status.message()),
+                    .session_id = session.id(),
+                    .tenant = session.tenant(),
+                    .work = std::string(work)});
+  }
+  return absl::Status(status.code(), absl::StrCat(work, ": ", status.message()));
 }
 
 int64_t Core::array_count() const {

@@ -40,6 +40,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "daemon/core/fault_ledger.h"
 #include "daemon/core/partition_streams.h"
 #include "daemon/core/pending_tokens.h"
 #include "daemon/scheduler/admission.h"
@@ -57,6 +59,7 @@
 #include "daemon/session/session_manager.h"
 #include "runtime/base/unix_fd.h"
 #include "runtime/device.h"
+#include "runtime/executor/remote_device.h"
 #include "runtime/jit/jit_compiler.h"
 #include "runtime/op_registry.h"
 
@@ -186,6 +189,12 @@ struct SessionSummary {
 struct DeviceSummary {
   DeviceProperties properties;
   int64_t memory_used_bytes = 0;
+  // Set when the device runs in a device executor process (not in-process).
+  std::optional<ExecutorState> executor;
+  // The last fault or hang attributed to a session's work on the device, and the tenants
+  // whose launches are held back for faulting again and again (FaultLedger).
+  std::optional<WorkFault> attributed_fault;
+  std::vector<std::string> held_back;
 };
 
 class Core {
@@ -387,6 +396,11 @@ class Core {
   absl::StatusOr<RunningTask> StartTask(const Session& session, TaskKind kind,
                                         absl::string_view name, const TaskOptions& options);
   static ArrayView View(const DeviceArray& array);
+  // The status of `work` ("op add", "kernel k") of `session` that ran on `device`: when the
+  // executor's failure made it fail (kExecutorFaultPayload), named after the work, and a
+  // fault or hang of its own recorded against its tenant.
+  absl::Status NoteExecutorFailure(const Session& session, const Device& device,
+                                   absl::string_view work, absl::Status status);
 
   const Clock& clock_;
   const CoreOptions options_;
@@ -395,6 +409,7 @@ class Core {
   std::unique_ptr<Scheduler> scheduler_;
   const std::shared_ptr<JitCompiler> jit_;  // null: no custom kernels
   SessionManager sessions_;
+  FaultLedger faults_;
   // Host memory regions waiting for their descriptors, and exported arrays' descriptors
   // waiting to be fetched, by token.
   struct PendingRegion {

@@ -17,7 +17,7 @@
 namespace gpukit {
 namespace {
 
-constexpr size_t kMaxMessageBytes = 4096;
+constexpr size_t kMaxMessageBytes = 64 * 1024;
 
 absl::Status ErrnoStatus(absl::string_view call, int error) {
   const std::string text = absl::StrCat(call, ": ", std::strerror(error));
@@ -95,7 +95,7 @@ absl::StatusOr<ReceivedMessage> ReceiveMessage(int socket, size_t max_bytes,
     return absl::InvalidArgumentError(absl::StrCat("message of up to ", max_bytes, " bytes"));
   }
   const absl::Time deadline = absl::Now() + timeout;
-  for (;;) {
+  for (; timeout != absl::InfiniteDuration();) {
     const int64_t left_ms = absl::ToInt64Milliseconds(deadline - absl::Now());
     if (left_ms < 0) return absl::DeadlineExceededError("no message in time");
     pollfd waiting = {socket, POLLIN, 0};

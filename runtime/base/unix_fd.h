@@ -54,9 +54,10 @@ struct ReceivedMessage {
   ScopedFd fd;
 };
 
-// Sends `bytes` (at most 4 KiB) as one message, with `fd` attached when it is >= 0.
+// Sends `bytes` (at most 64 KiB) as one message, with `fd` attached when it is >= 0.
 absl::Status SendMessage(int socket, const void* bytes, size_t size, int fd = -1);
-// Receives one message of at most `max_bytes`, waiting at most `timeout`. DEADLINE_EXCEEDED
+// Receives one message of at most `max_bytes`, waiting at most `timeout` (forever when it is
+// absl::InfiniteDuration()). DEADLINE_EXCEEDED
 // when nothing comes in time, UNAVAILABLE when the peer closed the connection. Descriptors
 // beyond the first that a peer attached are closed.
 absl::StatusOr<ReceivedMessage> ReceiveMessage(int socket, size_t max_bytes,

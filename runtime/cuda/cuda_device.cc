@@ -245,6 +245,14 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(const CudaDeviceO
   size_t total_bytes = 0;
   GPUKIT_RETURN_IF_ERROR(CheckCu(cu->cuDeviceTotalMem(&total_bytes, device), "cuDeviceTotalMem"));
   properties.memory_total_bytes = static_cast<int64_t>(total_bytes);
+  // What callers above the Device seam check launches against and compile for.
+  properties.kernel_arch = info.arch;
+  for (int axis = 0; axis < 3; ++axis) {
+    properties.max_grid_dim[axis] = info.max_grid_dim[axis];
+    properties.max_block_dim[axis] = info.max_block_dim[axis];
+  }
+  properties.max_threads_per_block = info.max_threads_per_block;
+  properties.max_shared_memory_per_block_optin_bytes = info.max_shared_memory_per_block_optin_bytes;
 
   CUcontext context = nullptr;
   GPUKIT_RETURN_IF_ERROR(
@@ -261,6 +269,10 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(const CudaDeviceO
   }
   std::unique_ptr<CudaDevice> created(
       new CudaDevice(*cu, device, context, std::move(properties), std::move(info)));
+  CUstream health = nullptr;  // the context is current (MakeCurrent above)
+  GPUKIT_RETURN_IF_ERROR(CheckCu(cu->cuStreamCreate(&health, CU_STREAM_NON_BLOCKING),
+                                 "cuStreamCreate (health stream)"));
+  created->health_stream_ = std::make_shared<Stream>(*cu, context, health);
   GPUKIT_RETURN_IF_ERROR(created->EnableMemoryPools(options));
   created->EnableBuiltinOps(options.jit, options.compile_builtin_kernels_at_start,
                             options.use_precompiled_kernels);
@@ -424,6 +436,7 @@ CudaDevice::~CudaDevice() {
   absl::flat_hash_map<uint64_t, std::shared_ptr<Event>> events;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Stream>> streams;
   absl::flat_hash_map<uint64_t, Allocation> buffers;
+  absl::flat_hash_map<uint64_t, MappedSegment> segments;
   {
     absl::MutexLock lock(&mu_);
     functions.swap(functions_);
@@ -431,6 +444,7 @@ CudaDevice::~CudaDevice() {
     events.swap(events_);
     streams.swap(streams_);
     buffers.swap(buffers_);
+    segments.swap(segments_);
     used_bytes_ = 0;
   }
   functions.clear();
@@ -438,10 +452,13 @@ CudaDevice::~CudaDevice() {
   events.clear();
   event_pool_.reset();
   streams.clear();
+  health_stream_.reset();
   if (!Bind().ok())
     spdlog::warn("{}: cannot bind its context to unmap imported memory", Describe());
   for (const auto& [id, allocation] : buffers) {
-    if (allocation.address == 0 || allocation.imported != nullptr) continue;
+    if (allocation.address == 0 || allocation.imported != nullptr || allocation.in_segment) {
+      continue;
+    }
     if (allocation.legacy_ipc) {
       LogQuietlyIfFailed(cu_.cuMemFree(static_cast<CUdeviceptr>(allocation.address)), "cuMemFree");
     } else {
@@ -449,6 +466,7 @@ CudaDevice::~CudaDevice() {
     }
   }
   buffers.clear();     // unmaps imported memory
+  segments.clear();    // unmaps the segments; their memory stays with its owner
   pool_.reset();       // returns every segment to the driver
   host_pool_.reset();  // host buffers must not outlive the device
   transfers_.reset();  // its pinned buffers and events belong to the context
@@ -522,8 +540,15 @@ absl::Status CudaDevice::Free(BufferId buffer) {
       return absl::NotFoundError(absl::StrCat("buffer ", buffer.value, " not found"));
     }
     doomed = std::move(it->second);
-    if (doomed.imported == nullptr) used_bytes_ -= doomed.bytes;
     buffers_.erase(it);
+    if (doomed.in_segment) {
+      // The segment's memory stays mapped until UnmapSegment; the buffer was only a range.
+      if (auto segment = segments_.find(doomed.segment_key); segment != segments_.end()) {
+        --segment->second.buffers;
+      }
+      return absl::OkStatus();
+    }
+    if (doomed.imported == nullptr) used_bytes_ -= doomed.bytes;
   }
   // Outside the lock: both may wait for the GPU.
   if (doomed.imported != nullptr) {
@@ -576,6 +601,99 @@ absl::StatusOr<BufferId> CudaDevice::ImportBuffer(ImportedMemory memory) {
   return BufferId{id};
 }
 
+absl::Status CudaDevice::MapSegment(uint64_t key, ScopedFd fd, int64_t bytes) {
+  if (bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("segment ", key, " of ", bytes, " bytes: a segment has > 0 bytes"));
+  }
+  auto key_in_use = [key] {
+    return absl::InvalidArgumentError(absl::StrCat("segment key ", key, " is already mapped"));
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    if (segments_.contains(key)) return key_in_use();
+  }
+  // Mapped outside the lock (driver calls); a racing MapSegment of the same key loses below.
+  GPUKIT_RETURN_IF_ERROR(Bind());
+  absl::StatusOr<std::unique_ptr<SharedMapping>> mapping =
+      SharedMapping::OpenDescriptor(cu_, device_, std::move(fd), bytes);
+  if (!mapping.ok()) {
+    // A faulted context fails every call alike: that is the device's state, not the caller's
+    // descriptor, and the caller must learn it as such.
+    GPUKIT_RETURN_IF_ERROR(CheckHealth());
+    return absl::InvalidArgumentError(absl::StrCat(Describe(), " cannot map segment ", key, " of ",
+                                                   bytes, " bytes: ", mapping.status().message()));
+  }
+  std::shared_ptr<SharedMapping> mapped = *std::move(mapping);
+  {
+    absl::MutexLock lock(&mu_);
+    if (!segments_.contains(key)) {
+      segments_.emplace(key, MappedSegment{std::move(mapped), 0});
+      return absl::OkStatus();
+    }
+  }
+  mapped.reset();  // unmaps, outside the lock; the context is still current
+  return key_in_use();
+}
+
+absl::Status CudaDevice::UnmapSegment(uint64_t key) {
+  std::shared_ptr<SharedMapping> doomed;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = segments_.find(key);
+    if (it == segments_.end()) {
+      return absl::NotFoundError(absl::StrCat("segment ", key, " is not mapped"));
+    }
+    if (it->second.buffers > 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "segment ", key, " still holds ", it->second.buffers, " buffer(s); free them first"));
+    }
+    doomed = std::move(it->second.mapping);
+    segments_.erase(it);
+  }
+  GPUKIT_RETURN_IF_ERROR(Bind());
+  doomed.reset();  // unmaps
+  return absl::OkStatus();
+}
+
+absl::StatusOr<BufferId> CudaDevice::BufferInSegment(uint64_t key, int64_t offset, int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  auto it = segments_.find(key);
+  if (it == segments_.end()) {
+    return absl::NotFoundError(absl::StrCat("segment ", key, " is not mapped"));
+  }
+  const int64_t segment_bytes = it->second.mapping->bytes();
+  if (offset < 0 || bytes < 0 || offset > segment_bytes || bytes > segment_bytes - offset) {
+    return absl::OutOfRangeError(absl::StrCat("range [", offset, ", +", bytes,
+                                              ") is outside segment ", key, " of ", segment_bytes,
+                                              " bytes"));
+  }
+  Allocation allocation;
+  allocation.address = it->second.mapping->address() + static_cast<uint64_t>(offset);
+  allocation.bytes = bytes;
+  allocation.in_segment = true;
+  allocation.segment_key = key;
+  ++it->second.buffers;
+  const uint64_t id = next_id_++;
+  buffers_.emplace(id, std::move(allocation));
+  return BufferId{id};
+}
+
+absl::Status CudaDevice::CheckHealth() {
+  if (absl::Status bound = Bind(); !bound.ok()) {
+    return absl::InternalError(
+        absl::StrCat(Describe(), " cannot make its context current: ", bound.message()));
+  }
+  const CUresult result = cu_.cuStreamQuery(health_stream_->handle);
+  // NOT_READY cannot happen on a stream nothing is enqueued on; were it ever to, it would
+  // still not be a fault.
+  if (result == CUDA_SUCCESS || result == CUDA_ERROR_NOT_READY) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(Describe(),
+                                          " has taken a fault its CUDA context cannot recover "
+                                          "from (only a new process can use the GPU): ",
+                                          CheckCu(result, "cuStreamQuery").message()));
+}
+
 absl::StatusOr<HostBuffer> CudaDevice::AllocateHostBuffer(int64_t bytes) {
   if (bytes <= 0) return Device::AllocateHostBuffer(bytes);
   absl::StatusOr<PoolBlock> block = host_pool_->Allocate(bytes);
@@ -606,6 +724,11 @@ absl::StatusOr<ExportedBuffer> CudaDevice::ExportBuffer(BufferId buffer, ExportF
   if (allocation.imported != nullptr) {
     return absl::FailedPreconditionError(
         "the buffer is memory another process shared with gpukit; it cannot be exported again");
+  }
+  if (allocation.in_segment) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the buffer lies in segment ", allocation.segment_key,
+                     ", memory another process owns; its owner exports it, this device cannot"));
   }
   if (form == ExportForm::kCudaIpcHandle) {
     if (allocation.exported_descriptor) {

@@ -24,6 +24,12 @@
 // only, k = 0: see RouteMatmul) run on gpukit's kernel.
 // Only SM 80 (Ampere) and newer GPUs are accepted.
 //
+// In the device executor (issue 15) the device also maps memory gpukitd owns: VMM segments
+// from runtime/cuda/vmm_segment_source.h, mapped whole under gpukitd's key (MapSegment), with
+// buffers over ranges of them (BufferInSegment). A kernel that faults then takes only the
+// executor's context down; the memory and its bytes stay with gpukitd for the next executor.
+// CheckHealth tells the executor's supervisor whether the context is poisoned.
+//
 // No CUDA type appears in this header: the Device interface stays the only view callers
 // have, and they need no CUDA headers to include it.
 //
@@ -170,8 +176,41 @@ class CudaDevice final : public Device {
   // allocation on this GPU (SharedMapping); memory of another GPU is refused.
   absl::StatusOr<BufferId> ImportBuffer(ImportedMemory memory) override;
   // cuMemHostRegister: copies from and to the range then go straight to the copy engines.
+  // `shared_fd` is not used: in this process the caller's mapping at `data` is the memory.
   absl::Status RegisterHostMemory(void* data, int64_t bytes, int shared_fd = -1) override;
   absl::Status UnregisterHostMemory(void* data) override;
+
+  // Segments of device memory that another process owns (gpukitd's, from
+  // CudaVmmSegmentSource): `fd` is a VMM allocation's POSIX descriptor, imported and mapped
+  // whole, read-write for this GPU (SharedMapping::OpenDescriptor, which keeps the descriptor
+  // until the unmap). Costs an import, an address reservation, a map and a cuMemSetAccess:
+  // about 0.4 ms on the H100 host. INVALID_ARGUMENT for a key already mapped, `bytes` <= 0 or a
+  // descriptor the driver does not map at that size (its error named); a faulted context's
+  // error comes back as INTERNAL. The memory is not checked to be this GPU's: gpukitd, the
+  // only caller, hands each executor its own GPU's memory.
+  absl::Status MapSegment(uint64_t key, ScopedFd fd, int64_t bytes) override;
+  // Unmaps a segment no buffer uses any more (cuMemUnmap, cuMemAddressFree; the memory lives on
+  // in its owner). Work queued on its buffers must have completed, as for Free.
+  // FAILED_PRECONDITION while a buffer of BufferInSegment uses it, NOT_FOUND for an unknown key.
+  absl::Status UnmapSegment(uint64_t key) override;
+  // A buffer at the segment's address + `offset`: a table entry, no driver call. Free forgets
+  // it (nothing returns to the pool), it does not count in GetMemoryInfo's used bytes, and
+  // ExportBuffer refuses it (its owner exports the segment). NOT_FOUND for an unknown key,
+  // OUT_OF_RANGE for a range outside the segment.
+  absl::StatusOr<BufferId> BufferInSegment(uint64_t key, int64_t offset, int64_t bytes) override;
+
+  // Whether the context has taken a sticky fault. It asks cuStreamQuery about a stream of its
+  // own on which nothing is ever enqueued: the call cannot wait for anything (the stream is
+  // empty and non-blocking, so it orders nothing against the other streams, which stay busy
+  // meanwhile) and, like every driver call on a context, it returns the context's sticky
+  // error once the driver has seen the fault. Calls that would also do (cuEventQuery of a
+  // fresh event, cuCtxSynchronize) either enqueue work or wait for every stream, and
+  // cuCtxSynchronize's signature changed in CUDA 13 (cuda_driver.h). One driver call, a few
+  // microseconds. A fault still running on the GPU is seen once the driver notices it (at the
+  // latest by the WaitEvent of the work that faulted). INTERNAL naming the driver's error
+  // ("device 0 (...) has taken a fault ...: cuStreamQuery: CUDA_ERROR_ILLEGAL_ADDRESS (...)")
+  // when the context is poisoned; OK otherwise.
+  absl::Status CheckHealth() override;
 
   // kHigh gets the greatest priority of the context's range, kLow the least, kNormal the
   // middle of the range.
@@ -225,6 +264,15 @@ class CudaDevice final : public Device {
     // then the memory is a cuMemAlloc allocation of its own, freed with cuMemFree.
     bool exported_descriptor = false;
     bool legacy_ipc = false;
+    // Set for a range of a mapped segment (BufferInSegment): the memory is the segment's,
+    // never the pool's, and `segment_key` names it.
+    bool in_segment = false;
+    uint64_t segment_key = 0;
+  };
+  // A segment of another process's memory (MapSegment) and how many buffers lie in it.
+  struct MappedSegment {
+    std::shared_ptr<SharedMapping> mapping;
+    int64_t buffers = 0;
   };
   struct Stream;
   struct Event;
@@ -308,6 +356,8 @@ class CudaDevice final : public Device {
   std::map<uintptr_t, int64_t> registered_host_ ABSL_GUARDED_BY(mu_);
   // Released CUDA events, recorded again by RecordEvent instead of creating new ones.
   std::shared_ptr<EventPool> event_pool_;
+  // The empty stream CheckHealth queries; set by Create.
+  std::shared_ptr<Stream> health_stream_;
 
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
@@ -317,6 +367,8 @@ class CudaDevice final : public Device {
   absl::flat_hash_map<uint64_t, std::shared_ptr<Event>> events_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::shared_ptr<Module>> modules_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::shared_ptr<Function>> functions_ ABSL_GUARDED_BY(mu_);
+  // Segment key (MapSegment) -> its mapping.
+  absl::flat_hash_map<uint64_t, MappedSegment> segments_ ABSL_GUARDED_BY(mu_);
   // Stream id -> its cuBLASLt workspace buffer.
   absl::flat_hash_map<uint64_t, BufferId> blas_workspaces_ ABSL_GUARDED_BY(mu_);
 };

@@ -88,6 +88,7 @@ namespace gpukit {
   REQUIRED(cuStreamCreateWithPriority)                   \
   REQUIRED(cuStreamGetPriority)                          \
   REQUIRED(cuStreamSynchronize)                          \
+  REQUIRED(cuStreamQuery)                                \
   REQUIRED(cuStreamDestroy)                              \
   REQUIRED(cuEventCreate)                                \
   REQUIRED(cuEventRecord)                                \

@@ -1,0 +1,146 @@
+#include "runtime/executor/executor_protocol.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/base/status_macros.h"
+
+namespace gpukit {
+namespace {
+
+void EncodeDesc(const TensorDesc& desc, executor::TensorDesc& out) {
+  out.set_dtype(static_cast<int32_t>(desc.dtype));
+  for (int64_t dim : desc.shape) out.add_shape(dim);
+}
+
+absl::StatusOr<TensorDesc> DecodeDesc(const executor::TensorDesc& in) {
+  if (in.dtype() < 0 || in.dtype() > static_cast<int32_t>(DType::kUInt8)) {
+    return absl::InvalidArgumentError(absl::StrCat("dtype ", in.dtype()));
+  }
+  TensorDesc desc;
+  desc.dtype = static_cast<DType>(in.dtype());
+  desc.shape.assign(in.shape().begin(), in.shape().end());
+  return desc;
+}
+
+void EncodeScalar(const ScalarValue& scalar, executor::Scalar& out) {
+  out.set_is_float(scalar.is_float);
+  out.set_float_value(scalar.float_value);
+  out.set_int_value(scalar.int_value);
+}
+
+ScalarValue DecodeScalar(const executor::Scalar& in) {
+  return {.is_float = in.is_float(), .float_value = in.float_value(), .int_value = in.int_value()};
+}
+
+}  // namespace
+
+absl::Status SendExecutorMessage(int socket, const google::protobuf::MessageLite& message, int fd) {
+  const size_t size = message.ByteSizeLong();
+  if (size > kMaxExecutorMessageBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("an executor message of ", size,
+                                                   " bytes (at most ", kMaxExecutorMessageBytes,
+                                                   ")"));
+  }
+  // Every message sent has a field set (a oneof body), so none serializes to nothing.
+  std::string bytes;
+  message.SerializeToString(&bytes);
+  return SendMessage(socket, bytes.data(), bytes.size(), fd);
+}
+
+absl::StatusOr<ScopedFd> ReceiveExecutorMessage(int socket,
+                                                google::protobuf::MessageLite& message) {
+  GPUKIT_ASSIGN_OR_RETURN(ReceivedMessage received,
+                          ReceiveMessage(socket, kMaxExecutorMessageBytes + 1024,
+                                         absl::InfiniteDuration()));
+  if (!message.ParseFromString(received.bytes)) {
+    return absl::InternalError(
+        absl::StrCat("an executor message of ", received.bytes.size(), " bytes does not parse"));
+  }
+  return std::move(received.fd);
+}
+
+void SetReplyStatus(const absl::Status& status, executor::Reply& reply) {
+  reply.set_code(static_cast<int32_t>(status.code()));
+  reply.set_message(std::string(status.message()));
+}
+
+absl::Status ReplyStatus(const executor::Reply& reply) {
+  return absl::Status(static_cast<absl::StatusCode>(reply.code()), reply.message());
+}
+
+void EncodeRunOp(const OpLaunch& launch, StreamId stream, executor::RunOp& out) {
+  out.set_stream(stream.value);
+  out.set_op(launch.op->name);
+  out.set_compute_dtype(static_cast<int32_t>(launch.plan.compute_dtype));
+  EncodeDesc(launch.plan.output, *out.mutable_output_desc());
+  const OpParams& p = launch.plan.params;
+  executor::OpParams& params = *out.mutable_params();
+  params.set_has_axis(p.axis.has_value());
+  params.set_axis(p.axis.value_or(0));
+  params.set_keepdims(p.keepdims);
+  for (int axis : p.perm) params.add_perm(axis);
+  params.set_allow_tf32(p.allow_tf32);
+  if (p.clamp_min) {
+    EncodeScalar(*p.clamp_min, *params.mutable_clamp_min());
+  }
+  if (p.clamp_max) {
+    EncodeScalar(*p.clamp_max, *params.mutable_clamp_max());
+  }
+  params.set_eps(p.eps);
+  params.set_rope_base(p.rope_base);
+  params.set_rope_offset(p.rope_offset);
+  params.set_causal(p.causal);
+  params.set_scale(p.scale);
+  for (const OpOperand& input : launch.inputs) {
+    executor::Operand& operand = *out.add_inputs();
+    operand.set_is_scalar(input.is_scalar);
+    if (input.is_scalar) {
+      EncodeScalar(input.scalar, *operand.mutable_scalar());
+    } else {
+      operand.set_buffer(input.buffer.value);
+      EncodeDesc(input.desc, *operand.mutable_desc());
+    }
+  }
+  out.set_output(launch.output.value);
+}
+
+absl::StatusOr<OpLaunch> DecodeRunOp(
+    const executor::RunOp& in,
+    const std::function<absl::StatusOr<BufferId>(uint64_t)>& decode_buffer) {
+  OpLaunch launch;
+  GPUKIT_ASSIGN_OR_RETURN(launch.op, OpRegistry::Builtin().Find(in.op()));
+  executor::TensorDesc compute;
+  compute.set_dtype(in.compute_dtype());
+  GPUKIT_ASSIGN_OR_RETURN(TensorDesc compute_desc, DecodeDesc(compute));
+  launch.plan.compute_dtype = compute_desc.dtype;
+  GPUKIT_ASSIGN_OR_RETURN(launch.plan.output, DecodeDesc(in.output_desc()));
+  const executor::OpParams& params = in.params();
+  OpParams& p = launch.plan.params;
+  if (params.has_axis()) p.axis = params.axis();
+  p.keepdims = params.keepdims();
+  p.perm.assign(params.perm().begin(), params.perm().end());
+  p.allow_tf32 = params.allow_tf32();
+  if (params.has_clamp_min()) p.clamp_min = DecodeScalar(params.clamp_min());
+  if (params.has_clamp_max()) p.clamp_max = DecodeScalar(params.clamp_max());
+  p.eps = params.eps();
+  p.rope_base = params.rope_base();
+  p.rope_offset = params.rope_offset();
+  p.causal = params.causal();
+  p.scale = params.scale();
+  for (const executor::Operand& operand : in.inputs()) {
+    OpOperand input;
+    input.is_scalar = operand.is_scalar();
+    if (input.is_scalar) {
+      input.scalar = DecodeScalar(operand.scalar());
+    } else {
+      GPUKIT_ASSIGN_OR_RETURN(input.buffer, decode_buffer(operand.buffer()));
+      GPUKIT_ASSIGN_OR_RETURN(input.desc, DecodeDesc(operand.desc()));
+    }
+    launch.inputs.push_back(std::move(input));
+  }
+  GPUKIT_ASSIGN_OR_RETURN(launch.output, decode_buffer(in.output()));
+  return launch;
+}
+
+}  // namespace gpukit

@@ -1,0 +1,45 @@
+// The executor channel's encoding (proto/gpukit/executor/executor.proto): messages as
+// datagrams of a unix SOCK_SEQPACKET socket, statuses as replies, built-in op launches as
+// RunOp messages. Shared by gpukitd's RemoteDevice and the executor's ExecutorServer.
+//
+// Thread safety: functions are thread-safe; a datagram is sent whole by one sendmsg, so
+// threads may send on one socket at once.
+#ifndef GPUKIT_RUNTIME_EXECUTOR_EXECUTOR_PROTOCOL_H_
+#define GPUKIT_RUNTIME_EXECUTOR_EXECUTOR_PROTOCOL_H_
+
+#include <cstdint>
+#include <functional>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "google/protobuf/message_lite.h"
+#include "gpukit/executor/executor.pb.h"
+#include "runtime/base/unix_fd.h"
+#include "runtime/device.h"
+
+namespace gpukit {
+
+// The largest message either side sends (the socket keeps datagrams whole up to its buffer).
+inline constexpr size_t kMaxExecutorMessageBytes = 60 * 1024;
+
+// Sends `message` as one datagram, with `fd` attached when >= 0. INVALID_ARGUMENT for a
+// message above kMaxExecutorMessageBytes; UNAVAILABLE when the peer is gone.
+absl::Status SendExecutorMessage(int socket, const google::protobuf::MessageLite& message,
+                                 int fd = -1);
+// Waits for the next datagram and parses it into `message`; returns its descriptor, if one
+// came. UNAVAILABLE when the peer closed the channel; INTERNAL for bytes that do not parse.
+absl::StatusOr<ScopedFd> ReceiveExecutorMessage(int socket, google::protobuf::MessageLite& message);
+
+void SetReplyStatus(const absl::Status& status, executor::Reply& reply);
+absl::Status ReplyStatus(const executor::Reply& reply);
+
+// OpLaunch <-> RunOp. Buffer ids travel as they are; `decode_buffer` maps each to the
+// device's (NOT_FOUND for one it does not know).
+void EncodeRunOp(const OpLaunch& launch, StreamId stream, executor::RunOp& out);
+absl::StatusOr<OpLaunch> DecodeRunOp(const executor::RunOp& in,
+                                     const std::function<absl::StatusOr<BufferId>(uint64_t)>&
+                                         decode_buffer);
+
+}  // namespace gpukit
+
+#endif  // GPUKIT_RUNTIME_EXECUTOR_EXECUTOR_PROTOCOL_H_

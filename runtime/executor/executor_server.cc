@@ -1,0 +1,698 @@
+#include "runtime/executor/executor_server.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "runtime/base/status_macros.h"
+#include "runtime/executor/executor_protocol.h"
+#include "spdlog/spdlog.h"
+
+namespace gpukit {
+namespace {
+
+// A queue served by one thread, in order.
+class WorkQueue {
+ public:
+  WorkQueue() : thread_([this] { Run(); }) {}
+  ~WorkQueue() {
+    Push(nullptr);
+    thread_.join();
+  }
+  // nullptr stops the thread after what was pushed before it.
+  void Push(std::function<void()> work) {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(std::move(work));
+  }
+
+ private:
+  void Run() {
+    for (;;) {
+      std::function<void()> work;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](std::deque<std::function<void()>>* q) { return !q->empty(); }, &queue_));
+        work = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      if (!work) return;
+      work();
+    }
+  }
+
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+// One of gpukitd's streams: the device's stream, a thread that enqueues its work in order and
+// a thread that waits for its events in order.
+struct StreamState {
+  StreamId device_stream;
+  absl::Status create_error;  // the stream could not be created: all its work fails so
+  // The first error enqueueing returned since the last RecordEvent (enqueue thread only).
+  absl::Status enqueue_error;
+  // Declared last: destroyed (joined) first, while the fields above are still there.
+  WorkQueue completions;
+  WorkQueue enqueues;
+};
+
+struct EventState {
+  std::shared_ptr<StreamState> stream;
+  uint64_t stream_id = 0;  // gpukitd's
+  EventId device_event;        // set by the enqueue thread
+  absl::Status enqueue_error;  // what enqueueing the work before it returned
+};
+
+}  // namespace
+
+class ExecutorServer::Impl {
+ public:
+  Impl(Device& device, ScopedFd socket) : device_(device), socket_(std::move(socket)) {}
+
+  ~Impl() {
+    // Streams first: their threads use the tables.
+    absl::flat_hash_map<uint64_t, std::shared_ptr<StreamState>> streams;
+    absl::flat_hash_map<uint64_t, std::shared_ptr<EventState>> events;
+    {
+      absl::MutexLock lock(&mu_);
+      streams.swap(streams_);
+      events.swap(events_);
+    }
+    events.clear();
+    streams.clear();
+  }
+
+  absl::Status Serve();
+  void SendHello();
+
+ private:
+  void Handle(executor::Request& request, ScopedFd fd);
+  void Reply(uint64_t seq, const absl::Status& status, int64_t value = 0);
+  // A wait failed: if the device took a sticky fault, says so to gpukitd and stops serving.
+  void CheckFault(const absl::Status& failure, uint64_t stream);
+
+  absl::StatusOr<BufferId> FindBuffer(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<char*> FindHost(const executor::HostRange& range, int64_t bytes)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  std::shared_ptr<StreamState> FindStream(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  std::shared_ptr<EventState> FindEvent(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Stream work, on the stream's enqueue thread.
+  absl::Status EnqueueCopy(const executor::Copy& copy, const StreamState& stream);
+  absl::Status EnqueueLaunch(const executor::Launch& launch, const StreamState& stream);
+
+  absl::Status MapHostSegment(const executor::MapHostSegment& map, ScopedFd fd);
+  absl::Status UnmapHostSegment(uint64_t key);
+  absl::Status LoadModule(const executor::LoadModule& load, ScopedFd fd);
+
+  Device& device_;
+  const ScopedFd socket_;
+
+  struct HostSegment {
+    char* data = nullptr;
+    int64_t bytes = 0;
+    bool registered = false;
+  };
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, BufferId> buffers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, HostSegment> host_segments_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::shared_ptr<StreamState>> streams_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::shared_ptr<EventState>> events_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, ModuleId> modules_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, FunctionId> functions_ ABSL_GUARDED_BY(mu_);
+  // Set once the device faulted: Serve returns it.
+  absl::Status fault_ ABSL_GUARDED_BY(mu_);
+  bool faulted_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+ExecutorServer::ExecutorServer(Device& device, ScopedFd socket)
+    : impl_(std::make_unique<Impl>(device, std::move(socket))) {}
+
+ExecutorServer::~ExecutorServer() = default;
+
+absl::Status ExecutorServer::Serve() { return impl_->Serve(); }
+
+void ExecutorServer::SendStartFailure(int socket, const absl::Status& status) {
+  executor::FromExecutor message;
+  message.mutable_hello()->set_error_code(static_cast<int32_t>(status.code()));
+  message.mutable_hello()->set_error(std::string(status.message()));
+  SendExecutorMessage(socket, message).IgnoreError();
+}
+
+void ExecutorServer::Impl::SendHello() {
+  executor::FromExecutor message;
+  executor::Hello& hello = *message.mutable_hello();
+  const DeviceProperties& p = device_.properties();
+  hello.set_index(p.index);
+  hello.set_name(p.name);
+  hello.set_backend(static_cast<int32_t>(p.backend));
+  hello.set_memory_total_bytes(p.memory_total_bytes);
+  hello.set_kernel_arch(p.kernel_arch);
+  for (int i = 0; i < 3; ++i) {
+    hello.add_max_grid_dim(p.max_grid_dim[i]);
+    hello.add_max_block_dim(p.max_block_dim[i]);
+  }
+  hello.set_max_threads_per_block(p.max_threads_per_block);
+  hello.set_max_shared_memory_per_block_optin_bytes(p.max_shared_memory_per_block_optin_bytes);
+  for (const OpDef& op : OpRegistry::Builtin().ops()) {
+    if (device_.SupportsOp(op.name)) hello.add_supported_ops(op.name);
+  }
+  SendExecutorMessage(socket_.get(), message).IgnoreError();
+}
+
+absl::Status ExecutorServer::Impl::Serve() {
+  SendHello();
+  bool active = false;
+  for (;;) {
+    executor::Request request;
+    absl::StatusOr<ScopedFd> fd = ReceiveExecutorMessage(socket_.get(), request);
+    {
+      absl::MutexLock lock(&mu_);
+      if (faulted_) return fault_;
+    }
+    if (!fd.ok()) {
+      // gpukitd closed the channel (it exits, or it let this executor go): done.
+      if (fd.status().code() == absl::StatusCode::kUnavailable) return absl::OkStatus();
+      return fd.status();
+    }
+    if (!active) {
+      // A standby serves nothing until it is promoted.
+      if (request.body_case() != executor::Request::kActivate) {
+        return absl::InternalError("the executor was sent work before Activate");
+      }
+      active = true;
+      continue;
+    }
+    Handle(request, *std::move(fd));
+  }
+}
+
+void ExecutorServer::Impl::Reply(uint64_t seq, const absl::Status& status, int64_t value) {
+  if (seq == 0) {
+    if (!status.ok()) spdlog::warn("executor: {}", std::string(status.message()));
+    return;
+  }
+  executor::FromExecutor message;
+  executor::Reply& reply = *message.mutable_reply();
+  reply.set_seq(seq);
+  SetReplyStatus(status, reply);
+  reply.set_int_value(value);
+  SendExecutorMessage(socket_.get(), message).IgnoreError();
+}
+
+void ExecutorServer::Impl::CheckFault(const absl::Status& failure, uint64_t stream) {
+  absl::Status health = device_.CheckHealth();
+  if (health.ok()) return;
+  {
+    absl::MutexLock lock(&mu_);
+    if (faulted_) return;
+    faulted_ = true;
+    fault_ = health;
+  }
+  spdlog::error("executor: the device faulted ({}); the first failed work: {}",
+                std::string(health.message()), std::string(failure.message()));
+  executor::FromExecutor message;
+  message.mutable_fault()->set_error(std::string(health.message()));
+  message.mutable_fault()->set_stream(stream);
+  SendExecutorMessage(socket_.get(), message).IgnoreError();
+  // Nothing this process holds is worth keeping, and its device cannot run work: gpukitd
+  // replaces it. Exiting here (rather than unwinding) spares a teardown that waits on a
+  // poisoned context.
+  std::_Exit(3);
+}
+
+absl::StatusOr<BufferId> ExecutorServer::Impl::FindBuffer(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  auto it = buffers_.find(id);
+  if (it == buffers_.end()) return absl::NotFoundError(absl::StrCat("executor: no buffer ", id));
+  return it->second;
+}
+
+absl::StatusOr<char*> ExecutorServer::Impl::FindHost(const executor::HostRange& range,
+                                                     int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  auto it = host_segments_.find(range.segment());
+  if (it == host_segments_.end()) {
+    return absl::NotFoundError(absl::StrCat("executor: no host segment ", range.segment()));
+  }
+  const HostSegment& segment = it->second;
+  if (range.offset() < 0 || bytes < 0 || range.offset() > segment.bytes ||
+      bytes > segment.bytes - range.offset()) {
+    return absl::OutOfRangeError(absl::StrCat("executor: host range [", range.offset(), ", +",
+                                              bytes, ") outside a segment of ", segment.bytes));
+  }
+  return segment.data + range.offset();
+}
+
+std::shared_ptr<StreamState> ExecutorServer::Impl::FindStream(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  auto it = streams_.find(id);
+  return it == streams_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<EventState> ExecutorServer::Impl::FindEvent(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  auto it = events_.find(id);
+  return it == events_.end() ? nullptr : it->second;
+}
+
+absl::Status ExecutorServer::Impl::EnqueueCopy(const executor::Copy& copy,
+                                               const StreamState& stream) {
+  const bool dst_device = copy.dst_buffer() != 0;
+  const bool src_device = copy.src_buffer() != 0;
+  if (dst_device && src_device) {
+    GPUKIT_ASSIGN_OR_RETURN(BufferId dst, FindBuffer(copy.dst_buffer()));
+    GPUKIT_ASSIGN_OR_RETURN(BufferId src, FindBuffer(copy.src_buffer()));
+    return device_.CopyDeviceToDevice(dst, copy.dst_offset(), src, copy.src_offset(),
+                                      copy.bytes(), stream.device_stream);
+  }
+  if (dst_device) {
+    GPUKIT_ASSIGN_OR_RETURN(BufferId dst, FindBuffer(copy.dst_buffer()));
+    GPUKIT_ASSIGN_OR_RETURN(char* src, FindHost(copy.src_host(), copy.bytes()));
+    return device_.CopyHostToDevice(dst, copy.dst_offset(), src, copy.bytes(),
+                                    stream.device_stream);
+  }
+  GPUKIT_ASSIGN_OR_RETURN(BufferId src, FindBuffer(copy.src_buffer()));
+  GPUKIT_ASSIGN_OR_RETURN(char* dst, FindHost(copy.dst_host(), copy.bytes()));
+  return device_.CopyDeviceToHost(dst, src, copy.src_offset(), copy.bytes(),
+                                  stream.device_stream);
+}
+
+absl::Status ExecutorServer::Impl::EnqueueLaunch(const executor::Launch& launch,
+                                                 const StreamState& stream) {
+  FunctionId function;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = functions_.find(launch.function());
+    if (it == functions_.end()) {
+      return absl::NotFoundError(absl::StrCat("executor: no function ", launch.function()));
+    }
+    function = it->second;
+  }
+  if (launch.grid_size() != 3 || launch.block_size() != 3) {
+    return absl::InvalidArgumentError("executor: a launch needs 3 grid and 3 block dimensions");
+  }
+  LaunchConfig config;
+  for (int i = 0; i < 3; ++i) {
+    config.grid[i] = launch.grid(i);
+    config.block[i] = launch.block(i);
+  }
+  config.shared_memory_bytes = launch.shared_memory_bytes();
+  std::vector<KernelArg> args(static_cast<size_t>(launch.args_size()));
+  for (int i = 0; i < launch.args_size(); ++i) {
+    const executor::KernelArg& in = launch.args(i);
+    KernelArg& arg = args[static_cast<size_t>(i)];
+    arg.kind = static_cast<KernelArg::Kind>(in.kind());
+    switch (arg.kind) {
+      case KernelArg::Kind::kBuffer: {
+        GPUKIT_ASSIGN_OR_RETURN(arg.buffer, FindBuffer(in.buffer()));
+        break;
+      }
+      case KernelArg::Kind::kScalar:
+        if (in.bytes().size() > sizeof(arg.bytes)) {
+          return absl::InvalidArgumentError("executor: a scalar of more than 8 bytes");
+        }
+        std::memcpy(arg.bytes, in.bytes().data(), in.bytes().size());
+        arg.size_bytes = static_cast<uint32_t>(in.bytes().size());
+        break;
+      case KernelArg::Kind::kBlock:
+        arg.block = in.bytes().data();
+        arg.size_bytes = static_cast<uint32_t>(in.bytes().size());
+        break;
+    }
+  }
+  return device_.Launch(function, config, args, stream.device_stream);
+}
+
+absl::Status ExecutorServer::Impl::MapHostSegment(const executor::MapHostSegment& map,
+                                                  ScopedFd fd) {
+  if (!fd.valid() || map.bytes() <= 0) {
+    return absl::InvalidArgumentError("executor: a host segment needs a descriptor and bytes");
+  }
+  void* data = ::mmap(nullptr, static_cast<size_t>(map.bytes()), PROT_READ | PROT_WRITE,
+                      MAP_SHARED, fd.get(), 0);
+  if (data == MAP_FAILED) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("executor: cannot map a host segment: ", std::strerror(errno)));
+  }
+  HostSegment segment{static_cast<char*>(data), map.bytes(), false};
+  // Pinned on a GPU, so copies go straight to the copy engines; a failure only costs speed.
+  absl::Status registered = device_.RegisterHostMemory(data, map.bytes());
+  segment.registered = registered.ok();
+  if (!registered.ok()) {
+    spdlog::warn("executor: host segment {} not registered: {}", map.key(),
+                 std::string(registered.message()));
+  }
+  absl::MutexLock lock(&mu_);
+  if (!host_segments_.emplace(map.key(), segment).second) {
+    if (segment.registered) device_.UnregisterHostMemory(data).IgnoreError();
+    ::munmap(data, static_cast<size_t>(map.bytes()));
+    return absl::InvalidArgumentError(absl::StrCat("executor: host segment ", map.key(),
+                                                   " is mapped already"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExecutorServer::Impl::UnmapHostSegment(uint64_t key) {
+  HostSegment segment;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = host_segments_.find(key);
+    if (it == host_segments_.end()) {
+      return absl::NotFoundError(absl::StrCat("executor: no host segment ", key));
+    }
+    segment = it->second;
+    host_segments_.erase(it);
+  }
+  if (segment.registered) device_.UnregisterHostMemory(segment.data).IgnoreError();
+  ::munmap(segment.data, static_cast<size_t>(segment.bytes));
+  return absl::OkStatus();
+}
+
+absl::Status ExecutorServer::Impl::LoadModule(const executor::LoadModule& load, ScopedFd fd) {
+  if (!fd.valid() || load.image_bytes() <= 0) {
+    return absl::InvalidArgumentError("executor: a module needs its image");
+  }
+  std::string image(static_cast<size_t>(load.image_bytes()), '\0');
+  int64_t done = 0;
+  while (done < load.image_bytes()) {
+    const ssize_t got = ::pread(fd.get(), image.data() + done,
+                                static_cast<size_t>(load.image_bytes() - done), done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return absl::InternalError("executor: cannot read a module's image");
+    done += got;
+  }
+  GPUKIT_ASSIGN_OR_RETURN(ModuleId module, device_.LoadModule(image));
+  absl::MutexLock lock(&mu_);
+  modules_[load.module()] = module;
+  return absl::OkStatus();
+}
+
+void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
+  const uint64_t seq = request.seq();
+  switch (request.body_case()) {
+    case executor::Request::kMapSegment: {
+      const executor::MapSegment& map = request.map_segment();
+      Reply(seq, device_.MapSegment(map.key(), std::move(fd), map.bytes()));
+      return;
+    }
+    case executor::Request::kUnmapSegment:
+      Reply(seq, device_.UnmapSegment(request.unmap_segment().key()));
+      return;
+    case executor::Request::kMapHostSegment:
+      Reply(seq, MapHostSegment(request.map_host_segment(), std::move(fd)));
+      return;
+    case executor::Request::kUnmapHostSegment:
+      Reply(seq, UnmapHostSegment(request.unmap_host_segment().key()));
+      return;
+    case executor::Request::kDefineBuffer: {
+      const executor::DefineBuffer& define = request.define_buffer();
+      absl::StatusOr<BufferId> buffer =
+          define.segment() == 0 ? device_.Allocate(0)
+                                : device_.BufferInSegment(define.segment(), define.offset(),
+                                                          define.bytes());
+      if (buffer.ok()) {
+        std::optional<BufferId> replaced;
+        {
+          absl::MutexLock lock(&mu_);
+          auto [it, added] = buffers_.try_emplace(define.buffer(), *buffer);
+          if (!added) {
+            replaced = it->second;
+            it->second = *buffer;
+          }
+        }
+        if (replaced) device_.Free(*replaced).IgnoreError();
+      }
+      Reply(seq, buffer.status());
+      return;
+    }
+    case executor::Request::kImportBuffer: {
+      const executor::ImportBuffer& import = request.import_buffer();
+      ImportedMemory memory;
+      memory.fd = std::move(fd);
+      memory.allocation_bytes = import.allocation_bytes();
+      memory.cuda_ipc_handle = import.cuda_ipc_handle();
+      memory.offset_bytes = import.offset();
+      memory.bytes = import.bytes();
+      absl::StatusOr<BufferId> buffer = device_.ImportBuffer(std::move(memory));
+      if (buffer.ok()) {
+        absl::MutexLock lock(&mu_);
+        buffers_[import.buffer()] = *buffer;
+      }
+      Reply(seq, buffer.status());
+      return;
+    }
+    case executor::Request::kFreeBuffer: {
+      std::optional<BufferId> buffer;
+      {
+        absl::MutexLock lock(&mu_);
+        auto it = buffers_.find(request.free_buffer().buffer());
+        if (it != buffers_.end()) {
+          buffer = it->second;
+          buffers_.erase(it);
+        }
+      }
+      Reply(seq, buffer ? device_.Free(*buffer)
+                        : absl::NotFoundError(absl::StrCat("executor: no buffer ",
+                                                           request.free_buffer().buffer())));
+      return;
+    }
+    case executor::Request::kCreateStream: {
+      auto stream = std::make_shared<StreamState>();
+      absl::StatusOr<StreamId> created =
+          device_.CreateStream(static_cast<StreamPriority>(request.create_stream().priority()));
+      if (created.ok()) {
+        stream->device_stream = *created;
+      } else {
+        stream->create_error = created.status();
+      }
+      {
+        absl::MutexLock lock(&mu_);
+        streams_[request.create_stream().stream()] = stream;
+      }
+      Reply(seq, created.status());
+      return;
+    }
+    case executor::Request::kDestroyStream: {
+      std::shared_ptr<StreamState> stream;
+      {
+        absl::MutexLock lock(&mu_);
+        auto it = streams_.find(request.destroy_stream().stream());
+        if (it != streams_.end()) {
+          stream = std::move(it->second);
+          streams_.erase(it);
+        }
+      }
+      if (stream == nullptr) {
+        Reply(seq, absl::NotFoundError(absl::StrCat("executor: no stream ",
+                                                    request.destroy_stream().stream())));
+        return;
+      }
+      // After every enqueue and every wait queued before it. The last reference goes on the
+      // completion thread's own work item, so a detached thread joins the stream's threads.
+      StreamState* raw = stream.get();
+      raw->enqueues.Push([this, seq, stream = std::move(stream)]() mutable {
+        StreamState* s = stream.get();
+        s->completions.Push([this, seq, stream = std::move(stream)]() mutable {
+          absl::Status status = stream->create_error.ok()
+                                    ? device_.DestroyStream(stream->device_stream)
+                                    : absl::OkStatus();
+          Reply(seq, status);
+          std::thread([stream = std::move(stream)]() mutable { stream.reset(); }).detach();
+        });
+      });
+      return;
+    }
+    case executor::Request::kCopy:
+    case executor::Request::kRunOp:
+    case executor::Request::kLaunch: {
+      const uint64_t stream_id = request.body_case() == executor::Request::kCopy
+                                     ? request.copy().stream()
+                                 : request.body_case() == executor::Request::kRunOp
+                                     ? request.run_op().stream()
+                                     : request.launch().stream();
+      std::shared_ptr<StreamState> stream = FindStream(stream_id);
+      if (stream == nullptr) {
+        spdlog::warn("executor: work for unknown stream {}", stream_id);
+        return;
+      }
+      StreamState* s = stream.get();
+      s->enqueues.Push([this, s, request = std::move(request)] {
+        absl::Status status = s->create_error;
+        if (status.ok()) {
+          switch (request.body_case()) {
+            case executor::Request::kCopy:
+              status = EnqueueCopy(request.copy(), *s);
+              break;
+            case executor::Request::kRunOp: {
+              absl::StatusOr<OpLaunch> launch = DecodeRunOp(
+                  request.run_op(), [this](uint64_t id) { return FindBuffer(id); });
+              status = launch.ok() ? device_.RunOp(*launch, s->device_stream) : launch.status();
+              break;
+            }
+            default:
+              status = EnqueueLaunch(request.launch(), *s);
+              break;
+          }
+        }
+        if (!status.ok() && s->enqueue_error.ok()) s->enqueue_error = status;
+      });
+      return;
+    }
+    case executor::Request::kRecordEvent: {
+      std::shared_ptr<StreamState> stream = FindStream(request.record_event().stream());
+      auto event = std::make_shared<EventState>();
+      event->stream = stream;
+      event->stream_id = request.record_event().stream();
+      {
+        absl::MutexLock lock(&mu_);
+        events_[request.record_event().event()] = event;
+      }
+      if (stream == nullptr) {
+        event->enqueue_error = absl::NotFoundError(
+            absl::StrCat("executor: no stream ", request.record_event().stream()));
+        return;
+      }
+      StreamState* s = stream.get();
+      s->enqueues.Push([this, s, event] {
+        event->enqueue_error = std::exchange(s->enqueue_error, absl::OkStatus());
+        if (!s->create_error.ok()) {
+          event->enqueue_error = s->create_error;
+          return;
+        }
+        absl::StatusOr<EventId> recorded = device_.RecordEvent(s->device_stream);
+        if (recorded.ok()) {
+          event->device_event = *recorded;
+        } else if (event->enqueue_error.ok()) {
+          event->enqueue_error = recorded.status();
+        }
+      });
+      return;
+    }
+    case executor::Request::kWaitEvent:
+    case executor::Request::kDestroyEvent:
+    case executor::Request::kElapsedNs: {
+      const uint64_t event_id = request.body_case() == executor::Request::kWaitEvent
+                                    ? request.wait_event().event()
+                                : request.body_case() == executor::Request::kDestroyEvent
+                                    ? request.destroy_event().event()
+                                    : request.elapsed_ns().end();
+      std::shared_ptr<EventState> event = FindEvent(event_id);
+      if (event == nullptr || event->stream == nullptr) {
+        Reply(seq, absl::NotFoundError(absl::StrCat("executor: no event ", event_id)));
+        return;
+      }
+      StreamState* s = event->stream.get();
+      if (request.body_case() == executor::Request::kWaitEvent && request.wait_event().query()) {
+        // A query answers from the enqueue thread, after the RecordEvent, without waiting.
+        s->enqueues.Push([this, event, seq] {
+          if (!event->enqueue_error.ok()) {
+            Reply(seq, absl::OkStatus(), 1);  // done; WaitEvent reports the error
+            return;
+          }
+          absl::StatusOr<bool> done = device_.QueryEvent(event->device_event);
+          Reply(seq, done.status(), done.ok() && *done ? 1 : 0);
+        });
+        return;
+      }
+      // Through the enqueue thread (after the RecordEvent) to the completion thread.
+      s->enqueues.Push([this, s, event, seq, request = std::move(request)]() mutable {
+        s->completions.Push([this, s, event, seq, request = std::move(request)] {
+          switch (request.body_case()) {
+            case executor::Request::kWaitEvent: {
+              absl::Status status = event->enqueue_error;
+              if (status.ok()) {
+                absl::Status waited = device_.WaitEvent(event->device_event);
+                if (!waited.ok()) CheckFault(waited, event->stream_id);
+                status = waited;
+              }
+              Reply(seq, status);
+              break;
+            }
+            case executor::Request::kDestroyEvent: {
+              if (event->device_event.value != 0) {
+                device_.DestroyEvent(event->device_event).IgnoreError();
+              }
+              absl::MutexLock lock(&mu_);
+              events_.erase(request.destroy_event().event());
+              break;
+            }
+            default: {
+              std::shared_ptr<EventState> start = FindEvent(request.elapsed_ns().start());
+              if (start == nullptr) {
+                Reply(seq, absl::NotFoundError("executor: no start event"));
+                break;
+              }
+              absl::StatusOr<int64_t> ns =
+                  device_.EventElapsedNs(start->device_event, event->device_event);
+              Reply(seq, ns.status(), ns.ok() ? *ns : 0);
+              break;
+            }
+          }
+          (void)s;
+        });
+      });
+      return;
+    }
+    case executor::Request::kLoadModule:
+      Reply(seq, LoadModule(request.load_module(), std::move(fd)));
+      return;
+    case executor::Request::kUnloadModule: {
+      std::optional<ModuleId> module;
+      {
+        absl::MutexLock lock(&mu_);
+        auto it = modules_.find(request.unload_module().module());
+        if (it != modules_.end()) {
+          module = it->second;
+          modules_.erase(it);
+        }
+      }
+      Reply(seq, module ? device_.UnloadModule(*module) : absl::NotFoundError("executor: no module"));
+      return;
+    }
+    case executor::Request::kGetFunction: {
+      const executor::GetFunction& get = request.get_function();
+      std::optional<ModuleId> module;
+      {
+        absl::MutexLock lock(&mu_);
+        auto it = modules_.find(get.module());
+        if (it != modules_.end()) module = it->second;
+      }
+      if (!module) {
+        Reply(seq, absl::NotFoundError(absl::StrCat("executor: no module ", get.module())));
+        return;
+      }
+      absl::StatusOr<FunctionId> function = device_.GetFunction(*module, get.name());
+      if (function.ok()) {
+        absl::MutexLock lock(&mu_);
+        functions_[get.function()] = *function;
+      }
+      Reply(seq, function.status());
+      return;
+    }
+    case executor::Request::kActivate:
+      Reply(seq, absl::OkStatus());
+      return;
+    case executor::Request::BODY_NOT_SET:
+      Reply(seq, absl::InvalidArgumentError("executor: a request without a body"));
+      return;
+  }
+}
+
+}  // namespace gpukit

@@ -1,0 +1,1607 @@
+#include "runtime/executor/remote_device.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "runtime/base/status_macros.h"
+#include "runtime/base/units.h"
+#include "runtime/executor/executor_protocol.h"
+#include "spdlog/spdlog.h"
+
+extern char** environ;
+
+namespace gpukit {
+namespace {
+
+// A reply some thread waits for.
+struct Pending {
+  absl::Notification done;
+  absl::Status status;
+  int64_t value = 0;
+  // For waits: the stream and when the wait began (the hang watchdog), and whether the work
+  // it covers includes a kernel launch (fault attribution).
+  bool is_wait = false;
+  uint64_t stream = 0;
+  absl::Time started;
+  std::string launched;  // a kernel launched in the covered work, or ""
+  bool hung = false;     // the watchdog took it for a hang
+
+  void Complete(absl::Status s, int64_t v = 0) {
+    if (done.HasBeenNotified()) return;
+    status = std::move(s);
+    value = v;
+    done.Notify();
+  }
+};
+
+// One executor process and the thread that reads what it sends.
+struct Executor {
+  pid_t pid = -1;
+  ScopedFd socket;
+  std::thread reader;
+  absl::Notification hello_received;
+  executor::Hello hello;  // set before hello_received
+  absl::Notification closed;  // the channel ended (the process died or exits)
+
+  ~Executor() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+    if (socket.valid()) ::shutdown(socket.get(), SHUT_RDWR);
+    if (reader.joinable()) reader.join();
+  }
+};
+
+std::string DescribeExit(int status) {
+  if (WIFSIGNALED(status)) {
+    return absl::StrCat("killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)),
+                        ")");
+  }
+  if (WIFEXITED(status)) return absl::StrCat("exited with status ", WEXITSTATUS(status));
+  return "ended";
+}
+
+absl::Status WithKind(absl::Status status, absl::string_view kind) {
+  status.SetPayload(kExecutorFaultPayload, absl::Cord(kind));
+  return status;
+}
+
+}  // namespace
+
+class RemoteDevice::Impl {
+ public:
+  explicit Impl(RemoteDeviceOptions options) : options_(std::move(options)) {}
+  ~Impl();
+
+  absl::Status Start();
+
+  // Tables and calls; RemoteDevice's methods forward here.
+  RemoteDeviceOptions options_;
+  DeviceProperties properties_;
+  absl::flat_hash_set<std::string> supported_ops_;
+
+  // --- Sending -----------------------------------------------------------------------------
+  // Sends on the serving executor. Holds gen_mu_ shared only while sending.
+  absl::Status Send(executor::Request& request, int fd = -1) ABSL_LOCKS_EXCLUDED(gen_mu_);
+  // Sends with a seq and waits for the reply (never holding a lock while it waits).
+  absl::StatusOr<int64_t> Call(executor::Request& request, int fd = -1,
+                               std::shared_ptr<Pending> pending = nullptr)
+      ABSL_LOCKS_EXCLUDED(gen_mu_);
+  std::shared_ptr<Pending> Register(uint64_t* seq);
+  void Unregister(uint64_t seq);
+
+  // --- Executors ---------------------------------------------------------------------------
+  absl::StatusOr<std::shared_ptr<Executor>> Spawn();
+  void ReadLoop(Executor* executor);
+  // Waits for `executor`'s hello; FAILED_PRECONDITION with its reason when its device failed.
+  absl::Status AwaitHello(Executor& executor);
+  // Asks the supervisor to replace the serving executor `failed` (ignored if it is not).
+  void ReportFailure(const Executor* failed, std::string kind, std::string error,
+                     uint64_t stream = 0);
+  void Supervise();
+  // Kills the failed executor, fails what waited on it, promotes the standby (or a new one)
+  // and replays the tables into it.
+  void Recover(const std::string& kind, const std::string& error, uint64_t stream);
+  absl::Status Replay(Executor& executor) ABSL_EXCLUSIVE_LOCKS_REQUIRED(gen_mu_);
+  absl::Status SendOn(Executor& executor, executor::Request& request, int fd = -1);
+
+  // --- Memory ------------------------------------------------------------------------------
+  class DeviceSource;
+  class HostSource;
+  absl::Status EnsureSegmentMapped(const Segment& segment);
+  void OnDeviceSegmentUnmapped(const Segment& segment);
+  // Maps host memory (its descriptor `fd`) into the executor; `owned`: the host pool's
+  // segment, unmapped here when it goes.
+  absl::StatusOr<executor::HostRange> MapHostMemory(char* data, int64_t bytes, ScopedFd fd,
+                                                    bool owned);
+  void UnmapHostMemory(uint64_t key);
+  std::optional<executor::HostRange> TranslateHost(const void* data, int64_t bytes);
+  // Stream work: bookkeeping of staging blocks and launches, under mu_.
+  absl::Status EnqueueCopy(executor::Request& request, uint64_t stream, uint64_t staging,
+                           void* fixup_dst, int64_t bytes);
+  void SettleStream(uint64_t stream, uint64_t seq, bool ok);
+
+  struct Buffer {
+    int64_t bytes = 0;
+    PoolBlock block;  // address 0: zero bytes or imported
+    bool imported = false;
+    ScopedFd import_fd;  // for replay
+    int64_t import_allocation_bytes = 0;
+    std::string import_ipc_handle;
+    int64_t import_offset = 0;
+  };
+  struct HostSegment {
+    char* data = nullptr;
+    int64_t bytes = 0;
+    ScopedFd fd;
+    bool owned = false;  // a segment of the host pool (gpukitd unmaps it) or a client's
+  };
+  struct Staged {
+    uint64_t seq = 0;  // the stream's work counter when it was enqueued
+    uint64_t block = 0;
+    void* dst = nullptr;  // device-to-host: where the bytes go once the work ran
+    int64_t bytes = 0;
+  };
+  struct Stream {
+    StreamPriority priority = StreamPriority::kNormal;
+    uint64_t next_seq = 1;
+    uint64_t completed_seq = 0;
+    uint64_t launch_seq = 0;  // the last launch's seq
+    std::string launch_name;
+    std::deque<Staged> staged;
+  };
+  struct Event {
+    uint64_t stream = 0;
+    uint64_t seq = 0;
+    uint64_t generation = 0;
+    bool completed = false;
+  };
+  struct Module {
+    std::string image;
+  };
+  struct Function {
+    uint64_t module = 0;
+    std::string name;
+  };
+
+  std::unique_ptr<MemoryPool> device_pool_;
+  ShareableSegmentSource* memory_ = nullptr;  // owned by device_pool_'s source
+  std::unique_ptr<MemoryPool> host_pool_;
+
+  // Serialises the first mapping of each device segment in an executor.
+  absl::Mutex map_mu_ ABSL_ACQUIRED_BEFORE(gen_mu_);
+  // Shared: a call sending to the serving executor; exclusive: a restart.
+  mutable absl::Mutex gen_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::shared_ptr<Executor> active_ ABSL_GUARDED_BY(gen_mu_);
+  absl::Status broken_ ABSL_GUARDED_BY(gen_mu_);  // no executor could be started
+
+  mutable absl::Mutex mu_;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_set<uint64_t> mapped_segments_ ABSL_GUARDED_BY(mu_);  // in the active one
+  absl::flat_hash_map<uint64_t, Segment> live_segments_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Buffer> buffers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, HostSegment> host_segments_ ABSL_GUARDED_BY(mu_);
+  std::map<uintptr_t, uint64_t> host_ranges_ ABSL_GUARDED_BY(mu_);  // start -> key
+  absl::flat_hash_map<uint64_t, Stream> streams_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Event> events_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Module> modules_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Function> functions_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<uint64_t, std::string>, uint64_t> function_ids_ ABSL_GUARDED_BY(mu_);
+  uint64_t export_stream_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Mutex export_mu_;  // one export (perhaps a move) at a time
+
+  absl::Mutex pending_mu_;
+  uint64_t next_seq_ ABSL_GUARDED_BY(pending_mu_) = 1;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Pending>> pending_ ABSL_GUARDED_BY(pending_mu_);
+
+  // The supervisor: restarts, the standby, the hang watchdog.
+  absl::Mutex supervisor_mu_;
+  bool stopping_ ABSL_GUARDED_BY(supervisor_mu_) = false;
+  struct Failure {
+    const Executor* executor = nullptr;
+    std::string kind, error;
+    uint64_t stream = 0;
+  };
+  std::optional<Failure> failure_ ABSL_GUARDED_BY(supervisor_mu_);
+  std::shared_ptr<Executor> standby_ ABSL_GUARDED_BY(supervisor_mu_);
+  ExecutorState state_ ABSL_GUARDED_BY(supervisor_mu_);
+  std::thread supervisor_;
+};
+
+// The device pool's source: the owner's segments, unmapped in the executor when the pool
+// gives one back.
+class RemoteDevice::Impl::DeviceSource final : public SegmentSource {
+ public:
+  DeviceSource(Impl& impl, std::unique_ptr<ShareableSegmentSource> memory)
+      : impl_(impl), memory_(std::move(memory)) {}
+  int64_t granularity_bytes() const override { return memory_->granularity_bytes(); }
+  absl::StatusOr<Segment> Map(int64_t bytes) override {
+    GPUKIT_ASSIGN_OR_RETURN(Segment segment, memory_->Map(bytes));
+    absl::MutexLock lock(&impl_.mu_);
+    impl_.live_segments_[segment.handle] = segment;
+    return segment;
+  }
+  void Unmap(const Segment& segment) override {
+    impl_.OnDeviceSegmentUnmapped(segment);
+    memory_->Unmap(segment);
+  }
+  ShareableSegmentSource* memory() const { return memory_.get(); }
+
+ private:
+  Impl& impl_;
+  const std::unique_ptr<ShareableSegmentSource> memory_;
+};
+
+// The host pool's source: memfd segments mapped here and in the executor.
+class RemoteDevice::Impl::HostSource final : public SegmentSource {
+ public:
+  explicit HostSource(Impl& impl) : impl_(impl) {}
+  int64_t granularity_bytes() const override { return int64_t{2} << 20; }
+  absl::StatusOr<Segment> Map(int64_t bytes) override {
+    GPUKIT_ASSIGN_OR_RETURN(ScopedFd fd, CreateSharedMemory("gpukit-host", bytes));
+    void* data =
+        ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+    if (data == MAP_FAILED) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot map ", FormatBytes(bytes), " of host memory: ", std::strerror(errno)));
+    }
+    absl::StatusOr<executor::HostRange> range =
+        impl_.MapHostMemory(static_cast<char*>(data), bytes, std::move(fd), /*owned=*/true);
+    if (!range.ok()) {
+      ::munmap(data, static_cast<size_t>(bytes));
+      return range.status();
+    }
+    return Segment{reinterpret_cast<uint64_t>(data), bytes, range->segment()};
+  }
+  void Unmap(const Segment& segment) override { impl_.UnmapHostMemory(segment.handle); }
+
+ private:
+  Impl& impl_;
+};
+
+// --- Start and stop ---------------------------------------------------------------------------
+
+absl::Status RemoteDevice::Impl::Start() {
+  if (options_.memory == nullptr) return absl::InvalidArgumentError("RemoteDevice needs memory");
+  memory_ = options_.memory.get();
+  GPUKIT_ASSIGN_OR_RETURN(
+      device_pool_,
+      MemoryPool::Create(std::make_unique<DeviceSource>(*this, std::move(options_.memory)),
+                         options_.memory_pool));
+  GPUKIT_ASSIGN_OR_RETURN(
+      host_pool_, MemoryPool::Create(std::make_unique<HostSource>(*this),
+                                     {.small_block_limit_bytes = int64_t{1} << 20,
+                                      .max_cached_bytes = options_.host_cache_bytes}));
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Executor> first, Spawn());
+  GPUKIT_RETURN_IF_ERROR(AwaitHello(*first));
+  const executor::Hello& hello = first->hello;
+  properties_.index = hello.index();
+  properties_.name = hello.name();
+  properties_.backend = static_cast<BackendKind>(hello.backend());
+  properties_.memory_total_bytes = memory_->capacity_bytes();
+  properties_.kernel_arch = hello.kernel_arch();
+  for (int i = 0; i < 3 && i < hello.max_grid_dim_size() && i < hello.max_block_dim_size(); ++i) {
+    properties_.max_grid_dim[i] = hello.max_grid_dim(i);
+    properties_.max_block_dim[i] = hello.max_block_dim(i);
+  }
+  properties_.max_threads_per_block = hello.max_threads_per_block();
+  properties_.max_shared_memory_per_block_optin_bytes =
+      hello.max_shared_memory_per_block_optin_bytes();
+  supported_ops_.insert(hello.supported_ops().begin(), hello.supported_ops().end());
+  executor::Request activate;
+  activate.mutable_activate();
+  GPUKIT_RETURN_IF_ERROR(SendOn(*first, activate));
+  {
+    absl::MutexLock lock(&gen_mu_);
+    active_ = first;
+  }
+  {
+    absl::MutexLock lock(&supervisor_mu_);
+    state_.pid = first->pid;
+  }
+  supervisor_ = std::thread([this] { Supervise(); });
+  return absl::OkStatus();
+}
+
+RemoteDevice::Impl::~Impl() {
+  {
+    absl::MutexLock lock(&supervisor_mu_);
+    stopping_ = true;
+  }
+  if (supervisor_.joinable()) supervisor_.join();
+  // Pools first (their sources call back into the tables), then the executors.
+  host_pool_.reset();
+  device_pool_.reset();
+  std::shared_ptr<Executor> active;
+  {
+    absl::MutexLock lock(&gen_mu_);
+    active = std::move(active_);
+  }
+  std::shared_ptr<Executor> standby;
+  {
+    absl::MutexLock lock(&supervisor_mu_);
+    standby = std::move(standby_);
+  }
+  active.reset();
+  standby.reset();
+  absl::MutexLock lock(&mu_);
+  for (auto& [key, segment] : host_segments_) {
+    if (segment.owned) ::munmap(segment.data, static_cast<size_t>(segment.bytes));
+  }
+}
+
+absl::StatusOr<std::shared_ptr<Executor>> RemoteDevice::Impl::Spawn() {
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) != 0) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("socketpair for the executor: ", std::strerror(errno)));
+  }
+  ScopedFd ours(fds[0]);
+  ScopedFd theirs(fds[1]);
+  std::vector<std::string> args = {options_.executor_path};
+  args.insert(args.end(), options_.executor_args.begin(), options_.executor_args.end());
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, theirs.get(), 3);
+  pid_t pid = -1;
+  const int error =
+      posix_spawn(&pid, options_.executor_path.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (error != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot start the device executor ", options_.executor_path, ": ", std::strerror(error)));
+  }
+  auto executor = std::make_shared<Executor>();
+  executor->pid = pid;
+  executor->socket = std::move(ours);
+  Executor* raw = executor.get();
+  executor->reader = std::thread([this, raw] { ReadLoop(raw); });
+  return executor;
+}
+
+absl::Status RemoteDevice::Impl::AwaitHello(Executor& executor) {
+  if (!executor.hello_received.WaitForNotificationWithTimeout(options_.start_timeout)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("the device executor did not open its device in ",
+                     absl::FormatDuration(options_.start_timeout)));
+  }
+  if (executor.hello.error_code() != 0 || executor.hello.name().empty()) {
+    return absl::FailedPreconditionError(
+        executor.hello.error().empty() ? "the device executor exited before it was ready"
+                                       : executor.hello.error());
+  }
+  return absl::OkStatus();
+}
+
+void RemoteDevice::Impl::ReadLoop(Executor* executor) {
+  for (;;) {
+    executor::FromExecutor message;
+    absl::StatusOr<ScopedFd> fd = ReceiveExecutorMessage(executor->socket.get(), message);
+    if (!fd.ok()) break;
+    switch (message.body_case()) {
+      case executor::FromExecutor::kHello:
+        if (!executor->hello_received.HasBeenNotified()) {
+          executor->hello = message.hello();
+          executor->hello_received.Notify();
+        }
+        break;
+      case executor::FromExecutor::kReply: {
+        std::shared_ptr<Pending> pending;
+        {
+          absl::MutexLock lock(&pending_mu_);
+          auto it = pending_.find(message.reply().seq());
+          if (it != pending_.end()) {
+            pending = std::move(it->second);
+            pending_.erase(it);
+          }
+        }
+        if (pending != nullptr) {
+          pending->Complete(ReplyStatus(message.reply()), message.reply().int_value());
+        }
+        break;
+      }
+      case executor::FromExecutor::kFault:
+        ReportFailure(executor, "fault", message.fault().error(), message.fault().stream());
+        break;
+      case executor::FromExecutor::BODY_NOT_SET:
+        break;
+    }
+  }
+  if (!executor->hello_received.HasBeenNotified()) executor->hello_received.Notify();
+  executor->closed.Notify();
+  ReportFailure(executor, "exited", "");
+}
+
+void RemoteDevice::Impl::ReportFailure(const Executor* failed, std::string kind,
+                                       std::string error, uint64_t stream) {
+  absl::MutexLock lock(&supervisor_mu_);
+  // The first report of a failure wins: a fault is followed by the channel's end.
+  if (failure_.has_value()) return;
+  failure_ = Failure{failed, std::move(kind), std::move(error), stream};
+}
+
+absl::Status RemoteDevice::Impl::SendOn(Executor& executor, executor::Request& request, int fd) {
+  return SendExecutorMessage(executor.socket.get(), request, fd);
+}
+
+absl::Status RemoteDevice::Impl::Send(executor::Request& request, int fd) {
+  absl::ReaderMutexLock lock(&gen_mu_);
+  if (active_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat("the device executor is not running: ",
+                                               broken_.message()));
+  }
+  // A send to an executor that just died fails; the failure is the supervisor's to handle,
+  // and a caller waiting for a reply gets its error from the restart.
+  return SendOn(*active_, request, fd);
+}
+
+std::shared_ptr<Pending> RemoteDevice::Impl::Register(uint64_t* seq) {
+  auto pending = std::make_shared<Pending>();
+  absl::MutexLock lock(&pending_mu_);
+  *seq = next_seq_++;
+  pending_[*seq] = pending;
+  return pending;
+}
+
+void RemoteDevice::Impl::Unregister(uint64_t seq) {
+  absl::MutexLock lock(&pending_mu_);
+  pending_.erase(seq);
+}
+
+absl::StatusOr<int64_t> RemoteDevice::Impl::Call(executor::Request& request, int fd,
+                                                 std::shared_ptr<Pending> pending) {
+  uint64_t seq = 0;
+  if (pending == nullptr) {
+    pending = Register(&seq);
+  } else {
+    absl::MutexLock lock(&pending_mu_);
+    seq = next_seq_++;
+    pending_[seq] = pending;
+  }
+  request.set_seq(seq);
+  {
+    absl::ReaderMutexLock lock(&gen_mu_);
+    if (active_ == nullptr) {
+      Unregister(seq);
+      return absl::UnavailableError(absl::StrCat("the device executor is not running: ",
+                                                 broken_.message()));
+    }
+    absl::Status sent = SendOn(*active_, request, fd);
+    if (!sent.ok() && sent.code() != absl::StatusCode::kUnavailable) {
+      Unregister(seq);
+      return sent;
+    }
+    // UNAVAILABLE: the executor is gone; the restart completes `pending` with its error.
+  }
+  pending->done.WaitForNotification();
+  if (!pending->status.ok()) return pending->status;
+  return pending->value;
+}
+
+// --- The supervisor -----------------------------------------------------------------------------
+
+void RemoteDevice::Impl::Supervise() {
+  for (;;) {
+    std::optional<Failure> failure;
+    bool need_standby = false;
+    {
+      absl::MutexLock lock(&supervisor_mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(supervisor_mu_) {
+        return stopping_ || failure_.has_value();
+      };
+      supervisor_mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(100));
+      if (stopping_) return;
+      failure = std::exchange(failure_, std::nullopt);
+      need_standby = options_.standby && standby_ == nullptr;
+    }
+    if (failure.has_value()) {
+      bool is_active = false;
+      {
+        absl::ReaderMutexLock lock(&gen_mu_);
+        is_active = active_ != nullptr && active_.get() == failure->executor;
+      }
+      if (is_active) {
+        Recover(failure->kind, failure->error, failure->stream);
+      } else {
+        absl::MutexLock lock(&supervisor_mu_);
+        if (standby_ != nullptr && standby_.get() == failure->executor) {
+          spdlog::warn("device {}: the standby executor (pid {}) ended; starting another",
+                       properties_.index, standby_->pid);
+          standby_.reset();
+          state_.standby_ready = false;
+        }
+      }
+      continue;
+    }
+    // The hang watchdog: a wait older than the launch deadline.
+    {
+      std::shared_ptr<Pending> hung;
+      const absl::Time now = absl::Now();
+      absl::MutexLock lock(&pending_mu_);
+      for (const auto& [seq, pending] : pending_) {
+        if (pending->is_wait && now - pending->started > options_.launch_deadline) {
+          hung = pending;
+          break;
+        }
+      }
+      if (hung != nullptr) {
+        std::shared_ptr<Executor> active;
+        {
+          absl::ReaderMutexLock gen(&gen_mu_);
+          active = active_;
+        }
+        if (active != nullptr) {
+          // Marked, so the restart gives this wait DEADLINE_EXCEEDED.
+          hung->hung = true;
+          absl::MutexLock supervisor(&supervisor_mu_);
+          if (!failure_.has_value()) {
+            failure_ = Failure{active.get(), "hang",
+                               absl::StrCat("work ran past the launch deadline of ",
+                                            absl::FormatDuration(options_.launch_deadline)),
+                               hung->stream};
+          }
+        }
+        continue;
+      }
+    }
+    if (need_standby) {
+      absl::StatusOr<std::shared_ptr<Executor>> standby = Spawn();
+      absl::Status ready = standby.ok() ? AwaitHello(**standby) : standby.status();
+      if (ready.ok()) {
+        absl::MutexLock lock(&supervisor_mu_);
+        standby_ = *std::move(standby);
+        state_.standby_ready = true;
+      } else {
+        spdlog::warn("device {}: cannot start a standby executor: {}", properties_.index,
+                     std::string(ready.message()));
+      }
+    }
+  }
+}
+
+void RemoteDevice::Impl::Recover(const std::string& kind, const std::string& error,
+                                 uint64_t stream) {
+  const absl::Time started = absl::Now();
+  std::shared_ptr<Executor> failed;
+  {
+    absl::ReaderMutexLock lock(&gen_mu_);
+    failed = active_;
+  }
+  if (failed == nullptr) return;
+  // Killed before taking the lock: a send blocked on it fails, releasing its shared hold.
+  ::kill(failed->pid, SIGKILL);
+  absl::MutexLock gen(&gen_mu_);
+  int wait_status = 0;
+  ::waitpid(failed->pid, &wait_status, 0);
+  const pid_t failed_pid = failed->pid;
+  failed->pid = -1;
+  const std::string exit = DescribeExit(wait_status);
+  std::string what = kind == "exited" ? absl::StrCat("the device executor ", exit)
+                                      : absl::StrCat("the device executor's ", kind, ": ", error);
+  spdlog::warn("device {}: {} (pid {}); restarting it", properties_.index, what, failed_pid);
+
+  // Fail every reply the executor owed. One wait is the culprit of a fault or a hang.
+  std::vector<std::shared_ptr<Pending>> owed;
+  {
+    absl::MutexLock lock(&pending_mu_);
+    for (auto& [seq, pending] : pending_) owed.push_back(std::move(pending));
+    pending_.clear();
+  }
+  std::shared_ptr<Pending> culprit;
+  if (kind == "hang") {
+    for (const auto& pending : owed) {
+      if (pending->hung) culprit = pending;
+    }
+  } else if (kind == "fault") {
+    // Work on one stream runs in order, so the fault lies in the work of the oldest wait on
+    // its stream; a CUDA fault is seen by every stream's wait, so the stream that reported it
+    // is only a hint, and one with a kernel launch in flight is the likelier culprit.
+    auto older = [](const std::shared_ptr<Pending>& a, const std::shared_ptr<Pending>& b) {
+      return b == nullptr || a->started < b->started;
+    };
+    std::shared_ptr<Pending> on_stream, launched, launched_on_stream;
+    for (const auto& pending : owed) {
+      if (!pending->is_wait) continue;
+      if (pending->stream == stream && older(pending, on_stream)) on_stream = pending;
+      if (!pending->launched.empty()) {
+        if (older(pending, launched)) launched = pending;
+        if (pending->stream == stream && older(pending, launched_on_stream)) {
+          launched_on_stream = pending;
+        }
+      }
+    }
+    culprit = launched_on_stream ? launched_on_stream : launched ? launched : on_stream;
+  }
+  for (const auto& pending : owed) {
+    if (pending == culprit && kind == "fault") {
+      pending->Complete(WithKind(
+          absl::AbortedError(absl::StrCat(
+              "the device faulted running this work (", error,
+              "); the arrays it was writing are undefined, all others are intact; the device "
+              "executor was restarted and the session remains usable")),
+          "fault"));
+    } else if (pending == culprit) {
+      pending->Complete(WithKind(
+          absl::DeadlineExceededError(absl::StrCat(
+              "this work ran past the launch deadline of ",
+              absl::FormatDuration(options_.launch_deadline),
+              " and was stopped (the device executor was restarted); the arrays it was writing "
+              "are undefined, all others are intact")),
+          "hang"));
+    } else {
+      pending->Complete(WithKind(
+          absl::UnavailableError(absl::StrCat(
+              "the device executor restarted (", what,
+              ") while this work was queued or running, so it may not have run; its inputs "
+              "are intact and a retry is safe")),
+          kind == "exited" ? "exited" : "restart"));
+    }
+  }
+  failed.reset();
+  {
+    absl::MutexLock lock(&supervisor_mu_);
+    state_.pid = 0;
+    ++state_.restarts;
+    state_.last_fault = ExecutorFaultRecord{absl::Now(), kind, kind == "exited" ? exit : error};
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    ++generation_;
+    mapped_segments_.clear();
+  }
+  // The next executor: the standby if there is one, else a new one; a few tries.
+  absl::Status status;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    std::shared_ptr<Executor> next;
+    {
+      absl::MutexLock lock(&supervisor_mu_);
+      next = std::move(standby_);
+      state_.standby_ready = false;
+    }
+    if (next == nullptr || next->closed.HasBeenNotified()) {
+      absl::StatusOr<std::shared_ptr<Executor>> spawned = Spawn();
+      if (!spawned.ok()) {
+        status = spawned.status();
+        continue;
+      }
+      next = *std::move(spawned);
+    }
+    status = AwaitHello(*next);
+    if (status.ok()) {
+      executor::Request activate;
+      activate.mutable_activate();
+      status = SendOn(*next, activate);
+    }
+    if (status.ok()) {
+      active_ = next;
+      status = Replay(*next);
+    }
+    if (status.ok()) break;
+    spdlog::error("device {}: the new executor failed: {}", properties_.index,
+                  std::string(status.message()));
+    active_.reset();
+  }
+  if (!status.ok()) {
+    broken_ = status;
+    spdlog::critical("device {}: no executor could be started; the device is unavailable: {}",
+                     properties_.index, std::string(status.message()));
+    return;
+  }
+  {
+    absl::MutexLock lock(&supervisor_mu_);
+    state_.pid = active_->pid;
+    // A failure the old executor's channel reported while this ran is not the new one's.
+    if (failure_.has_value() && failure_->executor != active_.get()) failure_.reset();
+  }
+  spdlog::warn("device {}: executor restarted (pid {}) in {}", properties_.index, active_->pid,
+               absl::FormatDuration(absl::Now() - started));
+}
+
+absl::Status RemoteDevice::Impl::Replay(Executor& executor) {
+  // Everything that must exist before work can run, sent at once; the replies are awaited
+  // together.
+  std::vector<std::pair<uint64_t, std::shared_ptr<Pending>>> owed;
+  auto call = [&](executor::Request& request, int fd) -> absl::Status {
+    uint64_t seq = 0;
+    std::shared_ptr<Pending> pending = Register(&seq);
+    request.set_seq(seq);
+    owed.emplace_back(seq, pending);
+    return SendOn(executor, request, fd);
+  };
+  absl::Status sent = [&]() -> absl::Status {
+  absl::MutexLock lock(&mu_);
+  for (auto& [key, segment] : host_segments_) {
+    executor::Request request;
+    request.mutable_map_host_segment()->set_key(key);
+    request.mutable_map_host_segment()->set_bytes(segment.bytes);
+    GPUKIT_RETURN_IF_ERROR(call(request, segment.fd.get()));
+  }
+  absl::flat_hash_set<uint64_t> segments;
+  for (const auto& [id, buffer] : buffers_) {
+    if (buffer.block.address != 0) segments.insert(buffer.block.segment.handle);
+  }
+  for (uint64_t key : segments) {
+    auto it = live_segments_.find(key);
+    if (it == live_segments_.end()) continue;
+    GPUKIT_ASSIGN_OR_RETURN(ScopedFd fd, memory_->Share(it->second));
+    executor::Request request;
+    request.mutable_map_segment()->set_key(key);
+    request.mutable_map_segment()->set_bytes(it->second.bytes);
+    GPUKIT_RETURN_IF_ERROR(call(request, fd.get()));
+    mapped_segments_.insert(key);
+  }
+  for (const auto& [id, buffer] : buffers_) {
+    executor::Request request;
+    if (buffer.imported) {
+      executor::ImportBuffer& import = *request.mutable_import_buffer();
+      import.set_buffer(id);
+      import.set_allocation_bytes(buffer.import_allocation_bytes);
+      import.set_cuda_ipc_handle(buffer.import_ipc_handle);
+      import.set_offset(buffer.import_offset);
+      import.set_bytes(buffer.bytes);
+      // A client's memory that is gone fails here; its buffer then fails where it is used.
+      GPUKIT_RETURN_IF_ERROR(call(request, buffer.import_fd.get()));
+      continue;
+    }
+    executor::DefineBuffer& define = *request.mutable_define_buffer();
+    define.set_buffer(id);
+    define.set_bytes(buffer.bytes);
+    if (buffer.block.address != 0) {
+      define.set_segment(buffer.block.segment.handle);
+      define.set_offset(static_cast<int64_t>(buffer.block.address - buffer.block.segment.address));
+    }
+    GPUKIT_RETURN_IF_ERROR(SendOn(executor, request));
+  }
+  for (auto& [id, stream] : streams_) {
+    executor::Request request;
+    request.mutable_create_stream()->set_stream(id);
+    request.mutable_create_stream()->set_priority(static_cast<int32_t>(stream.priority));
+    GPUKIT_RETURN_IF_ERROR(SendOn(executor, request));
+    stream.completed_seq = stream.next_seq;  // nothing of the old executor's is in flight
+  }
+  for (const auto& [id, module] : modules_) {
+    GPUKIT_ASSIGN_OR_RETURN(ScopedFd image, CreateSharedMemory("gpukit-module",
+                                                               static_cast<int64_t>(module.image.size())));
+    if (::pwrite(image.get(), module.image.data(), module.image.size(), 0) !=
+        static_cast<ssize_t>(module.image.size())) {
+      return absl::InternalError("cannot write a module's image for the executor");
+    }
+    executor::Request request;
+    request.mutable_load_module()->set_module(id);
+    request.mutable_load_module()->set_image_bytes(static_cast<int64_t>(module.image.size()));
+    GPUKIT_RETURN_IF_ERROR(call(request, image.get()));
+  }
+  for (const auto& [id, function] : functions_) {
+    executor::Request request;
+    request.mutable_get_function()->set_function(id);
+    request.mutable_get_function()->set_module(function.module);
+    request.mutable_get_function()->set_name(function.name);
+    GPUKIT_RETURN_IF_ERROR(call(request, -1));
+  }
+  return absl::OkStatus();
+  }();
+  absl::Status status = sent;
+  for (auto& [seq, pending] : owed) {
+    if (!pending->done.WaitForNotificationWithTimeout(options_.start_timeout)) {
+      status.Update(absl::DeadlineExceededError("the new executor did not answer the replay"));
+      Unregister(seq);
+      continue;
+    }
+    if (!pending->status.ok()) {
+      // One import of a client's memory that is gone does not stop the device.
+      spdlog::warn("device {}: replaying into the new executor: {}", properties_.index,
+                   std::string(pending->status.message()));
+    }
+  }
+  return status;
+}
+
+// --- Memory -------------------------------------------------------------------------------------
+
+absl::Status RemoteDevice::Impl::EnsureSegmentMapped(const Segment& segment) {
+  absl::MutexLock serial(&map_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (mapped_segments_.contains(segment.handle)) return absl::OkStatus();
+  }
+  GPUKIT_ASSIGN_OR_RETURN(ScopedFd fd, memory_->Share(segment));
+  uint64_t generation;
+  {
+    absl::MutexLock lock(&mu_);
+    generation = generation_;
+  }
+  executor::Request request;
+  request.mutable_map_segment()->set_key(segment.handle);
+  request.mutable_map_segment()->set_bytes(segment.bytes);
+  absl::StatusOr<int64_t> mapped = Call(request, fd.get());
+  absl::MutexLock lock(&mu_);
+  if (!mapped.ok()) {
+    // A restart while it was sent replays what the tables hold; the caller retries.
+    if (generation != generation_) return absl::OkStatus();
+    return mapped.status();
+  }
+  if (generation == generation_) mapped_segments_.insert(segment.handle);
+  return absl::OkStatus();
+}
+
+void RemoteDevice::Impl::OnDeviceSegmentUnmapped(const Segment& segment) {
+  bool mapped;
+  {
+    absl::MutexLock lock(&mu_);
+    live_segments_.erase(segment.handle);
+    mapped = mapped_segments_.erase(segment.handle) > 0;
+  }
+  if (!mapped) return;
+  executor::Request request;
+  request.mutable_unmap_segment()->set_key(segment.handle);
+  Send(request).IgnoreError();
+}
+
+absl::StatusOr<executor::HostRange> RemoteDevice::Impl::MapHostMemory(char* data, int64_t bytes,
+                                                                      ScopedFd fd, bool owned) {
+  uint64_t key;
+  {
+    absl::MutexLock lock(&mu_);
+    key = next_id_++;
+  }
+  for (;;) {
+    uint64_t generation;
+    {
+      absl::MutexLock lock(&mu_);
+      generation = generation_;
+    }
+    executor::Request request;
+    request.mutable_map_host_segment()->set_key(key);
+    request.mutable_map_host_segment()->set_bytes(bytes);
+    absl::Status mapped = Call(request, fd.get()).status();
+    absl::MutexLock lock(&mu_);
+    // A restart meanwhile: the new executor has not seen it; map it there.
+    if (generation != generation_) continue;
+    GPUKIT_RETURN_IF_ERROR(mapped);
+    host_segments_[key] = HostSegment{data, bytes, std::move(fd), owned};
+    host_ranges_[reinterpret_cast<uintptr_t>(data)] = key;
+    executor::HostRange range;
+    range.set_segment(key);
+    return range;
+  }
+}
+
+void RemoteDevice::Impl::UnmapHostMemory(uint64_t key) {
+  HostSegment segment;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = host_segments_.find(key);
+    if (it == host_segments_.end()) return;
+    segment = std::move(it->second);
+    host_segments_.erase(it);
+    host_ranges_.erase(reinterpret_cast<uintptr_t>(segment.data));
+  }
+  executor::Request request;
+  request.mutable_unmap_host_segment()->set_key(key);
+  // Waited for: the memory must be unmapped there before it is reused here.
+  Call(request).IgnoreError();
+  if (segment.owned) ::munmap(segment.data, static_cast<size_t>(segment.bytes));
+}
+
+std::optional<executor::HostRange> RemoteDevice::Impl::TranslateHost(const void* data,
+                                                                     int64_t bytes) {
+  const auto address = reinterpret_cast<uintptr_t>(data);
+  absl::MutexLock lock(&mu_);
+  auto it = host_ranges_.upper_bound(address);
+  if (it == host_ranges_.begin()) return std::nullopt;
+  --it;
+  const HostSegment& segment = host_segments_.at(it->second);
+  const uintptr_t offset = address - it->first;
+  if (offset > static_cast<uintptr_t>(segment.bytes) ||
+      bytes > segment.bytes - static_cast<int64_t>(offset)) {
+    return std::nullopt;
+  }
+  executor::HostRange range;
+  range.set_segment(it->second);
+  range.set_offset(static_cast<int64_t>(offset));
+  return range;
+}
+
+void RemoteDevice::Impl::SettleStream(uint64_t stream_id, uint64_t seq, bool ok) {
+  std::vector<Staged> settled;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = streams_.find(stream_id);
+    if (it == streams_.end()) return;
+    Stream& stream = it->second;
+    stream.completed_seq = std::max(stream.completed_seq, seq);
+    while (!stream.staged.empty() && stream.staged.front().seq < seq) {
+      settled.push_back(stream.staged.front());
+      stream.staged.pop_front();
+    }
+  }
+  for (const Staged& staged : settled) {
+    if (ok && staged.dst != nullptr) {
+      std::memcpy(staged.dst, reinterpret_cast<const void*>(staged.block),
+                  static_cast<size_t>(staged.bytes));
+    }
+    host_pool_->Free(staged.block).IgnoreError();
+  }
+}
+
+// --- RemoteDevice -------------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<RemoteDevice>> RemoteDevice::Create(RemoteDeviceOptions options) {
+  auto impl = std::make_unique<Impl>(std::move(options));
+  GPUKIT_RETURN_IF_ERROR(impl->Start());
+  return std::unique_ptr<RemoteDevice>(new RemoteDevice(std::move(impl)));
+}
+
+RemoteDevice::RemoteDevice(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RemoteDevice::~RemoteDevice() = default;
+
+ExecutorState RemoteDevice::executor_state() const {
+  absl::MutexLock lock(&impl_->supervisor_mu_);
+  return impl_->state_;
+}
+
+const DeviceProperties& RemoteDevice::properties() const { return impl_->properties_; }
+
+MemoryInfo RemoteDevice::GetMemoryInfo() const {
+  absl::MutexLock lock(&impl_->mu_);
+  return {impl_->properties_.memory_total_bytes, impl_->used_bytes_};
+}
+
+absl::StatusOr<BufferId> RemoteDevice::Allocate(int64_t bytes) {
+  if (bytes < 0) return absl::InvalidArgumentError(absl::StrCat("allocation of ", bytes, " bytes"));
+  Impl& d = *impl_;
+  PoolBlock block;
+  if (bytes > 0) {
+    absl::StatusOr<PoolBlock> allocated = d.device_pool_->Allocate(bytes);
+    if (!allocated.ok()) {
+      if (allocated.status().code() == absl::StatusCode::kResourceExhausted) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "out of memory on device ", d.properties_.index, ": ", FormatBytes(bytes),
+            " requested (", allocated.status().message(), ")"));
+      }
+      return allocated.status();
+    }
+    block = *allocated;
+  }
+  for (;;) {
+    if (block.address != 0) {
+      absl::Status mapped = d.EnsureSegmentMapped(block.segment);
+      if (!mapped.ok()) {
+        d.device_pool_->Free(block.address).IgnoreError();
+        return mapped;
+      }
+    }
+    absl::ReaderMutexLock gen(&d.gen_mu_);
+    absl::MutexLock lock(&d.mu_);
+    // A restart since the mapping: map again in the new executor.
+    if (block.address != 0 && !d.mapped_segments_.contains(block.segment.handle)) continue;
+    const uint64_t id = d.next_id_++;
+    Impl::Buffer& buffer = d.buffers_[id];
+    buffer.bytes = bytes;
+    buffer.block = block;
+    d.used_bytes_ += bytes;
+    executor::Request request;
+    executor::DefineBuffer& define = *request.mutable_define_buffer();
+    define.set_buffer(id);
+    define.set_bytes(bytes);
+    if (block.address != 0) {
+      define.set_segment(block.segment.handle);
+      define.set_offset(static_cast<int64_t>(block.address - block.segment.address));
+    }
+    if (d.active_ != nullptr) d.SendOn(*d.active_, request).IgnoreError();
+    return BufferId{id};
+  }
+}
+
+absl::Status RemoteDevice::Free(BufferId buffer) {
+  Impl& d = *impl_;
+  Impl::Buffer freed;
+  {
+    absl::MutexLock lock(&d.mu_);
+    auto it = d.buffers_.find(buffer.value);
+    if (it == d.buffers_.end()) {
+      return absl::NotFoundError(absl::StrCat("unknown buffer ", buffer.value));
+    }
+    freed = std::move(it->second);
+    d.buffers_.erase(it);
+    if (!freed.imported) d.used_bytes_ -= freed.bytes;
+  }
+  executor::Request request;
+  request.mutable_free_buffer()->set_buffer(buffer.value);
+  d.Send(request).IgnoreError();
+  if (freed.block.address != 0) return d.device_pool_->Free(freed.block.address);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> RemoteDevice::BufferBytes(BufferId buffer) const {
+  absl::MutexLock lock(&impl_->mu_);
+  auto it = impl_->buffers_.find(buffer.value);
+  if (it == impl_->buffers_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown buffer ", buffer.value));
+  }
+  return it->second.bytes;
+}
+
+absl::StatusOr<HostBuffer> RemoteDevice::AllocateHostBuffer(int64_t bytes) {
+  if (bytes <= 0) return HostBuffer();
+  GPUKIT_ASSIGN_OR_RETURN(PoolBlock block, impl_->host_pool_->Allocate(bytes));
+  MemoryPool* pool = impl_->host_pool_.get();
+  return HostBuffer(reinterpret_cast<char*>(block.address), bytes,
+                    properties().backend == BackendKind::kCuda,
+                    [pool](char* data) { pool->Free(reinterpret_cast<uint64_t>(data)).IgnoreError(); });
+}
+
+absl::Status RemoteDevice::RegisterHostMemory(void* data, int64_t bytes, int shared_fd) {
+  if (shared_fd < 0) {
+    return absl::FailedPreconditionError(
+        "host memory without its descriptor cannot be shared with the device executor; copies "
+        "from it are staged");
+  }
+  const int fd = ::fcntl(shared_fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return absl::ResourceExhaustedError(absl::StrCat("dup: ", std::strerror(errno)));
+  return impl_->MapHostMemory(static_cast<char*>(data), bytes, ScopedFd(fd), /*owned=*/false)
+      .status();
+}
+
+absl::Status RemoteDevice::UnregisterHostMemory(void* data) {
+  std::optional<uint64_t> key;
+  {
+    absl::MutexLock lock(&impl_->mu_);
+    auto it = impl_->host_ranges_.find(reinterpret_cast<uintptr_t>(data));
+    if (it != impl_->host_ranges_.end()) key = it->second;
+  }
+  if (!key) return absl::NotFoundError("host memory that was not registered");
+  impl_->UnmapHostMemory(*key);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ExportedBuffer> RemoteDevice::ExportBuffer(BufferId buffer, ExportForm form) {
+  Impl& d = *impl_;
+  if (properties().backend != BackendKind::kCuda) return Device::ExportBuffer(buffer, form);
+  if (form == ExportForm::kCudaIpcHandle) {
+    return absl::FailedPreconditionError(
+        "legacy CUDA IPC handles belong to a CUDA context, which the device executor's "
+        "restart would take away; gpukitd exports arrays as descriptors (connect over the unix "
+        "socket)");
+  }
+  absl::MutexLock serial(&d.export_mu_);
+  PoolBlock block;
+  int64_t bytes;
+  {
+    absl::MutexLock lock(&d.mu_);
+    auto it = d.buffers_.find(buffer.value);
+    if (it == d.buffers_.end()) {
+      return absl::NotFoundError(absl::StrCat("unknown buffer ", buffer.value));
+    }
+    if (it->second.imported) {
+      return absl::FailedPreconditionError("an imported buffer is another process's memory");
+    }
+    if (it->second.bytes == 0) {
+      return absl::InvalidArgumentError("a zero-byte buffer cannot be exported");
+    }
+    block = it->second.block;
+    bytes = it->second.bytes;
+  }
+  if (block.shares_segment) {
+    // The buffer moves to a segment of its own first, so the export exposes nothing else.
+    GPUKIT_ASSIGN_OR_RETURN(PoolBlock own, d.device_pool_->AllocateOwnSegment(bytes));
+    GPUKIT_ASSIGN_OR_RETURN(BufferId moved, Allocate(0));  // an id for the new place
+    absl::Status status = [&]() -> absl::Status {
+      GPUKIT_RETURN_IF_ERROR(d.EnsureSegmentMapped(own.segment));
+      executor::Request define;
+      define.mutable_define_buffer()->set_buffer(moved.value);
+      define.mutable_define_buffer()->set_segment(own.segment.handle);
+      define.mutable_define_buffer()->set_offset(
+          static_cast<int64_t>(own.address - own.segment.address));
+      define.mutable_define_buffer()->set_bytes(bytes);
+      GPUKIT_RETURN_IF_ERROR(d.Call(define).status());
+      uint64_t stream_id;
+      {
+        absl::MutexLock lock(&d.mu_);
+        stream_id = d.export_stream_;
+      }
+      if (stream_id == 0) {
+        GPUKIT_ASSIGN_OR_RETURN(StreamId stream, CreateStream(StreamPriority::kNormal));
+        stream_id = stream.value;
+        absl::MutexLock lock(&d.mu_);
+        d.export_stream_ = stream_id;
+      }
+      GPUKIT_RETURN_IF_ERROR(CopyDeviceToDevice(moved, 0, buffer, 0, bytes, {stream_id}));
+      return SynchronizeStream(*this, {stream_id});
+    }();
+    if (!status.ok()) {
+      Free(moved).IgnoreError();
+      d.device_pool_->Free(own.address).IgnoreError();
+      return status;
+    }
+    {
+      absl::MutexLock lock(&d.mu_);
+      d.buffers_[buffer.value].block = own;
+      d.buffers_.erase(moved.value);
+    }
+    executor::Request rebind;
+    rebind.mutable_define_buffer()->set_buffer(buffer.value);
+    rebind.mutable_define_buffer()->set_segment(own.segment.handle);
+    rebind.mutable_define_buffer()->set_offset(
+        static_cast<int64_t>(own.address - own.segment.address));
+    rebind.mutable_define_buffer()->set_bytes(bytes);
+    d.Send(rebind).IgnoreError();
+    executor::Request forget;
+    forget.mutable_free_buffer()->set_buffer(moved.value);
+    d.Send(forget).IgnoreError();
+    d.device_pool_->Free(block.address).IgnoreError();
+    block = own;
+  }
+  GPUKIT_RETURN_IF_ERROR(d.device_pool_->MarkShared(block.address));
+  ExportedBuffer exported;
+  GPUKIT_ASSIGN_OR_RETURN(exported.fd, d.memory_->Share(block.segment));
+  exported.allocation_bytes = block.segment.bytes;
+  exported.offset_bytes = static_cast<int64_t>(block.address - block.segment.address);
+  exported.bytes = bytes;
+  return exported;
+}
+
+absl::StatusOr<BufferId> RemoteDevice::ImportBuffer(ImportedMemory memory) {
+  GPUKIT_RETURN_IF_ERROR(CheckImportedRange(memory));
+  Impl& d = *impl_;
+  if (!memory.cuda_ipc_handle.empty() && properties().backend != BackendKind::kCuda) {
+    return Device::ImportBuffer(std::move(memory));
+  }
+  uint64_t id;
+  {
+    absl::MutexLock lock(&d.mu_);
+    id = d.next_id_++;
+  }
+  executor::Request request;
+  executor::ImportBuffer& import = *request.mutable_import_buffer();
+  import.set_buffer(id);
+  import.set_allocation_bytes(memory.allocation_bytes);
+  import.set_cuda_ipc_handle(memory.cuda_ipc_handle);
+  import.set_offset(memory.offset_bytes);
+  import.set_bytes(memory.bytes);
+  GPUKIT_RETURN_IF_ERROR(d.Call(request, memory.fd.get()).status());
+  absl::MutexLock lock(&d.mu_);
+  Impl::Buffer& buffer = d.buffers_[id];
+  buffer.bytes = memory.bytes;
+  buffer.imported = true;
+  buffer.import_fd = std::move(memory.fd);  // kept to map it again after a restart
+  buffer.import_allocation_bytes = memory.allocation_bytes;
+  buffer.import_ipc_handle = std::move(memory.cuda_ipc_handle);
+  buffer.import_offset = memory.offset_bytes;
+  return BufferId{id};
+}
+
+absl::StatusOr<StreamId> RemoteDevice::CreateStream(StreamPriority priority) {
+  Impl& d = *impl_;
+  absl::ReaderMutexLock gen(&d.gen_mu_);
+  uint64_t id;
+  {
+    absl::MutexLock lock(&d.mu_);
+    id = d.next_id_++;
+    d.streams_[id].priority = priority;
+  }
+  executor::Request request;
+  request.mutable_create_stream()->set_stream(id);
+  request.mutable_create_stream()->set_priority(static_cast<int32_t>(priority));
+  if (d.active_ != nullptr) d.SendOn(*d.active_, request).IgnoreError();
+  return StreamId{id};
+}
+
+absl::Status RemoteDevice::DestroyStream(StreamId stream) {
+  Impl& d = *impl_;
+  {
+    absl::MutexLock lock(&d.mu_);
+    if (!d.streams_.contains(stream.value)) {
+      return absl::NotFoundError(absl::StrCat("unknown stream ", stream.value));
+    }
+  }
+  executor::Request request;
+  request.mutable_destroy_stream()->set_stream(stream.value);
+  absl::Status status = d.Call(request).status();
+  // Whatever the executor said, the stream is gone: settle what it staged.
+  uint64_t last;
+  {
+    absl::MutexLock lock(&d.mu_);
+    last = d.streams_[stream.value].next_seq;
+  }
+  d.SettleStream(stream.value, last + 1, status.ok());
+  absl::MutexLock lock(&d.mu_);
+  d.streams_.erase(stream.value);
+  if (status.GetPayload(kExecutorFaultPayload).has_value() ||
+      status.code() == absl::StatusCode::kNotFound) {
+    return absl::OkStatus();  // the restart took it; nothing is left to destroy
+  }
+  return status;
+}
+
+absl::Status RemoteDevice::Impl::EnqueueCopy(executor::Request& request, uint64_t stream_id,
+                                             uint64_t staging, void* fixup_dst, int64_t bytes) {
+  absl::ReaderMutexLock gen(&gen_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = streams_.find(stream_id);
+    if (it == streams_.end()) {
+      return absl::NotFoundError(absl::StrCat("unknown stream ", stream_id));
+    }
+    const uint64_t seq = it->second.next_seq++;
+    if (staging != 0) it->second.staged.push_back({seq, staging, fixup_dst, bytes});
+  }
+  if (active_ == nullptr) return absl::UnavailableError("the device executor is not running");
+  SendOn(*active_, request).IgnoreError();
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::Status CheckRange(const char* what, int64_t offset, int64_t bytes, int64_t size) {
+  if (offset < 0 || bytes < 0 || offset > size || bytes > size - offset) {
+    return absl::OutOfRangeError(absl::StrCat(what, " range [", offset, ", +", bytes,
+                                              ") outside a buffer of ", size, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RemoteDevice::CopyHostToDevice(BufferId dst, int64_t dst_offset, const void* src,
+                                            int64_t bytes, StreamId stream) {
+  Impl& d = *impl_;
+  GPUKIT_ASSIGN_OR_RETURN(int64_t size, BufferBytes(dst));
+  GPUKIT_RETURN_IF_ERROR(CheckRange("destination", dst_offset, bytes, size));
+  if (bytes == 0) return absl::OkStatus();
+  executor::Request request;
+  executor::Copy& copy = *request.mutable_copy();
+  copy.set_stream(stream.value);
+  copy.set_bytes(bytes);
+  copy.set_dst_buffer(dst.value);
+  copy.set_dst_offset(dst_offset);
+  uint64_t staging = 0;
+  if (std::optional<executor::HostRange> range = d.TranslateHost(src, bytes)) {
+    *copy.mutable_src_host() = *range;
+  } else {
+    GPUKIT_ASSIGN_OR_RETURN(PoolBlock block, d.host_pool_->Allocate(bytes));
+    std::memcpy(reinterpret_cast<void*>(block.address), src, static_cast<size_t>(bytes));
+    staging = block.address;
+    *copy.mutable_src_host() = *d.TranslateHost(reinterpret_cast<void*>(staging), bytes);
+  }
+  absl::Status status = d.EnqueueCopy(request, stream.value, staging, nullptr, bytes);
+  if (!status.ok() && staging != 0) d.host_pool_->Free(staging).IgnoreError();
+  return status;
+}
+
+absl::Status RemoteDevice::CopyDeviceToHost(void* dst, BufferId src, int64_t src_offset,
+                                            int64_t bytes, StreamId stream) {
+  Impl& d = *impl_;
+  GPUKIT_ASSIGN_OR_RETURN(int64_t size, BufferBytes(src));
+  GPUKIT_RETURN_IF_ERROR(CheckRange("source", src_offset, bytes, size));
+  if (bytes == 0) return absl::OkStatus();
+  executor::Request request;
+  executor::Copy& copy = *request.mutable_copy();
+  copy.set_stream(stream.value);
+  copy.set_bytes(bytes);
+  copy.set_src_buffer(src.value);
+  copy.set_src_offset(src_offset);
+  uint64_t staging = 0;
+  if (std::optional<executor::HostRange> range = d.TranslateHost(dst, bytes)) {
+    *copy.mutable_dst_host() = *range;
+  } else {
+    GPUKIT_ASSIGN_OR_RETURN(PoolBlock block, d.host_pool_->Allocate(bytes));
+    staging = block.address;
+    *copy.mutable_dst_host() = *d.TranslateHost(reinterpret_cast<void*>(staging), bytes);
+  }
+  absl::Status status = d.EnqueueCopy(request, stream.value, staging, dst, bytes);
+  if (!status.ok() && staging != 0) d.host_pool_->Free(staging).IgnoreError();
+  return status;
+}
+
+absl::Status RemoteDevice::CopyDeviceToDevice(BufferId dst, int64_t dst_offset, BufferId src,
+                                              int64_t src_offset, int64_t bytes, StreamId stream) {
+  GPUKIT_ASSIGN_OR_RETURN(int64_t dst_size, BufferBytes(dst));
+  GPUKIT_ASSIGN_OR_RETURN(int64_t src_size, BufferBytes(src));
+  GPUKIT_RETURN_IF_ERROR(CheckRange("destination", dst_offset, bytes, dst_size));
+  GPUKIT_RETURN_IF_ERROR(CheckRange("source", src_offset, bytes, src_size));
+  if (dst == src && bytes > 0 && dst_offset < src_offset + bytes && src_offset < dst_offset + bytes) {
+    return absl::InvalidArgumentError("a device-to-device copy between overlapping ranges");
+  }
+  if (bytes == 0) return absl::OkStatus();
+  executor::Request request;
+  executor::Copy& copy = *request.mutable_copy();
+  copy.set_stream(stream.value);
+  copy.set_bytes(bytes);
+  copy.set_dst_buffer(dst.value);
+  copy.set_dst_offset(dst_offset);
+  copy.set_src_buffer(src.value);
+  copy.set_src_offset(src_offset);
+  return impl_->EnqueueCopy(request, stream.value, 0, nullptr, 0);
+}
+
+absl::StatusOr<EventId> RemoteDevice::RecordEvent(StreamId stream) {
+  Impl& d = *impl_;
+  absl::ReaderMutexLock gen(&d.gen_mu_);
+  uint64_t id;
+  {
+    absl::MutexLock lock(&d.mu_);
+    auto it = d.streams_.find(stream.value);
+    if (it == d.streams_.end()) {
+      return absl::NotFoundError(absl::StrCat("unknown stream ", stream.value));
+    }
+    id = d.next_id_++;
+    d.events_[id] = {stream.value, it->second.next_seq++, d.generation_, false};
+  }
+  executor::Request request;
+  request.mutable_record_event()->set_stream(stream.value);
+  request.mutable_record_event()->set_event(id);
+  if (d.active_ != nullptr) d.SendOn(*d.active_, request).IgnoreError();
+  return EventId{id};
+}
+
+absl::Status RemoteDevice::WaitEvent(EventId event) {
+  Impl& d = *impl_;
+  auto pending = std::make_shared<Pending>();
+  pending->is_wait = true;
+  pending->started = absl::Now();
+  Impl::Event recorded;
+  {
+    absl::MutexLock lock(&d.mu_);
+    auto it = d.events_.find(event.value);
+    if (it == d.events_.end()) {
+      return absl::NotFoundError(absl::StrCat("unknown event ", event.value));
+    }
+    recorded = it->second;
+    if (recorded.completed) return absl::OkStatus();
+    if (recorded.generation != d.generation_) {
+      return WithKind(absl::UnavailableError(
+                          "the device executor restarted after this work was queued, so it may "
+                          "not have run; its inputs are intact and a retry is safe"),
+                      "restart");
+    }
+    pending->stream = recorded.stream;
+    auto stream = d.streams_.find(recorded.stream);
+    if (stream != d.streams_.end() && stream->second.launch_seq > stream->second.completed_seq &&
+        stream->second.launch_seq < recorded.seq) {
+      pending->launched = stream->second.launch_name;
+    }
+  }
+  executor::Request request;
+  request.mutable_wait_event()->set_event(event.value);
+  absl::Status status = d.Call(request, -1, pending).status();
+  d.SettleStream(recorded.stream, recorded.seq, status.ok());
+  if (status.ok()) {
+    absl::MutexLock lock(&d.mu_);
+    if (auto it = d.events_.find(event.value); it != d.events_.end()) it->second.completed = true;
+  }
+  return status;
+}
+
+absl::StatusOr<bool> RemoteDevice::QueryEvent(EventId event) {
+  Impl& d = *impl_;
+  {
+    absl::MutexLock lock(&d.mu_);
+    auto it = d.events_.find(event.value);
+    if (it == d.events_.end()) {
+      return absl::NotFoundError(absl::StrCat("unknown event ", event.value));
+    }
+    if (it->second.completed || it->second.generation != d.generation_) return true;
+  }
+  executor::Request request;
+  request.mutable_wait_event()->set_event(event.value);
+  request.mutable_wait_event()->set_query(true);
+  absl::StatusOr<int64_t> done = d.Call(request);
+  if (!done.ok()) {
+    if (done.status().GetPayload(kExecutorFaultPayload).has_value()) return true;
+    return done.status();
+  }
+  return *done != 0;
+}
+
+absl::Status RemoteDevice::DestroyEvent(EventId event) {
+  Impl& d = *impl_;
+  bool current;
+  {
+    absl::MutexLock lock(&d.mu_);
+    auto it = d.events_.find(event.value);
+    if (it == d.events_.end()) {
+      return absl::NotFoundError(absl::StrCat("unknown event ", event.value));
+    }
+    current = it->second.generation == d.generation_;
+    d.events_.erase(it);
+  }
+  if (!current) return absl::OkStatus();
+  executor::Request request;
+  request.mutable_destroy_event()->set_event(event.value);
+  d.Send(request).IgnoreError();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> RemoteDevice::EventElapsedNs(EventId start, EventId end) {
+  Impl& d = *impl_;
+  {
+    absl::MutexLock lock(&d.mu_);
+    auto s = d.events_.find(start.value);
+    auto e = d.events_.find(end.value);
+    if (s == d.events_.end() || e == d.events_.end()) {
+      return absl::NotFoundError("unknown event");
+    }
+    if (s->second.stream != e->second.stream) {
+      return absl::InvalidArgumentError("events of different streams");
+    }
+    if (s->second.generation != d.generation_ || e->second.generation != d.generation_) {
+      return absl::FailedPreconditionError("the events' executor restarted");
+    }
+  }
+  executor::Request request;
+  request.mutable_elapsed_ns()->set_start(start.value);
+  request.mutable_elapsed_ns()->set_end(end.value);
+  return d.Call(request);
+}
+
+bool RemoteDevice::SupportsOp(absl::string_view op_name) const {
+  return impl_->supported_ops_.contains(op_name);
+}
+
+absl::Status RemoteDevice::RunOp(const OpLaunch& launch, StreamId stream) {
+  if (launch.op == nullptr) return absl::InvalidArgumentError("RunOp without an op");
+  if (!SupportsOp(launch.op->name)) {
+    return absl::UnimplementedError(absl::StrCat("op ", launch.op->name, " is not implemented on ",
+                                                 BackendName(properties().backend), " device ",
+                                                 properties().index));
+  }
+  GPUKIT_RETURN_IF_ERROR(BufferBytes(launch.output).status());
+  for (const OpOperand& input : launch.inputs) {
+    if (!input.is_scalar) GPUKIT_RETURN_IF_ERROR(BufferBytes(input.buffer).status());
+  }
+  executor::Request request;
+  EncodeRunOp(launch, stream, *request.mutable_run_op());
+  return impl_->EnqueueCopy(request, stream.value, 0, nullptr, 0);
+}
+
+absl::StatusOr<ModuleId> RemoteDevice::LoadModule(absl::string_view image) {
+  Impl& d = *impl_;
+  if (image.empty()) return absl::InvalidArgumentError("an empty module image");
+  GPUKIT_ASSIGN_OR_RETURN(ScopedFd file,
+                          CreateSharedMemory("gpukit-module", static_cast<int64_t>(image.size())));
+  if (::pwrite(file.get(), image.data(), image.size(), 0) != static_cast<ssize_t>(image.size())) {
+    return absl::ResourceExhaustedError("cannot write a module image for the executor");
+  }
+  uint64_t id;
+  {
+    absl::MutexLock lock(&d.mu_);
+    id = d.next_id_++;
+  }
+  executor::Request request;
+  request.mutable_load_module()->set_module(id);
+  request.mutable_load_module()->set_image_bytes(static_cast<int64_t>(image.size()));
+  GPUKIT_RETURN_IF_ERROR(d.Call(request, file.get()).status());
+  absl::MutexLock lock(&d.mu_);
+  d.modules_[id].image = std::string(image);
+  return ModuleId{id};
+}
+
+absl::Status RemoteDevice::UnloadModule(ModuleId module) {
+  Impl& d = *impl_;
+  {
+    absl::MutexLock lock(&d.mu_);
+    if (d.modules_.erase(module.value) == 0) {
+      return absl::NotFoundError(absl::StrCat("unknown module ", module.value));
+    }
+    for (auto it = d.functions_.begin(); it != d.functions_.end();) {
+      if (it->second.module == module.value) {
+        d.function_ids_.erase({module.value, it->second.name});
+        d.functions_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  executor::Request request;
+  request.mutable_unload_module()->set_module(module.value);
+  d.Send(request).IgnoreError();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<FunctionId> RemoteDevice::GetFunction(ModuleId module, absl::string_view name) {
+  Impl& d = *impl_;
+  uint64_t id;
+  {
+    absl::MutexLock lock(&d.mu_);
+    if (!d.modules_.contains(module.value)) {
+      return absl::NotFoundError(absl::StrCat("unknown module ", module.value));
+    }
+    if (auto it = d.function_ids_.find({module.value, std::string(name)});
+        it != d.function_ids_.end()) {
+      return FunctionId{it->second};
+    }
+    id = d.next_id_++;
+  }
+  executor::Request request;
+  request.mutable_get_function()->set_function(id);
+  request.mutable_get_function()->set_module(module.value);
+  request.mutable_get_function()->set_name(std::string(name));
+  GPUKIT_RETURN_IF_ERROR(d.Call(request).status());
+  absl::MutexLock lock(&d.mu_);
+  d.functions_[id] = {module.value, std::string(name)};
+  d.function_ids_[{module.value, std::string(name)}] = id;
+  return FunctionId{id};
+}
+
+absl::Status RemoteDevice::Launch(FunctionId function, const LaunchConfig& config,
+                                  absl::Span<const KernelArg> args, StreamId stream) {
+  Impl& d = *impl_;
+  executor::Request request;
+  executor::Launch& launch = *request.mutable_launch();
+  launch.set_stream(stream.value);
+  launch.set_function(function.value);
+  for (int i = 0; i < 3; ++i) {
+    launch.add_grid(config.grid[i]);
+    launch.add_block(config.block[i]);
+  }
+  launch.set_shared_memory_bytes(config.shared_memory_bytes);
+  for (const KernelArg& arg : args) {
+    executor::KernelArg& out = *launch.add_args();
+    out.set_kind(static_cast<int32_t>(arg.kind));
+    switch (arg.kind) {
+      case KernelArg::Kind::kBuffer:
+        GPUKIT_RETURN_IF_ERROR(BufferBytes(arg.buffer).status());
+        out.set_buffer(arg.buffer.value);
+        break;
+      case KernelArg::Kind::kScalar:
+        if (arg.size_bytes == 0 || arg.size_bytes > 8) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("a scalar argument of ", arg.size_bytes, " bytes (1 to 8)"));
+        }
+        out.set_bytes(arg.bytes, arg.size_bytes);
+        break;
+      case KernelArg::Kind::kBlock:
+        if (arg.block == nullptr || arg.size_bytes == 0) {
+          return absl::InvalidArgumentError("an empty parameter block");
+        }
+        out.set_bytes(arg.block, arg.size_bytes);
+        break;
+    }
+  }
+  std::string name;
+  {
+    absl::MutexLock lock(&d.mu_);
+    auto it = d.functions_.find(function.value);
+    if (it == d.functions_.end()) {
+      return absl::NotFoundError(absl::StrCat("unknown function ", function.value));
+    }
+    name = it->second.name;
+    auto stream_it = d.streams_.find(stream.value);
+    if (stream_it == d.streams_.end()) {
+      return absl::NotFoundError(absl::StrCat("unknown stream ", stream.value));
+    }
+    stream_it->second.launch_seq = stream_it->second.next_seq;
+    stream_it->second.launch_name = name;
+  }
+  return d.EnqueueCopy(request, stream.value, 0, nullptr, 0);
+}
+
+}  // namespace gpukit
