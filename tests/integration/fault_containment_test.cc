@@ -305,7 +305,7 @@ TEST_F(FaultContainmentTest, AFaultingOpCostsOneRestartAndOnlyItsOwnCall) {
 
   EXPECT_THAT(RunOp(faulty, "_test_fault", {input.handle}),
               StatusIs(absl::StatusCode::kAborted,
-                       AllOf(HasSubstr("_test_fault"), HasSubstr("undefined"))));
+                       AllOf(HasSubstr("op _test_fault"), HasSubstr("undefined"))));
 
   GPUKIT_ASSERT_OK_AND_ASSIGN(v1::ExecutorInfo after, WaitForRestarts(before.restarts() + 1));
   EXPECT_EQ(after.restarts(), before.restarts() + 1);
@@ -511,7 +511,7 @@ TEST_F(HangContainmentTest, AnOpPastTheLaunchDeadlineFailsAsDeadlineExceeded) {
 
   // The op name in the message tells gpukitd's answer from the client's own 10 s deadline.
   EXPECT_THAT(RunOp(hanging, "_test_hang", {input.handle}),
-              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("_test_hang")));
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("op _test_hang")));
 
   GPUKIT_ASSERT_OK_AND_ASSIGN(v1::ExecutorInfo after, WaitForRestarts(before.restarts() + 1));
   EXPECT_EQ(after.restarts(), before.restarts() + 1);
