@@ -754,7 +754,7 @@ absl::Status Core::NoteExecutorFailure(const Session& session, const Device& dev
   auto kind = status.GetPayload(kExecutorFaultPayload);
   if (!kind.has_value()) return status;
   const std::string kind_text(*kind);
-  if (kind_text == "fault" || kind_text == "hang") {
+  if (kind_text == "fault" || kind_text == "hang" || kind_text == "exited") {
     spdlog::warn("device {}: {} of session {} (tenant {}) cost the executor a restart: {}",
                  device.properties().index, std::string(work), session.id(), session.tenant(),
                  std::string(status.message()));

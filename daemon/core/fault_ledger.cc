@@ -22,7 +22,9 @@ absl::Time FaultLedger::HoldEnd(const std::deque<absl::Time>& faults) const {
 void FaultLedger::Record(WorkFault fault) {
   fault.time = clock_.Now();
   absl::MutexLock lock(&mu_);
-  if (!fault.tenant.empty()) {
+  // An executor that died is not taken for the tenant's doing (the OOM killer, an operator);
+  // it is only named as the last fault.
+  if (!fault.tenant.empty() && fault.kind != "exited") {
     std::deque<absl::Time>& faults = faults_[fault.tenant];
     faults.push_back(fault.time);
     while (!faults.empty() && fault.time - faults.front() >= options_.window) faults.pop_front();

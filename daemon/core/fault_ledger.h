@@ -41,7 +41,7 @@ struct FaultLedgerOptions {
 struct WorkFault {
   absl::Time time;  // set by Record
   int device = 0;
-  std::string kind;  // "fault" or "hang"
+  std::string kind;  // "fault" or "hang" (held against the tenant), "exited" (named only)
   std::string error;
   std::string session_id;
   std::string tenant;

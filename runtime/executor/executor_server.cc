@@ -617,11 +617,10 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
           switch (request.body_case()) {
             case executor::Request::kWaitEvent: {
               absl::Status status = event->enqueue_error;
-              if (status.ok()) {
-                absl::Status waited = device_.WaitEvent(event->device_event);
-                if (!waited.ok()) CheckFault(waited, event->stream_id);
-                status = waited;
-              }
+              if (status.ok()) status = device_.WaitEvent(event->device_event);
+              // A sticky fault shows as an error of the work, at enqueue (a device that runs
+              // work as it is enqueued) or at the wait.
+              if (!status.ok()) CheckFault(status, event->stream_id);
               Reply(seq, status);
               break;
             }

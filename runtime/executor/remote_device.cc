@@ -124,6 +124,10 @@ class RemoteDevice::Impl {
   // Kills the failed executor, fails what waited on it, promotes the standby (or a new one)
   // and replays the tables into it.
   void Recover(const std::string& kind, const std::string& error, uint64_t stream);
+  // Under a restart: promotes the standby or starts an executor, replays the tables into it
+  // and makes it the serving one; on failure the device stays without one (broken_), and
+  // the supervisor tries again every few seconds.
+  void StartNext(absl::Time started) ABSL_EXCLUSIVE_LOCKS_REQUIRED(gen_mu_);
   absl::Status Replay(Executor& executor) ABSL_EXCLUSIVE_LOCKS_REQUIRED(gen_mu_);
   absl::Status SendOn(Executor& executor, executor::Request& request, int fd = -1);
 
@@ -333,13 +337,13 @@ RemoteDevice::Impl::~Impl() {
     stopping_ = true;
   }
   if (supervisor_.joinable()) supervisor_.join();
-  // Pools first (their sources call back into the tables), then the executors.
-  host_pool_.reset();
-  device_pool_.reset();
+  // The executors first (killed: nothing they hold is worth an orderly end), then the pools,
+  // whose sources find no executor to tell.
   std::shared_ptr<Executor> active;
   {
     absl::MutexLock lock(&gen_mu_);
     active = std::move(active_);
+    broken_ = absl::CancelledError("the device is shutting down");
   }
   std::shared_ptr<Executor> standby;
   {
@@ -348,6 +352,13 @@ RemoteDevice::Impl::~Impl() {
   }
   active.reset();
   standby.reset();
+  {
+    absl::MutexLock lock(&pending_mu_);
+    for (auto& [seq, pending] : pending_) pending->Complete(absl::CancelledError("shutting down"));
+    pending_.clear();
+  }
+  host_pool_.reset();
+  device_pool_.reset();
   absl::MutexLock lock(&mu_);
   for (auto& [key, segment] : host_segments_) {
     if (segment.owned) ::munmap(segment.data, static_cast<size_t>(segment.bytes));
@@ -508,6 +519,7 @@ absl::StatusOr<int64_t> RemoteDevice::Impl::Call(executor::Request& request, int
 // --- The supervisor -----------------------------------------------------------------------------
 
 void RemoteDevice::Impl::Supervise() {
+  absl::Time last_retry = absl::Now();
   for (;;) {
     std::optional<Failure> failure;
     bool need_standby = false;
@@ -520,6 +532,18 @@ void RemoteDevice::Impl::Supervise() {
       if (stopping_) return;
       failure = std::exchange(failure_, std::nullopt);
       need_standby = options_.standby && standby_ == nullptr;
+    }
+    {
+      bool broken;
+      {
+        absl::ReaderMutexLock lock(&gen_mu_);
+        broken = active_ == nullptr;
+      }
+      if (broken && absl::Now() - last_retry > absl::Seconds(5)) {
+        last_retry = absl::Now();
+        Recover("retry", "", 0);
+        continue;
+      }
     }
     if (failure.has_value()) {
       bool is_active = false;
@@ -594,10 +618,16 @@ void RemoteDevice::Impl::Recover(const std::string& kind, const std::string& err
     absl::ReaderMutexLock lock(&gen_mu_);
     failed = active_;
   }
-  if (failed == nullptr) return;
-  // Killed before taking the lock: a send blocked on it fails, releasing its shared hold.
-  ::kill(failed->pid, SIGKILL);
+  if (failed != nullptr) {
+    // Killed before taking the lock: a send blocked on it fails, releasing its shared hold.
+    ::kill(failed->pid, SIGKILL);
+  }
   absl::MutexLock gen(&gen_mu_);
+  if (failed == nullptr) {
+    // No executor runs (the last restart failed): try again.
+    StartNext(started);
+    return;
+  }
   int wait_status = 0;
   ::waitpid(failed->pid, &wait_status, 0);
   const pid_t failed_pid = failed->pid;
@@ -619,16 +649,18 @@ void RemoteDevice::Impl::Recover(const std::string& kind, const std::string& err
     for (const auto& pending : owed) {
       if (pending->hung) culprit = pending;
     }
-  } else if (kind == "fault") {
-    // Work on one stream runs in order, so the fault lies in the work of the oldest wait on
+  } else {
+    // Work on one stream runs in order, so a fault lies in the work of the oldest wait on
     // its stream; a CUDA fault is seen by every stream's wait, so the stream that reported it
-    // is only a hint, and one with a kernel launch in flight is the likelier culprit.
+    // is only a hint, and one with a kernel launch in flight is the likelier culprit. An
+    // executor that died names no stream: the oldest wait is the likeliest.
     auto older = [](const std::shared_ptr<Pending>& a, const std::shared_ptr<Pending>& b) {
       return b == nullptr || a->started < b->started;
     };
-    std::shared_ptr<Pending> on_stream, launched, launched_on_stream;
+    std::shared_ptr<Pending> on_stream, launched, launched_on_stream, oldest;
     for (const auto& pending : owed) {
       if (!pending->is_wait) continue;
+      if (older(pending, oldest)) oldest = pending;
       if (pending->stream == stream && older(pending, on_stream)) on_stream = pending;
       if (!pending->launched.empty()) {
         if (older(pending, launched)) launched = pending;
@@ -637,7 +669,10 @@ void RemoteDevice::Impl::Recover(const std::string& kind, const std::string& err
         }
       }
     }
-    culprit = launched_on_stream ? launched_on_stream : launched ? launched : on_stream;
+    culprit = launched_on_stream ? launched_on_stream
+              : launched         ? launched
+              : on_stream        ? on_stream
+                                 : oldest;
   }
   for (const auto& pending : owed) {
     if (pending == culprit && kind == "fault") {
@@ -647,7 +682,7 @@ void RemoteDevice::Impl::Recover(const std::string& kind, const std::string& err
               "); the arrays it was writing are undefined, all others are intact; the device "
               "executor was restarted and the session remains usable")),
           "fault"));
-    } else if (pending == culprit) {
+    } else if (pending == culprit && kind == "hang") {
       pending->Complete(WithKind(
           absl::DeadlineExceededError(absl::StrCat(
               "this work ran past the launch deadline of ",
@@ -656,12 +691,14 @@ void RemoteDevice::Impl::Recover(const std::string& kind, const std::string& err
               "are undefined, all others are intact")),
           "hang"));
     } else {
+      // The work running when the executor died is named in the last fault ("exited"), but
+      // a death (the OOM killer, an operator's kill) is not taken for the tenant's doing.
       pending->Complete(WithKind(
           absl::UnavailableError(absl::StrCat(
               "the device executor restarted (", what,
               ") while this work was queued or running, so it may not have run; its inputs "
               "are intact and a retry is safe")),
-          kind == "exited" ? "exited" : "restart"));
+          pending == culprit ? "exited" : "restart"));
     }
   }
   failed.reset();
@@ -671,6 +708,10 @@ void RemoteDevice::Impl::Recover(const std::string& kind, const std::string& err
     ++state_.restarts;
     state_.last_fault = ExecutorFaultRecord{absl::Now(), kind, kind == "exited" ? exit : error};
   }
+  StartNext(started);
+}
+
+void RemoteDevice::Impl::StartNext(absl::Time started) {
   {
     absl::MutexLock lock(&mu_);
     ++generation_;

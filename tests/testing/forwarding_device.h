@@ -113,10 +113,18 @@ class ForwardingDevice final : public Device {
     if (before_import_buffer) before_import_buffer(memory);
     return inner_->ImportBuffer(std::move(memory));
   }
-  absl::Status RegisterHostMemory(void* data, int64_t bytes) override {
+  absl::Status RegisterHostMemory(void* data, int64_t bytes, int shared_fd = -1) override {
     if (before_register_host_memory) before_register_host_memory(data, bytes);
-    return inner_->RegisterHostMemory(data, bytes);
+    return inner_->RegisterHostMemory(data, bytes, shared_fd);
   }
+  absl::Status MapSegment(uint64_t key, ScopedFd fd, int64_t bytes) override {
+    return inner_->MapSegment(key, std::move(fd), bytes);
+  }
+  absl::Status UnmapSegment(uint64_t key) override { return inner_->UnmapSegment(key); }
+  absl::StatusOr<BufferId> BufferInSegment(uint64_t key, int64_t offset, int64_t bytes) override {
+    return inner_->BufferInSegment(key, offset, bytes);
+  }
+  absl::Status CheckHealth() override { return inner_->CheckHealth(); }
   absl::Status UnregisterHostMemory(void* data) override {
     return inner_->UnregisterHostMemory(data);
   }
