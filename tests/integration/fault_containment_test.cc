@@ -412,9 +412,11 @@ TEST_F(FaultContainmentTest, AnExecutorKilledMidOpFailsThatOpAsRetryable) {
   EXPECT_EQ(after.restarts(), restarts);
   EXPECT_EQ(after.last_fault().kind(), "exited");
   EXPECT_THAT(after.last_fault().error(), ContainsRegex("signal 9|SIGKILL|[Kk]illed"));
-  // A process killed from outside (an operator, the OOM killer) is no session's doing: the
-  // busy session is not blamed (nor held back for it).
-  EXPECT_EQ(after.last_fault().session_id(), "");
+  // The work in flight is named, but a process killed from outside (an operator, the OOM
+  // killer) is not taken for the session's doing: its tenant is not held back.
+  EXPECT_EQ(after.last_fault().session_id(), busy);
+  EXPECT_THAT(after.last_fault().work(), HasSubstr("matmul"));
+  EXPECT_THAT(after.held_back(), ::testing::IsEmpty());
 
   ExpectBystanderUnharmed();
   ExpectSessionUsable(busy, input);
@@ -439,6 +441,8 @@ TEST_F(FaultContainmentTest, AnOpThatAbortsTheExecutorFailsAsRetryable) {
   EXPECT_NE(after.pid(), before.pid());
   EXPECT_EQ(after.last_fault().kind(), "exited");
   EXPECT_THAT(after.last_fault().error(), ContainsRegex("signal 6|SIGABRT|[Aa]bort"));
+  EXPECT_EQ(after.last_fault().session_id(), aborting);
+  EXPECT_THAT(after.last_fault().work(), HasSubstr("_test_abort"));
 
   ExpectBystanderUnharmed();
   ExpectSessionUsable(aborting, input);
