@@ -58,6 +58,8 @@ constexpr int kAllowedExtraFds = 8;
 constexpr int kAllowedExtraThreads = 4;
 //   - resident memory: glibc keeps some freed memory in its arenas, and gRPC's buffers.
 constexpr int64_t kAllowedExtraRssBytes = int64_t{32} << 20;
+// Seen on a 2-core build host over 100 cycles (8 runs): descriptors +0, threads +0 to +3
+// (18-22 in all), resident memory within 1.5 MiB either way of about 27 MiB.
 
 constexpr absl::Duration kRecoveryTimeout = absl::Seconds(20);
 
@@ -485,6 +487,20 @@ TEST_F(FaultContainmentTest, RepeatedFaultsLeaveTheDaemonsDescriptorsThreadsAndM
   for (int i = kWarmUpCycles; i < kWarmUpCycles + kFaultCycles; ++i) GPUKIT_ASSERT_OK(cycle(i));
   const absl::Duration took = absl::Now() - begin;
   GPUKIT_ASSERT_OK_AND_ASSIGN(Resources end, settled());
+  // gRPC's pools shrink back a while after load; a leak never comes back within bounds.
+  const auto within = [&](const Resources& r) {
+    return r.fds <= baseline.fds + kAllowedExtraFds &&
+           r.threads <= baseline.threads + kAllowedExtraThreads &&
+           r.rss_bytes <= baseline.rss_bytes + kAllowedExtraRssBytes;
+  };
+  PollUntil(
+      [&] {
+        if (within(end)) return true;
+        absl::StatusOr<Resources> now = ResourcesOf(daemon().pid());
+        if (now.ok()) end = *now;
+        return false;
+      },
+      absl::Seconds(5), absl::Milliseconds(100));
   std::cout << kFaultCycles << " fault cycles in " << took << "; gpukitd fds " << baseline.fds
             << " -> " << end.fds << ", threads " << baseline.threads << " -> " << end.threads
             << ", RSS " << baseline.rss_bytes / 1024 << " -> " << end.rss_bytes / 1024 << " KiB\n";
