@@ -58,6 +58,8 @@ constexpr int kAllowedExtraFds = 8;
 constexpr int kAllowedExtraThreads = 4;
 //   - resident memory: glibc keeps some freed memory in its arenas, and gRPC's buffers.
 constexpr int64_t kAllowedExtraRssBytes = int64_t{32} << 20;
+// Seen on a 2-core build host over 100 cycles (8 runs): descriptors +0, threads +0 to +3
+// (18-22 in all), resident memory within 1.5 MiB either way of about 27 MiB.
 
 constexpr absl::Duration kRecoveryTimeout = absl::Seconds(20);
 
@@ -305,7 +307,7 @@ TEST_F(FaultContainmentTest, AFaultingOpCostsOneRestartAndOnlyItsOwnCall) {
 
   EXPECT_THAT(RunOp(faulty, "_test_fault", {input.handle}),
               StatusIs(absl::StatusCode::kAborted,
-                       AllOf(HasSubstr("_test_fault"), HasSubstr("undefined"))));
+                       AllOf(HasSubstr("op _test_fault"), HasSubstr("undefined"))));
 
   GPUKIT_ASSERT_OK_AND_ASSIGN(v1::ExecutorInfo after, WaitForRestarts(before.restarts() + 1));
   EXPECT_EQ(after.restarts(), before.restarts() + 1);
@@ -365,37 +367,44 @@ TEST_F(FaultContainmentTest, AnExecutorKilledMidOpFailsThatOpAsRetryable) {
   // signal lands; then the next one runs on the new executor, and the test kills again.
   int kills = 0;
   int64_t restarts = before.restarts();
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    const bool running = PollUntil(
-        [&] {
-          v1::ListTasksRequest request;
-          request.set_state(v1::TASK_STATE_RUNNING);
-          absl::StatusOr<v1::ListTasksResponse> tasks = api().ListTasks(request);
-          if (!tasks.ok()) return false;
-          for (const v1::TaskInfo& task : tasks->tasks()) {
-            if (task.session_id() == busy && task.name() == "matmul") return true;
-          }
-          return false;
-        },
-        kRecoveryTimeout, absl::Milliseconds(5));
-    ASSERT_TRUE(running) << "no matmul of the busy session was seen running";
-    GPUKIT_ASSERT_OK_AND_ASSIGN(pid_t pid, ExecutorPid());
-    const int completed_at_kill = completed.load();
-    ASSERT_EQ(::kill(pid, SIGKILL), 0) << std::strerror(errno);
-    ++kills;
-    ++restarts;
-    // Either the op in flight failed, or one more completed (the kill came between two).
-    ASSERT_TRUE(PollUntil(
-        [&] {
-          absl::MutexLock lock(&mu);
-          return finished || completed.load() > completed_at_kill + 1;
-        },
-        kRecoveryTimeout));
-    absl::MutexLock lock(&mu);
-    if (finished) break;
-  }
+  const absl::Status killed = [&]() -> absl::Status {
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      const bool running = PollUntil(
+          [&] {
+            v1::ListTasksRequest request;
+            request.set_state(v1::TASK_STATE_RUNNING);
+            absl::StatusOr<v1::ListTasksResponse> tasks = api().ListTasks(request);
+            if (!tasks.ok()) return false;
+            for (const v1::TaskInfo& task : tasks->tasks()) {
+              if (task.session_id() == busy && task.name() == "matmul") return true;
+            }
+            return false;
+          },
+          kRecoveryTimeout, absl::Milliseconds(5));
+      if (!running) return absl::NotFoundError("no matmul of the busy session was seen running");
+      GPUKIT_ASSIGN_OR_RETURN(pid_t pid, ExecutorPid());
+      const int completed_at_kill = completed.load();
+      if (::kill(pid, SIGKILL) != 0) {
+        return absl::InternalError(absl::StrCat("kill ", pid, ": ", std::strerror(errno)));
+      }
+      ++kills;
+      ++restarts;
+      // Either the op in flight failed, or one more completed (the kill came between two).
+      const bool settled = PollUntil(
+          [&] {
+            absl::MutexLock lock(&mu);
+            return finished || completed.load() > completed_at_kill + 1;
+          },
+          kRecoveryTimeout);
+      if (!settled) return absl::DeadlineExceededError("the matmuls neither failed nor went on");
+      absl::MutexLock lock(&mu);
+      if (finished) return absl::OkStatus();
+    }
+    return absl::OkStatus();
+  }();
   stop.store(true);
-  worker.join();
+  worker.join();  // on every path: the worker uses this test's fixture
+  GPUKIT_ASSERT_OK(killed);
   std::cout << "executor killed " << kills << " time(s); " << completed.load()
             << " matmuls completed before the failure\n";
   EXPECT_THAT(failure, StatusIs(absl::StatusCode::kUnavailable,
@@ -405,8 +414,11 @@ TEST_F(FaultContainmentTest, AnExecutorKilledMidOpFailsThatOpAsRetryable) {
   EXPECT_EQ(after.restarts(), restarts);
   EXPECT_EQ(after.last_fault().kind(), "exited");
   EXPECT_THAT(after.last_fault().error(), ContainsRegex("signal 9|SIGKILL|[Kk]illed"));
+  // The work in flight is named, but a process killed from outside (an operator, the OOM
+  // killer) is not taken for the session's doing: its tenant is not held back.
   EXPECT_EQ(after.last_fault().session_id(), busy);
   EXPECT_THAT(after.last_fault().work(), HasSubstr("matmul"));
+  EXPECT_THAT(after.held_back(), ::testing::IsEmpty());
 
   ExpectBystanderUnharmed();
   ExpectSessionUsable(busy, input);
@@ -475,6 +487,20 @@ TEST_F(FaultContainmentTest, RepeatedFaultsLeaveTheDaemonsDescriptorsThreadsAndM
   for (int i = kWarmUpCycles; i < kWarmUpCycles + kFaultCycles; ++i) GPUKIT_ASSERT_OK(cycle(i));
   const absl::Duration took = absl::Now() - begin;
   GPUKIT_ASSERT_OK_AND_ASSIGN(Resources end, settled());
+  // gRPC's pools shrink back a while after load; a leak never comes back within bounds.
+  const auto within = [&](const Resources& r) {
+    return r.fds <= baseline.fds + kAllowedExtraFds &&
+           r.threads <= baseline.threads + kAllowedExtraThreads &&
+           r.rss_bytes <= baseline.rss_bytes + kAllowedExtraRssBytes;
+  };
+  PollUntil(
+      [&] {
+        if (within(end)) return true;
+        absl::StatusOr<Resources> now = ResourcesOf(daemon().pid());
+        if (now.ok()) end = *now;
+        return false;
+      },
+      absl::Seconds(5), absl::Milliseconds(100));
   std::cout << kFaultCycles << " fault cycles in " << took << "; gpukitd fds " << baseline.fds
             << " -> " << end.fds << ", threads " << baseline.threads << " -> " << end.threads
             << ", RSS " << baseline.rss_bytes / 1024 << " -> " << end.rss_bytes / 1024 << " KiB\n";
@@ -505,7 +531,7 @@ TEST_F(HangContainmentTest, AnOpPastTheLaunchDeadlineFailsAsDeadlineExceeded) {
 
   // The op name in the message tells gpukitd's answer from the client's own 10 s deadline.
   EXPECT_THAT(RunOp(hanging, "_test_hang", {input.handle}),
-              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("_test_hang")));
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("op _test_hang")));
 
   GPUKIT_ASSERT_OK_AND_ASSIGN(v1::ExecutorInfo after, WaitForRestarts(before.restarts() + 1));
   EXPECT_EQ(after.restarts(), before.restarts() + 1);
