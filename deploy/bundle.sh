@@ -332,6 +332,7 @@ fi
 chmod +x "$BUNDLE/bin/run-gpu-tests.sh"
 if [ "$BUNDLE_PYTHON" = "1" ]; then
   install -m 0755 "$ROOT/tests/bench/python_overhead_bench.py" "$BUNDLE/bin/"
+  install -m 0755 "$ROOT/tests/bench/executor_overhead_bench.py" "$BUNDLE/bin/"
 fi
 
 # ---- Configuration, environment, README ----
