@@ -1157,51 +1157,75 @@ absl::StatusOr<ExportedBuffer> RemoteDevice::ExportBuffer(BufferId buffer, Expor
     bytes = it->second.bytes;
   }
   if (block.shares_segment) {
-    // The buffer moves to a segment of its own first, so the export exposes nothing else.
+    // The buffer moves to a segment of its own first, so the export exposes nothing else:
+    // a buffer `moved` over the new segment, a copy, then the buffer's id names the new
+    // place (queued work on the buffer must have completed: the Device contract).
     GPUKIT_ASSIGN_OR_RETURN(PoolBlock own, d.device_pool_->AllocateOwnSegment(bytes));
-    GPUKIT_ASSIGN_OR_RETURN(BufferId moved, Allocate(0));  // an id for the new place
+    auto define = [&](uint64_t id) {
+      executor::Request request;
+      executor::DefineBuffer& define = *request.mutable_define_buffer();
+      define.set_buffer(id);
+      define.set_segment(own.segment.handle);
+      define.set_offset(static_cast<int64_t>(own.address - own.segment.address));
+      define.set_bytes(bytes);
+      return request;
+    };
+    uint64_t moved = 0;
     absl::Status status = [&]() -> absl::Status {
-      GPUKIT_RETURN_IF_ERROR(d.EnsureSegmentMapped(own.segment));
-      executor::Request define;
-      define.mutable_define_buffer()->set_buffer(moved.value);
-      define.mutable_define_buffer()->set_segment(own.segment.handle);
-      define.mutable_define_buffer()->set_offset(
-          static_cast<int64_t>(own.address - own.segment.address));
-      define.mutable_define_buffer()->set_bytes(bytes);
-      GPUKIT_RETURN_IF_ERROR(d.Call(define).status());
-      uint64_t stream_id;
-      {
+      for (;;) {
+        GPUKIT_RETURN_IF_ERROR(d.EnsureSegmentMapped(own.segment));
+        absl::ReaderMutexLock gen(&d.gen_mu_);
         absl::MutexLock lock(&d.mu_);
-        stream_id = d.export_stream_;
+        if (!d.mapped_segments_.contains(own.segment.handle)) continue;  // a restart
+        moved = d.next_id_++;
+        Impl::Buffer& buffer = d.buffers_[moved];
+        buffer.bytes = bytes;
+        buffer.block = own;
+        if (d.active_ == nullptr) return absl::UnavailableError("no device executor");
+        executor::Request request = define(moved);
+        return d.SendOn(*d.active_, request);
       }
-      if (stream_id == 0) {
-        GPUKIT_ASSIGN_OR_RETURN(StreamId stream, CreateStream(StreamPriority::kNormal));
-        stream_id = stream.value;
+    }();
+    uint64_t stream_id = 0;
+    if (status.ok()) {
+      absl::MutexLock lock(&d.mu_);
+      stream_id = d.export_stream_;
+    }
+    if (status.ok() && stream_id == 0) {
+      absl::StatusOr<StreamId> stream = CreateStream(StreamPriority::kNormal);
+      status = stream.status();
+      if (stream.ok()) {
+        stream_id = stream->value;
         absl::MutexLock lock(&d.mu_);
         d.export_stream_ = stream_id;
       }
-      GPUKIT_RETURN_IF_ERROR(CopyDeviceToDevice(moved, 0, buffer, 0, bytes, {stream_id}));
-      return SynchronizeStream(*this, {stream_id});
-    }();
+    }
+    if (status.ok()) {
+      status = CopyDeviceToDevice(BufferId{moved}, 0, buffer, 0, bytes, StreamId{stream_id});
+    }
+    if (status.ok()) status = SynchronizeStream(*this, StreamId{stream_id});
     if (!status.ok()) {
-      Free(moved).IgnoreError();
+      if (moved != 0) {
+        {
+          absl::MutexLock lock(&d.mu_);
+          d.buffers_.erase(moved);
+        }
+        executor::Request forget;
+        forget.mutable_free_buffer()->set_buffer(moved);
+        d.Send(forget).IgnoreError();
+      }
       d.device_pool_->Free(own.address).IgnoreError();
       return status;
     }
     {
       absl::MutexLock lock(&d.mu_);
       d.buffers_[buffer.value].block = own;
-      d.buffers_.erase(moved.value);
+      d.buffers_.erase(moved);
     }
-    executor::Request rebind;
-    rebind.mutable_define_buffer()->set_buffer(buffer.value);
-    rebind.mutable_define_buffer()->set_segment(own.segment.handle);
-    rebind.mutable_define_buffer()->set_offset(
-        static_cast<int64_t>(own.address - own.segment.address));
-    rebind.mutable_define_buffer()->set_bytes(bytes);
+    executor::Request rebind = define(buffer.value);
     d.Send(rebind).IgnoreError();
     executor::Request forget;
-    forget.mutable_free_buffer()->set_buffer(moved.value);
+    forget.mutable_free_buffer()->set_buffer(moved);
     d.Send(forget).IgnoreError();
     d.device_pool_->Free(block.address).IgnoreError();
     block = own;

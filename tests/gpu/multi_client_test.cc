@@ -263,14 +263,47 @@ TEST_F(MultiClientGpuTest, ClientKilledWhileGpukitdMapsItsMemoryLeavesNothingBeh
 }
 
 // The daemon also listens on TCP: a client there cannot receive descriptors, so Array::Map
-// asks for a legacy CUDA IPC handle. This test's own process is that client.
+// asks for a legacy CUDA IPC handle. This test's own process is that client. Legacy handles
+// belong to a CUDA context, which a device executor's restart would take away, so only a
+// daemon that runs its devices in-process (executor.mode "inprocess") serves them.
 class MultiClientGpuTcpTest : public MultiClientGpuTest {
+ protected:
+  void ConfigureDaemon(DaemonOptions& options) const override {
+    MultiClientGpuTest::ConfigureDaemon(options);
+    options.extra_args = {"--listen", "127.0.0.1:0"};
+    options.config_json = R"({"executor": {"mode": "inprocess"}})";
+  }
+};
+
+// With device executors (the default) the same request is refused, saying why.
+class MultiClientGpuTcpExecutorTest : public MultiClientGpuTest {
  protected:
   void ConfigureDaemon(DaemonOptions& options) const override {
     MultiClientGpuTest::ConfigureDaemon(options);
     options.extra_args = {"--listen", "127.0.0.1:0"};
   }
 };
+
+TEST_F(MultiClientGpuTcpExecutorTest, OverTcpLegacyIpcHandlesAreRefusedWithTheReason) {
+  const std::string listening = "listening on 127.0.0.1:";
+  ASSERT_TRUE(
+      PollUntil([&] { return absl::StrContains(daemon().Log(), listening); }, absl::Seconds(5)));
+  const std::string log = daemon().Log();
+  const size_t at = log.find(listening) + listening.size();
+  ClientOptions options;
+  options.address = absl::StrCat("127.0.0.1:", log.substr(at, log.find('\n', at) - at));
+  options.tenant = "tcp";
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(options));
+  std::vector<float> values(1024, 1.5f);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Array array, client->FromVector(values, {1024}));
+  EXPECT_THAT(array.Map().status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       ::testing::AllOf(::testing::HasSubstr("legacy CUDA IPC"),
+                                        ::testing::HasSubstr("executor"))));
+  // The array itself is untouched.
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<float> back, array.ToVector<float>());
+  EXPECT_EQ(back, values);
+}
 
 TEST_F(MultiClientGpuTcpTest, OverTcpArraysMapThroughLegacyIpcHandles) {
   const std::string listening = "listening on 127.0.0.1:";
