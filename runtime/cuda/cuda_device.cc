@@ -709,6 +709,17 @@ absl::StatusOr<HostBuffer> CudaDevice::AllocateHostBuffer(int64_t bytes) {
 }
 
 absl::StatusOr<ExportedBuffer> CudaDevice::ExportBuffer(BufferId buffer, ExportForm form) {
+  // One export at a time on the device. mu_ is dropped while MoveBuffer waits for the streams
+  // and copies, so without this two exports of one buffer both read its old address, both
+  // moved it, and the later one failed (ABORTED) although the buffer was exportable; worse, a
+  // descriptor export of a buffer already in a segment of its own could hand out that
+  // segment's descriptor while an IPC export of the buffer moved it to a cuMemAlloc
+  // allocation: the importer then mapped memory the buffer had left, and the buffer carried
+  // both forms. Under export_mu_ the allocation is read after
+  // any earlier export has recorded its move and its form, so a second export of the buffer
+  // finds it in its own memory and names that same memory. Exports are rare and each costs a
+  // driver call or a copy already; no other call takes export_mu_, so only exports wait.
+  absl::MutexLock export_lock(&export_mu_);
   Allocation allocation;
   {
     absl::MutexLock lock(&mu_);
@@ -793,10 +804,16 @@ absl::StatusOr<ExportedBuffer> CudaDevice::ExportDescriptor(BufferId buffer,
   ExportedBuffer exported;
   exported.fd.Reset(fd);
   {
+    // Freeing a buffer while exporting it is the caller's error (as freeing it with work
+    // queued is), but the descriptor must never name memory the buffer no longer has: the
+    // pool may have given it to another buffer.
     absl::MutexLock lock(&mu_);
-    if (auto it = buffers_.find(buffer.value); it != buffers_.end()) {
-      it->second.exported_descriptor = true;
+    auto it = buffers_.find(buffer.value);
+    if (it == buffers_.end() || it->second.address != block.address) {
+      return absl::AbortedError(
+          absl::StrCat("buffer ", buffer.value, " was freed during its export"));
     }
+    it->second.exported_descriptor = true;
   }
   exported.allocation_bytes = block.segment.bytes;
   exported.offset_bytes = 0;
