@@ -389,7 +389,8 @@ absl::StatusOr<std::shared_ptr<const Session>> SessionManager::Find(
   return std::shared_ptr<const Session>(it->second);
 }
 
-CloseStats SessionManager::CloseLocked(const std::shared_ptr<Session>& session) {
+CloseStats SessionManager::CloseLocked(const std::shared_ptr<Session>& session,
+                                       std::vector<Session::Holdings>& doomed) {
   sessions_.erase(session->id());
   scheduler_.EndSession(session->ticket());
   Session::Holdings holdings = session->CloseAndTake();
@@ -399,19 +400,23 @@ CloseStats SessionManager::CloseLocked(const std::shared_ptr<Session>& session) 
   stats.arrays_freed = static_cast<int64_t>(holdings.arrays.size());
   for (const auto& array : holdings.arrays) stats.bytes_freed += array->bytes();
   stats.kernels_freed = static_cast<int64_t>(holdings.kernels.size());
-  // `holdings` drops here: buffers and modules not in use by work in flight are freed now.
+  // Not dropped here: freeing buffers, unloading modules and unregistering host memory may
+  // wait for the device, and every other session's lookup waits for mu_.
+  doomed.push_back(std::move(holdings));
   return stats;
 }
 
 absl::StatusOr<CloseStats> SessionManager::Close(absl::string_view session_id) {
   // Declared before the lock, so dropped after it is released: destroying a session may
-  // destroy its streams, which waits for the device.
+  // destroy its streams, and its holdings free device memory, both of which wait for the
+  // device. Buffers and modules not in use by work in flight are freed then.
   std::shared_ptr<Session> closed;
+  std::vector<Session::Holdings> doomed;
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(session_id);
   if (it == sessions_.end()) return SessionNotFoundError(session_id);
   closed = it->second;
-  CloseStats stats = CloseLocked(closed);
+  CloseStats stats = CloseLocked(closed, doomed);
   spdlog::info(
       "session closed: session={} tenant={} arrays_freed={} bytes_freed={} kernels_freed={}",
       stats.session_id, stats.tenant, stats.arrays_freed, stats.bytes_freed, stats.kernels_freed);
@@ -422,12 +427,13 @@ std::vector<CloseStats> SessionManager::ExpireLeases() {
   const absl::Time now = clock_.Now();
   std::vector<CloseStats> closed;
   std::vector<std::shared_ptr<Session>> expired;  // dropped after the lock (see Close)
+  std::vector<Session::Holdings> doomed;          // likewise
   absl::MutexLock lock(&mu_);
   for (const auto& [id, session] : sessions_) {
     if (session->lease_deadline() < now) expired.push_back(session);
   }
   for (const auto& session : expired) {
-    closed.push_back(CloseLocked(session));
+    closed.push_back(CloseLocked(session, doomed));
     spdlog::warn(
         "session lease expired: session={} tenant={} arrays_freed={} bytes_freed={} "
         "kernels_freed={}",
@@ -440,9 +446,10 @@ std::vector<CloseStats> SessionManager::ExpireLeases() {
 std::vector<CloseStats> SessionManager::CloseAll() {
   std::vector<CloseStats> closed;
   std::vector<std::shared_ptr<Session>> all;  // dropped after the lock (see Close)
+  std::vector<Session::Holdings> doomed;      // likewise
   absl::MutexLock lock(&mu_);
   for (const auto& [id, session] : sessions_) all.push_back(session);
-  for (const auto& session : all) closed.push_back(CloseLocked(session));
+  for (const auto& session : all) closed.push_back(CloseLocked(session, doomed));
   return closed;
 }
 

@@ -275,9 +275,13 @@ class SessionManager {
   const Clock& clock() const { return clock_; }
 
  private:
-  // Ends the session; the caller drops its last references after releasing mu_.
-  CloseStats CloseLocked(const std::shared_ptr<Session>& session)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the session and moves what it held into `doomed`, which the caller declares before
+  // taking mu_ so that it is destroyed after mu_ is released: destroying arrays, kernels and
+  // host regions frees device memory and may wait for the device, and no other session's
+  // lookup may wait behind that. The caller likewise drops its last reference to the session
+  // after releasing mu_.
+  CloseStats CloseLocked(const std::shared_ptr<Session>& session,
+                         std::vector<Session::Holdings>& doomed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Clock& clock_;
   const SessionOptions options_;

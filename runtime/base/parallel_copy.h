@@ -18,15 +18,31 @@
 // pointers.
 //
 // Cost: starting a thread costs some 20 to 50 us, which is why pieces are at least 4 MiB
-// (about 0.2 ms of copying even at 20 GB/s). Threads are not pooled.
+// (about 0.2 ms of copying even at 20 GB/s). ParallelCopy does not pool threads; a caller
+// that copies often enough for that cost to show (the CUDA transfer engine, which copies a
+// 32 MiB staging chunk every few milliseconds) keeps a ParallelCopyWorkers, whose threads
+// wait for copies and take pieces the same way:
 //
-// Thread safety: thread-safe; each call uses threads of its own.
+//   ParallelCopyWorkers workers(/*helper_threads=*/7);
+//   workers.Copy(staging, data, bytes, {.min_piece_bytes = 256 << 10});
+//
+// Thread safety: ParallelCopy is thread-safe; each call uses threads of its own.
+// ParallelCopyWorkers::Copy is thread-safe; its calls run one at a time.
 #ifndef GPUKIT_RUNTIME_BASE_PARALLEL_COPY_H_
 #define GPUKIT_RUNTIME_BASE_PARALLEL_COPY_H_
 
 #include <cstdint>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace gpukit {
+
+namespace parallel_copy_internal {
+struct CopyJob;  // one copy's pieces (parallel_copy.cc)
+}  // namespace parallel_copy_internal
 
 // The most threads a copy uses by default, the caller's included. Measured on a 16-core
 // host (docs/benchmarks.md): gpukitd's 256 MiB copies went at about 10 GB/s on 1 thread,
@@ -49,6 +65,41 @@ int ParallelCopyThreads(int64_t bytes, const ParallelCopyOptions& options = {});
 // Copies `bytes` (>= 0) from `src` to `dst`, which must not overlap.
 void ParallelCopy(void* dst, const void* src, int64_t bytes,
                   const ParallelCopyOptions& options = {});
+
+// Threads kept for ParallelCopy's work: the same copy (pieces taken one at a time by the
+// calling thread and helpers), with helpers that are started once, at construction, and
+// wait on a mutex between copies instead of being started per copy.
+class ParallelCopyWorkers {
+ public:
+  // Starts `helper_threads` (< 0 counts as 0) threads. A system out of threads starts fewer
+  // (std::thread's exception is caught): the copies then use those there are.
+  explicit ParallelCopyWorkers(int helper_threads);
+  // Stops and joins the threads; no Copy may be running.
+  ~ParallelCopyWorkers();
+  ParallelCopyWorkers(const ParallelCopyWorkers&) = delete;
+  ParallelCopyWorkers& operator=(const ParallelCopyWorkers&) = delete;
+
+  // As ParallelCopy(dst, src, bytes, options), with at most helper_threads() helpers: the
+  // threads used, the caller's included, are ParallelCopyThreads(bytes, options) capped at
+  // helper_threads() + 1. Returns when every byte is copied. Calls run one at a time (a
+  // second waits for the first).
+  void Copy(void* dst, const void* src, int64_t bytes, const ParallelCopyOptions& options = {});
+
+  int helper_threads() const { return static_cast<int>(threads_.size()); }
+
+ private:
+  void WorkLoop(int index);
+
+  absl::Mutex copy_mu_;  // one Copy at a time
+  absl::Mutex mu_ ABSL_ACQUIRED_AFTER(copy_mu_);
+  // The copy in progress (on the caller's stack).
+  parallel_copy_internal::CopyJob* job_ ABSL_GUARDED_BY(mu_) = nullptr;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // bumped per copy that uses helpers
+  int helpers_wanted_ ABSL_GUARDED_BY(mu_) = 0;   // workers with index below this join in
+  int pending_ ABSL_GUARDED_BY(mu_) = 0;          // wanted helpers not finished yet
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;  // written by the constructor only
+};
 
 }  // namespace gpukit
 

@@ -171,6 +171,9 @@ class CudaDevice final : public Device {
   // The buffer's VMM segment as a POSIX file descriptor. A buffer in a slab shared with other
   // buffers moves first to a segment of its own (a device-to-device copy; its BufferId stays).
   // FAILED_PRECONDITION where device memory is not exportable (no VMM or no POSIX handles).
+  // Exports run one at a time per device (a move waits for every stream), so concurrent
+  // exports of one buffer all name the same memory. ABORTED when the buffer is freed while
+  // it is exported (a caller's error).
   absl::StatusOr<ExportedBuffer> ExportBuffer(BufferId buffer, ExportForm form) override;
   // A VMM descriptor (mapped read-write for this GPU) or a legacy IPC handle of a client's
   // allocation on this GPU (SharedMapping); memory of another GPU is refused.
@@ -359,6 +362,9 @@ class CudaDevice final : public Device {
   // The empty stream CheckHealth queries; set by Create.
   std::shared_ptr<Stream> health_stream_;
 
+  // Held for the whole of ExportBuffer, so that exports of one buffer see each other's moves
+  // (see ExportBuffer); taken before mu_, never by any other call.
+  absl::Mutex export_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -12,36 +12,9 @@ namespace gpukit {
 
 TransferEngine::TransferEngine(const CudaDriver& cu, CUcontext context,
                                const TransferEngineOptions& options)
-    : cu_(cu), context_(context), options_(options) {
-  for (int k = 0; k < options_.copy_threads - 1; ++k) {
-    workers_.emplace_back([this, k] {
-      uint64_t seen = 0;
-      while (true) {
-        std::function<void()> job;
-        {
-          absl::MutexLock lock(&work_mu_);
-          auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_) {
-            return stop_ || generation_ != seen;
-          };
-          work_mu_.Await(absl::Condition(&ready));
-          if (stop_) return;
-          seen = generation_;
-          job = parts_[k];
-        }
-        if (job) job();
-        absl::MutexLock lock(&work_mu_);
-        --pending_;
-      }
-    });
-  }
-}
+    : cu_(cu), context_(context), options_(options), copier_(options.copy_threads - 1) {}
 
 TransferEngine::~TransferEngine() {
-  {
-    absl::MutexLock lock(&work_mu_);
-    stop_ = true;
-  }
-  for (std::thread& worker : workers_) worker.join();
   absl::MutexLock lock(&mu_);
   if (slots_.empty()) return;
   if (cu_.cuCtxSetCurrent(context_) != CUDA_SUCCESS) return;
@@ -82,32 +55,12 @@ absl::Status TransferEngine::WaitSlot(Slot& slot) {
 }
 
 void TransferEngine::ParallelCopy(void* dst, const void* src, int64_t bytes) {
-  const int64_t ways = static_cast<int64_t>(workers_.size()) + 1;
-  // Parts of whole cache lines; small copies stay on the calling thread.
-  const int64_t part = bytes < (int64_t{256} << 10)
-                           ? bytes
-                           : ((bytes + ways - 1) / ways + 63) / 64 * 64;
-  auto* to = static_cast<char*>(dst);
-  const auto* from = static_cast<const char*>(src);
-  int helpers = 0;
-  if (part < bytes) {
-    absl::MutexLock lock(&work_mu_);
-    parts_.assign(workers_.size(), nullptr);
-    for (size_t k = 0; k < workers_.size(); ++k) {
-      const int64_t offset = static_cast<int64_t>(k + 1) * part;
-      if (offset >= bytes) continue;
-      const int64_t length = std::min(part, bytes - offset);
-      parts_[k] = [to, from, offset, length] { std::memcpy(to + offset, from + offset, length); };
-    }
-    helpers = static_cast<int>(workers_.size());
-    pending_ = helpers;
-    ++generation_;
-  }
-  std::memcpy(to, from, std::min(part, bytes));
-  if (helpers == 0) return;
-  absl::MutexLock lock(&work_mu_);
-  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(work_mu_) { return pending_ == 0; };
-  work_mu_.Await(absl::Condition(&done));
+  // Pieces of 256 KiB taken as the threads go: a 32 MiB chunk is 128 of them across
+  // copy_threads threads, and a chunk below two pieces stays on the calling thread.
+  ParallelCopyOptions options;
+  options.min_piece_bytes = int64_t{256} << 10;
+  options.max_threads = options_.copy_threads;
+  copier_.Copy(dst, src, bytes, options);
 }
 
 absl::Status TransferEngine::HostToDevice(CUdeviceptr dst, const void* src, int64_t bytes,
@@ -125,9 +78,8 @@ absl::Status TransferEngine::HostToDevice(CUdeviceptr dst, const void* src, int6
     GPUKIT_RETURN_IF_ERROR(WaitSlot(slot));  // its previous DMA has read it
     const int64_t length = std::min(options_.chunk_bytes, bytes - offset);
     ParallelCopy(slot.pinned, from + offset, length);
-    GPUKIT_RETURN_IF_ERROR(
-        CheckCu(cu_.cuMemcpyHtoDAsync(dst + offset, slot.pinned, length, stream),
-                "cuMemcpyHtoDAsync"));
+    GPUKIT_RETURN_IF_ERROR(CheckCu(cu_.cuMemcpyHtoDAsync(dst + offset, slot.pinned, length, stream),
+                                   "cuMemcpyHtoDAsync"));
     GPUKIT_RETURN_IF_ERROR(CheckCu(cu_.cuEventRecord(slot.done, stream), "cuEventRecord"));
     slot.busy = true;
   }

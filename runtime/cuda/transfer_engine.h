@@ -20,14 +20,13 @@
 #define GPUKIT_RUNTIME_CUDA_TRANSFER_ENGINE_H_
 
 #include <cstdint>
-#include <functional>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "runtime/base/parallel_copy.h"
 #include "runtime/cuda/cuda_driver.h"
 
 namespace gpukit {
@@ -66,7 +65,7 @@ class TransferEngine {
 
   absl::Status EnsureSlotsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status WaitSlot(Slot& slot);
-  // memcpy(dst, src, bytes) split across the worker threads and the calling thread.
+  // memcpy(dst, src, bytes) split across copier_'s threads and the calling thread.
   void ParallelCopy(void* dst, const void* src, int64_t bytes);
 
   const CudaDriver& cu_;
@@ -76,13 +75,8 @@ class TransferEngine {
   absl::Mutex mu_;  // one transfer at a time
   std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);
 
-  // The memcpy workers: each takes one part of the current chunk.
-  absl::Mutex work_mu_;
-  uint64_t generation_ ABSL_GUARDED_BY(work_mu_) = 0;
-  int pending_ ABSL_GUARDED_BY(work_mu_) = 0;
-  bool stop_ ABSL_GUARDED_BY(work_mu_) = false;
-  std::vector<std::function<void()>> parts_ ABSL_GUARDED_BY(work_mu_);
-  std::vector<std::thread> workers_;
+  // The memcpy threads (copy_threads - 1 of them; the caller is the last), started once.
+  ParallelCopyWorkers copier_;
 };
 
 }  // namespace gpukit

@@ -559,6 +559,53 @@ TEST_F(CudaDeviceTest, ExportedBufferIsASegmentOfItsOwnThatImportsAsTheSameMemor
               StatusIs(absl::StatusCode::kNotFound));
 }
 
+// Exports of one slab buffer from several threads at once: every one succeeds and names the
+// same memory (the buffer moved once, to one segment of its own), and the bytes survive the
+// move. Before ExportBuffer serialized exports, each thread read the buffer's slab address and
+// moved it; all but the first failed with ABORTED.
+TEST_F(CudaDeviceTest, ConcurrentExportsOfOneBufferAllNameTheSameMemory) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId neighbour, UploadFloats({9, 9, 9, 9}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId data, UploadFloats({1, 2, 3, 4, 5, 6, 7, 8}));
+  constexpr int kThreads = 8;
+  std::vector<absl::StatusOr<ExportedBuffer>> exports;
+  for (int i = 0; i < kThreads; ++i) exports.emplace_back(absl::UnknownError("not run"));
+  {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kThreads; ++i) {
+      threads.emplace_back(
+          [&, i] { exports[i] = device_->ExportBuffer(data, ExportForm::kDescriptor); });
+    }
+    for (std::thread& thread : threads) thread.join();
+  }
+  std::vector<BufferId> imports;
+  for (int i = 0; i < kThreads; ++i) {
+    ASSERT_THAT(exports[i], IsOk()) << "export " << i;
+    EXPECT_EQ(exports[i]->bytes, 32);
+    EXPECT_EQ(exports[i]->allocation_bytes, exports[0]->allocation_bytes);
+    ImportedMemory memory;
+    memory.fd = std::move(exports[i]->fd);
+    memory.allocation_bytes = exports[i]->allocation_bytes;
+    memory.offset_bytes = exports[i]->offset_bytes;
+    memory.bytes = exports[i]->bytes;
+    GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId imported, device_->ImportBuffer(std::move(memory)));
+    owned_.push_back(imported);
+    imports.push_back(imported);
+  }
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<float> moved, DownloadFloats(data, 8));
+  EXPECT_THAT(moved, ElementsAreArray({1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<float> other, DownloadFloats(neighbour, 4));
+  EXPECT_THAT(other, ElementsAreArray({9.0f, 9.0f, 9.0f, 9.0f}));
+  // A write through the buffer is seen through every import: they all map its memory.
+  const float forty_two = 42.0f;
+  GPUKIT_ASSERT_OK(device_->CopyHostToDevice(data, 0, &forty_two, 4, stream_));
+  GPUKIT_ASSERT_OK(Sync());
+  for (int i = 0; i < kThreads; ++i) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<float> seen, DownloadFloats(imports[i], 8));
+    EXPECT_THAT(seen, ElementsAreArray({42.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f}))
+        << "import " << i;
+  }
+}
+
 // ImportBuffer maps memory another process shares; here that process is this one (a VMM
 // descriptor of an exported buffer), which the driver allows for descriptors (not for legacy
 // IPC handles). The imported buffer is the same memory, refuses a second export, is not

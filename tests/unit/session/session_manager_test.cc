@@ -22,6 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu/cpu_device.h"
+#include "tests/testing/forwarding_device.h"
 #include "tests/testing/status_matchers.h"
 
 namespace gpukit {
@@ -196,7 +197,7 @@ TEST_F(SessionManagerTest, RejectsNegativeLease) {
   OpenSessionParams params = Params();
   params.lease = absl::Milliseconds(-5);
   EXPECT_THAT(OpenVia(params), StatusIs(absl::StatusCode::kInvalidArgument,
-                                               HasSubstr("lease_ms = -5 must be >= 0")));
+                                        HasSubstr("lease_ms = -5 must be >= 0")));
 }
 
 TEST_F(SessionManagerTest, SessionRecordsWhoOpenedItAndWhen) {
@@ -478,6 +479,58 @@ TEST_F(SessionManagerTest, ArrayHeldByWorkInFlightIsFreedWhenTheWorkLetsGo) {
   EXPECT_EQ(DeviceUsedBytes(), 256);
   array.reset();
   EXPECT_EQ(DeviceUsedBytes(), 0);
+  EXPECT_EQ(ReservedBytes(), 0);
+}
+
+// Destroying a closed session's arrays frees device memory, which may wait for the device
+// (and for a device executor, for a round trip): it happens after the manager's lock is
+// released, so other sessions' lookups go on meanwhile. Here the Free of the closing
+// session's array blocks until another session has been touched, found and listed; were the
+// array destroyed under the lock, Touch would wait for the Free and the Free for Touch.
+TEST_F(SessionManagerTest, LookupsOfOtherSessionsGoOnWhileAClosedSessionsArraysAreFreed) {
+  CpuDeviceOptions options;
+  options.memory_bytes = kDeviceBytes;
+  auto device = std::make_unique<::gpukit::testing::ForwardingDevice>(*CpuDevice::Create(options));
+  absl::Notification free_entered;
+  absl::Notification others_looked_up;
+  bool looked_up_while_freeing = false;  // written by the closer thread, read after join
+  device->before_free = [&](BufferId) {
+    free_entered.Notify();
+    // The bound only turns the old behaviour (a lookup waiting for this Free) into a failure
+    // instead of a hung suite; it never passes when things work.
+    looked_up_while_freeing = others_looked_up.WaitForNotificationWithTimeout(absl::Seconds(60));
+  };
+  std::shared_ptr<Session> closing = Open("team-a");
+  std::shared_ptr<Session> bystander = Open("team-b");
+  ASSERT_NE(closing, nullptr);
+  ASSERT_NE(bystander, nullptr);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation reservation,
+                              array_scheduler_->ReserveMemory(array_ticket_, 64));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId buffer, device->Allocate(64));
+  GPUKIT_ASSERT_OK(closing->AddArray(std::make_shared<DeviceArray>(
+      NewOpaqueId("a-"), *device, buffer, TensorDesc{DType::kUInt8, {64}}, 64,
+      std::move(reservation), clock_.Now())));
+
+  absl::StatusOr<CloseStats> stats = absl::UnknownError("not closed");
+  std::thread closer([&] { stats = manager().Close(closing->id()); });
+  free_entered.WaitForNotification();
+  const bool touched = manager().Touch(bystander->id()).ok();
+  const bool found = manager().Find(bystander->id()).ok();
+  const size_t listed = manager().List().size();
+  const bool closed_is_gone = absl::IsNotFound(manager().Touch(closing->id()).status());
+  others_looked_up.Notify();
+  closer.join();
+
+  EXPECT_TRUE(looked_up_while_freeing)
+      << "the other session's lookups waited for the closing session's Free";
+  EXPECT_TRUE(touched);
+  EXPECT_TRUE(found);
+  EXPECT_EQ(listed, 1u);
+  EXPECT_TRUE(closed_is_gone);
+  ASSERT_THAT(stats, IsOk());
+  EXPECT_EQ(stats->arrays_freed, 1);
+  EXPECT_EQ(stats->bytes_freed, 64);
+  EXPECT_EQ(device->GetMemoryInfo().used_bytes, 0);
   EXPECT_EQ(ReservedBytes(), 0);
 }
 
