@@ -55,7 +55,17 @@ struct CpuDevice::Buffer {
 // for good. Checked on every enqueue, so the healthy path is one atomic load.
 class CpuDevice::Health {
  public:
+  // What work on a poisoned device fails with: the fault, said to be an earlier one's (the
+  // work that faulted got the fault itself, so the two can be told apart).
   absl::Status Check() const {
+    if (!poisoned_.load(std::memory_order_acquire)) return absl::OkStatus();
+    absl::MutexLock lock(&mu_);
+    return absl::Status(fault_.code(),
+                        absl::StrCat("the device is poisoned by an earlier fault: ",
+                                     fault_.message()));
+  }
+  // The fault itself (CheckHealth).
+  absl::Status Fault() const {
     if (!poisoned_.load(std::memory_order_acquire)) return absl::OkStatus();
     absl::MutexLock lock(&mu_);
     return fault_;
@@ -384,7 +394,7 @@ absl::StatusOr<BufferId> CpuDevice::BufferInSegment(uint64_t key, int64_t offset
   return BufferId{id};
 }
 
-absl::Status CpuDevice::CheckHealth() { return health_->Check(); }
+absl::Status CpuDevice::CheckHealth() { return health_->Fault(); }
 
 absl::StatusOr<int64_t> CpuDevice::BufferBytes(BufferId buffer) const {
   absl::MutexLock lock(&mu_);
@@ -478,7 +488,8 @@ absl::Status CpuDevice::CopyDeviceToDevice(BufferId dst, int64_t dst_offset, Buf
 }
 
 absl::StatusOr<EventId> CpuDevice::RecordEvent(StreamId stream) {
-  GPUKIT_RETURN_IF_ERROR(health_->Check());
+  // Recorded even on a poisoned device: the event carries the first error of the work before
+  // it, which for the work that faulted is the fault itself (WaitEvent).
   GPUKIT_ASSIGN_OR_RETURN(Stream * s, FindStream(stream));
   auto event = std::make_shared<Event>();
   uint64_t id;
@@ -510,8 +521,10 @@ absl::Status CpuDevice::WaitEvent(EventId event) {
     e->mu.Await(absl::Condition(&e->done));
     status = e->status;
   }
-  GPUKIT_RETURN_IF_ERROR(health_->Check());
-  return status;
+  // The work's own error first: the work that faulted gets the fault itself, later work a
+  // mention of it (Health::Check), so the two can be told apart.
+  if (!status.ok()) return status;
+  return health_->Check();
 }
 
 absl::StatusOr<bool> CpuDevice::QueryEvent(EventId event) {

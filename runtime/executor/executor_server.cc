@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -17,6 +18,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/executor/executor_protocol.h"
 #include "spdlog/spdlog.h"
@@ -66,8 +68,10 @@ struct EventState;
 struct StreamState {
   StreamId device_stream;
   absl::Status create_error;  // the stream could not be created: all its work fails so
-  // The first error enqueueing returned since the last RecordEvent (enqueue thread only).
-  absl::Status enqueue_error;
+  // The first error enqueueing returned since the last RecordEvent: written by the enqueue
+  // thread, read there and by a fault's report, under error_mu (as the events' are).
+  absl::Mutex error_mu;
+  absl::Status enqueue_error ABSL_GUARDED_BY(error_mu);
   // The last event recorded on the stream, and its id (enqueue thread only).
   std::weak_ptr<EventState> last_event;
   uint64_t last_event_id = 0;
@@ -113,8 +117,10 @@ class ExecutorServer::Impl {
   void Handle(executor::Request& request, ScopedFd fd);
   void Reply(uint64_t seq, const absl::Status& status, int64_t value = 0,
              uint64_t elapsed_from = 0, int64_t elapsed_ns = 0);
-  // A wait failed: if the device took a sticky fault, says so to gpukitd and stops serving.
-  void CheckFault(const absl::Status& failure, uint64_t stream);
+  // A wait failed: if the device took a sticky fault, says so to gpukitd (naming the wait's
+  // event, definitely the culprit when its enqueue failed with the fault) and ends the
+  // process. Returns when the device is healthy.
+  void CheckFault(const absl::Status& failure, uint64_t stream, uint64_t event);
 
   absl::StatusOr<BufferId> FindBuffer(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<char*> FindHost(const executor::HostRange& range, int64_t bytes)
@@ -146,9 +152,9 @@ class ExecutorServer::Impl {
   absl::flat_hash_map<uint64_t, std::shared_ptr<EventState>> events_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, ModuleId> modules_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, FunctionId> functions_ ABSL_GUARDED_BY(mu_);
-  // Set once the device faulted: Serve returns it.
-  absl::Status fault_ ABSL_GUARDED_BY(mu_);
-  bool faulted_ ABSL_GUARDED_BY(mu_) = false;
+  // Held by the thread that reports a fault until the process ends; set with it.
+  absl::Mutex fault_mu_;
+  std::atomic<bool> faulted_{false};
 };
 
 ExecutorServer::ExecutorServer(Device& device, ScopedFd socket)
@@ -192,10 +198,6 @@ absl::Status ExecutorServer::Impl::Serve() {
   for (;;) {
     executor::Request request;
     absl::StatusOr<ScopedFd> fd = ReceiveExecutorMessage(socket_.get(), request);
-    {
-      absl::MutexLock lock(&mu_);
-      if (faulted_) return fault_;
-    }
     if (!fd.ok()) {
       // gpukitd closed the channel (it exits, or it let this executor go): done.
       if (fd.status().code() == absl::StatusCode::kUnavailable) return absl::OkStatus();
@@ -216,9 +218,11 @@ absl::Status ExecutorServer::Impl::Serve() {
 void ExecutorServer::Impl::Reply(uint64_t seq, const absl::Status& status, int64_t value,
                                  uint64_t elapsed_from, int64_t elapsed_ns) {
   if (seq == 0) {
-    if (!status.ok()) spdlog::warn("executor: {}", std::string(status.message()));
+    if (!status.ok()) spdlog::debug("executor: {}", std::string(status.message()));
     return;
   }
+  // After a fault only the Fault goes out: gpukitd fails what waited, classified.
+  if (faulted_.load()) return;
   executor::FromExecutor message;
   executor::Reply& reply = *message.mutable_reply();
   reply.set_seq(seq);
@@ -229,20 +233,59 @@ void ExecutorServer::Impl::Reply(uint64_t seq, const absl::Status& status, int64
   SendExecutorMessage(socket_.get(), message).IgnoreError();
 }
 
-void ExecutorServer::Impl::CheckFault(const absl::Status& failure, uint64_t stream) {
+void ExecutorServer::Impl::CheckFault(const absl::Status& failure, uint64_t stream,
+                                      uint64_t event) {
   absl::Status health = device_.CheckHealth();
   if (health.ok()) return;
-  {
-    absl::MutexLock lock(&mu_);
-    if (faulted_) return;
-    faulted_ = true;
-    fault_ = health;
-  }
+  faulted_.store(true);  // from here on only the Fault goes out (gpukitd answers the waits)
+  // One thread reports and ends the process; any other that sees the fault waits here for
+  // the end.
+  absl::MutexLock lock(&fault_mu_);
   spdlog::error("executor: the device faulted ({}); the first failed work: {}",
                 std::string(health.message()), std::string(failure.message()));
   executor::FromExecutor message;
-  message.mutable_fault()->set_error(std::string(health.message()));
-  message.mutable_fault()->set_stream(stream);
+  executor::Fault& fault = *message.mutable_fault();
+  fault.set_error(std::string(health.message()));
+  fault.set_stream(stream);
+  fault.set_event(event);
+  // The wait (or the stream whose enqueue) that got the fault itself is certainly the
+  // culprit's. A GPU's fault is asynchronous: the stream is only where it was seen.
+  bool definite = failure.message() == health.message();
+  if (!definite) {
+    fault.set_event(0);  // where it was seen, not where it lies
+    absl::MutexLock lock(&mu_);
+    // A device that knows which work faulted (the CPU backend) fails it with the fault
+    // itself and later work with a mention of it: the culprit's event, done already, may be
+    // behind this one in a queue. (A GPU's errors never match: no need to look.)
+    if (device_.properties().backend == BackendKind::kCpu) {
+      for (const auto& [id, e] : events_) {
+        if (e->device_event.value == 0) continue;
+        absl::StatusOr<bool> done = device_.QueryEvent(e->device_event);
+        if (done.ok() && !*done) continue;
+        if (device_.WaitEvent(e->device_event).message() == health.message()) {
+          fault.set_stream(e->stream_id);
+          fault.set_event(id);
+          definite = true;
+        }
+      }
+    }
+    for (const auto& [id, e] : events_) {
+      if (e->stream == nullptr) continue;
+      absl::MutexLock error_lock(&e->stream->error_mu);
+      if (e->enqueue_error.message() == health.message()) {
+        fault.set_stream(e->stream_id);
+        definite = true;
+      }
+    }
+    for (const auto& [id, s] : streams_) {
+      absl::MutexLock error_lock(&s->error_mu);
+      if (s->enqueue_error.message() == health.message()) {
+        fault.set_stream(id);
+        definite = true;
+      }
+    }
+  }
+  fault.set_definite(definite);
   SendExecutorMessage(socket_.get(), message).IgnoreError();
   // Nothing this process holds is worth keeping, and its device cannot run work: gpukitd
   // replaces it. Exiting here (rather than unwinding) spares a teardown that waits on a
@@ -564,7 +607,10 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
               break;
           }
         }
-        if (!status.ok() && s->enqueue_error.ok()) s->enqueue_error = status;
+        if (!status.ok()) {
+          absl::MutexLock lock(&s->error_mu);
+          if (s->enqueue_error.ok()) s->enqueue_error = status;
+        }
       });
       return;
     }
@@ -586,12 +632,10 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       s->enqueues.Push([this, s, event, id = request.record_event().event()] {
         event->previous = std::exchange(s->last_event, event);
         event->previous_id = std::exchange(s->last_event_id, id);
+        absl::StatusOr<EventId> recorded =
+            s->create_error.ok() ? device_.RecordEvent(s->device_stream) : s->create_error;
+        absl::MutexLock lock(&s->error_mu);
         event->enqueue_error = std::exchange(s->enqueue_error, absl::OkStatus());
-        if (!s->create_error.ok()) {
-          event->enqueue_error = s->create_error;
-          return;
-        }
-        absl::StatusOr<EventId> recorded = device_.RecordEvent(s->device_stream);
         if (recorded.ok()) {
           event->device_event = *recorded;
         } else if (event->enqueue_error.ok()) {
@@ -635,7 +679,9 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
               if (status.ok()) status = device_.WaitEvent(event->device_event);
               // A sticky fault shows as an error of the work, at enqueue (a device that runs
               // work as it is enqueued) or at the wait.
-              if (!status.ok()) CheckFault(status, event->stream_id);
+              if (!status.ok()) {
+                CheckFault(status, event->stream_id, request.wait_event().event());
+              }
               uint64_t elapsed_from = 0;
               int64_t elapsed_ns = 0;
               if (std::shared_ptr<EventState> previous = event->previous.lock();

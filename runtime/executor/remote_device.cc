@@ -45,6 +45,7 @@ struct Pending {
   // it covers includes a kernel launch (fault attribution).
   bool is_wait = false;
   uint64_t stream = 0;
+  uint64_t event = 0;
   absl::Time started;
   std::string launched;  // a kernel launched in the covered work, or ""
   bool hung = false;     // the watchdog took it for a hang
@@ -121,16 +122,24 @@ class RemoteDevice::Impl {
   absl::Status AwaitHello(Executor& executor);
   // Asks the supervisor to replace the serving executor `failed` (ignored if it is not).
   void ReportFailure(const Executor* failed, std::string kind, std::string error,
-                     uint64_t stream = 0);
+                     uint64_t stream = 0, bool definite = false, uint64_t event = 0);
   void Supervise();
   // Kills the failed executor, fails what waited on it, promotes the standby (or a new one)
   // and replays the tables into it.
-  void Recover(const std::string& kind, const std::string& error, uint64_t stream);
+  void Recover(const std::string& kind, const std::string& error, uint64_t stream,
+               bool definite, uint64_t event);
   // Under a restart: promotes the standby or starts an executor, replays the tables into it
   // and makes it the serving one; on failure the device stays without one (broken_), and
   // the supervisor tries again every few seconds.
   void StartNext(absl::Time started) ABSL_EXCLUSIVE_LOCKS_REQUIRED(gen_mu_);
   absl::Status Replay(Executor& executor) ABSL_EXCLUSIVE_LOCKS_REQUIRED(gen_mu_);
+  // The event whose work is to blame for a failure of `kind` (0: none), from the executor's
+  // report (`stream`, certain when `definite`), the streams' launches in flight and the
+  // waits that were owed. Call before the generation moves on.
+  uint64_t FindCulprit(const std::string& kind, uint64_t stream, bool definite,
+                       const std::vector<std::shared_ptr<Pending>>& owed);
+  // What the culprit's wait returns: ABORTED for a fault, DEADLINE_EXCEEDED for a hang.
+  absl::Status CulpritError(const std::string& kind, const std::string& error) const;
   absl::Status SendOn(Executor& executor, executor::Request& request, int fd = -1);
 
   // --- Memory ------------------------------------------------------------------------------
@@ -219,6 +228,9 @@ class RemoteDevice::Impl {
   absl::flat_hash_map<uint64_t, Module> modules_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Function> functions_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<uint64_t, std::string>, uint64_t> function_ids_ ABSL_GUARDED_BY(mu_);
+  // A culprit event whose wait had not come when its executor was replaced: that wait's
+  // answer.
+  absl::flat_hash_map<uint64_t, absl::Status> culprit_errors_ ABSL_GUARDED_BY(mu_);
   uint64_t export_stream_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Mutex export_mu_;  // one export (perhaps a move) at a time
 
@@ -233,6 +245,8 @@ class RemoteDevice::Impl {
     const Executor* executor = nullptr;
     std::string kind, error;
     uint64_t stream = 0;
+    bool definite = false;  // `stream` is certainly where the fault lies
+    uint64_t event = 0;     // ... and the work before this event, when set
   };
   std::optional<Failure> failure_ ABSL_GUARDED_BY(supervisor_mu_);
   std::shared_ptr<Executor> standby_ ABSL_GUARDED_BY(supervisor_mu_);
@@ -445,7 +459,8 @@ void RemoteDevice::Impl::ReadLoop(Executor* executor) {
         break;
       }
       case executor::FromExecutor::kFault:
-        ReportFailure(executor, "fault", message.fault().error(), message.fault().stream());
+        ReportFailure(executor, "fault", message.fault().error(), message.fault().stream(),
+                      message.fault().definite(), message.fault().event());
         break;
       case executor::FromExecutor::BODY_NOT_SET:
         break;
@@ -457,11 +472,12 @@ void RemoteDevice::Impl::ReadLoop(Executor* executor) {
 }
 
 void RemoteDevice::Impl::ReportFailure(const Executor* failed, std::string kind,
-                                       std::string error, uint64_t stream) {
+                                       std::string error, uint64_t stream, bool definite,
+                                       uint64_t event) {
   absl::MutexLock lock(&supervisor_mu_);
   // The first report of a failure wins: a fault is followed by the channel's end.
   if (failure_.has_value()) return;
-  failure_ = Failure{failed, std::move(kind), std::move(error), stream};
+  failure_ = Failure{failed, std::move(kind), std::move(error), stream, definite, event};
 }
 
 absl::Status RemoteDevice::Impl::SendOn(Executor& executor, executor::Request& request, int fd) {
@@ -547,7 +563,7 @@ void RemoteDevice::Impl::Supervise() {
       }
       if (broken && absl::Now() - last_retry > absl::Seconds(5)) {
         last_retry = absl::Now();
-        Recover("retry", "", 0);
+        Recover("retry", "", 0, false, 0);
         continue;
       }
     }
@@ -558,7 +574,8 @@ void RemoteDevice::Impl::Supervise() {
         is_active = active_ != nullptr && active_.get() == failure->executor;
       }
       if (is_active) {
-        Recover(failure->kind, failure->error, failure->stream);
+        Recover(failure->kind, failure->error, failure->stream, failure->definite,
+                failure->event);
       } else {
         absl::MutexLock lock(&supervisor_mu_);
         if (standby_ != nullptr && standby_.get() == failure->executor) {
@@ -617,7 +634,7 @@ void RemoteDevice::Impl::Supervise() {
 }
 
 void RemoteDevice::Impl::Recover(const std::string& kind, const std::string& error,
-                                 uint64_t stream) {
+                                 uint64_t stream, bool definite, uint64_t event) {
   const absl::Time started = absl::Now();
   std::shared_ptr<Executor> failed;
   {
@@ -650,52 +667,17 @@ void RemoteDevice::Impl::Recover(const std::string& kind, const std::string& err
     for (auto& [seq, pending] : pending_) owed.push_back(std::move(pending));
     pending_.clear();
   }
+  // The culprit: the event whose work faulted, hung or was running when the executor died.
+  // Its wait (now or, if it has not come yet, later) gets the fault's own error.
+  const uint64_t culprit_event =
+      definite && event != 0 ? event : FindCulprit(kind, stream, definite, owed);
   std::shared_ptr<Pending> culprit;
-  if (kind == "hang") {
-    for (const auto& pending : owed) {
-      if (pending->hung) culprit = pending;
-    }
-  } else {
-    // Work on one stream runs in order, so a fault lies in the work of the oldest wait on
-    // its stream; a CUDA fault is seen by every stream's wait, so the stream that reported it
-    // is only a hint, and one with a kernel launch in flight is the likelier culprit. An
-    // executor that died names no stream: the oldest wait is the likeliest.
-    auto older = [](const std::shared_ptr<Pending>& a, const std::shared_ptr<Pending>& b) {
-      return b == nullptr || a->started < b->started;
-    };
-    std::shared_ptr<Pending> on_stream, launched, launched_on_stream, oldest;
-    for (const auto& pending : owed) {
-      if (!pending->is_wait) continue;
-      if (older(pending, oldest)) oldest = pending;
-      if (pending->stream == stream && older(pending, on_stream)) on_stream = pending;
-      if (!pending->launched.empty()) {
-        if (older(pending, launched)) launched = pending;
-        if (pending->stream == stream && older(pending, launched_on_stream)) {
-          launched_on_stream = pending;
-        }
-      }
-    }
-    culprit = launched_on_stream ? launched_on_stream
-              : launched         ? launched
-              : on_stream        ? on_stream
-                                 : oldest;
+  for (const auto& pending : owed) {
+    if (pending->is_wait && pending->event == culprit_event) culprit = pending;
   }
   for (const auto& pending : owed) {
-    if (pending == culprit && kind == "fault") {
-      pending->Complete(WithKind(
-          absl::AbortedError(absl::StrCat(
-              "the device faulted running this work (", error,
-              "); the arrays it was writing are undefined, all others are intact; the device "
-              "executor was restarted and the session remains usable")),
-          "fault"));
-    } else if (pending == culprit && kind == "hang") {
-      pending->Complete(WithKind(
-          absl::DeadlineExceededError(absl::StrCat(
-              "this work ran past the launch deadline of ",
-              absl::FormatDuration(options_.launch_deadline),
-              " and was stopped (the device executor was restarted); the arrays it was writing "
-              "are undefined, all others are intact")),
-          "hang"));
+    if (pending == culprit && (kind == "fault" || kind == "hang")) {
+      pending->Complete(CulpritError(kind, error));
     } else {
       // The work running when the executor died is named in the last fault ("exited"), but
       // a death (the OOM killer, an operator's kill) is not taken for the tenant's doing.
@@ -706,6 +688,10 @@ void RemoteDevice::Impl::Recover(const std::string& kind, const std::string& err
               "are intact and a retry is safe")),
           pending == culprit ? "exited" : "restart"));
     }
+  }
+  if (culprit == nullptr && culprit_event != 0 && (kind == "fault" || kind == "hang")) {
+    absl::MutexLock lock(&mu_);
+    culprit_errors_[culprit_event] = CulpritError(kind, error);
   }
   failed.reset();
   {
@@ -769,6 +755,81 @@ void RemoteDevice::Impl::StartNext(absl::Time started) {
   }
   spdlog::warn("device {}: executor restarted (pid {}) in {}", properties_.index, active_->pid,
                absl::FormatDuration(absl::Now() - started));
+}
+
+absl::Status RemoteDevice::Impl::CulpritError(const std::string& kind,
+                                              const std::string& error) const {
+  if (kind == "hang") {
+    return WithKind(absl::DeadlineExceededError(absl::StrCat(
+                        "this work ran past the launch deadline of ",
+                        absl::FormatDuration(options_.launch_deadline),
+                        " and was stopped (the device executor was restarted); the arrays it "
+                        "was writing are undefined, all others are intact")),
+                    "hang");
+  }
+  return WithKind(absl::AbortedError(absl::StrCat(
+                      "the device faulted running this work (", error,
+                      "); the arrays it was writing are undefined, all others are intact; the "
+                      "device executor was restarted and the session remains usable")),
+                  "fault");
+}
+
+uint64_t RemoteDevice::Impl::FindCulprit(const std::string& kind, uint64_t stream, bool definite,
+                                         const std::vector<std::shared_ptr<Pending>>& owed) {
+  if (kind == "hang") {
+    for (const auto& pending : owed) {
+      if (pending->hung) return pending->event;
+    }
+    return 0;
+  }
+  if (kind == "exited") {
+    // No stream is named: the oldest wait's work was the likeliest to be running. Named in
+    // the last fault only, never held against its tenant.
+    std::shared_ptr<Pending> oldest;
+    for (const auto& pending : owed) {
+      if (pending->is_wait && (oldest == nullptr || pending->started < oldest->started)) {
+        oldest = pending;
+      }
+    }
+    return oldest == nullptr ? 0 : oldest->event;
+  }
+  if (kind != "fault") return 0;
+  // Work on a stream runs in order, so the fault lies in the work before the stream's first
+  // event that had not completed. Which stream: the one the executor named when it knows
+  // (a device that runs work as it is enqueued); else a CUDA fault, seen by every stream's
+  // wait, is blamed on a stream with a kernel launch in flight (gpukit's own ops are not
+  // taken for faulty), preferring the one where it was seen; with none, on nobody.
+  absl::MutexLock lock(&mu_);
+  uint64_t culprit_stream = 0;
+  uint64_t after_seq = 0;
+  if (definite) {
+    if (auto it = streams_.find(stream); it != streams_.end()) {
+      culprit_stream = stream;
+      after_seq = it->second.completed_seq;
+    }
+  } else {
+    for (const auto& [id, s] : streams_) {
+      if (s.launch_seq <= s.completed_seq) continue;
+      if (culprit_stream == 0 || id == stream) {
+        culprit_stream = id;
+        after_seq = s.launch_seq;
+      }
+    }
+  }
+  if (culprit_stream == 0) return 0;
+  uint64_t culprit = 0;
+  uint64_t culprit_seq = 0;
+  for (const auto& [id, event] : events_) {
+    if (event.stream != culprit_stream || event.completed || event.generation != generation_ ||
+        event.seq <= after_seq) {
+      continue;
+    }
+    if (culprit == 0 || event.seq < culprit_seq) {
+      culprit = id;
+      culprit_seq = event.seq;
+    }
+  }
+  return culprit;
 }
 
 absl::Status RemoteDevice::Impl::Replay(Executor& executor) {
@@ -874,24 +935,25 @@ absl::Status RemoteDevice::Impl::Replay(Executor& executor) {
 
 absl::Status RemoteDevice::Impl::EnsureSegmentMapped(const Segment& segment) {
   absl::MutexLock serial(&map_mu_);
-  {
-    absl::MutexLock lock(&mu_);
-    if (mapped_segments_.contains(segment.handle)) return absl::OkStatus();
-  }
-  GPUKIT_ASSIGN_OR_RETURN(ScopedFd fd, memory_->Share(segment));
   uint64_t generation;
   {
+    // One look at both: a restart between them would replay the mapping unseen.
     absl::MutexLock lock(&mu_);
+    if (mapped_segments_.contains(segment.handle)) return absl::OkStatus();
     generation = generation_;
   }
+  GPUKIT_ASSIGN_OR_RETURN(ScopedFd fd, memory_->Share(segment));
   executor::Request request;
   request.mutable_map_segment()->set_key(segment.handle);
   request.mutable_map_segment()->set_bytes(segment.bytes);
   absl::StatusOr<int64_t> mapped = Call(request, fd.get());
   absl::MutexLock lock(&mu_);
   if (!mapped.ok()) {
-    // A restart while it was sent replays what the tables hold; the caller retries.
-    if (generation != generation_) return absl::OkStatus();
+    // A restart while it was sent replays what the tables hold (perhaps this very segment);
+    // the caller looks again.
+    if (generation != generation_ || mapped_segments_.contains(segment.handle)) {
+      return absl::OkStatus();
+    }
     return mapped.status();
   }
   if (generation == generation_) mapped_segments_.insert(segment.handle);
@@ -1448,12 +1510,16 @@ absl::Status RemoteDevice::WaitEvent(EventId event) {
     recorded = it->second;
     if (recorded.completed) return absl::OkStatus();
     if (recorded.generation != d.generation_) {
+      if (auto culprit = d.culprit_errors_.extract(event.value); !culprit.empty()) {
+        return culprit.mapped();
+      }
       return WithKind(absl::UnavailableError(
                           "the device executor restarted after this work was queued, so it may "
                           "not have run; its inputs are intact and a retry is safe"),
                       "restart");
     }
     pending->stream = recorded.stream;
+    pending->event = event.value;
     auto stream = d.streams_.find(recorded.stream);
     if (stream != d.streams_.end() && stream->second.launch_seq > stream->second.completed_seq &&
         stream->second.launch_seq < recorded.seq) {
@@ -1507,6 +1573,7 @@ absl::Status RemoteDevice::DestroyEvent(EventId event) {
     }
     current = it->second.generation == d.generation_;
     d.events_.erase(it);
+    d.culprit_errors_.erase(event.value);
   }
   if (!current) return absl::OkStatus();
   executor::Request request;

@@ -108,7 +108,14 @@ TEST_F(CpuFaultInjectionTest, APoisonedDeviceFailsEveryEnqueueAndWaitWithTheFaul
   EXPECT_THAT(device_->CopyDeviceToHost(host.data(), input_, 0, 16, other), kIsTheFault);
   EXPECT_THAT(device_->CopyDeviceToDevice(output_, 0, input_, 0, 16, other), kIsTheFault);
   EXPECT_THAT(Run("neg"), kIsTheFault);
-  EXPECT_THAT(device_->RecordEvent(other), kIsTheFault);
+  // An event is still recorded (it carries the fault to its waiter); later work's failures
+  // mention the fault as an earlier one's, and only the faulting work's is the fault itself.
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId later, device_->RecordEvent(other));
+  EXPECT_THAT(device_->WaitEvent(later),
+              StatusIs(absl::StatusCode::kInternal,
+                       AllOf(HasSubstr("poisoned by an earlier fault"),
+                             HasSubstr("simulated device fault (_test_fault)"))));
+  GPUKIT_EXPECT_OK(device_->DestroyEvent(later));
   EXPECT_THAT(device_->WaitEvent(end), kIsTheFault);
   EXPECT_THAT(device_->QueryEvent(end), kIsTheFault);
   EXPECT_THAT(device_->EventElapsedNs(start, end), kIsTheFault);
