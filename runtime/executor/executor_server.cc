@@ -21,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/executor/executor_protocol.h"
+#include "runtime/executor/spin_wait.h"
 #include "spdlog/spdlog.h"
 
 namespace gpukit {
@@ -34,30 +35,39 @@ class WorkQueue {
     Push(nullptr);
     thread_.join();
   }
+  // Whether nothing is queued (what was pushed before has been taken; it may still run).
+  bool idle() const { return queued_.load(std::memory_order_acquire) == 0 && !running_.load(); }
   // nullptr stops the thread after what was pushed before it.
   void Push(std::function<void()> work) {
     absl::MutexLock lock(&mu_);
     queue_.push_back(std::move(work));
+    queued_.fetch_add(1, std::memory_order_release);
   }
 
  private:
   void Run() {
     for (;;) {
       std::function<void()> work;
+      SpinUntil([this] { return queued_.load(std::memory_order_acquire) > 0; });
       {
         absl::MutexLock lock(&mu_);
         mu_.Await(absl::Condition(
             +[](std::deque<std::function<void()>>* q) { return !q->empty(); }, &queue_));
         work = std::move(queue_.front());
         queue_.pop_front();
+        queued_.fetch_sub(1, std::memory_order_relaxed);
       }
       if (!work) return;
+      running_.store(true);
       work();
+      running_.store(false);
     }
   }
 
   absl::Mutex mu_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> queued_{0};  // queue_'s size, read without the lock while spinning
+  std::atomic<bool> running_{false};
   std::thread thread_;
 };
 
@@ -670,9 +680,11 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
         });
         return;
       }
-      // Through the enqueue thread (after the RecordEvent) to the completion thread.
+      // Through the enqueue thread (after the RecordEvent) to the completion thread, which
+      // may block; a wait whose work has run already (the CPU device runs it as it is
+      // enqueued, a GPU's small kernel may be done) is answered by the enqueue thread.
       s->enqueues.Push([this, s, event, seq, request = std::move(request)]() mutable {
-        s->completions.Push([this, s, event, seq, request = std::move(request)] {
+        auto complete = [this, s, event, seq, request = std::move(request)] {
           switch (request.body_case()) {
             case executor::Request::kWaitEvent: {
               absl::Status status = event->enqueue_error;
@@ -717,7 +729,18 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
             }
           }
           (void)s;
-        });
+        };
+        bool done_already = false;
+        if (request.body_case() == executor::Request::kWaitEvent && s->completions.idle() &&
+            event->device_event.value != 0) {
+          absl::StatusOr<bool> done = device_.QueryEvent(event->device_event);
+          done_already = done.ok() && *done;
+        }
+        if (done_already) {
+          complete();
+        } else {
+          s->completions.Push(std::move(complete));
+        }
       });
       return;
     }

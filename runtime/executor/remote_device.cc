@@ -27,6 +27,7 @@
 #include "runtime/base/status_macros.h"
 #include "runtime/base/units.h"
 #include "runtime/executor/executor_protocol.h"
+#include "runtime/executor/spin_wait.h"
 #include "spdlog/spdlog.h"
 
 extern char** environ;
@@ -54,8 +55,14 @@ struct Pending {
     if (done.HasBeenNotified()) return;
     status = std::move(s);
     value = v;
+    ready.store(true, std::memory_order_release);
     done.Notify();
   }
+  void Wait() {
+    SpinUntil([this] { return ready.load(std::memory_order_acquire); });
+    done.WaitForNotification();
+  }
+  std::atomic<bool> ready{false};  // set just before `done`, for a waiter that spins
 };
 
 // One executor process and the thread that reads what it sends.
@@ -533,7 +540,7 @@ absl::StatusOr<int64_t> RemoteDevice::Impl::Call(executor::Request& request, int
     }
     // UNAVAILABLE: the executor is gone; the restart completes `pending` with its error.
   }
-  pending->done.WaitForNotification();
+  pending->Wait();
   if (!pending->status.ok()) return pending->status;
   return pending->value;
 }

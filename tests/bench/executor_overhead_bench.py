@@ -38,11 +38,11 @@ HERE = Path(__file__).resolve().parent
 def layout() -> dict:
     if (HERE / "gpukitd").exists():  # a bundle's bin/
         return {"gpukitd": HERE / "gpukitd", "rpc_bench": HERE / "gpukit_rpc_bench",
-                "python": HERE.parent / "python"}
+                "gpukitctl": HERE / "gpukitctl", "python": HERE.parent / "python"}
     build = Path(os.environ.get("GPUKIT_BUILD_DIR", HERE.parent.parent / "build")).resolve()
     return {"gpukitd": build / "daemon" / "gpukitd",
             "rpc_bench": build / "tests" / "bench" / "gpukit_rpc_bench",
-            "python": build / "python"}
+            "gpukitctl": build / "client" / "cpp" / "gpukitctl", "python": build / "python"}
 
 
 LAYOUT = layout()
@@ -51,12 +51,23 @@ if not (LAYOUT["python"] / "gpukit" / "__init__.py").exists():
     sys.path.insert(0, str(HERE.parent.parent / "client" / "python"))
 
 
+MODES = {"inprocess": {"mode": "inprocess"}, "process": {"mode": "process"},
+         "process-nostandby": {"mode": "process", "standby": False}}
+
+
+def device_time_ns(address: str) -> int:
+    """The device time all partitions' tasks took so far, as gpukitd measured it."""
+    out = subprocess.run([str(LAYOUT["gpukitctl"]), "--addr", address, "-o", "json",
+                          "partitions"], check=True, capture_output=True, text=True).stdout
+    return sum(int(p.get("deviceTimeNs", 0)) for p in json.loads(out).get("partitions", []))
+
+
 class Daemon:
     def __init__(self, mode: str, backend: str, workdir: Path):
         self.mode = mode
         self.socket = workdir / f"{mode}.sock"
         config = workdir / f"{mode}.json"
-        config.write_text(json.dumps({"executor": {"mode": mode}}))
+        config.write_text(json.dumps({"executor": MODES[mode]}))
         self.log = open(workdir / f"{mode}.log", "w")
         self.process = subprocess.Popen(
             [str(LAYOUT["gpukitd"]), f"--listen=unix://{self.socket}", f"--backend={backend}",
@@ -84,18 +95,21 @@ def rpc_percentiles(daemon: Daemon, only: str, iterations: int) -> tuple[float, 
     return times[len(times) // 2], times[int(len(times) * 0.99)]
 
 
-def matmul_seconds(session, size: int, dtype: str, reps: int) -> float:
+def matmul_seconds(session, address: str, size: int, dtype: str, reps: int) -> tuple[float, float]:
+    """The median wall time of `c = a @ b`, and the mean device time gpukitd measured."""
     import numpy as np
     a = session.array(np.random.rand(size, size).astype(np.float32)).astype(dtype)
     b = session.array(np.random.rand(size, size).astype(np.float32)).astype(dtype)
     c = a @ b  # warm-up: kernels, workspace, pool
     times = []
+    device_before = device_time_ns(address)
     for _ in range(reps):
         start = time.perf_counter()
         c = a @ b
         times.append(time.perf_counter() - start)
+    device = (device_time_ns(address) - device_before) / reps / 1e9
     del c
-    return statistics.median(times)
+    return statistics.median(times), device
 
 
 def torch_seconds(size: int, dtype: str, reps: int) -> float | None:
@@ -128,12 +142,14 @@ def main() -> None:
     parser.add_argument("--sizes", default="4096,8192")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--reps", type=int, default=20, help="matmuls timed a round")
+    parser.add_argument("--modes", default="inprocess,process",
+                        help="daemons to compare: " + ", ".join(MODES))
     args = parser.parse_args()
     import gpukit
 
     sizes = [int(s) for s in args.sizes.split(",") if s]
     with tempfile.TemporaryDirectory(prefix="gpukit-executor-bench-") as tmp:
-        daemons = [Daemon(mode, args.backend, Path(tmp)) for mode in ("inprocess", "process")]
+        daemons = [Daemon(mode, args.backend, Path(tmp)) for mode in args.modes.split(",")]
         results = {d.mode: {"ping": [], "runop": [], "matmul": {s: [] for s in sizes}}
                    for d in daemons}
         try:
@@ -144,7 +160,8 @@ def main() -> None:
                         results[d.mode][only].append(rpc_percentiles(d, only, args.iterations))
                     for size in sizes:
                         results[d.mode]["matmul"][size].append(
-                            matmul_seconds(sessions[d.mode], size, args.dtype, args.reps))
+                            matmul_seconds(sessions[d.mode], d.address, size, args.dtype,
+                                           args.reps))
             for session in sessions.values():
                 session.close()
         finally:
@@ -163,16 +180,18 @@ def main() -> None:
     for size in sizes:
         torch_s = torch_seconds(size, args.dtype, args.reps) if args.backend == "cuda" else None
         flops = 2 * size**3
-        line = f"matmul {size}^3 {args.dtype}:"
-        base = statistics.median(results["inprocess"]["matmul"][size])
+        print(f"matmul {size}^3 {args.dtype}:"
+              + (f" torch {torch_s * 1e3:.3f} ms" if torch_s is not None else ""))
+        first = next(iter(results))
+        base = statistics.median(t for t, _ in results[first]["matmul"][size])
         for mode, r in results.items():
-            t = statistics.median(r["matmul"][size])
-            line += f"  {mode} {t * 1e3:.3f} ms ({flops / t / 1e12:.1f} TFLOP/s, {t / base:.3f}x)"
-        if torch_s is not None:
-            line += f"  torch {torch_s * 1e3:.3f} ms"
-            for mode, r in results.items():
-                line += f"  {mode}/torch {torch_s / statistics.median(r['matmul'][size]):.2f}x"
-        print(line)
+            t = statistics.median(w for w, _ in r["matmul"][size])
+            dev = statistics.median(d for _, d in r["matmul"][size])
+            line = (f"  {mode:18} {t * 1e3:8.3f} ms ({flops / t / 1e12:6.1f} TFLOP/s, "
+                    f"{t / base:.3f}x {first}); device time {dev * 1e3:.3f} ms")
+            if torch_s is not None:
+                line += f"; torch/this {torch_s / t:.2f}x"
+            print(line)
 
 
 if __name__ == "__main__":
