@@ -238,6 +238,8 @@ class RemoteDevice::Impl {
   // A culprit event whose wait had not come when its executor was replaced: that wait's
   // answer.
   absl::flat_hash_map<uint64_t, absl::Status> culprit_errors_ ABSL_GUARDED_BY(mu_);
+  // Staging blocks of copies an executor never made, to free after its restart.
+  std::vector<uint64_t> abandoned_blocks_ ABSL_GUARDED_BY(mu_);
   uint64_t export_stream_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Mutex export_mu_;  // one export (perhaps a move) at a time
 
@@ -583,6 +585,12 @@ void RemoteDevice::Impl::Supervise() {
       if (is_active) {
         Recover(failure->kind, failure->error, failure->stream, failure->definite,
                 failure->event);
+        std::vector<uint64_t> abandoned;
+        {
+          absl::MutexLock lock(&mu_);
+          abandoned.swap(abandoned_blocks_);
+        }
+        for (uint64_t block : abandoned) host_pool_->Free(block).IgnoreError();
       } else {
         absl::MutexLock lock(&supervisor_mu_);
         if (standby_ != nullptr && standby_.get() == failure->executor) {
@@ -850,6 +858,7 @@ absl::Status RemoteDevice::Impl::Replay(Executor& executor) {
     owed.emplace_back(seq, pending);
     return SendOn(executor, request, fd);
   };
+  std::vector<uint64_t> abandoned;  // staging blocks of copies the old executor never made
   absl::Status sent = [&]() -> absl::Status {
   absl::MutexLock lock(&mu_);
   for (auto& [key, segment] : host_segments_) {
@@ -899,7 +908,12 @@ absl::Status RemoteDevice::Impl::Replay(Executor& executor) {
     request.mutable_create_stream()->set_stream(id);
     request.mutable_create_stream()->set_priority(static_cast<int32_t>(stream.priority));
     GPUKIT_RETURN_IF_ERROR(SendOn(executor, request));
-    stream.completed_seq = stream.next_seq;  // nothing of the old executor's is in flight
+    // Nothing of the old executor's is in flight: what it was to copy out never came, and
+    // the requests that waited for it have failed, so their destinations are not ours to
+    // write any more (the staging blocks are freed below, outside the lock).
+    stream.completed_seq = stream.next_seq;
+    for (const Staged& staged : stream.staged) abandoned.push_back(staged.block);
+    stream.staged.clear();
   }
   for (const auto& [id, module] : modules_) {
     GPUKIT_ASSIGN_OR_RETURN(ScopedFd image, CreateSharedMemory("gpukit-module",
@@ -922,6 +936,12 @@ absl::Status RemoteDevice::Impl::Replay(Executor& executor) {
   }
   return absl::OkStatus();
   }();
+  if (!abandoned.empty()) {
+    // Freed by the supervisor once the restart is over: a free may unmap a host segment,
+    // which tells the executor, which needs the lock this restart holds.
+    absl::MutexLock lock(&mu_);
+    abandoned_blocks_.insert(abandoned_blocks_.end(), abandoned.begin(), abandoned.end());
+  }
   absl::Status status = sent;
   for (auto& [seq, pending] : owed) {
     if (!pending->done.WaitForNotificationWithTimeout(options_.start_timeout)) {
