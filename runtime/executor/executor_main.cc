@@ -64,7 +64,15 @@ absl::StatusOr<std::unique_ptr<gpukit::Device>> CreateDevice(const Flags& flags)
   gpukit::CudaDeviceOptions options;
   options.index = flags.index;
   options.compile_builtin_kernels_at_start = true;
-  if (!flags.jit_worker.empty()) {
+  // The build's precompiled kernels serve most GPUs: then no JIT compiler (and none of its
+  // worker processes) is started at all. Only a GPU they do not cover gets one.
+  absl::StatusOr<std::unique_ptr<gpukit::CudaDevice>> precompiled =
+      gpukit::CudaDevice::Create(options);
+  if (!precompiled.ok() || (*precompiled)->SupportsOp("add") || flags.jit_worker.empty()) {
+    return precompiled;
+  }
+  precompiled->reset();
+  {
     // Built-in kernels the binary carries no code for are compiled here, in the sandbox.
     gpukit::JitCompilerOptions jit;
     jit.worker_path = flags.jit_worker;
