@@ -28,7 +28,7 @@ absl::Status SendExecutorMessage(int socket, const google::protobuf::MessageLite
                                  int fd = -1);
 // Waits for the next datagram and parses it into `message`; returns its descriptor, if one
 // came. UNAVAILABLE when the peer closed the channel; INTERNAL for bytes that do not parse.
-// Where the host has cores to spare (spin_wait.h), it first polls for up to 50 us without
+// Where the host has cores to spare (spin_wait.h), it first polls for up to SpinTime() without
 // sleeping: the next message of a request usually follows within microseconds.
 absl::StatusOr<ScopedFd> ReceiveExecutorMessage(int socket, google::protobuf::MessageLite& message);
 

@@ -666,11 +666,20 @@ void RemoteDevice::Impl::Recover(const std::string& kind, const std::string& err
     StartNext(started);
     return;
   }
-  int wait_status = 0;
-  ::waitpid(failed->pid, &wait_status, 0);
+  // An executor that died (its channel ended) is reaped here for what ended it. One that
+  // faulted or hung was killed above: its exit status says nothing, and the driver's
+  // teardown of its CUDA context (hundreds of milliseconds) must not hold up the restart,
+  // so another thread reaps it.
   const pid_t failed_pid = failed->pid;
   failed->pid = -1;
-  const std::string exit = DescribeExit(wait_status);
+  std::string exit = "killed";
+  if (kind == "exited") {
+    int wait_status = 0;
+    ::waitpid(failed_pid, &wait_status, 0);
+    exit = DescribeExit(wait_status);
+  } else {
+    std::thread([failed_pid] { ::waitpid(failed_pid, nullptr, 0); }).detach();
+  }
   std::string what = kind == "exited" ? absl::StrCat("the device executor ", exit)
                                       : absl::StrCat("the device executor's ", kind, ": ", error);
   spdlog::warn("device {}: {} (pid {}); restarting it", properties_.index, what, failed_pid);

@@ -52,7 +52,10 @@ if not (LAYOUT["python"] / "gpukit" / "__init__.py").exists():
 
 
 MODES = {"inprocess": {"mode": "inprocess"}, "process": {"mode": "process"},
-         "process-nostandby": {"mode": "process", "standby": False}}
+         "process-nostandby": {"mode": "process", "standby": False},
+         "process-nospin": {"mode": "process"}}
+# The environment of a mode's gpukitd (and so of its executors), beside the config.
+MODE_ENV = {"process-nospin": {"GPUKIT_EXECUTOR_SPIN_US": "0"}}
 
 
 def device_time_ns(address: str) -> int:
@@ -71,7 +74,8 @@ class Daemon:
         self.log = open(workdir / f"{mode}.log", "w")
         self.process = subprocess.Popen(
             [str(LAYOUT["gpukitd"]), f"--listen=unix://{self.socket}", f"--backend={backend}",
-             f"--config={config}", "--log-level=warn"], stdout=self.log, stderr=subprocess.STDOUT)
+             f"--config={config}", "--log-level=warn"], stdout=self.log, stderr=subprocess.STDOUT,
+            env={**os.environ, **MODE_ENV.get(mode, {})})
         deadline = time.time() + 120
         while not self.socket.exists():
             if self.process.poll() is not None or time.time() > deadline:
