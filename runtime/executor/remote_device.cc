@@ -606,11 +606,15 @@ void RemoteDevice::Impl::Supervise() {
     {
       std::shared_ptr<Pending> hung;
       const absl::Time now = absl::Now();
-      absl::MutexLock lock(&pending_mu_);
-      for (const auto& [seq, pending] : pending_) {
-        if (pending->is_wait && now - pending->started > options_.launch_deadline) {
-          hung = pending;
-          break;
+      {
+        // Released before gen_mu_ is taken below: gen_mu_ comes before pending_mu_ (Call,
+        // Recover).
+        absl::MutexLock lock(&pending_mu_);
+        for (const auto& [seq, pending] : pending_) {
+          if (pending->is_wait && now - pending->started > options_.launch_deadline) {
+            hung = pending;
+            break;
+          }
         }
       }
       if (hung != nullptr) {
