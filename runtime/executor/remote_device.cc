@@ -98,6 +98,14 @@ absl::Status WithKind(absl::Status status, absl::string_view kind) {
   return status;
 }
 
+// What a wait for work of an executor that has since been replaced gets (not the culprit's).
+absl::Status RestartedError() {
+  return WithKind(
+      absl::UnavailableError("the device executor restarted after this work was queued, so it may "
+                             "not have run; its inputs are intact and a retry is safe"),
+      "restart");
+}
+
 }  // namespace
 
 class RemoteDevice::Impl {
@@ -116,8 +124,12 @@ class RemoteDevice::Impl {
   // Sends on the serving executor. Holds gen_mu_ shared only while sending.
   absl::Status Send(executor::Request& request, int fd = -1) ABSL_LOCKS_EXCLUDED(gen_mu_);
   // Sends with a seq and waits for the reply (never holding a lock while it waits).
+  // `generation`, when not 0, is the executor generation the request is about (its events'):
+  // if a restart has replaced it by the time of sending, nothing is sent (the new executor
+  // knows nothing of it) and the call fails UNAVAILABLE "restart", or with what the restart
+  // gave `pending`.
   absl::StatusOr<int64_t> Call(executor::Request& request, int fd = -1,
-                               std::shared_ptr<Pending> pending = nullptr)
+                               std::shared_ptr<Pending> pending = nullptr, uint64_t generation = 0)
       ABSL_LOCKS_EXCLUDED(gen_mu_);
   std::shared_ptr<Pending> Register(uint64_t* seq);
   void Unregister(uint64_t seq);
@@ -518,7 +530,8 @@ void RemoteDevice::Impl::Unregister(uint64_t seq) {
 }
 
 absl::StatusOr<int64_t> RemoteDevice::Impl::Call(executor::Request& request, int fd,
-                                                 std::shared_ptr<Pending> pending) {
+                                                 std::shared_ptr<Pending> pending,
+                                                 uint64_t generation) {
   uint64_t seq = 0;
   if (pending == nullptr) {
     pending = Register(&seq);
@@ -534,6 +547,20 @@ absl::StatusOr<int64_t> RemoteDevice::Impl::Call(executor::Request& request, int
       Unregister(seq);
       return absl::UnavailableError(absl::StrCat("the device executor is not running: ",
                                                  broken_.message()));
+    }
+    if (generation != 0) {
+      bool stale;
+      {
+        absl::MutexLock state(&mu_);
+        stale = generation != generation_;
+      }
+      if (stale) {
+        // A restart ran since the caller looked (it holds gen_mu_ throughout): if it found
+        // `pending` registered it has answered it, else the answer is the restart's.
+        Unregister(seq);
+        if (pending->done.HasBeenNotified()) return pending->status;
+        return RestartedError();
+      }
     }
     absl::Status sent = SendOn(*active_, request, fd);
     if (!sent.ok() && sent.code() != absl::StatusCode::kUnavailable) {
@@ -606,11 +633,15 @@ void RemoteDevice::Impl::Supervise() {
     {
       std::shared_ptr<Pending> hung;
       const absl::Time now = absl::Now();
-      absl::MutexLock lock(&pending_mu_);
-      for (const auto& [seq, pending] : pending_) {
-        if (pending->is_wait && now - pending->started > options_.launch_deadline) {
-          hung = pending;
-          break;
+      {
+        // Released before gen_mu_ is taken below: gen_mu_ comes before pending_mu_ (Call,
+        // Recover).
+        absl::MutexLock lock(&pending_mu_);
+        for (const auto& [seq, pending] : pending_) {
+          if (pending->is_wait && now - pending->started > options_.launch_deadline) {
+            hung = pending;
+            break;
+          }
         }
       }
       if (hung != nullptr) {
@@ -1549,10 +1580,7 @@ absl::Status RemoteDevice::WaitEvent(EventId event) {
       if (auto culprit = d.culprit_errors_.extract(event.value); !culprit.empty()) {
         return culprit.mapped();
       }
-      return WithKind(absl::UnavailableError(
-                          "the device executor restarted after this work was queued, so it may "
-                          "not have run; its inputs are intact and a retry is safe"),
-                      "restart");
+      return RestartedError();
     }
     pending->stream = recorded.stream;
     pending->event = event.value;
@@ -1564,7 +1592,14 @@ absl::Status RemoteDevice::WaitEvent(EventId event) {
   }
   executor::Request request;
   request.mutable_wait_event()->set_event(event.value);
-  absl::Status status = d.Call(request, -1, pending).status();
+  absl::Status status = d.Call(request, -1, pending, recorded.generation).status();
+  if (!status.ok() && status.GetPayload(kExecutorFaultPayload) == absl::Cord("restart")) {
+    // A restart between the look above and the send: the culprit's error, if this was it.
+    absl::MutexLock lock(&d.mu_);
+    if (auto culprit = d.culprit_errors_.extract(event.value); !culprit.empty()) {
+      status = culprit.mapped();
+    }
+  }
   d.SettleStream(recorded.stream, recorded.seq, status.ok());
   if (status.ok()) {
     absl::MutexLock lock(&d.mu_);
@@ -1579,6 +1614,7 @@ absl::Status RemoteDevice::WaitEvent(EventId event) {
 
 absl::StatusOr<bool> RemoteDevice::QueryEvent(EventId event) {
   Impl& d = *impl_;
+  uint64_t generation;
   {
     absl::MutexLock lock(&d.mu_);
     auto it = d.events_.find(event.value);
@@ -1586,11 +1622,12 @@ absl::StatusOr<bool> RemoteDevice::QueryEvent(EventId event) {
       return absl::NotFoundError(absl::StrCat("unknown event ", event.value));
     }
     if (it->second.completed || it->second.generation != d.generation_) return true;
+    generation = it->second.generation;
   }
   executor::Request request;
   request.mutable_wait_event()->set_event(event.value);
   request.mutable_wait_event()->set_query(true);
-  absl::StatusOr<int64_t> done = d.Call(request);
+  absl::StatusOr<int64_t> done = d.Call(request, -1, nullptr, generation);
   if (!done.ok()) {
     if (done.status().GetPayload(kExecutorFaultPayload).has_value()) return true;
     return done.status();
@@ -1620,6 +1657,7 @@ absl::Status RemoteDevice::DestroyEvent(EventId event) {
 
 absl::StatusOr<int64_t> RemoteDevice::EventElapsedNs(EventId start, EventId end) {
   Impl& d = *impl_;
+  uint64_t generation;
   {
     absl::MutexLock lock(&d.mu_);
     auto s = d.events_.find(start.value);
@@ -1633,6 +1671,7 @@ absl::StatusOr<int64_t> RemoteDevice::EventElapsedNs(EventId start, EventId end)
     if (s->second.generation != d.generation_ || e->second.generation != d.generation_) {
       return absl::FailedPreconditionError("the events' executor restarted");
     }
+    generation = e->second.generation;
     // Measured already when the end's wait came back (the common case: no round trip).
     if (e->second.completed && e->second.elapsed_from == start.value) {
       return e->second.elapsed_ns;
@@ -1641,7 +1680,7 @@ absl::StatusOr<int64_t> RemoteDevice::EventElapsedNs(EventId start, EventId end)
   executor::Request request;
   request.mutable_elapsed_ns()->set_start(start.value);
   request.mutable_elapsed_ns()->set_end(end.value);
-  return d.Call(request);
+  return d.Call(request, -1, nullptr, generation);
 }
 
 bool RemoteDevice::SupportsOp(absl::string_view op_name) const {

@@ -1,0 +1,490 @@
+// RemoteDevice (runtime/executor/remote_device.h) driven directly through the Device
+// interface, no gRPC: a CPU device run by a real gpukit-executor child, made to fault
+// (_test_fault), hang (_test_hang) and die (SIGKILL). Checks what the restart promises:
+// every buffer keeps its bytes, host memory shared with the executor stays zero-copy,
+// streams survive, faults are blamed on the work that faulted and no one else, copies the
+// dead executor never made are never written later, and no executor outlives the device.
+// The fault-injection ops exist only with GPUKIT_FAULT_INJECTION; without it the tests skip.
+#include "runtime/executor/remote_device.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/base/status_macros.h"
+#include "runtime/base/unix_fd.h"
+#include "runtime/device.h"
+#include "runtime/executor/shareable_segment_source.h"
+#include "runtime/op_registry.h"
+#include "tests/integration/binary_path.h"
+#include "tests/testing/status_matchers.h"
+#include <sys/mman.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+
+namespace gpukit {
+namespace {
+
+#if GPUKIT_FAULT_INJECTION
+
+using ::gpukit::testing::StatusIs;
+using ::testing::AnyOf;
+using ::testing::Eq;
+
+// The executor binary: in the build tree (build/daemon/, beside gpukitd), or beside this test
+// in a bundle.
+std::string ExecutorPath() { return ::gpukit::testing::FindBinary(GPUKIT_EXECUTOR_PATH); }
+
+// The kind an executor failure left on a status ("fault", "hang", "exited", "restart"), or
+// "none".
+std::string KindOf(const absl::Status& status) {
+  const auto kind = status.GetPayload(kExecutorFaultPayload);
+  return kind.has_value() ? std::string(*kind) : "none";
+}
+
+// `bytes` bytes that differ with `seed` and along the range (no run of equal bytes a lost or
+// shifted copy could hide in).
+std::vector<char> Pattern(int64_t bytes, int seed) {
+  std::vector<char> data(static_cast<size_t>(bytes));
+  for (size_t i = 0; i < data.size(); ++i) {
+    data[i] = static_cast<char>((i * 131 + static_cast<size_t>(seed) * 7919 + i / 251) & 0xff);
+  }
+  return data;
+}
+
+// True when this process has no child, running or unreaped.
+bool HasNoChildren() {
+  int status = 0;
+  const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+  return pid == -1 && errno == ECHILD;
+}
+
+class RemoteDeviceTest : public ::testing::Test {
+ protected:
+  // A CPU device as gpukitd makes one (executor_devices.cc): 2 MiB segments, so small buffers
+  // share a slab and large ones get their own.
+  static RemoteDeviceOptions CpuOptions() {
+    RemoteDeviceOptions options;
+    options.executor_path = ExecutorPath();
+    options.executor_args = {"--backend=cpu", "--index=0", "--log-level=warn"};
+    options.memory = std::make_unique<MemfdSegmentSource>(int64_t{256} << 20, int64_t{2} << 20);
+    options.memory_pool.max_cached_bytes = int64_t{16} << 20;
+    options.host_cache_bytes = int64_t{16} << 20;
+    return options;
+  }
+
+  void SetUp() override { ASSERT_TRUE(HasNoChildren()) << "a child from an earlier test"; }
+
+  void TearDown() override {
+    device_.reset();
+    EXPECT_TRUE(HasNoChildren()) << "an executor outlived its RemoteDevice";
+  }
+
+  void Start(RemoteDeviceOptions options = CpuOptions()) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(device_, RemoteDevice::Create(std::move(options)));
+    ASSERT_GT(device_->executor_state().pid, 0);
+  }
+
+  // A float32 [4] buffer holding 1, 2, 3, 4 (an op's input) and one for its output.
+  void MakeOpBuffers(StreamId stream) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(op_input_, device_->Allocate(16));
+    GPUKIT_ASSERT_OK_AND_ASSIGN(op_output_, device_->Allocate(16));
+    const std::vector<float> values = {1, 2, 3, 4};
+    GPUKIT_ASSERT_OK(device_->CopyHostToDevice(op_input_, 0, values.data(), 16, stream));
+    GPUKIT_ASSERT_OK(Sync(stream));
+  }
+
+  // Enqueues the built-in `op` over the op input into the op output.
+  absl::Status RunOp(absl::string_view op, StreamId stream) {
+    const OpRegistry& registry = OpRegistry::Builtin();
+    OpLaunch launch;
+    GPUKIT_ASSIGN_OR_RETURN(launch.op, registry.Find(op));
+    OperandDesc desc;
+    desc.tensor = {DType::kFloat32, {4}};
+    GPUKIT_ASSIGN_OR_RETURN(launch.plan, registry.Plan(*launch.op, {desc}, {}));
+    OpOperand operand;
+    operand.buffer = op_input_;
+    operand.desc = desc.tensor;
+    launch.inputs = {operand};
+    launch.output = op_output_;
+    return device_->RunOp(launch, stream);
+  }
+
+  // Records an event on `stream`, waits for it and destroys it: the wait's status.
+  absl::Status Sync(StreamId stream) {
+    GPUKIT_ASSIGN_OR_RETURN(EventId event, device_->RecordEvent(stream));
+    absl::Status status = device_->WaitEvent(event);
+    GPUKIT_RETURN_IF_ERROR(device_->DestroyEvent(event));
+    return status;
+  }
+
+  // Returns once `stream` serves again after an executor failure: a wait that the restart
+  // cost fails UNAVAILABLE (its work may not have run; a retry is safe), so this
+  // retries until one succeeds. A wait that succeeds ran on the new executor, so the restart
+  // is over (its state says the new pid). Fails the test on any other error.
+  void AwaitServing(StreamId stream) {
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      absl::Status status = Sync(stream);
+      if (status.ok()) return;
+      ASSERT_THAT(status, StatusIs(absl::StatusCode::kUnavailable)) << "attempt " << attempt;
+      // "exited": the oldest wait when the executor died (named in the last fault only).
+      ASSERT_THAT(KindOf(status), AnyOf(Eq("restart"), Eq("exited"))) << status;
+    }
+    FAIL() << "stream " << stream.value << " did not serve after 5 waits";
+  }
+
+  // The bytes of `buffer` copied out (staged: the vector is not the device's host memory).
+  std::vector<char> ReadBack(BufferId buffer, StreamId stream) {
+    absl::StatusOr<int64_t> bytes = device_->BufferBytes(buffer);
+    EXPECT_TRUE(bytes.ok()) << bytes.status();
+    std::vector<char> out(static_cast<size_t>(bytes.value_or(0)), '\0');
+    EXPECT_TRUE(device_->CopyDeviceToHost(out.data(), buffer, 0, bytes.value_or(0), stream).ok());
+    absl::Status synced = Sync(stream);
+    EXPECT_TRUE(synced.ok()) << synced;
+    return out;
+  }
+
+  std::unique_ptr<RemoteDevice> device_;
+  BufferId op_input_, op_output_;
+};
+
+// A device-to-host copy into memory the device does not share (a heap vector) goes through
+// a staging block, copied out when a later wait on its stream succeeds. If the executor dies
+// before making the copy, the staging block holds nothing of the buffer's and the vector may
+// belong to someone else by then: the copy-out must never happen, whether the copy's own
+// wait came before the restart or after it, and however many waits succeed on the stream
+// later. Regression test: such a copy was written out by the first successful wait on the
+// stream after the restart.
+class StaleStagedCopyTest : public RemoteDeviceTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(StaleStagedCopyTest, IsNeverWrittenAfterARestart) {
+  const bool wait_after_restart = GetParam();
+  Start();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId other, device_->CreateStream(StreamPriority::kNormal));
+  MakeOpBuffers(stream);
+  constexpr int64_t kBytes = 64 << 10;
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId source, device_->Allocate(kBytes));
+  const std::vector<char> contents = Pattern(kBytes, 1);
+  GPUKIT_ASSERT_OK(device_->CopyHostToDevice(source, 0, contents.data(), kBytes, stream));
+  GPUKIT_ASSERT_OK(Sync(stream));
+
+  // The stream blocks in _test_hang; the copy behind it is never made.
+  GPUKIT_ASSERT_OK(RunOp("_test_hang", stream));
+  std::vector<char> host(kBytes, '\0');
+  GPUKIT_ASSERT_OK(device_->CopyDeviceToHost(host.data(), source, 0, kBytes, stream));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId copied, device_->RecordEvent(stream));
+  const ExecutorState before = device_->executor_state();
+  ASSERT_GT(before.pid, 0);
+  ASSERT_EQ(::kill(static_cast<pid_t>(before.pid), SIGKILL), 0);
+  if (wait_after_restart) {
+    // Another stream's waits fail until the restart is over and then succeed: the copy's own
+    // wait below finds its event of the old executor.
+    AwaitServing(other);
+    ASSERT_EQ(device_->executor_state().restarts, 1);
+  }
+  const absl::Status waited = device_->WaitEvent(copied);
+  EXPECT_THAT(waited, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(KindOf(waited), AnyOf(Eq("exited"), Eq("restart"))) << waited;
+  GPUKIT_EXPECT_OK(device_->DestroyEvent(copied));
+
+  // The vector is the caller's again: nothing of the dead copy may land in it.
+  const std::vector<char> mine = Pattern(kBytes, 2);
+  host = mine;
+  AwaitServing(stream);
+  const ExecutorState after = device_->executor_state();
+  EXPECT_EQ(after.restarts, 1);
+  EXPECT_GT(after.pid, 0);
+  EXPECT_NE(after.pid, before.pid);
+  // More staged work on the stream, each waited for successfully: a copy in, an op, a copy
+  // out into another vector (which must get the buffer's bytes).
+  const std::vector<char> updated = Pattern(kBytes, 3);
+  GPUKIT_ASSERT_OK(device_->CopyHostToDevice(source, 0, updated.data(), kBytes, stream));
+  GPUKIT_ASSERT_OK(RunOp("neg", stream));
+  GPUKIT_ASSERT_OK(Sync(stream));
+  EXPECT_TRUE(host == mine) << "the dead executor's copy was written after the restart";
+  std::vector<char> fresh(kBytes, '\0');
+  GPUKIT_ASSERT_OK(device_->CopyDeviceToHost(fresh.data(), source, 0, kBytes, stream));
+  GPUKIT_ASSERT_OK(Sync(stream));
+  EXPECT_TRUE(fresh == updated) << "a staged copy after the restart lost its bytes";
+  EXPECT_TRUE(host == mine) << "the dead executor's copy was written after the restart";
+}
+
+INSTANTIATE_TEST_SUITE_P(WaitBeforeOrAfterTheRestart, StaleStagedCopyTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "WaitAfterRestart" : "WaitAtOnce";
+                         });
+
+// Host memory mapped by this process and shared with the executor through `fd`.
+struct SharedRegion {
+  ScopedFd fd;
+  char* data = nullptr;
+  int64_t bytes = 0;
+  ~SharedRegion() {
+    if (data != nullptr) ::munmap(data, static_cast<size_t>(bytes));
+  }
+};
+
+TEST_F(RemoteDeviceTest, EveryBufferKeepsItsBytesAcrossARestart) {
+  Start();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId faulty, device_->CreateStream(StreamPriority::kHigh));
+  MakeOpBuffers(faulty);
+
+  // Small buffers (sharing a 2 MiB slab), a large one (its own segments), a zero-byte one.
+  const std::vector<int64_t> sizes = {1, 100, 4096, 65536 + 3, int64_t{5} << 20, 0};
+  std::vector<BufferId> buffers;
+  std::vector<std::vector<char>> contents;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId buffer, device_->Allocate(sizes[i]));
+    buffers.push_back(buffer);
+    contents.push_back(Pattern(sizes[i], static_cast<int>(i) + 10));
+    GPUKIT_ASSERT_OK(
+        device_->CopyHostToDevice(buffer, 0, contents.back().data(), sizes[i], stream));
+  }
+  // A host buffer of the device and a registered region with its memfd: copies to and from
+  // them are zero-copy (the executor maps them).
+  constexpr int64_t kHostBytes = 256 << 10;
+  GPUKIT_ASSERT_OK_AND_ASSIGN(HostBuffer host_buffer, device_->AllocateHostBuffer(kHostBytes));
+  ASSERT_EQ(host_buffer.bytes(), kHostBytes);
+  const std::vector<char> host_contents = Pattern(kHostBytes, 20);
+  std::memcpy(host_buffer.data(), host_contents.data(), kHostBytes);
+  SharedRegion region;
+  region.bytes = kHostBytes;
+  GPUKIT_ASSERT_OK_AND_ASSIGN(region.fd, CreateSharedMemory("remote-device-test", kHostBytes));
+  void* mapped =
+      ::mmap(nullptr, kHostBytes, PROT_READ | PROT_WRITE, MAP_SHARED, region.fd.get(), 0);
+  ASSERT_NE(mapped, MAP_FAILED) << std::strerror(errno);
+  region.data = static_cast<char*>(mapped);
+  const std::vector<char> region_contents = Pattern(kHostBytes, 21);
+  std::memcpy(region.data, region_contents.data(), kHostBytes);
+  GPUKIT_ASSERT_OK(device_->RegisterHostMemory(region.data, kHostBytes, region.fd.get()));
+  // A device buffer filled from each, before the restart.
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId from_host_buffer, device_->Allocate(kHostBytes));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId from_region, device_->Allocate(kHostBytes));
+  GPUKIT_ASSERT_OK(
+      device_->CopyHostToDevice(from_host_buffer, 0, host_buffer.data(), kHostBytes, stream));
+  GPUKIT_ASSERT_OK(device_->CopyHostToDevice(from_region, 0, region.data, kHostBytes, stream));
+  GPUKIT_ASSERT_OK(Sync(stream));
+  const int64_t used = device_->GetMemoryInfo().used_bytes;
+
+  const ExecutorState before = device_->executor_state();
+  GPUKIT_ASSERT_OK(RunOp("_test_fault", faulty));
+  const absl::Status fault = Sync(faulty);
+  EXPECT_THAT(fault, StatusIs(absl::StatusCode::kAborted));
+  EXPECT_EQ(KindOf(fault), "fault") << fault;
+  AwaitServing(stream);
+  const ExecutorState after = device_->executor_state();
+  EXPECT_EQ(after.restarts, 1);
+  EXPECT_GT(after.pid, 0);
+  EXPECT_NE(after.pid, before.pid);
+  ASSERT_TRUE(after.last_fault.has_value());
+  EXPECT_EQ(after.last_fault->kind, "fault");
+  EXPECT_EQ(device_->GetMemoryInfo().used_bytes, used);
+
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(int64_t bytes, device_->BufferBytes(buffers[i]));
+    EXPECT_EQ(bytes, sizes[i]);
+    EXPECT_TRUE(ReadBack(buffers[i], stream) == contents[i])
+        << "buffer of " << sizes[i] << " bytes";
+  }
+  EXPECT_TRUE(ReadBack(from_host_buffer, stream) == host_contents);
+  EXPECT_TRUE(ReadBack(from_region, stream) == region_contents);
+  // The host memory is still shared with the new executor, both ways, on both streams made
+  // before the restart (the faulting one too).
+  GPUKIT_ASSERT_OK(
+      device_->CopyDeviceToHost(host_buffer.data(), from_region, 0, kHostBytes, faulty));
+  GPUKIT_ASSERT_OK(Sync(faulty));
+  EXPECT_TRUE(std::memcmp(host_buffer.data(), region_contents.data(), kHostBytes) == 0);
+  GPUKIT_ASSERT_OK(device_->CopyDeviceToHost(region.data, from_host_buffer, 0, kHostBytes, stream));
+  GPUKIT_ASSERT_OK(Sync(stream));
+  EXPECT_TRUE(std::memcmp(region.data, host_contents.data(), kHostBytes) == 0);
+  const std::vector<char> later = Pattern(kHostBytes, 22);
+  std::memcpy(region.data, later.data(), kHostBytes);
+  GPUKIT_ASSERT_OK(device_->CopyHostToDevice(buffers[4], 1000, region.data, kHostBytes, faulty));
+  GPUKIT_ASSERT_OK(Sync(faulty));
+  std::vector<char> expected = contents[4];
+  std::memcpy(expected.data() + 1000, later.data(), kHostBytes);
+  EXPECT_TRUE(ReadBack(buffers[4], faulty) == expected);
+  // A zero-byte copy of the zero-byte buffer is fine.
+  GPUKIT_EXPECT_OK(device_->CopyHostToDevice(buffers[5], 0, later.data(), 0, stream));
+
+  GPUKIT_EXPECT_OK(device_->UnregisterHostMemory(region.data));
+  for (BufferId buffer : buffers) {
+    GPUKIT_EXPECT_OK(device_->Free(buffer));
+  }
+  GPUKIT_EXPECT_OK(device_->Free(from_host_buffer));
+  GPUKIT_EXPECT_OK(device_->Free(from_region));
+}
+
+// The fault is the faulting stream's: its wait gets ABORTED "fault", a bystander's work on
+// another stream either ran (OK) or may not have (UNAVAILABLE "restart"), never ABORTED.
+// Waits in both orders, 20 restarts.
+TEST_F(RemoteDeviceTest, AFaultIsBlamedOnItsStreamOnly) {
+  Start();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId faulty, device_->CreateStream(StreamPriority::kNormal));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId bystander, device_->CreateStream(StreamPriority::kNormal));
+  MakeOpBuffers(bystander);
+  constexpr int kRounds = 20;
+  for (int round = 0; round < kRounds; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    GPUKIT_ASSERT_OK(RunOp("_test_fault", faulty));
+    GPUKIT_ASSERT_OK_AND_ASSIGN(EventId faulted, device_->RecordEvent(faulty));
+    GPUKIT_ASSERT_OK(RunOp("neg", bystander));
+    GPUKIT_ASSERT_OK_AND_ASSIGN(EventId bystood, device_->RecordEvent(bystander));
+    absl::Status fault;
+    absl::Status other;
+    if (round % 2 == 0) {
+      fault = device_->WaitEvent(faulted);
+      other = device_->WaitEvent(bystood);
+    } else {
+      other = device_->WaitEvent(bystood);
+      fault = device_->WaitEvent(faulted);
+    }
+    EXPECT_THAT(fault, StatusIs(absl::StatusCode::kAborted));
+    EXPECT_EQ(KindOf(fault), "fault") << fault;
+    if (!other.ok()) {
+      EXPECT_THAT(other, StatusIs(absl::StatusCode::kUnavailable));
+      EXPECT_EQ(KindOf(other), "restart") << other;
+    }
+    GPUKIT_ASSERT_OK(device_->DestroyEvent(faulted));
+    GPUKIT_ASSERT_OK(device_->DestroyEvent(bystood));
+    AwaitServing(bystander);
+    ASSERT_EQ(device_->executor_state().restarts, round + 1);
+  }
+  // The bystander's data is intact: neg of 1, 2, 3, 4 (the last op ran on the new executor).
+  GPUKIT_ASSERT_OK(RunOp("neg", bystander));
+  GPUKIT_ASSERT_OK(Sync(bystander));
+  std::vector<float> out(4, 0);
+  GPUKIT_ASSERT_OK(device_->CopyDeviceToHost(out.data(), op_output_, 0, 16, bystander));
+  GPUKIT_ASSERT_OK(Sync(bystander));
+  EXPECT_THAT(out, ::testing::ElementsAre(-1, -2, -3, -4));
+}
+
+TEST_F(RemoteDeviceTest, WorkPastTheLaunchDeadlineIsAHang) {
+  RemoteDeviceOptions options = CpuOptions();
+  options.launch_deadline = absl::Seconds(1);
+  Start(std::move(options));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
+  MakeOpBuffers(stream);
+  const int64_t pid = device_->executor_state().pid;
+  GPUKIT_ASSERT_OK(RunOp("_test_hang", stream));
+  const absl::Status hang = Sync(stream);
+  EXPECT_THAT(hang, StatusIs(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_EQ(KindOf(hang), "hang") << hang;
+  AwaitServing(stream);
+  const ExecutorState after = device_->executor_state();
+  EXPECT_EQ(after.restarts, 1);
+  EXPECT_NE(after.pid, pid);
+  ASSERT_TRUE(after.last_fault.has_value());
+  EXPECT_EQ(after.last_fault->kind, "hang");
+  // The device serves: the input is intact and an op runs.
+  GPUKIT_ASSERT_OK(RunOp("neg", stream));
+  GPUKIT_ASSERT_OK(Sync(stream));
+  std::vector<float> out(4, 0);
+  GPUKIT_ASSERT_OK(device_->CopyDeviceToHost(out.data(), op_output_, 0, 16, stream));
+  GPUKIT_ASSERT_OK(Sync(stream));
+  EXPECT_THAT(out, ::testing::ElementsAre(-1, -2, -3, -4));
+}
+
+// The time between two events: answered from the end's wait when it measured from the start
+// (adjacent events), else by asking the executor.
+TEST_F(RemoteDeviceTest, EventElapsedNsIsAnsweredCachedOrNot) {
+  Start();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
+  MakeOpBuffers(stream);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId first, device_->RecordEvent(stream));
+  GPUKIT_ASSERT_OK(RunOp("neg", stream));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId second, device_->RecordEvent(stream));
+  GPUKIT_ASSERT_OK(RunOp("neg", stream));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId third, device_->RecordEvent(stream));
+
+  GPUKIT_ASSERT_OK(device_->WaitEvent(second));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(int64_t adjacent, device_->EventElapsedNs(first, second));
+  EXPECT_GE(adjacent, 0);
+  GPUKIT_ASSERT_OK(device_->WaitEvent(third));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(int64_t next, device_->EventElapsedNs(second, third));
+  EXPECT_GE(next, 0);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(int64_t apart, device_->EventElapsedNs(first, third));
+  EXPECT_GE(apart, 0);
+  // Asked again (the cache is not consumed), and a span of events not waited for directly.
+  GPUKIT_ASSERT_OK_AND_ASSIGN(int64_t again, device_->EventElapsedNs(first, second));
+  EXPECT_EQ(again, adjacent);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId fourth, device_->RecordEvent(stream));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId fifth, device_->RecordEvent(stream));
+  GPUKIT_ASSERT_OK(device_->WaitEvent(fifth));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(int64_t unwaited, device_->EventElapsedNs(third, fourth));
+  EXPECT_GE(unwaited, 0);
+  EXPECT_THAT(device_->EventElapsedNs(first, EventId{fifth.value + 1000}),
+              StatusIs(absl::StatusCode::kNotFound));
+  for (EventId event : {first, second, third, fourth, fifth}) {
+    GPUKIT_EXPECT_OK(device_->DestroyEvent(event));
+  }
+}
+
+// Waits until the supervisor has a standby executor ready; false if it never has. Polls the
+// state (the standby's start is not observable otherwise); no time is asserted.
+bool AwaitStandby(const RemoteDevice& device) {
+  const absl::Time give_up = absl::Now() + absl::Seconds(120);
+  while (!device.executor_state().standby_ready) {
+    if (absl::Now() > give_up) return false;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return true;
+}
+
+// Destroying the device ends the executor and the standby (and reaps them), whether it
+// restarted or not and whether the standby is up or still starting.
+TEST_F(RemoteDeviceTest, DestructionLeavesNoExecutor) {
+  for (const bool wait_for_standby : {true, false}) {
+    SCOPED_TRACE(wait_for_standby ? "with a standby" : "while the standby may be starting");
+    Start();
+    GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
+    MakeOpBuffers(stream);
+    std::vector<int64_t> pids = {device_->executor_state().pid};
+    for (int round = 0; round < 2; ++round) {
+      GPUKIT_ASSERT_OK(RunOp("_test_fault", stream));
+      EXPECT_THAT(Sync(stream), StatusIs(absl::StatusCode::kAborted));
+      AwaitServing(stream);
+      pids.push_back(device_->executor_state().pid);
+    }
+    ASSERT_EQ(device_->executor_state().restarts, 2);
+    if (wait_for_standby) {
+      ASSERT_TRUE(AwaitStandby(*device_));
+    }
+    // Work left queued behind a hang must not hold the destruction up.
+    GPUKIT_ASSERT_OK(RunOp("_test_hang", stream));
+    GPUKIT_ASSERT_OK_AND_ASSIGN(EventId pending, device_->RecordEvent(stream));
+    static_cast<void>(pending);
+    device_.reset();
+    EXPECT_TRUE(HasNoChildren()) << "an executor outlived its RemoteDevice";
+    for (int64_t pid : pids) {
+      EXPECT_NE(::kill(static_cast<pid_t>(pid), 0), 0) << "executor pid " << pid << " lives on";
+    }
+  }
+}
+
+#else  // !GPUKIT_FAULT_INJECTION
+
+TEST(RemoteDeviceTest, NeedsFaultInjection) {
+  GTEST_SKIP() << "built without GPUKIT_FAULT_INJECTION: no _test_fault or _test_hang op";
+}
+
+#endif  // GPUKIT_FAULT_INJECTION
+
+}  // namespace
+}  // namespace gpukit
