@@ -697,20 +697,16 @@ void RemoteDevice::Impl::Recover(const std::string& kind, const std::string& err
     StartNext(started);
     return;
   }
-  // An executor that died (its channel ended) is reaped here for what ended it. One that
-  // faulted or hung was killed above: its exit status says nothing, and the driver's
-  // teardown of its CUDA context (hundreds of milliseconds) must not hold up the restart,
-  // so another thread reaps it.
+  // Reaped before anything it may have touched is answered or reused: work a GPU had
+  // queued for a killed process goes on running until the driver has torn its context down
+  // (hundreds of milliseconds on an H100; the process is reaped only after), and it could
+  // write into memory that a failed request freed and another one reused. The restart
+  // takes that long; correctness first (measured in docs/benchmarks.md).
   const pid_t failed_pid = failed->pid;
   failed->pid = -1;
-  std::string exit = "killed";
-  if (kind == "exited") {
-    int wait_status = 0;
-    ::waitpid(failed_pid, &wait_status, 0);
-    exit = DescribeExit(wait_status);
-  } else {
-    std::thread([failed_pid] { ::waitpid(failed_pid, nullptr, 0); }).detach();
-  }
+  int wait_status = 0;
+  ::waitpid(failed_pid, &wait_status, 0);
+  const std::string exit = DescribeExit(wait_status);
   std::string what = kind == "exited" ? absl::StrCat("the device executor ", exit)
                                       : absl::StrCat("the device executor's ", kind, ": ", error);
   spdlog::warn("device {}: {} (pid {}); restarting it", properties_.index, what, failed_pid);
