@@ -4,7 +4,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/base/status_macros.h"
-#include "runtime/executor/spin_wait.h"
 
 namespace gpukit {
 namespace {
@@ -51,16 +50,9 @@ absl::Status SendExecutorMessage(int socket, const google::protobuf::MessageLite
 
 absl::StatusOr<ScopedFd> ReceiveExecutorMessage(int socket,
                                                 google::protobuf::MessageLite& message) {
-  constexpr size_t kMaxBytes = kMaxExecutorMessageBytes + 1024;
-  absl::StatusOr<ReceivedMessage> polled = absl::DeadlineExceededError("");
-  SpinUntil([&] {
-    polled = ReceiveMessage(socket, kMaxBytes, absl::ZeroDuration());
-    return polled.status().code() != absl::StatusCode::kDeadlineExceeded;
-  });
-  if (polled.status().code() == absl::StatusCode::kDeadlineExceeded) {
-    polled = ReceiveMessage(socket, kMaxBytes, absl::InfiniteDuration());
-  }
-  GPUKIT_ASSIGN_OR_RETURN(ReceivedMessage received, std::move(polled));
+  GPUKIT_ASSIGN_OR_RETURN(ReceivedMessage received,
+                          ReceiveMessage(socket, kMaxExecutorMessageBytes + 1024,
+                                         absl::InfiniteDuration()));
   if (!message.ParseFromString(received.bytes)) {
     return absl::InternalError(
         absl::StrCat("an executor message of ", received.bytes.size(), " bytes does not parse"));

@@ -28,8 +28,8 @@ absl::Status SendExecutorMessage(int socket, const google::protobuf::MessageLite
                                  int fd = -1);
 // Waits for the next datagram and parses it into `message`; returns its descriptor, if one
 // came. UNAVAILABLE when the peer closed the channel; INTERNAL for bytes that do not parse.
-// Where the host has cores to spare (spin_wait.h), it first polls for up to SpinTime() without
-// sleeping: the next message of a request usually follows within microseconds.
+// (Polling the socket before sleeping made large ops slower on the H100 host: the readers
+// sleep in recvmsg; docs/benchmarks.md.)
 absl::StatusOr<ScopedFd> ReceiveExecutorMessage(int socket, google::protobuf::MessageLite& message);
 
 void SetReplyStatus(const absl::Status& status, executor::Reply& reply);
