@@ -1,6 +1,5 @@
 #include "runtime/executor/executor_server.h"
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -18,11 +17,13 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/executor/executor_protocol.h"
 #include "runtime/executor/spin_wait.h"
 #include "spdlog/spdlog.h"
+#include <sys/mman.h>
 
 namespace gpukit {
 namespace {
@@ -131,6 +132,14 @@ class ExecutorServer::Impl {
   // event, definitely the culprit when its enqueue failed with the fault) and ends the
   // process. Returns when the device is healthy.
   void CheckFault(const absl::Status& failure, uint64_t stream, uint64_t event);
+  // Lets every stream's enqueue thread but `stream`'s take what was pushed to it before, for
+  // up to a second (one that is itself reporting the fault never gets there): a device that
+  // runs work as it is enqueued (the CPU backend) fails the culprit's work with the fault
+  // itself, but the event that carries it may still be queued when another stream's wait
+  // sees the fault. Returns the streams, to be kept (the process ends without their
+  // teardown, which would join threads that may be blocked here).
+  std::vector<std::shared_ptr<StreamState>> DrainOtherStreams(uint64_t stream)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::StatusOr<BufferId> FindBuffer(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<char*> FindHost(const executor::HostRange& range, int64_t bytes)
@@ -248,6 +257,10 @@ void ExecutorServer::Impl::CheckFault(const absl::Status& failure, uint64_t stre
   absl::Status health = device_.CheckHealth();
   if (health.ok()) return;
   faulted_.store(true);  // from here on only the Fault goes out (gpukitd answers the waits)
+  std::vector<std::shared_ptr<StreamState>> drained;
+  if (failure.message() != health.message() && device_.properties().backend == BackendKind::kCpu) {
+    drained = DrainOtherStreams(stream);
+  }
   // One thread reports and ends the process; any other that sees the fault waits here for
   // the end.
   absl::MutexLock lock(&fault_mu_);
@@ -301,6 +314,25 @@ void ExecutorServer::Impl::CheckFault(const absl::Status& failure, uint64_t stre
   // replaces it. Exiting here (rather than unwinding) spares a teardown that waits on a
   // poisoned context.
   std::_Exit(3);
+}
+
+std::vector<std::shared_ptr<StreamState>> ExecutorServer::Impl::DrainOtherStreams(uint64_t stream) {
+  std::vector<std::shared_ptr<StreamState>> streams;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, s] : streams_) {
+      if (id != stream) streams.push_back(s);
+    }
+  }
+  std::vector<std::shared_ptr<absl::Notification>> taken;
+  for (const std::shared_ptr<StreamState>& s : streams) {
+    auto done = std::make_shared<absl::Notification>();
+    s->enqueues.Push([done] { done->Notify(); });
+    taken.push_back(std::move(done));
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(1);
+  for (const auto& done : taken) done->WaitForNotificationWithDeadline(deadline);
+  return streams;
 }
 
 absl::StatusOr<BufferId> ExecutorServer::Impl::FindBuffer(uint64_t id) {

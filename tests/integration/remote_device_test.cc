@@ -15,6 +15,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -130,6 +131,18 @@ class RemoteDeviceTest : public ::testing::Test {
     absl::Status status = device_->WaitEvent(event);
     GPUKIT_RETURN_IF_ERROR(device_->DestroyEvent(event));
     return status;
+  }
+
+  // Records an event on `stream` and asks (QueryEvent) until the device says its work is
+  // done, without waiting for it: a copy into host memory the executor maps (zero-copy) has
+  // landed by then; a staged one lands only when a wait copies it out. Returns the event.
+  absl::StatusOr<EventId> QueryUntilDone(StreamId stream) {
+    GPUKIT_ASSIGN_OR_RETURN(EventId event, device_->RecordEvent(stream));
+    for (;;) {
+      GPUKIT_ASSIGN_OR_RETURN(bool done, device_->QueryEvent(event));
+      if (done) return event;
+      std::this_thread::yield();
+    }
   }
 
   // Returns once `stream` serves again after an executor failure: a wait that the restart
@@ -306,13 +319,18 @@ TEST_F(RemoteDeviceTest, EveryBufferKeepsItsBytesAcrossARestart) {
   EXPECT_TRUE(ReadBack(from_region, stream) == region_contents);
   // The host memory is still shared with the new executor, both ways, on both streams made
   // before the restart (the faulting one too).
+  // Copies out land before any wait: the executor writes them there (zero-copy, no staging).
   GPUKIT_ASSERT_OK(
       device_->CopyDeviceToHost(host_buffer.data(), from_region, 0, kHostBytes, faulty));
-  GPUKIT_ASSERT_OK(Sync(faulty));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId into_host_buffer, QueryUntilDone(faulty));
   EXPECT_TRUE(std::memcmp(host_buffer.data(), region_contents.data(), kHostBytes) == 0);
+  GPUKIT_ASSERT_OK(device_->WaitEvent(into_host_buffer));
+  GPUKIT_ASSERT_OK(device_->DestroyEvent(into_host_buffer));
   GPUKIT_ASSERT_OK(device_->CopyDeviceToHost(region.data, from_host_buffer, 0, kHostBytes, stream));
-  GPUKIT_ASSERT_OK(Sync(stream));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId into_region, QueryUntilDone(stream));
   EXPECT_TRUE(std::memcmp(region.data, host_contents.data(), kHostBytes) == 0);
+  GPUKIT_ASSERT_OK(device_->WaitEvent(into_region));
+  GPUKIT_ASSERT_OK(device_->DestroyEvent(into_region));
   const std::vector<char> later = Pattern(kHostBytes, 22);
   std::memcpy(region.data, later.data(), kHostBytes);
   GPUKIT_ASSERT_OK(device_->CopyHostToDevice(buffers[4], 1000, region.data, kHostBytes, faulty));
