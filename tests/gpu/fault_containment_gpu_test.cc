@@ -35,7 +35,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "client/cpp/channel.h"
 #include "gmock/gmock.h"
@@ -371,13 +373,46 @@ class FaultContainmentGpuTest : public DaemonTest {
     ASSERT_TRUE(more) << "no bystander matmul completed within " << kRecoveryTimeout;
   }
 
+  // The daemon log's lines about executors and host segments, for a failure's message.
+  std::string ExecutorLogLines() {
+    std::string lines;
+    for (absl::string_view line : absl::StrSplit(daemon().Log(), '\n')) {
+      if (absl::StrContains(line, "executor") || absl::StrContains(line, "segment") ||
+          absl::StrContains(line, "registered")) {
+        absl::StrAppend(&lines, line, "\n");
+      }
+    }
+    return lines.size() > 8000 ? lines.substr(lines.size() - 8000) : lines;
+  }
+
   // Every bystander array keeps its exact bytes.
   void ExpectBystanderArraysIntact() {
     SCOPED_TRACE("the bystander's arrays");
     for (const HeldArray& array : bystander_arrays_) {
       GPUKIT_ASSERT_OK_AND_ASSIGN(std::string bytes, DownloadBytes(bystander_, array.handle));
-      EXPECT_EQ(FirstDifference(bytes, array.bytes), -1)
-          << "array " << array.handle << " of " << array.bytes.size() << " bytes changed";
+      const int64_t first = FirstDifference(bytes, array.bytes);
+      if (first == -1) continue;
+      // Tell a read that went wrong from memory that did: read again, and say what the
+      // wrong bytes look like (zeros, another array's, ...).
+      GPUKIT_ASSERT_OK_AND_ASSIGN(std::string again, DownloadBytes(bystander_, array.handle));
+      int64_t differing = 0;
+      bool zeros = true;
+      for (size_t i = 0; i < bytes.size() && i < array.bytes.size(); ++i) {
+        if (bytes[i] != array.bytes[i]) ++differing;
+        if (bytes[i] != 0) zeros = false;
+      }
+      std::string like;
+      for (const HeldArray& other : bystander_arrays_) {
+        if (&other != &array && other.bytes.size() >= 64 && bytes.size() >= 64 &&
+            other.bytes.compare(0, 64, bytes, 0, 64) == 0) {
+          like = " (its first 64 bytes are another array's)";
+        }
+      }
+      ADD_FAILURE() << "array " << array.handle << " of " << array.bytes.size()
+                    << " bytes read back changed: first difference at " << first << ", "
+                    << differing << " bytes differ" << (zeros ? ", all zeros" : "") << like
+                    << "; read again: first difference " << FirstDifference(again, array.bytes)
+                    << "\n---- gpukitd's executor lines ----\n" << ExecutorLogLines();
     }
   }
 
