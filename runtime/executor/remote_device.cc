@@ -173,8 +173,12 @@ class RemoteDevice::Impl {
   void UnmapHostMemory(uint64_t key);
   std::optional<executor::HostRange> TranslateHost(const void* data, int64_t bytes);
   // Stream work: bookkeeping of staging blocks and launches, under mu_.
+  // Sends stream work (a copy, op or launch), giving it the stream's next seq; a staged
+  // copy's block (and for device-to-host, where its bytes go) and a launch's kernel name are
+  // recorded with it.
   absl::Status EnqueueCopy(executor::Request& request, uint64_t stream, uint64_t staging,
-                           void* fixup_dst, int64_t bytes);
+                           void* fixup_dst, int64_t bytes, const std::string* launch = nullptr);
+  absl::StatusOr<std::shared_ptr<absl::Mutex>> StreamOrder(uint64_t stream);
   void SettleStream(uint64_t stream, uint64_t seq, bool ok);
 
   struct Buffer {
@@ -205,6 +209,8 @@ class RemoteDevice::Impl {
     uint64_t launch_seq = 0;  // the last launch's seq
     std::string launch_name;
     std::deque<Staged> staged;
+    // Held from taking a seq to sending the work (EnqueueCopy, RecordEvent).
+    std::shared_ptr<absl::Mutex> order = std::make_shared<absl::Mutex>();
   };
   struct Event {
     uint64_t stream = 0;
@@ -1438,8 +1444,15 @@ absl::Status RemoteDevice::DestroyStream(StreamId stream) {
 }
 
 absl::Status RemoteDevice::Impl::EnqueueCopy(executor::Request& request, uint64_t stream_id,
-                                             uint64_t staging, void* fixup_dst, int64_t bytes) {
+                                             uint64_t staging, void* fixup_dst, int64_t bytes,
+                                             const std::string* launch) {
   absl::ReaderMutexLock gen(&gen_mu_);
+  if (active_ == nullptr) return absl::UnavailableError("the device executor is not running");
+  // The stream's order lock makes the work's place in the stream (its seq) the order in
+  // which the executor gets it: a wait settles staged copies by seq, so an event sent
+  // before a copy with a lower seq would let a copy out before it ran.
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<absl::Mutex> order, StreamOrder(stream_id));
+  absl::MutexLock ordered(order.get());
   {
     absl::MutexLock lock(&mu_);
     auto it = streams_.find(stream_id);
@@ -1448,10 +1461,20 @@ absl::Status RemoteDevice::Impl::EnqueueCopy(executor::Request& request, uint64_
     }
     const uint64_t seq = it->second.next_seq++;
     if (staging != 0) it->second.staged.push_back({seq, staging, fixup_dst, bytes});
+    if (launch != nullptr) {
+      it->second.launch_seq = seq;
+      it->second.launch_name = *launch;
+    }
   }
-  if (active_ == nullptr) return absl::UnavailableError("the device executor is not running");
   SendOn(*active_, request).IgnoreError();
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<absl::Mutex>> RemoteDevice::Impl::StreamOrder(uint64_t stream_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = streams_.find(stream_id);
+  if (it == streams_.end()) return absl::NotFoundError(absl::StrCat("unknown stream ", stream_id));
+  return it->second.order;
 }
 
 namespace {
@@ -1541,6 +1564,8 @@ absl::Status RemoteDevice::CopyDeviceToDevice(BufferId dst, int64_t dst_offset, 
 absl::StatusOr<EventId> RemoteDevice::RecordEvent(StreamId stream) {
   Impl& d = *impl_;
   absl::ReaderMutexLock gen(&d.gen_mu_);
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<absl::Mutex> order, d.StreamOrder(stream.value));
+  absl::MutexLock ordered(order.get());  // see EnqueueCopy
   uint64_t id;
   {
     absl::MutexLock lock(&d.mu_);
@@ -1811,14 +1836,8 @@ absl::Status RemoteDevice::Launch(FunctionId function, const LaunchConfig& confi
       return absl::NotFoundError(absl::StrCat("unknown function ", function.value));
     }
     name = it->second.name;
-    auto stream_it = d.streams_.find(stream.value);
-    if (stream_it == d.streams_.end()) {
-      return absl::NotFoundError(absl::StrCat("unknown stream ", stream.value));
-    }
-    stream_it->second.launch_seq = stream_it->second.next_seq;
-    stream_it->second.launch_name = name;
   }
-  return d.EnqueueCopy(request, stream.value, 0, nullptr, 0);
+  return d.EnqueueCopy(request, stream.value, 0, nullptr, 0, &name);
 }
 
 }  // namespace gpukit
