@@ -179,7 +179,12 @@ class RemoteDevice::Impl {
   absl::Status EnqueueCopy(executor::Request& request, uint64_t stream, uint64_t staging,
                            void* fixup_dst, int64_t bytes, const std::string* launch = nullptr);
   absl::StatusOr<std::shared_ptr<absl::Mutex>> StreamOrder(uint64_t stream);
-  void SettleStream(uint64_t stream, uint64_t seq, bool ok);
+  // A wait for the stream's work up to `seq` returned (`ok`: successfully, from the
+  // executor of `generation`): its staged copies are done. A device-to-host one is copied
+  // out only when the wait succeeded on the executor the copy was sent to: a copy another
+  // executor was to make may never have run, and its destination may belong to someone
+  // else by now (its request failed). Their blocks go back to the pool either way.
+  void SettleStream(uint64_t stream, uint64_t seq, bool ok, uint64_t generation);
 
   struct Buffer {
     int64_t bytes = 0;
@@ -198,6 +203,7 @@ class RemoteDevice::Impl {
   };
   struct Staged {
     uint64_t seq = 0;  // the stream's work counter when it was enqueued
+    uint64_t generation = 0;  // of the executor it was sent to
     uint64_t block = 0;
     void* dst = nullptr;  // device-to-host: where the bytes go once the work ran
     int64_t bytes = 0;
@@ -256,8 +262,6 @@ class RemoteDevice::Impl {
   // A culprit event whose wait had not come when its executor was replaced: that wait's
   // answer.
   absl::flat_hash_map<uint64_t, absl::Status> culprit_errors_ ABSL_GUARDED_BY(mu_);
-  // Staging blocks of copies an executor never made, to free after its restart.
-  std::vector<uint64_t> abandoned_blocks_ ABSL_GUARDED_BY(mu_);
   uint64_t export_stream_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Mutex export_mu_;  // one export (perhaps a move) at a time
 
@@ -618,12 +622,6 @@ void RemoteDevice::Impl::Supervise() {
       if (is_active) {
         Recover(failure->kind, failure->error, failure->stream, failure->definite,
                 failure->event);
-        std::vector<uint64_t> abandoned;
-        {
-          absl::MutexLock lock(&mu_);
-          abandoned.swap(abandoned_blocks_);
-        }
-        for (uint64_t block : abandoned) host_pool_->Free(block).IgnoreError();
       } else {
         absl::MutexLock lock(&supervisor_mu_);
         if (standby_ != nullptr && standby_.get() == failure->executor) {
@@ -900,7 +898,6 @@ absl::Status RemoteDevice::Impl::Replay(Executor& executor) {
     owed.emplace_back(seq, pending);
     return SendOn(executor, request, fd);
   };
-  std::vector<uint64_t> abandoned;  // staging blocks of copies the old executor never made
   absl::Status sent = [&]() -> absl::Status {
   absl::MutexLock lock(&mu_);
   for (auto& [key, segment] : host_segments_) {
@@ -950,12 +947,9 @@ absl::Status RemoteDevice::Impl::Replay(Executor& executor) {
     request.mutable_create_stream()->set_stream(id);
     request.mutable_create_stream()->set_priority(static_cast<int32_t>(stream.priority));
     GPUKIT_RETURN_IF_ERROR(SendOn(executor, request));
-    // Nothing of the old executor's is in flight: what it was to copy out never came, and
-    // the requests that waited for it have failed, so their destinations are not ours to
-    // write any more (the staging blocks are freed below, outside the lock).
+    // Nothing of the old executor's is in flight. Its staged copies are settled by the
+    // stream's next wait: copied out only by a wait of the executor that made them.
     stream.completed_seq = stream.next_seq;
-    for (const Staged& staged : stream.staged) abandoned.push_back(staged.block);
-    stream.staged.clear();
   }
   for (const auto& [id, module] : modules_) {
     GPUKIT_ASSIGN_OR_RETURN(ScopedFd image, CreateSharedMemory("gpukit-module",
@@ -978,12 +972,6 @@ absl::Status RemoteDevice::Impl::Replay(Executor& executor) {
   }
   return absl::OkStatus();
   }();
-  if (!abandoned.empty()) {
-    // Freed by the supervisor once the restart is over: a free may unmap a host segment,
-    // which tells the executor, which needs the lock this restart holds.
-    absl::MutexLock lock(&mu_);
-    abandoned_blocks_.insert(abandoned_blocks_.end(), abandoned.begin(), abandoned.end());
-  }
   absl::Status status = sent;
   for (auto& [seq, pending] : owed) {
     if (!pending->done.WaitForNotificationWithTimeout(options_.start_timeout)) {
@@ -1107,7 +1095,8 @@ std::optional<executor::HostRange> RemoteDevice::Impl::TranslateHost(const void*
   return range;
 }
 
-void RemoteDevice::Impl::SettleStream(uint64_t stream_id, uint64_t seq, bool ok) {
+void RemoteDevice::Impl::SettleStream(uint64_t stream_id, uint64_t seq, bool ok,
+                                      uint64_t generation) {
   std::vector<Staged> settled;
   {
     absl::MutexLock lock(&mu_);
@@ -1121,7 +1110,7 @@ void RemoteDevice::Impl::SettleStream(uint64_t stream_id, uint64_t seq, bool ok)
     }
   }
   for (const Staged& staged : settled) {
-    if (ok && staged.dst != nullptr) {
+    if (ok && staged.dst != nullptr && staged.generation == generation) {
       std::memcpy(staged.dst, reinterpret_cast<const void*>(staged.block),
                   static_cast<size_t>(staged.bytes));
     }
@@ -1429,11 +1418,13 @@ absl::Status RemoteDevice::DestroyStream(StreamId stream) {
   absl::Status status = d.Call(request).status();
   // Whatever the executor said, the stream is gone: settle what it staged.
   uint64_t last;
+  uint64_t generation;
   {
     absl::MutexLock lock(&d.mu_);
     last = d.streams_[stream.value].next_seq;
+    generation = d.generation_;
   }
-  d.SettleStream(stream.value, last + 1, status.ok());
+  d.SettleStream(stream.value, last + 1, status.ok(), generation);
   absl::MutexLock lock(&d.mu_);
   d.streams_.erase(stream.value);
   if (status.GetPayload(kExecutorFaultPayload).has_value() ||
@@ -1460,7 +1451,9 @@ absl::Status RemoteDevice::Impl::EnqueueCopy(executor::Request& request, uint64_
       return absl::NotFoundError(absl::StrCat("unknown stream ", stream_id));
     }
     const uint64_t seq = it->second.next_seq++;
-    if (staging != 0) it->second.staged.push_back({seq, staging, fixup_dst, bytes});
+    if (staging != 0) {
+      it->second.staged.push_back({seq, generation_, staging, fixup_dst, bytes});
+    }
     if (launch != nullptr) {
       it->second.launch_seq = seq;
       it->second.launch_name = *launch;
@@ -1621,7 +1614,7 @@ absl::Status RemoteDevice::WaitEvent(EventId event) {
       status = culprit.mapped();
     }
   }
-  d.SettleStream(recorded.stream, recorded.seq, status.ok());
+  d.SettleStream(recorded.stream, recorded.seq, status.ok(), recorded.generation);
   if (status.ok()) {
     absl::MutexLock lock(&d.mu_);
     if (auto it = d.events_.find(event.value); it != d.events_.end()) {
