@@ -217,6 +217,10 @@ class RemoteDevice::Impl {
     std::deque<Staged> staged;
     // Held from taking a seq to sending the work (EnqueueCopy, RecordEvent).
     std::shared_ptr<absl::Mutex> order = std::make_shared<absl::Mutex>();
+    uint64_t last_event_seq = 0;  // the seq of the last event recorded on it
+    // Work numbered below this was sent to an executor that a restart replaced: unless a
+    // wait of that executor confirmed it, it may not have run.
+    uint64_t lost_below = 0;
   };
   struct Event {
     uint64_t stream = 0;
@@ -225,6 +229,7 @@ class RemoteDevice::Impl {
     bool completed = false;
     uint64_t elapsed_from = 0;  // the device time from that event, as the wait's reply said
     int64_t elapsed_ns = 0;
+    uint64_t previous_seq = 0;  // the stream's event before it: its wait covers what is between
   };
   struct Module {
     std::string image;
@@ -948,8 +953,11 @@ absl::Status RemoteDevice::Impl::Replay(Executor& executor) {
     request.mutable_create_stream()->set_priority(static_cast<int32_t>(stream.priority));
     GPUKIT_RETURN_IF_ERROR(SendOn(executor, request));
     // Nothing of the old executor's is in flight. Its staged copies are settled by the
-    // stream's next wait: copied out only by a wait of the executor that made them.
+    // stream's next wait: copied out only by a wait of the executor that made them. A wait of
+    // the new one whose work began before this (its previous event did) fails: part of its
+    // work went to the old executor, which may not have run it.
     stream.completed_seq = stream.next_seq;
+    stream.lost_below = stream.next_seq;
   }
   for (const auto& [id, module] : modules_) {
     GPUKIT_ASSIGN_OR_RETURN(ScopedFd image, CreateSharedMemory("gpukit-module",
@@ -1567,7 +1575,11 @@ absl::StatusOr<EventId> RemoteDevice::RecordEvent(StreamId stream) {
       return absl::NotFoundError(absl::StrCat("unknown stream ", stream.value));
     }
     id = d.next_id_++;
-    d.events_[id] = {stream.value, it->second.next_seq++, d.generation_, false};
+    Impl::Event& event = d.events_[id];
+    event.stream = stream.value;
+    event.seq = it->second.next_seq++;
+    event.generation = d.generation_;
+    event.previous_seq = std::exchange(it->second.last_event_seq, event.seq);
   }
   executor::Request request;
   request.mutable_record_event()->set_stream(stream.value);
@@ -1607,6 +1619,18 @@ absl::Status RemoteDevice::WaitEvent(EventId event) {
   executor::Request request;
   request.mutable_wait_event()->set_event(event.value);
   absl::Status status = d.Call(request, -1, pending, recorded.generation).status();
+  if (status.ok()) {
+    absl::MutexLock lock(&d.mu_);
+    auto stream = d.streams_.find(recorded.stream);
+    if (stream != d.streams_.end() && recorded.previous_seq + 1 < stream->second.lost_below &&
+        recorded.seq >= stream->second.lost_below) {
+      status = WithKind(absl::UnavailableError(
+                            "the device executor restarted while this work was being queued, "
+                            "so part of it may not have run; its inputs are intact and a retry "
+                            "is safe"),
+                        "restart");
+    }
+  }
   if (!status.ok() && status.GetPayload(kExecutorFaultPayload) == absl::Cord("restart")) {
     // A restart between the look above and the send: the culprit's error, if this was it.
     absl::MutexLock lock(&d.mu_);
