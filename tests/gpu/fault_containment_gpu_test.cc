@@ -408,6 +408,19 @@ class FaultContainmentGpuTest : public DaemonTest {
           like = " (its first 64 bytes are another array's)";
         }
       }
+      // Where else the wrong bytes occur: another array's, or elsewhere in this one.
+      const std::string wrong = bytes.substr(static_cast<size_t>(first), 48);
+      std::string found = "nowhere in the bystander's arrays";
+      for (const HeldArray& other : bystander_arrays_) {
+        const size_t at = other.bytes.find(wrong);
+        if (at != std::string::npos) {
+          found = absl::StrCat("at ", at, " of array ", other.handle);
+          break;
+        }
+      }
+      std::string hex;
+      for (char c : wrong) absl::StrAppend(&hex, absl::Hex(static_cast<uint8_t>(c), absl::kZeroPad2));
+      ADD_FAILURE() << "wrong bytes " << hex << " found " << found;
       ADD_FAILURE() << "array " << array.handle << " of " << array.bytes.size()
                     << " bytes read back changed: first difference at " << first << ", "
                     << differing << " bytes differ" << (zeros ? ", all zeros" : "") << like
