@@ -218,6 +218,7 @@ class RemoteDevice::Impl {
     // Held from taking a seq to sending the work (EnqueueCopy, RecordEvent).
     std::shared_ptr<absl::Mutex> order = std::make_shared<absl::Mutex>();
     uint64_t last_event_seq = 0;  // the seq of the last event recorded on it
+    int settling = 0;  // threads copying staged bytes of it out (SettleStream)
     // Work numbered below this was sent to an executor that a restart replaced: unless a
     // wait of that executor confirmed it, it may not have run.
     uint64_t lost_below = 0;
@@ -1116,6 +1117,7 @@ void RemoteDevice::Impl::SettleStream(uint64_t stream_id, uint64_t seq, bool ok,
       settled.push_back(stream.staged.front());
       stream.staged.pop_front();
     }
+    if (!settled.empty()) ++stream.settling;
   }
   for (const Staged& staged : settled) {
     if (ok && staged.dst != nullptr && staged.generation == generation) {
@@ -1124,6 +1126,19 @@ void RemoteDevice::Impl::SettleStream(uint64_t stream_id, uint64_t seq, bool ok,
     }
     host_pool_->Free(staged.block).IgnoreError();
   }
+  // Another thread's wait on the stream may have taken this wait's copies and be copying
+  // them out still: returning before it is done would hand the caller a destination whose
+  // bytes are still arriving (glibc's memcpy stores a large copy's first bytes last: seen on
+  // the GPU as a download's first 48 bytes zero). Wait for every settle in progress.
+  absl::MutexLock lock(&mu_);
+  auto it = streams_.find(stream_id);
+  if (it == streams_.end()) return;
+  if (!settled.empty()) --it->second.settling;
+  auto done = [this, stream_id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto found = streams_.find(stream_id);
+    return found == streams_.end() || found->second.settling == 0;
+  };
+  mu_.Await(absl::Condition(&done));
 }
 
 // --- RemoteDevice -------------------------------------------------------------------------------
