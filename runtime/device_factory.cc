@@ -66,13 +66,8 @@ absl::StatusOr<std::vector<std::unique_ptr<Device>>> CpuDevices(
 }
 
 // The driver's devices that CudaDevice accepts, and why each of the others was refused.
-struct CudaDevices {
-  std::vector<std::unique_ptr<Device>> devices;
-  std::vector<std::string> refusals;  // "device 1: gpukitd requires SM >= 80 ..."
-};
-
-CudaDevices CreateCudaDevices(int device_count, const std::shared_ptr<JitCompiler>& jit) {
-  CudaDevices result;
+CudaDeviceCandidates CreateCudaDevices(int device_count, const std::shared_ptr<JitCompiler>& jit) {
+  CudaDeviceCandidates result;
   for (int index = 0; index < device_count; ++index) {
     CudaDeviceOptions options;
     options.index = index;
@@ -94,11 +89,13 @@ CudaDevices CreateCudaDevices(int device_count, const std::shared_ptr<JitCompile
 
 }  // namespace
 
-absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateDevices(
-    const DeviceFactoryOptions& options) {
-  if (options.backend == BackendChoice::kCpu) {
+absl::StatusOr<std::vector<std::unique_ptr<Device>>> ChooseDevices(
+    BackendChoice backend,
+    const std::function<CudaDeviceCandidates(int device_count)>& cuda_devices,
+    const std::function<absl::StatusOr<std::vector<std::unique_ptr<Device>>>()>& cpu_devices) {
+  if (backend == BackendChoice::kCpu) {
     spdlog::info("Using the CPU simulation backend (--backend=cpu)");
-    return CpuDevices(options);
+    return cpu_devices();
   }
   const DriverProbe probe = ProbeCudaDriver();
   std::string reason;  // why CUDA is not used, when it is not
@@ -108,10 +105,10 @@ absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateDevices(
     reason = absl::StrCat("CUDA driver ", probe.driver_version, " at ", probe.library_path,
                           " is unusable: ", probe.error);
   } else {
-    CudaDevices cuda = CreateCudaDevices(probe.device_count, options.jit);
+    CudaDeviceCandidates cuda = cuda_devices(probe.device_count);
     // Asked for by name, every visible GPU must be usable (CUDA_VISIBLE_DEVICES narrows the
     // set); auto takes the ones that are.
-    if (options.backend == BackendChoice::kCuda && !cuda.refusals.empty()) {
+    if (backend == BackendChoice::kCuda && !cuda.refusals.empty()) {
       return absl::FailedPreconditionError(
           absl::StrCat("--backend=cuda: ", absl::StrJoin(cuda.refusals, "; "),
                        " (CUDA_VISIBLE_DEVICES can leave a device out)"));
@@ -128,12 +125,20 @@ absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateDevices(
         absl::StrCat("CUDA driver ", probe.driver_version, " found with ", probe.device_count,
                      " device(s), none usable by gpukitd: ", absl::StrJoin(cuda.refusals, "; "));
   }
-  if (options.backend == BackendChoice::kCuda) {
+  if (backend == BackendChoice::kCuda) {
     return absl::FailedPreconditionError(absl::StrCat("--backend=cuda: ", reason));
   }
   spdlog::warn("{}", reason);
   spdlog::warn("Falling back to CPU simulation backend");
-  return CpuDevices(options);
+  return cpu_devices();
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateDevices(
+    const DeviceFactoryOptions& options) {
+  return ChooseDevices(
+      options.backend,
+      [&](int device_count) { return CreateCudaDevices(device_count, options.jit); },
+      [&] { return CpuDevices(options); });
 }
 
 }  // namespace gpukit

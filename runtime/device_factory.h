@@ -9,6 +9,7 @@
 #ifndef GPUKIT_RUNTIME_DEVICE_FACTORY_H_
 #define GPUKIT_RUNTIME_DEVICE_FACTORY_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +43,21 @@ struct DeviceFactoryOptions {
   // Compiles the built-in op kernels of CUDA devices (see CudaDeviceOptions::jit).
   std::shared_ptr<JitCompiler> jit;
 };
+
+// The GPUs that could be opened, and why each of the others was refused ("device 1: ...").
+struct CudaDeviceCandidates {
+  std::vector<std::unique_ptr<Device>> devices;
+  std::vector<std::string> refusals;
+};
+
+// The backend choice's rules, for whichever way devices are made (in-process here, in device
+// executors in runtime/executor/executor_devices.h): kCpu takes `cpu()`; otherwise the driver
+// is probed and `cuda(device_count)` tries each GPU; kCuda fails with the reason unless every
+// visible GPU opened, kAuto takes the GPUs that did, else falls back to `cpu()`, logging why.
+absl::StatusOr<std::vector<std::unique_ptr<Device>>> ChooseDevices(
+    BackendChoice backend,
+    const std::function<CudaDeviceCandidates(int device_count)>& cuda,
+    const std::function<absl::StatusOr<std::vector<std::unique_ptr<Device>>>()>& cpu);
 
 // kCpu: one CPU simulation device. kCuda: one CudaDevice per GPU the driver shows, or
 // FAILED_PRECONDITION with the reason (no driver, no device, or a device CudaDevice refuses,

@@ -47,13 +47,8 @@ absl::StatusOr<std::vector<std::unique_ptr<Device>>> CpuDevices(
   return devices;
 }
 
-struct CudaDevices {
-  std::vector<std::unique_ptr<Device>> devices;
-  std::vector<std::string> refusals;
-};
-
-CudaDevices CreateCudaDevices(const ExecutorDevicesOptions& options, int device_count) {
-  CudaDevices result;
+CudaDeviceCandidates CreateCudaDevices(const ExecutorDevicesOptions& options, int device_count) {
+  CudaDeviceCandidates result;
   for (int index = 0; index < device_count; ++index) {
     absl::StatusOr<std::unique_ptr<CudaVmmSegmentSource>> memory =
         CudaVmmSegmentSource::Create(index);
@@ -89,42 +84,10 @@ absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateExecutorDevices(
                                       : absl::StrCat("executable at ", options.executor_path),
         " (set executor.path, or executor.mode \"inprocess\" to debug without it)"));
   }
-  if (options.backend == BackendChoice::kCpu) {
-    spdlog::info("Using the CPU simulation backend (--backend=cpu)");
-    return CpuDevices(options);
-  }
-  const DriverProbe probe = ProbeCudaDriver();
-  std::string reason;
-  if (!probe.driver_loaded) {
-    reason = absl::StrCat("CUDA driver not detected (", probe.error, ")");
-  } else if (!probe.error.empty()) {
-    reason = absl::StrCat("CUDA driver ", probe.driver_version, " at ", probe.library_path,
-                          " is unusable: ", probe.error);
-  } else {
-    CudaDevices cuda = CreateCudaDevices(options, probe.device_count);
-    if (options.backend == BackendChoice::kCuda && !cuda.refusals.empty()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("--backend=cuda: ", absl::StrJoin(cuda.refusals, "; "),
-                       " (CUDA_VISIBLE_DEVICES can leave a device out)"));
-    }
-    if (!cuda.devices.empty()) {
-      for (const std::string& refusal : cuda.refusals) {
-        spdlog::warn("CUDA {}; not used", refusal);
-      }
-      spdlog::info("Using the CUDA backend with {} device(s), driver {}", cuda.devices.size(),
-                   probe.driver_version);
-      return std::move(cuda.devices);
-    }
-    reason =
-        absl::StrCat("CUDA driver ", probe.driver_version, " found with ", probe.device_count,
-                     " device(s), none usable by gpukitd: ", absl::StrJoin(cuda.refusals, "; "));
-  }
-  if (options.backend == BackendChoice::kCuda) {
-    return absl::FailedPreconditionError(absl::StrCat("--backend=cuda: ", reason));
-  }
-  spdlog::warn("{}", reason);
-  spdlog::warn("Falling back to CPU simulation backend");
-  return CpuDevices(options);
+  return ChooseDevices(
+      options.backend,
+      [&](int device_count) { return CreateCudaDevices(options, device_count); },
+      [&] { return CpuDevices(options); });
 }
 
 }  // namespace gpukit

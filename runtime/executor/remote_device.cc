@@ -179,6 +179,11 @@ class RemoteDevice::Impl {
   absl::Status EnqueueCopy(executor::Request& request, uint64_t stream, uint64_t staging,
                            void* fixup_dst, int64_t bytes, const std::string* launch = nullptr);
   absl::StatusOr<std::shared_ptr<absl::Mutex>> StreamOrder(uint64_t stream);
+  // A copy between `buffer` and host memory at `host` (read when `to_device`, else written):
+  // zero-copy when the executor maps that memory, else staged.
+  absl::Status EnqueueHostCopy(BufferId buffer, int64_t offset, void* host, int64_t bytes,
+                               StreamId stream, bool to_device);
+  RemoteDevice* device_ = nullptr;  // the device this is the inside of
   // A wait for the stream's work up to `seq` returned (`ok`: successfully, from the
   // executor of `generation`): its staged copies are done. A device-to-host one is copied
   // out only when the wait succeeded on the executor the copy was sent to: a copy another
@@ -1149,7 +1154,9 @@ absl::StatusOr<std::unique_ptr<RemoteDevice>> RemoteDevice::Create(RemoteDeviceO
   return std::unique_ptr<RemoteDevice>(new RemoteDevice(std::move(impl)));
 }
 
-RemoteDevice::RemoteDevice(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RemoteDevice::RemoteDevice(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  impl_->device_ = this;
+}
 RemoteDevice::~RemoteDevice() = default;
 
 ExecutorState RemoteDevice::executor_state() const {
@@ -1505,55 +1512,53 @@ absl::Status CheckRange(const char* what, int64_t offset, int64_t bytes, int64_t
 
 }  // namespace
 
-absl::Status RemoteDevice::CopyHostToDevice(BufferId dst, int64_t dst_offset, const void* src,
-                                            int64_t bytes, StreamId stream) {
-  Impl& d = *impl_;
-  GPUKIT_ASSIGN_OR_RETURN(int64_t size, BufferBytes(dst));
-  GPUKIT_RETURN_IF_ERROR(CheckRange("destination", dst_offset, bytes, size));
+absl::Status RemoteDevice::Impl::EnqueueHostCopy(BufferId buffer, int64_t offset, void* host,
+                                                 int64_t bytes, StreamId stream,
+                                                 bool to_device) {
+  GPUKIT_ASSIGN_OR_RETURN(int64_t size, device_->BufferBytes(buffer));
+  GPUKIT_RETURN_IF_ERROR(
+      CheckRange(to_device ? "destination" : "source", offset, bytes, size));
   if (bytes == 0) return absl::OkStatus();
   executor::Request request;
   executor::Copy& copy = *request.mutable_copy();
   copy.set_stream(stream.value);
   copy.set_bytes(bytes);
-  copy.set_dst_buffer(dst.value);
-  copy.set_dst_offset(dst_offset);
-  uint64_t staging = 0;
-  if (std::optional<executor::HostRange> range = d.TranslateHost(src, bytes)) {
-    *copy.mutable_src_host() = *range;
+  if (to_device) {
+    copy.set_dst_buffer(buffer.value);
+    copy.set_dst_offset(offset);
   } else {
-    GPUKIT_ASSIGN_OR_RETURN(PoolBlock block, d.host_pool_->Allocate(bytes));
-    std::memcpy(reinterpret_cast<void*>(block.address), src, static_cast<size_t>(bytes));
-    staging = block.address;
-    *copy.mutable_src_host() = *d.TranslateHost(reinterpret_cast<void*>(staging), bytes);
+    copy.set_src_buffer(buffer.value);
+    copy.set_src_offset(offset);
   }
-  absl::Status status = d.EnqueueCopy(request, stream.value, staging, nullptr, bytes);
-  if (!status.ok() && staging != 0) d.host_pool_->Free(staging).IgnoreError();
+  executor::HostRange& side = to_device ? *copy.mutable_src_host() : *copy.mutable_dst_host();
+  uint64_t staging = 0;
+  if (std::optional<executor::HostRange> range = TranslateHost(host, bytes)) {
+    side = *range;
+  } else {
+    // Not memory the executor maps: through a block of the host segments, filled here for
+    // the device, or copied out by the wait that sees the copy done (SettleStream).
+    GPUKIT_ASSIGN_OR_RETURN(PoolBlock block, host_pool_->Allocate(bytes));
+    staging = block.address;
+    if (to_device) {
+      std::memcpy(reinterpret_cast<void*>(staging), host, static_cast<size_t>(bytes));
+    }
+    side = *TranslateHost(reinterpret_cast<void*>(staging), bytes);
+  }
+  absl::Status status =
+      EnqueueCopy(request, stream.value, staging, to_device ? nullptr : host, bytes);
+  if (!status.ok() && staging != 0) host_pool_->Free(staging).IgnoreError();
   return status;
+}
+
+absl::Status RemoteDevice::CopyHostToDevice(BufferId dst, int64_t dst_offset, const void* src,
+                                            int64_t bytes, StreamId stream) {
+  return impl_->EnqueueHostCopy(dst, dst_offset, const_cast<void*>(src), bytes, stream,
+                                /*to_device=*/true);
 }
 
 absl::Status RemoteDevice::CopyDeviceToHost(void* dst, BufferId src, int64_t src_offset,
                                             int64_t bytes, StreamId stream) {
-  Impl& d = *impl_;
-  GPUKIT_ASSIGN_OR_RETURN(int64_t size, BufferBytes(src));
-  GPUKIT_RETURN_IF_ERROR(CheckRange("source", src_offset, bytes, size));
-  if (bytes == 0) return absl::OkStatus();
-  executor::Request request;
-  executor::Copy& copy = *request.mutable_copy();
-  copy.set_stream(stream.value);
-  copy.set_bytes(bytes);
-  copy.set_src_buffer(src.value);
-  copy.set_src_offset(src_offset);
-  uint64_t staging = 0;
-  if (std::optional<executor::HostRange> range = d.TranslateHost(dst, bytes)) {
-    *copy.mutable_dst_host() = *range;
-  } else {
-    GPUKIT_ASSIGN_OR_RETURN(PoolBlock block, d.host_pool_->Allocate(bytes));
-    staging = block.address;
-    *copy.mutable_dst_host() = *d.TranslateHost(reinterpret_cast<void*>(staging), bytes);
-  }
-  absl::Status status = d.EnqueueCopy(request, stream.value, staging, dst, bytes);
-  if (!status.ok() && staging != 0) d.host_pool_->Free(staging).IgnoreError();
-  return status;
+  return impl_->EnqueueHostCopy(src, src_offset, dst, bytes, stream, /*to_device=*/false);
 }
 
 absl::Status RemoteDevice::CopyDeviceToDevice(BufferId dst, int64_t dst_offset, BufferId src,
