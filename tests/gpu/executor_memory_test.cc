@@ -298,18 +298,28 @@ int RunFaultRole(ChildDevice& child, absl::string_view kernel, ChildReport& repo
   report.Add("CheckHealth before the fault", healthy);
   if (!written.ok() || !healthy.ok()) return kChildFailed;
 
+  // CheckHealth is asked before anything waits for the faulting work, as the executor's
+  // supervisor asks it: the work's completion is polled with QueryEvent, which never blocks.
   // The fault surfaces at whichever call first sees it: usually the wait, but the kernel may
   // already have faulted when the event is recorded.
   absl::Status faulted = device.Launch(*faulting, LaunchConfig{}, {}, child.stream);
-  if (faulted.ok()) faulted = SynchronizeStream(device, child.stream);
-  report.Add("faulting kernel", faulted);
+  absl::StatusOr<EventId> done =
+      faulted.ok() ? device.RecordEvent(child.stream) : absl::StatusOr<EventId>(faulted);
+  while (done.ok()) {
+    absl::StatusOr<bool> finished = device.QueryEvent(*done);
+    if (!finished.ok() || *finished) break;
+  }
   const absl::Status health = device.CheckHealth();
-  report.Add("CheckHealth after the fault", health);
-  const bool fault_seen = faulted.code() == absl::StatusCode::kInternal &&
-                          absl::StrContains(faulted.message(), "CUDA_ERROR_");
-  const bool health_says_so = health.code() == absl::StatusCode::kInternal &&
-                              absl::StrContains(health.message(), "CUDA_ERROR_");
-  return fault_seen && health_says_so ? 0 : kChildFailed;
+  report.Add("CheckHealth after the fault, before any wait", health);
+  faulted = done.ok() ? device.WaitEvent(*done) : done.status();
+  report.Add("faulting kernel", faulted);
+  const absl::Status health_after_wait = device.CheckHealth();
+  report.Add("CheckHealth after the wait", health_after_wait);
+  auto is_fault = [](const absl::Status& status) {
+    return status.code() == absl::StatusCode::kInternal &&
+           absl::StrContains(status.message(), "CUDA_ERROR_");
+  };
+  return is_fault(faulted) && is_fault(health) && is_fault(health_after_wait) ? 0 : kChildFailed;
 }
 
 // Role "verify": reads both segments back, expecting every byte the faulting child wrote, then
