@@ -93,6 +93,17 @@ std::string DescribeExit(int status) {
   return "ended";
 }
 
+// A module's image in a memfd, for the executor (images can be megabytes: more than a
+// datagram holds).
+absl::StatusOr<ScopedFd> ImageFile(absl::string_view image) {
+  GPUKIT_ASSIGN_OR_RETURN(ScopedFd file,
+                          CreateSharedMemory("gpukit-module", static_cast<int64_t>(image.size())));
+  if (::pwrite(file.get(), image.data(), image.size(), 0) != static_cast<ssize_t>(image.size())) {
+    return absl::ResourceExhaustedError("cannot write a module image for the executor");
+  }
+  return file;
+}
+
 absl::Status WithKind(absl::Status status, absl::string_view kind) {
   status.SetPayload(kExecutorFaultPayload, absl::Cord(kind));
   return status;
@@ -165,6 +176,11 @@ class RemoteDevice::Impl {
   class DeviceSource;
   class HostSource;
   absl::Status EnsureSegmentMapped(const Segment& segment);
+  // The request that makes `id` the executor's name for `block` (address 0: zero bytes).
+  static executor::Request DefineRequest(uint64_t id, const PoolBlock& block, int64_t bytes);
+  // A new buffer over `block`: its segment mapped in the executor (again, after a restart
+  // that came between), entered in the tables (`counted` in the used bytes) and defined.
+  absl::StatusOr<uint64_t> AddBuffer(const PoolBlock& block, int64_t bytes, bool counted);
   void OnDeviceSegmentUnmapped(const Segment& segment);
   // Maps host memory (its descriptor `fd`) into the executor; `owned`: the host pool's
   // segment, unmapped here when it goes.
@@ -944,13 +960,7 @@ absl::Status RemoteDevice::Impl::Replay(Executor& executor) {
       GPUKIT_RETURN_IF_ERROR(call(request, buffer.import_fd.get()));
       continue;
     }
-    executor::DefineBuffer& define = *request.mutable_define_buffer();
-    define.set_buffer(id);
-    define.set_bytes(buffer.bytes);
-    if (buffer.block.address != 0) {
-      define.set_segment(buffer.block.segment.handle);
-      define.set_offset(static_cast<int64_t>(buffer.block.address - buffer.block.segment.address));
-    }
+    request = DefineRequest(id, buffer.block, buffer.bytes);
     GPUKIT_RETURN_IF_ERROR(SendOn(executor, request));
   }
   for (auto& [id, stream] : streams_) {
@@ -966,12 +976,7 @@ absl::Status RemoteDevice::Impl::Replay(Executor& executor) {
     stream.lost_below = stream.next_seq;
   }
   for (const auto& [id, module] : modules_) {
-    GPUKIT_ASSIGN_OR_RETURN(ScopedFd image, CreateSharedMemory("gpukit-module",
-                                                               static_cast<int64_t>(module.image.size())));
-    if (::pwrite(image.get(), module.image.data(), module.image.size(), 0) !=
-        static_cast<ssize_t>(module.image.size())) {
-      return absl::InternalError("cannot write a module's image for the executor");
-    }
+    GPUKIT_ASSIGN_OR_RETURN(ScopedFd image, ImageFile(module.image));
     executor::Request request;
     request.mutable_load_module()->set_module(id);
     request.mutable_load_module()->set_image_bytes(static_cast<int64_t>(module.image.size()));
@@ -1187,33 +1192,44 @@ absl::StatusOr<BufferId> RemoteDevice::Allocate(int64_t bytes) {
     }
     block = *allocated;
   }
+  absl::StatusOr<uint64_t> id = d.AddBuffer(block, bytes, /*counted=*/true);
+  if (!id.ok()) {
+    if (block.address != 0) d.device_pool_->Free(block.address).IgnoreError();
+    return id.status();
+  }
+  return BufferId{*id};
+}
+
+executor::Request RemoteDevice::Impl::DefineRequest(uint64_t id, const PoolBlock& block,
+                                                    int64_t bytes) {
+  executor::Request request;
+  executor::DefineBuffer& define = *request.mutable_define_buffer();
+  define.set_buffer(id);
+  define.set_bytes(bytes);
+  if (block.address != 0) {
+    define.set_segment(block.segment.handle);
+    define.set_offset(static_cast<int64_t>(block.address - block.segment.address));
+  }
+  return request;
+}
+
+absl::StatusOr<uint64_t> RemoteDevice::Impl::AddBuffer(const PoolBlock& block, int64_t bytes,
+                                                       bool counted) {
   for (;;) {
-    if (block.address != 0) {
-      absl::Status mapped = d.EnsureSegmentMapped(block.segment);
-      if (!mapped.ok()) {
-        d.device_pool_->Free(block.address).IgnoreError();
-        return mapped;
-      }
-    }
-    absl::ReaderMutexLock gen(&d.gen_mu_);
-    absl::MutexLock lock(&d.mu_);
+    if (block.address != 0) GPUKIT_RETURN_IF_ERROR(EnsureSegmentMapped(block.segment));
+    absl::ReaderMutexLock gen(&gen_mu_);
+    absl::MutexLock lock(&mu_);
     // A restart since the mapping: map again in the new executor.
-    if (block.address != 0 && !d.mapped_segments_.contains(block.segment.handle)) continue;
-    const uint64_t id = d.next_id_++;
-    Impl::Buffer& buffer = d.buffers_[id];
+    if (block.address != 0 && !mapped_segments_.contains(block.segment.handle)) continue;
+    const uint64_t id = next_id_++;
+    Buffer& buffer = buffers_[id];
     buffer.bytes = bytes;
     buffer.block = block;
-    d.used_bytes_ += bytes;
-    executor::Request request;
-    executor::DefineBuffer& define = *request.mutable_define_buffer();
-    define.set_buffer(id);
-    define.set_bytes(bytes);
-    if (block.address != 0) {
-      define.set_segment(block.segment.handle);
-      define.set_offset(static_cast<int64_t>(block.address - block.segment.address));
-    }
-    if (d.active_ != nullptr) d.SendOn(*d.active_, request).IgnoreError();
-    return BufferId{id};
+    if (counted) used_bytes_ += bytes;
+    executor::Request request = DefineRequest(id, block, bytes);
+    // Without an executor (none could be started) the buffer waits for the next one's replay.
+    if (active_ != nullptr) SendOn(*active_, request).IgnoreError();
+    return id;
   }
 }
 
@@ -1311,31 +1327,9 @@ absl::StatusOr<ExportedBuffer> RemoteDevice::ExportBuffer(BufferId buffer, Expor
     // a buffer `moved` over the new segment, a copy, then the buffer's id names the new
     // place (queued work on the buffer must have completed: the Device contract).
     GPUKIT_ASSIGN_OR_RETURN(PoolBlock own, d.device_pool_->AllocateOwnSegment(bytes));
-    auto define = [&](uint64_t id) {
-      executor::Request request;
-      executor::DefineBuffer& define = *request.mutable_define_buffer();
-      define.set_buffer(id);
-      define.set_segment(own.segment.handle);
-      define.set_offset(static_cast<int64_t>(own.address - own.segment.address));
-      define.set_bytes(bytes);
-      return request;
-    };
-    uint64_t moved = 0;
-    absl::Status status = [&]() -> absl::Status {
-      for (;;) {
-        GPUKIT_RETURN_IF_ERROR(d.EnsureSegmentMapped(own.segment));
-        absl::ReaderMutexLock gen(&d.gen_mu_);
-        absl::MutexLock lock(&d.mu_);
-        if (!d.mapped_segments_.contains(own.segment.handle)) continue;  // a restart
-        moved = d.next_id_++;
-        Impl::Buffer& buffer = d.buffers_[moved];
-        buffer.bytes = bytes;
-        buffer.block = own;
-        if (d.active_ == nullptr) return absl::UnavailableError("no device executor");
-        executor::Request request = define(moved);
-        return d.SendOn(*d.active_, request);
-      }
-    }();
+    absl::StatusOr<uint64_t> added = d.AddBuffer(own, bytes, /*counted=*/false);
+    absl::Status status = added.status();
+    const uint64_t moved = added.ok() ? *added : 0;
     uint64_t stream_id = 0;
     if (status.ok()) {
       absl::MutexLock lock(&d.mu_);
@@ -1372,7 +1366,7 @@ absl::StatusOr<ExportedBuffer> RemoteDevice::ExportBuffer(BufferId buffer, Expor
       d.buffers_[buffer.value].block = own;
       d.buffers_.erase(moved);
     }
-    executor::Request rebind = define(buffer.value);
+    executor::Request rebind = Impl::DefineRequest(buffer.value, own, bytes);
     d.Send(rebind).IgnoreError();
     executor::Request forget;
     forget.mutable_free_buffer()->set_buffer(moved);
@@ -1764,11 +1758,7 @@ absl::Status RemoteDevice::RunOp(const OpLaunch& launch, StreamId stream) {
 absl::StatusOr<ModuleId> RemoteDevice::LoadModule(absl::string_view image) {
   Impl& d = *impl_;
   if (image.empty()) return absl::InvalidArgumentError("an empty module image");
-  GPUKIT_ASSIGN_OR_RETURN(ScopedFd file,
-                          CreateSharedMemory("gpukit-module", static_cast<int64_t>(image.size())));
-  if (::pwrite(file.get(), image.data(), image.size(), 0) != static_cast<ssize_t>(image.size())) {
-    return absl::ResourceExhaustedError("cannot write a module image for the executor");
-  }
+  GPUKIT_ASSIGN_OR_RETURN(ScopedFd file, ImageFile(image));
   uint64_t id;
   {
     absl::MutexLock lock(&d.mu_);
