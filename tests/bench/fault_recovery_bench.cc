@@ -242,23 +242,18 @@ class Bench {
   }
 
   absl::StatusOr<std::string> Upload(const std::string& session, const std::vector<float>& values) {
-    GPUKIT_ASSIGN_OR_RETURN(
-        v1::ArrayInfo info,
-        api_.CreateArray(session, {static_cast<int64_t>(values.size())}, v1::DTYPE_FLOAT32));
     const std::string bytes(reinterpret_cast<const char*>(values.data()),
                             values.size() * sizeof(float));
-    GPUKIT_RETURN_IF_ERROR(api_.UploadBytes(session, info.handle(), bytes).status());
+    GPUKIT_ASSIGN_OR_RETURN(
+        v1::ArrayInfo info,
+        api_.CreateWithBytes(session, {static_cast<int64_t>(values.size())}, v1::DTYPE_FLOAT32,
+                             bytes));
     return info.handle();
   }
 
   absl::StatusOr<std::vector<float>> Download(const std::string& session,
                                               const std::string& handle) {
-    v1::DownloadRequest request;
-    request.set_session_id(session);
-    request.set_handle(handle);
-    GPUKIT_ASSIGN_OR_RETURN(std::vector<v1::DownloadResponse> messages, api_.Download(request));
-    std::string bytes;
-    for (const v1::DownloadResponse& message : messages) bytes += message.chunk().data();
+    GPUKIT_ASSIGN_OR_RETURN(std::string bytes, api_.DownloadAll(session, handle));
     std::vector<float> values(bytes.size() / sizeof(float));
     std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
     return values;

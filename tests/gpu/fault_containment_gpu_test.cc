@@ -244,24 +244,13 @@ class FaultContainmentGpuTest : public DaemonTest {
 
   absl::StatusOr<HeldArray> Hold(const std::string& session, const std::vector<int64_t>& shape,
                                  v1::DType dtype, std::string bytes) {
-    GPUKIT_ASSIGN_OR_RETURN(v1::ArrayInfo info, api().CreateArray(session, shape, dtype));
-    GPUKIT_ASSIGN_OR_RETURN(v1::UploadResponse upload,
-                            api().UploadBytes(session, info.handle(), bytes));
-    if (upload.bytes_written() != static_cast<int64_t>(bytes.size())) {
-      return absl::InternalError(
-          absl::StrCat("uploaded ", upload.bytes_written(), " of ", bytes.size(), " bytes"));
-    }
+    GPUKIT_ASSIGN_OR_RETURN(v1::ArrayInfo info,
+                            api().CreateWithBytes(session, shape, dtype, bytes));
     return HeldArray{info.handle(), std::move(bytes)};
   }
 
   absl::StatusOr<std::string> DownloadBytes(const std::string& session, const std::string& handle) {
-    v1::DownloadRequest request;
-    request.set_session_id(session);
-    request.set_handle(handle);
-    GPUKIT_ASSIGN_OR_RETURN(std::vector<v1::DownloadResponse> messages, api().Download(request));
-    std::string bytes;
-    for (const v1::DownloadResponse& message : messages) bytes += message.chunk().data();
-    return bytes;
+    return api().DownloadAll(session, handle);
   }
 
   // ---- the executors, over all devices (a session may be placed on any) ----

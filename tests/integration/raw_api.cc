@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "client/cpp/channel.h"
 
 namespace gpukit::testing {
@@ -125,6 +126,32 @@ absl::StatusOr<std::vector<v1::DownloadResponse>> RawApi::Download(
   absl::Status status = FromGrpc(reader->Finish(), context);
   if (!status.ok()) return status;
   return messages;
+}
+
+absl::StatusOr<v1::ArrayInfo> RawApi::CreateWithBytes(const std::string& session_id,
+                                                      const std::vector<int64_t>& shape,
+                                                      v1::DType dtype, const std::string& data) {
+  absl::StatusOr<v1::ArrayInfo> info = CreateArray(session_id, shape, dtype);
+  if (!info.ok()) return info.status();
+  absl::StatusOr<v1::UploadResponse> upload = UploadBytes(session_id, info->handle(), data);
+  if (!upload.ok()) return upload.status();
+  if (upload->bytes_written() != static_cast<int64_t>(data.size())) {
+    return absl::InternalError(
+        absl::StrCat("uploaded ", upload->bytes_written(), " of ", data.size(), " bytes"));
+  }
+  return info;
+}
+
+absl::StatusOr<std::string> RawApi::DownloadAll(const std::string& session_id,
+                                                const std::string& handle) {
+  v1::DownloadRequest request;
+  request.set_session_id(session_id);
+  request.set_handle(handle);
+  absl::StatusOr<std::vector<v1::DownloadResponse>> messages = Download(request);
+  if (!messages.ok()) return messages.status();
+  std::string bytes;
+  for (const v1::DownloadResponse& message : *messages) bytes += message.chunk().data();
+  return bytes;
 }
 
 absl::StatusOr<v1::ArrayInfo> RawApi::Describe(const std::string& session_id,

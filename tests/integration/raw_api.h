@@ -58,6 +58,13 @@ class RawApi {
                                                  int64_t chunk_bytes = kMaxChunkBytes);
   // Every message of one Download stream.
   absl::StatusOr<std::vector<v1::DownloadResponse>> Download(const v1::DownloadRequest& request);
+  // A new array of `shape` and `dtype` holding `data` (INTERNAL if not all of it was written).
+  absl::StatusOr<v1::ArrayInfo> CreateWithBytes(const std::string& session_id,
+                                                const std::vector<int64_t>& shape, v1::DType dtype,
+                                                const std::string& data);
+  // Every byte of an array, its Download stream's chunks put together.
+  absl::StatusOr<std::string> DownloadAll(const std::string& session_id,
+                                          const std::string& handle);
   absl::StatusOr<v1::ArrayInfo> Describe(const std::string& session_id, const std::string& handle);
   // Returns the bytes freed.
   absl::StatusOr<int64_t> Free(const std::string& session_id, const std::string& handle);
