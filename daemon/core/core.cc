@@ -742,7 +742,21 @@ std::vector<DeviceSummary> Core::ListDevices() const {
     if (const auto* remote = dynamic_cast<const RemoteDevice*>(slot.device.get())) {
       summary.executor = remote->executor_state();
     }
-    summary.attributed_fault = faults_.LastFault(summary.properties.index);
+    if (summary.executor.has_value() && summary.executor->last_fault.has_value()) {
+      const ExecutorFaultRecord& fault = *summary.executor->last_fault;
+      WorkFault last = {.time = fault.time,
+                        .device = summary.properties.index,
+                        .kind = fault.kind,
+                        .error = fault.error};
+      std::optional<WorkFault> attributed = faults_.LastFault(summary.properties.index);
+      if (attributed.has_value() &&
+          absl::AbsDuration(attributed->time - fault.time) < absl::Seconds(30)) {
+        last.session_id = attributed->session_id;
+        last.tenant = attributed->tenant;
+        last.work = attributed->work;
+      }
+      summary.last_fault = std::move(last);
+    }
     summary.held_back = held_back;
     list.push_back(std::move(summary));
   }

@@ -191,9 +191,11 @@ struct DeviceSummary {
   int64_t memory_used_bytes = 0;
   // Set when the device runs in a device executor process (not in-process).
   std::optional<ExecutorState> executor;
-  // The last fault or hang attributed to a session's work on the device, and the tenants
-  // whose launches are held back for faulting again and again (FaultLedger).
-  std::optional<WorkFault> attributed_fault;
+  // The executor's last fault (time, kind, error) with, where the daemon could tell, the
+  // session, tenant and work it was running (recorded when that work's request returned,
+  // moments after the restart); and the tenants whose launches are held back for faulting
+  // again and again (FaultLedger).
+  std::optional<WorkFault> last_fault;
   std::vector<std::string> held_back;
 };
 

@@ -41,20 +41,14 @@ grpc::Status AdminServiceImpl::ListDevices(grpc::ServerContext* /*context*/,
     executor.set_restarts(device.executor->restarts);
     executor.set_standby_ready(device.executor->standby_ready);
     for (const std::string& held : device.held_back) executor.add_held_back(held);
-    if (device.executor->last_fault.has_value()) {
-      const ExecutorFaultRecord& fault = *device.executor->last_fault;
+    if (device.last_fault.has_value()) {
       v1::ExecutorFault& out = *executor.mutable_last_fault();
-      out.set_time_unix_ms(absl::ToUnixMillis(fault.time));
-      out.set_kind(fault.kind);
-      out.set_error(fault.error);
-      // The session whose work it was, when the daemon could tell: its record is made when
-      // that work's request returns, moments after the restart.
-      if (device.attributed_fault.has_value() &&
-          absl::AbsDuration(device.attributed_fault->time - fault.time) < absl::Seconds(30)) {
-        out.set_session_id(device.attributed_fault->session_id);
-        out.set_tenant(device.attributed_fault->tenant);
-        out.set_work(device.attributed_fault->work);
-      }
+      out.set_time_unix_ms(absl::ToUnixMillis(device.last_fault->time));
+      out.set_kind(device.last_fault->kind);
+      out.set_error(device.last_fault->error);
+      out.set_session_id(device.last_fault->session_id);
+      out.set_tenant(device.last_fault->tenant);
+      out.set_work(device.last_fault->work);
     }
   }
   return grpc::Status::OK;
