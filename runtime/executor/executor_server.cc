@@ -716,7 +716,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       // may block; a wait whose work has run already (the CPU device runs it as it is
       // enqueued, a GPU's small kernel may be done) is answered by the enqueue thread.
       s->enqueues.Push([this, s, event, seq, request = std::move(request)]() mutable {
-        auto complete = [this, s, event, seq, request = std::move(request)] {
+        auto complete = [this, event, seq, request = std::move(request)] {
           switch (request.body_case()) {
             case executor::Request::kWaitEvent: {
               absl::Status status = event->enqueue_error;
@@ -760,7 +760,6 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
               break;
             }
           }
-          (void)s;
         };
         bool done_already = false;
         if (request.body_case() == executor::Request::kWaitEvent && s->completions.idle() &&

@@ -1127,6 +1127,7 @@ void RemoteDevice::Impl::SettleStream(uint64_t stream_id, uint64_t seq, bool ok,
       settled.push_back(stream.staged.front());
       stream.staged.pop_front();
     }
+    if (settled.empty() && stream.settling == 0) return;  // the usual wait: nothing staged
     if (!settled.empty()) ++stream.settling;
   }
   for (const Staged& staged : settled) {
@@ -1441,11 +1442,11 @@ absl::Status RemoteDevice::DestroyStream(StreamId stream) {
   request.mutable_destroy_stream()->set_stream(stream.value);
   absl::Status status = d.Call(request).status();
   // Whatever the executor said, the stream is gone: settle what it staged.
-  uint64_t last;
+  uint64_t last = 0;
   uint64_t generation;
   {
     absl::MutexLock lock(&d.mu_);
-    last = d.streams_[stream.value].next_seq;
+    if (auto it = d.streams_.find(stream.value); it != d.streams_.end()) last = it->second.next_seq;
     generation = d.generation_;
   }
   d.SettleStream(stream.value, last + 1, status.ok(), generation);
