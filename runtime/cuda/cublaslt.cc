@@ -36,6 +36,8 @@ static_assert(std::is_same_v<cudaStream_t, CUstream_st*>, "streams are passed as
   X(cublasLtMatmulPreferenceDestroy)      \
   X(cublasLtMatmulPreferenceSetAttribute) \
   X(cublasLtMatmulAlgoGetHeuristic)       \
+  X(cublasLtMatmulAlgoCheck)              \
+  X(cublasLtMatmulAlgoConfigGetAttribute) \
   X(cublasLtMatmul)
 
 struct CublasLtApi {
@@ -136,6 +138,41 @@ uint32_t MatrixAlignment(uint64_t address, int64_t batch_stride, DType dtype) {
 
 const void* Pointer(uint64_t address) { return reinterpret_cast<const void*>(address); }
 
+// A layout for `m` (of `dtype`), with its strided batch when it has one.
+absl::Status MakeLayout(const CublasLtApi& api, const LtMatrix& m, DType dtype,
+                        cublasLtMatrixLayout_t* layout) {
+  GPUKIT_RETURN_IF_ERROR(CheckCublas(
+      api, api.cublasLtMatrixLayoutCreate(layout, CudaDataType(dtype), m.rows, m.cols, m.ld),
+      "cublasLtMatrixLayoutCreate"));
+  if (m.batch_count == 1) return absl::OkStatus();
+  GPUKIT_RETURN_IF_ERROR(
+      CheckCublas(api,
+                  api.cublasLtMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                       &m.batch_count, sizeof(m.batch_count)),
+                  "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)"));
+  return CheckCublas(
+      api,
+      api.cublasLtMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                           &m.batch_stride, sizeof(m.batch_stride)),
+      "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)");
+}
+
+// Whether `algo` computes each output element in one pass over k: no split-K, so no partial
+// sums reduced in an order that could depend on the problem's size.
+bool SplitsNoK(const CublasLtApi& api, const cublasLtMatmulAlgo_t& algo) {
+  uint32_t splits = 0;
+  uint32_t scheme = 0;
+  size_t written = 0;
+  if (api.cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
+                                               sizeof(splits), &written) != CUBLAS_STATUS_SUCCESS ||
+      api.cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                               &scheme, sizeof(scheme),
+                                               &written) != CUBLAS_STATUS_SUCCESS) {
+    return false;
+  }
+  return splits <= 1 && scheme == CUBLASLT_REDUCTION_SCHEME_NONE;
+}
+
 }  // namespace
 
 std::vector<std::string> CublasLtLibraryNames() {
@@ -154,10 +191,51 @@ struct CublasLtMatmul::Plan {
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
   ~Plan() {
-    for (cublasLtMatrixLayout_t layout : {a, b, d}) {
+    auto destroy = [&](cublasLtMatrixLayout_t layout) {
       if (layout != nullptr) api.cublasLtMatrixLayoutDestroy(layout);
+    };
+    for (cublasLtMatrixLayout_t layout : {a, b, d}) destroy(layout);
+    absl::MutexLock lock(&mu);
+    for (auto& [key, slice] : slices) {
+      for (cublasLtMatrixLayout_t layout : {slice.a, slice.b, slice.d}) destroy(layout);
     }
     if (desc != nullptr) api.cublasLtMatmulDescDestroy(desc);
+  }
+
+  // The layouts of one slice shape, made on the first call that cuts the plan's shape so,
+  // and whether the plan's algorithm runs them (cublasLtMatmulAlgoCheck).
+  struct SliceLayouts {
+    cublasLtMatrixLayout_t a = nullptr;
+    cublasLtMatrixLayout_t b = nullptr;
+    cublasLtMatrixLayout_t d = nullptr;
+    bool usable = false;
+  };
+
+  // Whether `algo` runs `slice` (its layouts made and checked with cublasLtMatmulAlgoCheck
+  // on first use, then remembered).
+  bool SliceUsable(void* handle, const MatmulShape& slice, uint64_t workspace_bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto [it, inserted] = slices.try_emplace(std::pair{slice.m, slice.batch});
+    SliceLayouts& layouts = it->second;
+    if (!inserted) return layouts.usable;
+    const LtGemmLayout lt = ToColumnMajor(slice);
+    absl::Status made = MakeLayout(api, lt.a, slice.dtype, &layouts.a);
+    if (made.ok()) made = MakeLayout(api, lt.b, slice.dtype, &layouts.b);
+    if (made.ok()) made = MakeLayout(api, lt.d, slice.dtype, &layouts.d);
+    cublasLtMatmulHeuristicResult_t checked{};
+    const cublasStatus_t status =
+        made.ok() ? api.cublasLtMatmulAlgoCheck(static_cast<cublasLtHandle_t>(handle), desc,
+                                                layouts.a, layouts.b, layouts.d, layouts.d,
+                                                &algo, &checked)
+                  : CUBLAS_STATUS_INVALID_VALUE;
+    layouts.usable = status == CUBLAS_STATUS_SUCCESS && checked.workspaceSize <= workspace_bytes;
+    if (!layouts.usable) {
+      spdlog::debug("cuBLASLt: the algorithm chosen for the whole does not run slice {} ({}); "
+                    "the matmul runs whole",
+                    DescribeMatmul(slice),
+                    made.ok() ? api.cublasLtGetStatusName(status) : made.ToString());
+    }
+    return layouts.usable;
   }
 
   const CublasLtApi& api;
@@ -168,8 +246,12 @@ struct CublasLtMatmul::Plan {
   cublasLtMatmulAlgo_t algo{};
   bool supported = false;
   std::string unsupported_reason;  // when !supported
+  // The shape may be sliced (MatmulMaySlice) and `algo` splits no k: slices give its bits.
+  bool may_slice = false;
   // One call at a time sets the descriptor's bias pointer and enqueues with it.
   absl::Mutex mu;
+  // By the slice's (m, batch).
+  absl::flat_hash_map<std::pair<int64_t, int64_t>, SliceLayouts> slices ABSL_GUARDED_BY(mu);
 };
 
 absl::StatusOr<std::unique_ptr<CublasLtMatmul>> CublasLtMatmul::Create(
@@ -234,24 +316,9 @@ absl::StatusOr<std::shared_ptr<CublasLtMatmul::Plan>> CublasLtMatmul::MakePlan(
                                     sizeof(bias_pointer), "BIAS_POINTER"));
   }
 
-  const cudaDataType_t type = CudaDataType(shape.dtype);
-  auto make_layout = [&](const LtMatrix& m, cublasLtMatrixLayout_t* layout) -> absl::Status {
-    GPUKIT_RETURN_IF_ERROR(
-        check(api_.cublasLtMatrixLayoutCreate(layout, type, m.rows, m.cols, m.ld),
-              "cublasLtMatrixLayoutCreate"));
-    if (m.batch_count == 1) return absl::OkStatus();
-    GPUKIT_RETURN_IF_ERROR(
-        check(api_.cublasLtMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
-                                                    &m.batch_count, sizeof(m.batch_count)),
-              "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)"));
-    return check(
-        api_.cublasLtMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-                                              &m.batch_stride, sizeof(m.batch_stride)),
-        "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)");
-  };
-  GPUKIT_RETURN_IF_ERROR(make_layout(lt.a, &plan->a));
-  GPUKIT_RETURN_IF_ERROR(make_layout(lt.b, &plan->b));
-  GPUKIT_RETURN_IF_ERROR(make_layout(lt.d, &plan->d));
+  GPUKIT_RETURN_IF_ERROR(MakeLayout(api_, lt.a, shape.dtype, &plan->a));
+  GPUKIT_RETURN_IF_ERROR(MakeLayout(api_, lt.b, shape.dtype, &plan->b));
+  GPUKIT_RETURN_IF_ERROR(MakeLayout(api_, lt.d, shape.dtype, &plan->d));
 
   // The heuristic's preferences: the workspace the call will have and the alignments its
   // pointers have (cuBLASLt assumes 256 bytes otherwise).
@@ -279,11 +346,15 @@ absl::StatusOr<std::shared_ptr<CublasLtMatmul::Plan>> CublasLtMatmul::MakePlan(
                                           absl::StrCat("MIN_ALIGNMENT_", what, "_BYTES").c_str()));
   }
 
-  cublasLtMatmulHeuristicResult_t result{};
+  // A shape that may be sliced takes the best candidate that splits no k (slices of it then
+  // give the whole's bits), from a few; any other shape the best one.
+  const bool may_slice = MatmulMaySlice(shape);
+  cublasLtMatmulHeuristicResult_t results[kSliceableCandidates] = {};
   int found = 0;
   const cublasStatus_t status = api_.cublasLtMatmulAlgoGetHeuristic(
       static_cast<cublasLtHandle_t>(handle_), plan->desc, plan->a, plan->b, plan->d, plan->d,
-      preference, 1, &result, &found);
+      preference, may_slice ? kSliceableCandidates : 1, results, &found);
+  cublasLtMatmulHeuristicResult_t& result = results[0];
   // An impossible configuration is cuBLASLt's limit for this case, not a caller's error: the
   // key gets a negative plan, and the caller runs its own kernel.
   if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE ||
@@ -302,6 +373,19 @@ absl::StatusOr<std::shared_ptr<CublasLtMatmul::Plan>> CublasLtMatmul::MakePlan(
   GPUKIT_RETURN_IF_ERROR(check(status, "cublasLtMatmulAlgoGetHeuristic"));
   plan->algo = result.algo;
   plan->supported = true;
+  if (may_slice) {
+    for (int i = 0; i < found; ++i) {
+      if (results[i].state == CUBLAS_STATUS_SUCCESS && SplitsNoK(api_, results[i].algo)) {
+        plan->algo = results[i].algo;
+        plan->may_slice = true;
+        break;
+      }
+    }
+    if (!plan->may_slice) {
+      spdlog::debug("cuBLASLt: every candidate for {} splits k; it runs whole",
+                    DescribeMatmul(shape));
+    }
+  }
   return plan;
 }
 
@@ -323,7 +407,7 @@ absl::StatusOr<std::shared_ptr<CublasLtMatmul::Plan>> CublasLtMatmul::FindOrMake
 }
 
 absl::Status CublasLtMatmul::Matmul(CUstream_st* stream, const MatmulShape& shape,
-                                    const MatmulBuffers& buffers) {
+                                    const MatmulBuffers& buffers, double max_slice_flops) {
   GPUKIT_RETURN_IF_ERROR(ValidateMatmulShape(shape));
   if (buffers.a == 0 || buffers.b == 0 || buffers.out == 0) {
     return absl::InvalidArgumentError("matmul needs device addresses for a, b and out");
@@ -362,14 +446,40 @@ absl::Status CublasLtMatmul::Matmul(CUstream_st* stream, const MatmulShape& shap
   }
   // D = A B with cuBLASLt's A = gpukit's b and B = gpukit's a (matmul_plan.h); C is D and
   // is not read (beta = 0).
-  return CheckCublas(
-      api_,
-      api_.cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), plan->desc, &alpha,
-                          Pointer(buffers.b), plan->a, Pointer(buffers.a), plan->b, &beta,
-                          Pointer(buffers.out), plan->d, reinterpret_cast<void*>(buffers.out),
-                          plan->d, &plan->algo, reinterpret_cast<void*>(buffers.workspace),
-                          buffers.workspace_bytes, stream),
-      "cublasLtMatmul");
+  // `lt_a`, `lt_b` and `lt_d` are cuBLASLt's layouts; `a`, `b` and `out` gpukit's addresses.
+  auto enqueue = [&](cublasLtMatrixLayout_t lt_a, cublasLtMatrixLayout_t lt_b,
+                     cublasLtMatrixLayout_t lt_d, uint64_t a, uint64_t b, uint64_t out) {
+    return CheckCublas(
+        api_,
+        api_.cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), plan->desc, &alpha,
+                            Pointer(b), lt_a, Pointer(a), lt_b, &beta, Pointer(out), lt_d,
+                            reinterpret_cast<void*>(out), lt_d, &plan->algo,
+                            reinterpret_cast<void*>(buffers.workspace), buffers.workspace_bytes,
+                            stream),
+        "cublasLtMatmul");
+  };
+  const MatmulSlicing slicing =
+      plan->may_slice ? PlanMatmulSlices(shape, max_slice_flops) : MatmulSlicing{};
+  // Every slice but perhaps the last has the first's shape.
+  if (slicing.count > 1 &&
+      plan->SliceUsable(handle_, SliceOfMatmul(shape, slicing, 0).shape,
+                        buffers.workspace_bytes) &&
+      plan->SliceUsable(handle_, SliceOfMatmul(shape, slicing, slicing.count - 1).shape,
+                        buffers.workspace_bytes)) {
+    const uint64_t element = DTypeSize(shape.dtype);
+    for (int64_t i = 0; i < slicing.count; ++i) {
+      const MatmulSlice slice = SliceOfMatmul(shape, slicing, i);
+      const Plan::SliceLayouts& layouts = plan->slices.at({slice.shape.m, slice.shape.batch});
+      GPUKIT_RETURN_IF_ERROR(enqueue(layouts.a, layouts.b, layouts.d,
+                                     buffers.a + static_cast<uint64_t>(slice.a_offset) * element,
+                                     buffers.b + static_cast<uint64_t>(slice.b_offset) * element,
+                                     buffers.out + static_cast<uint64_t>(slice.out_offset) * element));
+    }
+    sliced_matmuls_.fetch_add(1, std::memory_order_relaxed);
+    slices_.fetch_add(slicing.count, std::memory_order_relaxed);
+    return absl::OkStatus();
+  }
+  return enqueue(plan->a, plan->b, plan->d, buffers.a, buffers.b, buffers.out);
 }
 
 }  // namespace gpukit

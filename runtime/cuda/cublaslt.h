@@ -40,6 +40,7 @@
 #ifndef GPUKIT_RUNTIME_CUDA_CUBLASLT_H_
 #define GPUKIT_RUNTIME_CUDA_CUBLASLT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -105,17 +106,26 @@ class CublasLtMatmul {
 
   const CublasLtLibrary& library() const { return library_; }
 
-  // Enqueues out = epilogue(op(a) @ op(b)) on `stream` and returns; nothing waits.
+  // Enqueues out = epilogue(op(a) @ op(b)) on `stream` and returns; nothing waits. With
+  // `max_slice_flops` > 0, a shape that may be sliced (MatmulMaySlice) and is larger runs as
+  // slices of about that many FLOPs (PlanMatmulSlices), one cuBLASLt call each, all enqueued
+  // now: work of higher-priority streams runs between them. The output is bitwise the same
+  // either way (matmul_plan.h says why); where cuBLASLt cannot run a slice with the shape's
+  // algorithm it runs whole.
   // INVALID_ARGUMENT for a shape ValidateMatmulShape rejects, a null a, b or out, a bias
   // epilogue without a bias, or more workspace than kWorkspaceBytes. UNIMPLEMENTED when
   // cuBLASLt has no algorithm for the case (it answers so for some broadcast batches and
   // alignments, and on GPUs it does not support): the caller runs its fallback, and the
   // answer is cached like a plan. Other cuBLASLt errors carry the call and the status name:
   // "cublasLtMatmul: CUBLAS_STATUS_EXECUTION_FAILED (...)".
-  absl::Status Matmul(CUstream_st* stream, const MatmulShape& shape, const MatmulBuffers& buffers);
+  absl::Status Matmul(CUstream_st* stream, const MatmulShape& shape, const MatmulBuffers& buffers,
+                      double max_slice_flops = 0);
 
   // Plans in the cache (for tests and diagnostics).
   size_t plan_count() const;
+  // Matmuls that ran in slices, and the slices they ran as (for tests and diagnostics).
+  int64_t sliced_matmul_count() const { return sliced_matmuls_.load(); }
+  int64_t slice_count() const { return slices_.load(); }
 
  private:
   struct Plan;
@@ -123,6 +133,8 @@ class CublasLtMatmul {
   CublasLtMatmul(const CublasLtApi& api, CublasLtLibrary library, void* handle);
   absl::StatusOr<std::shared_ptr<Plan>> FindOrMakePlan(const MatmulKey& key, uint64_t bias);
   absl::StatusOr<std::shared_ptr<Plan>> MakePlan(const MatmulKey& key, uint64_t bias) const;
+  // Heuristic candidates asked for a shape that may be sliced.
+  static constexpr int kSliceableCandidates = 8;
 
   const CublasLtApi& api_;
   const CublasLtLibrary library_;
@@ -130,6 +142,8 @@ class CublasLtMatmul {
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<MatmulKey, std::shared_ptr<Plan>> plans_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> sliced_matmuls_{0};
+  std::atomic<int64_t> slices_{0};
 };
 
 }  // namespace gpukit

@@ -267,6 +267,7 @@ absl::StatusOr<StreamId> CudaDevice::CreateStream(StreamPriority priority) {
       CheckCu(cu_.cuStreamCreateWithPriority(&handle, CU_STREAM_NON_BLOCKING, value),
               "cuStreamCreateWithPriority"));
   auto stream = std::make_shared<Stream>(cu_, context_, handle);
+  stream->matmul_slice_seconds = matmul_slice_seconds_[static_cast<int>(priority)];
   absl::MutexLock lock(&mu_);
   const uint64_t id = next_id_++;
   streams_.emplace(id, std::move(stream));

@@ -61,6 +61,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "runtime/builtin_op_runner.h"
 #include "runtime/device.h"
 #include "runtime/jit/jit_compiler.h"
@@ -98,6 +99,12 @@ struct CudaDeviceOptions {
   // (runtime/jit/library_search.h's search, `cublaslt_dir` first when set). Without it the
   // device logs "cuBLASLt not available (...); matmul uses gpukit's own kernel" and does so.
   bool use_cublaslt = true;
+  // How long, about, one slice of a large matmul runs on a low-priority and on a
+  // normal-priority stream (matmul_plan.h, "Slices"): the longest a higher-priority stream's
+  // kernel waits behind such a matmul. High-priority streams never slice; zero: never.
+  // Slice sizes in FLOPs come from EstimatedMatmulFlopsPerSecond for this GPU.
+  absl::Duration low_priority_matmul_slice = absl::Microseconds(100);
+  absl::Duration normal_priority_matmul_slice = absl::Microseconds(500);
   std::string cublaslt_dir;
   // The caching pool buffers come from (its defaults are explained where they are set).
   MemoryPoolOptions memory_pool;
@@ -149,6 +156,9 @@ class CudaDevice final : public Device {
   // ran): for tests and diagnostics.
   bool cublaslt_available() const { return blas_ != nullptr; }
   int64_t cublaslt_matmul_count() const { return cublaslt_matmuls_.load(); }
+  // Of those, the ones that ran in slices, and the slices (cuBLASLt calls) they took.
+  int64_t cublaslt_sliced_matmul_count() const;
+  int64_t cublaslt_slice_count() const;
   // The memory pool's counters, where its memory comes from ("VMM (cuMemCreate, POSIX file
   // descriptors, 2 MiB granularity)"), and a trim that returns its free segments to the
   // driver (returns the bytes): for tests, diagnostics and operators.
@@ -348,6 +358,8 @@ class CudaDevice final : public Device {
   // Matmul through cuBLASLt; null when it is not available or not wanted.
   std::unique_ptr<CublasLtMatmul> blas_;
   std::atomic<int64_t> cublaslt_matmuls_{0};
+  // CudaDeviceOptions' matmul slice lengths in seconds, by StreamPriority (kHigh: 0).
+  double matmul_slice_seconds_[3] = {0, 0, 0};
   // Where buffers come from; set by Create, destroyed before the context is released.
   std::unique_ptr<MemoryPool> pool_;
   std::string memory_source_;

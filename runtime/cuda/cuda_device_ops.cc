@@ -27,6 +27,10 @@
 namespace gpukit {
 
 void CudaDevice::EnableCublasLt(const CudaDeviceOptions& options) {
+  matmul_slice_seconds_[static_cast<int>(StreamPriority::kLow)] =
+      absl::ToDoubleSeconds(std::max(options.low_priority_matmul_slice, absl::ZeroDuration()));
+  matmul_slice_seconds_[static_cast<int>(StreamPriority::kNormal)] =
+      absl::ToDoubleSeconds(std::max(options.normal_priority_matmul_slice, absl::ZeroDuration()));
   if (!options.use_cublaslt) {
     spdlog::info("{}: cuBLASLt turned off; matmul uses gpukit's own kernel", Describe());
     return;
@@ -197,7 +201,12 @@ absl::StatusOr<bool> CudaDevice::RunMatmulOnCublasLt(const OpLaunch& launch, con
   GPUKIT_ASSIGN_OR_RETURN(buffers.out, Resolve(launch.output, 0, 0));
   std::tie(buffers.workspace, buffers.workspace_bytes) = BlasWorkspace(stream);
   GPUKIT_RETURN_IF_ERROR(Bind());
-  const absl::Status status = blas_->Matmul(s.handle, route.shape, buffers);
+  const double max_slice_flops =
+      s.matmul_slice_seconds * EstimatedMatmulFlopsPerSecond(info_.sm_major,
+                                                             info_.multiprocessor_count,
+                                                             route.shape.dtype,
+                                                             route.shape.allow_tf32);
+  const absl::Status status = blas_->Matmul(s.handle, route.shape, buffers, max_slice_flops);
   if (absl::IsUnimplemented(status)) {
     spdlog::debug("{}: matmul on gpukit's kernel: {}", Describe(), std::string(status.message()));
     return false;
@@ -205,6 +214,14 @@ absl::StatusOr<bool> CudaDevice::RunMatmulOnCublasLt(const OpLaunch& launch, con
   GPUKIT_RETURN_IF_ERROR(status);
   cublaslt_matmuls_.fetch_add(1, std::memory_order_relaxed);
   return true;
+}
+
+int64_t CudaDevice::cublaslt_sliced_matmul_count() const {
+  return blas_ != nullptr ? blas_->sliced_matmul_count() : 0;
+}
+
+int64_t CudaDevice::cublaslt_slice_count() const {
+  return blas_ != nullptr ? blas_->slice_count() : 0;
 }
 
 std::pair<uint64_t, uint64_t> CudaDevice::BlasWorkspace(StreamId stream) {

@@ -1,5 +1,6 @@
 #include "runtime/cuda/matmul_plan.h"
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 #include <tuple>
@@ -156,6 +157,88 @@ MatmulRoute RouteMatmul(const TensorDesc& a, const TensorDesc& b, const OpPlan& 
   }
   route.kind = MatmulRoute::Kind::kCublasLt;
   return route;
+}
+
+double MatmulFlops(const MatmulShape& s) {
+  return 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k) *
+         static_cast<double>(s.batch);
+}
+
+bool MatmulMaySlice(const MatmulShape& shape) {
+  if (MatmulFlops(shape) < kMinSliceableMatmulFlops) return false;
+  return shape.batch >= 2 || (!shape.transpose_a && shape.m >= 2 * kMatmulSliceRowQuantum);
+}
+
+MatmulSlicing PlanMatmulSlices(const MatmulShape& shape, double max_slice_flops) {
+  if (max_slice_flops <= 0 || !MatmulMaySlice(shape) || MatmulFlops(shape) <= max_slice_flops) {
+    return {};
+  }
+  const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  MatmulSlicing slicing;
+  if (shape.batch >= 2) {
+    MatmulShape one = shape;
+    one.batch = 1;
+    const int64_t entries = std::max<int64_t>(
+        {1, static_cast<int64_t>(max_slice_flops / MatmulFlops(one)),
+         ceil_div(shape.batch, kMaxMatmulSlices)});
+    if (entries >= shape.batch) return {};
+    slicing.axis = MatmulSlicing::Axis::kBatch;
+    slicing.per_slice = entries;
+    slicing.count = ceil_div(shape.batch, entries);
+    return slicing;
+  }
+  const double row_flops = 2.0 * static_cast<double>(shape.n) * static_cast<double>(shape.k);
+  const int64_t quanta = std::max<int64_t>(
+      {1, static_cast<int64_t>(max_slice_flops / row_flops) / kMatmulSliceRowQuantum,
+       ceil_div(ceil_div(shape.m, kMaxMatmulSlices), kMatmulSliceRowQuantum)});
+  const int64_t rows = quanta * kMatmulSliceRowQuantum;
+  if (rows >= shape.m) return {};
+  slicing.axis = MatmulSlicing::Axis::kRows;
+  slicing.per_slice = rows;
+  slicing.count = ceil_div(shape.m, rows);
+  return slicing;
+}
+
+MatmulSlice SliceOfMatmul(const MatmulShape& shape, const MatmulSlicing& slicing,
+                          int64_t index) {
+  MatmulSlice slice;
+  slice.shape = shape;
+  const int64_t first = index * slicing.per_slice;
+  switch (slicing.axis) {
+    case MatmulSlicing::Axis::kNone:
+      break;
+    case MatmulSlicing::Axis::kRows:
+      slice.shape.m = std::min(slicing.per_slice, shape.m - first);
+      slice.a_offset = first * shape.k;
+      slice.out_offset = first * shape.n;
+      break;
+    case MatmulSlicing::Axis::kBatch:
+      slice.shape.batch = std::min(slicing.per_slice, shape.batch - first);
+      slice.a_offset = first * shape.a_batch_stride;
+      slice.b_offset = first * shape.b_batch_stride;
+      slice.out_offset = first * shape.m * shape.n;
+      break;
+  }
+  return slice;
+}
+
+double EstimatedMatmulFlopsPerSecond(int sm_major, int multiprocessor_count, DType dtype,
+                                     bool tf32) {
+  // Per SM, from cuBLAS on large products: an H100 SXM (132 SMs) reaches about 7.7e14
+  // (bfloat16), 7.4e14 (float16), 3.7e14 (TF32) and 5.1e13 (float32) FLOP/s; an A100 about
+  // 40% of an H100's SM; Blackwell about twice.
+  double per_sm = 0;
+  switch (dtype) {
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      per_sm = 5.7e12;
+      break;
+    default:
+      per_sm = tf32 ? 2.8e12 : 3.9e11;
+      break;
+  }
+  const double generation = sm_major <= 8 ? 0.4 : (sm_major == 9 ? 1.0 : 2.0);
+  return per_sm * generation * std::max(1, multiprocessor_count);
 }
 
 }  // namespace gpukit

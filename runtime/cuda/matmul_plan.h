@@ -140,6 +140,79 @@ struct MatmulRoute {
 // float32.
 MatmulRoute RouteMatmul(const TensorDesc& a, const TensorDesc& b, const OpPlan& plan);
 
+
+// ---- Slices ------------------------------------------------------------------------------
+// A large matmul on a stream that must yield the GPU quickly (a low-priority stream: the
+// BestEffort class's work) runs as several cuBLASLt calls, each computing a block of output
+// rows or of batch entries, so that the work of higher-priority streams starts between two
+// slices instead of after the whole product (a large GEMM keeps every SM busy until it
+// ends; the GPU's priorities act only where a kernel ends and the next begins).
+//
+// A tenant's results must not depend on who else is on the GPU, so slicing never changes a
+// value: slices never split the reduction dimension k, and every slice runs the algorithm
+// the heuristic chose for the whole shape, chosen with split-K excluded for every shape that
+// may be sliced (MatmulMaySlice), whether it runs sliced or not. Each output element is then
+// computed by the same kernel with the same k-loop either way.
+//
+//   const MatmulSlicing slicing = PlanMatmulSlices(shape, /*max_slice_flops=*/7.6e10);
+//   for (int64_t i = 0; i < slicing.count; ++i) {
+//     const MatmulSlice slice = SliceOfMatmul(shape, slicing, i);
+//     // run slice.shape at a + slice.a_offset, b + slice.b_offset, out + slice.out_offset
+//   }
+
+// Rows of a row slice are a multiple of this. Every slice's start is then a multiple of
+// 128 * k (or * n) elements from the matrix's, at least 256 bytes for every dtype, so a
+// slice's pointers are as aligned as the whole matrix's and its algorithm applies.
+inline constexpr int64_t kMatmulSliceRowQuantum = 128;
+// Matmuls of fewer FLOPs (2 m n k batch) are never sliced: the largest of them takes about
+// 40 us in float32 on an H100, less in every other dtype.
+inline constexpr double kMinSliceableMatmulFlops = 2e9;
+// At most this many slices, however small the target.
+inline constexpr int64_t kMaxMatmulSlices = 256;
+
+// 2 m n k batch: the product's floating-point operations.
+double MatmulFlops(const MatmulShape& shape);
+
+// Whether `shape` may be sliced: at least kMinSliceableMatmulFlops, and either a batch of
+// two or more matrices or at least two row quanta of rows in an `a` that is not transposed
+// (a transposed a's rows are not contiguous blocks).
+bool MatmulMaySlice(const MatmulShape& shape);
+
+// How a matmul is cut: along its output rows or its batch entries, `per_slice` of them in
+// every slice but the last (which has the rest), `count` slices. kNone: one call, count 1.
+struct MatmulSlicing {
+  enum class Axis { kNone, kRows, kBatch };
+  Axis axis = Axis::kNone;
+  int64_t per_slice = 0;
+  int64_t count = 1;
+
+  friend bool operator==(const MatmulSlicing&, const MatmulSlicing&) = default;
+};
+
+// Slices of at most about `max_slice_flops` each (<= 0: no slicing). A batch is cut into
+// groups of whole entries (a single entry above the target is not cut further); a single
+// matrix into blocks of rows, a multiple of kMatmulSliceRowQuantum, at least one quantum.
+// kNone when the shape may not be sliced or fits in one slice.
+MatmulSlicing PlanMatmulSlices(const MatmulShape& shape, double max_slice_flops);
+
+// Slice `index` (< slicing.count) of `shape`: its shape and where its a, b and out start,
+// in elements from the whole's. A bias is the whole's (it runs along the output columns).
+struct MatmulSlice {
+  MatmulShape shape;
+  int64_t a_offset = 0;
+  int64_t b_offset = 0;
+  int64_t out_offset = 0;
+};
+MatmulSlice SliceOfMatmul(const MatmulShape& shape, const MatmulSlicing& slicing, int64_t index);
+
+// Dense matmul throughput a GPU of compute capability `sm_major` with `multiprocessor_count`
+// SMs reaches in `dtype` (float32 with or without TF32), in FLOP/s: what cuBLAS reaches on a
+// large product, about (an H100 SXM: bfloat16 7.7e14, TF32 3.7e14, float32 5.1e13). Only
+// slice sizes come from it, so being off by a factor of two makes slices twice as long or
+// short, nothing worse.
+double EstimatedMatmulFlopsPerSecond(int sm_major, int multiprocessor_count, DType dtype,
+                                     bool tf32);
+
 }  // namespace gpukit
 
 #endif  // GPUKIT_RUNTIME_CUDA_MATMUL_PLAN_H_

@@ -328,6 +328,110 @@ TEST_F(CublasLtMatmulTest, PlansAreCachedPerShape) {
 
 // ---- Through the CUDA device ----
 
+// ---- Slices: bitwise the whole ----
+
+// Runs `shape` whole and in slices of about `max_slice_flops` on random inputs and compares
+// the two outputs byte for byte. The outputs start with different poison (0xff, 0xfe
+// bytes), so an element neither run wrote cannot compare equal.
+void ExpectSlicesGiveTheWhole(CublasLtMatmul& blas, const CudaDriver& cu, CUstream stream,
+                              CUdeviceptr workspace, const MatmulShape& shape,
+                              double max_slice_flops, std::mt19937& rng) {
+  SCOPED_TRACE(DescribeMatmul(shape));
+  const MatmulSlicing slicing = PlanMatmulSlices(shape, max_slice_flops);
+  ASSERT_GT(slicing.count, 1) << "the case must slice";
+  const int64_t a_matrices = shape.a_batch_stride == 0 ? 1 : shape.batch;
+  const int64_t b_matrices = shape.b_batch_stride == 0 ? 1 : shape.batch;
+  const int64_t out_elements = shape.batch * shape.m * shape.n;
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  auto random_bytes = [&](int64_t count) {
+    std::vector<double> v(count);
+    for (double& x : v) x = value(rng);
+    return ToBytes(v, shape.dtype);
+  };
+  const size_t element = DTypeSize(shape.dtype);
+  std::vector<CUdeviceptr> owned;
+  auto upload = [&](const std::vector<uint8_t>& bytes) {
+    CUdeviceptr ptr = 0;
+    EXPECT_EQ(cu.cuMemAlloc(&ptr, bytes.size()), CUDA_SUCCESS);
+    EXPECT_EQ(cu.cuMemcpyHtoD(ptr, bytes.data(), bytes.size()), CUDA_SUCCESS);
+    owned.push_back(ptr);
+    return ptr;
+  };
+  MatmulBuffers whole;
+  whole.a = upload(random_bytes(a_matrices * shape.m * shape.k));
+  whole.b = upload(random_bytes(b_matrices * shape.k * shape.n));
+  whole.bias = shape.epilogue != MatmulEpilogue::kNone ? upload(random_bytes(shape.n)) : 0;
+  whole.workspace = workspace;
+  whole.workspace_bytes = CublasLtMatmul::kWorkspaceBytes;
+  MatmulBuffers sliced = whole;
+  whole.out = upload(std::vector<uint8_t>(out_elements * element, 0xff));
+  sliced.out = upload(std::vector<uint8_t>(out_elements * element, 0xfe));
+
+  const int64_t sliced_before = blas.sliced_matmul_count();
+  const int64_t slices_before = blas.slice_count();
+  GPUKIT_EXPECT_OK(blas.Matmul(stream, shape, whole));
+  GPUKIT_EXPECT_OK(blas.Matmul(stream, shape, sliced, max_slice_flops));
+  EXPECT_EQ(cu.cuStreamSynchronize(stream), CUDA_SUCCESS);
+  EXPECT_EQ(blas.sliced_matmul_count(), sliced_before + 1);
+  EXPECT_EQ(blas.slice_count(), slices_before + slicing.count);
+  std::vector<uint8_t> whole_bytes(out_elements * element), sliced_bytes(out_elements * element);
+  EXPECT_EQ(cu.cuMemcpyDtoH(whole_bytes.data(), whole.out, whole_bytes.size()), CUDA_SUCCESS);
+  EXPECT_EQ(cu.cuMemcpyDtoH(sliced_bytes.data(), sliced.out, sliced_bytes.size()), CUDA_SUCCESS);
+  int64_t differ = 0, first = -1;
+  for (size_t i = 0; i < whole_bytes.size(); ++i) {
+    if (whole_bytes[i] != sliced_bytes[i]) {
+      if (first < 0) first = static_cast<int64_t>(i / element);
+      ++differ;
+    }
+  }
+  EXPECT_EQ(differ, 0) << differ << " bytes differ, the first in element " << first << " of "
+                       << out_elements << " (" << slicing.count << " slices of "
+                       << slicing.per_slice << ")";
+  for (CUdeviceptr ptr : owned) cu.cuMemFree(ptr);
+}
+
+// Every dtype (float32 exact and TF32), row slices and batch slices, transposes, a bias
+// epilogue, slices that do not divide the rows evenly.
+TEST_F(CublasLtMatmulTest, SlicedMatmulsAreBitwiseTheWhole) {
+  for (DType dtype : {F32, F16, BF16}) {
+    for (bool tf32 : {false, true}) {
+      if (tf32 && dtype != F32) continue;
+      MatmulShape rows = Shape(dtype, 2048 + 3 * 128 + 40, 1536, 1024);
+      rows.allow_tf32 = tf32;
+      ExpectSlicesGiveTheWhole(*blas_, *cu_, stream_, workspace_, rows, MatmulFlops(rows) / 7,
+                               rng_);
+      MatmulShape transposed_b = rows;
+      transposed_b.transpose_b = true;
+      ExpectSlicesGiveTheWhole(*blas_, *cu_, stream_, workspace_, transposed_b,
+                               MatmulFlops(rows) / 3, rng_);
+      MatmulShape batch = Shape(dtype, 512, 768, 1024, 6);
+      batch.allow_tf32 = tf32;
+      batch.a_batch_stride = batch.m * batch.k;
+      batch.b_batch_stride = 0;  // one b for every entry
+      MatmulShape entry = batch;
+      entry.batch = 1;
+      ExpectSlicesGiveTheWhole(*blas_, *cu_, stream_, workspace_, batch,
+                               2 * MatmulFlops(entry), rng_);
+      MatmulShape biased = rows;
+      biased.epilogue = MatmulEpilogue::kBias;
+      ExpectSlicesGiveTheWhole(*blas_, *cu_, stream_, workspace_, biased, MatmulFlops(rows) / 4,
+                               rng_);
+    }
+  }
+}
+
+// The large products the QoS benchmark floods with, in 100 us slices as a low-priority stream
+// runs them on an H100.
+TEST_F(CublasLtMatmulTest, LargeProductsSliceBitwise) {
+  for (DType dtype : {F16, BF16}) {
+    const MatmulShape big = Shape(dtype, 8192, 8192, 8192);
+    ExpectSlicesGiveTheWhole(*blas_, *cu_, stream_, workspace_, big, 7.6e10, rng_);
+  }
+  MatmulShape tf32 = Shape(F32, 4096, 4096, 4096);
+  tf32.allow_tf32 = true;
+  ExpectSlicesGiveTheWhole(*blas_, *cu_, stream_, workspace_, tf32, 3.7e10, rng_);
+}
+
 class CudaDeviceMatmulTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -449,6 +553,40 @@ TEST_F(CudaDeviceMatmulTest, WhatCublasLtDoesNotTakeFallsBack) {
   GPUKIT_EXPECT_OK(
       Matmul(Desc(F32, {2, 1, 2, 2}), a32, Desc(F32, {1, 1, 2, 2}), b32, {}, stream_).status());
   EXPECT_EQ(device_->cublaslt_matmul_count(), before + 1);
+}
+
+// A low-priority stream runs a large matmul in slices, a high-priority one whole, and the
+// two results are the same bytes; the normal-priority stream of the fixture slices only
+// above its longer target.
+TEST_F(CudaDeviceMatmulTest, LowPriorityStreamsSliceLargeMatmulsBitwise) {
+  // 1.4e11 FLOPs: about 180 us in bfloat16 on an H100, so sliced at 100 us in every dtype.
+  const int64_t m = 8192, k = 4096, n = 2048;
+  std::mt19937 rng(::gpukit::testing::TestSeed());
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  std::vector<float> a_values(m * k), b_values(k * n);
+  for (float& v : a_values) v = value(rng);
+  for (float& v : b_values) v = value(rng);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId low, device_->CreateStream(StreamPriority::kLow));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId high, device_->CreateStream(StreamPriority::kHigh));
+  for (DType dtype : {F32, BF16}) {
+    SCOPED_TRACE(std::string(DTypeName(dtype)));
+    GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId a, Upload(a_values, dtype));
+    GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId b, Upload(b_values, dtype));
+    const int64_t sliced_before = device_->cublaslt_sliced_matmul_count();
+    GPUKIT_ASSERT_OK_AND_ASSIGN(
+        BufferId whole, Matmul(Desc(dtype, {m, k}), a, Desc(dtype, {k, n}), b, {}, high));
+    EXPECT_EQ(device_->cublaslt_sliced_matmul_count(), sliced_before);
+    GPUKIT_ASSERT_OK_AND_ASSIGN(
+        BufferId sliced, Matmul(Desc(dtype, {m, k}), a, Desc(dtype, {k, n}), b, {}, low));
+    EXPECT_EQ(device_->cublaslt_sliced_matmul_count(), sliced_before + 1);
+    GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<double> w, Download(whole, m * n, dtype));
+    GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<double> s, Download(sliced, m * n, dtype));
+    int64_t differ = 0;
+    for (int64_t i = 0; i < m * n; ++i) differ += w[i] != s[i] || std::isnan(w[i]);
+    EXPECT_EQ(differ, 0);
+  }
+  GPUKIT_EXPECT_OK(device_->DestroyStream(low));
+  GPUKIT_EXPECT_OK(device_->DestroyStream(high));
 }
 
 // Two threads, each with its own stream (and so its own workspace), many matmuls at once.

@@ -228,6 +228,161 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ToColumnMajorTest,
                                            GemmCase{1, 9, 4, 2, false, true, false, false},
                                            GemmCase{9, 1, 4, 2, true, false, false, true}));
 
+// ---- Slices ----
+
+MatmulShape Big(DType dtype, int64_t m, int64_t n, int64_t k, int64_t batch = 1) {
+  MatmulShape s;
+  s.dtype = dtype;
+  s.m = m;
+  s.n = n;
+  s.k = k;
+  s.batch = batch;
+  s.a_batch_stride = batch > 1 ? m * k : 0;
+  s.b_batch_stride = batch > 1 ? k * n : 0;
+  return s;
+}
+
+TEST(PlanMatmulSlicesTest, CutsRowsInQuantaNearTheTarget) {
+  const MatmulShape s = Big(BF16, 8192, 8192, 8192);
+  ASSERT_TRUE(MatmulMaySlice(s));
+  // 7.6e10 FLOPs is about 100 us of an H100 in bfloat16; a row costs 2 * 8192 * 8192.
+  const MatmulSlicing slicing = PlanMatmulSlices(s, 7.6e10);
+  EXPECT_EQ(slicing.axis, MatmulSlicing::Axis::kRows);
+  EXPECT_EQ(slicing.per_slice % kMatmulSliceRowQuantum, 0);
+  EXPECT_EQ(slicing.per_slice, 512);  // 566 rows fit; 512 is the quantum multiple below
+  EXPECT_EQ(slicing.count, 16);
+  MatmulShape one_slice = s;
+  one_slice.m = slicing.per_slice;
+  EXPECT_LE(MatmulFlops(one_slice), 7.6e10);
+}
+
+TEST(PlanMatmulSlicesTest, NothingToCut) {
+  const MatmulShape s = Big(BF16, 8192, 8192, 8192);
+  EXPECT_EQ(PlanMatmulSlices(s, 0), MatmulSlicing{});             // no target
+  EXPECT_EQ(PlanMatmulSlices(s, -1), MatmulSlicing{});            // no target
+  EXPECT_EQ(PlanMatmulSlices(s, MatmulFlops(s)), MatmulSlicing{});  // fits in one
+  // Below kMinSliceableMatmulFlops: never sliced, whatever the target.
+  const MatmulShape small = Big(BF16, 1024, 512, 512);
+  EXPECT_FALSE(MatmulMaySlice(small));
+  EXPECT_EQ(PlanMatmulSlices(small, 1), MatmulSlicing{});
+  // A transposed a has no contiguous row blocks; too few rows for two quanta.
+  MatmulShape transposed = s;
+  transposed.transpose_a = true;
+  EXPECT_FALSE(MatmulMaySlice(transposed));
+  EXPECT_EQ(PlanMatmulSlices(transposed, 1e9), MatmulSlicing{});
+  const MatmulShape thin = Big(F32, 255, 1 << 20, 1 << 12);
+  EXPECT_FALSE(MatmulMaySlice(thin));
+  // Two quanta of rows and a target between one and two: two slices of one quantum.
+  const MatmulShape rows_256 = Big(F32, 256, 1 << 14, 1 << 14);
+  EXPECT_EQ(PlanMatmulSlices(rows_256, MatmulFlops(rows_256) * 0.75),
+            (MatmulSlicing{MatmulSlicing::Axis::kRows, 128, 2}));
+}
+
+TEST(PlanMatmulSlicesTest, AtLeastOneQuantumAndAtMostTheCap) {
+  const MatmulShape s = Big(F32, 4096, 4096, 4096);
+  const MatmulSlicing tiny = PlanMatmulSlices(s, 1);
+  EXPECT_EQ(tiny.per_slice, kMatmulSliceRowQuantum);
+  EXPECT_EQ(tiny.count, 4096 / kMatmulSliceRowQuantum);
+  const MatmulShape tall = Big(BF16, 1 << 20, 256, 64);
+  const MatmulSlicing capped = PlanMatmulSlices(tall, 1);
+  EXPECT_LE(capped.count, kMaxMatmulSlices);
+  EXPECT_EQ(capped.per_slice % kMatmulSliceRowQuantum, 0);
+  EXPECT_GE(capped.per_slice * capped.count, tall.m);
+}
+
+TEST(PlanMatmulSlicesTest, BatchesAreCutIntoWholeEntries) {
+  const MatmulShape s = Big(F16, 2048, 2048, 2048, /*batch=*/12);
+  MatmulShape entry = s;
+  entry.batch = 1;
+  const MatmulSlicing slicing = PlanMatmulSlices(s, 2.5 * MatmulFlops(entry));
+  EXPECT_EQ(slicing.axis, MatmulSlicing::Axis::kBatch);
+  EXPECT_EQ(slicing.per_slice, 2);
+  EXPECT_EQ(slicing.count, 6);
+  // One entry above the target is not cut further.
+  const MatmulSlicing each = PlanMatmulSlices(s, 1);
+  EXPECT_EQ(each.per_slice, 1);
+  EXPECT_EQ(each.count, 12);
+  // A transposed a is no obstacle to batch slices.
+  MatmulShape transposed = s;
+  transposed.transpose_a = true;
+  EXPECT_EQ(PlanMatmulSlices(transposed, 1).count, 12);
+}
+
+TEST(EstimatedMatmulFlopsTest, MatchesTheH100AndOrdersTheDtypes) {
+  // An H100 SXM: 132 SMs; cuBLAS reaches about 7.7e14 in bfloat16 and 5.1e13 in float32.
+  EXPECT_NEAR(EstimatedMatmulFlopsPerSecond(9, 132, BF16, false), 7.5e14, 0.5e14);
+  EXPECT_NEAR(EstimatedMatmulFlopsPerSecond(9, 132, F32, false), 5.1e13, 0.5e13);
+  EXPECT_GT(EstimatedMatmulFlopsPerSecond(9, 132, F32, true),
+            EstimatedMatmulFlopsPerSecond(9, 132, F32, false));
+  EXPECT_LT(EstimatedMatmulFlopsPerSecond(8, 108, BF16, false),
+            EstimatedMatmulFlopsPerSecond(9, 132, BF16, false));
+}
+
+// Slices carried out one by one (each a column-major GEMM at its offsets, as cuBLASLt will be
+// called) fill exactly the whole product's output, bit for bit: every element is computed
+// once, from the same rows and columns, with the same loop over k. Shapes are small, so the
+// slicing is given directly rather than planned (the planner leaves such shapes whole).
+struct SliceCase {
+  GemmCase gemm;
+  MatmulSlicing slicing;
+};
+
+class SliceOfMatmulTest : public ::testing::TestWithParam<SliceCase> {};
+
+TEST_P(SliceOfMatmulTest, SlicesComposeTheWholeProduct) {
+  const GemmCase& c = GetParam().gemm;
+  const MatmulSlicing& slicing = GetParam().slicing;
+  std::mt19937 rng(::gpukit::testing::TestSeed());
+  std::uniform_real_distribution<double> value(-2.0, 2.0);
+  MatmulShape s;
+  s.m = c.m;
+  s.n = c.n;
+  s.k = c.k;
+  s.batch = c.batch;
+  s.transpose_a = c.transpose_a;
+  s.transpose_b = c.transpose_b;
+  s.a_batch_stride = c.broadcast_a || c.batch == 1 ? 0 : c.m * c.k;
+  s.b_batch_stride = c.broadcast_b || c.batch == 1 ? 0 : c.k * c.n;
+  std::vector<double> a((c.broadcast_a ? 1 : c.batch) * c.m * c.k);
+  std::vector<double> b((c.broadcast_b ? 1 : c.batch) * c.k * c.n);
+  for (double& v : a) v = value(rng);
+  for (double& v : b) v = value(rng);
+  std::vector<double> whole(c.batch * c.m * c.n, -1e300);
+  ColumnMajorGemm(ToColumnMajor(s), b, a, whole);
+
+  std::vector<double> sliced(whole.size(), std::nan(""));
+  std::vector<int> written(whole.size(), 0);
+  for (int64_t i = 0; i < slicing.count; ++i) {
+    const MatmulSlice slice = SliceOfMatmul(s, slicing, i);
+    GPUKIT_ASSERT_OK(ValidateMatmulShape(slice.shape));
+    const std::vector<double> a_part(a.begin() + slice.a_offset, a.end());
+    const std::vector<double> b_part(b.begin() + slice.b_offset, b.end());
+    std::vector<double> out_part(whole.size() - slice.out_offset, std::nan(""));
+    const LtGemmLayout lt = ToColumnMajor(slice.shape);
+    ColumnMajorGemm(lt, b_part, a_part, out_part);
+    const int64_t elements = slice.shape.batch * slice.shape.m * slice.shape.n;
+    for (int64_t e = 0; e < elements; ++e) {
+      sliced[slice.out_offset + e] = out_part[e];
+      ++written[slice.out_offset + e];
+    }
+  }
+  for (size_t i = 0; i < whole.size(); ++i) {
+    ASSERT_EQ(written[i], 1) << "element " << i;
+    ASSERT_EQ(sliced[i], whole[i]) << "element " << i;  // bitwise: the same arithmetic
+  }
+}
+
+using Axis = MatmulSlicing::Axis;
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, SliceOfMatmulTest,
+    ::testing::Values(
+        SliceCase{{10, 7, 5, 1, false, false, false, false}, {Axis::kRows, 4, 3}},
+        SliceCase{{10, 7, 5, 1, false, false, false, true}, {Axis::kRows, 3, 4}},
+        SliceCase{{9, 4, 6, 1, false, false, false, false}, {Axis::kNone, 0, 1}},
+        SliceCase{{5, 7, 3, 5, false, false, false, false}, {Axis::kBatch, 2, 3}},
+        SliceCase{{5, 7, 3, 5, true, false, true, false}, {Axis::kBatch, 1, 5}},
+        SliceCase{{5, 7, 3, 4, false, true, false, true}, {Axis::kBatch, 3, 2}}));
+
 // ---- Validation, key, alignment ----
 
 TEST(ValidateMatmulShapeTest, NamesTheFieldAndValue) {
