@@ -66,12 +66,14 @@ absl::StatusOr<std::vector<std::unique_ptr<Device>>> CpuDevices(
 }
 
 // The driver's devices that CudaDevice accepts, and why each of the others was refused.
-CudaDeviceCandidates CreateCudaDevices(int device_count, const std::shared_ptr<JitCompiler>& jit) {
+CudaDeviceCandidates CreateCudaDevices(int device_count, const DeviceFactoryOptions& factory) {
   CudaDeviceCandidates result;
   for (int index = 0; index < device_count; ++index) {
     CudaDeviceOptions options;
     options.index = index;
-    options.jit = jit;
+    options.jit = factory.jit;
+    options.low_priority_matmul_slice = factory.low_priority_matmul_slice;
+    options.normal_priority_matmul_slice = factory.normal_priority_matmul_slice;
     options.compile_builtin_kernels_at_start = true;  // the daemon's first op should not wait
     absl::StatusOr<std::unique_ptr<CudaDevice>> device = CudaDevice::Create(options);
     if (!device.ok()) {
@@ -137,7 +139,7 @@ absl::StatusOr<std::vector<std::unique_ptr<Device>>> CreateDevices(
     const DeviceFactoryOptions& options) {
   return ChooseDevices(
       options.backend,
-      [&](int device_count) { return CreateCudaDevices(device_count, options.jit); },
+      [&](int device_count) { return CreateCudaDevices(device_count, options); },
       [&] { return CpuDevices(options); });
 }
 

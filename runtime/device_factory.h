@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "runtime/device.h"
 #include "runtime/jit/jit_compiler.h"
 
@@ -42,6 +43,9 @@ struct DeviceFactoryOptions {
   int64_t cpu_memory_bytes = int64_t{4} << 30;
   // Compiles the built-in op kernels of CUDA devices (see CudaDeviceOptions::jit).
   std::shared_ptr<JitCompiler> jit;
+  // CUDA devices' matmul slices on low- and normal-priority streams (CudaDeviceOptions).
+  absl::Duration low_priority_matmul_slice = absl::Microseconds(100);
+  absl::Duration normal_priority_matmul_slice = absl::Microseconds(500);
 };
 
 // The GPUs that could be opened, and why each of the others was refused ("device 1: ...").

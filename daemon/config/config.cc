@@ -29,7 +29,8 @@ constexpr absl::string_view kDefaultConfig = R"json({
   "scheduler": {"pacingBurst": "20ms", "taskHistory": 1000},
   "jit": {"cacheDir": "", "memoryCache": "256MiB", "compileTimeout": "30s", "cpuArch": "sm_90"},
   "server": {"maxThreads": 256},
-  "executor": {"mode": "process", "launchDeadline": "30s", "standby": true}
+  "executor": {"mode": "process", "launchDeadline": "30s", "standby": true},
+  "qos": {"bestEffortSlice": "100us", "burstableSlice": "500us"}
 }
 )json";
 
@@ -47,6 +48,15 @@ absl::StatusOr<absl::Duration> ParsePositiveDuration(const std::string& text,
   if (!absl::ParseDuration(text, &d) || d <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, " = \"", text, "\" is not a positive duration such as 30s or 5m"));
+  }
+  return d;
+}
+
+absl::StatusOr<absl::Duration> ParseSliceLength(const std::string& text, absl::string_view field) {
+  absl::Duration d;
+  if (!absl::ParseDuration(text, &d) || d < absl::ZeroDuration() || d > absl::Seconds(1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " = \"", text, "\" is not a duration from 0s (never slice) to 1s, such as 100us"));
   }
   return d;
 }
@@ -308,6 +318,14 @@ absl::StatusOr<DaemonConfig> ApplyConfigJson(absl::string_view json, DaemonConfi
         ParsePositiveDuration(executor.launch_deadline(), "executor.launchDeadline"));
   }
   if (executor.has_standby()) config.executor.standby = executor.standby();
+  if (!file.qos().best_effort_slice().empty()) {
+    GPUKIT_ASSIGN_OR_RETURN(config.qos.best_effort_slice,
+                            ParseSliceLength(file.qos().best_effort_slice(), "qos.bestEffortSlice"));
+  }
+  if (!file.qos().burstable_slice().empty()) {
+    GPUKIT_ASSIGN_OR_RETURN(config.qos.burstable_slice,
+                            ParseSliceLength(file.qos().burstable_slice(), "qos.burstableSlice"));
+  }
   if (file.server().has_max_threads()) {
     if (file.server().max_threads() < 2) {
       return absl::InvalidArgumentError(

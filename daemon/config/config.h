@@ -39,6 +39,12 @@ struct DaemonConfig {
     absl::Duration launch_deadline = absl::Seconds(30);
     bool standby = true;
   } executor;
+  // qos.*: how long one slice of a large matmul of a BestEffort (low-priority stream) and a
+  // Burstable (normal) session runs; zero: never sliced (CudaDeviceOptions).
+  struct Qos {
+    absl::Duration best_effort_slice = absl::Microseconds(100);
+    absl::Duration burstable_slice = absl::Microseconds(500);
+  } qos;
 };
 
 // The kernel cache directory for jit.cacheDir = `configured`: "" for "none" (memory only),

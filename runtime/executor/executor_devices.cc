@@ -19,6 +19,12 @@ RemoteDeviceOptions BaseOptions(const ExecutorDevicesOptions& options, absl::str
   remote.executor_path = options.executor_path;
   remote.executor_args = {absl::StrCat("--backend=", backend), absl::StrCat("--index=", index),
                           absl::StrCat("--log-level=", options.log_level)};
+  if (backend == "cuda") {
+    remote.executor_args.push_back(absl::StrCat(
+        "--low-priority-slice=", absl::FormatDuration(options.low_priority_matmul_slice)));
+    remote.executor_args.push_back(absl::StrCat(
+        "--normal-priority-slice=", absl::FormatDuration(options.normal_priority_matmul_slice)));
+  }
   if (backend == "cuda" && !options.jit_worker_path.empty()) {
     remote.executor_args.push_back(absl::StrCat("--jit-worker=", options.jit_worker_path));
     if (!options.jit_cache_dir.empty()) {

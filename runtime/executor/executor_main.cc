@@ -14,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/time/time.h"
 #include "runtime/base/unix_fd.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/cuda/cuda_device.h"
@@ -30,6 +31,8 @@ struct Flags {
   int index = 0;
   std::string jit_worker;
   std::string jit_cache_dir;
+  absl::Duration low_priority_slice = absl::Microseconds(100);
+  absl::Duration normal_priority_slice = absl::Microseconds(500);
 };
 
 bool ParseFlags(int argc, char** argv, Flags& flags) {
@@ -46,6 +49,10 @@ bool ParseFlags(int argc, char** argv, Flags& flags) {
       flags.jit_worker = v;
     } else if (const char* v = value("--jit-cache-dir=")) {
       flags.jit_cache_dir = v;
+    } else if (const char* v = value("--low-priority-slice=")) {
+      if (!absl::ParseDuration(v, &flags.low_priority_slice)) return false;
+    } else if (const char* v = value("--normal-priority-slice=")) {
+      if (!absl::ParseDuration(v, &flags.normal_priority_slice)) return false;
     } else if (const char* v = value("--log-level=")) {
       spdlog::set_level(spdlog::level::from_str(v));
     } else {
@@ -64,6 +71,8 @@ absl::StatusOr<std::unique_ptr<gpukit::Device>> CreateDevice(const Flags& flags)
   gpukit::CudaDeviceOptions options;
   options.index = flags.index;
   options.compile_builtin_kernels_at_start = true;
+  options.low_priority_matmul_slice = flags.low_priority_slice;
+  options.normal_priority_matmul_slice = flags.normal_priority_slice;
   // The build's precompiled kernels serve most GPUs: then no JIT compiler (and none of its
   // worker processes) is started at all. Only a GPU they do not cover gets one.
   absl::StatusOr<std::unique_ptr<gpukit::CudaDevice>> precompiled =
@@ -100,7 +109,8 @@ int main(int argc, char** argv) {
   if (!ParseFlags(argc, argv, flags)) {
     std::fprintf(stderr,
                  "gpukit-executor is started by gpukitd: gpukit-executor --backend=cpu|cuda "
-                 "--index=N [--jit-worker=PATH] [--jit-cache-dir=DIR] [--log-level=LEVEL]\n");
+                 "--index=N [--jit-worker=PATH] [--jit-cache-dir=DIR] [--low-priority-slice=DURATION] "
+                 "[--normal-priority-slice=DURATION] [--log-level=LEVEL]\n");
     return 2;
   }
   absl::StatusOr<std::unique_ptr<gpukit::Device>> device = CreateDevice(flags);

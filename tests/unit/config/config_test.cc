@@ -575,5 +575,26 @@ TEST(ServerConfigTest, MaxThreadsDefaultsTo256AndAFileMaySetIt) {
   EXPECT_EQ(set.server_max_threads, 16);
 }
 
+TEST(QosConfigTest, SliceLengthsDefaultAgreeAndAFileMaySetThem) {
+  const DaemonConfig defaults = EmbeddedDefault();
+  EXPECT_EQ(defaults.qos.best_effort_slice, absl::Microseconds(100));
+  EXPECT_EQ(defaults.qos.burstable_slice, absl::Microseconds(500));
+  // The JSON and the device options' own defaults must not drift apart.
+  EXPECT_EQ(defaults.qos.best_effort_slice, DeviceFactoryOptions{}.low_priority_matmul_slice);
+  EXPECT_EQ(defaults.qos.burstable_slice, DeviceFactoryOptions{}.normal_priority_matmul_slice);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(
+      DaemonConfig set,
+      ApplyConfigJson(R"({"qos": {"bestEffortSlice": "50us", "burstableSlice": "0s"}})", defaults));
+  EXPECT_EQ(set.qos.best_effort_slice, absl::Microseconds(50));
+  EXPECT_EQ(set.qos.burstable_slice, absl::ZeroDuration());
+  for (const char* bad : {R"({"qos": {"bestEffortSlice": "-1us"}})",
+                          R"({"qos": {"bestEffortSlice": "fast"}})",
+                          R"({"qos": {"burstableSlice": "2s"}})"}) {
+    EXPECT_THAT(ApplyConfigJson(bad, defaults),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("qos.")))
+        << bad;
+  }
+}
+
 }  // namespace
 }  // namespace gpukit
