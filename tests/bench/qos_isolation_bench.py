@@ -660,8 +660,8 @@ def _figures(scenario: Scenario, raw: Dict[str, Any], args: argparse.Namespace) 
     out: Dict[str, Any] = {}
     if "victim" in raw:
         v = raw["victim"]
-        out["victim_session"] = {k: v.get(k) for k in ("session_qos_class", "session_partition")
-                                 if k in v}
+        if "session_qos_class" in v:  # gpukitd's
+            out["victim_session"] = {k: v[k] for k in ("session_qos_class", "session_partition")}
         out["victims"] = {}
         for kind, run in v["runs"].items():
             entry = _latency_stats(run["latencies_us"])
@@ -834,8 +834,8 @@ def _run(args: argparse.Namespace) -> Dict[str, Any]:
                     entry.update(_figures(scenario, raw, args))
                     entry["status"] = "ok"
                 except (RuntimeError, OSError, subprocess.SubprocessError, ValueError) as e:
-                    entry["status"] = f"failed: {e}"
                     _progress(f"scenario {scenario.id} failed: {e}")
+                    entry["status"] = "failed: " + " | ".join(str(e).splitlines())
         finally:
             if mps is not None:
                 mps.stop()
