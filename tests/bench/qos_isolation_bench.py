@@ -605,7 +605,8 @@ def _run_workloads(scenario: Scenario, args: argparse.Namespace, workdir: Path,
                    "victim_size": args.victim_size, "hidden": args.hidden,
                    "duration_s": args.duration,
                    # Guaranteed: memory and compute limits, requests defaulting to them.
-                   "resources": {"memory_limit_bytes": victim_memory, "compute_limit": args.guaranteed_share}}
+                   "resources": {"memory_limit_bytes": victim_memory,
+                                 "compute_limit": args.guaranteed_share}}
     budget_s = args.duration * len(args.victims) + 600
     flood_spec = {**common, "partition": flood_partition, "flood_threads": args.flood_threads,
                   "flood_size": args.flood_size, "max_s": budget_s + args.duration}
