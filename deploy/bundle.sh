@@ -6,8 +6,10 @@
 #     bin/      gpukitd, gpukitctl, every test and benchmark executable of the build (and
 #               gpukit_integration_worker, which GPU tests spawn beside themselves),
 #               run-gpu-tests.sh (the GPU tests, as `ctest -L gpu` runs them in the build, then
-#               the Python suite on the GPU; from deploy/run-gpu-tests.sh) and
-#               python_overhead_bench.py (tests/bench: Python's `a + b` against C++'s)
+#               the Python suite on the GPU; from deploy/run-gpu-tests.sh) and the Python
+#               benches of tests/bench: python_overhead_bench.py (Python's `a + b` against
+#               C++'s), executor_overhead_bench.py and qos_isolation_bench.py (issue 16: a
+#               victim beside a matmul flood through gpukitd, plain torch and MPS)
 #     lib/      every shared library they need except glibc's own and the NVIDIA driver's
 #               (libcuda always comes from the host's driver); libstdc++ and libgcc_s ship
 #     python/   gpukit/: the Python package with its compiled module _gpukit for Python 3.12
@@ -333,6 +335,7 @@ chmod +x "$BUNDLE/bin/run-gpu-tests.sh"
 if [ "$BUNDLE_PYTHON" = "1" ]; then
   install -m 0755 "$ROOT/tests/bench/python_overhead_bench.py" "$BUNDLE/bin/"
   install -m 0755 "$ROOT/tests/bench/executor_overhead_bench.py" "$BUNDLE/bin/"
+  install -m 0755 "$ROOT/tests/bench/qos_isolation_bench.py" "$BUNDLE/bin/"
 fi
 
 # ---- Configuration, environment, README ----
@@ -393,7 +396,10 @@ if [ "$BUNDLE_PYTHON" = "1" ]; then
   \`bin/run-gpu-tests.sh\`), or \`. ./env.sh && GPUKIT_TEST_BACKEND=cuda python3 -m pytest
   tests/python\` (the suite finds \`python/\` and \`bin/gpukitd\` by itself). Needs pytest.
 - Python's \`c = a + b\` against the C++ client's: \`. ./env.sh &&
-  bin/python_overhead_bench.py --backend cuda\` on a GPU host (\`--help\` says more)."
+  bin/python_overhead_bench.py --backend cuda\` on a GPU host (\`--help\` says more).
+- QoS isolation (a victim beside a matmul flood: gpukitd, plain torch, MPS; needs torch
+  for scenarios 4-6, about 7 minutes): \`. ./env.sh && bin/qos_isolation_bench.py --save
+  qos.json\` on a GPU host (\`--help\` says more)."
   for name in "${MODULES_WITHOUT_RPATH[@]}"; do
     PYTHON_NOTE="$PYTHON_NOTE
 - \`python/gpukit/$name\` carries no RPATH: it imports with
