@@ -3,6 +3,7 @@
 // The same behaviour on the CPU backend is tested in tests/unit/core; this checks that it
 // holds with real device memory, streams and kernels. Skipped, visibly, without a GPU.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -35,6 +36,7 @@ class CoreCudaTest : public ::testing::Test {
     device_options.jit = std::shared_ptr<JitCompiler>(*std::move(jit));
     absl::StatusOr<std::unique_ptr<CudaDevice>> device = CudaDevice::Create(device_options);
     if (!device.ok()) GTEST_SKIP() << "no CUDA device: " << device.status();
+    cuda_ = device->get();
     std::vector<std::unique_ptr<Device>> devices;
     devices.push_back(*std::move(device));
     // A small spilling partition, so memory pressure comes from its quota, not the GPU.
@@ -86,6 +88,7 @@ class CoreCudaTest : public ::testing::Test {
 
   SystemClock clock_;
   std::unique_ptr<Core> core_;
+  CudaDevice* cuda_ = nullptr;  // the core's device
 };
 
 TEST_F(CoreCudaTest, SpilledArrayComesBackBitForBitFromHostMemory) {
@@ -180,6 +183,87 @@ TEST_F(CoreCudaTest, SessionsRunOpsAtOnceFromSeveralThreads) {
   for (std::thread& thread : threads) thread.join();
   for (const absl::Status& status : results) GPUKIT_EXPECT_OK(status);
   EXPECT_EQ(core_->scheduler().device_memory_used(0), 0) << "every session returned its memory";
+}
+
+// A tenant's results do not depend on its class or on who else is on the GPU: a chain of
+// ops with large matmuls (sliced on a BestEffort session's low-priority stream, whole on a
+// Guaranteed session's) gives the same bytes in a Guaranteed session alone, in a BestEffort
+// session alone and in a BestEffort session while two other sessions flood the GPU with
+// large matmuls.
+TEST_F(CoreCudaTest, AChainGivesTheSameBitsWhateverItsClassAndNeighbours) {
+  constexpr int64_t m = 4096, k = 2048;  // 3.4e10 FLOPs per matmul: sliced at 100 us
+  auto upload2d = [&](const std::string& session, const std::vector<float>& v, int64_t rows,
+                      int64_t cols) -> absl::StatusOr<std::string> {
+    GPUKIT_ASSIGN_OR_RETURN(ArrayView view,
+                            core_->CreateArray(session, {DType::kFloat32, {rows, cols}}));
+    GPUKIT_RETURN_IF_ERROR(core_->WriteArray(
+        session, view.handle, 0,
+        absl::Span<const char>(reinterpret_cast<const char*>(v.data()), v.size() * 4)));
+    return view.handle;
+  };
+  const std::vector<float> x = Random(m * k, 11), w = Random(k * k, 12);
+  // y = x @ w (tf32), z = y * y + y, out = z @ w (exact float32): returns out's bytes.
+  auto chain = [&](const std::string& session) -> absl::StatusOr<std::vector<float>> {
+    GPUKIT_ASSIGN_OR_RETURN(std::string xh, upload2d(session, x, m, k));
+    GPUKIT_ASSIGN_OR_RETURN(std::string wh, upload2d(session, w, k, k));
+    OpInput xi, wi;
+    xi.handle = xh;
+    wi.handle = wh;
+    GPUKIT_ASSIGN_OR_RETURN(ArrayView y,
+                            core_->RunOp(session, "matmul", {xi, wi}, {{"allow_tf32", true}}));
+    OpInput yi;
+    yi.handle = y.handle;
+    GPUKIT_ASSIGN_OR_RETURN(ArrayView yy, core_->RunOp(session, "mul", {yi, yi}, {}));
+    OpInput yyi;
+    yyi.handle = yy.handle;
+    GPUKIT_ASSIGN_OR_RETURN(ArrayView z, core_->RunOp(session, "add", {yyi, yi}, {}));
+    OpInput zi;
+    zi.handle = z.handle;
+    GPUKIT_ASSIGN_OR_RETURN(ArrayView out, core_->RunOp(session, "matmul", {zi, wi}, {}));
+    return Download(session, out.handle, m * k);
+  };
+  ResourceSpec guaranteed;
+  guaranteed.memory_limit_bytes = 1024 * kMiB;
+  guaranteed.compute_limit = 0.25;
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string g, Open(guaranteed, "default"));
+  const int64_t sliced_before = cuda_->cublaslt_sliced_matmul_count();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<float> reference, chain(g));
+  EXPECT_EQ(cuda_->cublaslt_sliced_matmul_count(), sliced_before) << "Guaranteed runs whole";
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string be, Open({}, "default"));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<float> alone, chain(be));
+  EXPECT_EQ(cuda_->cublaslt_sliced_matmul_count(), sliced_before + 2)
+      << "BestEffort's two matmuls run in slices";
+  EXPECT_EQ(std::memcmp(alone.data(), reference.data(), alone.size() * 4), 0)
+      << "BestEffort alone differs from Guaranteed alone";
+
+  std::atomic<bool> stop{false};
+  std::vector<absl::Status> flood_results(2);
+  std::vector<std::thread> flood;
+  for (int t = 0; t < 2; ++t) {
+    flood.emplace_back([&, t] {
+      flood_results[t] = [&]() -> absl::Status {
+        GPUKIT_ASSIGN_OR_RETURN(std::string s, Open({}, "default"));
+        const std::vector<float> big = Random(4096 * 4096, 20 + t);
+        GPUKIT_ASSIGN_OR_RETURN(std::string a, upload2d(s, big, 4096, 4096));
+        OpInput in;
+        in.handle = a;
+        for (int i = 0; !stop.load() && i < 400; ++i) {
+          GPUKIT_ASSIGN_OR_RETURN(ArrayView c,
+                                  core_->RunOp(s, "matmul", {in, in}, {{"allow_tf32", true}}));
+          GPUKIT_RETURN_IF_ERROR(core_->FreeArray(s, c.handle).status());
+        }
+        return core_->CloseSession(s).status();
+      }();
+    });
+  }
+  for (int round = 0; round < 3; ++round) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<float> flooded, chain(be));
+    EXPECT_EQ(std::memcmp(flooded.data(), reference.data(), flooded.size() * 4), 0)
+        << "round " << round << ": BestEffort under a flood differs from Guaranteed alone";
+  }
+  stop = true;
+  for (std::thread& t : flood) t.join();
+  for (const absl::Status& status : flood_results) GPUKIT_EXPECT_OK(status);
 }
 
 }  // namespace
