@@ -52,9 +52,9 @@ Commands:
                                busiest sessions with their GPU time and GPU% (GPU time over
                                the last refresh interval as a share of wall time; tasks on
                                different streams overlap, so it can pass 100%), refreshed
-                               every DUR (default 2s) until Ctrl-C or
-                               N refreshes (0, the default: no end); with -o json, one JSON
-                               object per line and refresh
+                               every DUR (default 2s) until Ctrl-C or N refreshes (0, the
+                               default: no end); with -o json, one JSON object per line
+                               and refresh
 
 Partition flags:
   --device N                   device index (create only; default 0)
