@@ -309,6 +309,9 @@ absl::StatusOr<SessionAdmission> Scheduler::AdmitSession(absl::string_view sessi
   account->device_index = p.spec.device_index;
   account->qos = DeriveQos(resources);
   account->resources = resources;
+  if (!tenants_.contains(tenant) && tenants_.size() >= static_cast<size_t>(kMaxTenants)) {
+    FoldIdleTenantLocked();
+  }
   std::shared_ptr<TenantUsage>& tenant_usage = tenants_[tenant];
   if (tenant_usage == nullptr) {
     tenant_usage = std::make_shared<TenantUsage>();
@@ -360,6 +363,33 @@ SessionUsage Scheduler::Usage(const SessionTicket& ticket) const {
   usage.device_time = ticket->device_time;
   usage.tasks_finished = ticket->tasks_finished;
   return usage;
+}
+
+void Scheduler::FoldIdleTenantLocked() {
+  // Idle: no session account refers to it any more (open, or ended but still held by a task
+  // or a reservation), so nothing can charge it after the fold. The one with the least
+  // device time goes: what it folds into is the least informative.
+  auto victim = tenants_.end();
+  for (auto it = tenants_.begin(); it != tenants_.end(); ++it) {
+    if (it->first == kFoldedTenants || it->second.use_count() > 1) continue;
+    if (victim == tenants_.end() ||
+        it->second->device_time_total < victim->second->device_time_total) {
+      victim = it;
+    }
+  }
+  if (victim == tenants_.end()) return;  // every tenant is in use: keep them all
+  const TenantUsage gone = *victim->second;
+  tenants_.erase(victim);
+  std::shared_ptr<TenantUsage>& folded = tenants_[kFoldedTenants];
+  if (folded == nullptr) {
+    folded = std::make_shared<TenantUsage>();
+    folded->tenant = std::string(kFoldedTenants);
+  }
+  folded->device_time_total += gone.device_time_total;
+  for (int i = 0; i < kQosClassCount; ++i)
+    folded->device_time_by_qos[i] += gone.device_time_by_qos[i];
+  folded->tasks_finished += gone.tasks_finished;
+  folded->tasks_failed += gone.tasks_failed;
 }
 
 std::vector<TenantUsage> Scheduler::ListTenants() const {

@@ -143,7 +143,14 @@ struct SessionUsage {
   int64_t tasks_finished = 0;
 };
 
-// A tenant as the scheduler accounts for it, since the scheduler was created.
+// A tenant as the scheduler accounts for it, since the scheduler was created. Tenant names
+// come from clients, so the scheduler keeps about kMaxTenants of them: past that, a new
+// tenant makes room by folding an idle tenant (no session account refers to it: none open,
+// and none held by a reservation or a task in the history) with the least device time into
+// the entry kFoldedTenants, so sums over tenants still add up. When every tenant is in use,
+// none is folded. A real tenant name cannot be kFoldedTenants (names are [A-Za-z0-9._-]).
+inline constexpr int kMaxTenants = 4096;
+inline constexpr absl::string_view kFoldedTenants = "(folded)";
 struct TenantUsage {
   std::string tenant;
   int sessions = 0;               // open now
@@ -218,8 +225,9 @@ class Scheduler {
   // The session's usage; it stays readable (and its device time keeps counting the tasks
   // that were running) after EndSession.
   SessionUsage Usage(const SessionTicket& ticket) const;
-  // Every tenant that has had a session since the scheduler was created, by name, with its
-  // usage (see "GPU-time accounting" above). O(tenants); allocates the list.
+  // Every tenant that has had a session since the scheduler was created (but those folded
+  // into kFoldedTenants), by name, with its usage (see "GPU-time accounting" above).
+  // O(tenants); allocates the list.
   std::vector<TenantUsage> ListTenants() const;
   bool SpillEnabled(absl::string_view partition) const;
   int session_count() const;
@@ -299,6 +307,8 @@ class Scheduler {
   void EndTaskLocked(Task& task, TaskState state, absl::Time now, absl::string_view error)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountLocked(PartitionState& p, RejectReason reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes room in tenants_ (see kMaxTenants). O(tenants).
+  void FoldIdleTenantLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // GPU-time accounting of a task that Finish ends: session, partition and tenant.
   void AccountFinishLocked(Task& task, absl::Duration device_time, bool failed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

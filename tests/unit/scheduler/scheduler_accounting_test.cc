@@ -418,6 +418,46 @@ TEST_F(SchedulerAccountingTest, RandomSequencesKeepEveryViewOfTheTimeInAgreement
   EXPECT_GT(charged, 200) << "the sequences hardly ran a task: nothing was checked";
 }
 
+TEST_F(SchedulerAccountingTest, PastMaxTenantsTheIdleTenantWithLeastTimeIsFoldedNotLost) {
+  SchedulerOptions options;
+  options.task_history = 0;  // ended tasks hold no session account
+  scheduler_ = *Scheduler::Create(clock_, {{0, kDeviceBytes}}, {Partition("p", 1.0)}, options);
+  // A tenant with an open session and no time: never folded, though it has the least.
+  SessionTicket open = Open("open", "p", QosClass::kBestEffort);
+  for (int i = 1; i < kMaxTenants; ++i) {
+    SessionTicket s = Open(absl::StrCat("t", i), "p", QosClass::kBestEffort);
+    ASSERT_NO_FATAL_FAILURE(Run(s, absl::Microseconds(i)));
+    scheduler().EndSession(s);
+  }
+  ASSERT_EQ(scheduler().ListTenants().size(), static_cast<size_t>(kMaxTenants));
+
+  for (const std::string name : {"new-1", "new-2"}) {
+    SessionTicket s = Open(name, "p", QosClass::kBurstable);
+    ASSERT_NO_FATAL_FAILURE(Run(s, absl::Milliseconds(1)));
+  }
+  const std::vector<TenantUsage> tenants = scheduler().ListTenants();
+  EXPECT_EQ(tenants.size(), static_cast<size_t>(kMaxTenants) + 1);  // and the folded entry
+  absl::Duration sum;
+  std::map<std::string, TenantUsage> by_name;
+  for (const TenantUsage& t : tenants) {
+    sum += t.device_time_total;
+    by_name[t.tenant] = t;
+  }
+  EXPECT_EQ(sum, StatusOf("p").device_time_total) << "folding loses no time";
+  ASSERT_TRUE(by_name.contains(std::string(kFoldedTenants)));
+  const TenantUsage& folded = by_name[std::string(kFoldedTenants)];
+  EXPECT_EQ(folded.device_time_total, absl::Microseconds(1 + 2));  // t1 and t2
+  EXPECT_EQ(Of(folded.device_time_by_qos, QosClass::kBestEffort), absl::Microseconds(3));
+  EXPECT_EQ(folded.tasks_finished, 2);
+  EXPECT_EQ(folded.sessions, 0);
+  EXPECT_FALSE(by_name.contains("t1"));
+  EXPECT_FALSE(by_name.contains("t2"));
+  EXPECT_TRUE(by_name.contains("t3"));
+  EXPECT_TRUE(by_name.contains("open"));
+  EXPECT_EQ(by_name["new-2"].device_time_total, absl::Milliseconds(1));
+  scheduler().EndSession(open);
+}
+
 TEST_F(SchedulerAccountingTest, NoTenantsBeforeTheFirstSession) {
   Build({Partition("p", 1.0)});
   EXPECT_THAT(scheduler().ListTenants(), IsEmpty());
