@@ -27,9 +27,12 @@ Commands:
   devices                      devices with memory in use and total
   sessions                     open sessions: tenant, partition, client, QoS class, requests
                                and limits (memory/compute), memory resident and spilled,
-                               age, lease left
+                               GPU time, age, lease left
   partitions                   partitions: device, memory used/quota, compute requested/share,
-                               bandwidth cap, sessions, tasks queued and running, spill
+                               bandwidth cap, sessions, tasks queued and running, spill, GPU
+                               time and its split Guaranteed/Burstable/BestEffort
+  tenants                      tenants since gpukitd started: sessions open, memory, GPU time
+                               and its split by QoS class, tasks finished and failed
   partition create NAME --memory SIZE --compute SHARE [PARTITION FLAGS]
                                creates a partition
   partition update NAME [PARTITION FLAGS]
@@ -45,10 +48,13 @@ Commands:
                                cancelled or expired
   task cancel ID               cancels a waiting task (its request fails with CANCELLED)
   top [--interval DUR] [--iterations N]
-                               devices, partitions with their queues and the busiest
-                               sessions, refreshed every DUR (default 2s) until Ctrl-C or
-                               N refreshes (0, the default: no end); with -o json, one JSON
-                               object per line and refresh
+                               devices, partitions with their queues, tenants and the
+                               busiest sessions with their GPU time and GPU% (GPU time over
+                               the last refresh interval as a share of wall time; tasks on
+                               different streams overlap, so it can pass 100%), refreshed
+                               every DUR (default 2s) until Ctrl-C or N refreshes (0, the
+                               default: no end); with -o json, one JSON object per line
+                               and refresh
 
 Partition flags:
   --device N                   device index (create only; default 0)
@@ -102,6 +108,7 @@ const std::vector<Command>& Commands() {
         {{"partition", "update"}, {"NAME"}, update_flags},
         {{"partition", "delete"}, {"NAME"}, {"--force"}},
         {{"queues"}, {}, {}},
+        {{"tenants"}, {}, {}},
         {{"tasks"}, {}, {"--partition", "--state", "--limit"}},
         {{"task", "cancel"}, {"ID"}, {}},
         {{"top"}, {}, {"--interval", "--iterations"}},
@@ -234,6 +241,7 @@ int Main(int argc, char** argv) {
   if (name == "partition update") return ctl.UpdatePartition(partition);
   if (name == "partition delete") return ctl.DeletePartition(operands[0], force);
   if (name == "queues") return ctl.Queues();
+  if (name == "tenants") return ctl.Tenants();
   if (name == "tasks") return ctl.Tasks(tasks);
   if (name == "task cancel") return ctl.CancelTask(task_id);
   return ctl.Top(top);

@@ -151,6 +151,22 @@ int Ctl::Queues() {
   return 0;
 }
 
+int Ctl::Tenants() {
+  v1::ListTenantsResponse response;
+  absl::Status status =
+      Rpc([&](grpc::ClientContext* c,
+              v1::ListTenantsResponse* r) { return admin_->ListTenants(c, {}, r); },
+          &response);
+  if (!status.ok()) return Fail("tenants", status);
+  if (json()) return PrintJson(response);
+  if (response.tenants().empty()) {
+    std::cerr << "No tenants.\n";
+    return 0;
+  }
+  PrintTable(TenantsTable(response));
+  return 0;
+}
+
 int Ctl::CreatePartition(const PartitionFlags& flags) {
   v1::CreatePartitionRequest request;
   *request.mutable_partition() = flags.partition;
@@ -256,6 +272,7 @@ int Ctl::CancelTask(uint64_t task_id) {
 int Ctl::Top(const TopOptions& options) {
   InstallStopHandler();
   const bool clear = !json() && isatty(STDOUT_FILENO);
+  TopSnapshot previous;
   for (int64_t i = 0; options.iterations == 0 || i < options.iterations; ++i) {
     if (i > 0 && !SleepUnlessStopped(options.interval)) break;
     TopSnapshot snapshot;
@@ -278,18 +295,27 @@ int Ctl::Top(const TopOptions& options) {
                        v1::ListSessionsResponse* r) { return admin_->ListSessions(c, {}, r); },
                    &sessions);
     }
+    if (status.ok()) {
+      status = Rpc([&](grpc::ClientContext* c,
+                       v1::ListTenantsResponse* r) { return admin_->ListTenants(c, {}, r); },
+                   &snapshot.tenants);
+      snapshot.has_tenants = status.ok();
+      if (absl::IsUnimplemented(status)) status = absl::OkStatus();  // an older gpukitd
+    }
     if (!status.ok()) return Fail("top", status);
     snapshot.time = absl::Now();
     KeepBusiest(sessions, kTopSessions, &snapshot);
+    if (i > 0) AddGpuPercent(previous, &snapshot);
     if (json()) {
       absl::StatusOr<std::string> line = TopJson(snapshot);
       if (!line.ok()) return Fail("top", line.status());
       std::cout << *line << std::endl;
-      continue;
+    } else {
+      // Frames follow each other in a log or a pipe; on a terminal each replaces the last.
+      std::cout << (clear ? "\033[H\033[2J" : "") << RenderTopFrame(snapshot) << (clear ? "" : "\n")
+                << std::flush;
     }
-    // Frames follow each other in a log or a pipe; on a terminal each replaces the last.
-    std::cout << (clear ? "\033[H\033[2J" : "") << RenderTopFrame(snapshot) << (clear ? "" : "\n")
-              << std::flush;
+    previous = std::move(snapshot);
   }
   return 0;
 }

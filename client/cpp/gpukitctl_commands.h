@@ -9,7 +9,7 @@
 // A failed call prints "gpukitctl: <command>: <daemon's message>" to stderr, followed by
 // " (reason REASON_X)" when the daemon sent a "gpukit-reason" trailer, and returns 1.
 //
-// Cost: one round trip per call; `top` makes four per refresh.
+// Cost: one round trip per call; `top` makes five per refresh.
 //
 // Thread safety: one thread per Ctl.
 #ifndef GPUKIT_CLIENT_CPP_GPUKITCTL_COMMANDS_H_
@@ -39,6 +39,8 @@ class Ctl {
   int Sessions();
   int Partitions();
   int Queues();
+  // Tenants with their sessions, memory, GPU time (total and by QoS class) and tasks.
+  int Tenants();
   int CreatePartition(const PartitionFlags& flags);
   // Changes only the fields `flags` names; --default-* values are merged into the
   // partition's current session defaults (read first: a concurrent update of the defaults
@@ -50,7 +52,9 @@ class Ctl {
   // Refreshes until options.iterations have been shown, or until SIGINT/SIGTERM (then
   // returns 0). Clears the screen first when stdout is a terminal and the output is a
   // table (RenderTopFrame); with -o json prints one JSON object per line and refresh
-  // (TopJson). The sessions shown are the 10 busiest.
+  // (TopJson). The sessions shown are the 10 busiest. GPU% compares each refresh with the
+  // one before (AddGpuPercent). Against a daemon without ListTenants (UNIMPLEMENTED), the
+  // tenants are left out.
   int Top(const TopOptions& options);
 
  private:

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
+#include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "runtime/base/units.h"
 #include "runtime/base/utf8.h"
@@ -154,6 +155,19 @@ std::string ResourcesCell(const v1::ResourceList& list) {
                       list.has_compute() ? Share(list.compute()) : "-");
 }
 
+std::string DeviceTimeCell(int64_t ns) { return ShortDuration(ns / 1000); }
+
+std::string QosSplitCell(const v1::DeviceTimeByQos& by_qos) {
+  return absl::StrCat(DeviceTimeCell(by_qos.guaranteed_ns()), "/",
+                      DeviceTimeCell(by_qos.burstable_ns()), "/",
+                      DeviceTimeCell(by_qos.best_effort_ns()));
+}
+
+std::string PercentCell(std::optional<double> percent) {
+  if (!percent.has_value()) return "-";
+  return absl::StrCat(OneDecimal(*percent), "%");
+}
+
 std::string RejectedCell(const google::protobuf::Map<std::string, int64_t>& rejected) {
   std::vector<std::pair<std::string, int64_t>> sorted(rejected.begin(), rejected.end());
   std::sort(sorted.begin(), sorted.end());
@@ -221,12 +235,13 @@ std::vector<std::string> DeviceFaultLines(const v1::ListDevicesResponse& respons
 
 Table SessionsTable(const v1::ListSessionsResponse& response) {
   Table rows = {{"SESSION", "TENANT", "PARTITION", "CLIENT", "PID", "QOS", "ARRAYS", "REQUESTS",
-                 "LIMITS", "MEMORY", "SPILLED", "AGE", "LEASE-LEFT"}};
+                 "LIMITS", "MEMORY", "SPILLED", "GPU-TIME", "AGE", "LEASE-LEFT"}};
   for (const v1::SessionInfo& s : response.sessions()) {
     rows.push_back({s.session_id(), s.tenant(), s.partition(), s.client_name(),
                     absl::StrCat(s.client_pid()), QosName(s.qos_class()), absl::StrCat(s.arrays()),
                     ResourcesCell(s.resources().requests()), ResourcesCell(s.resources().limits()),
-                    FormatBytes(s.memory_bytes()), FormatBytes(s.spilled_bytes()), Age(s.age_ms()),
+                    FormatBytes(s.memory_bytes()), FormatBytes(s.spilled_bytes()),
+                    DeviceTimeCell(s.device_time_ns()), Age(s.age_ms()),
                     Age(s.lease_remaining_ms())});
   }
   return rows;
@@ -234,7 +249,7 @@ Table SessionsTable(const v1::ListSessionsResponse& response) {
 
 Table PartitionsTable(const v1::ListPartitionsResponse& response) {
   Table rows = {{"NAME", "DEVICE", "MEMORY(used/quota)", "COMPUTE(requested/share)", "BANDWIDTH",
-                 "SESSIONS", "QUEUED", "RUNNING", "SPILL"}};
+                 "SESSIONS", "QUEUED", "RUNNING", "SPILL", "GPU-TIME", "BY-QOS(G/B/BE)"}};
   for (const v1::PartitionStatus& s : response.partitions()) {
     const v1::Partition& p = s.partition();
     rows.push_back({p.name(), absl::StrCat(p.device_index()),
@@ -243,7 +258,8 @@ Table PartitionsTable(const v1::ListPartitionsResponse& response) {
                     p.max_sessions() > 0 ? absl::StrCat(s.sessions(), "/", p.max_sessions())
                                          : absl::StrCat(s.sessions()),
                     absl::StrCat(s.queued_tasks()), absl::StrCat(s.running_tasks()),
-                    p.spill() ? "yes" : "no"});
+                    p.spill() ? "yes" : "no", DeviceTimeCell(s.device_time_ns()),
+                    QosSplitCell(s.device_time_by_qos())});
   }
   return rows;
 }
@@ -252,7 +268,7 @@ Table QueuesTable(const v1::ListPartitionsResponse& response, bool with_usage) {
   Table rows;
   if (with_usage) {
     rows.push_back({"PARTITION", "DEVICE", "MEMORY(used/quota)", "COMPUTE(requested/share)",
-                    "SESSIONS", "QUEUED", "RUNNING", "ADMITTED", "SUCCEEDED", "FAILED",
+                    "SESSIONS", "GPU-TIME", "QUEUED", "RUNNING", "ADMITTED", "SUCCEEDED", "FAILED",
                     "REJECTED"});
   } else {
     rows.push_back(
@@ -265,6 +281,7 @@ Table QueuesTable(const v1::ListPartitionsResponse& response, bool with_usage) {
       row.push_back(MemoryCell(s.memory_used_bytes(), s.partition().memory_quota_bytes()));
       row.push_back(ComputeCell(s));
       row.push_back(absl::StrCat(s.sessions()));
+      row.push_back(DeviceTimeCell(s.device_time_ns()));
     }
     for (int64_t n : {int64_t{s.queued_tasks()}, int64_t{s.running_tasks()}, s.admitted_total(),
                       s.succeeded_total(), s.failed_total()}) {
@@ -291,13 +308,61 @@ Table TasksTable(const v1::ListTasksResponse& response) {
   return rows;
 }
 
+Table TenantsTable(const v1::ListTenantsResponse& response) {
+  Table rows = {{"TENANT", "SESSIONS", "MEMORY", "GPU-TIME", "BY-QOS(G/B/BE)", "TASKS", "FAILED"}};
+  for (const v1::TenantUsage& t : response.tenants()) {
+    rows.push_back({t.tenant(), absl::StrCat(t.sessions()), FormatBytes(t.memory_used_bytes()),
+                    DeviceTimeCell(t.device_time_ns()), QosSplitCell(t.device_time_by_qos()),
+                    absl::StrCat(t.tasks_finished()), absl::StrCat(t.tasks_failed())});
+  }
+  return rows;
+}
+
 void KeepBusiest(const v1::ListSessionsResponse& sessions, int count, TopSnapshot* snapshot) {
+  snapshot->session_device_time_ns.clear();
+  for (const v1::SessionInfo& s : sessions.sessions()) {
+    snapshot->session_device_time_ns[s.session_id()] = s.device_time_ns();
+  }
   snapshot->sessions.assign(sessions.sessions().begin(), sessions.sessions().end());
   std::sort(snapshot->sessions.begin(), snapshot->sessions.end(), Busier);
   const int total = static_cast<int>(snapshot->sessions.size());
   snapshot->sessions_not_shown = std::max(0, total - count);
   snapshot->sessions.resize(std::min(total, count));
 }
+
+void AddGpuPercent(const TopSnapshot& previous, TopSnapshot* current) {
+  current->session_gpu_percent.clear();
+  current->tenant_gpu_percent.clear();
+  const int64_t wall_ns = (current->status.uptime_ms() - previous.status.uptime_ms()) * 1000000;
+  if (wall_ns <= 0) return;
+  auto percent = [&](int64_t now_ns, int64_t before_ns) {
+    return 100.0 * static_cast<double>(std::max<int64_t>(0, now_ns - before_ns)) /
+           static_cast<double>(wall_ns);
+  };
+  for (const auto& [id, ns] : current->session_device_time_ns) {
+    auto it = previous.session_device_time_ns.find(id);
+    current->session_gpu_percent[id] =
+        percent(ns, it == previous.session_device_time_ns.end() ? 0 : it->second);
+  }
+  std::map<std::string, int64_t> before;
+  for (const v1::TenantUsage& t : previous.tenants.tenants())
+    before[t.tenant()] = t.device_time_ns();
+  for (const v1::TenantUsage& t : current->tenants.tenants()) {
+    auto it = before.find(t.tenant());
+    current->tenant_gpu_percent[t.tenant()] =
+        percent(t.device_time_ns(), it == before.end() ? 0 : it->second);
+  }
+}
+
+namespace {
+
+std::optional<double> Find(const std::map<std::string, double>& map, const std::string& key) {
+  auto it = map.find(key);
+  if (it == map.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace
 
 std::string RenderTopFrame(const TopSnapshot& s) {
   std::string frame =
@@ -312,17 +377,29 @@ std::string RenderTopFrame(const TopSnapshot& s) {
   }
   absl::StrAppend(&frame, RenderTable(devices), "\n",
                   RenderTable(QueuesTable(s.partitions, /*with_usage=*/true)), "\n");
+  if (s.has_tenants && !s.tenants.tenants().empty()) {
+    Table tenants = {
+        {"TENANT", "SESSIONS", "MEMORY", "GPU-TIME", "BY-QOS(G/B/BE)", "GPU%", "TASKS"}};
+    for (const v1::TenantUsage& t : s.tenants.tenants()) {
+      tenants.push_back({t.tenant(), absl::StrCat(t.sessions()), FormatBytes(t.memory_used_bytes()),
+                         DeviceTimeCell(t.device_time_ns()), QosSplitCell(t.device_time_by_qos()),
+                         PercentCell(Find(s.tenant_gpu_percent, t.tenant())),
+                         absl::StrCat(t.tasks_finished())});
+    }
+    absl::StrAppend(&frame, RenderTable(tenants), "\n");
+  }
   if (s.sessions.empty()) {
     frame += "No sessions.\n";
     return frame;
   }
-  Table sessions = {
-      {"SESSION", "TENANT", "PARTITION", "QOS", "ARRAYS", "MEMORY", "SPILLED", "AGE"}};
+  Table sessions = {{"SESSION", "TENANT", "PARTITION", "QOS", "ARRAYS", "MEMORY", "SPILLED",
+                     "GPU-TIME", "GPU%", "AGE"}};
   for (const v1::SessionInfo& session : s.sessions) {
-    sessions.push_back({session.session_id(), session.tenant(), session.partition(),
-                        QosName(session.qos_class()), absl::StrCat(session.arrays()),
-                        FormatBytes(session.memory_bytes()), FormatBytes(session.spilled_bytes()),
-                        Age(session.age_ms())});
+    sessions.push_back(
+        {session.session_id(), session.tenant(), session.partition(), QosName(session.qos_class()),
+         absl::StrCat(session.arrays()), FormatBytes(session.memory_bytes()),
+         FormatBytes(session.spilled_bytes()), DeviceTimeCell(session.device_time_ns()),
+         PercentCell(Find(s.session_gpu_percent, session.session_id())), Age(session.age_ms())});
   }
   frame += RenderTable(sessions);
   if (s.sessions_not_shown > 0) {
@@ -336,13 +413,25 @@ absl::StatusOr<std::string> TopJson(const TopSnapshot& s) {
   absl::StatusOr<std::string> devices = JsonArray(s.devices.devices());
   absl::StatusOr<std::string> partitions = JsonArray(s.partitions.partitions());
   absl::StatusOr<std::string> sessions = JsonArray(s.sessions);
-  for (const auto* part : {&status, &devices, &partitions, &sessions}) {
+  absl::StatusOr<std::string> tenants = JsonArray(s.tenants.tenants());
+  // Keys are session ids and tenant names from the daemon: a Struct has protobuf escape them.
+  google::protobuf::Struct percent;
+  for (const auto& [key, map] : {std::pair{"sessions", &s.session_gpu_percent},
+                                 std::pair{"tenants", &s.tenant_gpu_percent}}) {
+    google::protobuf::Struct& part = *(*percent.mutable_fields())[key].mutable_struct_value();
+    for (const auto& [name, value] : *map) {
+      (*part.mutable_fields())[name].set_number_value(value);
+    }
+  }
+  absl::StatusOr<std::string> gpu_percent = ToJson(percent, /*pretty=*/false);
+  for (const auto* part : {&status, &devices, &partitions, &sessions, &tenants, &gpu_percent}) {
     if (!part->ok()) return part->status();
   }
   return absl::StrCat(
       "{\"time\":\"", absl::FormatTime(absl::RFC3339_sec, s.time, absl::UTCTimeZone()),
       "\",\"status\":", *status, ",\"devices\":", *devices, ",\"partitions\":", *partitions,
-      ",\"sessions\":", *sessions, ",\"sessionsNotShown\":", s.sessions_not_shown, "}");
+      ",\"sessions\":", *sessions, ",\"sessionsNotShown\":", s.sessions_not_shown,
+      ",\"tenants\":", *tenants, ",\"gpuPercent\":", *gpu_percent, "}");
 }
 
 absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message, bool pretty) {

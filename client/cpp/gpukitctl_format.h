@@ -14,6 +14,8 @@
 #define GPUKIT_CLIENT_CPP_GPUKITCTL_FORMAT_H_
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +55,12 @@ std::string QosName(v1::QosClass qos);
 std::string StateName(v1::TaskState state);
 // "64MiB/0.25": memory and compute of a request or limit; "-" for what is not set.
 std::string ResourcesCell(const v1::ResourceList& list);
+// Device time in nanoseconds as ShortDuration writes it: "850us", "12.5ms", "3.2s".
+std::string DeviceTimeCell(int64_t ns);
+// Guaranteed/Burstable/BestEffort device time: "1.2s/0us/3.5ms".
+std::string QosSplitCell(const v1::DeviceTimeByQos& by_qos);
+// "37.5%"; "-" when there is no value (the first refresh of `top`).
+std::string PercentCell(std::optional<double> percent);
 // {"REASON_QUEUE_FULL": 3, ...} -> "QUEUE_FULL=3,..." ordered by name; "-" when empty.
 std::string RejectedCell(const google::protobuf::Map<std::string, int64_t>& rejected);
 
@@ -61,14 +69,18 @@ Table DevicesTable(const v1::ListDevicesResponse& response);
 // Under the devices table: each device's last executor fault in full (which work, whose,
 // the error) and the tenants held back for faulting again and again; escaped for a terminal.
 std::vector<std::string> DeviceFaultLines(const v1::ListDevicesResponse& response);
-// SESSION TENANT PARTITION CLIENT PID QOS ARRAYS REQUESTS LIMITS MEMORY SPILLED AGE LEASE-LEFT
+// SESSION TENANT PARTITION CLIENT PID QOS ARRAYS REQUESTS LIMITS MEMORY SPILLED GPU-TIME AGE
+// LEASE-LEFT
 Table SessionsTable(const v1::ListSessionsResponse& response);
 // NAME DEVICE MEMORY(used/quota) COMPUTE(requested/share) BANDWIDTH SESSIONS QUEUED RUNNING
-// SPILL; SESSIONS is "open/max" when the partition has a max.
+// SPILL GPU-TIME BY-QOS(G/B/BE); SESSIONS is "open/max" when the partition has a max.
 Table PartitionsTable(const v1::ListPartitionsResponse& response);
 // PARTITION QUEUED RUNNING ADMITTED SUCCEEDED FAILED REJECTED; `with_usage` adds DEVICE,
-// MEMORY(used/quota), COMPUTE(requested/share) and SESSIONS after PARTITION (for `top`).
+// MEMORY(used/quota), COMPUTE(requested/share), SESSIONS and GPU-TIME after PARTITION (for
+// `top`).
 Table QueuesTable(const v1::ListPartitionsResponse& response, bool with_usage);
+// TENANT SESSIONS MEMORY GPU-TIME BY-QOS(G/B/BE) TASKS FAILED
+Table TenantsTable(const v1::ListTenantsResponse& response);
 // ID PARTITION SESSION QOS KIND NAME PRIO STATE WAIT RUN DEVICE-TIME; RUN and DEVICE-TIME
 // are "-" for a task that has not run.
 Table TasksTable(const v1::ListTasksResponse& response);
@@ -83,16 +95,34 @@ struct TopSnapshot {
   // busiest first, and how many others there are.
   std::vector<v1::SessionInfo> sessions;
   int sessions_not_shown = 0;
+  // Every tenant (ListTenants); has_tenants is false when the daemon does not offer it.
+  v1::ListTenantsResponse tenants;
+  bool has_tenants = false;
+  // Device time of every session, shown or not, by id: the next refresh's GPU% needs it.
+  std::map<std::string, int64_t> session_device_time_ns;
+  // GPU time over the last refresh interval as a percentage of its wall time, by session id
+  // and by tenant (AddGpuPercent); empty on the first refresh. Device times of tasks on
+  // different streams overlap, so it can exceed 100%.
+  std::map<std::string, double> session_gpu_percent;
+  std::map<std::string, double> tenant_gpu_percent;
 };
 
-// Fills snapshot->sessions with at most `count` of `sessions`, the busiest.
+// Fills snapshot->sessions with at most `count` of `sessions`, the busiest, and
+// snapshot->session_device_time_ns with all of them.
 void KeepBusiest(const v1::ListSessionsResponse& sessions, int count, TopSnapshot* snapshot);
-// A header line, then the devices, partitions (with queues) and sessions tables; every
-// string from the daemon goes through EscapeForTerminal.
+// Fills current->session_gpu_percent and tenant_gpu_percent: the device time each session
+// and tenant gained since `previous`, over the daemon's uptime between the two (its own
+// clock, so the RPCs' latency does not count). A session or tenant that `previous` did not
+// have gained all its time in between. Nothing when no uptime passed.
+void AddGpuPercent(const TopSnapshot& previous, TopSnapshot* current);
+// A header line, then the devices, partitions (with queues), tenants (with GPU%) and
+// sessions (with GPU time and GPU%) tables; every string from the daemon goes through
+// EscapeForTerminal.
 std::string RenderTopFrame(const TopSnapshot& snapshot);
 // One line: {"time": RFC 3339, "status": StatusResponse, "devices": [DeviceInfo],
-// "partitions": [PartitionStatus], "sessions": [SessionInfo], "sessionsNotShown": N}, each
-// message in its proto3 JSON form.
+// "partitions": [PartitionStatus], "sessions": [SessionInfo], "sessionsNotShown": N,
+// "tenants": [TenantUsage], "gpuPercent": {"sessions": {id: %}, "tenants": {name: %}}},
+// each message in its proto3 JSON form.
 absl::StatusOr<std::string> TopJson(const TopSnapshot& snapshot);
 
 // The message's proto3 JSON, default values included; `pretty` adds newlines and indents.

@@ -260,8 +260,9 @@ absl::StatusOr<SessionGrant> Core::OpenSession(OpenSessionParams params) {
     // (see core.h), so the session either is refused or is registered when the partition's
     // sessions are closed.
     absl::MutexLock lock(&partitions_mu_);
-    GPUKIT_ASSIGN_OR_RETURN(SessionAdmission admission,
-                            scheduler_->AdmitSession(id, params.partition, params.resources));
+    GPUKIT_ASSIGN_OR_RETURN(
+        SessionAdmission admission,
+        scheduler_->AdmitSession(id, params.partition, params.resources, params.tenant));
     absl::StatusOr<StreamLease> stream = streams_.Acquire(
         admission.partition, *devices_[admission.device_index].device, admission.qos);
     if (!stream.ok()) {
@@ -727,10 +728,14 @@ std::vector<SessionSummary> Core::ListSessions() const {
     summary.device_index = s->admission().device_index;
     summary.qos = s->admission().qos;
     summary.resources = s->admission().resources;
+    summary.device_time = usage.device_time;
+    summary.tasks_finished = usage.tasks_finished;
     list.push_back(std::move(summary));
   }
   return list;
 }
+
+std::vector<TenantUsage> Core::ListTenants() const { return scheduler_->ListTenants(); }
 
 std::vector<DeviceSummary> Core::ListDevices() const {
   std::vector<DeviceSummary> list;

@@ -6,7 +6,8 @@
 // submit a task to the scheduler and wait for admission, reserve memory for the result
 // (reclaiming BestEffort and over-request memory by spilling when the partition allows),
 // run it on the session's stream between two events, charge the device time the events
-// measured to the partition's pacing, and register the result with the session. Custom
+// measured to the partition's pacing and account it to the session, partition, QoS class
+// and tenant (ListSessions, ListTenants), and register the result with the session. Custom
 // kernels take the same way: CompileKernel compiles client source with the JIT compiler
 // (no task: it uses no device) into a kernel the session owns, and LaunchKernel runs one
 // of its entries as a task of kind kernel on the session's pinned arrays.
@@ -184,6 +185,9 @@ struct SessionSummary {
   int device_index = 0;
   QosClass qos = QosClass::kBestEffort;
   ResourceSpec resources;
+  // Device time of its finished tasks (events around each), and how many finished.
+  absl::Duration device_time;
+  int64_t tasks_finished = 0;
 };
 
 struct DeviceSummary {
@@ -351,6 +355,10 @@ class Core {
 
   // Admin.
   std::vector<SessionSummary> ListSessions() const;
+  // Every tenant that has opened a session since gpukitd started, by name: sessions open,
+  // memory reserved, device time (total and by QoS class) and tasks finished
+  // (Scheduler::ListTenants). O(tenants).
+  std::vector<TenantUsage> ListTenants() const;
   std::vector<DeviceSummary> ListDevices() const;
   int session_count() const { return sessions_.count(); }
   int64_t array_count() const;

@@ -20,9 +20,12 @@ struct SessionAccount {
   int device_index = 0;
   QosClass qos = QosClass::kBestEffort;
   ResourceSpec resources;
+  std::shared_ptr<TenantUsage> tenant;  // its fields are guarded by the scheduler's mutex
   // Guarded by the scheduler's mutex.
   int64_t used_bytes = 0;
   bool ended = false;
+  absl::Duration device_time;
+  int64_t tasks_finished = 0;
 };
 
 struct Task {
@@ -54,6 +57,7 @@ struct PartitionState {
   int64_t succeeded_total = 0;
   int64_t failed_total = 0;
   absl::Duration device_time_total;
+  DeviceTimeByQos device_time_by_qos{};
   std::array<int64_t, kRejectReasonCount> rejected{};
 };
 
@@ -105,6 +109,7 @@ void Scheduler::ReturnMemory(SessionAccount& account, int64_t bytes) {
   absl::MutexLock lock(&mu_);
   account.used_bytes -= bytes;
   account.partition->memory_used_bytes -= bytes;
+  account.tenant->memory_used_bytes -= bytes;
   devices_[account.device_index].used_bytes -= bytes;
 }
 
@@ -238,6 +243,7 @@ std::vector<PartitionStatus> Scheduler::ListPartitions() const {
     s.succeeded_total = p->succeeded_total;
     s.failed_total = p->failed_total;
     s.device_time_total = p->device_time_total;
+    s.device_time_by_qos = p->device_time_by_qos;
     s.rejected = p->rejected;
     s.pacing_balance = absl::Nanoseconds(p->share.BalanceNs(now));
     list.push_back(std::move(s));
@@ -265,7 +271,8 @@ void Scheduler::CountLocked(PartitionState& p, RejectReason reason) {
 
 absl::StatusOr<SessionAdmission> Scheduler::AdmitSession(absl::string_view session_id,
                                                          absl::string_view partition,
-                                                         const ResourceSpec& requested) {
+                                                         const ResourceSpec& requested,
+                                                         absl::string_view tenant) {
   GPUKIT_RETURN_IF_ERROR(ValidateResourceSpec(requested));
   absl::MutexLock lock(&mu_);
   const absl::string_view name = partition.empty() ? kDefaultPartition : partition;
@@ -302,6 +309,16 @@ absl::StatusOr<SessionAdmission> Scheduler::AdmitSession(absl::string_view sessi
   account->device_index = p.spec.device_index;
   account->qos = DeriveQos(resources);
   account->resources = resources;
+  if (!tenants_.contains(tenant) && tenants_.size() >= static_cast<size_t>(kMaxTenants)) {
+    FoldIdleTenantLocked();
+  }
+  std::shared_ptr<TenantUsage>& tenant_usage = tenants_[tenant];
+  if (tenant_usage == nullptr) {
+    tenant_usage = std::make_shared<TenantUsage>();
+    tenant_usage->tenant = std::string(tenant);
+  }
+  ++tenant_usage->sessions;
+  account->tenant = tenant_usage;
   p.sessions.insert(account->id);
   p.memory_requested_bytes += resources.memory_request_bytes.value_or(0);
   p.compute_requested += resources.compute_request.value_or(0);
@@ -314,6 +331,7 @@ void Scheduler::EndSession(const SessionTicket& ticket) {
   if (ticket->ended) return;
   ticket->ended = true;
   --sessions_;
+  --ticket->tenant->sessions;
   PartitionState& p = *ticket->partition;
   p.sessions.erase(ticket->id);
   p.memory_requested_bytes -= ticket->resources.memory_request_bytes.value_or(0);
@@ -335,8 +353,53 @@ void Scheduler::EndSession(const SessionTicket& ticket) {
 
 SessionUsage Scheduler::Usage(const SessionTicket& ticket) const {
   absl::MutexLock lock(&mu_);
-  return {ticket->partition->spec.name, ticket->qos, ticket->resources, ticket->used_bytes,
-          ticket->ended};
+  SessionUsage usage;
+  usage.partition = ticket->partition->spec.name;
+  usage.qos = ticket->qos;
+  usage.resources = ticket->resources;
+  usage.memory_used_bytes = ticket->used_bytes;
+  usage.ended = ticket->ended;
+  usage.tenant = ticket->tenant->tenant;
+  usage.device_time = ticket->device_time;
+  usage.tasks_finished = ticket->tasks_finished;
+  return usage;
+}
+
+void Scheduler::FoldIdleTenantLocked() {
+  // Idle: no session account refers to it any more (open, or ended but still held by a task
+  // or a reservation), so nothing can charge it after the fold. The one with the least
+  // device time goes: what it folds into is the least informative.
+  auto victim = tenants_.end();
+  for (auto it = tenants_.begin(); it != tenants_.end(); ++it) {
+    if (it->first == kFoldedTenants || it->second.use_count() > 1) continue;
+    if (victim == tenants_.end() ||
+        it->second->device_time_total < victim->second->device_time_total) {
+      victim = it;
+    }
+  }
+  if (victim == tenants_.end()) return;  // every tenant is in use: keep them all
+  const TenantUsage gone = *victim->second;
+  tenants_.erase(victim);
+  std::shared_ptr<TenantUsage>& folded = tenants_[kFoldedTenants];
+  if (folded == nullptr) {
+    folded = std::make_shared<TenantUsage>();
+    folded->tenant = std::string(kFoldedTenants);
+  }
+  folded->device_time_total += gone.device_time_total;
+  for (int i = 0; i < kQosClassCount; ++i)
+    folded->device_time_by_qos[i] += gone.device_time_by_qos[i];
+  folded->tasks_finished += gone.tasks_finished;
+  folded->tasks_failed += gone.tasks_failed;
+}
+
+std::vector<TenantUsage> Scheduler::ListTenants() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<TenantUsage> list;
+  list.reserve(tenants_.size());
+  for (const auto& [name, usage] : tenants_) list.push_back(*usage);
+  std::sort(list.begin(), list.end(),
+            [](const TenantUsage& a, const TenantUsage& b) { return a.tenant < b.tenant; });
+  return list;
 }
 
 bool Scheduler::SpillEnabled(absl::string_view partition) const {
@@ -387,6 +450,7 @@ absl::StatusOr<MemoryReservation> Scheduler::ReserveMemory(const SessionTicket& 
   }
   account.used_bytes += bytes;
   p.memory_used_bytes += bytes;
+  account.tenant->memory_used_bytes += bytes;
   device.used_bytes += bytes;
   return MemoryReservation(this, ticket, bytes);
 }
@@ -654,11 +718,26 @@ void Scheduler::Finish(const TaskRef& task, const absl::Status& result,
   p.cap.BalanceNs(now);
   p.share.Charge(device_time);
   p.cap.Charge(device_time);
-  p.device_time_total += device_time;
+  AccountFinishLocked(*task, device_time, !result.ok());
   task->info.device_time = device_time;
   EndTaskLocked(*task, result.ok() ? TaskState::kSucceeded : TaskState::kFailed, now,
                 result.ok() ? absl::string_view() : result.message());
   PumpLocked(now);
+}
+
+void Scheduler::AccountFinishLocked(Task& task, absl::Duration device_time, bool failed) {
+  const int qos = static_cast<int>(task.info.qos);
+  PartitionState& p = *task.partition;
+  p.device_time_total += device_time;
+  p.device_time_by_qos[qos] += device_time;
+  SessionAccount& session = *task.session;
+  session.device_time += device_time;
+  ++session.tasks_finished;
+  TenantUsage& tenant = *session.tenant;
+  tenant.device_time_total += device_time;
+  tenant.device_time_by_qos[qos] += device_time;
+  ++tenant.tasks_finished;
+  if (failed) ++tenant.tasks_failed;
 }
 
 absl::Status TaskNotFoundError(uint64_t task_id) {

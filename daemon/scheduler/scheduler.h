@@ -121,12 +121,44 @@ struct ReclaimPlan {
   Requester requester;
 };
 
+// Device time split by QoS class, indexed by static_cast<int>(QosClass).
+using DeviceTimeByQos = std::array<absl::Duration, kQosClassCount>;
+
+// GPU-time accounting. Finish charges each finished task's measured device time (the time
+// between its two events on its stream) at once to its session, its partition (under the
+// task's QoS class) and its session's tenant. These are sums of per-task times: tasks on
+// different streams overlap on the device, so the time charged over an interval can exceed
+// the interval's wall time. Totals only grow: a tenant's stay after its sessions end, and a
+// partition's while the partition exists.
 struct SessionUsage {
   std::string partition;
   QosClass qos = QosClass::kBestEffort;
   ResourceSpec resources;
   int64_t memory_used_bytes = 0;
   bool ended = false;
+  std::string tenant;
+  // Device time of the session's finished tasks, and how many finished (Succeeded or
+  // Failed; a cancelled or expired task never ran).
+  absl::Duration device_time;
+  int64_t tasks_finished = 0;
+};
+
+// A tenant as the scheduler accounts for it, since the scheduler was created. Tenant names
+// come from clients, so the scheduler keeps about kMaxTenants of them: past that, a new
+// tenant makes room by folding an idle tenant (no session account refers to it: none open,
+// and none held by a reservation or a task in the history) with the least device time into
+// the entry kFoldedTenants, so sums over tenants still add up. When every tenant is in use,
+// none is folded. A real tenant name cannot be kFoldedTenants (names are [A-Za-z0-9._-]).
+inline constexpr int kMaxTenants = 4096;
+inline constexpr absl::string_view kFoldedTenants = "(folded)";
+struct TenantUsage {
+  std::string tenant;
+  int sessions = 0;               // open now
+  int64_t memory_used_bytes = 0;  // reserved by its sessions now
+  absl::Duration device_time_total;
+  DeviceTimeByQos device_time_by_qos{};  // by the QoS class of the session that ran the task
+  int64_t tasks_finished = 0;            // Succeeded or Failed
+  int64_t tasks_failed = 0;
 };
 
 struct PartitionStatus {
@@ -141,6 +173,7 @@ struct PartitionStatus {
   int64_t succeeded_total = 0;
   int64_t failed_total = 0;
   absl::Duration device_time_total;
+  DeviceTimeByQos device_time_by_qos{};  // sums to device_time_total
   // Refusals and ends by reason (QUEUE_FULL, DEADLINE_EXCEEDED, CANCELLED, quota ...),
   // indexed by RejectReason.
   std::array<int64_t, kRejectReasonCount> rejected{};
@@ -177,16 +210,25 @@ class Scheduler {
 
   // --- Sessions -----------------------------------------------------------------------
   // Admits a session into `partition` (empty: "default") with `requested` resources (none:
-  // the partition's session defaults). NOT_FOUND for an unknown partition,
+  // the partition's session defaults), acting for `tenant`, whose usage (ListTenants) it
+  // counts in; the scheduler does not check the name (the session layer does) and an
+  // empty one is accounted as the tenant "". NOT_FOUND for an unknown partition,
   // INVALID_ARGUMENT for bad resources, RESOURCE_EXHAUSTED (kTooManySessions,
   // kPartitionQuotaExceeded) when they do not fit.
   absl::StatusOr<SessionAdmission> AdmitSession(absl::string_view session_id,
                                                 absl::string_view partition,
-                                                const ResourceSpec& requested);
+                                                const ResourceSpec& requested,
+                                                absl::string_view tenant = {});
   // The session is gone: its waiting tasks are cancelled and its requests leave the
   // partition. Its memory returns as its reservations are released.
   void EndSession(const SessionTicket& ticket);
+  // The session's usage; it stays readable (and its device time keeps counting the tasks
+  // that were running) after EndSession.
   SessionUsage Usage(const SessionTicket& ticket) const;
+  // Every tenant that has had a session since the scheduler was created (but those folded
+  // into kFoldedTenants), by name, with its usage (see "GPU-time accounting" above).
+  // O(tenants); allocates the list.
+  std::vector<TenantUsage> ListTenants() const;
   bool SpillEnabled(absl::string_view partition) const;
   int session_count() const;
 
@@ -220,7 +262,9 @@ class Scheduler {
   // Admitted -> Running. CANCELLED if the task was cancelled after admission.
   absl::Status Start(const TaskRef& task);
   // Admitted or Running -> Succeeded (ok) or Failed; charges `device_time` to the
-  // partition's pacing. Does nothing for a task that already ended.
+  // partition's pacing and accounts it to the task's session, partition (by QoS class) and
+  // tenant, failed or not: a failed task used the device too. Does nothing for a task that
+  // already ended.
   void Finish(const TaskRef& task, const absl::Status& result, absl::Duration device_time);
   // Cancels a waiting or admitted task. NOT_FOUND (unknown or finished),
   // FAILED_PRECONDITION for a running task (device work cannot be stopped midway).
@@ -263,6 +307,11 @@ class Scheduler {
   void EndTaskLocked(Task& task, TaskState state, absl::Time now, absl::string_view error)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountLocked(PartitionState& p, RejectReason reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes room in tenants_ (see kMaxTenants). O(tenants).
+  void FoldIdleTenantLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // GPU-time accounting of a task that Finish ends: session, partition and tenant.
+  void AccountFinishLocked(Task& task, absl::Duration device_time, bool failed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReturnMemory(SessionAccount& account, int64_t bytes);
 
   const Clock& clock_;
@@ -276,6 +325,9 @@ class Scheduler {
   absl::flat_hash_map<uint64_t, TaskRef> live_ ABSL_GUARDED_BY(mu_);
   std::set<std::pair<absl::Time, uint64_t>> deadlines_ ABSL_GUARDED_BY(mu_);
   std::deque<TaskRef> history_ ABSL_GUARDED_BY(mu_);  // ended tasks, oldest first
+  // Every tenant seen, never removed (a tenant's totals outlive its sessions); sessions
+  // point at theirs.
+  absl::flat_hash_map<std::string, std::shared_ptr<TenantUsage>> tenants_ ABSL_GUARDED_BY(mu_);
 };
 
 // NOT_FOUND "task N is not waiting or running (unknown or finished)": Cancel's answer for a

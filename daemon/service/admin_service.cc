@@ -1,3 +1,7 @@
+#include <optional>
+#include <string>
+
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/service/convert.h"
 #include "daemon/service/services.h"
@@ -76,6 +80,8 @@ grpc::Status AdminServiceImpl::ListSessions(grpc::ServerContext* context,
     ToProto(s.resources, info->mutable_resources());
     info->set_device_index(s.device_index);
     info->set_spilled_bytes(s.spilled_bytes);
+    info->set_device_time_ns(absl::ToInt64Nanoseconds(s.device_time));
+    info->set_tasks_finished(s.tasks_finished);
     info->set_owner_network(s.owner.network());
     if (s.owner.local()) {
       info->set_owner_uid(s.owner.uid);
@@ -154,6 +160,26 @@ grpc::Status AdminServiceImpl::ListPartitions(grpc::ServerContext* /*context*/,
                                               v1::ListPartitionsResponse* response) {
   for (const PartitionStatus& status : core_.scheduler().ListPartitions()) {
     ToProto(status, response->add_partitions());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminServiceImpl::ListTenants(grpc::ServerContext* context,
+                                           const v1::ListTenantsRequest* /*request*/,
+                                           v1::ListTenantsResponse* response) {
+  const Principal caller = guard_.Caller(*context);
+  // As for tasks: an admin sees every tenant, another caller the tenants of the open
+  // sessions ListSessions shows it.
+  std::optional<absl::flat_hash_set<std::string>> visible;
+  if (!guard_.policy().IsAdmin(caller)) {
+    visible.emplace();
+    for (const SessionSummary& s : core_.ListSessions()) {
+      if (guard_.MaySee(caller, s.owner)) visible->insert(s.tenant);
+    }
+  }
+  for (const TenantUsage& usage : core_.ListTenants()) {
+    if (visible.has_value() && !visible->contains(usage.tenant)) continue;
+    ToProto(usage, response->add_tenants());
   }
   return grpc::Status::OK;
 }

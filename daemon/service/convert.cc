@@ -165,6 +165,26 @@ void ToProto(const PartitionStatus& status, v1::PartitionStatus* out) {
     }
   }
   out->set_pacing_balance_ns(absl::ToInt64Nanoseconds(status.pacing_balance));
+  ToProto(status.device_time_by_qos, out->mutable_device_time_by_qos());
+}
+
+void ToProto(const DeviceTimeByQos& device_time, v1::DeviceTimeByQos* out) {
+  auto ns = [&](QosClass qos) {
+    return absl::ToInt64Nanoseconds(device_time[static_cast<int>(qos)]);
+  };
+  out->set_guaranteed_ns(ns(QosClass::kGuaranteed));
+  out->set_burstable_ns(ns(QosClass::kBurstable));
+  out->set_best_effort_ns(ns(QosClass::kBestEffort));
+}
+
+void ToProto(const TenantUsage& usage, v1::TenantUsage* out) {
+  out->set_tenant(usage.tenant);
+  out->set_sessions(usage.sessions);
+  out->set_memory_used_bytes(usage.memory_used_bytes);
+  out->set_device_time_ns(absl::ToInt64Nanoseconds(usage.device_time_total));
+  ToProto(usage.device_time_by_qos, out->mutable_device_time_by_qos());
+  out->set_tasks_finished(usage.tasks_finished);
+  out->set_tasks_failed(usage.tasks_failed);
 }
 
 v1::TaskState ToProto(TaskState state) {

@@ -35,6 +35,8 @@ v1::QosClass ToProto(QosClass qos);
 absl::StatusOr<PartitionSpec> FromProto(const v1::Partition& partition);
 void ToProto(const PartitionSpec& spec, v1::Partition* out);
 void ToProto(const PartitionStatus& status, v1::PartitionStatus* out);
+void ToProto(const DeviceTimeByQos& device_time, v1::DeviceTimeByQos* out);
+void ToProto(const TenantUsage& usage, v1::TenantUsage* out);
 void ToProto(const TaskInfo& task, absl::Time now, v1::TaskInfo* out);
 v1::TaskState ToProto(TaskState state);
 absl::StatusOr<std::optional<TaskState>> FromProto(v1::TaskState state);

@@ -144,6 +144,8 @@ class AdminServiceImpl final : public v1::AdminService::Service {
                          v1::ListTasksResponse* response) override;
   grpc::Status CancelTask(grpc::ServerContext* context, const v1::CancelTaskRequest* request,
                           v1::CancelTaskResponse* response) override;
+  grpc::Status ListTenants(grpc::ServerContext* context, const v1::ListTenantsRequest* request,
+                           v1::ListTenantsResponse* response) override;
 
  private:
   // Whether ListTasks shows `task` to a caller who is not an admin.

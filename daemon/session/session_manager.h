@@ -15,7 +15,8 @@
 //   SessionManager sessions(clock, options, scheduler);
 //   GPUKIT_RETURN_IF_ERROR(ValidateOpenSessionParams(params));
 //   GPUKIT_ASSIGN_OR_RETURN(SessionAdmission admission,
-//                           scheduler.AdmitSession(id, params.partition, params.resources));
+//                           scheduler.AdmitSession(id, params.partition, params.resources,
+//                                                  params.tenant));
 //   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, sessions.Open(id, params, admission));
 //   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> again, sessions.Touch(s->id()));
 //   sessions.ExpireLeases();  // called periodically by the daemon, directly by tests

@@ -9,7 +9,8 @@
 //       Upload gets its header and a chunk. Close goes last. Prints
 //       "RESULT <method> <code> <message>" for each. Then opens a session of its own and
 //       prints "OWN <id>", "LISTED <id>" for each session ListSessions shows it, and
-//       "TASK <session id>" for each task ListTasks shows it.
+//       "TASK <session id>" for each task ListTasks shows it, "TENANT <name>" for each tenant
+//       ListTenants shows it.
 //   foreign_client --addr ADDR --as-uid 65534 --mode open
 //       Opens a session (60 s lease) with a float32 array of 4 and prints
 //       "OPENED <session> <array>".
@@ -202,6 +203,13 @@ int Attack(const std::shared_ptr<grpc::Channel>& channel, const Flags& victim) {
   status = admin->ListTasks(&tasks_context, {}, &tasks);
   if (!status.ok()) return Fail("ListTasks: " + status.error_message());
   for (const auto& task : tasks.tasks()) std::cout << "TASK " << task.session_id() << "\n";
+
+  gpukit::v1::ListTenantsResponse tenants;
+  grpc::ClientContext tenants_context;
+  tenants_context.set_deadline(Deadline());
+  status = admin->ListTenants(&tenants_context, {}, &tenants);
+  if (!status.ok()) return Fail("ListTenants: " + status.error_message());
+  for (const auto& tenant : tenants.tenants()) std::cout << "TENANT " << tenant.tenant() << "\n";
   return 0;
 }
 

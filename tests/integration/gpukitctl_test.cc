@@ -189,8 +189,8 @@ TEST_F(GpukitctlTest, DevicesPrintsTheCpuDeviceWithMemoryInUseAsTableAndJson) {
                                            "MEMORY-TOTAL", "EXECUTOR", "RESTARTS", "LAST-FAULT"));
   EXPECT_THAT(lines[1], StartsWith("0 "));
   EXPECT_THAT(lines[1], HasSubstr("CPU simulation device"));
-  EXPECT_THAT(lines[1], HasSubstr("4 KiB"));  // memory used
-  EXPECT_THAT(lines[1], HasSubstr("4 GiB"));  // memory total
+  EXPECT_THAT(lines[1], HasSubstr("4 KiB"));           // memory used
+  EXPECT_THAT(lines[1], HasSubstr("4 GiB"));           // memory total
   EXPECT_THAT(lines[1], ContainsRegex("pid [0-9]+"));  // the device executor
 
   v1::ListDevicesResponse devices;
@@ -212,11 +212,11 @@ TEST_F(GpukitctlTest, SessionsPrintsTheLiveClientsTenantAsTableAndJson) {
   ASSERT_EQ(table.exit_code, 0) << table.stderr_text;
   const std::vector<std::string> lines = Lines(table.stdout_text);
   ASSERT_EQ(lines.size(), 2u) << table.stdout_text;
-  EXPECT_THAT(Words(lines[0]),
-              ElementsAre("SESSION", "TENANT", "PARTITION", "CLIENT", "PID", "QOS", "ARRAYS",
-                          "REQUESTS", "LIMITS", "MEMORY", "SPILLED", "AGE", "LEASE-LEFT"));
+  EXPECT_THAT(Words(lines[0]), ElementsAre("SESSION", "TENANT", "PARTITION", "CLIENT", "PID", "QOS",
+                                           "ARRAYS", "REQUESTS", "LIMITS", "MEMORY", "SPILLED",
+                                           "GPU-TIME", "AGE", "LEASE-LEFT"));
   const std::vector<std::string> row = Cells(lines[1]);
-  ASSERT_EQ(row.size(), 13u) << lines[1];
+  ASSERT_EQ(row.size(), 14u) << lines[1];
   EXPECT_EQ(row[0], client_->session_id());
   EXPECT_EQ(row[1], "ctl-tenant");
   EXPECT_EQ(row[2], "default");
@@ -228,6 +228,7 @@ TEST_F(GpukitctlTest, SessionsPrintsTheLiveClientsTenantAsTableAndJson) {
   EXPECT_EQ(row[8], "-");           // limits
   EXPECT_EQ(row[9], "4 KiB");       // memory
   EXPECT_EQ(row[10], "0 B");        // spilled
+  EXPECT_EQ(row[11], "0us");        // GPU time: creating an array runs nothing
 
   v1::ListSessionsResponse sessions;
   ASSERT_NO_FATAL_FAILURE(CtlJson("sessions", &sessions));
@@ -241,6 +242,8 @@ TEST_F(GpukitctlTest, SessionsPrintsTheLiveClientsTenantAsTableAndJson) {
   EXPECT_EQ(session.client_library_version(), "gpukit-cpp/" GPUKIT_VERSION_STRING);
   EXPECT_EQ(session.arrays(), 1);
   EXPECT_EQ(session.memory_bytes(), 4096);
+  EXPECT_EQ(session.device_time_ns(), 0);
+  EXPECT_EQ(session.tasks_finished(), 0);
 }
 
 TEST_F(GpukitctlTest, SessionsWithoutClientsSaysSoAndPrintsAnEmptyList) {
@@ -317,13 +320,14 @@ TEST_F(GpukitctlTest, PartitionCreateListUpdateDeleteRoundTrip) {
   ASSERT_EQ(table.exit_code, 0) << table.stderr_text;
   const std::vector<std::string> lines = Lines(table.stdout_text);
   ASSERT_EQ(lines.size(), 3u) << table.stdout_text;
-  EXPECT_THAT(Cells(lines[0]),
-              ElementsAre("NAME", "DEVICE", "MEMORY(used/quota)", "COMPUTE(requested/share)",
-                          "BANDWIDTH", "SESSIONS", "QUEUED", "RUNNING", "SPILL"));
-  EXPECT_THAT(Cells(lines[1]),
-              ElementsAre("batch", "0", "0B/512MiB", "0/0.25", "0.5", "0/3", "0", "0", "yes"));
-  EXPECT_THAT(Cells(lines[2]),
-              ElementsAre("default", "0", "0B/1GiB", "0/0.5", "-", "0", "0", "0", "no"));
+  EXPECT_THAT(
+      Cells(lines[0]),
+      ElementsAre("NAME", "DEVICE", "MEMORY(used/quota)", "COMPUTE(requested/share)", "BANDWIDTH",
+                  "SESSIONS", "QUEUED", "RUNNING", "SPILL", "GPU-TIME", "BY-QOS(G/B/BE)"));
+  EXPECT_THAT(Cells(lines[1]), ElementsAre("batch", "0", "0B/512MiB", "0/0.25", "0.5", "0/3", "0",
+                                           "0", "yes", "0us", "0us/0us/0us"));
+  EXPECT_THAT(Cells(lines[2]), ElementsAre("default", "0", "0B/1GiB", "0/0.5", "-", "0", "0", "0",
+                                           "no", "0us", "0us/0us/0us"));
 
   // The JSON: every setting as given.
   v1::PartitionStatus batch;
@@ -566,7 +570,7 @@ TEST_F(GpukitctlTest, SessionsShowTheQosClassAndResourcesOfEachClient) {
   ASSERT_EQ(table.exit_code, 0) << table.stderr_text;
   ASSERT_EQ(Lines(table.stdout_text).size(), 4u) << table.stdout_text;
   const std::vector<std::string> gold_row = RowOf(table.stdout_text, gold->session_id());
-  ASSERT_EQ(gold_row.size(), 13u) << table.stdout_text;
+  ASSERT_EQ(gold_row.size(), 14u) << table.stdout_text;
   EXPECT_EQ(gold_row[1], "gold-tenant");
   EXPECT_EQ(gold_row[5], "Guaranteed");
   EXPECT_EQ(gold_row[6], "1");
@@ -574,12 +578,12 @@ TEST_F(GpukitctlTest, SessionsShowTheQosClassAndResourcesOfEachClient) {
   EXPECT_EQ(gold_row[8], "64MiB/0.25");
   EXPECT_EQ(gold_row[9], "4 KiB");
   const std::vector<std::string> burst_row = RowOf(table.stdout_text, burst->session_id());
-  ASSERT_EQ(burst_row.size(), 13u) << table.stdout_text;
+  ASSERT_EQ(burst_row.size(), 14u) << table.stdout_text;
   EXPECT_EQ(burst_row[5], "Burstable");
   EXPECT_EQ(burst_row[7], "32MiB/-");
   EXPECT_EQ(burst_row[8], "32MiB/-");
   const std::vector<std::string> free_row = RowOf(table.stdout_text, free_client->session_id());
-  ASSERT_EQ(free_row.size(), 13u) << table.stdout_text;
+  ASSERT_EQ(free_row.size(), 14u) << table.stdout_text;
   EXPECT_EQ(free_row[5], "BestEffort");
   EXPECT_EQ(free_row[7], "-");
   EXPECT_EQ(free_row[8], "-");
@@ -672,6 +676,146 @@ TEST_F(GpukitctlTest, TopPrintsOneFramePerIterationAndExits) {
     EXPECT_EQ(partitions.partitions(0).partition().name(), "default");
     ASSERT_EQ(sessions.sessions_size(), 1);
     EXPECT_EQ(sessions.sessions(0).session_id(), client_->session_id());
+  }
+}
+
+// Runs a 128 x 128 matmul on `client` (and the uploads and the download around it): tasks
+// with some device time on the CPU backend.
+void RunAMatmul(Client& client) {
+  std::vector<float> values(128 * 128, 0.5f);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Array a, client.FromVector(values, {128, 128}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Array product, client.Matmul(a, a));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<float> out, product.ToVector<float>());
+  ASSERT_EQ(out.size(), values.size());
+}
+
+TEST_F(GpukitctlTest, TenantsPrintsEachTenantsGpuTimeAndKeepsItAfterItsSessionsClose) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ProgramResult none, Ctl({"tenants"}));
+  EXPECT_EQ(none.exit_code, 0);
+  EXPECT_THAT(none.stdout_text, IsEmpty());
+  EXPECT_THAT(none.stderr_text, HasSubstr("No tenants."));
+
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> busy, Connect("busy-tenant"));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> idle, Connect("idle-tenant"));
+  ASSERT_NO_FATAL_FAILURE(RunAMatmul(*busy));
+
+  v1::ListTenantsResponse tenants;
+  ASSERT_NO_FATAL_FAILURE(CtlJson("tenants", &tenants));
+  ASSERT_EQ(tenants.tenants_size(), 2);
+  const v1::TenantUsage& busy_usage = tenants.tenants(0);  // by name
+  EXPECT_EQ(busy_usage.tenant(), "busy-tenant");
+  EXPECT_EQ(busy_usage.sessions(), 1);
+  EXPECT_GT(busy_usage.device_time_ns(), 0);
+  EXPECT_EQ(busy_usage.device_time_by_qos().best_effort_ns(), busy_usage.device_time_ns());
+  EXPECT_GE(busy_usage.tasks_finished(), 3);  // upload, matmul, download
+  EXPECT_EQ(tenants.tenants(1).tenant(), "idle-tenant");
+  EXPECT_EQ(tenants.tenants(1).device_time_ns(), 0);
+
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ProgramResult table, Ctl({"tenants"}));
+  ASSERT_EQ(table.exit_code, 0) << table.stderr_text;
+  const std::vector<std::string> lines = Lines(table.stdout_text);
+  ASSERT_EQ(lines.size(), 3u) << table.stdout_text;
+  EXPECT_THAT(Cells(lines[0]), ElementsAre("TENANT", "SESSIONS", "MEMORY", "GPU-TIME",
+                                           "BY-QOS(G/B/BE)", "TASKS", "FAILED"));
+  const std::vector<std::string> busy_row = RowOf(table.stdout_text, "busy-tenant");
+  ASSERT_EQ(busy_row.size(), 7u) << table.stdout_text;
+  EXPECT_EQ(busy_row[1], "1");
+  EXPECT_NE(busy_row[3], "0us");
+  EXPECT_THAT(busy_row[4], StartsWith("0us/0us/"));  // all of it BestEffort
+  EXPECT_EQ(busy_row[5], absl::StrCat(busy_usage.tasks_finished()));
+  EXPECT_EQ(busy_row[6], "0");
+  EXPECT_THAT(RowOf(table.stdout_text, "idle-tenant"),
+              ElementsAre("idle-tenant", "1", "0 B", "0us", "0us/0us/0us", "0", "0"));
+
+  // The session's own time is the tenant's, and stays the tenant's after it closes.
+  v1::ListSessionsResponse sessions;
+  ASSERT_NO_FATAL_FAILURE(CtlJson("sessions", &sessions));
+  for (const v1::SessionInfo& session : sessions.sessions()) {
+    if (session.session_id() == busy->session_id()) {
+      EXPECT_EQ(session.device_time_ns(), busy_usage.device_time_ns());
+    }
+  }
+  GPUKIT_ASSERT_OK(busy->Close());
+  v1::ListTenantsResponse after;
+  ASSERT_NO_FATAL_FAILURE(CtlJson("tenants", &after));
+  ASSERT_EQ(after.tenants_size(), 2);
+  EXPECT_EQ(after.tenants(0).sessions(), 0);
+  EXPECT_EQ(after.tenants(0).device_time_ns(), busy_usage.device_time_ns());
+  EXPECT_EQ(after.tenants(0).tasks_finished(), busy_usage.tasks_finished());
+}
+
+TEST_F(GpukitctlTest, PartitionsSplitGpuTimeByQosAndTopShowsGpuPercentFromTheSecondFrame) {
+  ClientOptions guaranteed = ClientOptionsFor("gold-tenant");
+  guaranteed.resources.memory_limit_bytes = 64 * kMiB;
+  guaranteed.resources.compute_limit = 0.25;
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> gold, Client::Connect(guaranteed));
+  ASSERT_EQ(gold->qos_class(), "Guaranteed");
+  ASSERT_NO_FATAL_FAILURE(RunAMatmul(*gold));
+
+  v1::PartitionStatus status;
+  ASSERT_NO_FATAL_FAILURE(ListedPartition("default", &status));
+  EXPECT_GT(status.device_time_ns(), 0);
+  EXPECT_EQ(status.device_time_by_qos().guaranteed_ns(), status.device_time_ns());
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ProgramResult table, Ctl({"partitions"}));
+  ASSERT_EQ(table.exit_code, 0) << table.stderr_text;
+  const std::vector<std::string> row = RowOf(table.stdout_text, "default");
+  ASSERT_EQ(row.size(), 11u) << table.stdout_text;
+  EXPECT_NE(row[9], "0us");
+  EXPECT_EQ(row[10], absl::StrCat(row[9], "/0us/0us"));  // all of it Guaranteed
+
+  // top: a tenants table, and per session GPU time and GPU% ("-" until a second frame).
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ProgramResult top,
+                              Ctl({"top", "--iterations", "2", "--interval", "100ms"}));
+  ASSERT_EQ(top.exit_code, 0) << top.stderr_text;
+  std::vector<std::vector<std::string>> session_rows;
+  int tenant_headers = 0;
+  for (const std::string& line : Lines(top.stdout_text)) {
+    if (absl::StartsWith(line, "TENANT ")) ++tenant_headers;
+    if (absl::StartsWith(line, "SESSION ")) {
+      EXPECT_THAT(Cells(line), ElementsAre("SESSION", "TENANT", "PARTITION", "QOS", "ARRAYS",
+                                           "MEMORY", "SPILLED", "GPU-TIME", "GPU%", "AGE"));
+    }
+    if (absl::StartsWith(line, gold->session_id())) session_rows.push_back(Cells(line));
+  }
+  EXPECT_EQ(tenant_headers, 2) << top.stdout_text;
+  ASSERT_EQ(session_rows.size(), 2u) << top.stdout_text;
+  ASSERT_EQ(session_rows[0].size(), 10u);
+  ASSERT_EQ(session_rows[1].size(), 10u);
+  EXPECT_EQ(session_rows[0][7], row[9]);  // the session's GPU time is the partition's
+  EXPECT_EQ(session_rows[0][8], "-");
+  EXPECT_EQ(session_rows[1][8], "0%");  // nothing ran between the two frames
+
+  GPUKIT_ASSERT_OK_AND_ASSIGN(
+      ProgramResult json, Ctl({"-o", "json", "top", "--iterations", "2", "--interval", "100ms"}));
+  ASSERT_EQ(json.exit_code, 0) << json.stderr_text;
+  const std::vector<std::string> objects = Lines(json.stdout_text);
+  ASSERT_EQ(objects.size(), 2u) << json.stdout_text;
+  for (size_t i = 0; i < objects.size(); ++i) {
+    google::protobuf::Struct frame;
+    ASSERT_NO_FATAL_FAILURE(ParseJsonStrictly(objects[i], &frame));
+    ASSERT_TRUE(frame.fields().contains("tenants")) << objects[i];
+    google::protobuf::Struct wrapper;
+    (*wrapper.mutable_fields())["tenants"] = frame.fields().at("tenants");
+    std::string text;
+    ASSERT_TRUE(google::protobuf::util::MessageToJsonString(wrapper, &text).ok());
+    v1::ListTenantsResponse tenants;
+    ASSERT_NO_FATAL_FAILURE(ParseJsonStrictly(text, &tenants));
+    ASSERT_EQ(tenants.tenants_size(), 1);
+    EXPECT_EQ(tenants.tenants(0).tenant(), "gold-tenant");
+    EXPECT_EQ(tenants.tenants(0).device_time_ns(), status.device_time_ns());
+    ASSERT_TRUE(frame.fields().contains("gpuPercent")) << objects[i];
+    const google::protobuf::Struct& percent = frame.fields().at("gpuPercent").struct_value();
+    const auto& by_session = percent.fields().at("sessions").struct_value().fields();
+    const auto& by_tenant = percent.fields().at("tenants").struct_value().fields();
+    if (i == 0) {
+      EXPECT_TRUE(by_session.empty()) << objects[i];
+      EXPECT_TRUE(by_tenant.empty()) << objects[i];
+    } else {
+      ASSERT_TRUE(by_session.contains(gold->session_id())) << objects[i];
+      EXPECT_EQ(by_session.at(gold->session_id()).number_value(), 0);
+      ASSERT_TRUE(by_tenant.contains("gold-tenant")) << objects[i];
+      EXPECT_EQ(by_tenant.at("gold-tenant").number_value(), 0);
+    }
   }
 }
 
@@ -849,6 +993,11 @@ class HostileAdmin final : public v1::AdminService::Service {
     (*p->mutable_rejected())[kHostileName] = 1;
     return grpc::Status::OK;
   }
+  grpc::Status ListTenants(grpc::ServerContext*, const v1::ListTenantsRequest*,
+                           v1::ListTenantsResponse* response) override {
+    response->add_tenants()->set_tenant(kHostileName);
+    return grpc::Status::OK;
+  }
   grpc::Status ListTasks(grpc::ServerContext*, const v1::ListTasksRequest*,
                          v1::ListTasksResponse* response) override {
     v1::TaskInfo* t = response->add_tasks();
@@ -891,6 +1040,7 @@ TEST_F(GpukitctlTest, HostileStringsFromADaemonAreEscapedInTablesAndStayExactInJ
                                                   {"partitions"},
                                                   {"queues"},
                                                   {"tasks"},
+                                                  {"tenants"},
                                                   {"top", "--iterations", "1"}}) {
     SCOPED_TRACE(absl::StrJoin(command, " "));
     GPUKIT_ASSERT_OK_AND_ASSIGN(ProgramResult table, ctl(command));

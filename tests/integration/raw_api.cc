@@ -233,6 +233,12 @@ absl::StatusOr<v1::ListTasksResponse> RawApi::ListTasks(const v1::ListTasksReque
       [&](grpc::ClientContext* c, auto* r) { return admin_->ListTasks(c, request, r); });
 }
 
+absl::StatusOr<v1::ListTenantsResponse> RawApi::ListTenants() {
+  return Unary<v1::ListTenantsResponse>([&](grpc::ClientContext* c, auto* r) {
+    return admin_->ListTenants(c, v1::ListTenantsRequest(), r);
+  });
+}
+
 v1::UploadRequest UploadHeader(const std::string& session_id, const std::string& handle) {
   v1::UploadRequest message;
   message.mutable_header()->set_session_id(session_id);

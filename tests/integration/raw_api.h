@@ -83,6 +83,7 @@ class RawApi {
   // The status of the partition named `name`; NOT_FOUND if the daemon lists none.
   absl::StatusOr<v1::PartitionStatus> GetPartition(const std::string& name);
   absl::StatusOr<v1::ListTasksResponse> ListTasks(const v1::ListTasksRequest& request);
+  absl::StatusOr<v1::ListTenantsResponse> ListTenants();
 
  private:
   explicit RawApi(std::shared_ptr<grpc::Channel> channel);

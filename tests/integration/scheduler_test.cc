@@ -138,20 +138,21 @@ TEST_F(SchedulerTest, PartitionsTableListsTheConfiguredPartitions) {
   ASSERT_EQ(table.exit_code, 0) << table.stderr_text;
   const std::vector<std::string> lines = absl::StrSplit(table.stdout_text, '\n', absl::SkipEmpty());
   ASSERT_EQ(lines.size(), 6u) << table.stdout_text;
-  EXPECT_THAT(Cells(lines[0]),
-              ElementsAre("NAME", "DEVICE", "MEMORY(used/quota)", "COMPUTE(requested/share)",
-                          "BANDWIDTH", "SESSIONS", "QUEUED", "RUNNING", "SPILL"));
+  EXPECT_THAT(
+      Cells(lines[0]),
+      ElementsAre("NAME", "DEVICE", "MEMORY(used/quota)", "COMPUTE(requested/share)", "BANDWIDTH",
+                  "SESSIONS", "QUEUED", "RUNNING", "SPILL", "GPU-TIME", "BY-QOS(G/B/BE)"));
   // By name; default has the memory and share the others leave.
-  EXPECT_THAT(Cells(lines[1]),
-              ElementsAre("bronze", "0", "0B/64MiB", "0/0.2", "-", "0", "0", "0", "no"));
-  EXPECT_THAT(Cells(lines[2]),
-              ElementsAre("default", "0", "0B/2.4GiB", "0/0.199", "-", "0", "0", "0", "no"));
-  EXPECT_THAT(Cells(lines[3]),
-              ElementsAre("gold", "0", "0B/1GiB", "0/0.5", "-", "0", "0", "0", "no"));
-  EXPECT_THAT(Cells(lines[4]),
-              ElementsAre("narrow", "0", "0B/256MiB", "0/0.1", "-", "0", "0", "0", "no"));
-  EXPECT_THAT(Cells(lines[5]),
-              ElementsAre("slow", "0", "0B/256MiB", "0/0.001", "0.001", "0", "0", "0", "no"));
+  EXPECT_THAT(Cells(lines[1]), ElementsAre("bronze", "0", "0B/64MiB", "0/0.2", "-", "0", "0", "0",
+                                           "no", "0us", "0us/0us/0us"));
+  EXPECT_THAT(Cells(lines[2]), ElementsAre("default", "0", "0B/2.4GiB", "0/0.199", "-", "0", "0",
+                                           "0", "no", "0us", "0us/0us/0us"));
+  EXPECT_THAT(Cells(lines[3]), ElementsAre("gold", "0", "0B/1GiB", "0/0.5", "-", "0", "0", "0",
+                                           "no", "0us", "0us/0us/0us"));
+  EXPECT_THAT(Cells(lines[4]), ElementsAre("narrow", "0", "0B/256MiB", "0/0.1", "-", "0", "0", "0",
+                                           "no", "0us", "0us/0us/0us"));
+  EXPECT_THAT(Cells(lines[5]), ElementsAre("slow", "0", "0B/256MiB", "0/0.001", "0.001", "0", "0",
+                                           "0", "no", "0us", "0us/0us/0us"));
 
   // A gold session takes the partition's Guaranteed defaults, which the table counts.
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> gold, ConnectTo("gold"));
@@ -160,7 +161,8 @@ TEST_F(SchedulerTest, PartitionsTableListsTheConfiguredPartitions) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(ProgramResult after, Ctl({"partitions"}));
   ASSERT_EQ(after.exit_code, 0) << after.stderr_text;
   EXPECT_THAT(RowOf(after.stdout_text, "gold"),
-              ElementsAre("gold", "0", "4MiB/1GiB", "0.05/0.5", "-", "1", "0", "0", "no"));
+              ElementsAre("gold", "0", "4MiB/1GiB", "0.05/0.5", "-", "1", "0", "0", "no", "0us",
+                          "0us/0us/0us"));
 }
 
 TEST_F(SchedulerTest, WorkersInSeveralPartitionsAllSucceedAtOnce) {

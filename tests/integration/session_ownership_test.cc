@@ -196,6 +196,13 @@ TEST_F(SessionOwnershipTest, ForeignUidGetsNotFoundFromEveryRpcThatNamesASession
   if (out.lines.count("TASK")) {
     EXPECT_THAT(out.lines.at("TASK"), Not(Contains(session_)));
   }
+  // Of the tenants, only its own session's: root's "victim" tenant and its usage stay hidden.
+  ASSERT_TRUE(out.lines.count("TENANT"));
+  EXPECT_EQ(out.lines.at("TENANT"), std::vector<std::string>{"foreign"});
+  GPUKIT_ASSERT_OK_AND_ASSIGN(v1::ListTenantsResponse all, api().ListTenants());
+  ASSERT_EQ(all.tenants_size(), 2) << "an admin sees both";
+  EXPECT_EQ(all.tenants(0).tenant(), "foreign");
+  EXPECT_EQ(all.tenants(1).tenant(), "victim");
 
   ExpectVictimUntouched();
   // gpukitd logged the refusals with the caller's uid.
@@ -290,6 +297,8 @@ TEST_F(TcpSessionOwnershipTest, OverTcpTheIdIsTheCapabilityAndLocalSessionsAreOf
   EXPECT_TRUE(second.Describe(remote, array.handle()).ok());
   GPUKIT_ASSERT_OK_AND_ASSIGN(v1::ListSessionsResponse tcp_listed, second.ListSessions());
   EXPECT_EQ(tcp_listed.sessions_size(), 0) << "TCP callers list no sessions";
+  GPUKIT_ASSERT_OK_AND_ASSIGN(v1::ListTenantsResponse tcp_tenants, first.ListTenants());
+  EXPECT_EQ(tcp_tenants.tenants_size(), 0) << "nor tenants, not even their own session's";
 
   // Root (an admin, on the unix socket) sees and may use it, with its owner's address.
   EXPECT_TRUE(api().Describe(remote, array.handle()).ok());

@@ -139,10 +139,12 @@ TEST(GpukitctlFormatTest, EveryTableEscapesEveryCell) {
   status.set_version(kHostile);
   status.set_backend(kHostile);
   status.add_listen_addresses(kHostile);
+  v1::ListTenantsResponse tenants;
+  tenants.add_tenants()->set_tenant(kHostile);
   for (const Table& table :
        {StatusTable(status), DevicesTable(devices), SessionsTable(HostileSessions()),
         PartitionsTable(partitions), QueuesTable(partitions, true), QueuesTable(partitions, false),
-        TasksTable(tasks)}) {
+        TasksTable(tasks), TenantsTable(tenants)}) {
     const std::string out = RenderTable(table);
     EXPECT_FALSE(HasRawControl(out)) << out;
     EXPECT_THAT(out, HasSubstr("\\u001b[2J"));
@@ -162,9 +164,13 @@ TEST(GpukitctlFormatTest, TopFrameEscapesTheDaemonsStringsAndSessions) {
   snapshot.devices.add_devices()->set_name(kHostile);
   snapshot.partitions.add_partitions()->mutable_partition()->set_name(kHostile);
   KeepBusiest(HostileSessions(), 10, &snapshot);
+  snapshot.tenants.add_tenants()->set_tenant(kHostile);
+  snapshot.has_tenants = true;
   const std::string frame = RenderTopFrame(snapshot);
   EXPECT_FALSE(HasRawControl(frame)) << frame;
   EXPECT_THAT(frame, HasSubstr("gpukitd evil\\u001b[2J"));
+  // The tenants table is there, its hostile name escaped like the rest.
+  EXPECT_THAT(frame, HasSubstr("\nTENANT "));
 }
 
 TEST(GpukitctlFormatTest, JsonEscapesControlsAndReadsBackAsTheSameStrings) {
