@@ -19,7 +19,9 @@
 //       device (times are printed, never asserted);
 //   [f] green streams take every priority of the range (cuGreenCtxStreamCreate), and a
 //       stream made by cuStreamCreateWithPriority while a green context is current belongs
-//       to that green context.
+//       to that green context;
+//   [g] whether a primary-context kernel runs on the SMs of a green context that is busy
+//       (reserved or shared SMs; either outcome passes).
 //
 // The kernels are compiled by NVRTC (JitCompiler, in this process). Every green context,
 // stream, module, library and buffer is owned by a small RAII wrapper, and each test leaves
@@ -412,28 +414,31 @@ class GreenContextTest : public ::testing::Test {
   }
 
   // Enqueues record_smid (`function`: a CUfunction, or a CUkernel cast to one) over
-  // Blocks() blocks on `stream` with `context` current; the launch's own result.
+  // `blocks` blocks (Blocks() when 0) on `stream` with `context` current; the launch's own
+  // result.
   CUresult LaunchRecord(CUcontext context, CUfunction function, CUstream stream,
-                        const Buffer& smids) {
+                        const Buffer& smids, int blocks = 0, long long spin_cycles = kSpinCycles) {
     ScopedCurrent current(context);
     if (current.result() != CUDA_SUCCESS) return current.result();
     CUdeviceptr out = smids.ptr();
-    long long spin = kSpinCycles;
+    long long spin = spin_cycles;
     void* params[] = {&out, &spin};
-    return Cu().cuLaunchKernel(function, Blocks(), 1, 1, kThreadsPerBlock, 1, 1, 0, stream, params,
-                               nullptr);
+    return Cu().cuLaunchKernel(function, blocks > 0 ? blocks : Blocks(), 1, 1, kThreadsPerBlock, 1,
+                               1, 0, stream, params, nullptr);
   }
 
-  // The SMs the blocks of the last launch into `smids` ran on (its stream must be done);
-  // INTERNAL when a block wrote nothing. Resets the buffer for the next launch.
-  absl::StatusOr<std::set<unsigned int>> SmsRun(const Buffer& smids) {
+  // The SMs the `blocks` blocks (Blocks() when 0) of the last launch into `smids` ran on
+  // (its stream must be done); INTERNAL when a block wrote nothing. Resets the buffer for
+  // the next launch.
+  absl::StatusOr<std::set<unsigned int>> SmsRun(const Buffer& smids, int blocks = 0) {
     std::vector<unsigned int> ids(Blocks());
     GPUKIT_RETURN_IF_ERROR(
         CheckCu(Cu().cuMemcpyDtoH(ids.data(), smids.ptr(), smids.bytes()), "cuMemcpyDtoH"));
+    ids.resize(blocks > 0 ? blocks : Blocks());
     const int64_t unwritten = std::count(ids.begin(), ids.end(), kUnwritten);
     if (unwritten != 0) {
       return absl::InternalError(
-          absl::StrCat(unwritten, " of ", Blocks(), " blocks recorded no SM id"));
+          absl::StrCat(unwritten, " of ", ids.size(), " blocks recorded no SM id"));
     }
     GPUKIT_RETURN_IF_ERROR(ResetSmids(smids));
     return std::set<unsigned int>(ids.begin(), ids.end());
@@ -974,6 +979,49 @@ TEST_F(GreenContextTest, GreenStreamsTakeEveryPriorityOfTheRange) {
       " and ran on ", plain_ran.size(), " SMs"));
   EXPECT_EQ(owner, parts.group.green());
   EXPECT_LE(plain_ran.size(), parts.group.sm_count()) << Join(plain_ran);
+}
+
+// [g] Whether a green context reserves its SMs: a primary-context kernel launched while the
+// group's kernel runs (ten times longer) may or may not be placed on the group's SMs. The
+// group's kernel has one block per group SM, so (spread one to an SM, as the block scheduler
+// does) each of its SMs keeps room for one more 1024-thread block.
+TEST_F(GreenContextTest, ReportsWhetherPrimaryContextKernelsUseTheSmsOfABusyGreenContext) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Partitions parts, MakePartitions());
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Module group_module, Module::Load(parts.group.context(), *cubin_));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Module primary_module, Module::Load(primary_, *cubin_));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(CUfunction group_record, group_module.Function("record_smid"));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(CUfunction primary_record, primary_module.Function("record_smid"));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Stream group_stream, parts.group.NewStream());
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Stream primary_stream, NewCurrentContextStream());
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Buffer group_smids, SmidBuffer());
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Buffer primary_smids, SmidBuffer());
+
+  const int group_blocks = static_cast<int>(parts.group.sm_count());
+  ASSERT_EQ(LaunchRecord(parts.group.context(), group_record, group_stream.get(), group_smids,
+                         group_blocks, 10 * kSpinCycles),
+            CUDA_SUCCESS);
+  ASSERT_EQ(LaunchRecord(primary_, primary_record, primary_stream.get(), primary_smids),
+            CUDA_SUCCESS);
+  // Which stream finished first says whether the two overlapped at all.
+  ASSERT_EQ(Cu().cuStreamSynchronize(primary_stream.get()), CUDA_SUCCESS);
+  const CUresult group_busy = Cu().cuStreamQuery(group_stream.get());
+  ASSERT_EQ(Cu().cuStreamSynchronize(group_stream.get()), CUDA_SUCCESS);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::set<unsigned int> group_ran, SmsRun(group_smids, group_blocks));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::set<unsigned int> primary_ran, SmsRun(primary_smids));
+  std::set<unsigned int> shared;
+  for (unsigned int sm : primary_ran) {
+    if (group_ran.contains(sm)) shared.insert(sm);
+  }
+  Fact(absl::StrCat("[g] a primary-context kernel launched while the ", parts.group.sm_count(),
+                    "-SM group's kernel ran (", group_blocks, " blocks on ", group_ran.size(),
+                    " SMs; group still busy when the primary kernel ended: ",
+                    group_busy == CUDA_ERROR_NOT_READY ? "yes" : "no", ") ran on ",
+                    primary_ran.size(), " SMs, ", shared.size(),
+                    " of them the group's: green context SMs are ",
+                    shared.empty() ? "not lent to the primary context while busy"
+                                   : "shared with the primary context"));
+  EXPECT_LE(group_ran.size(), parts.group.sm_count()) << Join(group_ran);
+  EXPECT_FALSE(primary_ran.empty());
 }
 
 }  // namespace
