@@ -40,7 +40,10 @@
 namespace gpukit {
 
 // Every entry point CudaDriver resolves. REQUIRED ones must exist for Get() to succeed;
-// OPTIONAL ones are left null when the driver is too old to have them.
+// OPTIONAL ones are left null when the driver is too old to have them. The cuLibrary* /
+// cuKernel* calls load a module for every context at once, and the green context calls
+// partition a device's SMs; both are measured by tests/gpu/green_context_test.cc before the
+// CUDA device uses them (each comment gives the CUDA version that added the call).
 #define GPUKIT_CUDA_DRIVER_FUNCTIONS(REQUIRED, OPTIONAL) \
   REQUIRED(cuInit)                                       \
   REQUIRED(cuDriverGetVersion)                           \
@@ -102,7 +105,20 @@ namespace gpukit {
   REQUIRED(cuFuncGetAttribute)                           \
   REQUIRED(cuFuncSetAttribute)                           \
   REQUIRED(cuLaunchKernel)                               \
-  OPTIONAL(cuFuncGetParamInfo) /* CUDA 12.4 */
+  OPTIONAL(cuFuncGetParamInfo)          /* CUDA 12.4 */  \
+  OPTIONAL(cuLibraryLoadData)           /* 12.0 */       \
+  OPTIONAL(cuLibraryUnload)             /* 12.0 */       \
+  OPTIONAL(cuLibraryGetKernel)          /* 12.0 */       \
+  OPTIONAL(cuKernelGetFunction)         /* 12.0 */       \
+  OPTIONAL(cuDeviceGetDevResource)      /* 12.4 */       \
+  OPTIONAL(cuDevSmResourceSplitByCount) /* 12.4 */       \
+  OPTIONAL(cuDevResourceGenerateDesc)   /* 12.4 */       \
+  OPTIONAL(cuGreenCtxCreate)            /* 12.4 */       \
+  OPTIONAL(cuGreenCtxDestroy)           /* 12.4 */       \
+  OPTIONAL(cuCtxFromGreenCtx)           /* 12.4 */       \
+  OPTIONAL(cuGreenCtxGetDevResource)    /* 12.4 */       \
+  OPTIONAL(cuStreamGetGreenCtx)         /* 12.4 */       \
+  OPTIONAL(cuGreenCtxStreamCreate)      /* 12.5 */
 
 struct CudaDriver {
   // The process-wide table, loaded on first use. FAILED_PRECONDITION when libcuda.so.1
