@@ -74,6 +74,14 @@ absl::StatusOr<BufferId> Device::BufferInSegment(uint64_t key, int64_t /*offset*
 
 absl::Status Device::CheckHealth() { return absl::OkStatus(); }
 
+absl::Status ValidateStreamOptions(const StreamOptions& options) {
+  if (!(options.sm_share > 0 && options.sm_share <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stream sm_share = ", options.sm_share, " must be in (0, 1]"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckImportedRange(const ImportedMemory& memory) {
   if (memory.bytes <= 0) {
     return absl::InvalidArgumentError(

@@ -119,6 +119,17 @@ struct MemoryInfo {
 // Scheduling hint for a stream; backends map it to their own priority range.
 enum class StreamPriority { kLow, kNormal, kHigh };
 
+// How a stream is made (see ValidateStreamOptions).
+struct StreamOptions {
+  StreamPriority priority = StreamPriority::kNormal;
+  // The share of the device's SMs its kernels may run on, in (0, 1]; 1: all of them. A CUDA
+  // device puts a stream with a share below 1 in a green context of that share of its SMs
+  // (rounded down to the GPU's granularity, at least its minimum; one green context per SM
+  // count, shared by every stream that asks for it). It confines that stream's kernels only:
+  // kernels of other streams still use every SM. Other backends ignore it.
+  double sm_share = 1;
+};
+
 struct LaunchConfig {
   uint32_t grid[3] = {1, 1, 1};
   uint32_t block[3] = {1, 1, 1};
@@ -220,7 +231,11 @@ class Device {
   // backend; every form by default).
   virtual absl::StatusOr<BufferId> ImportBuffer(ImportedMemory memory);
 
-  virtual absl::StatusOr<StreamId> CreateStream(StreamPriority priority) = 0;
+  // INVALID_ARGUMENT for an sm_share outside (0, 1].
+  virtual absl::StatusOr<StreamId> CreateStream(const StreamOptions& options) = 0;
+  absl::StatusOr<StreamId> CreateStream(StreamPriority priority) {
+    return CreateStream(StreamOptions{.priority = priority});
+  }
   // Waits for the stream's queued work, then destroys it.
   virtual absl::Status DestroyStream(StreamId stream) = 0;
 
@@ -266,6 +281,9 @@ class Device {
 // non-negative offset inside its allocation (as far as the allocation's size is known: it is
 // for descriptors; an IPC handle's allocation is sized by the driver once opened).
 absl::Status CheckImportedRange(const ImportedMemory& memory);
+
+// INVALID_ARGUMENT naming the value when `options.sm_share` is not in (0, 1].
+absl::Status ValidateStreamOptions(const StreamOptions& options);
 
 // Enqueues an event on `stream` and waits for it: the synchronous tail of most requests.
 absl::Status SynchronizeStream(Device& device, StreamId stream);

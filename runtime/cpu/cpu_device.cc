@@ -420,7 +420,8 @@ absl::StatusOr<std::byte*> CpuDevice::Resolve(BufferId buffer, int64_t offset,
   return it->second->data + offset;
 }
 
-absl::StatusOr<StreamId> CpuDevice::CreateStream(StreamPriority /*priority*/) {
+absl::StatusOr<StreamId> CpuDevice::CreateStream(const StreamOptions& options) {
+  GPUKIT_RETURN_IF_ERROR(ValidateStreamOptions(options));
   absl::MutexLock lock(&mu_);
   const uint64_t id = next_id_++;
   streams_.emplace(id, std::make_unique<Stream>(*health_));

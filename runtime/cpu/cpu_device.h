@@ -76,7 +76,9 @@ class CpuDevice final : public Device {
   // OK, or the sticky fault that poisoned the device.
   absl::Status CheckHealth() override;
 
-  absl::StatusOr<StreamId> CreateStream(StreamPriority priority) override;
+  using Device::CreateStream;
+  // Every stream is a thread of its own: priority and SM share change nothing here.
+  absl::StatusOr<StreamId> CreateStream(const StreamOptions& options) override;
   absl::Status DestroyStream(StreamId stream) override;
 
   absl::Status CopyHostToDevice(BufferId dst, int64_t dst_offset, const void* src, int64_t bytes,

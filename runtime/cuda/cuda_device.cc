@@ -184,6 +184,13 @@ CudaDevice::~CudaDevice() {
   event_pool_.reset();
   streams.clear();
   health_stream_.reset();
+  {
+    absl::MutexLock lock(&green_mu_);
+    for (auto& [sms, green] : green_contexts_) {
+      LogQuietlyIfFailed(cu_.cuGreenCtxDestroy(green.green), "cuGreenCtxDestroy");
+    }
+    green_contexts_.clear();
+  }
   if (!Bind().ok())
     spdlog::warn("{}: cannot bind its context to unmap imported memory", Describe());
   for (const auto& [id, allocation] : buffers) {
@@ -246,7 +253,9 @@ absl::Status CudaDevice::SynchronizeAllStreams() {
 
 // ---- Streams ----
 
-absl::StatusOr<StreamId> CudaDevice::CreateStream(StreamPriority priority) {
+absl::StatusOr<StreamId> CudaDevice::CreateStream(const StreamOptions& options) {
+  GPUKIT_RETURN_IF_ERROR(ValidateStreamOptions(options));
+  const StreamPriority priority = options.priority;
   // Lower numbers are higher priorities: greatest <= least.
   int value = 0;
   switch (priority) {
@@ -263,15 +272,101 @@ absl::StatusOr<StreamId> CudaDevice::CreateStream(StreamPriority priority) {
   }
   GPUKIT_RETURN_IF_ERROR(Bind());
   CUstream handle = nullptr;
-  GPUKIT_RETURN_IF_ERROR(
-      CheckCu(cu_.cuStreamCreateWithPriority(&handle, CU_STREAM_NON_BLOCKING, value),
-              "cuStreamCreateWithPriority"));
+  int sm_count = 0;
+  if (options.sm_share < 1) {
+    GPUKIT_ASSIGN_OR_RETURN(const GreenContext* green, GreenContextFor(options.sm_share));
+    if (green != nullptr) {
+      GPUKIT_RETURN_IF_ERROR(CheckCu(
+          cu_.cuGreenCtxStreamCreate(&handle, green->green, CU_STREAM_NON_BLOCKING, value),
+          "cuGreenCtxStreamCreate"));
+      sm_count = green->sm_count;
+    }
+  }
+  if (handle == nullptr) {
+    GPUKIT_RETURN_IF_ERROR(
+        CheckCu(cu_.cuStreamCreateWithPriority(&handle, CU_STREAM_NON_BLOCKING, value),
+                "cuStreamCreateWithPriority"));
+  }
+  // A green context's stream is destroyed like any other (with the primary context current,
+  // which green contexts are made from).
   auto stream = std::make_shared<Stream>(cu_, context_, handle);
+  stream->sm_count = sm_count;
   stream->matmul_slice_seconds = matmul_slice_seconds_[static_cast<int>(priority)];
   absl::MutexLock lock(&mu_);
   const uint64_t id = next_id_++;
   streams_.emplace(id, std::move(stream));
   return StreamId{id};
+}
+
+absl::StatusOr<const CudaDevice::GreenContext*> CudaDevice::GreenContextFor(double sm_share) {
+  absl::MutexLock lock(&green_mu_);
+  if (!green_available_.has_value()) {
+    green_available_ = cu_.cuDeviceGetDevResource != nullptr &&
+                       cu_.cuDevSmResourceSplitByCount != nullptr &&
+                       cu_.cuDevResourceGenerateDesc != nullptr &&
+                       cu_.cuGreenCtxCreate != nullptr && cu_.cuGreenCtxDestroy != nullptr &&
+                       cu_.cuGreenCtxGetDevResource != nullptr &&
+                       cu_.cuGreenCtxStreamCreate != nullptr;
+    if (*green_available_) {
+      sm_resource_ = std::make_unique<CUdevResource>();
+      absl::Status got = CheckCu(cu_.cuDeviceGetDevResource(device_, sm_resource_.get(),
+                                                            CU_DEV_RESOURCE_TYPE_SM),
+                                 "cuDeviceGetDevResource");
+      if (!got.ok()) {
+        spdlog::warn("{}: no green contexts ({}): streams asking for part of the SMs get all of "
+                     "them",
+                     Describe(), std::string(got.message()));
+        green_available_ = false;
+      }
+    } else {
+      spdlog::warn("{}: the driver ({}) has no green contexts (CUDA 12.5 or newer): streams "
+                   "asking for part of the SMs get all of them",
+                   Describe(), cu_.driver_version);
+    }
+  }
+  if (!*green_available_) return nullptr;
+  const CUdevResource& device_sms = *sm_resource_;
+  const int total = static_cast<int>(device_sms.sm.smCount);
+  const int align = std::max(1, static_cast<int>(device_sms.sm.smCoscheduledAlignment));
+  const int minimum = std::max(align, static_cast<int>(device_sms.sm.minSmPartitionSize));
+  int sms = static_cast<int>(sm_share * total) / align * align;
+  sms = std::max(sms, (minimum + align - 1) / align * align);
+  if (sms >= total) return nullptr;  // every SM: a plain stream
+  if (auto it = green_contexts_.find(sms); it != green_contexts_.end()) return &it->second;
+
+  CUdevResource group = {};
+  CUdevResource rest = {};
+  unsigned int groups = 1;
+  GPUKIT_RETURN_IF_ERROR(CheckCu(
+      cu_.cuDevSmResourceSplitByCount(&group, &groups, sm_resource_.get(), &rest, 0, sms),
+      absl::StrCat("cuDevSmResourceSplitByCount(", sms, " of ", total, " SMs)")));
+  if (groups != 1) {
+    return absl::InternalError(absl::StrCat("cuDevSmResourceSplitByCount gave ", groups,
+                                            " groups of ", sms, " SMs, not one"));
+  }
+  CUdevResourceDesc desc = nullptr;  // the driver has no call to free it: one per SM count
+  GPUKIT_RETURN_IF_ERROR(
+      CheckCu(cu_.cuDevResourceGenerateDesc(&desc, &group, 1), "cuDevResourceGenerateDesc"));
+  GreenContext green;
+  GPUKIT_RETURN_IF_ERROR(
+      CheckCu(cu_.cuGreenCtxCreate(&green.green, desc, device_, CU_GREEN_CTX_DEFAULT_STREAM),
+              "cuGreenCtxCreate"));
+  CUdevResource own = {};
+  if (cu_.cuGreenCtxGetDevResource(green.green, &own, CU_DEV_RESOURCE_TYPE_SM) == CUDA_SUCCESS) {
+    green.sm_count = static_cast<int>(own.sm.smCount);
+  } else {
+    green.sm_count = sms;
+  }
+  spdlog::info("{}: green context of {} of its {} SMs (asked for {:.2f} of them)", Describe(),
+               green.sm_count, total, sm_share);
+  // Made current again: the calls above may leave the green context current on this thread.
+  GPUKIT_RETURN_IF_ERROR(Bind());
+  return &green_contexts_.emplace(sms, green).first->second;
+}
+
+absl::StatusOr<int> CudaDevice::StreamSmCount(StreamId stream) const {
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, FindStream(stream));
+  return s->sm_count > 0 ? s->sm_count : info_.multiprocessor_count;
 }
 
 absl::Status CudaDevice::DestroyStream(StreamId stream) {

@@ -55,6 +55,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -67,7 +68,9 @@
 #include "runtime/jit/jit_compiler.h"
 #include "runtime/memory_pool.h"
 
-struct CUctx_st;  // cuda.h's CUcontext, kept opaque here
+struct CUctx_st;          // cuda.h's CUcontext, kept opaque here
+struct CUgreenCtx_st;     // cuda.h's CUgreenCtx
+struct CUdevResource_st;  // cuda.h's CUdevResource
 
 namespace gpukit {
 
@@ -149,6 +152,9 @@ class CudaDevice final : public Device {
   ~CudaDevice() override;
 
   const CudaDeviceInfo& cuda_info() const { return info_; }
+  // SMs `stream`'s kernels may run on: its green context's count, or the GPU's. NOT_FOUND
+  // for an unknown stream. For diagnostics and tests.
+  absl::StatusOr<int> StreamSmCount(StreamId stream) const;
   // The CUDA priority the driver gave `stream` (cuStreamGetPriority): for diagnostics and
   // tests. NOT_FOUND for an unknown stream.
   absl::StatusOr<int> StreamPriorityValue(StreamId stream) const;
@@ -227,7 +233,8 @@ class CudaDevice final : public Device {
 
   // kHigh gets the greatest priority of the context's range, kLow the least, kNormal the
   // middle of the range.
-  absl::StatusOr<StreamId> CreateStream(StreamPriority priority) override;
+  using Device::CreateStream;
+  absl::StatusOr<StreamId> CreateStream(const StreamOptions& options) override;
   absl::Status DestroyStream(StreamId stream) override;
 
   // INVALID_ARGUMENT for a device-to-device copy between overlapping ranges of one buffer
@@ -360,6 +367,18 @@ class CudaDevice final : public Device {
   std::atomic<int64_t> cublaslt_matmuls_{0};
   // CudaDeviceOptions' matmul slice lengths in seconds, by StreamPriority (kHigh: 0).
   double matmul_slice_seconds_[3] = {0, 0, 0};
+  // Green contexts for streams confined to part of the SMs (StreamOptions::sm_share), by SM
+  // count, made on first use and destroyed after every stream; `green_available_` is decided
+  // on first use (the driver has the calls and the device's SM resource).
+  struct GreenContext {
+    CUgreenCtx_st* green = nullptr;
+    int sm_count = 0;
+  };
+  absl::StatusOr<const GreenContext*> GreenContextFor(double sm_share);
+  absl::Mutex green_mu_;
+  std::optional<bool> green_available_ ABSL_GUARDED_BY(green_mu_);
+  std::unique_ptr<CUdevResource_st> sm_resource_ ABSL_GUARDED_BY(green_mu_);  // the device's SMs
+  absl::flat_hash_map<int, GreenContext> green_contexts_ ABSL_GUARDED_BY(green_mu_);
   // Where buffers come from; set by Create, destroyed before the context is released.
   std::unique_ptr<MemoryPool> pool_;
   std::string memory_source_;

@@ -62,6 +62,8 @@ struct CudaDevice::Stream {
   const CUstream handle;
   // Seconds one slice of a large matmul on it may take, about; 0: matmuls run whole.
   double matmul_slice_seconds = 0;
+  // SMs of its green context; 0: a plain stream (every SM).
+  int sm_count = 0;
   // Orders RecordEvent on this stream, so sequence numbers follow the driver's record order.
   absl::Mutex record_mu;
   uint64_t next_event_seq ABSL_GUARDED_BY(record_mu) = 0;

@@ -573,8 +573,10 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
     }
     case executor::Request::kCreateStream: {
       auto stream = std::make_shared<StreamState>();
-      absl::StatusOr<StreamId> created =
-          device_.CreateStream(static_cast<StreamPriority>(request.create_stream().priority()));
+      StreamOptions options;
+      options.priority = static_cast<StreamPriority>(request.create_stream().priority());
+      if (request.create_stream().sm_share() > 0) options.sm_share = request.create_stream().sm_share();
+      absl::StatusOr<StreamId> created = device_.CreateStream(options);
       if (created.ok()) {
         stream->device_stream = *created;
       } else {

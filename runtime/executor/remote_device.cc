@@ -230,7 +230,7 @@ class RemoteDevice::Impl {
     int64_t bytes = 0;
   };
   struct Stream {
-    StreamPriority priority = StreamPriority::kNormal;
+    StreamOptions options;
     uint64_t next_seq = 1;
     uint64_t completed_seq = 0;
     uint64_t launch_seq = 0;  // the last launch's seq
@@ -966,7 +966,8 @@ absl::Status RemoteDevice::Impl::Replay(Executor& executor) {
   for (auto& [id, stream] : streams_) {
     executor::Request request;
     request.mutable_create_stream()->set_stream(id);
-    request.mutable_create_stream()->set_priority(static_cast<int32_t>(stream.priority));
+    request.mutable_create_stream()->set_priority(static_cast<int32_t>(stream.options.priority));
+    request.mutable_create_stream()->set_sm_share(stream.options.sm_share);
     GPUKIT_RETURN_IF_ERROR(SendOn(executor, request));
     // Nothing of the old executor's is in flight. Its staged copies are settled by the
     // stream's next wait: copied out only by a wait of the executor that made them. A wait of
@@ -1414,18 +1415,20 @@ absl::StatusOr<BufferId> RemoteDevice::ImportBuffer(ImportedMemory memory) {
   return BufferId{id};
 }
 
-absl::StatusOr<StreamId> RemoteDevice::CreateStream(StreamPriority priority) {
+absl::StatusOr<StreamId> RemoteDevice::CreateStream(const StreamOptions& options) {
+  GPUKIT_RETURN_IF_ERROR(ValidateStreamOptions(options));
   Impl& d = *impl_;
   absl::ReaderMutexLock gen(&d.gen_mu_);
   uint64_t id;
   {
     absl::MutexLock lock(&d.mu_);
     id = d.next_id_++;
-    d.streams_[id].priority = priority;
+    d.streams_[id].options = options;
   }
   executor::Request request;
   request.mutable_create_stream()->set_stream(id);
-  request.mutable_create_stream()->set_priority(static_cast<int32_t>(priority));
+  request.mutable_create_stream()->set_priority(static_cast<int32_t>(options.priority));
+  request.mutable_create_stream()->set_sm_share(options.sm_share);
   if (d.active_ != nullptr) d.SendOn(*d.active_, request).IgnoreError();
   return StreamId{id};
 }

@@ -113,7 +113,8 @@ class RemoteDevice final : public Device {
   absl::StatusOr<ExportedBuffer> ExportBuffer(BufferId buffer, ExportForm form) override;
   absl::StatusOr<BufferId> ImportBuffer(ImportedMemory memory) override;
 
-  absl::StatusOr<StreamId> CreateStream(StreamPriority priority) override;
+  using Device::CreateStream;
+  absl::StatusOr<StreamId> CreateStream(const StreamOptions& options) override;
   absl::Status DestroyStream(StreamId stream) override;
 
   absl::Status CopyHostToDevice(BufferId dst, int64_t dst_offset, const void* src, int64_t bytes,

@@ -128,11 +128,13 @@ class ForwardingDevice final : public Device {
   absl::Status UnregisterHostMemory(void* data) override {
     return inner_->UnregisterHostMemory(data);
   }
-  absl::StatusOr<StreamId> CreateStream(StreamPriority priority) override {
+  using Device::CreateStream;
+  absl::StatusOr<StreamId> CreateStream(const StreamOptions& options) override {
+    const StreamPriority priority = options.priority;
     if (before_create_stream) {
       if (absl::Status status = before_create_stream(priority); !status.ok()) return status;
     }
-    absl::StatusOr<StreamId> stream = inner_->CreateStream(priority);
+    absl::StatusOr<StreamId> stream = inner_->CreateStream(options);
     if (stream.ok()) {
       absl::MutexLock lock(&records_mu_);
       streams_.push_back({*stream, priority, false});

@@ -63,7 +63,7 @@ class RecordingDevice final : public Device {
     return absl::OkStatus();
   }
   absl::StatusOr<int64_t> BufferBytes(BufferId) const override { return 0; }
-  absl::StatusOr<StreamId> CreateStream(StreamPriority) override { return StreamId{1}; }
+  absl::StatusOr<StreamId> CreateStream(const StreamOptions&) override { return StreamId{1}; }
   absl::Status DestroyStream(StreamId) override { return absl::OkStatus(); }
   absl::Status CopyHostToDevice(BufferId, int64_t, const void*, int64_t, StreamId) override {
     return absl::OkStatus();

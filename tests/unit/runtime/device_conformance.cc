@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
@@ -309,6 +310,27 @@ TEST_P(DeviceConformanceTest, StreamsHaveDistinctIdsForEveryPriority) {
   }
   EXPECT_EQ(ids.size(), 4u);
   for (StreamId s : made) GPUKIT_EXPECT_OK(device().DestroyStream(s));
+}
+
+TEST_P(DeviceConformanceTest, StreamsTakeAnSmShareInRangeAndRefuseOthers) {
+  for (double share : {0.01, 0.5, 1.0}) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(
+        StreamId s, device().CreateStream({.priority = StreamPriority::kLow, .sm_share = share}));
+    // A stream on part of the SMs carries work like any other.
+    const std::vector<uint8_t> x = Pattern(256, 9);
+    std::vector<uint8_t> out(256);
+    GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId a, Allocate(256));
+    GPUKIT_ASSERT_OK(device().CopyHostToDevice(a, 0, x.data(), 256, s));
+    GPUKIT_ASSERT_OK(device().CopyDeviceToHost(out.data(), a, 0, 256, s));
+    GPUKIT_ASSERT_OK(SynchronizeStream(device(), s));
+    EXPECT_EQ(out, x) << "sm_share " << share;
+    GPUKIT_EXPECT_OK(device().DestroyStream(s));
+  }
+  for (double share : {0.0, -0.5, 1.5, std::nan("")}) {
+    EXPECT_THAT(device().CreateStream({.priority = StreamPriority::kLow, .sm_share = share}),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("sm_share")))
+        << share;
+  }
 }
 
 TEST_P(DeviceConformanceTest, StreamsCarryIndependentWork) {
