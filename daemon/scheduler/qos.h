@@ -28,6 +28,7 @@ namespace gpukit {
 
 // Ordered from most to least protected; queues serve lower values first.
 enum class QosClass { kGuaranteed = 0, kBurstable = 1, kBestEffort = 2 };
+inline constexpr int kQosClassCount = 3;
 
 // "Guaranteed", "Burstable", "BestEffort" (the Kubernetes spelling).
 absl::string_view QosName(QosClass qos);

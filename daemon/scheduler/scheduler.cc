@@ -6,10 +6,11 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/base/status_macros.h"
 #include "absl/strings/str_join.h"
+#include "daemon/scheduler/device_time_estimate.h"
 #include "daemon/scheduler/task_queue.h"
 #include "daemon/scheduler/token_bucket.h"
+#include "runtime/base/status_macros.h"
 
 namespace gpukit {
 
@@ -23,6 +24,7 @@ struct SessionAccount {
   // Guarded by the scheduler's mutex.
   int64_t used_bytes = 0;
   bool ended = false;
+  DeviceTimeEstimates estimates;  // per task name, learned at Finish
 };
 
 struct Task {
@@ -30,6 +32,10 @@ struct Task {
   QueueKey key;
   std::shared_ptr<PartitionState> partition;
   SessionTicket session;
+  // Estimated device time, counted in its device's in-flight sums and charged to its
+  // partition's buckets from admission; `settled` once Finish replaced the charge.
+  absl::Duration estimate;
+  bool settled = false;
 };
 
 struct PartitionState {
@@ -60,8 +66,8 @@ struct PartitionState {
 namespace {
 
 absl::Status UnknownPartition(absl::string_view name) {
-  return absl::NotFoundError(absl::StrCat("partition \"", absl::CHexEscape(name.substr(0, 80)),
-                                          "\" does not exist"));
+  return absl::NotFoundError(
+      absl::StrCat("partition \"", absl::CHexEscape(name.substr(0, 80)), "\" does not exist"));
 }
 
 absl::Status SessionEnded(const SessionAccount& account) {
@@ -123,6 +129,13 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
   if (options.pacing_burst <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("pacing burst must be > 0");
   }
+  if (options.best_effort_in_flight <= absl::ZeroDuration() ||
+      options.burstable_in_flight <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "in-flight bounds must be > 0; best_effort_in_flight = ",
+        absl::FormatDuration(options.best_effort_in_flight),
+        ", burstable_in_flight = ", absl::FormatDuration(options.burstable_in_flight)));
+  }
   if (options.task_history < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("task history = ", options.task_history, " must be >= 0"));
@@ -137,7 +150,7 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
 Scheduler::Scheduler(const Clock& clock, std::vector<DeviceCapacity> devices,
                      const SchedulerOptions& options)
     : clock_(clock), options_(options) {
-  for (const DeviceCapacity& d : devices) devices_.push_back({d.memory_bytes, 0, 0});
+  for (const DeviceCapacity& d : devices) devices_.push_back({.capacity_bytes = d.memory_bytes});
 }
 
 Scheduler::~Scheduler() = default;
@@ -151,8 +164,7 @@ absl::Status Scheduler::CheckDeviceLocked(int device_index) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<PartitionState*> Scheduler::FindPartitionLocked(
-    absl::string_view name) const {
+absl::StatusOr<PartitionState*> Scheduler::FindPartitionLocked(absl::string_view name) const {
   auto it = partitions_.find(name);
   if (it == partitions_.end()) return UnknownPartition(name);
   return it->second.get();
@@ -173,11 +185,11 @@ absl::Status Scheduler::CreatePartition(const PartitionSpec& spec) {
   if (partitions_.contains(spec.name)) {
     return absl::AlreadyExistsError(absl::StrCat("partition \"", spec.name, "\" already exists"));
   }
-  const Decision fits = AdmitPartition(spec, OtherSpecsLocked(spec.name),
-                                       devices_[spec.device_index].capacity_bytes);
+  const Decision fits =
+      AdmitPartition(spec, OtherSpecsLocked(spec.name), devices_[spec.device_index].capacity_bytes);
   if (!fits.admitted) return fits.ToStatus();
-  partitions_.emplace(spec.name, std::make_shared<PartitionState>(spec, options_.pacing_burst,
-                                                                  clock_.Now()));
+  partitions_.emplace(spec.name,
+                      std::make_shared<PartitionState>(spec, options_.pacing_burst, clock_.Now()));
   return absl::OkStatus();
 }
 
@@ -190,8 +202,8 @@ absl::Status Scheduler::UpdatePartition(const PartitionSpec& spec) {
                                                    p->spec.device_index,
                                                    "; a partition cannot move to another device"));
   }
-  const Decision fits = AdmitPartition(spec, OtherSpecsLocked(spec.name),
-                                       devices_[spec.device_index].capacity_bytes);
+  const Decision fits =
+      AdmitPartition(spec, OtherSpecsLocked(spec.name), devices_[spec.device_index].capacity_bytes);
   if (!fits.admitted) return fits.ToStatus();
   const absl::Time now = clock_.Now();
   p->spec = spec;
@@ -274,9 +286,9 @@ absl::StatusOr<SessionAdmission> Scheduler::AdmitSession(absl::string_view sessi
     std::vector<std::string> names;
     for (const auto& [n, p] : partitions_) names.push_back(n);
     std::sort(names.begin(), names.end());
-    return absl::NotFoundError(absl::StrCat("partition \"", absl::CHexEscape(name.substr(0, 80)),
-                                            "\" does not exist; the daemon has: ",
-                                            absl::StrJoin(names, ", ")));
+    return absl::NotFoundError(
+        absl::StrCat("partition \"", absl::CHexEscape(name.substr(0, 80)),
+                     "\" does not exist; the daemon has: ", absl::StrJoin(names, ", ")));
   }
   PartitionState& p = *it->second;
   const ResourceSpec resources =
@@ -322,8 +334,8 @@ void Scheduler::EndSession(const SessionTicket& ticket) {
   const absl::Time now = clock_.Now();
   std::vector<TaskRef> waiting;
   for (const auto& [id, task] : live_) {
-    if (task->session == ticket && (task->info.state == TaskState::kQueued ||
-                                    task->info.state == TaskState::kAdmitted)) {
+    if (task->session == ticket &&
+        (task->info.state == TaskState::kQueued || task->info.state == TaskState::kAdmitted)) {
       waiting.push_back(task);
     }
   }
@@ -378,10 +390,9 @@ absl::StatusOr<MemoryReservation> Scheduler::ReserveMemory(const SessionTicket& 
     if (plan == nullptr || d.shortfall_bytes == 0) CountLocked(p, d.decision.reason);
     if (plan != nullptr && d.shortfall_bytes > 0) {
       const int64_t request = account.resources.memory_request_bytes.value_or(0);
-      *plan = ReclaimPlan{account.device_index,
-                          d.shortfall_is_device_wide ? std::string() : p.spec.name,
-                          d.shortfall_bytes,
-                          Requester{account.qos, account.used_bytes + bytes <= request}};
+      *plan = ReclaimPlan{
+          account.device_index, d.shortfall_is_device_wide ? std::string() : p.spec.name,
+          d.shortfall_bytes, Requester{account.qos, account.used_bytes + bytes <= request}};
     }
     return d.decision.ToStatus();
   }
@@ -403,8 +414,7 @@ int64_t Scheduler::device_memory_used(int device_index) const {
 
 // ---- Tasks ---------------------------------------------------------------------------
 
-absl::StatusOr<TaskRef> Scheduler::Submit(const SessionTicket& ticket,
-                                          const TaskRequest& request) {
+absl::StatusOr<TaskRef> Scheduler::Submit(const SessionTicket& ticket, const TaskRequest& request) {
   absl::MutexLock lock(&mu_);
   if (ticket->ended) return SessionEnded(*ticket);
   PartitionState& p = *ticket->partition;
@@ -447,25 +457,6 @@ absl::Time Scheduler::Pump() {
   return PumpLocked(clock_.Now());
 }
 
-bool Scheduler::OthersWaitingLocked(const PartitionState& p, absl::Time now) {
-  // Another partition of the device whose next task could start now if this one held
-  // back. One that is itself blocked (no slot, gated, capped or paying back its own
-  // share) does not count, so two partitions in debt do not leave the device idle.
-  for (const auto& [name, holder] : partitions_) {
-    PartitionState& other = *holder;
-    if (&other == &p || other.spec.device_index != p.spec.device_index) continue;
-    if (other.queue.empty() || other.running >= other.spec.max_running_tasks) continue;
-    if (other.queue.front().key.qos == QosClass::kBestEffort &&
-        BestEffortGatedLocked(other.spec.device_index, now)) {
-      continue;
-    }
-    if (other.spec.bandwidth_cap > 0 && !other.cap.Ready(now)) continue;
-    if (!other.share.Ready(now)) continue;
-    return true;
-  }
-  return false;
-}
-
 absl::Time Scheduler::PumpLocked(absl::Time now) {
   // Expire what waited past its deadline, wherever it is in its queue.
   while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
@@ -477,10 +468,9 @@ absl::Time Scheduler::PumpLocked(absl::Time now) {
                     "its deadline passed while it waited in the queue");
     }
   }
-  // A partition in debt is held while another could start a task in its place; once that
-  // one has admitted what it may, the debtor may go. Partitions are visited in hash order,
-  // so pass again until a pass admits nothing: the last pass sees settled state and its
-  // `next` is complete.
+  // A partition in debt yields to others of its device (YieldsShareLocked); what they admit
+  // changes whether it must. Partitions are visited in hash order, so pass again until a
+  // pass admits nothing: the last pass sees settled state and its `next` is complete.
   absl::Time next;
   bool admitted = true;
   while (admitted) {
@@ -502,27 +492,53 @@ absl::Time Scheduler::PumpLocked(absl::Time now) {
   return next;
 }
 
-bool Scheduler::MayAdmitLocked(PartitionState& p, QosClass qos, absl::Time now,
-                               absl::Time* next) {
+bool Scheduler::MayAdmitLocked(PartitionState& p, QosClass qos, absl::Time now, absl::Time* next) {
   if (p.running >= p.spec.max_running_tasks) return false;  // Finish pumps again
-  if (qos == QosClass::kBestEffort && BestEffortGatedLocked(p.spec.device_index, now)) {
-    return false;  // gated until Guaranteed work is done; Finish pumps again
+  if (InFlightBoundHoldsLocked(p.spec.device_index, qos, now)) {
+    return false;  // until work of its class or the Guaranteed work ends; that pumps again
   }
   if (p.spec.bandwidth_cap > 0 && !p.cap.Ready(now)) {
     *next = std::min(*next, p.cap.ReadyAt(now));
     return false;
   }
-  if (!p.share.Ready(now) && OthersWaitingLocked(p, now)) {
+  if (!p.share.Ready(now) && YieldsShareLocked(p, now)) {
     *next = std::min(*next, p.share.ReadyAt(now));
     return false;
   }
   return true;
 }
 
-bool Scheduler::BestEffortGatedLocked(int device_index, absl::Time now) {
-  if (devices_[device_index].guaranteed_running > 0) return true;
-  // Guaranteed work that waits gates BestEffort too, unless its partition's own bandwidth
-  // cap holds it back: then gating would only leave the device idle.
+bool Scheduler::YieldsShareLocked(PartitionState& p, absl::Time now) {
+  // Another partition with work queued has the better claim on the device's time: p has
+  // used its share and it may not have. While the device has work in flight, holding p
+  // leaves it no less busy, and p goes once its debt is repaid (the pump's `next`) or the
+  // others run dry. On an idle device one partition must go: the one nearest to repaying.
+  // A partition held by its cap does not count (it could not take the time), nor does one
+  // on another device. One waiting only for its own running slot or its class's bound
+  // does: it has work in flight, and holding p is what keeps its share.
+  const bool busy = devices_[p.spec.device_index].busy();
+  std::optional<absl::Time> p_ready;
+  for (const auto& [name, holder] : partitions_) {
+    PartitionState& other = *holder;
+    if (&other == &p || other.spec.device_index != p.spec.device_index) continue;
+    if (other.queue.empty()) continue;
+    if (other.spec.bandwidth_cap > 0 && !other.cap.Ready(now)) continue;
+    if (busy) return true;
+    if (!p_ready) p_ready = p.share.ReadyAt(now);
+    const absl::Time other_ready = other.share.ReadyAt(now);
+    if (other_ready < *p_ready || (other_ready == *p_ready && other.spec.name < p.spec.name)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Scheduler::GuaranteedActiveLocked(int device_index, absl::Time now) {
+  if (devices_[device_index].in_flight[static_cast<int>(QosClass::kGuaranteed)] > 0) {
+    return true;
+  }
+  // Guaranteed work that waits counts too, unless its partition's own bandwidth cap holds
+  // it back: then bounding the others would only leave the device idle.
   for (const auto& [name, holder] : partitions_) {
     PartitionState& p = *holder;
     if (p.spec.device_index != device_index || p.guaranteed_queued == 0) continue;
@@ -532,12 +548,52 @@ bool Scheduler::BestEffortGatedLocked(int device_index, absl::Time now) {
   return false;
 }
 
+absl::Duration Scheduler::InFlightBound(QosClass qos) const {
+  return qos == QosClass::kBurstable ? options_.burstable_in_flight
+                                     : options_.best_effort_in_flight;
+}
+
+bool Scheduler::InFlightBoundHoldsLocked(int device_index, QosClass qos, absl::Time now) {
+  if (qos == QosClass::kGuaranteed) return false;
+  const DeviceState& device = devices_[device_index];
+  const int c = static_cast<int>(qos);
+  if (device.in_flight[c] == 0) return false;  // one may always go: nothing starves
+  if (device.in_flight_estimate_ns[c] < absl::ToInt64Nanoseconds(InFlightBound(qos))) {
+    return false;
+  }
+  return GuaranteedActiveLocked(device_index, now);
+}
+
 void Scheduler::AdmitLocked(PartitionState& p, Task& task, absl::Time now) {
   task.info.state = TaskState::kAdmitted;
   task.info.admitted = now;
   ++p.running;
   ++p.admitted_total;
-  if (task.info.qos == QosClass::kGuaranteed) ++devices_[p.spec.device_index].guaranteed_running;
+  task.estimate = task.session->estimates.Estimate(task.info.name, InFlightBound(task.info.qos));
+  DeviceState& device = devices_[p.spec.device_index];
+  const int c = static_cast<int>(task.info.qos);
+  ++device.in_flight[c];
+  device.in_flight_estimate_ns[c] += absl::ToInt64Nanoseconds(task.estimate);
+  // Charge applies as of the buckets' last accrual: accrue to now first.
+  p.share.BalanceNs(now);
+  p.cap.BalanceNs(now);
+  p.share.Charge(task.estimate);
+  p.cap.Charge(task.estimate);
+}
+
+void Scheduler::ReleaseInFlightLocked(Task& task, absl::Time now) {
+  PartitionState& p = *task.partition;
+  DeviceState& device = devices_[p.spec.device_index];
+  const int c = static_cast<int>(task.info.qos);
+  --device.in_flight[c];
+  device.in_flight_estimate_ns[c] -= absl::ToInt64Nanoseconds(task.estimate);
+  if (!task.settled) {  // it never ran: its estimate comes back
+    p.share.BalanceNs(now);
+    p.cap.BalanceNs(now);
+    p.share.Settle(task.estimate, absl::ZeroDuration());
+    p.cap.Settle(task.estimate, absl::ZeroDuration());
+    task.settled = true;
+  }
 }
 
 void Scheduler::EndTaskLocked(Task& task, TaskState state, absl::Time now,
@@ -553,7 +609,7 @@ void Scheduler::EndTaskLocked(Task& task, TaskState state, absl::Time now,
     if (guaranteed) --p.guaranteed_queued;
   } else if (was == TaskState::kAdmitted || was == TaskState::kRunning) {
     --p.running;
-    if (guaranteed) --devices_[p.spec.device_index].guaranteed_running;
+    ReleaseInFlightLocked(task, now);
   }
   task.info.state = state;
   task.info.finished = now;
@@ -598,13 +654,12 @@ absl::Status Scheduler::AwaitAdmission(const TaskRef& task,
                                                             " was cancelled: ", task->info.error)),
                           RejectReason::kCancelled);
       case TaskState::kExpired:
-        return WithReason(
-            absl::DeadlineExceededError(absl::StrCat(
-                "task ", task->info.id, " waited ",
-                absl::FormatDuration(task->info.finished - task->info.submitted),
-                " in the queue of partition \"", task->partition->spec.name,
-                "\" and its deadline passed")),
-            RejectReason::kDeadlineExceeded);
+        return WithReason(absl::DeadlineExceededError(absl::StrCat(
+                              "task ", task->info.id, " waited ",
+                              absl::FormatDuration(task->info.finished - task->info.submitted),
+                              " in the queue of partition \"", task->partition->spec.name,
+                              "\" and its deadline passed")),
+                          RejectReason::kDeadlineExceeded);
       case TaskState::kQueued:
         break;
       default:  // Succeeded or Failed: only reachable if the caller finished it already
@@ -619,8 +674,8 @@ absl::Status Scheduler::AwaitAdmission(const TaskRef& task,
     const absl::Time now = clock_.Now();
     const absl::Time next = PumpLocked(now);
     if (task->info.state != TaskState::kQueued) continue;
-    const absl::Duration wait = std::min(std::max(next - now, absl::Microseconds(50)),
-                                         kCancelPollInterval);
+    const absl::Duration wait =
+        std::min(std::max(next - now, absl::Microseconds(50)), kCancelPollInterval);
     mu_.AwaitWithTimeout(absl::Condition(+not_queued, task.get()), wait);
   }
 }
@@ -628,12 +683,11 @@ absl::Status Scheduler::AwaitAdmission(const TaskRef& task,
 absl::Status Scheduler::Start(const TaskRef& task) {
   absl::MutexLock lock(&mu_);
   if (task->info.state != TaskState::kAdmitted) {
-    const absl::Status status = absl::CancelledError(absl::StrCat(
-        "task ", task->info.id, " is ", TaskStateName(task->info.state), ", not Admitted: ",
-        task->info.error));
-    return task->info.state == TaskState::kCancelled
-               ? WithReason(status, RejectReason::kCancelled)
-               : status;
+    const absl::Status status = absl::CancelledError(
+        absl::StrCat("task ", task->info.id, " is ", TaskStateName(task->info.state),
+                     ", not Admitted: ", task->info.error));
+    return task->info.state == TaskState::kCancelled ? WithReason(status, RejectReason::kCancelled)
+                                                     : status;
   }
   task->info.state = TaskState::kRunning;
   task->info.started = clock_.Now();
@@ -647,13 +701,18 @@ void Scheduler::Finish(const TaskRef& task, const absl::Status& result,
   if (state != TaskState::kAdmitted && state != TaskState::kRunning) return;
   PartitionState& p = *task->partition;
   const absl::Time now = clock_.Now();
-  // TokenBucket::Charge applies to the balance as of the bucket's last accrual, which is
+  // TokenBucket::Settle applies to the balance as of the bucket's last accrual, which is
   // whenever anyone last looked (ListPartitions, another partition's pump): accrue both
   // buckets to now first, so the charge lands at the finish whoever looked in between.
   p.share.BalanceNs(now);
   p.cap.BalanceNs(now);
-  p.share.Charge(device_time);
-  p.cap.Charge(device_time);
+  p.share.Settle(task->estimate, device_time);
+  p.cap.Settle(task->estimate, device_time);
+  task->settled = true;
+  // Only work that ran to success teaches the estimate: a failure may have stopped early.
+  if (state == TaskState::kRunning && result.ok()) {
+    task->session->estimates.Learn(task->info.name, device_time);
+  }
   p.device_time_total += device_time;
   task->info.device_time = device_time;
   EndTaskLocked(*task, result.ok() ? TaskState::kSucceeded : TaskState::kFailed, now,
@@ -672,8 +731,8 @@ absl::Status Scheduler::Cancel(uint64_t task_id, absl::string_view why) {
   if (it == live_.end()) return TaskNotFoundError(task_id);
   TaskRef task = it->second;
   if (task->info.state == TaskState::kRunning) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "task ", task_id, " is running; work on the device cannot be stopped midway"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("task ", task_id, " is running; work on the device cannot be stopped midway"));
   }
   const absl::Time now = clock_.Now();
   EndTaskLocked(*task, TaskState::kCancelled, now, why);
