@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -706,7 +707,8 @@ TEST_F(SchedulerTest, DeviceRefusesWhenQuotaLoweredBelowUseLetAnotherPartitionIn
 TEST_F(SchedulerTest, RefusalWithoutAPlanIsCountedAtOnce) {
   Build({Partition("a", kDeviceBytes, 0.5)});
   SessionTicket a = Open("a", Guaranteed(kMiB));
-  EXPECT_THAT(scheduler().ReserveMemory(a, 2 * kMiB), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(scheduler().ReserveMemory(a, 2 * kMiB),
+              StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_EQ(Rejected("a", RejectReason::kSessionLimitExceeded), 1);
   ReclaimPlan plan;
   EXPECT_FALSE(scheduler().ReserveMemory(a, 2 * kMiB, &plan).ok());
@@ -1631,6 +1633,187 @@ TEST_F(SchedulerTest, BoundedBestEffortDoesNotBlockBurstableBehindItInItsOwnQueu
   EXPECT_EQ(StateOf(be), TaskState::kQueued);
   EXPECT_EQ(StateOf(burst), TaskState::kAdmitted) << "Burstable orders ahead of BestEffort";
 }
+
+// ======================================================================================
+// Compute share over time: a simulated device
+// ======================================================================================
+//
+// One device modelled as serial: it runs the admitted tasks one at a time in the order they
+// were admitted, each for its partition's fixed device time, which Finish reports. Busy
+// partitions always have kDepth tasks queued. The loop pumps, starts, moves the fake clock
+// to the next finish or to when the scheduler said something may change, and finishes;
+// each partition's device time is then counted per 100 ms window after a warm-up.
+
+struct SimPartition {
+  std::string name;
+  double share = 0;
+  double cap = 0;  // bandwidth cap; 0: none
+  absl::Duration task_time;
+  bool busy = true;
+  ResourceSpec resources;  // of its one session
+};
+
+struct ShareCase {
+  std::string name;
+  std::vector<SimPartition> partitions;
+  // Each partition's expected fraction of every window, in partition order.
+  std::vector<double> expected;
+};
+void PrintTo(const ShareCase& c, std::ostream* os) { *os << c.name; }
+
+class ShareSimulationTest : public SchedulerTest, public ::testing::WithParamInterface<ShareCase> {
+ protected:
+  static constexpr int kDepth = 4;
+  static constexpr absl::Duration kWarmUp = absl::Seconds(1);
+  static constexpr absl::Duration kWindow = absl::Milliseconds(100);
+  static constexpr int kWindows = 20;
+
+  // Fills `device_time_ns_[partition][window]`, and `idle_with_work_` with the time the
+  // device stood idle while a task was queued.
+  void Simulate(const std::vector<SimPartition>& partitions) {
+    std::vector<PartitionSpec> specs;
+    for (const SimPartition& sim : partitions) {
+      PartitionSpec spec = Partition(sim.name, kDeviceBytes / 4, sim.share);
+      spec.bandwidth_cap = sim.cap;
+      specs.push_back(spec);
+    }
+    Build(specs);  // the default options: the pacing burst and bounds as the daemon has them
+    const int n = static_cast<int>(partitions.size());
+    std::vector<SessionTicket> sessions;
+    for (const SimPartition& sim : partitions) sessions.push_back(Open(sim.name, sim.resources));
+    std::vector<std::deque<TaskRef>> queued(n);
+    std::deque<std::pair<int, TaskRef>> admitted;  // in admission order: the device's queue
+    device_time_ns_.assign(n, std::vector<int64_t>(kWindows, 0));
+    idle_with_work_ = absl::ZeroDuration();
+
+    // Moves what the scheduler admitted to the device's queue and tops the queues up.
+    auto settle = [&] {
+      bool changed = true;
+      while (changed) {
+        changed = false;
+        for (int p = 0; p < n; ++p) {
+          for (auto it = queued[p].begin(); it != queued[p].end();) {
+            if (StateOf(*it) == TaskState::kAdmitted) {
+              admitted.emplace_back(p, *it);
+              it = queued[p].erase(it);
+              changed = true;
+            } else {
+              ASSERT_EQ(StateOf(*it), TaskState::kQueued);
+              ++it;
+            }
+          }
+          while (partitions[p].busy && static_cast<int>(queued[p].size()) < kDepth) {
+            queued[p].push_back(Submit(sessions[p], Named(partitions[p].name)));
+            changed = true;
+          }
+        }
+      }
+    };
+
+    const absl::Time start = clock_.Now();
+    const absl::Time measured_from = start + kWarmUp;
+    const absl::Time end = measured_from + kWindow * kWindows;
+    std::optional<std::pair<int, TaskRef>> running;
+    absl::Time running_since, running_until;
+    while (clock_.Now() < end) {
+      absl::Time wake;
+      do {
+        ASSERT_NO_FATAL_FAILURE(settle());
+        if (!running && !admitted.empty()) {
+          running = admitted.front();
+          admitted.pop_front();
+          ASSERT_THAT(scheduler().Start(running->second), IsOk());
+          running_since = clock_.Now();
+          running_until = running_since + partitions[running->first].task_time;
+        }
+        wake = scheduler().Pump();
+      } while (!admitted.empty() && !running);
+      ASSERT_NO_FATAL_FAILURE(settle());
+      absl::Time next = std::min(wake, end);
+      if (running) next = std::min(next, running_until);
+      ASSERT_GT(next, clock_.Now()) << "nothing will change: the simulation is stuck";
+      if (!running) idle_with_work_ += next - clock_.Now();
+      clock_.Advance(next - clock_.Now());
+      if (running && running_until <= clock_.Now()) {
+        Count(running->first, running_since, running_until, measured_from);
+        scheduler().Finish(running->second, absl::OkStatus(), running_until - running_since);
+        running.reset();
+      }
+    }
+  }
+
+  // Adds the part of [from, to) that falls in each measured window.
+  void Count(int partition, absl::Time from, absl::Time to, absl::Time measured_from) {
+    for (int w = 0; w < kWindows; ++w) {
+      const absl::Time lo = std::max(from, measured_from + kWindow * w);
+      const absl::Time hi = std::min(to, measured_from + kWindow * (w + 1));
+      if (hi > lo) device_time_ns_[partition][w] += absl::ToInt64Nanoseconds(hi - lo);
+    }
+  }
+
+  std::vector<std::vector<int64_t>> device_time_ns_;
+  absl::Duration idle_with_work_;
+};
+
+// Within 3 percentage points of the expected fraction in every 100 ms window.
+TEST_P(ShareSimulationTest, EachPartitionGetsItsFractionOfEveryWindow) {
+  const ShareCase& c = GetParam();
+  ASSERT_NO_FATAL_FAILURE(Simulate(c.partitions));
+  for (size_t p = 0; p < c.partitions.size(); ++p) {
+    for (int w = 0; w < kWindows; ++w) {
+      const double fraction =
+          static_cast<double>(device_time_ns_[p][w]) / absl::ToInt64Nanoseconds(kWindow);
+      EXPECT_NEAR(fraction, c.expected[p], 0.03)
+          << "partition " << c.partitions[p].name << ", window " << w;
+    }
+  }
+  bool capped = false;
+  for (const SimPartition& sim : c.partitions) capped |= sim.cap > 0;
+  if (!capped) {
+    EXPECT_EQ(idle_with_work_, absl::ZeroDuration()) << "work-conserving: never idle with work";
+  }
+}
+
+ResourceSpec GuaranteedShare(double compute) { return Guaranteed(kMiB, compute); }
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, ShareSimulationTest,
+    ::testing::Values(
+        ShareCase{"SixtyTwentyTwenty",
+                  {{"a", 0.6, 0, absl::Microseconds(100)},
+                   {"b", 0.2, 0, absl::Microseconds(500)},
+                   {"c", 0.2, 0, absl::Milliseconds(2)}},
+                  {0.6, 0.2, 0.2}},
+        ShareCase{"SixtyTwentyTwentyLongTasksInTheLargeShare",
+                  {{"a", 0.6, 0, absl::Milliseconds(2)},
+                   {"b", 0.2, 0, absl::Microseconds(100)},
+                   {"c", 0.2, 0, absl::Microseconds(500)}},
+                  {0.6, 0.2, 0.2}},
+        ShareCase{"HalfAndHalf",
+                  {{"a", 0.5, 0, absl::Microseconds(100)}, {"b", 0.5, 0, absl::Milliseconds(2)}},
+                  {0.5, 0.5}},
+        ShareCase{"GuaranteedBesideBestEffort",
+                  {{"gold", 0.6, 0, absl::Microseconds(100), true, GuaranteedShare(0.5)},
+                   {"bulk", 0.4, 0, absl::Milliseconds(2)}},
+                  {0.6, 0.4}},
+        ShareCase{"LoneBusyPartitionGetsTheWholeDevice",
+                  {{"a", 0.6, 0, absl::Microseconds(500)},
+                   {"b", 0.2, 0, absl::Microseconds(100), false},
+                   {"c", 0.2, 0, absl::Milliseconds(2), false}},
+                  {1.0, 0, 0}},
+        ShareCase{"IdlePartitionsShareGoesToTheBusyOnesInProportion",
+                  {{"a", 0.6, 0, absl::Microseconds(100)},
+                   {"b", 0.2, 0, absl::Milliseconds(2)},
+                   {"c", 0.2, 0, absl::Microseconds(500), false}},
+                  {0.75, 0.25, 0}},
+        ShareCase{"BandwidthCapHoldsOnAnOtherwiseIdleDevice",
+                  {{"a", 0.2, 0.3, absl::Microseconds(500)},
+                   {"b", 0.8, 0, absl::Microseconds(100), false}},
+                  {0.3, 0}},
+        ShareCase{"BandwidthCapAboveTheShareUnderContention",
+                  {{"a", 0.2, 0.3, absl::Microseconds(500)}, {"b", 0.8, 0, absl::Milliseconds(2)}},
+                  {0.2, 0.8}}),
+    [](const ::testing::TestParamInfo<ShareCase>& info) { return info.param.name; });
 
 // ======================================================================================
 // AwaitAdmission
