@@ -564,8 +564,8 @@ class Sequence {
 
   // ---- Checks ---------------------------------------------------------------------------
 
-  // Guaranteed work that gates BestEffort on the device: admitted or running, or queued in
-  // a partition whose own bandwidth cap does not hold it back.
+  // Guaranteed work that bounds the other classes on the device: admitted or running, or
+  // queued in a partition whose own bandwidth cap does not hold it back.
   int GuaranteedActiveOn(int device, absl::Time now) {
     int active = 0;
     for (const TaskModel& t : tasks_) {

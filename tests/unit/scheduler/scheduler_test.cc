@@ -292,7 +292,13 @@ INSTANTIATE_TEST_SUITE_P(
                       OptionsCase{"DevicesOutOfOrder", {{1, kDeviceBytes}, {0, kDeviceBytes}}, {}},
                       OptionsCase{
                           "ZeroPacingBurst", {{0, kDeviceBytes}}, Burst(absl::ZeroDuration())},
-                      OptionsCase{"NegativeTaskHistory", {{0, kDeviceBytes}}, History(-1)}),
+                      OptionsCase{"NegativeTaskHistory", {{0, kDeviceBytes}}, History(-1)},
+                      OptionsCase{"ZeroBestEffortInFlight",
+                                  {{0, kDeviceBytes}},
+                                  {.best_effort_in_flight = absl::ZeroDuration()}},
+                      OptionsCase{"NegativeBurstableInFlight",
+                                  {{0, kDeviceBytes}},
+                                  {.burstable_in_flight = -absl::Milliseconds(1)}}),
     [](const ::testing::TestParamInfo<OptionsCase>& info) { return info.param.name; });
 
 // ======================================================================================
