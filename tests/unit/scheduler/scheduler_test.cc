@@ -713,8 +713,7 @@ TEST_F(SchedulerTest, DeviceRefusesWhenQuotaLoweredBelowUseLetAnotherPartitionIn
 TEST_F(SchedulerTest, RefusalWithoutAPlanIsCountedAtOnce) {
   Build({Partition("a", kDeviceBytes, 0.5)});
   SessionTicket a = Open("a", Guaranteed(kMiB));
-  EXPECT_THAT(scheduler().ReserveMemory(a, 2 * kMiB),
-              StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(scheduler().ReserveMemory(a, 2 * kMiB), StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_EQ(Rejected("a", RejectReason::kSessionLimitExceeded), 1);
   ReclaimPlan plan;
   EXPECT_FALSE(scheduler().ReserveMemory(a, 2 * kMiB, &plan).ok());
