@@ -26,7 +26,8 @@ constexpr absl::string_view kDefaultConfig = R"json({
   "sessions": {"defaultLease": "30s", "minLease": "1s", "maxLease": "10m"},
   "streamsPerPartition": 2,
   "partitions": [],
-  "scheduler": {"pacingBurst": "20ms", "taskHistory": 1000},
+  "scheduler": {"pacingBurst": "20ms", "taskHistory": 1000, "bestEffortInFlight": "1ms",
+                "burstableInFlight": "4ms"},
   "jit": {"cacheDir": "", "memoryCache": "256MiB", "compileTimeout": "30s", "cpuArch": "sm_90"},
   "server": {"maxThreads": 256},
   "executor": {"mode": "process", "launchDeadline": "30s", "standby": true},
@@ -246,6 +247,23 @@ absl::StatusOr<DaemonConfig> ApplyConfigJson(absl::string_view json, DaemonConfi
     GPUKIT_ASSIGN_OR_RETURN(config.core.pacing_burst,
                             ParsePositiveDuration(scheduler.pacing_burst(),
                                                   "scheduler.pacingBurst"));
+  }
+  if (!scheduler.best_effort_in_flight().empty()) {
+    GPUKIT_ASSIGN_OR_RETURN(config.core.best_effort_in_flight,
+                            ParsePositiveDuration(scheduler.best_effort_in_flight(),
+                                                  "scheduler.bestEffortInFlight"));
+  }
+  if (!scheduler.burstable_in_flight().empty()) {
+    GPUKIT_ASSIGN_OR_RETURN(config.core.burstable_in_flight,
+                            ParsePositiveDuration(scheduler.burstable_in_flight(),
+                                                  "scheduler.burstableInFlight"));
+  }
+  if (config.core.burstable_in_flight < config.core.best_effort_in_flight) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "scheduler.burstableInFlight = ", absl::FormatDuration(config.core.burstable_in_flight),
+        " must be at least scheduler.bestEffortInFlight = ",
+        absl::FormatDuration(config.core.best_effort_in_flight),
+        ": Burstable work ranks above BestEffort"));
   }
   if (scheduler.task_history() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -82,6 +82,9 @@ struct CoreOptions {
   // what the others leave of device 0 (every device 0 resource when the list is empty).
   std::vector<PartitionSpec> partitions;
   absl::Duration pacing_burst = absl::Milliseconds(20);
+  // SchedulerOptions' in-flight bounds of BestEffort and Burstable work beside Guaranteed.
+  absl::Duration best_effort_in_flight = absl::Milliseconds(1);
+  absl::Duration burstable_in_flight = absl::Milliseconds(4);
   int task_history = 1000;
   // The architecture custom kernels are compiled for when the session's device is the CPU
   // backend (which cannot run them, but compiling checks the source and fills the cache).

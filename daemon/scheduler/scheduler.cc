@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/base/status_macros.h"
 #include "absl/strings/str_join.h"
+#include "daemon/scheduler/device_time_estimate.h"
 #include "daemon/scheduler/task_queue.h"
 #include "daemon/scheduler/token_bucket.h"
 
@@ -26,6 +27,7 @@ struct SessionAccount {
   bool ended = false;
   absl::Duration device_time;
   int64_t tasks_finished = 0;
+  DeviceTimeEstimates estimates;  // per task name, learned at Finish
 };
 
 struct Task {
@@ -33,6 +35,10 @@ struct Task {
   QueueKey key;
   std::shared_ptr<PartitionState> partition;
   SessionTicket session;
+  // Estimated device time, counted in its device's in-flight sums and charged to its
+  // partition's buckets from admission; `settled` once Finish replaced the charge.
+  absl::Duration estimate;
+  bool settled = false;
 };
 
 struct PartitionState {
@@ -128,6 +134,13 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
   if (options.pacing_burst <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("pacing burst must be > 0");
   }
+  if (options.best_effort_in_flight <= absl::ZeroDuration() ||
+      options.burstable_in_flight <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "in-flight bounds must be > 0; best_effort_in_flight = ",
+        absl::FormatDuration(options.best_effort_in_flight),
+        ", burstable_in_flight = ", absl::FormatDuration(options.burstable_in_flight)));
+  }
   if (options.task_history < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("task history = ", options.task_history, " must be >= 0"));
@@ -142,7 +155,7 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
 Scheduler::Scheduler(const Clock& clock, std::vector<DeviceCapacity> devices,
                      const SchedulerOptions& options)
     : clock_(clock), options_(options) {
-  for (const DeviceCapacity& d : devices) devices_.push_back({d.memory_bytes, 0, 0});
+  for (const DeviceCapacity& d : devices) devices_.push_back({.capacity_bytes = d.memory_bytes});
 }
 
 Scheduler::~Scheduler() = default;
@@ -511,25 +524,6 @@ absl::Time Scheduler::Pump() {
   return PumpLocked(clock_.Now());
 }
 
-bool Scheduler::OthersWaitingLocked(const PartitionState& p, absl::Time now) {
-  // Another partition of the device whose next task could start now if this one held
-  // back. One that is itself blocked (no slot, gated, capped or paying back its own
-  // share) does not count, so two partitions in debt do not leave the device idle.
-  for (const auto& [name, holder] : partitions_) {
-    PartitionState& other = *holder;
-    if (&other == &p || other.spec.device_index != p.spec.device_index) continue;
-    if (other.queue.empty() || other.running >= other.spec.max_running_tasks) continue;
-    if (other.queue.front().key.qos == QosClass::kBestEffort &&
-        BestEffortGatedLocked(other.spec.device_index, now)) {
-      continue;
-    }
-    if (other.spec.bandwidth_cap > 0 && !other.cap.Ready(now)) continue;
-    if (!other.share.Ready(now)) continue;
-    return true;
-  }
-  return false;
-}
-
 absl::Time Scheduler::PumpLocked(absl::Time now) {
   // Expire what waited past its deadline, wherever it is in its queue.
   while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
@@ -541,10 +535,9 @@ absl::Time Scheduler::PumpLocked(absl::Time now) {
                     "its deadline passed while it waited in the queue");
     }
   }
-  // A partition in debt is held while another could start a task in its place; once that
-  // one has admitted what it may, the debtor may go. Partitions are visited in hash order,
-  // so pass again until a pass admits nothing: the last pass sees settled state and its
-  // `next` is complete.
+  // A partition in debt yields to others of its device (YieldsShareLocked); what they admit
+  // changes whether it must. Partitions are visited in hash order, so pass again until a
+  // pass admits nothing: the last pass sees settled state and its `next` is complete.
   absl::Time next;
   bool admitted = true;
   while (admitted) {
@@ -569,24 +562,51 @@ absl::Time Scheduler::PumpLocked(absl::Time now) {
 bool Scheduler::MayAdmitLocked(PartitionState& p, QosClass qos, absl::Time now,
                                absl::Time* next) {
   if (p.running >= p.spec.max_running_tasks) return false;  // Finish pumps again
-  if (qos == QosClass::kBestEffort && BestEffortGatedLocked(p.spec.device_index, now)) {
-    return false;  // gated until Guaranteed work is done; Finish pumps again
+  if (InFlightBoundHoldsLocked(p.spec.device_index, qos, now)) {
+    return false;  // until work of its class or the Guaranteed work ends; that pumps again
   }
   if (p.spec.bandwidth_cap > 0 && !p.cap.Ready(now)) {
     *next = std::min(*next, p.cap.ReadyAt(now));
     return false;
   }
-  if (!p.share.Ready(now) && OthersWaitingLocked(p, now)) {
+  if (!p.share.Ready(now) && YieldsShareLocked(p, now)) {
     *next = std::min(*next, p.share.ReadyAt(now));
     return false;
   }
   return true;
 }
 
-bool Scheduler::BestEffortGatedLocked(int device_index, absl::Time now) {
-  if (devices_[device_index].guaranteed_running > 0) return true;
-  // Guaranteed work that waits gates BestEffort too, unless its partition's own bandwidth
-  // cap holds it back: then gating would only leave the device idle.
+bool Scheduler::YieldsShareLocked(PartitionState& p, absl::Time now) {
+  // Another partition with work queued has the better claim on the device's time: p has
+  // used its share and it may not have. While the device has work in flight, holding p
+  // leaves it no less busy, and p goes once its debt is repaid (the pump's `next`) or the
+  // others run dry. On an idle device one partition must go: the one nearest to repaying.
+  // A partition held by its cap does not count (it could not take the time), nor does one
+  // on another device. One waiting only for its own running slot or its class's bound
+  // does: it has work in flight, and holding p is what keeps its share.
+  const bool busy = devices_[p.spec.device_index].busy();
+  std::optional<absl::Time> p_ready;
+  for (const auto& [name, holder] : partitions_) {
+    PartitionState& other = *holder;
+    if (&other == &p || other.spec.device_index != p.spec.device_index) continue;
+    if (other.queue.empty()) continue;
+    if (other.spec.bandwidth_cap > 0 && !other.cap.Ready(now)) continue;
+    if (busy) return true;
+    if (!p_ready) p_ready = p.share.ReadyAt(now);
+    const absl::Time other_ready = other.share.ReadyAt(now);
+    if (other_ready < *p_ready || (other_ready == *p_ready && other.spec.name < p.spec.name)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Scheduler::GuaranteedActiveLocked(int device_index, absl::Time now) {
+  if (devices_[device_index].in_flight[static_cast<int>(QosClass::kGuaranteed)] > 0) {
+    return true;
+  }
+  // Guaranteed work that waits counts too, unless its partition's own bandwidth cap holds
+  // it back: then bounding the others would only leave the device idle.
   for (const auto& [name, holder] : partitions_) {
     PartitionState& p = *holder;
     if (p.spec.device_index != device_index || p.guaranteed_queued == 0) continue;
@@ -596,12 +616,52 @@ bool Scheduler::BestEffortGatedLocked(int device_index, absl::Time now) {
   return false;
 }
 
+absl::Duration Scheduler::InFlightBound(QosClass qos) const {
+  return qos == QosClass::kBurstable ? options_.burstable_in_flight
+                                     : options_.best_effort_in_flight;
+}
+
+bool Scheduler::InFlightBoundHoldsLocked(int device_index, QosClass qos, absl::Time now) {
+  if (qos == QosClass::kGuaranteed) return false;
+  const DeviceState& device = devices_[device_index];
+  const int c = static_cast<int>(qos);
+  if (device.in_flight[c] == 0) return false;  // one may always go: nothing starves
+  if (device.in_flight_estimate_ns[c] < absl::ToInt64Nanoseconds(InFlightBound(qos))) {
+    return false;
+  }
+  return GuaranteedActiveLocked(device_index, now);
+}
+
 void Scheduler::AdmitLocked(PartitionState& p, Task& task, absl::Time now) {
   task.info.state = TaskState::kAdmitted;
   task.info.admitted = now;
   ++p.running;
   ++p.admitted_total;
-  if (task.info.qos == QosClass::kGuaranteed) ++devices_[p.spec.device_index].guaranteed_running;
+  task.estimate = task.session->estimates.Estimate(task.info.name, InFlightBound(task.info.qos));
+  DeviceState& device = devices_[p.spec.device_index];
+  const int c = static_cast<int>(task.info.qos);
+  ++device.in_flight[c];
+  device.in_flight_estimate_ns[c] += absl::ToInt64Nanoseconds(task.estimate);
+  // Charge applies as of the buckets' last accrual: accrue to now first.
+  p.share.BalanceNs(now);
+  p.cap.BalanceNs(now);
+  p.share.Charge(task.estimate);
+  p.cap.Charge(task.estimate);
+}
+
+void Scheduler::ReleaseInFlightLocked(Task& task, absl::Time now) {
+  PartitionState& p = *task.partition;
+  DeviceState& device = devices_[p.spec.device_index];
+  const int c = static_cast<int>(task.info.qos);
+  --device.in_flight[c];
+  device.in_flight_estimate_ns[c] -= absl::ToInt64Nanoseconds(task.estimate);
+  if (!task.settled) {  // it never ran: its estimate comes back
+    p.share.BalanceNs(now);
+    p.cap.BalanceNs(now);
+    p.share.Settle(task.estimate, absl::ZeroDuration());
+    p.cap.Settle(task.estimate, absl::ZeroDuration());
+    task.settled = true;
+  }
 }
 
 void Scheduler::EndTaskLocked(Task& task, TaskState state, absl::Time now,
@@ -617,7 +677,7 @@ void Scheduler::EndTaskLocked(Task& task, TaskState state, absl::Time now,
     if (guaranteed) --p.guaranteed_queued;
   } else if (was == TaskState::kAdmitted || was == TaskState::kRunning) {
     --p.running;
-    if (guaranteed) --devices_[p.spec.device_index].guaranteed_running;
+    ReleaseInFlightLocked(task, now);
   }
   task.info.state = state;
   task.info.finished = now;
@@ -711,13 +771,18 @@ void Scheduler::Finish(const TaskRef& task, const absl::Status& result,
   if (state != TaskState::kAdmitted && state != TaskState::kRunning) return;
   PartitionState& p = *task->partition;
   const absl::Time now = clock_.Now();
-  // TokenBucket::Charge applies to the balance as of the bucket's last accrual, which is
+  // TokenBucket::Settle applies to the balance as of the bucket's last accrual, which is
   // whenever anyone last looked (ListPartitions, another partition's pump): accrue both
   // buckets to now first, so the charge lands at the finish whoever looked in between.
   p.share.BalanceNs(now);
   p.cap.BalanceNs(now);
-  p.share.Charge(device_time);
-  p.cap.Charge(device_time);
+  p.share.Settle(task->estimate, device_time);
+  p.cap.Settle(task->estimate, device_time);
+  task->settled = true;
+  // Only work that ran to success teaches the estimate: a failure may have stopped early.
+  if (state == TaskState::kRunning && result.ok()) {
+    task->session->estimates.Learn(task->info.name, device_time);
+  }
   AccountFinishLocked(*task, device_time, !result.ok());
   task->info.device_time = device_time;
   EndTaskLocked(*task, result.ok() ? TaskState::kSucceeded : TaskState::kFailed, now,

@@ -7,15 +7,35 @@
 // launch, transfer) waits in its partition's queue until the partition has a free running
 // slot and pacing lets it go.
 //
-// Pacing works in device time. Each partition has a token bucket filled at its compute
-// share and, if it has one, a second filled at its bandwidth cap. A partition whose cap
-// bucket is empty waits. A partition whose share bucket is empty waits only while another
-// partition of the device has a task that could start in its place, so an idle device is
-// not left idle (shares are guarantees under contention, the cap is a hard limit).
-// BestEffort tasks wait while Guaranteed tasks run on the same device or wait in a queue
-// (unless their own bandwidth cap holds them back). Finished tasks are charged the
-// device time the caller measured (CUDA events on a GPU, the simulated clock on the CPU
-// backend), so the scheduler itself needs no device.
+// Work is counted in device time. A task's device time is known once it has run (the caller
+// measures it: CUDA events on a GPU, the stream thread's time on the CPU backend, so the
+// scheduler itself needs no device); until then it is estimated per session and task name
+// from the session's earlier tasks of that name (DeviceTimeEstimates: the measured time, a
+// rise taken at once, a fall by a quarter per measurement). A name never measured is
+// estimated at the in-flight bound of its session's class (Guaranteed: the BestEffort
+// one), so an unknown BestEffort or Burstable task goes alone while Guaranteed work is
+// active, until its first finish says what it costs.
+//
+// Bounded lower classes: while Guaranteed work is active on a device (a Guaranteed task
+// admitted or running, or queued in a partition whose bandwidth cap does not hold it), a
+// BestEffort task is admitted only while the estimated device time of the BestEffort tasks
+// already admitted or running on the device is below `best_effort_in_flight`, and a
+// Burstable task likewise below `burstable_in_flight` (its own sum). When none of its class
+// is in flight one may always go, so nothing starves; without Guaranteed work there is no
+// bound. A finish pumps, so a waiting task goes as soon as the bound allows.
+//
+// Pacing: each partition has a token bucket filled at its compute share and, if it has one,
+// a second filled at its bandwidth cap, both up to `pacing_burst`. A task is charged its
+// estimate when admitted and settled to its measured device time when it finishes (the
+// estimate comes back if it never ran). A partition whose cap bucket is empty waits, even on
+// an idle device (the cap is a hard limit). A partition whose share bucket is empty yields to
+// the other partitions of its device that have work queued (not held by their own cap):
+// while the device has work in flight, it waits until its debt is repaid; on an idle device
+// the partition nearest to repaying (its bucket's ReadyAt; then by name) goes, one task at a
+// time. So under contention each busy partition gets its share of the device's time (the
+// shares of a device sum to at most 1; what idle partitions leave goes in proportion), and
+// a lone busy partition gets the whole device (work-conserving: shares are guarantees under
+// contention).
 //
 //   GPUKIT_ASSIGN_OR_RETURN(auto scheduler, Scheduler::Create(clock, devices, partitions, {}));
 //   GPUKIT_ASSIGN_OR_RETURN(SessionAdmission s, scheduler->AdmitSession("s-1", "default", {}));
@@ -63,8 +83,19 @@ namespace gpukit {
 
 struct SchedulerOptions {
   AdmissionLimits limits;
-  // Device time a partition may run ahead of its rate before pacing holds it back.
+  // Device time a partition may run ahead of its rate before pacing holds it back
+  // (admitted work counts, by its estimate, until it finishes).
   absl::Duration pacing_burst = absl::Milliseconds(20);
+  // While Guaranteed work is active on a device, BestEffort tasks are admitted there only
+  // while the estimated device time of those already admitted or running is below this;
+  // when none is, one may go. 1 ms is about ten 100 us slices of a sliced BestEffort
+  // matmul: enough queued to cover the round trip from one task's end to the next one's
+  // launch, so the flood keeps the GPU busy, while a Guaranteed task that arrives finds at
+  // most about 1 ms of BestEffort work ahead of it where the device cannot preempt (about
+  // its own p99 alone on the H100), and one slice where low-priority streams let it pass.
+  absl::Duration best_effort_in_flight = absl::Milliseconds(1);
+  // The same for Burstable tasks (their own sum): Burstable sits between, as in Kubernetes.
+  absl::Duration burstable_in_flight = absl::Milliseconds(4);
   // Finished tasks kept for inspection (gpukitctl tasks), newest last; older ones drop.
   int task_history = 1000;
 };
@@ -261,10 +292,11 @@ class Scheduler {
   absl::Status AwaitAdmission(const TaskRef& task, const std::function<bool()>& cancelled);
   // Admitted -> Running. CANCELLED if the task was cancelled after admission.
   absl::Status Start(const TaskRef& task);
-  // Admitted or Running -> Succeeded (ok) or Failed; charges `device_time` to the
-  // partition's pacing and accounts it to the task's session, partition (by QoS class) and
-  // tenant, failed or not: a failed task used the device too. Does nothing for a task that
-  // already ended.
+  // Admitted or Running -> Succeeded (ok) or Failed; settles the task's pacing charge to
+  // `device_time`, accounts it to the task's session, partition (by QoS class) and tenant,
+  // failed or not (a failed task used the device too), and, for a task that ran and
+  // succeeded, folds it into its session's estimate for its name. Pumps: what the task held
+  // back may go. Does nothing for a task that already ended.
   void Finish(const TaskRef& task, const absl::Status& result, absl::Duration device_time);
   // Cancels a waiting or admitted task. NOT_FOUND (unknown or finished),
   // FAILED_PRECONDITION for a running task (device work cannot be stopped midway).
@@ -279,7 +311,10 @@ class Scheduler {
   struct DeviceState {
     int64_t capacity_bytes = 0;
     int64_t used_bytes = 0;
-    int guaranteed_running = 0;  // Guaranteed tasks admitted or running
+    // Tasks admitted or running, and the sum of their estimated device time, by QosClass.
+    std::array<int, kQosClassCount> in_flight{};
+    std::array<int64_t, kQosClassCount> in_flight_estimate_ns{};
+    bool busy() const { return in_flight[0] + in_flight[1] + in_flight[2] > 0; }
   };
 
   Scheduler(const Clock& clock, std::vector<DeviceCapacity> devices,
@@ -291,14 +326,20 @@ class Scheduler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckDeviceLocked(int device_index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Time PumpLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool OthersWaitingLocked(const PartitionState& p, absl::Time now)
+  // Whether partition `p`, in debt on its share, must let another partition of its device
+  // go first: one with work queued that its own cap does not hold, while the device has
+  // work in flight or that one is nearer to repaying.
+  bool YieldsShareLocked(PartitionState& p, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether Guaranteed work is active on the device: admitted or running, or queued in a
+  // partition whose bandwidth cap does not hold it back.
+  bool GuaranteedActiveLocked(int device_index, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a task of class `qos` must wait for the in-flight bound of its class.
+  bool InFlightBoundHoldsLocked(int device_index, QosClass qos, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether BestEffort tasks on the device must wait for Guaranteed work.
-  bool BestEffortGatedLocked(int device_index, absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The in-flight bound of a class, which is also the estimate of a task name never measured.
+  absl::Duration InFlightBound(QosClass qos) const;
   // Whether a task of class `qos` at the head of `p`'s queue may start now: a free running
-  // slot, no Guaranteed work gating BestEffort, pacing. Lowers `*next` to when pacing
-  // would allow it.
+  // slot, its class's in-flight bound, pacing. Lowers `*next` to when pacing would allow it.
   bool MayAdmitLocked(PartitionState& p, QosClass qos, absl::Time now, absl::Time* next)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AdmitLocked(PartitionState& p, Task& task, absl::Time now)
@@ -306,6 +347,9 @@ class Scheduler {
   // Moves a live task to a terminal state and into the history.
   void EndTaskLocked(Task& task, TaskState state, absl::Time now, absl::string_view error)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An admitted or running task leaves the device's in-flight sums; its charge is refunded
+  // if Finish did not settle it (it never ran).
+  void ReleaseInFlightLocked(Task& task, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountLocked(PartitionState& p, RejectReason reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes room in tenants_ (see kMaxTenants). O(tenants).
   void FoldIdleTenantLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -38,6 +38,16 @@ void TokenBucket::Charge(absl::Duration device_time) {
   balance_ns_ -= absl::ToDoubleNanoseconds(std::max(device_time, absl::ZeroDuration()));
 }
 
+void TokenBucket::Settle(absl::Duration charged, absl::Duration used) {
+  const double delta_ns = absl::ToDoubleNanoseconds(std::max(charged, absl::ZeroDuration())) -
+                          absl::ToDoubleNanoseconds(std::max(used, absl::ZeroDuration()));
+  if (delta_ns < 0) {
+    balance_ns_ += delta_ns;  // used more than charged: the rest is charged now
+  } else {
+    balance_ns_ = std::min(static_cast<double>(burst_ns_), balance_ns_ + delta_ns);
+  }
+}
+
 void TokenBucket::SetRate(double rate, absl::Time now) {
   Accrue(now);
   rate_ = rate;

@@ -1,15 +1,19 @@
 // TokenBucket: pacing in device time.
 //
 // Tokens are nanoseconds of device time. They accrue at `rate` device-seconds per second of
-// wall time (a partition's compute share or bandwidth cap) up to `burst`; a finished task
-// is charged the device time it used, which may drive the balance negative. Work may start
+// wall time (a partition's compute share or bandwidth cap) up to `burst`. Work is charged
+// when it is let go, with its estimated device time, which may drive the balance negative;
+// once it has run, Settle replaces the estimate with the device time it used. Work may start
 // while the balance is positive, so a partition that ran over its rate waits until the
 // debt is repaid: over any window its device time stays within rate * window + burst
-// + one task.
+// + one task (+ the estimates' errors of the work still running).
 //
 //   TokenBucket bucket(/*rate=*/0.25, absl::Milliseconds(50), clock.Now());
-//   if (bucket.Ready(clock.Now())) { ...run...; bucket.Charge(device_time); }
-//   else wake_at = bucket.ReadyAt(clock.Now());
+//   if (bucket.Ready(clock.Now())) {
+//     bucket.Charge(estimate); ...run...; bucket.Settle(estimate, device_time);
+//   } else {
+//     wake_at = bucket.ReadyAt(clock.Now());
+//   }
 //
 // Thread safety: none; the owner locks.
 #ifndef GPUKIT_DAEMON_SCHEDULER_TOKEN_BUCKET_H_
@@ -29,7 +33,11 @@ class TokenBucket {
   bool Ready(absl::Time now);
   // When the balance turns positive (now, if it is).
   absl::Time ReadyAt(absl::Time now);
+  // Both apply to the balance as of the last accrual: accrue (BalanceNs(now)) first.
   void Charge(absl::Duration device_time);
+  // Replaces an earlier charge of `charged` with `used`: charges the difference, or gives
+  // it back up to the burst. Settle(charged, 0) refunds work that never ran.
+  void Settle(absl::Duration charged, absl::Duration used);
   void SetRate(double rate, absl::Time now);
 
   double rate() const { return rate_; }

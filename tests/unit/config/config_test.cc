@@ -429,6 +429,8 @@ TEST(PartitionConfigTest, EmbeddedDefaultHasNoPartitionsAndTheSchedulerDefaults)
   const DaemonConfig config = EmbeddedDefault();
   EXPECT_THAT(config.core.partitions, IsEmpty());
   EXPECT_EQ(config.core.pacing_burst, absl::Milliseconds(20));
+  EXPECT_EQ(config.core.best_effort_in_flight, absl::Milliseconds(1));
+  EXPECT_EQ(config.core.burstable_in_flight, absl::Milliseconds(4));
   EXPECT_EQ(config.core.task_history, 1000);
 }
 
@@ -441,7 +443,8 @@ TEST(PartitionConfigTest, ParsesEveryPartitionField) {
        "defaultLimits": {"memory": "128MiB", "compute": 0.2}},
       {"name": "bronze", "memory": "512MiB", "compute": 0.25}
     ],
-    "scheduler": {"pacingBurst": "5ms", "taskHistory": 10}
+    "scheduler": {"pacingBurst": "5ms", "taskHistory": 10, "bestEffortInFlight": "500us",
+                  "burstableInFlight": "2ms"}
   })",
                                                         EmbeddedDefault());
   ASSERT_THAT(config, IsOk());
@@ -466,6 +469,8 @@ TEST(PartitionConfigTest, ParsesEveryPartitionField) {
   EXPECT_FALSE(bronze.spill);
   EXPECT_TRUE(bronze.session_defaults.empty());
   EXPECT_EQ(config->core.pacing_burst, absl::Milliseconds(5));
+  EXPECT_EQ(config->core.best_effort_in_flight, absl::Microseconds(500));
+  EXPECT_EQ(config->core.burstable_in_flight, absl::Milliseconds(2));
   EXPECT_EQ(config->core.task_history, 10);
 }
 
@@ -556,7 +561,18 @@ INSTANTIATE_TEST_SUITE_P(
         RejectCase{"NegativeTaskHistory", R"({"scheduler": {"taskHistory": -1}})",
                    "scheduler.taskHistory = -1"},
         RejectCase{"BadPacingBurst", R"({"scheduler": {"pacingBurst": "soon"}})",
-                   "scheduler.pacingBurst"}),
+                   "scheduler.pacingBurst"},
+        RejectCase{"ZeroBestEffortInFlight", R"({"scheduler": {"bestEffortInFlight": "0s"}})",
+                   "scheduler.bestEffortInFlight = \"0s\" is not a positive duration"},
+        RejectCase{"BadBurstableInFlight", R"({"scheduler": {"burstableInFlight": "lots"}})",
+                   "scheduler.burstableInFlight"},
+        RejectCase{"BurstableBoundBelowBestEffort",
+                   R"({"scheduler": {"bestEffortInFlight": "2ms", "burstableInFlight": "1ms"}})",
+                   "scheduler.burstableInFlight = 1ms must be at least "
+                   "scheduler.bestEffortInFlight = 2ms"},
+        RejectCase{"BestEffortBoundAboveTheDefaultBurstableOne",
+                   R"({"scheduler": {"bestEffortInFlight": "5ms"}})",
+                   "scheduler.burstableInFlight = 4ms must be at least"}),
     [](const ::testing::TestParamInfo<RejectCase>& info) { return info.param.name; });
 
 INSTANTIATE_TEST_SUITE_P(

@@ -7,16 +7,20 @@
 //     within its capacity, and all of them equal to the bytes held by live reservations;
 //   - tasks: only legal state changes; running <= max_running_tasks, queued <=
 //     max_queued_tasks; a task never overtakes one queued ahead of it in its partition;
-//     nothing waits past its deadline; a BestEffort task is never admitted while Guaranteed
-//     work is active on its device; and nothing that may run is left waiting (no free slot,
-//     gate or cap holds it, and no other partition could start in its place);
-//   - pacing: each partition's pacing_balance is a token bucket charged exactly with the
-//     device time of the tasks it finished.
+//     nothing waits past its deadline; while Guaranteed work is active on a device, a
+//     BestEffort or Burstable task is admitted only below its class's in-flight bound (or
+//     with none of its class in flight); and nothing that may run is left waiting (no free
+//     slot, bound or cap holds it, and, if its share is in debt, no other partition of the
+//     device with work queued has the better claim);
+//   - pacing: each partition's pacing_balance is a token bucket charged each task's
+//     estimate at admission and settled to its device time at its finish (refunded if it
+//     never ran). Task names are unique, so every estimate is its class's fallback.
 // At the end every task is ended, every session closed, every reservation dropped, and the
 // scheduler must account for exactly nothing.
 //
 // Replay a failure with GPUKIT_TEST_SEED=<seed> (the failure prints it).
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -64,6 +68,14 @@ constexpr absl::Duration kBurst = absl::Milliseconds(10);
 // microseconds, so the model's token buckets see exactly the scheduler's arithmetic.
 constexpr double kShareStep = 0.25;
 constexpr double kComputeStep = 0.125;
+// The scheduler's default in-flight bounds, which are also the estimates of task names never
+// measured (Guaranteed: the BestEffort bound).
+constexpr absl::Duration kBestEffortBound = absl::Milliseconds(1);
+constexpr absl::Duration kBurstableBound = absl::Milliseconds(4);
+
+absl::Duration BoundOf(QosClass qos) {
+  return qos == QosClass::kBurstable ? kBurstableBound : kBestEffortBound;
+}
 
 struct PartitionModel {
   PartitionSpec spec;
@@ -500,13 +512,13 @@ class Sequence {
                        ok ? "ok" : "failed", " after ", absl::FormatDuration(device_time));
     if (!ended) {
       intent_.finished = task.id;
-      // Charged at the finish: the buckets first fill (up to the burst) until now.
+      // Settled at the finish: the buckets first fill (up to the burst) until now.
       PartitionModel& partition = partitions_[task.partition];
       partition.share.BalanceNs(clock_.Now());
-      partition.share.Charge(device_time);
+      partition.share.Settle(BoundOf(task.qos), device_time);
       if (partition.cap) {
         partition.cap->BalanceNs(clock_.Now());
-        partition.cap->Charge(device_time);
+        partition.cap->Settle(BoundOf(task.qos), device_time);
       }
     }
     scheduler_->Finish(task.ref, ok ? absl::OkStatus() : absl::InternalError("kernel fault"),
@@ -552,8 +564,8 @@ class Sequence {
 
   // ---- Checks ---------------------------------------------------------------------------
 
-  // Guaranteed work that gates BestEffort on the device: admitted or running, or queued in
-  // a partition whose own bandwidth cap does not hold it back.
+  // Guaranteed work that bounds the other classes on the device: admitted or running, or
+  // queued in a partition whose own bandwidth cap does not hold it back.
   int GuaranteedActiveOn(int device, absl::Time now) {
     int active = 0;
     for (const TaskModel& t : tasks_) {
@@ -571,6 +583,7 @@ class Sequence {
     SCOPED_TRACE(Where());
     const absl::Time now = clock_.Now();
     admitted_now_.clear();
+    std::vector<int> refunded;  // admitted tasks cancelled: they never ran
     for (int i = 0; i < static_cast<int>(tasks_.size()); ++i) {
       TaskModel& task = tasks_[i];
       if (IsTerminal(task.state)) continue;
@@ -599,6 +612,7 @@ class Sequence {
           break;
         case TaskState::kCancelled:
           EXPECT_TRUE(waiting || was == TaskState::kAdmitted);
+          if (was == TaskState::kAdmitted) refunded.push_back(i);
           EXPECT_TRUE(intent_.cancelled == task.id || intent_.ended_session == task.session);
           break;
         case TaskState::kExpired:
@@ -610,6 +624,30 @@ class Sequence {
           break;
       }
       task.state = is;
+    }
+    // The buckets as the scheduler changed them: in a step, what ends (and is refunded) does
+    // so before the pump admits (and charges). A partition admits in its queue's order, and
+    // each admission needs its cap in credit as the one before left it.
+    for (int i : refunded) {
+      PartitionModel& partition = partitions_[tasks_[i].partition];
+      partition.share.BalanceNs(now);
+      partition.share.Settle(BoundOf(tasks_[i].qos), absl::ZeroDuration());
+      if (partition.cap) {
+        partition.cap->BalanceNs(now);
+        partition.cap->Settle(BoundOf(tasks_[i].qos), absl::ZeroDuration());
+      }
+    }
+    std::sort(admitted_now_.begin(), admitted_now_.end(),
+              [&](int a, int b) { return RunsBefore(tasks_[a], tasks_[b]); });
+    for (int i : admitted_now_) {
+      PartitionModel& partition = partitions_[tasks_[i].partition];
+      partition.share.BalanceNs(now);
+      partition.share.Charge(BoundOf(tasks_[i].qos));
+      if (partition.cap) {
+        EXPECT_TRUE(partition.cap->Ready(now))
+            << "task " << tasks_[i].id << " admitted while its partition's cap is in debt";
+        partition.cap->Charge(BoundOf(tasks_[i].qos));
+      }
     }
     // Session end cancels its waiting and admitted tasks, and only those.
     if (intent_.ended_session >= 0) {
@@ -674,20 +712,31 @@ class Sequence {
       EXPECT_EQ(usage.ended, session.ended) << session.id;
     }
 
-    // Admitted in this step: never a BestEffort task beside active Guaranteed work, never
-    // past the cap, never ahead of a task its partition's queue serves first.
+    // Per device and class: tasks admitted or running and the sum of their estimates.
+    const int devices = static_cast<int>(device_used_.size());
+    std::vector<std::array<int, kQosClassCount>> in_flight(devices);
+    std::vector<std::array<absl::Duration, kQosClassCount>> in_flight_time(devices);
+    for (const TaskModel& t : tasks_) {
+      if (t.state != TaskState::kAdmitted && t.state != TaskState::kRunning) continue;
+      const int d = partitions_[t.partition].spec.device_index;
+      ++in_flight[d][static_cast<int>(t.qos)];
+      in_flight_time[d][static_cast<int>(t.qos)] += BoundOf(t.qos);
+    }
+
+    // Admitted in this step: beside active Guaranteed work, a BestEffort or Burstable task
+    // only while the sum before it was below its class's bound (the last one admitted saw
+    // the sum less its own estimate); never ahead of a task its partition's queue serves
+    // first. (Guaranteed work that is active now was active all through the step's pump:
+    // a pump only admits, which keeps it active.)
     for (int i : admitted_now_) {
       const TaskModel& t = tasks_[i];
       const int device = partitions_[t.partition].spec.device_index;
-      if (t.qos == QosClass::kBestEffort) {
-        EXPECT_EQ(GuaranteedActiveOn(device, now), 0)
-            << "BestEffort task " << t.id << " admitted beside Guaranteed work";
-      }
-      // Caps change only at a finish, which charges before it admits: what holds now held
-      // when the task was admitted.
-      if (partitions_[t.partition].cap.has_value()) {
-        EXPECT_TRUE(partitions_[t.partition].cap->Ready(now))
-            << "task " << t.id << " admitted while its partition's cap is in debt";
+      if (t.qos != QosClass::kGuaranteed && GuaranteedActiveOn(device, now) > 0) {
+        const int c = static_cast<int>(t.qos);
+        EXPECT_LT(in_flight_time[device][c] - BoundOf(t.qos), BoundOf(t.qos))
+            << QosName(t.qos) << " task " << t.id
+            << " admitted beyond its bound: " << in_flight[device][c]
+            << " in flight beside Guaranteed work";
       }
       if (front[t.partition] >= 0) {
         EXPECT_TRUE(RunsBefore(t, tasks_[front[t.partition]]))
@@ -696,31 +745,40 @@ class Sequence {
     }
 
     // Nothing that may run is left waiting. A queue's front may wait for a running slot,
-    // for Guaranteed work to end (BestEffort), for its cap; and, while its share is in debt,
-    // for another partition of the device that could start a task in its place.
-    std::vector<bool> blocked(n, true), startable(n, false);
+    // for its class's in-flight bound, for its cap; and, while its share is in debt, for
+    // another partition of the device with work queued that its cap does not hold, while
+    // the device has work in flight or that one is nearer to repaying.
+    std::vector<bool> blocked(n, true);
     for (int p = 0; p < n; ++p) {
       if (front[p] < 0) continue;
       PartitionModel& model = partitions_[p];
+      const int d = model.spec.device_index;
+      const QosClass qos = tasks_[front[p]].qos;
+      const int c = static_cast<int>(qos);
       const bool no_slot = running[p] >= model.spec.max_running_tasks;
-      const bool gated = tasks_[front[p]].qos == QosClass::kBestEffort &&
-                         GuaranteedActiveOn(model.spec.device_index, now) > 0;
+      const bool bounded = qos != QosClass::kGuaranteed && in_flight[d][c] > 0 &&
+                           in_flight_time[d][c] >= BoundOf(qos) && GuaranteedActiveOn(d, now) > 0;
       const bool capped = model.cap.has_value() && !model.cap->Ready(now);
-      blocked[p] = no_slot || gated || capped;
-      startable[p] = !blocked[p] && model.share.Ready(now);
+      blocked[p] = no_slot || bounded || capped;
     }
     for (int p = 0; p < n; ++p) {
       if (front[p] < 0 || blocked[p]) continue;
-      EXPECT_FALSE(startable[p]) << "task " << tasks_[front[p]].id << " of partition "
-                                 << partitions_[p].spec.name << " may run but waits";
-      bool other_could_start = false;
+      PartitionModel& model = partitions_[p];
+      EXPECT_FALSE(model.share.Ready(now)) << "task " << tasks_[front[p]].id << " of partition "
+                                           << model.spec.name << " may run but waits";
+      const int d = model.spec.device_index;
+      const bool busy = in_flight[d][0] + in_flight[d][1] + in_flight[d][2] > 0;
+      bool yields = false;
       for (int o = 0; o < n; ++o) {
-        other_could_start |= o != p && startable[o] &&
-                             partitions_[o].spec.device_index == partitions_[p].spec.device_index;
+        PartitionModel& other = partitions_[o];
+        if (o == p || front[o] < 0 || other.spec.device_index != d) continue;
+        if (other.cap.has_value() && !other.cap->Ready(now)) continue;
+        const absl::Time mine = model.share.ReadyAt(now);
+        const absl::Time theirs = other.share.ReadyAt(now);
+        yields |= busy || theirs < mine || (theirs == mine && other.spec.name < model.spec.name);
       }
-      EXPECT_TRUE(other_could_start)
-          << "task " << tasks_[front[p]].id << " of partition " << partitions_[p].spec.name
-          << " is held for its debt with nothing to start in its place";
+      EXPECT_TRUE(yields) << "task " << tasks_[front[p]].id << " of partition " << model.spec.name
+                          << " is held for its debt with no one to yield to";
     }
   }
 

@@ -1,5 +1,5 @@
 // The Scheduler (daemon/scheduler/scheduler.h): partitions, session admission, memory
-// accounting, task queues, pacing and BestEffort gating, as its header specifies them. Time is
+// accounting, task queues, pacing and the in-flight bounds, as its header specifies them. Time is
 // a FakeClock and nothing runs on another thread, except in the AwaitAdmission tests, which
 // need a second thread to block. The pure policy functions under it (QoS derivation,
 // admission, partition fit, reclaim order, token bucket, task queue) have their own tests.
@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -291,7 +292,13 @@ INSTANTIATE_TEST_SUITE_P(
                       OptionsCase{"DevicesOutOfOrder", {{1, kDeviceBytes}, {0, kDeviceBytes}}, {}},
                       OptionsCase{
                           "ZeroPacingBurst", {{0, kDeviceBytes}}, Burst(absl::ZeroDuration())},
-                      OptionsCase{"NegativeTaskHistory", {{0, kDeviceBytes}}, History(-1)}),
+                      OptionsCase{"NegativeTaskHistory", {{0, kDeviceBytes}}, History(-1)},
+                      OptionsCase{"ZeroBestEffortInFlight",
+                                  {{0, kDeviceBytes}},
+                                  {.best_effort_in_flight = absl::ZeroDuration()}},
+                      OptionsCase{"NegativeBurstableInFlight",
+                                  {{0, kDeviceBytes}},
+                                  {.burstable_in_flight = -absl::Milliseconds(1)}}),
     [](const ::testing::TestParamInfo<OptionsCase>& info) { return info.param.name; });
 
 // ======================================================================================
@@ -1253,10 +1260,11 @@ TEST_F(PacingTest, DebtorProceedsWhenNoOtherPartitionWaits) {
   EXPECT_EQ(scheduler().Pump(), absl::InfiniteFuture());
 }
 
-// A partition in debt yields only to one that could start a task in its place. Running
-// slots are per partition, so a task that waits for its own partition's slot could not: the
-// debtor goes ahead.
-TEST_F(PacingTest, DebtorIsNotHeldForTasksThatWaitForTheirOwnPartitionsSlot) {
+// A partition in debt yields to another of its device that has work queued, also when that
+// one waits only for its own running slot: the device is busy with its work, and holding the
+// debtor is what keeps the other's share. The debtor goes once its debt is repaid, or once
+// the other has nothing queued.
+TEST_F(PacingTest, DebtorYieldsToAPartitionWaitingForItsOwnSlotWhileTheDeviceIsBusy) {
   BuildAB(/*a_max_running=*/64, /*b_max_running=*/1);
   SessionTicket a = Open("a");
   SessionTicket b = Open("b");
@@ -1264,19 +1272,63 @@ TEST_F(PacingTest, DebtorIsNotHeldForTasksThatWaitForTheirOwnPartitionsSlot) {
   ASSERT_THAT(scheduler().Start(b_running), IsOk());
   TaskRef b_waiting = Submit(b);
   ASSERT_EQ(StateOf(b_waiting), TaskState::kQueued);
-  ASSERT_NO_FATAL_FAILURE(RunToCompletion(a, absl::Milliseconds(50)));
+  ASSERT_NO_FATAL_FAILURE(RunToCompletion(a, absl::Milliseconds(50)));  // a: -40 ms
 
-  TaskRef next = Submit(a);
-  EXPECT_EQ(StateOf(next), TaskState::kAdmitted);
-  EXPECT_LT(StatusOf("a").pacing_balance, absl::ZeroDuration());
+  TaskRef held = Submit(a);
+  EXPECT_EQ(StateOf(held), TaskState::kQueued);
+  // 40 ms of debt at 0.25 takes 160 ms to repay.
+  const absl::Time repaid = clock_.Now() + absl::Milliseconds(160) + absl::Nanoseconds(1);
+  EXPECT_EQ(scheduler().Pump(), repaid);
+  scheduler().Finish(b_running, absl::OkStatus(), absl::Milliseconds(1));
+  EXPECT_EQ(StateOf(b_waiting), TaskState::kAdmitted);
+  EXPECT_EQ(StateOf(held), TaskState::kAdmitted) << "b has nothing queued any more";
 }
 
-// A debtor is held while another partition's task could start; once that task has started,
-// nothing could start in the debtor's place and the same Pump admits it, whichever order the
-// scheduler visits the partitions in (tried with several pairs of names). Hence, while
-// running slots are per partition, share debt never holds a task past the end of a Pump;
-// only a bandwidth cap does.
-TEST_F(SchedulerTest, PumpAdmitsADebtorOnceNoOtherPartitionCouldStartInItsPlace) {
+TEST_F(PacingTest, DebtorGoesWhenItsDebtIsRepaidThoughOthersWait) {
+  BuildAB(/*a_max_running=*/64, /*b_max_running=*/1);
+  SessionTicket a = Open("a");
+  SessionTicket b = Open("b");
+  TaskRef b_running = Submit(b);
+  ASSERT_THAT(scheduler().Start(b_running), IsOk());
+  ASSERT_EQ(StateOf(Submit(b)), TaskState::kQueued);
+  ASSERT_NO_FATAL_FAILURE(RunToCompletion(a, absl::Milliseconds(50)));
+  TaskRef held = Submit(a);
+  ASSERT_EQ(StateOf(held), TaskState::kQueued);
+  clock_.Advance(absl::Milliseconds(160));
+  scheduler().Pump();
+  EXPECT_EQ(StateOf(held), TaskState::kQueued) << "the debt is exactly repaid, not yet in credit";
+  clock_.Advance(absl::Nanoseconds(1));
+  scheduler().Pump();
+  EXPECT_EQ(StateOf(held), TaskState::kAdmitted);
+}
+
+// On an idle device one partition in debt must go: the one nearest to repaying, one task at
+// a time, while the other waits.
+TEST_F(PacingTest, OnAnIdleDeviceTheDebtorNearestToRepayingGoesFirst) {
+  BuildAB(/*a_max_running=*/1, /*b_max_running=*/1);
+  SessionTicket a = Open("a");
+  SessionTicket b = Open("b");
+  ASSERT_NO_FATAL_FAILURE(RunToCompletion(a, absl::Milliseconds(20)));  // -10 ms: 40 ms away
+  ASSERT_NO_FATAL_FAILURE(RunToCompletion(b, absl::Milliseconds(70)));  // -60 ms: 80 ms away
+  TaskRef a_running = Submit(a);
+  ASSERT_EQ(StateOf(a_running), TaskState::kAdmitted) << "nothing else queued: a goes";
+  TaskRef a_next = Submit(a);
+  TaskRef a_last = Submit(a);
+  TaskRef b_next = Submit(b);
+  ASSERT_EQ(StateOf(a_next), TaskState::kQueued) << "a's slot is taken";
+  ASSERT_EQ(StateOf(b_next), TaskState::kQueued) << "b yields to a while the device is busy";
+  scheduler().Finish(a_running, absl::OkStatus(), absl::ZeroDuration());
+  EXPECT_EQ(StateOf(a_next), TaskState::kAdmitted) << "a is nearer to repaying than b";
+  EXPECT_EQ(StateOf(b_next), TaskState::kQueued) << "a has work queued, the device is busy";
+  scheduler().Finish(a_next, absl::OkStatus(), absl::ZeroDuration());
+  EXPECT_EQ(StateOf(a_last), TaskState::kAdmitted) << "a is still nearer to repaying";
+  EXPECT_EQ(StateOf(b_next), TaskState::kAdmitted) << "nothing of a queued: b need not wait";
+}
+
+// A debtor is held while another partition of the device has work queued; once that work
+// is admitted, the same Pump admits the debtor, whichever order the scheduler visits the
+// partitions in (tried with several pairs of names).
+TEST_F(SchedulerTest, PumpAdmitsADebtorOnceNoOtherPartitionHasWorkQueued) {
   for (int i = 0; i < 16; ++i) {
     SCOPED_TRACE(::testing::Message() << "partitions a" << i << " and b" << i);
     PartitionSpec a = Partition(absl::StrCat("a", i), 16 * kMiB, 0.25);
@@ -1285,21 +1337,19 @@ TEST_F(SchedulerTest, PumpAdmitsADebtorOnceNoOtherPartitionCouldStartInItsPlace)
     b.max_running_tasks = 1;
     Build({a, b}, Burst(absl::Milliseconds(10)));
     SessionTicket debtor = Open(a.name, BestEffort());
-    SessionTicket gold = Open(b.name, Guaranteed());
     SessionTicket silver = Open(b.name, Burstable());
     ASSERT_NO_FATAL_FAILURE(RunToCompletion(debtor, absl::Milliseconds(50)));
-    TaskRef guaranteed = Submit(gold);
-    ASSERT_THAT(scheduler().Start(guaranteed), IsOk());
-    TaskRef held = Submit(debtor);   // gated by the Guaranteed task
+    TaskRef blocking = Submit(silver);
+    ASSERT_THAT(scheduler().Start(blocking), IsOk());
     TaskRef other = Submit(silver);  // waits for b's slot
+    TaskRef held = Submit(debtor);   // yields to b's queued work
     ASSERT_EQ(StateOf(held), TaskState::kQueued);
     ASSERT_EQ(StateOf(other), TaskState::kQueued);
 
-    // Frees b's slot and lifts the gate in one step.
-    scheduler().Finish(guaranteed, absl::OkStatus(), absl::ZeroDuration());
+    scheduler().Finish(blocking, absl::OkStatus(), absl::ZeroDuration());
     EXPECT_EQ(StateOf(other), TaskState::kAdmitted);
     EXPECT_EQ(StateOf(held), TaskState::kAdmitted)
-        << "b's task has started, so nothing could start in a's place";
+        << "b's task has been admitted, so nothing of b waits for a to yield to";
   }
 }
 
@@ -1333,7 +1383,7 @@ TEST_F(PacingTest, PartitionWithoutACapIsNotHeldOnAnIdleDevice) {
 }
 
 // ======================================================================================
-// BestEffort gating
+// BestEffort and Burstable work in flight beside Guaranteed work
 // ======================================================================================
 
 enum class GuaranteedEnd { kSucceeds, kFails, kCancelledWhileQueued, kExpires, kSessionEnds };
@@ -1347,8 +1397,9 @@ void PrintTo(const GateCase& c, std::ostream* os) { *os << c.name; }
 class BestEffortGateTest : public SchedulerTest, public ::testing::WithParamInterface<GateCase> {};
 
 // "gold" runs one task at a time and has a Guaranteed session; "bulk" has a BestEffort and
-// a Burstable session. Both are on device 0.
-TEST_P(BestEffortGateTest, BestEffortWaitsWhileGuaranteedWorkIsActiveOnTheDevice) {
+// a Burstable session. Both are on device 0. Task names never measured are estimated at
+// their class's bound, so one BestEffort task in flight uses the whole BestEffort bound.
+TEST_P(BestEffortGateTest, BestEffortBeyondItsBoundWaitsWhileGuaranteedWorkIsActive) {
   PartitionSpec gold = Partition("gold", 32 * kMiB, 0.5);
   gold.max_running_tasks = 1;
   Build({gold, Partition("bulk", 32 * kMiB, 0.5)});
@@ -1361,9 +1412,12 @@ TEST_P(BestEffortGateTest, BestEffortWaitsWhileGuaranteedWorkIsActiveOnTheDevice
   ASSERT_THAT(scheduler().Start(blocking), IsOk());
   TaskRef g = Submit(guaranteed, WithDeadline(clock_.Now() + absl::Seconds(1)));
   ASSERT_EQ(StateOf(g), TaskState::kQueued);
+  TaskRef first = Submit(best_effort);
+  EXPECT_EQ(StateOf(first), TaskState::kAdmitted) << "none in flight: one always goes";
   TaskRef be = Submit(best_effort);
-  EXPECT_EQ(StateOf(be), TaskState::kQueued) << "gated by a queued Guaranteed task";
-  EXPECT_EQ(StateOf(Submit(burstable)), TaskState::kAdmitted) << "Burstable is never gated";
+  EXPECT_EQ(StateOf(be), TaskState::kQueued) << "the bound is used, a Guaranteed task queued";
+  EXPECT_EQ(StateOf(Submit(burstable)), TaskState::kQueued)
+      << "bounded too: the blocker, a Burstable task never measured, uses the whole bound";
   scheduler().Pump();
   EXPECT_EQ(StateOf(be), TaskState::kQueued);
 
@@ -1372,10 +1426,10 @@ TEST_P(BestEffortGateTest, BestEffortWaitsWhileGuaranteedWorkIsActiveOnTheDevice
     case GuaranteedEnd::kFails:
       scheduler().Finish(blocking, absl::OkStatus(), absl::ZeroDuration());
       ASSERT_EQ(StateOf(g), TaskState::kAdmitted);
-      EXPECT_EQ(StateOf(be), TaskState::kQueued) << "gated by an admitted Guaranteed task";
+      EXPECT_EQ(StateOf(be), TaskState::kQueued) << "bounded beside an admitted Guaranteed task";
       ASSERT_THAT(scheduler().Start(g), IsOk());
       scheduler().Pump();
-      EXPECT_EQ(StateOf(be), TaskState::kQueued) << "gated by a running Guaranteed task";
+      EXPECT_EQ(StateOf(be), TaskState::kQueued) << "bounded beside a running Guaranteed task";
       scheduler().Finish(
           g,
           GetParam().end == GuaranteedEnd::kSucceeds ? absl::OkStatus() : absl::InternalError("x"),
@@ -1396,7 +1450,7 @@ TEST_P(BestEffortGateTest, BestEffortWaitsWhileGuaranteedWorkIsActiveOnTheDevice
       ASSERT_EQ(StateOf(g), TaskState::kCancelled);
       break;
   }
-  EXPECT_EQ(StateOf(be), TaskState::kAdmitted) << "admitted once the Guaranteed task ended";
+  EXPECT_EQ(StateOf(be), TaskState::kAdmitted) << "no bound once the Guaranteed task ended";
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -1408,6 +1462,128 @@ INSTANTIATE_TEST_SUITE_P(
                       GateCase{"GuaranteedExpires", GuaranteedEnd::kExpires},
                       GateCase{"GuaranteedSessionEnds", GuaranteedEnd::kSessionEnds}),
     [](const ::testing::TestParamInfo<GateCase>& info) { return info.param.name; });
+
+// One partition over the whole device with sessions of the three classes; tasks of the
+// lower classes are named so that their estimates can be taught first (with no Guaranteed
+// work active, so without a bound).
+class InFlightBoundTest : public SchedulerTest {
+ protected:
+  void SetUp() override {
+    Build({WholeDevice("p")});
+    gold_ = Open("p", Guaranteed());
+    silver_ = Open("p", Burstable());
+    bronze_ = Open("p", BestEffort());
+  }
+  // Runs one task of `name` to success with `device_time`, which its session learns.
+  void Teach(const SessionTicket& session, const std::string& name, absl::Duration device_time) {
+    TaskRef task = Submit(session, Named(name));
+    ASSERT_THAT(scheduler().Start(task), IsOk());
+    scheduler().Finish(task, absl::OkStatus(), device_time);
+  }
+  void StartGuaranteed() {
+    guaranteed_ = Submit(gold_, Named("gold"));
+    ASSERT_THAT(scheduler().Start(guaranteed_), IsOk());
+  }
+  std::vector<TaskRef> SubmitMany(const SessionTicket& session, const std::string& name, int n) {
+    std::vector<TaskRef> tasks;
+    for (int i = 0; i < n; ++i) tasks.push_back(Submit(session, Named(name)));
+    return tasks;
+  }
+  int Admitted(const std::vector<TaskRef>& tasks) {
+    return static_cast<int>(std::count_if(tasks.begin(), tasks.end(), [&](const TaskRef& t) {
+      return StateOf(t) == TaskState::kAdmitted;
+    }));
+  }
+
+  SessionTicket gold_, silver_, bronze_;
+  TaskRef guaranteed_;
+};
+
+TEST_F(InFlightBoundTest, BestEffortIsAdmittedWhileItsEstimatedTimeInFlightIsBelowTheBound) {
+  ASSERT_NO_FATAL_FAILURE(Teach(bronze_, "small", absl::Microseconds(300)));
+  ASSERT_NO_FATAL_FAILURE(StartGuaranteed());
+  std::vector<TaskRef> tasks = SubmitMany(bronze_, "small", 6);
+  // Admitted while the sum before it is below 1 ms: 0, 0.3, 0.6 and 0.9 ms.
+  EXPECT_EQ(Admitted(tasks), 4);
+  EXPECT_EQ(StateOf(tasks[4]), TaskState::kQueued);
+  ASSERT_THAT(scheduler().Start(tasks[0]), IsOk());
+  scheduler().Finish(tasks[0], absl::OkStatus(), absl::Microseconds(300));
+  EXPECT_EQ(StateOf(tasks[4]), TaskState::kAdmitted) << "the finish made room: 0.9 ms in flight";
+  EXPECT_EQ(StateOf(tasks[5]), TaskState::kQueued);
+  ASSERT_THAT(scheduler().Cancel(scheduler().IdOf(tasks[1]), "not needed"), IsOk());
+  EXPECT_EQ(StateOf(tasks[5]), TaskState::kAdmitted) << "a cancelled task leaves the sum too";
+}
+
+TEST_F(InFlightBoundTest, OneTaskAlwaysGoesWhenNoneOfItsClassIsInFlight) {
+  ASSERT_NO_FATAL_FAILURE(Teach(bronze_, "huge", absl::Milliseconds(50)));
+  ASSERT_NO_FATAL_FAILURE(StartGuaranteed());
+  std::vector<TaskRef> tasks = SubmitMany(bronze_, "huge", 2);
+  EXPECT_EQ(StateOf(tasks[0]), TaskState::kAdmitted) << "50 ms, far above the bound, goes alone";
+  EXPECT_EQ(StateOf(tasks[1]), TaskState::kQueued);
+  ASSERT_THAT(scheduler().Start(tasks[0]), IsOk());
+  scheduler().Finish(tasks[0], absl::OkStatus(), absl::Milliseconds(50));
+  EXPECT_EQ(StateOf(tasks[1]), TaskState::kAdmitted) << "the finish pumped";
+}
+
+TEST_F(InFlightBoundTest, BurstableHasItsOwnLargerBound) {
+  ASSERT_NO_FATAL_FAILURE(Teach(silver_, "mid", absl::Milliseconds(1)));
+  ASSERT_NO_FATAL_FAILURE(Teach(bronze_, "mid", absl::Milliseconds(1)));
+  ASSERT_NO_FATAL_FAILURE(StartGuaranteed());
+  std::vector<TaskRef> best_effort = SubmitMany(bronze_, "mid", 2);
+  EXPECT_EQ(Admitted(best_effort), 1) << "1 ms in flight: the BestEffort bound is used";
+  std::vector<TaskRef> burstable = SubmitMany(silver_, "mid", 6);
+  EXPECT_EQ(Admitted(burstable), 4) << "its own sum: 0, 1, 2 and 3 ms are below 4 ms";
+  ASSERT_THAT(scheduler().Cancel(scheduler().IdOf(best_effort[0]), "not needed"), IsOk());
+  EXPECT_EQ(StateOf(best_effort[1]), TaskState::kQueued)
+      << "queued behind Burstable in the partition's queue";
+  ASSERT_THAT(scheduler().Cancel(scheduler().IdOf(burstable[0]), "not needed"), IsOk());
+  EXPECT_EQ(Admitted(burstable), 4) << "one left, one more went";
+}
+
+TEST_F(InFlightBoundTest, NoBoundWithoutGuaranteedWork) {
+  std::vector<TaskRef> best_effort = SubmitMany(bronze_, "unknown", 20);
+  std::vector<TaskRef> burstable = SubmitMany(silver_, "unknown", 20);
+  EXPECT_EQ(Admitted(best_effort), 20);
+  EXPECT_EQ(Admitted(burstable), 20);
+  // Guaranteed work arriving takes nothing back, but holds new ones.
+  ASSERT_NO_FATAL_FAILURE(StartGuaranteed());
+  EXPECT_EQ(StateOf(Submit(silver_, Named("unknown"))), TaskState::kQueued);
+  EXPECT_EQ(StateOf(Submit(bronze_, Named("unknown"))), TaskState::kQueued);
+  EXPECT_EQ(Admitted(best_effort), 20);
+}
+
+// A name never measured is estimated at its class's bound, so it goes alone; a successful
+// finish of a task that ran teaches the estimate (a rise at once), a failure or a task that
+// never started does not, and names are learned apart.
+TEST_F(InFlightBoundTest, EstimatesLearnFromSuccessfulFinishesOfTasksThatRan) {
+  ASSERT_NO_FATAL_FAILURE(StartGuaranteed());
+  std::vector<TaskRef> tasks = SubmitMany(bronze_, "op", 2);
+  EXPECT_EQ(Admitted(tasks), 1) << "unknown: estimated at the whole 1 ms bound";
+  scheduler().Finish(tasks[0], absl::OkStatus(), absl::Microseconds(10));  // never started
+  ASSERT_EQ(StateOf(tasks[1]), TaskState::kAdmitted);
+  ASSERT_THAT(scheduler().Start(tasks[1]), IsOk());
+  scheduler().Finish(tasks[1], absl::InternalError("failed"), absl::Microseconds(10));
+  tasks = SubmitMany(bronze_, "op", 2);
+  EXPECT_EQ(Admitted(tasks), 1) << "neither taught anything";
+  for (const TaskRef& task : tasks) {
+    if (StateOf(task) != TaskState::kAdmitted) scheduler().Pump();
+    ASSERT_EQ(StateOf(task), TaskState::kAdmitted);
+    ASSERT_THAT(scheduler().Start(task), IsOk());
+    scheduler().Finish(task, absl::OkStatus(), absl::Microseconds(200));
+  }
+
+  tasks = SubmitMany(bronze_, "op", 6);
+  EXPECT_EQ(Admitted(tasks), 5) << "200 us each: 0 to 0.8 ms in flight are below 1 ms";
+  ASSERT_THAT(scheduler().Start(tasks[0]), IsOk());
+  scheduler().Finish(tasks[0], absl::OkStatus(), absl::Microseconds(400));
+  for (int i = 5; i >= 1; --i) {  // the queued one first, so that nothing else is admitted
+    ASSERT_THAT(scheduler().Cancel(scheduler().IdOf(tasks[i]), "done"), IsOk());
+  }
+  tasks = SubmitMany(bronze_, "op", 4);
+  EXPECT_EQ(Admitted(tasks), 3) << "a rise is taken at once: 400 us each, 0, 0.4 and 0.8 ms";
+  EXPECT_EQ(StateOf(Submit(bronze_, Named("other"))), TaskState::kQueued)
+      << "BestEffort queue order: behind the queued op";
+}
 
 TEST_F(PacingTest, GuaranteedTaskHeldByItsOwnCapDoesNotGateBestEffort) {
   BuildAB(/*a_max_running=*/64, /*b_max_running=*/64, /*a_cap=*/0.25);
@@ -1438,25 +1614,211 @@ TEST_F(SchedulerTest, StartOfATaskCancelledAfterAdmissionCarriesTheReason) {
   EXPECT_EQ(ReasonOf(started), RejectReason::kCancelled);
 }
 
-TEST_F(SchedulerTest, GuaranteedWorkOnAnotherDeviceDoesNotGateBestEffort) {
+TEST_F(SchedulerTest, GuaranteedWorkOnAnotherDeviceDoesNotBoundBestEffort) {
   Build({Partition("gpu0", kDeviceBytes, 1.0, 0), Partition("gpu1", kDeviceBytes, 1.0, 1)}, {},
         {{0, kDeviceBytes}, {1, kDeviceBytes}});
   TaskRef g = Submit(Open("gpu1", Guaranteed()));
   ASSERT_THAT(scheduler().Start(g), IsOk());
-  EXPECT_EQ(StateOf(Submit(Open("gpu0", BestEffort()))), TaskState::kAdmitted);
-  EXPECT_EQ(StateOf(Submit(Open("gpu1", BestEffort()))), TaskState::kQueued);
+  SessionTicket on0 = Open("gpu0", BestEffort());
+  SessionTicket on1 = Open("gpu1", BestEffort());
+  EXPECT_EQ(StateOf(Submit(on0)), TaskState::kAdmitted);
+  EXPECT_EQ(StateOf(Submit(on0)), TaskState::kAdmitted);
+  EXPECT_EQ(StateOf(Submit(on1)), TaskState::kAdmitted) << "none in flight on device 1";
+  EXPECT_EQ(StateOf(Submit(on1)), TaskState::kQueued);
 }
 
-TEST_F(SchedulerTest, GatedBestEffortDoesNotBlockBurstableBehindItInItsOwnQueue) {
-  PartitionSpec p = WholeDevice("p");
-  Build({p});
+TEST_F(SchedulerTest, BoundedBestEffortDoesNotBlockBurstableBehindItInItsOwnQueue) {
+  Build({WholeDevice("p")});
   TaskRef g = Submit(Open("p", Guaranteed()));
   ASSERT_THAT(scheduler().Start(g), IsOk());
-  TaskRef be = Submit(Open("p", BestEffort()));
+  SessionTicket best_effort = Open("p", BestEffort());
+  ASSERT_EQ(StateOf(Submit(best_effort)), TaskState::kAdmitted);
+  TaskRef be = Submit(best_effort);
   TaskRef burst = Submit(Open("p", Burstable()));
   EXPECT_EQ(StateOf(be), TaskState::kQueued);
   EXPECT_EQ(StateOf(burst), TaskState::kAdmitted) << "Burstable orders ahead of BestEffort";
 }
+
+// ======================================================================================
+// Compute share over time: a simulated device
+// ======================================================================================
+//
+// One device modelled as serial: it runs the admitted tasks one at a time in the order they
+// were admitted, each for its partition's fixed device time, which Finish reports. Busy
+// partitions always have kDepth tasks queued. The loop pumps, starts, moves the fake clock
+// to the next finish or to when the scheduler said something may change, and finishes;
+// each partition's device time is then counted per 100 ms window after a warm-up.
+
+struct SimPartition {
+  std::string name;
+  double share = 0;
+  double cap = 0;  // bandwidth cap; 0: none
+  absl::Duration task_time;
+  bool busy = true;
+  ResourceSpec resources;  // of its one session
+};
+
+struct ShareCase {
+  std::string name;
+  std::vector<SimPartition> partitions;
+  // Each partition's expected fraction of every window, in partition order.
+  std::vector<double> expected;
+};
+void PrintTo(const ShareCase& c, std::ostream* os) { *os << c.name; }
+
+class ShareSimulationTest : public SchedulerTest, public ::testing::WithParamInterface<ShareCase> {
+ protected:
+  static constexpr int kDepth = 4;
+  static constexpr absl::Duration kWarmUp = absl::Seconds(1);
+  static constexpr absl::Duration kWindow = absl::Milliseconds(100);
+  static constexpr int kWindows = 20;
+
+  // Fills `device_time_ns_[partition][window]`, and `idle_with_work_` with the time the
+  // device stood idle while a task was queued.
+  void Simulate(const std::vector<SimPartition>& partitions) {
+    std::vector<PartitionSpec> specs;
+    for (const SimPartition& sim : partitions) {
+      PartitionSpec spec = Partition(sim.name, kDeviceBytes / 4, sim.share);
+      spec.bandwidth_cap = sim.cap;
+      specs.push_back(spec);
+    }
+    Build(specs);  // the default options: the pacing burst and bounds as the daemon has them
+    const int n = static_cast<int>(partitions.size());
+    std::vector<SessionTicket> sessions;
+    for (const SimPartition& sim : partitions) sessions.push_back(Open(sim.name, sim.resources));
+    std::vector<std::deque<TaskRef>> queued(n);
+    std::deque<std::pair<int, TaskRef>> admitted;  // in admission order: the device's queue
+    device_time_ns_.assign(n, std::vector<int64_t>(kWindows, 0));
+    idle_with_work_ = absl::ZeroDuration();
+
+    // Moves what the scheduler admitted to the device's queue and tops the queues up.
+    auto settle = [&] {
+      bool changed = true;
+      while (changed) {
+        changed = false;
+        for (int p = 0; p < n; ++p) {
+          for (auto it = queued[p].begin(); it != queued[p].end();) {
+            if (StateOf(*it) == TaskState::kAdmitted) {
+              admitted.emplace_back(p, *it);
+              it = queued[p].erase(it);
+              changed = true;
+            } else {
+              ASSERT_EQ(StateOf(*it), TaskState::kQueued);
+              ++it;
+            }
+          }
+          while (partitions[p].busy && static_cast<int>(queued[p].size()) < kDepth) {
+            queued[p].push_back(Submit(sessions[p], Named(partitions[p].name)));
+            changed = true;
+          }
+        }
+      }
+    };
+
+    const absl::Time start = clock_.Now();
+    const absl::Time measured_from = start + kWarmUp;
+    const absl::Time end = measured_from + kWindow * kWindows;
+    std::optional<std::pair<int, TaskRef>> running;
+    absl::Time running_since, running_until;
+    while (clock_.Now() < end) {
+      absl::Time wake;
+      do {
+        ASSERT_NO_FATAL_FAILURE(settle());
+        if (!running && !admitted.empty()) {
+          running = admitted.front();
+          admitted.pop_front();
+          ASSERT_THAT(scheduler().Start(running->second), IsOk());
+          running_since = clock_.Now();
+          running_until = running_since + partitions[running->first].task_time;
+        }
+        wake = scheduler().Pump();
+      } while (!admitted.empty() && !running);
+      ASSERT_NO_FATAL_FAILURE(settle());
+      absl::Time next = std::min(wake, end);
+      if (running) next = std::min(next, running_until);
+      ASSERT_GT(next, clock_.Now()) << "nothing will change: the simulation is stuck";
+      if (!running) idle_with_work_ += next - clock_.Now();
+      clock_.Advance(next - clock_.Now());
+      if (running && running_until <= clock_.Now()) {
+        Count(running->first, running_since, running_until, measured_from);
+        scheduler().Finish(running->second, absl::OkStatus(), running_until - running_since);
+        running.reset();
+      }
+    }
+  }
+
+  // Adds the part of [from, to) that falls in each measured window.
+  void Count(int partition, absl::Time from, absl::Time to, absl::Time measured_from) {
+    for (int w = 0; w < kWindows; ++w) {
+      const absl::Time lo = std::max(from, measured_from + kWindow * w);
+      const absl::Time hi = std::min(to, measured_from + kWindow * (w + 1));
+      if (hi > lo) device_time_ns_[partition][w] += absl::ToInt64Nanoseconds(hi - lo);
+    }
+  }
+
+  std::vector<std::vector<int64_t>> device_time_ns_;
+  absl::Duration idle_with_work_;
+};
+
+// Within 3 percentage points of the expected fraction in every 100 ms window.
+TEST_P(ShareSimulationTest, EachPartitionGetsItsFractionOfEveryWindow) {
+  const ShareCase& c = GetParam();
+  ASSERT_NO_FATAL_FAILURE(Simulate(c.partitions));
+  for (size_t p = 0; p < c.partitions.size(); ++p) {
+    for (int w = 0; w < kWindows; ++w) {
+      const double fraction =
+          static_cast<double>(device_time_ns_[p][w]) / absl::ToInt64Nanoseconds(kWindow);
+      EXPECT_NEAR(fraction, c.expected[p], 0.03)
+          << "partition " << c.partitions[p].name << ", window " << w;
+    }
+  }
+  bool capped = false;
+  for (const SimPartition& sim : c.partitions) capped |= sim.cap > 0;
+  if (!capped) {
+    EXPECT_EQ(idle_with_work_, absl::ZeroDuration()) << "work-conserving: never idle with work";
+  }
+}
+
+ResourceSpec GuaranteedShare(double compute) { return Guaranteed(kMiB, compute); }
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, ShareSimulationTest,
+    ::testing::Values(
+        ShareCase{"SixtyTwentyTwenty",
+                  {{"a", 0.6, 0, absl::Microseconds(100)},
+                   {"b", 0.2, 0, absl::Microseconds(500)},
+                   {"c", 0.2, 0, absl::Milliseconds(2)}},
+                  {0.6, 0.2, 0.2}},
+        ShareCase{"SixtyTwentyTwentyLongTasksInTheLargeShare",
+                  {{"a", 0.6, 0, absl::Milliseconds(2)},
+                   {"b", 0.2, 0, absl::Microseconds(100)},
+                   {"c", 0.2, 0, absl::Microseconds(500)}},
+                  {0.6, 0.2, 0.2}},
+        ShareCase{"HalfAndHalf",
+                  {{"a", 0.5, 0, absl::Microseconds(100)}, {"b", 0.5, 0, absl::Milliseconds(2)}},
+                  {0.5, 0.5}},
+        ShareCase{"GuaranteedBesideBestEffort",
+                  {{"gold", 0.6, 0, absl::Microseconds(100), true, GuaranteedShare(0.5)},
+                   {"bulk", 0.4, 0, absl::Milliseconds(2)}},
+                  {0.6, 0.4}},
+        ShareCase{"LoneBusyPartitionGetsTheWholeDevice",
+                  {{"a", 0.6, 0, absl::Microseconds(500)},
+                   {"b", 0.2, 0, absl::Microseconds(100), false},
+                   {"c", 0.2, 0, absl::Milliseconds(2), false}},
+                  {1.0, 0, 0}},
+        ShareCase{"IdlePartitionsShareGoesToTheBusyOnesInProportion",
+                  {{"a", 0.6, 0, absl::Microseconds(100)},
+                   {"b", 0.2, 0, absl::Milliseconds(2)},
+                   {"c", 0.2, 0, absl::Microseconds(500), false}},
+                  {0.75, 0.25, 0}},
+        ShareCase{"BandwidthCapHoldsOnAnOtherwiseIdleDevice",
+                  {{"a", 0.2, 0.3, absl::Microseconds(500)},
+                   {"b", 0.8, 0, absl::Microseconds(100), false}},
+                  {0.3, 0}},
+        ShareCase{"BandwidthCapAboveTheShareUnderContention",
+                  {{"a", 0.2, 0.3, absl::Microseconds(500)}, {"b", 0.8, 0, absl::Milliseconds(2)}},
+                  {0.2, 0.8}}),
+    [](const ::testing::TestParamInfo<ShareCase>& info) { return info.param.name; });
 
 // ======================================================================================
 // AwaitAdmission

@@ -76,6 +76,27 @@ TEST(TokenBucketTest, AccrualIsCappedAtBurst) {
   EXPECT_FALSE(bucket.Ready(clock.Now()));
 }
 
+TEST(TokenBucketTest, SettleChargesWhatWasUsedBeyondTheEstimate) {
+  FakeClock clock;
+  TokenBucket bucket(0.25, kBurst, clock.Now());
+  bucket.Charge(absl::Milliseconds(10));
+  bucket.Settle(absl::Milliseconds(10), absl::Milliseconds(70));  // 50 - 70
+  EXPECT_EQ(bucket.BalanceNs(clock.Now()), -Ns(absl::Milliseconds(20)));
+}
+
+TEST(TokenBucketTest, SettleGivesBackWhatWasNotUsedUpToTheBurst) {
+  FakeClock clock;
+  TokenBucket bucket(0.25, kBurst, clock.Now());
+  bucket.Charge(absl::Milliseconds(80));
+  bucket.Settle(absl::Milliseconds(80), absl::Milliseconds(20));
+  EXPECT_EQ(bucket.BalanceNs(clock.Now()), Ns(absl::Milliseconds(30)));
+  bucket.Charge(absl::Milliseconds(10));
+  clock.Advance(absl::Milliseconds(200));  // refills to the burst meanwhile
+  bucket.BalanceNs(clock.Now());
+  bucket.Settle(absl::Milliseconds(10), absl::ZeroDuration());
+  EXPECT_EQ(bucket.BalanceNs(clock.Now()), Ns(kBurst)) << "a refund never banks past the burst";
+}
+
 TEST(TokenBucketTest, RateChangeAppliesFromNow) {
   FakeClock clock;
   TokenBucket bucket(0.5, kBurst, clock.Now());
