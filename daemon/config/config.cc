@@ -31,7 +31,7 @@ constexpr absl::string_view kDefaultConfig = R"json({
   "jit": {"cacheDir": "", "memoryCache": "256MiB", "compileTimeout": "30s", "cpuArch": "sm_90"},
   "server": {"maxThreads": 256},
   "executor": {"mode": "process", "launchDeadline": "30s", "standby": true},
-  "qos": {"bestEffortSlice": "100us", "burstableSlice": "500us"}
+  "qos": {"bestEffortSlice": "100us", "burstableSlice": "500us", "bestEffortSmShare": 1}
 }
 )json";
 
@@ -339,6 +339,14 @@ absl::StatusOr<DaemonConfig> ApplyConfigJson(absl::string_view json, DaemonConfi
   if (!file.qos().best_effort_slice().empty()) {
     GPUKIT_ASSIGN_OR_RETURN(config.qos.best_effort_slice,
                             ParseSliceLength(file.qos().best_effort_slice(), "qos.bestEffortSlice"));
+  }
+  if (file.qos().has_best_effort_sm_share()) {
+    const double share = file.qos().best_effort_sm_share();
+    if (!(share > 0 && share <= 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("qos.bestEffortSmShare = ", share, " must be in (0, 1]"));
+    }
+    config.core.best_effort_sm_share = share;
   }
   if (!file.qos().burstable_slice().empty()) {
     GPUKIT_ASSIGN_OR_RETURN(config.qos.burstable_slice,

@@ -187,6 +187,10 @@ absl::StatusOr<std::unique_ptr<Core>> Core::Create(const Clock& clock,
                                                    const CoreOptions& options,
                                                    std::shared_ptr<JitCompiler> jit) {
   if (devices.empty()) return absl::InvalidArgumentError("Core needs at least one device");
+  if (!(options.best_effort_sm_share > 0 && options.best_effort_sm_share <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "best_effort_sm_share = ", options.best_effort_sm_share, " must be in (0, 1]"));
+  }
   if (options.streams_per_partition < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("streams_per_partition = ", options.streams_per_partition, " must be >= 1"));
@@ -233,7 +237,7 @@ Core::Core(const Clock& clock, const CoreOptions& options, std::vector<DeviceSlo
       pending_regions_(clock),
       pending_exports_(clock),
       pending_imports_(clock),
-      streams_(options.streams_per_partition) {}
+      streams_(options.streams_per_partition, options.best_effort_sm_share) {}
 
 Core::~Core() {
   // Sessions hold arrays whose destructors free buffers on the devices, and hold their

@@ -78,6 +78,10 @@ struct CoreOptions {
   // each partition that uses all three classes; on a GPU, each stream that runs a matmul
   // also keeps a cuBLASLt workspace.
   int streams_per_partition = 2;
+  // The share of a device's SMs BestEffort streams may use, in (0, 1]; 1: all. Below 1 a
+  // GPU confines them to a green context of that many SMs (StreamOptions::sm_share), so the
+  // rest are always free of BestEffort work when Guaranteed or Burstable work arrives.
+  double best_effort_sm_share = 1;
   // Partitions made at start-up. Without one named "default", a "default" partition gets
   // what the others leave of device 0 (every device 0 resource when the list is empty).
   std::vector<PartitionSpec> partitions;

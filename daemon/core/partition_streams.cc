@@ -35,11 +35,11 @@ class PartitionStreams::StreamSet {
     }
   }
 
-  // Adds `count` streams of `priority`. On error the ones added so far stay owned, and go
-  // with the set.
-  absl::Status Fill(int count, StreamPriority priority) {
+  // Adds `count` streams made with `options`. On error the ones added so far stay owned, and
+  // go with the set.
+  absl::Status Fill(int count, const StreamOptions& options) {
     for (int i = 0; i < count; ++i) {
-      GPUKIT_ASSIGN_OR_RETURN(StreamId stream, device_.CreateStream(priority));
+      GPUKIT_ASSIGN_OR_RETURN(StreamId stream, device_.CreateStream(options));
       streams_.push_back(stream);
     }
     return absl::OkStatus();
@@ -52,7 +52,8 @@ class PartitionStreams::StreamSet {
   std::vector<StreamId> streams_;
 };
 
-PartitionStreams::PartitionStreams(int streams_per_class) : streams_per_class_(streams_per_class) {}
+PartitionStreams::PartitionStreams(int streams_per_class, double best_effort_sm_share)
+    : streams_per_class_(streams_per_class), best_effort_sm_share_(best_effort_sm_share) {}
 
 absl::StatusOr<StreamLease> PartitionStreams::Acquire(absl::string_view partition, Device& device,
                                                       QosClass qos) {
@@ -62,7 +63,10 @@ absl::StatusOr<StreamLease> PartitionStreams::Acquire(absl::string_view partitio
     // Created under the caller's lock: creating a stream waits for no device work, and a
     // set that failed half way holds only idle streams, so destroying it waits for nothing.
     auto set = std::make_shared<StreamSet>(device);
-    GPUKIT_RETURN_IF_ERROR(set->Fill(streams_per_class_, PriorityOf(qos)));
+    StreamOptions options;
+    options.priority = PriorityOf(qos);
+    if (qos == QosClass::kBestEffort) options.sm_share = best_effort_sm_share_;
+    GPUKIT_RETURN_IF_ERROR(set->Fill(streams_per_class_, options));
     entry.by_qos[c] = std::move(set);
     spdlog::debug("streams created: partition={} device={} qos={} streams={}",
                   std::string(partition), device.properties().index, std::string(QosName(qos)),

@@ -5,7 +5,10 @@
 //
 // A set holds `streams_per_class` streams of the device, created with the class's priority
 // (Guaranteed high, Burstable normal, BestEffort low) the first time a session of that
-// partition and class asks for one; Acquire then hands out its streams round robin. A
+// partition and class asks for one; Acquire then hands out its streams round robin.
+// BestEffort streams may also be confined to a share of the device's SMs
+// (`best_effort_sm_share`, StreamOptions::sm_share: a green context on a GPU), so that the
+// other SMs are always free of BestEffort work when Guaranteed or Burstable work arrives. A
 // lease keeps its set alive: the table holds one reference per set until the partition is
 // removed, every session holds another (OpenSessionParams::stream_owner), and whoever drops
 // the last one destroys the set's streams.
@@ -54,8 +57,8 @@ struct StreamLease {
 
 class PartitionStreams {
  public:
-  // `streams_per_class` must be >= 1.
-  explicit PartitionStreams(int streams_per_class);
+  // `streams_per_class` must be >= 1; `best_effort_sm_share` in (0, 1] (1: every SM).
+  explicit PartitionStreams(int streams_per_class, double best_effort_sm_share = 1);
   PartitionStreams(const PartitionStreams&) = delete;
   PartitionStreams& operator=(const PartitionStreams&) = delete;
   // Drops the table's references; sets that no lease holds any more are destroyed here.
@@ -86,6 +89,7 @@ class PartitionStreams {
   using Key = std::pair<std::string, const Device*>;
 
   const int streams_per_class_;
+  const double best_effort_sm_share_;
   absl::flat_hash_map<Key, Entry> entries_;
 };
 

@@ -589,6 +589,50 @@ TEST_F(CudaDeviceMatmulTest, LowPriorityStreamsSliceLargeMatmulsBitwise) {
   GPUKIT_EXPECT_OK(device_->DestroyStream(high));
 }
 
+// A stream confined to a quarter of the SMs (a green context) runs cuBLASLt matmuls, events
+// and copies, and its results are the same bytes as a stream on every SM.
+TEST_F(CudaDeviceMatmulTest, StreamsOnPartOfTheSmsRunMatmulsBitwise) {
+  const int total = device_->cuda_info().multiprocessor_count;
+  GPUKIT_ASSERT_OK_AND_ASSIGN(
+      StreamId part, device_->CreateStream({.priority = StreamPriority::kLow, .sm_share = 0.25}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(int sms, device_->StreamSmCount(part));
+  std::printf("a stream asking for 0.25 of %d SMs runs on %d\n", total, sms);
+  EXPECT_LT(sms, total);
+  EXPECT_GE(sms, 1);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId whole, device_->CreateStream(StreamPriority::kHigh));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(int all, device_->StreamSmCount(whole));
+  EXPECT_EQ(all, total);
+  const int64_t n = 1024;
+  std::mt19937 rng(::gpukit::testing::TestSeed());
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  std::vector<float> values(n * n);
+  for (float& v : values) v = value(rng);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId a, Upload(values, BF16));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(
+      BufferId on_part, Matmul(Desc(BF16, {n, n}), a, Desc(BF16, {n, n}), a, {}, part));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(
+      BufferId on_all, Matmul(Desc(BF16, {n, n}), a, Desc(BF16, {n, n}), a, {}, whole));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<double> p, Download(on_part, n * n, BF16));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<double> w, Download(on_all, n * n, BF16));
+  int64_t differ = 0;
+  for (int64_t i = 0; i < n * n; ++i) differ += p[i] != w[i] || std::isnan(p[i]);
+  EXPECT_EQ(differ, 0);
+  // Events on it measure its work.
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId start, device_->RecordEvent(part));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(
+      BufferId again, Matmul(Desc(BF16, {n, n}), a, Desc(BF16, {n, n}), a, {}, part));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId end, device_->RecordEvent(part));
+  GPUKIT_ASSERT_OK(device_->WaitEvent(end));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(int64_t ns, device_->EventElapsedNs(start, end));
+  EXPECT_GT(ns, 0);
+  std::printf("1024^3 bf16 on %d of %d SMs: %.1f us between its events\n", sms, total, ns / 1e3);
+  (void)again;
+  GPUKIT_EXPECT_OK(device_->DestroyEvent(start));
+  GPUKIT_EXPECT_OK(device_->DestroyEvent(end));
+  GPUKIT_EXPECT_OK(device_->DestroyStream(part));
+  GPUKIT_EXPECT_OK(device_->DestroyStream(whole));
+}
+
 // Two threads, each with its own stream (and so its own workspace), many matmuls at once.
 TEST_F(CudaDeviceMatmulTest, ConcurrentStreamsEachGetTheirOwnWorkspace) {
   const int64_t n = 192;

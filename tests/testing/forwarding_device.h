@@ -39,6 +39,7 @@ struct StreamRecord {
   StreamId id;
   StreamPriority priority = StreamPriority::kNormal;
   bool destroyed = false;
+  double sm_share = 1;
 };
 
 class ForwardingDevice final : public Device {
@@ -137,7 +138,7 @@ class ForwardingDevice final : public Device {
     absl::StatusOr<StreamId> stream = inner_->CreateStream(options);
     if (stream.ok()) {
       absl::MutexLock lock(&records_mu_);
-      streams_.push_back({*stream, priority, false});
+      streams_.push_back({*stream, priority, false, options.sm_share});
     }
     return stream;
   }

@@ -603,9 +603,16 @@ TEST(QosConfigTest, SliceLengthsDefaultAgreeAndAFileMaySetThem) {
       ApplyConfigJson(R"({"qos": {"bestEffortSlice": "50us", "burstableSlice": "0s"}})", defaults));
   EXPECT_EQ(set.qos.best_effort_slice, absl::Microseconds(50));
   EXPECT_EQ(set.qos.burstable_slice, absl::ZeroDuration());
+  EXPECT_EQ(defaults.core.best_effort_sm_share, 1.0);
+  EXPECT_EQ(defaults.core.best_effort_sm_share, CoreOptions{}.best_effort_sm_share);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(DaemonConfig shared,
+                              ApplyConfigJson(R"({"qos": {"bestEffortSmShare": 0.875}})", defaults));
+  EXPECT_EQ(shared.core.best_effort_sm_share, 0.875);
   for (const char* bad : {R"({"qos": {"bestEffortSlice": "-1us"}})",
                           R"({"qos": {"bestEffortSlice": "fast"}})",
-                          R"({"qos": {"burstableSlice": "2s"}})"}) {
+                          R"({"qos": {"burstableSlice": "2s"}})",
+                          R"({"qos": {"bestEffortSmShare": 0}})",
+                          R"({"qos": {"bestEffortSmShare": 1.5}})"}) {
     EXPECT_THAT(ApplyConfigJson(bad, defaults),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("qos.")))
         << bad;

@@ -169,5 +169,21 @@ TEST_F(PartitionStreamsTest, FailedCreationDestroysWhatItMadeAndTheNextUseTriesA
   EXPECT_EQ(LiveStreams(*device_), 2);
 }
 
+TEST(PartitionStreamsSmShareTest, OnlyBestEffortStreamsAreConfinedToTheirShare) {
+  std::unique_ptr<ForwardingDevice> device = RecordingDevice();
+  PartitionStreams table(/*streams_per_class=*/1, /*best_effort_sm_share=*/0.75);
+  std::vector<std::shared_ptr<const void>> leases;
+  for (QosClass qos : {QosClass::kGuaranteed, QosClass::kBurstable, QosClass::kBestEffort}) {
+    absl::StatusOr<StreamLease> lease = table.Acquire("p", *device, qos);
+    ASSERT_THAT(lease, IsOk());
+    leases.push_back(lease->owner);
+  }
+  const std::vector<StreamRecord> made = device->streams();
+  ASSERT_EQ(made.size(), 3u);
+  for (const StreamRecord& s : made) {
+    EXPECT_EQ(s.sm_share, s.priority == StreamPriority::kLow ? 0.75 : 1.0);
+  }
+}
+
 }  // namespace
 }  // namespace gpukit
