@@ -336,6 +336,7 @@ if [ "$BUNDLE_PYTHON" = "1" ]; then
   install -m 0755 "$ROOT/tests/bench/python_overhead_bench.py" "$BUNDLE/bin/"
   install -m 0755 "$ROOT/tests/bench/executor_overhead_bench.py" "$BUNDLE/bin/"
   install -m 0755 "$ROOT/tests/bench/qos_isolation_bench.py" "$BUNDLE/bin/"
+  install -m 0755 "$ROOT/tests/bench/partition_share_bench.py" "$BUNDLE/bin/"
 fi
 
 # ---- Configuration, environment, README ----
