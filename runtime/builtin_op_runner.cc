@@ -23,6 +23,13 @@ namespace {
 constexpr uint32_t kThreads = 256;
 // Enough blocks to fill any current GPU several times over; grid-stride loops do the rest.
 constexpr int64_t kMaxBlocks = 8192;
+// Element-wise kernels give each thread at most this many elements (more blocks beyond
+// kMaxBlocks), so that every block is short: the GPU starts a higher-priority stream's work
+// where blocks end, and a block over 64 elements per thread (a few microseconds) never holds
+// an SM long. With kMaxBlocks alone, a 4 GiB element-wise op would keep each block about
+// 300 us on an H100.
+constexpr int64_t kMaxElementsPerThread = 64;
+constexpr int64_t kMaxGridX = 2147483647;
 constexpr int64_t kMaxGridYZ = 65535;
 // A row of a reduction is split across blocks when it is long and there are few rows.
 constexpr int64_t kReduceSliceLength = 32 * kThreads;
@@ -42,7 +49,9 @@ bool IsUnaryOp(absl::string_view op) {
 
 LaunchConfig Linear(int64_t count) {
   LaunchConfig config;
-  config.grid[0] = static_cast<uint32_t>(std::clamp<int64_t>(CeilDiv(count, kThreads), 1, kMaxBlocks));
+  const int64_t blocks = std::max(std::clamp<int64_t>(CeilDiv(count, kThreads), 1, kMaxBlocks),
+                                  CeilDiv(count, kThreads * kMaxElementsPerThread));
+  config.grid[0] = static_cast<uint32_t>(std::min(blocks, kMaxGridX));
   config.block[0] = kThreads;
   return config;
 }

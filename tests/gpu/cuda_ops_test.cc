@@ -247,6 +247,14 @@ TEST_F(CudaOpsTest, BinaryOpsForEveryDtypeAndLayout) {
   Compare("div", {Array(DType::kInt64, {50}), IntScalar(7)}, {}, Tolerance::kExact);
 }
 
+// Arrays past kMaxBlocks * 256 * 64 elements get more blocks rather than longer ones: every
+// element is still computed once (the output starts poisoned).
+TEST_F(CudaOpsTest, ElementWiseOpsOnArraysBeyondTheFixedGrid) {
+  const int64_t n = (int64_t{8192} * 256 * 64) + 4099;  // 134 M elements: 268 MB in bfloat16
+  Compare("add", {Array(DType::kBFloat16, {n}), FloatScalar(1.5)}, {}, Tolerance::kExact);
+  Compare("exp", {Array(DType::kFloat16, {n})}, {}, Tolerance::kClose);
+}
+
 TEST_F(CudaOpsTest, AstypeBetweenEveryPairIncludingSpecialValues) {
   for (DType from : kAllDTypes) {
     for (DType to : kAllDTypes) {
