@@ -1925,6 +1925,8 @@ struct ConcurrentSession {
   absl::Duration work;    // the task's device time when it runs alone
   absl::Duration period;  // zero: a flood (closed loop); else one task per period
   ResourceSpec resources;
+  // A flood's round trip: from one task's finish to the submission of the next.
+  absl::Duration round_trip;
 };
 
 struct ConcurrentPartition {
@@ -2040,7 +2042,9 @@ class ConcurrentShareSimulationTest : public SchedulerTest,
           scheduler().Finish(s.task, absl::OkStatus(), clock_.Now() - s.started);
           s.task = nullptr;
           s.running = false;
-          if (s.spec.period == absl::ZeroDuration()) s.next_submit = clock_.Now();
+          if (s.spec.period == absl::ZeroDuration()) {
+            s.next_submit = clock_.Now() + s.spec.round_trip;
+          }
         }
       }
     }
@@ -2078,8 +2082,9 @@ TEST_P(ConcurrentShareSimulationTest, EachPartitionGetsItsFractionOfEveryWindows
   }
 }
 
-ConcurrentSession Flood(absl::Duration work, ResourceSpec resources = BestEffort()) {
-  return {work, absl::ZeroDuration(), std::move(resources)};
+ConcurrentSession Flood(absl::Duration work, ResourceSpec resources = BestEffort(),
+                        absl::Duration round_trip = absl::ZeroDuration()) {
+  return {work, absl::ZeroDuration(), std::move(resources), round_trip};
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -2092,6 +2097,18 @@ INSTANTIATE_TEST_SUITE_P(
             {{"a", 0.8, {Flood(absl::Microseconds(1400)), Flood(absl::Microseconds(1400))}},
              {"b", 0.2, {Flood(absl::Microseconds(1400)), Flood(absl::Microseconds(1400))}}},
             {0.8, 0.2}},
+        // The same with 100 us from each finish to the client's next submission, as through
+        // gpukitd (the anticipation covers it).
+        ConcurrentCase{"EightyTwentyWithClientRoundTrips",
+                       {{"a",
+                         0.8,
+                         {Flood(absl::Microseconds(1400), BestEffort(), absl::Microseconds(100)),
+                          Flood(absl::Microseconds(1400), BestEffort(), absl::Microseconds(100))}},
+                        {"b",
+                         0.2,
+                         {Flood(absl::Microseconds(1400), BestEffort(), absl::Microseconds(100)),
+                          Flood(absl::Microseconds(1400), BestEffort(), absl::Microseconds(100))}}},
+                       {0.8, 0.2}},
         ConcurrentCase{
             "TwentyEightyShortTasksInTheLargeShare",
             {{"a", 0.2, {Flood(absl::Milliseconds(2)), Flood(absl::Milliseconds(2))}},
