@@ -26,16 +26,26 @@
 //
 // Pacing: each partition has a token bucket filled at its compute share and, if it has one,
 // a second filled at its bandwidth cap, both up to `pacing_burst`. A task is charged its
-// estimate when admitted and settled to its measured device time when it finishes (the
-// estimate comes back if it never ran). A partition whose cap bucket is empty waits, even on
-// an idle device (the cap is a hard limit). A partition whose share bucket is empty yields to
-// the other partitions of its device that have work queued (not held by their own cap):
-// while the device has work in flight, it waits until its debt is repaid; on an idle device
-// the partition nearest to repaying (its bucket's ReadyAt; then by name) goes, one task at a
-// time. So under contention each busy partition gets its share of the device's time (the
-// shares of a device sum to at most 1; what idle partitions leave goes in proportion), and
-// a lone busy partition gets the whole device (work-conserving: shares are guarantees under
-// contention).
+// estimate when admitted and settled to its own device time when it finishes (the estimate
+// comes back if it never ran). Tasks running at once share the device (a GPU runs all
+// streams' kernels together) and each one's measured time includes the time it shared, so
+// its own device time is the measured time times the mean of 1 / (tasks running on the
+// device) over its run, Start to Finish; so a busy device's partitions are charged about its
+// wall time, not a multiple of it. A partition whose cap bucket is empty waits, even on an
+// idle device (the cap is a hard limit). A partition whose share bucket is empty yields to
+// the other partitions of its device that have work in flight (on a GPU, what it would add
+// shares the device with that work), that finished a task less than `pacing_anticipation`
+// ago and have nothing queued (a synchronous client's next task is on its way), or that have
+// work queued (not held by their own cap): while the device has work in flight, it waits
+// until its debt is repaid or they go quiet; on an idle device the partition nearest to
+// repaying (its bucket's ReadyAt; then by name) goes, one task at a time. When a partition
+// that was quiet (nothing queued or in flight, no finish within the anticipation) gets a
+// task, the others of its device have their share debt cut to `pacing_burst`: debt run up
+// while nobody else wanted the device is forgiven, so nobody is held for long after running
+// alone. So under contention each busy partition gets its share of the device's time (the
+// shares of a device sum to at most 1; what idle partitions leave goes in proportion), a
+// lone busy partition gets the whole device (work-conserving: shares are guarantees under
+// contention), and a Guaranteed task waits for no other partition's debt.
 //
 //   GPUKIT_ASSIGN_OR_RETURN(auto scheduler, Scheduler::Create(clock, devices, partitions, {}));
 //   GPUKIT_ASSIGN_OR_RETURN(SessionAdmission s, scheduler->AdmitSession("s-1", "default", {}));

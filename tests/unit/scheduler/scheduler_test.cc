@@ -300,7 +300,10 @@ INSTANTIATE_TEST_SUITE_P(
                                   {.best_effort_in_flight = absl::ZeroDuration()}},
                       OptionsCase{"NegativeBurstableInFlight",
                                   {{0, kDeviceBytes}},
-                                  {.burstable_in_flight = -absl::Milliseconds(1)}}),
+                                  {.burstable_in_flight = -absl::Milliseconds(1)}},
+                      OptionsCase{"NegativePacingAnticipation",
+                                  {{0, kDeviceBytes}},
+                                  {.pacing_anticipation = -absl::Microseconds(1)}}),
     [](const ::testing::TestParamInfo<OptionsCase>& info) { return info.param.name; });
 
 // ======================================================================================
