@@ -39,6 +39,8 @@ struct Task {
   // partition's buckets from admission; `settled` once Finish replaced the charge.
   absl::Duration estimate;
   bool settled = false;
+  // Its device's share clock when it started (DeviceState::share_clock_ns).
+  double share_clock_at_start = 0;
 };
 
 struct PartitionState {
@@ -57,6 +59,7 @@ struct PartitionState {
   TaskQueue queue;
   int running = 0;  // admitted or running
   int guaranteed_queued = 0;
+  absl::Time last_finish = absl::InfinitePast();  // when Finish last ended one of its tasks
   TokenBucket share;
   TokenBucket cap;  // consulted only when the partition has a bandwidth cap
   int64_t admitted_total = 0;
@@ -133,6 +136,11 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
   }
   if (options.pacing_burst <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("pacing burst must be > 0");
+  }
+  if (options.pacing_anticipation < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pacing anticipation = ", absl::FormatDuration(options.pacing_anticipation),
+                     " must be >= 0"));
   }
   if (options.best_effort_in_flight <= absl::ZeroDuration() ||
       options.burstable_in_flight <= absl::ZeroDuration()) {
@@ -507,6 +515,16 @@ absl::StatusOr<TaskRef> Scheduler::Submit(const SessionTicket& ticket,
   info.state = TaskState::kQueued;
   task->key = {info.qos, info.priority, info.id};
   live_.emplace(info.id, task);
+  if (p.queue.empty() && p.running == 0 && now >= p.last_finish + options_.pacing_anticipation) {
+    // p was idle: the debt the others ran up while it left them the device is forgiven
+    // down to the burst, so a partition that ran alone for hours is not then held for hours.
+    for (const auto& [name, holder] : partitions_) {
+      PartitionState& other = *holder;
+      if (&other == &p || other.spec.device_index != p.spec.device_index) continue;
+      other.share.BalanceNs(now);
+      other.share.LimitDebt(options_.pacing_burst);
+    }
+  }
   absl::Time ignored;
   if (p.queue.empty() && info.deadline > now && MayAdmitLocked(p, info.qos, now, &ignored)) {
     AdmitLocked(p, *task, now);  // nothing waits ahead of it: skip the queue
@@ -569,26 +587,37 @@ bool Scheduler::MayAdmitLocked(PartitionState& p, QosClass qos, absl::Time now,
     *next = std::min(*next, p.cap.ReadyAt(now));
     return false;
   }
-  if (!p.share.Ready(now) && YieldsShareLocked(p, now)) {
+  if (!p.share.Ready(now) && YieldsShareLocked(p, now, next)) {
     *next = std::min(*next, p.share.ReadyAt(now));
     return false;
   }
   return true;
 }
 
-bool Scheduler::YieldsShareLocked(PartitionState& p, absl::Time now) {
-  // Another partition with work queued has the better claim on the device's time: p has
-  // used its share and it may not have. While the device has work in flight, holding p
-  // leaves it no less busy, and p goes once its debt is repaid (the pump's `next`) or the
-  // others run dry. On an idle device one partition must go: the one nearest to repaying.
-  // A partition held by its cap does not count (it could not take the time), nor does one
-  // on another device. One waiting only for its own running slot or its class's bound
-  // does: it has work in flight, and holding p is what keeps its share.
+bool Scheduler::YieldsShareLocked(PartitionState& p, absl::Time now, absl::Time* next) {
+  // Another partition with work queued or in flight has the better claim on the device's
+  // time: p has used its share and it may not have. On a GPU the contention is mostly
+  // between work already on the device (the tasks of all partitions run at once and share
+  // it; synchronous clients leave the queues empty), so work in flight counts as a claim:
+  // what p adds beside it would take the device's time from it. While the device has work
+  // in flight, holding p leaves it no less busy, and p goes once its debt is repaid (the
+  // pump's `next`) or the others run dry. On an idle device one partition must go: the one
+  // nearest to repaying. A partition that finished a task less than the anticipation ago
+  // and has nothing queued counts as busy: its synchronous client's next task is on its
+  // way, and p let in meanwhile would share the device with it for all of p's run. Queued
+  // work held by its partition's cap does not count (it could not take the time), nor does
+  // a partition on another device.
   const bool busy = devices_[p.spec.device_index].busy();
   std::optional<absl::Time> p_ready;
   for (const auto& [name, holder] : partitions_) {
     PartitionState& other = *holder;
     if (&other == &p || other.spec.device_index != p.spec.device_index) continue;
+    if (other.running > 0) return true;
+    const absl::Time anticipated_until = other.last_finish + options_.pacing_anticipation;
+    if (other.queue.empty() && now < anticipated_until) {
+      *next = std::min(*next, anticipated_until);
+      return true;
+    }
     if (other.queue.empty()) continue;
     if (other.spec.bandwidth_cap > 0 && !other.cap.Ready(now)) continue;
     if (busy) return true;
@@ -649,9 +678,36 @@ void Scheduler::AdmitLocked(PartitionState& p, Task& task, absl::Time now) {
   p.cap.Charge(task.estimate);
 }
 
+void Scheduler::AdvanceShareClockLocked(DeviceState& device, absl::Time now) {
+  if (device.running == 0) {
+    device.share_clock_ns = 0;  // no task holds a reading: start again, exactly
+  } else if (now > device.share_clock_last) {
+    device.share_clock_ns += absl::ToDoubleNanoseconds(now - device.share_clock_last) /
+                             static_cast<double>(device.running);
+  }
+  device.share_clock_last = std::max(device.share_clock_last, now);
+}
+
+absl::Duration Scheduler::OwnDeviceTimeLocked(const Task& task, absl::Duration device_time,
+                                              absl::Time now) {
+  DeviceState& device = devices_[task.partition->spec.device_index];
+  AdvanceShareClockLocked(device, now);
+  const absl::Duration span = now - task.info.started;
+  // A run that took no time on the scheduler's clock says nothing about sharing.
+  if (span <= absl::ZeroDuration()) return device_time;
+  const double mean_share = std::clamp(
+      (device.share_clock_ns - task.share_clock_at_start) / absl::ToDoubleNanoseconds(span), 0.0,
+      1.0);
+  return device_time * mean_share;
+}
+
 void Scheduler::ReleaseInFlightLocked(Task& task, absl::Time now) {
   PartitionState& p = *task.partition;
   DeviceState& device = devices_[p.spec.device_index];
+  if (task.info.state == TaskState::kRunning) {
+    AdvanceShareClockLocked(device, now);
+    --device.running;
+  }
   const int c = static_cast<int>(task.info.qos);
   --device.in_flight[c];
   device.in_flight_estimate_ns[c] -= absl::ToInt64Nanoseconds(task.estimate);
@@ -759,8 +815,13 @@ absl::Status Scheduler::Start(const TaskRef& task) {
                ? WithReason(status, RejectReason::kCancelled)
                : status;
   }
+  const absl::Time now = clock_.Now();
   task->info.state = TaskState::kRunning;
-  task->info.started = clock_.Now();
+  task->info.started = now;
+  DeviceState& device = devices_[task->partition->spec.device_index];
+  AdvanceShareClockLocked(device, now);
+  ++device.running;
+  task->share_clock_at_start = device.share_clock_ns;
   return absl::OkStatus();
 }
 
@@ -774,16 +835,21 @@ void Scheduler::Finish(const TaskRef& task, const absl::Status& result,
   // TokenBucket::Settle applies to the balance as of the bucket's last accrual, which is
   // whenever anyone last looked (ListPartitions, another partition's pump): accrue both
   // buckets to now first, so the charge lands at the finish whoever looked in between.
+  // Pacing charges the task's own part of the device's time: tasks running at once share
+  // the device, and the time each measures includes the others'.
+  const absl::Duration own =
+      state == TaskState::kRunning ? OwnDeviceTimeLocked(*task, device_time, now) : device_time;
   p.share.BalanceNs(now);
   p.cap.BalanceNs(now);
-  p.share.Settle(task->estimate, device_time);
-  p.cap.Settle(task->estimate, device_time);
+  p.share.Settle(task->estimate, own);
+  p.cap.Settle(task->estimate, own);
   task->settled = true;
   // Only work that ran to success teaches the estimate: a failure may have stopped early.
   if (state == TaskState::kRunning && result.ok()) {
     task->session->estimates.Learn(task->info.name, device_time);
   }
   AccountFinishLocked(*task, device_time, !result.ok());
+  p.last_finish = now;
   task->info.device_time = device_time;
   EndTaskLocked(*task, result.ok() ? TaskState::kSucceeded : TaskState::kFailed, now,
                 result.ok() ? absl::string_view() : result.message());

@@ -26,16 +26,26 @@
 //
 // Pacing: each partition has a token bucket filled at its compute share and, if it has one,
 // a second filled at its bandwidth cap, both up to `pacing_burst`. A task is charged its
-// estimate when admitted and settled to its measured device time when it finishes (the
-// estimate comes back if it never ran). A partition whose cap bucket is empty waits, even on
-// an idle device (the cap is a hard limit). A partition whose share bucket is empty yields to
-// the other partitions of its device that have work queued (not held by their own cap):
-// while the device has work in flight, it waits until its debt is repaid; on an idle device
-// the partition nearest to repaying (its bucket's ReadyAt; then by name) goes, one task at a
-// time. So under contention each busy partition gets its share of the device's time (the
-// shares of a device sum to at most 1; what idle partitions leave goes in proportion), and
-// a lone busy partition gets the whole device (work-conserving: shares are guarantees under
-// contention).
+// estimate when admitted and settled to its own device time when it finishes (the estimate
+// comes back if it never ran). Tasks running at once share the device (a GPU runs all
+// streams' kernels together) and each one's measured time includes the time it shared, so
+// its own device time is the measured time times the mean of 1 / (tasks running on the
+// device) over its run, Start to Finish; so a busy device's partitions are charged about its
+// wall time, not a multiple of it. A partition whose cap bucket is empty waits, even on an
+// idle device (the cap is a hard limit). A partition whose share bucket is empty yields to
+// the other partitions of its device that have work in flight (on a GPU, what it would add
+// shares the device with that work), that finished a task less than `pacing_anticipation`
+// ago and have nothing queued (a synchronous client's next task is on its way), or that have
+// work queued (not held by their own cap): while the device has work in flight, it waits
+// until its debt is repaid or they go quiet; on an idle device the partition nearest to
+// repaying (its bucket's ReadyAt; then by name) goes, one task at a time. When a partition
+// that was quiet (nothing queued or in flight, no finish within the anticipation) gets a
+// task, the others of its device have their share debt cut to `pacing_burst`: debt run up
+// while nobody else wanted the device is forgiven, so nobody is held for long after running
+// alone. So under contention each busy partition gets its share of the device's time (the
+// shares of a device sum to at most 1; what idle partitions leave goes in proportion), a
+// lone busy partition gets the whole device (work-conserving: shares are guarantees under
+// contention), and a Guaranteed task waits for no other partition's debt.
 //
 //   GPUKIT_ASSIGN_OR_RETURN(auto scheduler, Scheduler::Create(clock, devices, partitions, {}));
 //   GPUKIT_ASSIGN_OR_RETURN(SessionAdmission s, scheduler->AdmitSession("s-1", "default", {}));
@@ -86,6 +96,12 @@ struct SchedulerOptions {
   // Device time a partition may run ahead of its rate before pacing holds it back
   // (admitted work counts, by its estimate, until it finishes).
   absl::Duration pacing_burst = absl::Milliseconds(20);
+  // How long a partition counts as busy after its last task finished, for the partitions
+  // in debt that yield to it: a synchronous client's next task arrives a round trip after
+  // its previous one finished, and a debtor let in during that gap would share the device
+  // with it for the whole of its run. Longer than a client's round trip through the
+  // daemon (about 100 us), much shorter than a light client's pause between tasks.
+  absl::Duration pacing_anticipation = absl::Microseconds(250);
   // While Guaranteed work is active on a device, BestEffort tasks are admitted there only
   // while the estimated device time of those already admitted or running is below this;
   // when none is, one may go. 1 ms is about ten 100 us slices of a sliced BestEffort
@@ -315,6 +331,12 @@ class Scheduler {
     std::array<int, kQosClassCount> in_flight{};
     std::array<int64_t, kQosClassCount> in_flight_estimate_ns{};
     bool busy() const { return in_flight[0] + in_flight[1] + in_flight[2] > 0; }
+    // Tasks running (started, not finished), and the integral over time of 1 / running
+    // while any runs: a task's share of the device between two readings is their
+    // difference over the time between them (see AdvanceShareClockLocked).
+    int running = 0;
+    double share_clock_ns = 0;
+    absl::Time share_clock_last = absl::InfinitePast();
   };
 
   Scheduler(const Clock& clock, std::vector<DeviceCapacity> devices,
@@ -329,7 +351,16 @@ class Scheduler {
   // Whether partition `p`, in debt on its share, must let another partition of its device
   // go first: one with work queued that its own cap does not hold, while the device has
   // work in flight or that one is nearer to repaying.
-  bool YieldsShareLocked(PartitionState& p, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Lowers `*next` to when a partition that finished a task lately stops counting as busy.
+  bool YieldsShareLocked(PartitionState& p, absl::Time now, absl::Time* next)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Brings the device's share clock up to `now`; call before its running count changes.
+  void AdvanceShareClockLocked(DeviceState& device, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The part of a finishing task's measured device time that was its own: `device_time`
+  // times the mean of 1 / (tasks running on the device) over the task's run.
+  absl::Duration OwnDeviceTimeLocked(const Task& task, absl::Duration device_time, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether Guaranteed work is active on the device: admitted or running, or queued in a
   // partition whose bandwidth cap does not hold it back.
   bool GuaranteedActiveLocked(int device_index, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -48,6 +48,10 @@ void TokenBucket::Settle(absl::Duration charged, absl::Duration used) {
   }
 }
 
+void TokenBucket::LimitDebt(absl::Duration max_debt) {
+  balance_ns_ = std::max(balance_ns_, -absl::ToDoubleNanoseconds(max_debt));
+}
+
 void TokenBucket::SetRate(double rate, absl::Time now) {
   Accrue(now);
   rate_ = rate;

@@ -39,6 +39,9 @@ class TokenBucket {
   // it back up to the burst. Settle(charged, 0) refunds work that never ran.
   void Settle(absl::Duration charged, absl::Duration used);
   void SetRate(double rate, absl::Time now);
+  // Forgives debt beyond `max_debt`: the balance becomes at least -max_debt. Applies to the
+  // balance as of the last accrual, like Charge.
+  void LimitDebt(absl::Duration max_debt);
 
   double rate() const { return rate_; }
   // Balance in nanoseconds after accruing up to `now`; negative while in debt.

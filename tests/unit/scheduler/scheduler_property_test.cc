@@ -11,10 +11,12 @@
 //     BestEffort or Burstable task is admitted only below its class's in-flight bound (or
 //     with none of its class in flight); and nothing that may run is left waiting (no free
 //     slot, bound or cap holds it, and, if its share is in debt, no other partition of the
-//     device with work queued has the better claim);
+//     device with work in flight, finished lately or queued has the better claim);
 //   - pacing: each partition's pacing_balance is a token bucket charged each task's
-//     estimate at admission and settled to its device time at its finish (refunded if it
-//     never ran). Task names are unique, so every estimate is its class's fallback.
+//     estimate at admission and settled at its finish to its own part of its device time
+//     (times the mean of 1 / tasks running on the device over its run; refunded if it never
+//     ran), its debt cut to the burst when another partition of its device gets work after
+//     a pause. Task names are unique, so every estimate is its class's fallback.
 // At the end every task is ended, every session closed, every reservation dropped, and the
 // scheduler must account for exactly nothing.
 //
@@ -72,6 +74,8 @@ constexpr double kComputeStep = 0.125;
 // measured (Guaranteed: the BestEffort bound).
 constexpr absl::Duration kBestEffortBound = absl::Milliseconds(1);
 constexpr absl::Duration kBurstableBound = absl::Milliseconds(4);
+// The scheduler's default: how long a partition counts as busy after a finish.
+constexpr absl::Duration kAnticipation = absl::Microseconds(250);
 
 absl::Duration BoundOf(QosClass qos) {
   return qos == QosClass::kBurstable ? kBurstableBound : kBestEffortBound;
@@ -85,6 +89,23 @@ struct PartitionModel {
   int64_t used_bytes = 0;
   int64_t requested_bytes = 0;
   double compute_requested = 0;
+  absl::Time last_finish = absl::InfinitePast();
+};
+
+// A device's running tasks and the integral of 1 / running over time, as the scheduler
+// keeps them (started again from zero whenever none runs).
+struct DeviceModel {
+  int running = 0;
+  double share_clock_ns = 0;
+  absl::Time last = absl::InfinitePast();
+  void Advance(absl::Time now) {
+    if (running == 0) {
+      share_clock_ns = 0;
+    } else if (now > last) {
+      share_clock_ns += absl::ToDoubleNanoseconds(now - last) / static_cast<double>(running);
+    }
+    last = std::max(last, now);
+  }
 };
 
 struct SessionModel {
@@ -111,6 +132,8 @@ struct TaskModel {
   int priority = 0;  // clamped
   absl::Time deadline = absl::InfiniteFuture();
   TaskState state = TaskState::kPending;  // as last observed; Pending: not yet observed
+  absl::Time started;
+  double share_clock_at_start = 0;
 };
 
 // The order a partition's queue serves: QoS class, then priority (higher first), then
@@ -158,6 +181,7 @@ class Sequence {
     const int devices = Uniform(1, 2);
     const int partitions = Uniform(2, 3);
     device_used_.assign(devices, 0);
+    devices_.assign(devices, DeviceModel{});
     std::vector<DeviceCapacity> capacities;
     for (int d = 0; d < devices; ++d) capacities.push_back({d, kDeviceBytes});
     // Every device gets a partition when there are enough of them.
@@ -458,6 +482,22 @@ class Sequence {
       return;
     }
     ASSERT_THAT(submitted, IsOk());
+    // A partition that had nothing queued or in flight and finished nothing lately cuts the
+    // debts of the others of its device to the burst.
+    PartitionModel& mine = partitions_[session.partition];
+    bool idle = clock_.Now() >= mine.last_finish + kAnticipation;
+    for (const TaskModel& t : tasks_) {
+      idle &= t.partition != session.partition ||
+              (t.state != TaskState::kQueued && t.state != TaskState::kAdmitted &&
+               t.state != TaskState::kRunning);
+    }
+    if (idle) {
+      for (PartitionModel& other : partitions_) {
+        if (&other == &mine || other.spec.device_index != mine.spec.device_index) continue;
+        other.share.BalanceNs(clock_.Now());
+        other.share.LimitDebt(kBurst);
+      }
+    }
     TaskModel task;
     task.ref = *submitted;
     task.id = scheduler_->IdOf(task.ref);
@@ -497,6 +537,11 @@ class Sequence {
     SCOPED_TRACE(Where());
     intent_.started = tasks_[t].id;
     EXPECT_THAT(scheduler_->Start(tasks_[t].ref), IsOk());
+    DeviceModel& device = devices_[partitions_[tasks_[t].partition].spec.device_index];
+    device.Advance(clock_.Now());
+    ++device.running;
+    tasks_[t].started = clock_.Now();
+    tasks_[t].share_clock_at_start = device.share_clock_ns;
   }
 
   void FinishTask() {
@@ -512,13 +557,27 @@ class Sequence {
                        ok ? "ok" : "failed", " after ", absl::FormatDuration(device_time));
     if (!ended) {
       intent_.finished = task.id;
-      // Settled at the finish: the buckets first fill (up to the burst) until now.
+      // Settled at the finish to the task's own part of its device time: the buckets first
+      // fill (up to the burst) until now.
       PartitionModel& partition = partitions_[task.partition];
+      absl::Duration own = device_time;
+      if (task.state == TaskState::kRunning) {
+        DeviceModel& device = devices_[partition.spec.device_index];
+        device.Advance(clock_.Now());
+        const absl::Duration span = clock_.Now() - task.started;
+        if (span > absl::ZeroDuration()) {
+          own = device_time * std::clamp((device.share_clock_ns - task.share_clock_at_start) /
+                                             absl::ToDoubleNanoseconds(span),
+                                         0.0, 1.0);
+        }
+        --device.running;
+      }
+      partition.last_finish = clock_.Now();
       partition.share.BalanceNs(clock_.Now());
-      partition.share.Settle(BoundOf(task.qos), device_time);
+      partition.share.Settle(BoundOf(task.qos), own);
       if (partition.cap) {
         partition.cap->BalanceNs(clock_.Now());
-        partition.cap->Settle(BoundOf(task.qos), device_time);
+        partition.cap->Settle(BoundOf(task.qos), own);
       }
     }
     scheduler_->Finish(task.ref, ok ? absl::OkStatus() : absl::InternalError("kernel fault"),
@@ -746,8 +805,9 @@ class Sequence {
 
     // Nothing that may run is left waiting. A queue's front may wait for a running slot,
     // for its class's in-flight bound, for its cap; and, while its share is in debt, for
-    // another partition of the device with work queued that its cap does not hold, while
-    // the device has work in flight or that one is nearer to repaying.
+    // another partition of the device with work in flight, or that finished a task less
+    // than the anticipation ago and has nothing queued, or with work queued that its cap
+    // does not hold, while the device has work in flight or that one is nearer to repaying.
     std::vector<bool> blocked(n, true);
     for (int p = 0; p < n; ++p) {
       if (front[p] < 0) continue;
@@ -771,7 +831,9 @@ class Sequence {
       bool yields = false;
       for (int o = 0; o < n; ++o) {
         PartitionModel& other = partitions_[o];
-        if (o == p || front[o] < 0 || other.spec.device_index != d) continue;
+        if (o == p || other.spec.device_index != d) continue;
+        yields |= running[o] > 0 || (front[o] < 0 && now < other.last_finish + kAnticipation);
+        if (front[o] < 0) continue;
         if (other.cap.has_value() && !other.cap->Ready(now)) continue;
         const absl::Time mine = model.share.ReadyAt(now);
         const absl::Time theirs = other.share.ReadyAt(now);
@@ -830,6 +892,7 @@ class Sequence {
   std::unique_ptr<Scheduler> scheduler_;
   std::vector<PartitionModel> partitions_;  // by device, then name, as ListPartitions lists them
   std::vector<int64_t> device_used_;
+  std::vector<DeviceModel> devices_;
   std::vector<SessionModel> sessions_;
   std::vector<TaskModel> tasks_;
   std::vector<HeldReservation> reservations_;

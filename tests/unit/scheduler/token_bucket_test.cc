@@ -45,6 +45,19 @@ TEST(TokenBucketTest, ChargeLargerThanBurstPutsItInDebt) {
   EXPECT_GT(bucket.ReadyAt(clock.Now()), clock.Now());
 }
 
+TEST(TokenBucketTest, LimitDebtForgivesOnlyDebtBeyondTheLimit) {
+  FakeClock clock;
+  TokenBucket bucket(0.25, kBurst, clock.Now());
+  bucket.Charge(absl::Milliseconds(130));  // -80 ms
+  bucket.LimitDebt(absl::Milliseconds(100));
+  EXPECT_EQ(bucket.BalanceNs(clock.Now()), -Ns(absl::Milliseconds(80))) << "within the limit";
+  bucket.LimitDebt(absl::Milliseconds(30));
+  EXPECT_EQ(bucket.BalanceNs(clock.Now()), -Ns(absl::Milliseconds(30)));
+  clock.Advance(absl::Milliseconds(200));  // repaid at 0.25: +50 ms
+  bucket.LimitDebt(absl::Milliseconds(30));
+  EXPECT_EQ(bucket.BalanceNs(clock.Now()), Ns(absl::Milliseconds(20))) << "credit is untouched";
+}
+
 TEST(TokenBucketTest, AnEmptyBalanceIsNotReady) {
   // Work may start only while the balance is positive.
   FakeClock clock;
