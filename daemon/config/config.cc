@@ -27,7 +27,7 @@ constexpr absl::string_view kDefaultConfig = R"json({
   "streamsPerPartition": 2,
   "partitions": [],
   "scheduler": {"pacingBurst": "20ms", "taskHistory": 1000, "bestEffortInFlight": "1ms",
-                "burstableInFlight": "4ms"},
+                "burstableInFlight": "4ms", "pacingAnticipation": "250us"},
   "jit": {"cacheDir": "", "memoryCache": "256MiB", "compileTimeout": "30s", "cpuArch": "sm_90"},
   "server": {"maxThreads": 256},
   "executor": {"mode": "process", "launchDeadline": "30s", "standby": true},
@@ -252,6 +252,15 @@ absl::StatusOr<DaemonConfig> ApplyConfigJson(absl::string_view json, DaemonConfi
     GPUKIT_ASSIGN_OR_RETURN(config.core.best_effort_in_flight,
                             ParsePositiveDuration(scheduler.best_effort_in_flight(),
                                                   "scheduler.bestEffortInFlight"));
+  }
+  if (!scheduler.pacing_anticipation().empty()) {
+    absl::Duration d;
+    if (!absl::ParseDuration(scheduler.pacing_anticipation(), &d) || d < absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("scheduler.pacingAnticipation = \"", scheduler.pacing_anticipation(),
+                       "\" is not a duration of 0s or more, such as 250us"));
+    }
+    config.core.pacing_anticipation = d;
   }
   if (!scheduler.burstable_in_flight().empty()) {
     GPUKIT_ASSIGN_OR_RETURN(config.core.burstable_in_flight,

@@ -214,6 +214,7 @@ absl::StatusOr<std::unique_ptr<Core>> Core::Create(const Clock& clock,
   scheduler_options.pacing_burst = options.pacing_burst;
   scheduler_options.best_effort_in_flight = options.best_effort_in_flight;
   scheduler_options.burstable_in_flight = options.burstable_in_flight;
+  scheduler_options.pacing_anticipation = options.pacing_anticipation;
   scheduler_options.task_history = options.task_history;
   GPUKIT_ASSIGN_OR_RETURN(
       std::unique_ptr<Scheduler> scheduler,

@@ -89,6 +89,8 @@ struct CoreOptions {
   // SchedulerOptions' in-flight bounds of BestEffort and Burstable work beside Guaranteed.
   absl::Duration best_effort_in_flight = absl::Milliseconds(1);
   absl::Duration burstable_in_flight = absl::Milliseconds(4);
+  // SchedulerOptions::pacing_anticipation.
+  absl::Duration pacing_anticipation = absl::Microseconds(250);
   int task_history = 1000;
   // The architecture custom kernels are compiled for when the session's device is the CPU
   // backend (which cannot run them, but compiling checks the source and fills the cache).

@@ -65,7 +65,7 @@ def _run(args: argparse.Namespace, partitions: Optional[List[dict]], placement: 
     paths = _layout()
     work = Path(tempfile.mkdtemp(prefix="gpukit-share-"))
     sock = work / "gpukitd.sock"
-    config: dict = {"jit": {"cacheDir": "none"}}
+    config: dict = {"jit": {"cacheDir": "none"}, **json.loads(args.daemon_config)}
     if partitions:
         config["partitions"] = partitions
     (work / "config.json").write_text(json.dumps(config))
@@ -115,6 +115,8 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, default=4, help="even: half per partition")
     parser.add_argument("--backend", default="cuda")
     parser.add_argument("--memory", default="16GiB", help="each partition's memory quota")
+    parser.add_argument("--daemon-config", default="{}",
+                        help="JSON object of more config keys, e.g. '{\"scheduler\": {...}}'")
     args = parser.parse_args()
     half = args.sessions // 2
     layouts = {
@@ -129,6 +131,7 @@ def main() -> int:
     print(f"partition_share_bench: {args.size}^3 {args.dtype} matmuls, {args.sessions} sessions, "
           f"{args.seconds:g} s per layout, backend {args.backend}", flush=True)
     out = {"size": args.size, "dtype": args.dtype, "sessions": args.sessions,
+           "daemon_config": json.loads(args.daemon_config),
            "seconds": args.seconds, "backend": args.backend, "layouts": {}}
     for name, (partitions, placement) in layouts.items():
         r = _run(args, partitions, placement)

@@ -591,6 +591,20 @@ TEST(ServerConfigTest, MaxThreadsDefaultsTo256AndAFileMaySetIt) {
   EXPECT_EQ(set.server_max_threads, 16);
 }
 
+TEST(SchedulerConfigTest, PacingAnticipationDefaultAgreesAndAFileMaySetIt) {
+  const DaemonConfig defaults = EmbeddedDefault();
+  EXPECT_EQ(defaults.core.pacing_anticipation, absl::Microseconds(250));
+  EXPECT_EQ(defaults.core.pacing_anticipation, CoreOptions{}.pacing_anticipation);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(
+      DaemonConfig set, ApplyConfigJson(R"({"scheduler": {"pacingAnticipation": "2ms"}})", defaults));
+  EXPECT_EQ(set.core.pacing_anticipation, absl::Milliseconds(2));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(
+      DaemonConfig off, ApplyConfigJson(R"({"scheduler": {"pacingAnticipation": "0s"}})", defaults));
+  EXPECT_EQ(off.core.pacing_anticipation, absl::ZeroDuration());
+  EXPECT_THAT(ApplyConfigJson(R"({"scheduler": {"pacingAnticipation": "-1ms"}})", defaults),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("scheduler.pacingAnticipation")));
+}
+
 TEST(QosConfigTest, SliceLengthsDefaultAgreeAndAFileMaySetThem) {
   const DaemonConfig defaults = EmbeddedDefault();
   EXPECT_EQ(defaults.qos.best_effort_slice, absl::Microseconds(100));
