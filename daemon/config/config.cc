@@ -27,7 +27,7 @@ constexpr absl::string_view kDefaultConfig = R"json({
   "streamsPerPartition": 2,
   "partitions": [],
   "scheduler": {"pacingBurst": "20ms", "taskHistory": 1000, "bestEffortInFlight": "1ms",
-                "burstableInFlight": "4ms", "pacingAnticipation": "250us"},
+                "burstableInFlight": "4ms", "pacingAnticipation": "0s"},
   "jit": {"cacheDir": "", "memoryCache": "256MiB", "compileTimeout": "30s", "cpuArch": "sm_90"},
   "server": {"maxThreads": 256},
   "executor": {"mode": "process", "launchDeadline": "30s", "standby": true},

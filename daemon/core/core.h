@@ -89,8 +89,12 @@ struct CoreOptions {
   // SchedulerOptions' in-flight bounds of BestEffort and Burstable work beside Guaranteed.
   absl::Duration best_effort_in_flight = absl::Milliseconds(1);
   absl::Duration burstable_in_flight = absl::Milliseconds(4);
-  // SchedulerOptions::pacing_anticipation.
-  absl::Duration pacing_anticipation = absl::Microseconds(250);
+  // SchedulerOptions::pacing_anticipation; off in gpukitd by default. Measured on an H200
+  // (docs/benchmarks.md): at 250 us, partitions of 0.8 / 0.2 flooding with synchronous
+  // clients got 0.73 / 0.27 of the work instead of 0.54 / 0.46, but a BestEffort flood beside
+  // a Guaranteed partition whose one synchronous client finishes a small op every 300 us fell
+  // to 0.62x its throughput: the flood gave way for 250 us after each of them.
+  absl::Duration pacing_anticipation = absl::ZeroDuration();
   int task_history = 1000;
   // The architecture custom kernels are compiled for when the session's device is the CPU
   // backend (which cannot run them, but compiling checks the source and fills the cache).

@@ -100,7 +100,9 @@ struct SchedulerOptions {
   // in debt that yield to it: a synchronous client's next task arrives a round trip after
   // its previous one finished, and a debtor let in during that gap would share the device
   // with it for the whole of its run. Longer than a client's round trip through the
-  // daemon (about 100 us), much shorter than a light client's pause between tasks.
+  // daemon (about 100 us), much shorter than a light client's pause between tasks. gpukitd
+  // turns it off by default (CoreOptions::pacing_anticipation says why: measured, a light
+  // synchronous client's every request then holds a debtor back, too often).
   absl::Duration pacing_anticipation = absl::Microseconds(250);
   // While Guaranteed work is active on a device, BestEffort tasks are admitted there only
   // while the estimated device time of those already admitted or running is below this;

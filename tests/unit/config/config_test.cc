@@ -593,7 +593,7 @@ TEST(ServerConfigTest, MaxThreadsDefaultsTo256AndAFileMaySetIt) {
 
 TEST(SchedulerConfigTest, PacingAnticipationDefaultAgreesAndAFileMaySetIt) {
   const DaemonConfig defaults = EmbeddedDefault();
-  EXPECT_EQ(defaults.core.pacing_anticipation, absl::Microseconds(250));
+  EXPECT_EQ(defaults.core.pacing_anticipation, absl::ZeroDuration());
   EXPECT_EQ(defaults.core.pacing_anticipation, CoreOptions{}.pacing_anticipation);
   GPUKIT_ASSERT_OK_AND_ASSIGN(
       DaemonConfig set, ApplyConfigJson(R"({"scheduler": {"pacingAnticipation": "2ms"}})", defaults));
