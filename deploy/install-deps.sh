@@ -59,6 +59,7 @@ CUDA_DEPS="${GPUKIT_CUDA_DEPS_DIR:-$ROOT/.deps/cuda}"
 CUDA_WHEELS=(
   nvidia-cuda-runtime==13.0.96  # cuda.h, cudaTypedefs.h, cuda_runtime.h, cuda_fp16.h, ...
   nvidia-cuda-crt==13.0.88      # crt/host_defines.h (driver_types.h and nvcc include it)
+  nvidia-cuda-cccl==13.0.85     # cccl/nv/target (cuda_fp16.h includes <nv/target>)
   nvidia-cuda-nvrtc==13.0.88    # nvrtc.h
   nvidia-cublas==13.1.0.3       # cublasLt.h, cublas_api.h (a 420 MB wheel: its libraries)
   nvidia-cuda-nvcc==13.0.88     # nvcc, ptxas, fatbinary
@@ -124,6 +125,9 @@ for wheel in wheels:
             if mode:
                 os.chmod(out, mode)
 PY
+  # cuda_fp16.h (which cublas_api.h includes) includes <nv/target>, from CCCL's include/cccl:
+  # nvcc searches there by itself, the host compiler finds it through include/nv.
+  ln -s cccl/nv "$staging/include/nv"
   # nvcc.profile looks for the headers in targets/<target>/include, as in a toolkit.
   case "$(uname -m)" in
     aarch64) cuda_target=sbsa-linux ;;
