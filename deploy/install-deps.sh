@@ -77,7 +77,8 @@ elif [ -f "$CUDA_ROOT/include/cuda.h" ]; then
   echo "==> CUDA headers: the CUDA toolkit at $CUDA_ROOT"
 elif [ -f "$CUDA_DEPS/include/cuda.h" ] &&
      [ "$(cat "$CUDA_DEPS/.wheels" 2>/dev/null)" = "${CUDA_WHEELS[*]}" ]; then
-  echo "==> CUDA headers and nvcc: $CUDA_DEPS (NVIDIA's PyPI wheels, CUDA 13.0; no toolkit at $CUDA_ROOT)"
+  echo "==> CUDA headers and nvcc: $CUDA_DEPS"
+  echo "    (NVIDIA's PyPI wheels, CUDA 13.0; no toolkit at $CUDA_ROOT)"
 else
   echo "==> no CUDA toolkit at $CUDA_ROOT: fetching the CUDA 13.0 headers and nvcc from NVIDIA's"
   echo "    PyPI wheels into $CUDA_DEPS (about 600 MB to download; headers and compiler kept)"
@@ -93,10 +94,11 @@ else
     echo "    pip download $wheel"
     if ! python3 -m pip download --quiet --disable-pip-version-check --no-deps \
            --only-binary=:all: -d "$wheel_dir" "$wheel"; then
-      echo "error: pip could not fetch $wheel from PyPI (see pip's message above). Without the" >&2
-      echo "       CUDA toolkit gpukit's build needs the CUDA headers: let pip reach PyPI, install" >&2
-      echo "       the toolkit (its headers are enough), or set GPUKIT_CUDA_INCLUDE_DIR to a" >&2
-      echo "       folder holding cuda.h, cudaTypedefs.h, nvrtc.h and cublasLt.h." >&2
+      echo "error: pip could not fetch $wheel from PyPI (see pip's message above)." >&2
+      echo "       Without the CUDA toolkit, gpukit's build needs these CUDA headers: let pip" >&2
+      echo "       reach PyPI, install the toolkit (its headers are enough), or set" >&2
+      echo "       GPUKIT_CUDA_INCLUDE_DIR to a folder holding cuda.h, cudaTypedefs.h, nvrtc.h" >&2
+      echo "       and cublasLt.h (and what they include)." >&2
       exit 1
     fi
   done
