@@ -71,6 +71,7 @@ if [ -n "${BUILD_DIR:-}" ]; then
   log "bundling the existing build $BUILD_DIR (not rebuilt)"
 else
   BUILD_DIR="$ROOT/build-bundle"
+  . "$ROOT/deploy/cuda-env.sh"  # the CUDA headers and nvcc (deploy/install-deps.sh)
   log "configuring $BUILD_DIR (RPATH \$ORIGIN/../lib)"
   # DT_RPATH (--disable-new-dtags), unlike DT_RUNPATH, also serves the libraries' own
   # dependencies (libgrpc++ -> libgrpc -> libabsl_*), so lib/ is found for all of them. The
@@ -81,7 +82,7 @@ else
     -DCMAKE_BUILD_RPATH='$ORIGIN/../lib' \
     -DCMAKE_EXE_LINKER_FLAGS='-Wl,--disable-new-dtags' \
     -DCMAKE_MODULE_LINKER_FLAGS='-Wl,--disable-new-dtags' \
-    ${GPUKIT_CUDA_INCLUDE_DIR:+-DGPUKIT_CUDA_INCLUDE_DIR="$GPUKIT_CUDA_INCLUDE_DIR"} >/dev/null
+    "${GPUKIT_CUDA_CMAKE_ARGS[@]}" >/dev/null
   log "building (-j $JOBS)"
   cmake --build "$BUILD_DIR" -j "$JOBS"
 fi

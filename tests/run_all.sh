@@ -17,6 +17,7 @@ JOBS="${JOBS:-$(nproc)}"
 start=$(date +%s)
 
 "$ROOT/deploy/install-deps.sh"
+. "$ROOT/deploy/cuda-env.sh"  # the CUDA headers: the toolkit's, or those install-deps fetched
 
 # The module must be built for the interpreter that runs pytest (a pyenv shim resolves to it).
 PYTHON="$(${PYTHON:-python3} -c 'import sys; print(sys.executable)')"
@@ -31,6 +32,7 @@ if [ "${SKIP_SANITIZE:-0}" != "1" ]; then
   # Its tests run on the CPU: the built-in kernels are not precompiled a second time there
   # (nvcc's share of the regular build), and the fatbin tests skip.
   cmake -S "$ROOT" -B "$ASAN_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+    ${GPUKIT_CUDA_INCLUDE_DIR:+"-DGPUKIT_CUDA_INCLUDE_DIR=$GPUKIT_CUDA_INCLUDE_DIR"} \
     -DGPUKIT_WERROR=ON -DGPUKIT_SANITIZE=ON -DGPUKIT_BUILD_BENCHMARKS=OFF \
     -DGPUKIT_BUILD_PYTHON=OFF -DGPUKIT_PRECOMPILE_KERNELS=OFF -DGPUKIT_FAULT_INJECTION=ON >/dev/null
   cmake --build "$ASAN_BUILD_DIR" -j "$JOBS" --target unit_tests
