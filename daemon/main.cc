@@ -159,8 +159,7 @@ int Run(int argc, char** argv) {
     device_options.backend = config->backend;
     device_options.cpu_memory_bytes = config->cpu_memory_bytes;
     device_options.jit = jit;
-    device_options.low_priority_matmul_slice = config->qos.best_effort_slice;
-    device_options.normal_priority_matmul_slice = config->qos.burstable_slice;
+    device_options.matmul_slices = {config->qos.best_effort_slice, config->qos.burstable_slice};
     devices = gpukit::CreateDevices(device_options);
   } else {
     gpukit::ExecutorDevicesOptions executor_options;
@@ -172,8 +171,7 @@ int Run(int argc, char** argv) {
     executor_options.jit_worker_path = FindHelper(config->jit.worker_path, "gpukit-compile-worker");
     executor_options.jit_cache_dir = gpukit::KernelCacheDir(config->jit.cache_dir);
     executor_options.log_level = config->log_level;
-    executor_options.low_priority_matmul_slice = config->qos.best_effort_slice;
-    executor_options.normal_priority_matmul_slice = config->qos.burstable_slice;
+    executor_options.matmul_slices = {config->qos.best_effort_slice, config->qos.burstable_slice};
     devices = gpukit::CreateExecutorDevices(executor_options);
   }
   if (!devices.ok()) return Fail(devices.status());

@@ -30,6 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "runtime/base/unix_fd.h"
 #include "runtime/host_buffer.h"
@@ -118,6 +119,15 @@ struct MemoryInfo {
 
 // Scheduling hint for a stream; backends map it to their own priority range.
 enum class StreamPriority { kLow, kNormal, kHigh };
+
+// How long, about, one slice of a large matmul runs on a low-priority and on a
+// normal-priority stream (runtime/cuda/matmul_plan.h, "Slices"): the longest a
+// higher-priority stream's kernel waits behind such a matmul. High-priority streams never
+// slice; zero: never. Backends that cannot slice ignore it.
+struct MatmulSliceLengths {
+  absl::Duration low_priority = absl::Microseconds(100);
+  absl::Duration normal_priority = absl::Microseconds(500);
+};
 
 // How a stream is made (see ValidateStreamOptions).
 struct StreamOptions {

@@ -72,8 +72,7 @@ CudaDeviceCandidates CreateCudaDevices(int device_count, const DeviceFactoryOpti
     CudaDeviceOptions options;
     options.index = index;
     options.jit = factory.jit;
-    options.low_priority_matmul_slice = factory.low_priority_matmul_slice;
-    options.normal_priority_matmul_slice = factory.normal_priority_matmul_slice;
+    options.matmul_slices = factory.matmul_slices;
     options.compile_builtin_kernels_at_start = true;  // the daemon's first op should not wait
     absl::StatusOr<std::unique_ptr<CudaDevice>> device = CudaDevice::Create(options);
     if (!device.ok()) {

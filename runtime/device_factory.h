@@ -43,9 +43,8 @@ struct DeviceFactoryOptions {
   int64_t cpu_memory_bytes = int64_t{4} << 30;
   // Compiles the built-in op kernels of CUDA devices (see CudaDeviceOptions::jit).
   std::shared_ptr<JitCompiler> jit;
-  // CUDA devices' matmul slices on low- and normal-priority streams (CudaDeviceOptions).
-  absl::Duration low_priority_matmul_slice = absl::Microseconds(100);
-  absl::Duration normal_priority_matmul_slice = absl::Microseconds(500);
+  // CUDA devices' matmul slices (CudaDeviceOptions).
+  MatmulSliceLengths matmul_slices;
 };
 
 // The GPUs that could be opened, and why each of the others was refused ("device 1: ...").

@@ -102,12 +102,9 @@ struct CudaDeviceOptions {
   // (runtime/jit/library_search.h's search, `cublaslt_dir` first when set). Without it the
   // device logs "cuBLASLt not available (...); matmul uses gpukit's own kernel" and does so.
   bool use_cublaslt = true;
-  // How long, about, one slice of a large matmul runs on a low-priority and on a
-  // normal-priority stream (matmul_plan.h, "Slices"): the longest a higher-priority stream's
-  // kernel waits behind such a matmul. High-priority streams never slice; zero: never.
-  // Slice sizes in FLOPs come from EstimatedMatmulFlopsPerSecond for this GPU.
-  absl::Duration low_priority_matmul_slice = absl::Microseconds(100);
-  absl::Duration normal_priority_matmul_slice = absl::Microseconds(500);
+  // Matmul slices on low- and normal-priority streams; slice sizes in FLOPs come from
+  // EstimatedMatmulFlopsPerSecond for this GPU.
+  MatmulSliceLengths matmul_slices;
   std::string cublaslt_dir;
   // The caching pool buffers come from (its defaults are explained where they are set).
   MemoryPoolOptions memory_pool;

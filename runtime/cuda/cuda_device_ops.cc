@@ -28,9 +28,9 @@ namespace gpukit {
 
 void CudaDevice::EnableCublasLt(const CudaDeviceOptions& options) {
   matmul_slice_seconds_[static_cast<int>(StreamPriority::kLow)] =
-      absl::ToDoubleSeconds(std::max(options.low_priority_matmul_slice, absl::ZeroDuration()));
+      absl::ToDoubleSeconds(std::max(options.matmul_slices.low_priority, absl::ZeroDuration()));
   matmul_slice_seconds_[static_cast<int>(StreamPriority::kNormal)] =
-      absl::ToDoubleSeconds(std::max(options.normal_priority_matmul_slice, absl::ZeroDuration()));
+      absl::ToDoubleSeconds(std::max(options.matmul_slices.normal_priority, absl::ZeroDuration()));
   if (!options.use_cublaslt) {
     spdlog::info("{}: cuBLASLt turned off; matmul uses gpukit's own kernel", Describe());
     return;

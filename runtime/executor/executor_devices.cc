@@ -21,9 +21,9 @@ RemoteDeviceOptions BaseOptions(const ExecutorDevicesOptions& options, absl::str
                           absl::StrCat("--log-level=", options.log_level)};
   if (backend == "cuda") {
     remote.executor_args.push_back(absl::StrCat(
-        "--low-priority-slice=", absl::FormatDuration(options.low_priority_matmul_slice)));
+        "--low-priority-slice=", absl::FormatDuration(options.matmul_slices.low_priority)));
     remote.executor_args.push_back(absl::StrCat(
-        "--normal-priority-slice=", absl::FormatDuration(options.normal_priority_matmul_slice)));
+        "--normal-priority-slice=", absl::FormatDuration(options.matmul_slices.normal_priority)));
   }
   if (backend == "cuda" && !options.jit_worker_path.empty()) {
     remote.executor_args.push_back(absl::StrCat("--jit-worker=", options.jit_worker_path));

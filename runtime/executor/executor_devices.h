@@ -32,9 +32,8 @@ struct ExecutorDevicesOptions {
   std::string jit_worker_path;
   std::string jit_cache_dir;
   std::string log_level = "info";
-  // CUDA executors' matmul slices on low- and normal-priority streams (CudaDeviceOptions).
-  absl::Duration low_priority_matmul_slice = absl::Microseconds(100);
-  absl::Duration normal_priority_matmul_slice = absl::Microseconds(500);
+  // CUDA executors' matmul slices (CudaDeviceOptions).
+  MatmulSliceLengths matmul_slices;
 };
 
 // FAILED_PRECONDITION when the executor binary is missing or (for kCuda) no GPU can be used.

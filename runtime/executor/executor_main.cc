@@ -31,8 +31,7 @@ struct Flags {
   int index = 0;
   std::string jit_worker;
   std::string jit_cache_dir;
-  absl::Duration low_priority_slice = absl::Microseconds(100);
-  absl::Duration normal_priority_slice = absl::Microseconds(500);
+  gpukit::MatmulSliceLengths matmul_slices;
 };
 
 bool ParseFlags(int argc, char** argv, Flags& flags) {
@@ -50,9 +49,9 @@ bool ParseFlags(int argc, char** argv, Flags& flags) {
     } else if (const char* v = value("--jit-cache-dir=")) {
       flags.jit_cache_dir = v;
     } else if (const char* v = value("--low-priority-slice=")) {
-      if (!absl::ParseDuration(v, &flags.low_priority_slice)) return false;
+      if (!absl::ParseDuration(v, &flags.matmul_slices.low_priority)) return false;
     } else if (const char* v = value("--normal-priority-slice=")) {
-      if (!absl::ParseDuration(v, &flags.normal_priority_slice)) return false;
+      if (!absl::ParseDuration(v, &flags.matmul_slices.normal_priority)) return false;
     } else if (const char* v = value("--log-level=")) {
       spdlog::set_level(spdlog::level::from_str(v));
     } else {
@@ -71,8 +70,7 @@ absl::StatusOr<std::unique_ptr<gpukit::Device>> CreateDevice(const Flags& flags)
   gpukit::CudaDeviceOptions options;
   options.index = flags.index;
   options.compile_builtin_kernels_at_start = true;
-  options.low_priority_matmul_slice = flags.low_priority_slice;
-  options.normal_priority_matmul_slice = flags.normal_priority_slice;
+  options.matmul_slices = flags.matmul_slices;
   // The build's precompiled kernels serve most GPUs: then no JIT compiler (and none of its
   // worker processes) is started at all. Only a GPU they do not cover gets one.
   absl::StatusOr<std::unique_ptr<gpukit::CudaDevice>> precompiled =

@@ -1,6 +1,6 @@
 // How long a high-priority stream's matmul waits behind a low-priority flood of large
 // matmuls on the same CUDA device, with the flood's matmuls whole and in slices of several
-// lengths (CudaDeviceOptions::low_priority_matmul_slice): the device-level mechanism behind
+// lengths (CudaDeviceOptions::matmul_slices): the device-level mechanism behind
 // QoS on the GPU's time, without gpukitd's request path.
 //
 //   gpukit_preemption_bench [--seconds 5] [--slices 0,200,100,50]
@@ -117,7 +117,7 @@ double Percentile(const std::vector<double>& sorted, double q) {
 Result RunScenario(absl::Duration slice, bool victim, bool flood, double seconds) {
   Result result;
   CudaDeviceOptions options;
-  options.low_priority_matmul_slice = slice;
+  options.matmul_slices.low_priority = slice;
   absl::StatusOr<std::unique_ptr<CudaDevice>> created = CudaDevice::Create(options);
   if (!created.ok()) {
     result.error = created.status().ToString();

@@ -610,8 +610,8 @@ TEST(QosConfigTest, SliceLengthsDefaultAgreeAndAFileMaySetThem) {
   EXPECT_EQ(defaults.qos.best_effort_slice, absl::Microseconds(100));
   EXPECT_EQ(defaults.qos.burstable_slice, absl::Microseconds(500));
   // The JSON and the device options' own defaults must not drift apart.
-  EXPECT_EQ(defaults.qos.best_effort_slice, DeviceFactoryOptions{}.low_priority_matmul_slice);
-  EXPECT_EQ(defaults.qos.burstable_slice, DeviceFactoryOptions{}.normal_priority_matmul_slice);
+  EXPECT_EQ(defaults.qos.best_effort_slice, DeviceFactoryOptions{}.matmul_slices.low_priority);
+  EXPECT_EQ(defaults.qos.burstable_slice, DeviceFactoryOptions{}.matmul_slices.normal_priority);
   GPUKIT_ASSERT_OK_AND_ASSIGN(
       DaemonConfig set,
       ApplyConfigJson(R"({"qos": {"bestEffortSlice": "50us", "burstableSlice": "0s"}})", defaults));
