@@ -80,8 +80,7 @@ struct PartitionState {
   int64_t admitted_total = 0;
   int64_t succeeded_total = 0;
   int64_t failed_total = 0;
-  absl::Duration device_time_total;
-  DeviceTimeByQos device_time_by_qos{};
+  DeviceTimeByQos device_time_by_qos{};  // its sum is the device_time_total listed
   std::array<int64_t, kRejectReasonCount> rejected{};
 };
 
@@ -290,7 +289,7 @@ std::vector<PartitionStatus> Scheduler::ListPartitions() const {
     s.admitted_total = p->admitted_total;
     s.succeeded_total = p->succeeded_total;
     s.failed_total = p->failed_total;
-    s.device_time_total = p->device_time_total;
+    for (absl::Duration d : p->device_time_by_qos) s.device_time_total += d;
     s.device_time_by_qos = p->device_time_by_qos;
     s.rejected = p->rejected;
     s.pacing_balance = absl::Nanoseconds(p->share.BalanceNs(now));
@@ -865,7 +864,6 @@ void Scheduler::Finish(const TaskRef& task, const absl::Status& result,
 void Scheduler::AccountFinishLocked(Task& task, absl::Duration device_time, bool failed) {
   const int qos = static_cast<int>(task.info.qos);
   PartitionState& p = *task.partition;
-  p.device_time_total += device_time;
   p.device_time_by_qos[qos] += device_time;
   SessionAccount& session = *task.session;
   session.device_time += device_time;
