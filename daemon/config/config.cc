@@ -53,6 +53,16 @@ absl::StatusOr<absl::Duration> ParsePositiveDuration(const std::string& text,
   return d;
 }
 
+absl::StatusOr<absl::Duration> ParseNonNegativeDuration(const std::string& text,
+                                                        absl::string_view field) {
+  absl::Duration d;
+  if (!absl::ParseDuration(text, &d) || d < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " = \"", text, "\" is not a duration of 0s or more, such as 250us"));
+  }
+  return d;
+}
+
 absl::StatusOr<absl::Duration> ParseSliceLength(const std::string& text, absl::string_view field) {
   absl::Duration d;
   if (!absl::ParseDuration(text, &d) || d < absl::ZeroDuration() || d > absl::Seconds(1)) {
@@ -254,13 +264,9 @@ absl::StatusOr<DaemonConfig> ApplyConfigJson(absl::string_view json, DaemonConfi
                                                   "scheduler.bestEffortInFlight"));
   }
   if (!scheduler.pacing_anticipation().empty()) {
-    absl::Duration d;
-    if (!absl::ParseDuration(scheduler.pacing_anticipation(), &d) || d < absl::ZeroDuration()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("scheduler.pacingAnticipation = \"", scheduler.pacing_anticipation(),
-                       "\" is not a duration of 0s or more, such as 250us"));
-    }
-    config.core.pacing_anticipation = d;
+    GPUKIT_ASSIGN_OR_RETURN(
+        config.core.pacing_anticipation,
+        ParseNonNegativeDuration(scheduler.pacing_anticipation(), "scheduler.pacingAnticipation"));
   }
   if (!scheduler.burstable_in_flight().empty()) {
     GPUKIT_ASSIGN_OR_RETURN(config.core.burstable_in_flight,

@@ -49,6 +49,21 @@ struct PartitionState {
   static double CapRate(const PartitionSpec& s) {
     return s.bandwidth_cap > 0 ? s.bandwidth_cap : 1.0;
   }
+  // TokenBucket::Charge and Settle, on both buckets. They apply to the balance as of the
+  // bucket's last accrual, which is whenever anyone last looked (ListPartitions, another
+  // partition's pump): both buckets accrue to `now` first, so the charge lands at `now`.
+  void ChargeBuckets(absl::Duration estimate, absl::Time now) {
+    share.BalanceNs(now);
+    cap.BalanceNs(now);
+    share.Charge(estimate);
+    cap.Charge(estimate);
+  }
+  void SettleBuckets(absl::Duration charged, absl::Duration used, absl::Time now) {
+    share.BalanceNs(now);
+    cap.BalanceNs(now);
+    share.Settle(charged, used);
+    cap.Settle(charged, used);
+  }
 
   PartitionSpec spec;
   bool deleted = false;
@@ -65,12 +80,23 @@ struct PartitionState {
   int64_t admitted_total = 0;
   int64_t succeeded_total = 0;
   int64_t failed_total = 0;
-  absl::Duration device_time_total;
-  DeviceTimeByQos device_time_by_qos{};
+  DeviceTimeByQos device_time_by_qos{};  // its sum is the device_time_total listed
   std::array<int64_t, kRejectReasonCount> rejected{};
 };
 
 namespace {
+
+// The entry of `tenant` in `tenants`, made empty if it has none.
+std::shared_ptr<TenantUsage>& TenantEntry(
+    absl::flat_hash_map<std::string, std::shared_ptr<TenantUsage>>& tenants,
+    absl::string_view tenant) {
+  std::shared_ptr<TenantUsage>& usage = tenants[tenant];
+  if (usage == nullptr) {
+    usage = std::make_shared<TenantUsage>();
+    usage->tenant = std::string(tenant);
+  }
+  return usage;
+}
 
 absl::Status UnknownPartition(absl::string_view name) {
   return absl::NotFoundError(absl::StrCat("partition \"", absl::CHexEscape(name.substr(0, 80)),
@@ -263,7 +289,7 @@ std::vector<PartitionStatus> Scheduler::ListPartitions() const {
     s.admitted_total = p->admitted_total;
     s.succeeded_total = p->succeeded_total;
     s.failed_total = p->failed_total;
-    s.device_time_total = p->device_time_total;
+    for (absl::Duration d : p->device_time_by_qos) s.device_time_total += d;
     s.device_time_by_qos = p->device_time_by_qos;
     s.rejected = p->rejected;
     s.pacing_balance = absl::Nanoseconds(p->share.BalanceNs(now));
@@ -333,11 +359,7 @@ absl::StatusOr<SessionAdmission> Scheduler::AdmitSession(absl::string_view sessi
   if (!tenants_.contains(tenant) && tenants_.size() >= static_cast<size_t>(kMaxTenants)) {
     FoldIdleTenantLocked();
   }
-  std::shared_ptr<TenantUsage>& tenant_usage = tenants_[tenant];
-  if (tenant_usage == nullptr) {
-    tenant_usage = std::make_shared<TenantUsage>();
-    tenant_usage->tenant = std::string(tenant);
-  }
+  std::shared_ptr<TenantUsage>& tenant_usage = TenantEntry(tenants_, tenant);
   ++tenant_usage->sessions;
   account->tenant = tenant_usage;
   p.sessions.insert(account->id);
@@ -401,16 +423,12 @@ void Scheduler::FoldIdleTenantLocked() {
   if (victim == tenants_.end()) return;  // every tenant is in use: keep them all
   const TenantUsage gone = *victim->second;
   tenants_.erase(victim);
-  std::shared_ptr<TenantUsage>& folded = tenants_[kFoldedTenants];
-  if (folded == nullptr) {
-    folded = std::make_shared<TenantUsage>();
-    folded->tenant = std::string(kFoldedTenants);
-  }
-  folded->device_time_total += gone.device_time_total;
+  TenantUsage& folded = *TenantEntry(tenants_, kFoldedTenants);
+  folded.device_time_total += gone.device_time_total;
   for (int i = 0; i < kQosClassCount; ++i)
-    folded->device_time_by_qos[i] += gone.device_time_by_qos[i];
-  folded->tasks_finished += gone.tasks_finished;
-  folded->tasks_failed += gone.tasks_failed;
+    folded.device_time_by_qos[i] += gone.device_time_by_qos[i];
+  folded.tasks_finished += gone.tasks_finished;
+  folded.tasks_failed += gone.tasks_failed;
 }
 
 std::vector<TenantUsage> Scheduler::ListTenants() const {
@@ -671,11 +689,7 @@ void Scheduler::AdmitLocked(PartitionState& p, Task& task, absl::Time now) {
   const int c = static_cast<int>(task.info.qos);
   ++device.in_flight[c];
   device.in_flight_estimate_ns[c] += absl::ToInt64Nanoseconds(task.estimate);
-  // Charge applies as of the buckets' last accrual: accrue to now first.
-  p.share.BalanceNs(now);
-  p.cap.BalanceNs(now);
-  p.share.Charge(task.estimate);
-  p.cap.Charge(task.estimate);
+  p.ChargeBuckets(task.estimate, now);
 }
 
 void Scheduler::AdvanceShareClockLocked(DeviceState& device, absl::Time now) {
@@ -712,10 +726,7 @@ void Scheduler::ReleaseInFlightLocked(Task& task, absl::Time now) {
   --device.in_flight[c];
   device.in_flight_estimate_ns[c] -= absl::ToInt64Nanoseconds(task.estimate);
   if (!task.settled) {  // it never ran: its estimate comes back
-    p.share.BalanceNs(now);
-    p.cap.BalanceNs(now);
-    p.share.Settle(task.estimate, absl::ZeroDuration());
-    p.cap.Settle(task.estimate, absl::ZeroDuration());
+    p.SettleBuckets(task.estimate, absl::ZeroDuration(), now);
     task.settled = true;
   }
 }
@@ -832,17 +843,11 @@ void Scheduler::Finish(const TaskRef& task, const absl::Status& result,
   if (state != TaskState::kAdmitted && state != TaskState::kRunning) return;
   PartitionState& p = *task->partition;
   const absl::Time now = clock_.Now();
-  // TokenBucket::Settle applies to the balance as of the bucket's last accrual, which is
-  // whenever anyone last looked (ListPartitions, another partition's pump): accrue both
-  // buckets to now first, so the charge lands at the finish whoever looked in between.
   // Pacing charges the task's own part of the device's time: tasks running at once share
   // the device, and the time each measures includes the others'.
   const absl::Duration own =
       state == TaskState::kRunning ? OwnDeviceTimeLocked(*task, device_time, now) : device_time;
-  p.share.BalanceNs(now);
-  p.cap.BalanceNs(now);
-  p.share.Settle(task->estimate, own);
-  p.cap.Settle(task->estimate, own);
+  p.SettleBuckets(task->estimate, own, now);
   task->settled = true;
   // Only work that ran to success teaches the estimate: a failure may have stopped early.
   if (state == TaskState::kRunning && result.ok()) {
@@ -859,7 +864,6 @@ void Scheduler::Finish(const TaskRef& task, const absl::Status& result,
 void Scheduler::AccountFinishLocked(Task& task, absl::Duration device_time, bool failed) {
   const int qos = static_cast<int>(task.info.qos);
   PartitionState& p = *task.partition;
-  p.device_time_total += device_time;
   p.device_time_by_qos[qos] += device_time;
   SessionAccount& session = *task.session;
   session.device_time += device_time;

@@ -47,13 +47,9 @@
 #include "gtest/gtest.h"
 #include "tests/testing/random_seed.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/unit/scheduler/scheduler_printers.h"
 
 namespace gpukit {
-
-// GoogleTest prints these in failures; without them it would dump the scoped enums as bytes.
-inline void PrintTo(TaskState state, std::ostream* os) { *os << TaskStateName(state); }
-inline void PrintTo(QosClass qos, std::ostream* os) { *os << QosName(qos); }
-inline void PrintTo(RejectReason reason, std::ostream* os) { *os << RejectReasonName(reason); }
 
 namespace {
 
