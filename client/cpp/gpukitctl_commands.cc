@@ -79,6 +79,21 @@ absl::Status Ctl::Rpc(Call call, Response* response) const {
   return FromGrpc(status, context);
 }
 
+template <typename Response, typename Call, typename IsEmpty, typename ToTable>
+int Ctl::List(absl::string_view command, Call call, IsEmpty is_empty, absl::string_view empty_note,
+              ToTable to_table) const {
+  Response response;
+  absl::Status status = Rpc(call, &response);
+  if (!status.ok()) return Fail(command, status);
+  if (json()) return PrintJson(response);
+  if (is_empty(response)) {
+    std::cerr << empty_note << "\n";
+    return 0;
+  }
+  PrintTable(to_table(response));
+  return 0;
+}
+
 int Ctl::Status() {
   v1::StatusResponse response;
   absl::Status status =
@@ -104,67 +119,43 @@ int Ctl::Devices() {
 }
 
 int Ctl::Sessions() {
-  v1::ListSessionsResponse response;
-  absl::Status status =
-      Rpc([&](grpc::ClientContext* c,
-              v1::ListSessionsResponse* r) { return admin_->ListSessions(c, {}, r); },
-          &response);
-  if (!status.ok()) return Fail("sessions", status);
-  if (json()) return PrintJson(response);
-  if (response.sessions().empty()) {
-    std::cerr << "No sessions.\n";
-    return 0;
-  }
-  PrintTable(SessionsTable(response));
-  return 0;
+  return List<v1::ListSessionsResponse>(
+      "sessions",
+      [&](grpc::ClientContext* c, v1::ListSessionsResponse* r) {
+        return admin_->ListSessions(c, {}, r);
+      },
+      [](const v1::ListSessionsResponse& r) { return r.sessions().empty(); }, "No sessions.",
+      [](const v1::ListSessionsResponse& r) { return SessionsTable(r); });
 }
 
 int Ctl::Partitions() {
-  v1::ListPartitionsResponse response;
-  absl::Status status =
-      Rpc([&](grpc::ClientContext* c,
-              v1::ListPartitionsResponse* r) { return admin_->ListPartitions(c, {}, r); },
-          &response);
-  if (!status.ok()) return Fail("partitions", status);
-  if (json()) return PrintJson(response);
-  if (response.partitions().empty()) {
-    std::cerr << "No partitions.\n";
-    return 0;
-  }
-  PrintTable(PartitionsTable(response));
-  return 0;
+  return List<v1::ListPartitionsResponse>(
+      "partitions",
+      [&](grpc::ClientContext* c, v1::ListPartitionsResponse* r) {
+        return admin_->ListPartitions(c, {}, r);
+      },
+      [](const v1::ListPartitionsResponse& r) { return r.partitions().empty(); }, "No partitions.",
+      [](const v1::ListPartitionsResponse& r) { return PartitionsTable(r); });
 }
 
 int Ctl::Queues() {
-  v1::ListPartitionsResponse response;
-  absl::Status status =
-      Rpc([&](grpc::ClientContext* c,
-              v1::ListPartitionsResponse* r) { return admin_->ListPartitions(c, {}, r); },
-          &response);
-  if (!status.ok()) return Fail("queues", status);
-  if (json()) return PrintJson(response);
-  if (response.partitions().empty()) {
-    std::cerr << "No partitions.\n";
-    return 0;
-  }
-  PrintTable(QueuesTable(response, /*with_usage=*/false));
-  return 0;
+  return List<v1::ListPartitionsResponse>(
+      "queues",
+      [&](grpc::ClientContext* c, v1::ListPartitionsResponse* r) {
+        return admin_->ListPartitions(c, {}, r);
+      },
+      [](const v1::ListPartitionsResponse& r) { return r.partitions().empty(); }, "No partitions.",
+      [](const v1::ListPartitionsResponse& r) { return QueuesTable(r, /*with_usage=*/false); });
 }
 
 int Ctl::Tenants() {
-  v1::ListTenantsResponse response;
-  absl::Status status =
-      Rpc([&](grpc::ClientContext* c,
-              v1::ListTenantsResponse* r) { return admin_->ListTenants(c, {}, r); },
-          &response);
-  if (!status.ok()) return Fail("tenants", status);
-  if (json()) return PrintJson(response);
-  if (response.tenants().empty()) {
-    std::cerr << "No tenants.\n";
-    return 0;
-  }
-  PrintTable(TenantsTable(response));
-  return 0;
+  return List<v1::ListTenantsResponse>(
+      "tenants",
+      [&](grpc::ClientContext* c, v1::ListTenantsResponse* r) {
+        return admin_->ListTenants(c, {}, r);
+      },
+      [](const v1::ListTenantsResponse& r) { return r.tenants().empty(); }, "No tenants.",
+      [](const v1::ListTenantsResponse& r) { return TenantsTable(r); });
 }
 
 int Ctl::CreatePartition(const PartitionFlags& flags) {

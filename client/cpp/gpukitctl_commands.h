@@ -61,6 +61,11 @@ class Ctl {
   // Fills the deadline and runs one call; FromGrpc's status.
   template <typename Response, typename Call>
   absl::Status Rpc(Call call, Response* response) const;
+  // A listing command: runs `call`, prints its answer as JSON, or `empty_note` (to stderr)
+  // when `is_empty` says it lists nothing, else `to_table`'s table. 0, or Fail(command, ...).
+  template <typename Response, typename Call, typename IsEmpty, typename ToTable>
+  int List(absl::string_view command, Call call, IsEmpty is_empty, absl::string_view empty_note,
+           ToTable to_table) const;
   bool json() const { return options_.output == OutputFormat::kJson; }
 
   std::unique_ptr<v1::AdminService::Stub> admin_;

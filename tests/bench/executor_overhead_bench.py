@@ -33,6 +33,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # gpukitd_socket.py lies beside this file, here and in a bundle
+    sys.path.insert(0, str(HERE))
+from gpukitd_socket import wait_for_gpukitd  # noqa: E402
 
 
 def layout() -> dict:
@@ -76,11 +79,8 @@ class Daemon:
             [str(LAYOUT["gpukitd"]), f"--listen=unix://{self.socket}", f"--backend={backend}",
              f"--config={config}", "--log-level=warn"], stdout=self.log, stderr=subprocess.STDOUT,
             env={**os.environ, **MODE_ENV.get(mode, {})})
-        deadline = time.time() + 120
-        while not self.socket.exists():
-            if self.process.poll() is not None or time.time() > deadline:
-                raise SystemExit(f"gpukitd ({mode}) did not start; see {self.log.name}")
-            time.sleep(0.05)
+        if not wait_for_gpukitd(self.process, self.socket, timeout_s=120):
+            raise SystemExit(f"gpukitd ({mode}) did not start; see {self.log.name}")
         self.address = f"unix://{self.socket}"
 
     def stop(self) -> None:

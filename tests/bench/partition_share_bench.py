@@ -29,6 +29,9 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # gpukitd_socket.py lies beside this file, here and in a bundle
+    sys.path.insert(0, str(HERE))
+from gpukitd_socket import wait_for_gpukitd  # noqa: E402
 
 
 def _layout() -> Dict[str, Path]:
@@ -74,11 +77,8 @@ def _run(args: argparse.Namespace, partitions: Optional[List[dict]], placement: 
             [str(paths["gpukitd"]), "--listen", f"unix://{sock}", "--backend", args.backend,
              "--config", str(work / "config.json")], stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 120
-        while not sock.exists():
-            if daemon.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError((work / "gpukitd.log").read_text(errors="replace")[-2000:])
-            time.sleep(0.05)
+        if not wait_for_gpukitd(daemon, sock, timeout_s=120):
+            raise RuntimeError((work / "gpukitd.log").read_text(errors="replace")[-2000:])
         address = f"unix://{sock}"
         queue: mp.Queue = mp.Queue()
         sessions = [mp.Process(target=_session,

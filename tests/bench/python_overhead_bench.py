@@ -32,7 +32,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,9 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # gpukitd_socket.py lies beside this file, here and in a bundle
+    sys.path.insert(0, str(HERE))
+from gpukitd_socket import wait_for_gpukitd  # noqa: E402
 
 
 def _layout() -> Dict[str, Optional[Path]]:
@@ -88,21 +90,9 @@ class Daemon:
                 [str(binary), "--listen", self.address, "--backend", backend,
                  "--config", str(config), "--log-level", "warn"],
                 stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 15
-        while not (sock.exists() and self._accepts(sock)):
-            if self._process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                sys.exit(f"gpukitd did not start:\n{self.log_path.read_text(errors='replace')}")
-            time.sleep(0.02)
-
-    @staticmethod
-    def _accepts(path: Path) -> bool:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            try:
-                s.connect(str(path))
-                return True
-            except OSError:
-                return False
+        if not wait_for_gpukitd(self._process, sock, timeout_s=15, poll_s=0.02):
+            self.stop()
+            sys.exit(f"gpukitd did not start:\n{self.log_path.read_text(errors='replace')}")
 
     def stop(self) -> None:
         if self._process.poll() is None:

@@ -54,7 +54,6 @@ import platform
 import select
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -65,6 +64,9 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # gpukitd_socket.py lies beside this file, here and in a bundle
+    sys.path.insert(0, str(HERE))
+from gpukitd_socket import wait_for_gpukitd  # noqa: E402
 THIS = Path(__file__).resolve()
 
 
@@ -345,21 +347,9 @@ class Daemon:
                 [str(LAYOUT["gpukitd"]), "--listen", self.address, "--backend", backend,
                  "--config", str(config_path), "--log-level", "info"],
                 stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120
-        while not (sock.exists() and self._accepts(sock)):
-            if self._process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"gpukitd did not start:\n{_tail(self.log_path)}")
-            time.sleep(0.05)
-
-    @staticmethod
-    def _accepts(path: Path) -> bool:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            try:
-                s.connect(str(path))
-                return True
-            except OSError:
-                return False
+        if not wait_for_gpukitd(self._process, sock, timeout_s=120):
+            self.stop()
+            raise RuntimeError(f"gpukitd did not start:\n{_tail(self.log_path)}")
 
     def matmul_note(self) -> Optional[str]:
         """What gpukitd's log says matmul runs on (cuBLASLt's version, or gpukit's kernel)."""
