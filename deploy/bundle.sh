@@ -9,7 +9,8 @@
 #               the Python suite on the GPU; from deploy/run-gpu-tests.sh) and the Python
 #               benches of tests/bench: python_overhead_bench.py (Python's `a + b` against
 #               C++'s), executor_overhead_bench.py and qos_isolation_bench.py (issue 16: a
-#               victim beside a matmul flood through gpukitd, plain torch and MPS), with
+#               victim beside a matmul flood through gpukitd, plain torch and MPS), pipeline_bench.py
+#               (issue 18: pipelined chains and matmuls against synchronous calls and torch), with
 #               gpukitd_socket.py, which they import
 #     lib/      every shared library they need except glibc's own and the NVIDIA driver's
 #               (libcuda always comes from the host's driver); libstdc++ and libgcc_s ship
@@ -339,6 +340,7 @@ if [ "$BUNDLE_PYTHON" = "1" ]; then
   install -m 0755 "$ROOT/tests/bench/executor_overhead_bench.py" "$BUNDLE/bin/"
   install -m 0755 "$ROOT/tests/bench/qos_isolation_bench.py" "$BUNDLE/bin/"
   install -m 0755 "$ROOT/tests/bench/partition_share_bench.py" "$BUNDLE/bin/"
+  install -m 0755 "$ROOT/tests/bench/pipeline_bench.py" "$BUNDLE/bin/"
   # What they share (waiting for the gpukitd they start); they import it from beside themselves.
   install -m 0644 "$ROOT/tests/bench/gpukitd_socket.py" "$BUNDLE/bin/"
 fi

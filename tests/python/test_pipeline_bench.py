@@ -1,0 +1,35 @@
+"""tests/bench/pipeline_bench.py on the CPU backend: a short run ends with a JSON line holding
+the chain's rates (pipelined and synchronous, 1 and 2 sessions) and the matmul's times. The
+bench itself checks each chain's value (a wrong chain exits non-zero). No rate is asserted
+(they depend on the machine); docs/benchmarks.md has the GPU's.
+
+The bench is tests/bench/ in the repository and bin/ in a bundle made by deploy/bundle.sh.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository, or a bundle
+BENCH = next((p for p in (ROOT / "tests" / "bench" / "pipeline_bench.py",
+                          ROOT / "bin" / "pipeline_bench.py") if p.exists()), None)
+
+pytestmark = pytest.mark.skipif(BENCH is None, reason="pipeline_bench.py not found")
+
+
+def test_short_cpu_run_reports_chains_and_matmuls():
+    run = subprocess.run(
+        [sys.executable, str(BENCH), "--backend", "cpu", "--ops", "300", "--sessions", "2",
+         "--sizes", "64", "--dtypes", "float32", "--reps", "3"],
+        capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    for mode in ("pipelined", "synchronous"):
+        for n in (1, 2):
+            assert result[f"chain_{mode}_{n}_sessions_ops_per_s"] > 0, (mode, n)
+        assert result[f"matmul_64_float32_{mode}_ms"] > 0, mode
