@@ -172,6 +172,11 @@ struct OpLaunch {
   OpPlan plan;
   std::vector<OpOperand> inputs;
   BufferId output;  // allocated by the caller with plan.output's size
+  // Whether a large op may run in slices on a lower-priority stream (MatmulSliceLengths), so
+  // that higher-priority streams' work can pass between them. Slices cost a few percent of
+  // the op's speed, so the caller clears this when no work of a higher priority can come
+  // (no session of a higher class on the device).
+  bool sliceable = true;
 };
 
 class Device {

@@ -515,6 +515,7 @@ absl::StatusOr<ArrayView> Core::RunOp(absl::string_view session_id, absl::string
   OpLaunch launch;
   launch.op = op;
   GPUKIT_ASSIGN_OR_RETURN(launch.plan, ops_.Plan(*op, descs, attrs));
+  launch.sliceable = scheduler_->HigherClassSessionOpen(session->ticket());
   GPUKIT_RETURN_IF_ERROR(session->CheckArrayRoom(options_.limits.max_arrays_per_session));
   GPUKIT_RETURN_IF_ERROR(faults_.CheckLaunch(session->tenant()));
   GPUKIT_ASSIGN_OR_RETURN(RunningTask task, StartTask(*session, TaskKind::kOp, op_name, options));
@@ -547,8 +548,8 @@ absl::StatusOr<ArrayView> Core::RunOp(absl::string_view session_id, absl::string
   if (!output_pin.ok()) return Conclude(*session, task.Fail(output_pin.status()));
   launch.output = output_pin->buffer();
   Device& device = (*output)->device();
-  absl::Status ran = task.Run(device, session->stream(),
-                              [&] { return device.RunOp(launch, session->stream()); });
+  absl::Status ran =
+      task.Run(device, session->stream(), [&] { return device.RunOp(launch, session->stream()); });
   GPUKIT_RETURN_IF_ERROR(Conclude(
       *session,
       NoteExecutorFailure(*session, device, absl::StrCat("op ", op_name), std::move(ran))));

@@ -6,11 +6,11 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/base/status_macros.h"
 #include "absl/strings/str_join.h"
 #include "daemon/scheduler/device_time_estimate.h"
 #include "daemon/scheduler/task_queue.h"
 #include "daemon/scheduler/token_bucket.h"
+#include "runtime/base/status_macros.h"
 
 namespace gpukit {
 
@@ -99,8 +99,8 @@ std::shared_ptr<TenantUsage>& TenantEntry(
 }
 
 absl::Status UnknownPartition(absl::string_view name) {
-  return absl::NotFoundError(absl::StrCat("partition \"", absl::CHexEscape(name.substr(0, 80)),
-                                          "\" does not exist"));
+  return absl::NotFoundError(
+      absl::StrCat("partition \"", absl::CHexEscape(name.substr(0, 80)), "\" does not exist"));
 }
 
 absl::Status SessionEnded(const SessionAccount& account) {
@@ -203,8 +203,7 @@ absl::Status Scheduler::CheckDeviceLocked(int device_index) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<PartitionState*> Scheduler::FindPartitionLocked(
-    absl::string_view name) const {
+absl::StatusOr<PartitionState*> Scheduler::FindPartitionLocked(absl::string_view name) const {
   auto it = partitions_.find(name);
   if (it == partitions_.end()) return UnknownPartition(name);
   return it->second.get();
@@ -225,11 +224,11 @@ absl::Status Scheduler::CreatePartition(const PartitionSpec& spec) {
   if (partitions_.contains(spec.name)) {
     return absl::AlreadyExistsError(absl::StrCat("partition \"", spec.name, "\" already exists"));
   }
-  const Decision fits = AdmitPartition(spec, OtherSpecsLocked(spec.name),
-                                       devices_[spec.device_index].capacity_bytes);
+  const Decision fits =
+      AdmitPartition(spec, OtherSpecsLocked(spec.name), devices_[spec.device_index].capacity_bytes);
   if (!fits.admitted) return fits.ToStatus();
-  partitions_.emplace(spec.name, std::make_shared<PartitionState>(spec, options_.pacing_burst,
-                                                                  clock_.Now()));
+  partitions_.emplace(spec.name,
+                      std::make_shared<PartitionState>(spec, options_.pacing_burst, clock_.Now()));
   return absl::OkStatus();
 }
 
@@ -242,8 +241,8 @@ absl::Status Scheduler::UpdatePartition(const PartitionSpec& spec) {
                                                    p->spec.device_index,
                                                    "; a partition cannot move to another device"));
   }
-  const Decision fits = AdmitPartition(spec, OtherSpecsLocked(spec.name),
-                                       devices_[spec.device_index].capacity_bytes);
+  const Decision fits =
+      AdmitPartition(spec, OtherSpecsLocked(spec.name), devices_[spec.device_index].capacity_bytes);
   if (!fits.admitted) return fits.ToStatus();
   const absl::Time now = clock_.Now();
   p->spec = spec;
@@ -328,9 +327,9 @@ absl::StatusOr<SessionAdmission> Scheduler::AdmitSession(absl::string_view sessi
     std::vector<std::string> names;
     for (const auto& [n, p] : partitions_) names.push_back(n);
     std::sort(names.begin(), names.end());
-    return absl::NotFoundError(absl::StrCat("partition \"", absl::CHexEscape(name.substr(0, 80)),
-                                            "\" does not exist; the daemon has: ",
-                                            absl::StrJoin(names, ", ")));
+    return absl::NotFoundError(
+        absl::StrCat("partition \"", absl::CHexEscape(name.substr(0, 80)),
+                     "\" does not exist; the daemon has: ", absl::StrJoin(names, ", ")));
   }
   PartitionState& p = *it->second;
   const ResourceSpec resources =
@@ -363,6 +362,7 @@ absl::StatusOr<SessionAdmission> Scheduler::AdmitSession(absl::string_view sessi
   ++tenant_usage->sessions;
   account->tenant = tenant_usage;
   p.sessions.insert(account->id);
+  ++devices_[p.spec.device_index].sessions[static_cast<int>(account->qos)];
   p.memory_requested_bytes += resources.memory_request_bytes.value_or(0);
   p.compute_requested += resources.compute_request.value_or(0);
   ++sessions_;
@@ -377,14 +377,15 @@ void Scheduler::EndSession(const SessionTicket& ticket) {
   --ticket->tenant->sessions;
   PartitionState& p = *ticket->partition;
   p.sessions.erase(ticket->id);
+  --devices_[ticket->device_index].sessions[static_cast<int>(ticket->qos)];
   p.memory_requested_bytes -= ticket->resources.memory_request_bytes.value_or(0);
   p.compute_requested -= ticket->resources.compute_request.value_or(0);
   if (p.sessions.empty()) p.compute_requested = 0;  // no floating-point residue
   const absl::Time now = clock_.Now();
   std::vector<TaskRef> waiting;
   for (const auto& [id, task] : live_) {
-    if (task->session == ticket && (task->info.state == TaskState::kQueued ||
-                                    task->info.state == TaskState::kAdmitted)) {
+    if (task->session == ticket &&
+        (task->info.state == TaskState::kQueued || task->info.state == TaskState::kAdmitted)) {
       waiting.push_back(task);
     }
   }
@@ -392,6 +393,15 @@ void Scheduler::EndSession(const SessionTicket& ticket) {
     EndTaskLocked(*task, TaskState::kCancelled, now, "the session ended");
   }
   PumpLocked(now);
+}
+
+bool Scheduler::HigherClassSessionOpen(const SessionTicket& ticket) const {
+  absl::MutexLock lock(&mu_);
+  const DeviceState& device = devices_[ticket->device_index];
+  for (int c = 0; c < static_cast<int>(ticket->qos); ++c) {
+    if (device.sessions[c] > 0) return true;
+  }
+  return false;
 }
 
 SessionUsage Scheduler::Usage(const SessionTicket& ticket) const {
@@ -480,10 +490,9 @@ absl::StatusOr<MemoryReservation> Scheduler::ReserveMemory(const SessionTicket& 
     if (plan == nullptr || d.shortfall_bytes == 0) CountLocked(p, d.decision.reason);
     if (plan != nullptr && d.shortfall_bytes > 0) {
       const int64_t request = account.resources.memory_request_bytes.value_or(0);
-      *plan = ReclaimPlan{account.device_index,
-                          d.shortfall_is_device_wide ? std::string() : p.spec.name,
-                          d.shortfall_bytes,
-                          Requester{account.qos, account.used_bytes + bytes <= request}};
+      *plan = ReclaimPlan{
+          account.device_index, d.shortfall_is_device_wide ? std::string() : p.spec.name,
+          d.shortfall_bytes, Requester{account.qos, account.used_bytes + bytes <= request}};
     }
     return d.decision.ToStatus();
   }
@@ -506,8 +515,7 @@ int64_t Scheduler::device_memory_used(int device_index) const {
 
 // ---- Tasks ---------------------------------------------------------------------------
 
-absl::StatusOr<TaskRef> Scheduler::Submit(const SessionTicket& ticket,
-                                          const TaskRequest& request) {
+absl::StatusOr<TaskRef> Scheduler::Submit(const SessionTicket& ticket, const TaskRequest& request) {
   absl::MutexLock lock(&mu_);
   if (ticket->ended) return SessionEnded(*ticket);
   PartitionState& p = *ticket->partition;
@@ -595,8 +603,7 @@ absl::Time Scheduler::PumpLocked(absl::Time now) {
   return next;
 }
 
-bool Scheduler::MayAdmitLocked(PartitionState& p, QosClass qos, absl::Time now,
-                               absl::Time* next) {
+bool Scheduler::MayAdmitLocked(PartitionState& p, QosClass qos, absl::Time now, absl::Time* next) {
   if (p.running >= p.spec.max_running_tasks) return false;  // Finish pumps again
   if (InFlightBoundHoldsLocked(p.spec.device_index, qos, now)) {
     return false;  // until work of its class or the Guaranteed work ends; that pumps again
@@ -789,13 +796,12 @@ absl::Status Scheduler::AwaitAdmission(const TaskRef& task,
                                                             " was cancelled: ", task->info.error)),
                           RejectReason::kCancelled);
       case TaskState::kExpired:
-        return WithReason(
-            absl::DeadlineExceededError(absl::StrCat(
-                "task ", task->info.id, " waited ",
-                absl::FormatDuration(task->info.finished - task->info.submitted),
-                " in the queue of partition \"", task->partition->spec.name,
-                "\" and its deadline passed")),
-            RejectReason::kDeadlineExceeded);
+        return WithReason(absl::DeadlineExceededError(absl::StrCat(
+                              "task ", task->info.id, " waited ",
+                              absl::FormatDuration(task->info.finished - task->info.submitted),
+                              " in the queue of partition \"", task->partition->spec.name,
+                              "\" and its deadline passed")),
+                          RejectReason::kDeadlineExceeded);
       case TaskState::kQueued:
         break;
       default:  // Succeeded or Failed: only reachable if the caller finished it already
@@ -810,8 +816,8 @@ absl::Status Scheduler::AwaitAdmission(const TaskRef& task,
     const absl::Time now = clock_.Now();
     const absl::Time next = PumpLocked(now);
     if (task->info.state != TaskState::kQueued) continue;
-    const absl::Duration wait = std::min(std::max(next - now, absl::Microseconds(50)),
-                                         kCancelPollInterval);
+    const absl::Duration wait =
+        std::min(std::max(next - now, absl::Microseconds(50)), kCancelPollInterval);
     mu_.AwaitWithTimeout(absl::Condition(+not_queued, task.get()), wait);
   }
 }
@@ -819,12 +825,11 @@ absl::Status Scheduler::AwaitAdmission(const TaskRef& task,
 absl::Status Scheduler::Start(const TaskRef& task) {
   absl::MutexLock lock(&mu_);
   if (task->info.state != TaskState::kAdmitted) {
-    const absl::Status status = absl::CancelledError(absl::StrCat(
-        "task ", task->info.id, " is ", TaskStateName(task->info.state), ", not Admitted: ",
-        task->info.error));
-    return task->info.state == TaskState::kCancelled
-               ? WithReason(status, RejectReason::kCancelled)
-               : status;
+    const absl::Status status = absl::CancelledError(
+        absl::StrCat("task ", task->info.id, " is ", TaskStateName(task->info.state),
+                     ", not Admitted: ", task->info.error));
+    return task->info.state == TaskState::kCancelled ? WithReason(status, RejectReason::kCancelled)
+                                                     : status;
   }
   const absl::Time now = clock_.Now();
   task->info.state = TaskState::kRunning;
@@ -886,8 +891,8 @@ absl::Status Scheduler::Cancel(uint64_t task_id, absl::string_view why) {
   if (it == live_.end()) return TaskNotFoundError(task_id);
   TaskRef task = it->second;
   if (task->info.state == TaskState::kRunning) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "task ", task_id, " is running; work on the device cannot be stopped midway"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("task ", task_id, " is running; work on the device cannot be stopped midway"));
   }
   const absl::Time now = clock_.Now();
   EndTaskLocked(*task, TaskState::kCancelled, now, why);

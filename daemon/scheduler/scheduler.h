@@ -271,6 +271,10 @@ class Scheduler {
   // The session is gone: its waiting tasks are cancelled and its requests leave the
   // partition. Its memory returns as its reservations are released.
   void EndSession(const SessionTicket& ticket);
+  // Whether a session of a class above the ticket's (Guaranteed above Burstable above
+  // BestEffort) is open on its device: whether its work could ever be waited on by work of a
+  // higher priority, so whether slicing its large ops (OpLaunch::sliceable) buys anything.
+  bool HigherClassSessionOpen(const SessionTicket& ticket) const;
   // The session's usage; it stays readable (and its device time keeps counting the tasks
   // that were running) after EndSession.
   SessionUsage Usage(const SessionTicket& ticket) const;
@@ -329,6 +333,8 @@ class Scheduler {
   struct DeviceState {
     int64_t capacity_bytes = 0;
     int64_t used_bytes = 0;
+    // Sessions open on the device, by QosClass.
+    std::array<int, kQosClassCount> sessions{};
     // Tasks admitted or running, and the sum of their estimated device time, by QosClass.
     std::array<int, kQosClassCount> in_flight{};
     std::array<int64_t, kQosClassCount> in_flight_estimate_ns{};

@@ -202,10 +202,9 @@ absl::StatusOr<bool> CudaDevice::RunMatmulOnCublasLt(const OpLaunch& launch, con
   std::tie(buffers.workspace, buffers.workspace_bytes) = BlasWorkspace(stream);
   GPUKIT_RETURN_IF_ERROR(Bind());
   const double max_slice_flops =
-      s.matmul_slice_seconds * EstimatedMatmulFlopsPerSecond(info_.sm_major,
-                                                             info_.multiprocessor_count,
-                                                             route.shape.dtype,
-                                                             route.shape.allow_tf32);
+      (launch.sliceable ? s.matmul_slice_seconds : 0.0) *
+      EstimatedMatmulFlopsPerSecond(info_.sm_major, info_.multiprocessor_count, route.shape.dtype,
+                                    route.shape.allow_tf32);
   const absl::Status status = blas_->Matmul(s.handle, route.shape, buffers, max_slice_flops);
   if (absl::IsUnimplemented(status)) {
     spdlog::debug("{}: matmul on gpukit's kernel: {}", Describe(), std::string(status.message()));

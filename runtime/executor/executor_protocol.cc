@@ -38,9 +38,8 @@ ScalarValue DecodeScalar(const executor::Scalar& in) {
 absl::Status SendExecutorMessage(int socket, const google::protobuf::MessageLite& message, int fd) {
   const size_t size = message.ByteSizeLong();
   if (size > kMaxExecutorMessageBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("an executor message of ", size,
-                                                   " bytes (at most ", kMaxExecutorMessageBytes,
-                                                   ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an executor message of ", size, " bytes (at most ", kMaxExecutorMessageBytes, ")"));
   }
   // Every message sent has a field set (a oneof body), so none serializes to nothing.
   std::string bytes;
@@ -50,9 +49,9 @@ absl::Status SendExecutorMessage(int socket, const google::protobuf::MessageLite
 
 absl::StatusOr<ScopedFd> ReceiveExecutorMessage(int socket,
                                                 google::protobuf::MessageLite& message) {
-  GPUKIT_ASSIGN_OR_RETURN(ReceivedMessage received,
-                          ReceiveMessage(socket, kMaxExecutorMessageBytes + 1024,
-                                         absl::InfiniteDuration()));
+  GPUKIT_ASSIGN_OR_RETURN(
+      ReceivedMessage received,
+      ReceiveMessage(socket, kMaxExecutorMessageBytes + 1024, absl::InfiniteDuration()));
   if (!message.ParseFromString(received.bytes)) {
     return absl::InternalError(
         absl::StrCat("an executor message of ", received.bytes.size(), " bytes does not parse"));
@@ -103,6 +102,7 @@ void EncodeRunOp(const OpLaunch& launch, StreamId stream, executor::RunOp& out) 
     }
   }
   out.set_output(launch.output.value);
+  out.set_whole(!launch.sliceable);
 }
 
 absl::StatusOr<OpLaunch> DecodeRunOp(
@@ -140,6 +140,7 @@ absl::StatusOr<OpLaunch> DecodeRunOp(
     launch.inputs.push_back(std::move(input));
   }
   GPUKIT_ASSIGN_OR_RETURN(launch.output, decode_buffer(in.output()));
+  launch.sliceable = !in.whole();
   return launch;
 }
 

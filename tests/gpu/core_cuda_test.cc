@@ -222,17 +222,25 @@ TEST_F(CoreCudaTest, AChainGivesTheSameBitsWhateverItsClassAndNeighbours) {
     GPUKIT_ASSIGN_OR_RETURN(ArrayView out, core_->RunOp(session, "matmul", {zi, wi}, {}));
     return Download(session, out.handle, m * k);
   };
+  // A BestEffort session alone on the device runs whole: nothing of a higher priority can
+  // come to pass between slices.
+  const int64_t sliced_before = cuda_->cublaslt_sliced_matmul_count();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string lone, Open({}, "default"));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<float> lone_result, chain(lone));
+  GPUKIT_ASSERT_OK(core_->CloseSession(lone).status());
+  EXPECT_EQ(cuda_->cublaslt_sliced_matmul_count(), sliced_before) << "BestEffort alone: whole";
   ResourceSpec guaranteed;
   guaranteed.memory_limit_bytes = 1024 * kMiB;
   guaranteed.compute_limit = 0.25;
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::string g, Open(guaranteed, "default"));
-  const int64_t sliced_before = cuda_->cublaslt_sliced_matmul_count();
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<float> reference, chain(g));
   EXPECT_EQ(cuda_->cublaslt_sliced_matmul_count(), sliced_before) << "Guaranteed runs whole";
+  EXPECT_EQ(std::memcmp(lone_result.data(), reference.data(), reference.size() * 4), 0)
+      << "BestEffort alone differs from Guaranteed alone";
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::string be, Open({}, "default"));
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<float> alone, chain(be));
   EXPECT_EQ(cuda_->cublaslt_sliced_matmul_count(), sliced_before + 2)
-      << "BestEffort's two matmuls run in slices";
+      << "BestEffort's two matmuls run in slices beside a Guaranteed session";
   EXPECT_EQ(std::memcmp(alone.data(), reference.data(), alone.size() * 4), 0)
       << "BestEffort alone differs from Guaranteed alone";
 

@@ -456,6 +456,28 @@ INSTANTIATE_TEST_SUITE_P(
                               Spec({}, {}, {}, {})}),
     [](const ::testing::TestParamInfo<QosCase>& info) { return info.param.name; });
 
+// Slicing a large op only helps if work of a higher priority can come: a session of a higher
+// class open on the same device (another device's does not count), until it ends.
+TEST_F(SchedulerTest, HigherClassSessionOpenSeesOnlyHigherClassesOnTheSameDevice) {
+  Build({Partition("a", 32 * kMiB, 0.5, 0), Partition("b", 32 * kMiB, 0.5, 1)}, {},
+        {{0, kDeviceBytes}, {1, kDeviceBytes}});
+  const SessionTicket best_effort = Open("a", BestEffort());
+  const SessionTicket burstable = Open("a", Burstable());
+  EXPECT_TRUE(scheduler().HigherClassSessionOpen(best_effort)) << "Burstable is above it";
+  EXPECT_FALSE(scheduler().HigherClassSessionOpen(burstable)) << "BestEffort is below it";
+  const SessionTicket other_device = Open("b", Guaranteed());
+  EXPECT_FALSE(scheduler().HigherClassSessionOpen(burstable)) << "another device's session";
+  EXPECT_FALSE(scheduler().HigherClassSessionOpen(other_device));
+  const SessionTicket guaranteed = Open("a", Guaranteed());
+  EXPECT_TRUE(scheduler().HigherClassSessionOpen(burstable));
+  EXPECT_FALSE(scheduler().HigherClassSessionOpen(guaranteed));
+  scheduler().EndSession(guaranteed);
+  scheduler().EndSession(guaranteed);  // twice: counted once
+  EXPECT_FALSE(scheduler().HigherClassSessionOpen(burstable)) << "the Guaranteed one ended";
+  scheduler().EndSession(burstable);
+  EXPECT_FALSE(scheduler().HigherClassSessionOpen(best_effort)) << "alone on its device";
+}
+
 TEST_F(SchedulerTest, SessionWithoutResourcesInheritsThePartitionsSessionDefaults) {
   PartitionSpec p = WholeDevice("p");
   p.session_defaults = Guaranteed(4 * kMiB, 0.25);
@@ -713,7 +735,8 @@ TEST_F(SchedulerTest, DeviceRefusesWhenQuotaLoweredBelowUseLetAnotherPartitionIn
 TEST_F(SchedulerTest, RefusalWithoutAPlanIsCountedAtOnce) {
   Build({Partition("a", kDeviceBytes, 0.5)});
   SessionTicket a = Open("a", Guaranteed(kMiB));
-  EXPECT_THAT(scheduler().ReserveMemory(a, 2 * kMiB), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(scheduler().ReserveMemory(a, 2 * kMiB),
+              StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_EQ(Rejected("a", RejectReason::kSessionLimitExceeded), 1);
   ReclaimPlan plan;
   EXPECT_FALSE(scheduler().ReserveMemory(a, 2 * kMiB, &plan).ok());
