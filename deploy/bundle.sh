@@ -10,7 +10,8 @@
 #               benches of tests/bench: python_overhead_bench.py (Python's `a + b` against
 #               C++'s), executor_overhead_bench.py and qos_isolation_bench.py (issue 16: a
 #               victim beside a matmul flood through gpukitd, plain torch and MPS), with
-#               gpukitd_socket.py, which they import
+#               gpukitd_socket.py, which they import; and gpukit-bench (issue 18's benchmark
+#               tool, python -m gpukit.bench with python/ on its path)
 #     lib/      every shared library they need except glibc's own and the NVIDIA driver's
 #               (libcuda always comes from the host's driver); libstdc++ and libgcc_s ship
 #     python/   gpukit/: the Python package with its compiled module _gpukit for Python 3.12
@@ -341,6 +342,17 @@ if [ "$BUNDLE_PYTHON" = "1" ]; then
   install -m 0755 "$ROOT/tests/bench/partition_share_bench.py" "$BUNDLE/bin/"
   # What they share (waiting for the gpukitd they start); they import it from beside themselves.
   install -m 0644 "$ROOT/tests/bench/gpukitd_socket.py" "$BUNDLE/bin/"
+  # gpukit-bench, as pip's console script of the package would be: the bundle's python/
+  # first on the path, so it runs from bin/ with or without env.sh.
+  cat >"$BUNDLE/bin/gpukit-bench" <<'EOF'
+#!/bin/sh
+# gpukit-bench (the gpukit package's gpukit.bench) with this bundle's python/ package.
+# PYTHON picks the interpreter (default python3; the module is built for Python 3.12).
+bundle_python="$(cd "$(dirname "$0")/../python" && pwd)"
+export PYTHONPATH="$bundle_python${PYTHONPATH:+:$PYTHONPATH}"
+exec "${PYTHON:-python3}" -m gpukit.bench "$@"
+EOF
+  chmod 0755 "$BUNDLE/bin/gpukit-bench"
 fi
 
 # ---- Configuration, environment, README ----
@@ -402,6 +414,10 @@ if [ "$BUNDLE_PYTHON" = "1" ]; then
   tests/python\` (the suite finds \`python/\` and \`bin/gpukitd\` by itself). Needs pytest.
 - Python's \`c = a + b\` against the C++ client's: \`. ./env.sh &&
   bin/python_overhead_bench.py --backend cuda\` on a GPU host (\`--help\` says more).
+- The benchmark suite (ping, RunOp, pipelined chain, matmul against torch, elementwise,
+  transfers): \`. ./env.sh && gpukit-bench --gpukitd bin/gpukitd --save run.json\`, or
+  against a running gpukitd \`gpukit-bench --address unix:///path.sock\`; \`--compare
+  old.json --fail-on-regression\` compares two runs (\`--help\` says more).
 - QoS isolation (a victim beside a matmul flood: gpukitd, plain torch, MPS; needs torch
   for scenarios 4-6, about 7 minutes): \`. ./env.sh && bin/qos_isolation_bench.py --save
   qos.json\` on a GPU host (\`--help\` says more)."

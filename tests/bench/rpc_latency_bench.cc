@@ -22,6 +22,12 @@
 // time in microseconds, one a line. --addr (with --only) uses a gpukitd that runs already
 // instead of starting one: tests/bench/python_overhead_bench.py times the C++ client so,
 // against the daemon its Python client uses.
+//
+// The full run (without --only) ends with one line of JSON, for scripts and CI
+// (tests/python/test_rpc_latency_bench.py checks its shape): ping_p50_us, ping_p99_us,
+// runop_p50_us, runop_p99_us, keepalive_*, add_* (and launch_* on cuda), startup_median_ms,
+// idle_rss_mib, peak_rss_mib, and pipelined_ops_per_s: null until the C++ client can pipeline
+// (see the TODO at PipelinedOpsPerSecond).
 #include <signal.h>
 #include <spawn.h>
 #include <unistd.h>
@@ -33,8 +39,10 @@
 #include <fstream>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -164,6 +172,41 @@ std::vector<Stats> TimeInterleaved(int iterations, const std::vector<std::functi
   return stats;
 }
 
+// Ops per second of a chain of dependent `add`s on 16 elements submitted without waiting for
+// each reply, then one sync; nullopt while the C++ client cannot pipeline.
+// TODO(issue 18): measure it through ClientOptions::pipeline once branch pipe-client (the
+// clients' pipeline mode) lands: a Client connected with pipeline on, x = Add(x, y) N times,
+// then its sync point, N / elapsed. Until then the JSON says null, never a made-up number.
+std::optional<double> PipelinedOpsPerSecond() { return std::nullopt; }
+
+// `value` with `digits` decimals, as JSON takes it.
+std::string Fixed(double value, int digits) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.*f", digits, value);
+  return buffer;
+}
+
+// The last line of a full run: one JSON object of every figure (names as the header says).
+std::string SummaryJson(const std::vector<std::pair<std::string, Stats>>& calls,
+                        const std::vector<double>& start_ms, long idle_rss_kib,
+                        long peak_rss_kib) {
+  std::string json = "{";
+  for (const auto& [name, stats] : calls) {
+    absl::StrAppend(&json, "\"", name, "_p50_us\": ", Fixed(stats.p50, 3), ", \"",
+                    name, "_p99_us\": ", Fixed(stats.p99, 3), ", \"", name,
+                    "_mean_us\": ", Fixed(stats.mean, 3), ", ");
+  }
+  absl::StrAppend(&json, "\"startup_median_ms\": ",
+                  Fixed(start_ms[start_ms.size() / 2], 3),
+                  ", \"idle_rss_mib\": ", Fixed(idle_rss_kib / 1024.0, 1),
+                  ", \"peak_rss_mib\": ", Fixed(peak_rss_kib / 1024.0, 1),
+                  ", \"backend\": \"", g_backend, "\"");
+  const std::optional<double> pipelined = PipelinedOpsPerSecond();
+  absl::StrAppend(&json, ", \"pipelined_ops_per_s\": ",
+                  pipelined ? Fixed(*pipelined, 1) : "null", "}");
+  return json;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -181,7 +224,8 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--warmup") == 0) warmup = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--samples-out") == 0) samples_out = argv[i + 1];
   }
-  if (gpukitd.empty() == addr.empty() || (!addr.empty() && only.empty()) || iterations <= 0) {
+  if (gpukitd.empty() == addr.empty() || (!addr.empty() && only.empty()) || iterations <= 0 ||
+      starts <= 0) {
     std::fprintf(stderr,
                  "usage: %s --gpukitd PATH [--iterations N] [--starts N] [--backend cpu|cuda]\n"
                  "          [--only NAME [--warmup N] [--samples-out FILE]]\n"
@@ -355,5 +399,8 @@ int main(int argc, char** argv) {
     std::printf("LaunchKernel / ping: p50 %.2fx, mean %.2fx (goal <= 1.3x)\n",
                 launch.p50 / ping.p50, launch.mean / ping.mean);
   }
+  std::vector<std::pair<std::string, Stats>> named;
+  for (size_t i = 0; i < calls.size(); ++i) named.emplace_back(calls[i].name, stats[i]);
+  std::printf("%s\n", SummaryJson(named, start_ms, idle_rss, busy_rss).c_str());
   return 0;
 }
