@@ -188,22 +188,20 @@ std::string Fixed(double value, int digits) {
 
 // The last line of a full run: one JSON object of every figure (names as the header says).
 std::string SummaryJson(const std::vector<std::pair<std::string, Stats>>& calls,
-                        const std::vector<double>& start_ms, long idle_rss_kib,
-                        long peak_rss_kib) {
+                        const std::vector<double>& start_ms, long idle_rss_kib, long peak_rss_kib) {
   std::string json = "{";
   for (const auto& [name, stats] : calls) {
-    absl::StrAppend(&json, "\"", name, "_p50_us\": ", Fixed(stats.p50, 3), ", \"",
-                    name, "_p99_us\": ", Fixed(stats.p99, 3), ", \"", name,
+    absl::StrAppend(&json, "\"", name, "_p50_us\": ", Fixed(stats.p50, 3), ", \"", name,
+                    "_p99_us\": ", Fixed(stats.p99, 3), ", \"", name,
                     "_mean_us\": ", Fixed(stats.mean, 3), ", ");
   }
-  absl::StrAppend(&json, "\"startup_median_ms\": ",
-                  Fixed(start_ms[start_ms.size() / 2], 3),
+  absl::StrAppend(&json, "\"startup_median_ms\": ", Fixed(start_ms[start_ms.size() / 2], 3),
                   ", \"idle_rss_mib\": ", Fixed(idle_rss_kib / 1024.0, 1),
-                  ", \"peak_rss_mib\": ", Fixed(peak_rss_kib / 1024.0, 1),
-                  ", \"backend\": \"", g_backend, "\"");
+                  ", \"peak_rss_mib\": ", Fixed(peak_rss_kib / 1024.0, 1), ", \"backend\": \"",
+                  g_backend, "\"");
   const std::optional<double> pipelined = PipelinedOpsPerSecond();
-  absl::StrAppend(&json, ", \"pipelined_ops_per_s\": ",
-                  pipelined ? Fixed(*pipelined, 1) : "null", "}");
+  absl::StrAppend(&json, ", \"pipelined_ops_per_s\": ", pipelined ? Fixed(*pipelined, 1) : "null",
+                  "}");
   return json;
 }
 

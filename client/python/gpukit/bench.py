@@ -49,7 +49,6 @@ import gc
 import inspect
 import json
 import math
-import os
 import platform
 import shutil
 import signal
@@ -60,7 +59,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 import numpy as np
 
@@ -110,11 +109,11 @@ def _format_value(value: Optional[float]) -> str:
 class Report:
     """The figures of one run, printed as a table row by row as they are added."""
 
-    def __init__(self, header: Dict[str, Any], out=sys.stdout) -> None:
+    def __init__(self, header: Dict[str, Any], out: Optional[TextIO] = None) -> None:
         self.header = header
         self.figures: List[Figure] = []
         self.skipped: List[Skipped] = []
-        self._out = out
+        self._out = out  # None: sys.stdout as it is when a line is printed
 
     def print_header(self) -> None:
         h = self.header
@@ -153,7 +152,7 @@ class Report:
         }
 
     def _print(self, line: str) -> None:
-        print(line, file=self._out, flush=True)
+        print(line, file=self._out or sys.stdout, flush=True)
 
 
 def progress(message: str) -> None:
@@ -673,8 +672,9 @@ def compare(old: Dict[str, Any], new: Dict[str, Any]) -> List[Change]:
 
 
 def print_comparison(changes: Sequence[Change], threshold: float, old_label: str,
-                     new_label: str, out=sys.stdout) -> List[Change]:
+                     new_label: str, out: Optional[TextIO] = None) -> List[Change]:
     """Prints old, new and the change of each figure; returns the regressions."""
+    out = out or sys.stdout
     print(f"comparison: old {old_label}, new {new_label}; worse by more than "
           f"{threshold:.0%} in a figure's own direction is a regression", file=out)
     print(f"{'figure':<40} {'old':>12} {'new':>12} {'change':>8}  verdict", file=out)

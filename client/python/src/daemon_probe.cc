@@ -78,12 +78,13 @@ class DaemonProbe {
     WithoutGil([&] {
       auto admin = v1::AdminService::NewStub(channel_);
       grpc::ClientContext status_context;
-      status = FromGrpc(admin->Status(&status_context, v1::StatusRequest(), &status_response), status_context);
+      status = FromGrpc(admin->Status(&status_context, v1::StatusRequest(), &status_response),
+                        status_context);
       if (!status.ok()) return;
       grpc::ClientContext devices_context;
-      status =
-          FromGrpc(admin->ListDevices(&devices_context, v1::ListDevicesRequest(),
-                                            &devices_response), devices_context);
+      status = FromGrpc(
+          admin->ListDevices(&devices_context, v1::ListDevicesRequest(), &devices_response),
+          devices_context);
     });
     ThrowIfError(status);
     py::list devices;
