@@ -224,3 +224,43 @@ def test_percentile_is_nearest_rank() -> None:
     assert bench.percentile([7.0], 99) == 7.0
     with pytest.raises(ValueError):
         bench.percentile([], 50)
+
+
+class FakePipelinedSession:
+    """A synchronous session dressed as the pipelined one of issue 18 (gpukit.connect(...,
+    pipeline=True) with sync()), so the bench's pipelined rows run where the client has no
+    pipelining yet; it counts the syncs."""
+
+    def __init__(self, session) -> None:
+        self._session = session
+        self.syncs = 0
+
+    def sync(self) -> None:
+        self.syncs += 1
+
+    def __getattr__(self, name: str):
+        return getattr(self._session, name)
+
+
+def test_pipelined_rows_are_measured_where_the_client_has_pipelining(
+        daemon, monkeypatch, tmp_path: Path) -> None:
+    real_connect = gpukit.connect
+    pipelined: List[FakePipelinedSession] = []
+
+    def connect(address=None, *, pipeline: bool = False, **kwargs):
+        session = real_connect(address, **kwargs)
+        if pipeline:
+            pipelined.append(FakePipelinedSession(session))
+            return pipelined[-1]
+        return session
+
+    monkeypatch.setattr(gpukit, "connect", connect)
+    saved = tmp_path / "pipelined.json"
+    assert bench.main(["--address", daemon.address, "--quick", "--only", "chain,matmul",
+                       "--matmul-sizes", "32", "--matmul-dtypes", "float32",
+                       "--save", str(saved)]) == 0
+    figures = check_schema(json.loads(saved.read_text()))
+    assert {"pipelined_ops_per_s", "matmul_32_float32_pipelined_ms"} <= set(figures)
+    assert len(pipelined) == 1
+    assert pipelined[0].syncs == 4  # chain and matmul: a warm-up and a timed run each
+    assert pipelined[0].closed

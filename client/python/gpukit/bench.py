@@ -222,8 +222,8 @@ class Settings:
             s = Settings(iterations=2000, chain_ops=20000, repeats=5, warmup=1,
                          matmul_sizes=(256, 512), matmul_dtypes=MATMUL_DTYPES,
                          elementwise_elements=1 << 22, transfer_bytes=64 * MiB)
-            notes.append(f"{backend} backend: matmul sizes {s.matmul_sizes}, "
-                         f"elementwise {s.elementwise_elements} elements (--matmul-sizes overrides)")
+            notes.append(f"{backend} backend: matmul sizes {s.matmul_sizes}, elementwise "
+                         f"{s.elementwise_elements} elements (--matmul-sizes overrides)")
         if args.iterations is not None:
             s.iterations = args.iterations
             s.chain_ops = max(100, 10 * args.iterations)
@@ -282,6 +282,8 @@ class Context:
     report: Report
     torch: Any
     torch_reason: str
+    pipelined: Any = None  # a gpukit.Session with pipeline=True, where the client has it
+    pipelined_reason: str = ""
 
 
 def run_latency(ctx: Context, suites: Sequence[str]) -> None:
@@ -336,17 +338,18 @@ def run_latency(ctx: Context, suites: Sequence[str]) -> None:
     b.free()
 
 
-def connect_pipelined(ctx: Context) -> Tuple[Any, str]:
+def connect_pipelined(gpukit: Any, address: str, tenant: str) -> Tuple[Any, str]:
     """(a pipelined session, "") where this client has pipelined submission, else (None, why
     not). Detected, not assumed: the API is issue 18's (branch pipe-client)."""
     try:
-        parameters = inspect.signature(ctx.gpukit.connect).parameters
+        parameters = inspect.signature(gpukit.connect).parameters
     except (TypeError, ValueError):
         parameters = {}
     if "pipeline" not in parameters:
         return None, ("this gpukit has no gpukit.connect(..., pipeline=True) "
                       "(pipelined submission, issue 18: branch pipe-client)")
-    session = ctx.gpukit.connect(ctx.address, tenant=ctx.tenant, pipeline=True)
+    session = gpukit.connect(address or None, tenant=tenant, client_name="gpukit-bench",
+                             pipeline=True)
     if not callable(getattr(session, "sync", None)):
         session.close()
         return None, "this gpukit's pipelined session has no sync()"
@@ -376,13 +379,12 @@ def run_chain(ctx: Context) -> None:
     _chain(ctx.session, max(10, ops // 10), None)  # warm-up
     ctx.report.add(Figure("chain_sync_ops_per_s", ops / _chain(ctx.session, ops, None), "ops/s",
                           True), "one round trip per op")
-    pipelined, reason = connect_pipelined(ctx)
+    pipelined = ctx.pipelined
     if pipelined is None:
-        ctx.report.skip("pipelined_ops_per_s", reason)
+        ctx.report.skip("pipelined_ops_per_s", ctx.pipelined_reason)
     else:
-        with pipelined:
-            _chain(pipelined, max(10, ops // 10), pipelined.sync)
-            seconds = _chain(pipelined, ops, pipelined.sync)
+        _chain(pipelined, max(10, ops // 10), pipelined.sync)
+        seconds = _chain(pipelined, ops, pipelined.sync)
         ctx.report.add(Figure("pipelined_ops_per_s", ops / seconds, "ops/s", True),
                        "issue 18's goal: >= 50000 on the H100 host")
     torch = ctx.torch
@@ -410,46 +412,81 @@ def _torch_dtype(torch: Any, name: str) -> Any:
             "bfloat16": torch.bfloat16}[name]
 
 
+def _matmul_operands(session: Any, a_host: np.ndarray, b_host: np.ndarray, dtype: str
+                     ) -> Tuple[Any, Any]:
+    """The two inputs in `session`, uploaded as float32 and converted there."""
+    a, b = session.array(a_host), session.array(b_host)
+    if dtype in ("float32", "tf32"):
+        return a, b
+    return a.astype(dtype), b.astype(dtype)
+
+
 def run_matmul(ctx: Context) -> None:
     s, gk, torch = ctx.settings, ctx.session, ctx.torch
-    ctx.report.section(f"matmul: n x n @ n x n, {s.repeats} runs each, synchronous, result kept")
+    ctx.report.section(f"matmul: n x n @ n x n, {s.repeats} runs each, synchronous (result "
+                       "kept), and pipelined where the client pipelines")
     if torch is None:
         ctx.report.skip("matmul_*_vs_torch", ctx.torch_reason)
+    if ctx.pipelined is None:
+        ctx.report.skip("matmul_*_pipelined_*", ctx.pipelined_reason)
     rng = np.random.default_rng(0)
     for n in s.matmul_sizes:
-        progress(f"matmul {n}: uploading inputs")
-        a32 = gk.array(rng.standard_normal((n, n), dtype=np.float32))
-        b32 = gk.array(rng.standard_normal((n, n), dtype=np.float32))
+        a_host = rng.standard_normal((n, n), dtype=np.float32)
+        b_host = rng.standard_normal((n, n), dtype=np.float32)
         for dtype in s.matmul_dtypes:
             name = f"matmul_{n}_{dtype}"
             if dtype == "tf32" and ctx.backend != "cuda":
                 ctx.report.skip(name, f"tf32 is float32 on the {ctx.backend} backend")
                 continue
             attrs = {"allow_tf32": True} if dtype == "tf32" else {}
-            if dtype in ("float32", "tf32"):
-                a, b = a32, b32
-            else:
-                a, b = a32.astype(dtype), b32.astype(dtype)
             progress(f"{name}: {s.warmup} + {s.repeats} runs")
+            a, b = _matmul_operands(gk, a_host, b_host, dtype)
 
             def op() -> Any:
                 return gk.run_op("matmul", a, b, **attrs)
 
             time_calls(op, s.warmup)
             seconds = percentile(time_calls(op, s.repeats), 50)
+            a.free()
+            b.free()
             ctx.report.add(Figure(f"{name}_ms", seconds * 1e3, "ms", False))
             ctx.report.add(Figure(f"{name}_tflops", 2.0 * n**3 / seconds / 1e12, "TFLOP/s",
                                   True))
-            if torch is not None:
-                ctx.report.add(*_torch_matmul(ctx, n, dtype, seconds))
-            if a is not a32:
-                a.free()
-                b.free()
-        a32.free()
-        b32.free()
+            torch_s = _torch_matmul(ctx, n, dtype, pipelined=False) if torch is not None else None
+            if torch_s is not None:
+                ctx.report.add(Figure(f"{name}_vs_torch", torch_s / seconds, "x", True),
+                               f"torch {torch_s * 1e3:.3f} ms; issue 18's goal: >= 0.95 at "
+                               "4096 and 8192")
+            if ctx.pipelined is None:
+                continue
+            pipelined = ctx.pipelined
+            pa, pb = _matmul_operands(pipelined, a_host, b_host, dtype)
+
+            def burst() -> float:
+                """Seconds per op of `repeats` ops issued back to back, then one sync."""
+                start = time.perf_counter()
+                for _ in range(s.repeats):
+                    c = pipelined.run_op("matmul", pa, pb, **attrs)
+                pipelined.sync()
+                elapsed = time.perf_counter() - start
+                del c
+                return elapsed / s.repeats
+
+            burst()
+            per_op = burst()
+            pa.free()
+            pb.free()
+            ctx.report.add(Figure(f"{name}_pipelined_ms", per_op * 1e3, "ms", False),
+                           f"{s.repeats} back to back, then sync()")
+            torch_s = _torch_matmul(ctx, n, dtype, pipelined=True) if torch is not None else None
+            if torch_s is not None:
+                ctx.report.add(Figure(f"{name}_pipelined_vs_torch", torch_s / per_op, "x", True),
+                               f"torch {torch_s * 1e3:.3f} ms; issue 18's goal: >= 0.98")
 
 
-def _torch_matmul(ctx: Context, n: int, dtype: str, gpukit_seconds: float) -> Tuple[Figure, str]:
+def _torch_matmul(ctx: Context, n: int, dtype: str, pipelined: bool) -> float:
+    """torch's seconds per n x n matmul in `dtype` in this process: the median of
+    synchronized calls, or with `pipelined` the mean of `repeats` calls back to back."""
     torch, s = ctx.torch, ctx.settings
     tdtype = _torch_dtype(torch, dtype)
     previous = torch.backends.cuda.matmul.allow_tf32
@@ -457,11 +494,19 @@ def _torch_matmul(ctx: Context, n: int, dtype: str, gpukit_seconds: float) -> Tu
     try:
         a = torch.randn(n, n, device="cuda", dtype=tdtype)
         b = torch.randn(n, n, device="cuda", dtype=tdtype)
-        seconds = percentile(torch_seconds(torch, lambda: a @ b, s.repeats, s.warmup), 50)
+        if not pipelined:
+            return percentile(torch_seconds(torch, lambda: a @ b, s.repeats, s.warmup), 50)
+        for _ in range(s.warmup):
+            a @ b
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(s.repeats):
+            c = a @ b
+        torch.cuda.synchronize()
+        del c
+        return (time.perf_counter() - start) / s.repeats
     finally:
         torch.backends.cuda.matmul.allow_tf32 = previous
-    return (Figure(f"matmul_{n}_{dtype}_vs_torch", seconds / gpukit_seconds, "x", True),
-            f"torch {seconds * 1e3:.3f} ms; issue 18's goal: >= 0.95 at 4096 and 8192")
 
 
 def run_elementwise(ctx: Context) -> None:
@@ -572,6 +617,7 @@ def run_suite(args: argparse.Namespace, address: str, suites: Sequence[str]) -> 
     probe = _gpukit.DaemonProbe.connect(address, args.connect_timeout)
     info = probe.info()
     session = gpukit.connect(address or None, tenant=args.tenant, client_name="gpukit-bench")
+    ctx: Optional[Context] = None
     try:
         devices = info.get("devices") or []
         device = next((d for d in devices if d["index"] == session.device_index),
@@ -597,6 +643,8 @@ def run_suite(args: argparse.Namespace, address: str, suites: Sequence[str]) -> 
             progress(note)
         ctx = Context(gpukit, probe, session, probe.address, args.tenant, backend, settings,
                       report, torch, torch_reason)
+        if "chain" in suites or "matmul" in suites:
+            ctx.pipelined, ctx.pipelined_reason = connect_pipelined(gpukit, address, args.tenant)
         if "ping" in suites or "runop" in suites:
             run_latency(ctx, suites)
         runners = {"chain": run_chain, "matmul": run_matmul, "elementwise": run_elementwise,
@@ -606,6 +654,8 @@ def run_suite(args: argparse.Namespace, address: str, suites: Sequence[str]) -> 
                 runners[suite](ctx)
         return report
     finally:
+        if ctx is not None and ctx.pipelined is not None:
+            ctx.pipelined.close()
         session.close()
         gc.collect()  # arrays of the suites let go of the session's channel now
 
