@@ -130,6 +130,12 @@ def test_run_against_a_gpukitd_it_starts_with_only_some_suites(tmp_path: Path) -
                             "download_4MiB_gbps"}
 
 
+def test_a_gpukitd_that_does_not_answer_exits_3_with_the_reason(tmp_path: Path) -> None:
+    run = gpukit_bench(["--address", f"unix://{tmp_path}/none.sock", "--quick"])
+    assert run.returncode == 3, run.stdout + run.stderr
+    assert "Unavailable" in run.stderr and "none.sock" in run.stderr
+
+
 def test_unknown_suite_is_a_usage_error() -> None:
     run = gpukit_bench(["--only", "ping,warp"])
     assert run.returncode == 2
@@ -198,6 +204,19 @@ def test_compare_lists_figures_only_one_file_has_and_does_not_fail_on_them(
     assert "only in old" in row["matmul_8192_bfloat16_ms"]
     assert "only in new" in row["pipelined_ops_per_s"]
     assert "same" in row["runop_p50_us"]
+
+
+def test_compare_notes_runs_of_different_devices_or_sizes(tmp_path: Path, capsys) -> None:
+    old = saved_run(tmp_path / "old.json", BASE)
+    data = json.loads(old.read_text())
+    data.update(device="other", quick=True)
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps(data))
+    assert bench.main(["--compare", str(old), str(new), "--fail-on-regression"]) == 0
+    out = capsys.readouterr().out
+    assert "note: device differs: old 'test', new 'other'" in out
+    assert "note: quick differs" in out
+    assert "note: backend" not in out
 
 
 def test_compare_through_the_command_line_exits_1_on_a_regression(tmp_path: Path) -> None:

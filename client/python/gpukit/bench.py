@@ -338,14 +338,17 @@ def run_latency(ctx: Context, suites: Sequence[str]) -> None:
     b.free()
 
 
+def _has_pipeline_parameter(gpukit: Any) -> bool:
+    try:
+        return "pipeline" in inspect.signature(gpukit.connect).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def connect_pipelined(gpukit: Any, address: str, tenant: str) -> Tuple[Any, str]:
     """(a pipelined session, "") where this client has pipelined submission, else (None, why
     not). Detected, not assumed: the API is issue 18's (branch pipe-client)."""
-    try:
-        parameters = inspect.signature(gpukit.connect).parameters
-    except (TypeError, ValueError):
-        parameters = {}
-    if "pipeline" not in parameters:
+    if not _has_pipeline_parameter(gpukit):
         return None, ("this gpukit has no gpukit.connect(..., pipeline=True) "
                       "(pipelined submission, issue 18: branch pipe-client)")
     session = gpukit.connect(address or None, tenant=tenant, client_name="gpukit-bench",
@@ -616,7 +619,10 @@ def run_suite(args: argparse.Namespace, address: str, suites: Sequence[str]) -> 
 
     probe = _gpukit.DaemonProbe.connect(address, args.connect_timeout)
     info = probe.info()
-    session = gpukit.connect(address or None, tenant=args.tenant, client_name="gpukit-bench")
+    # Synchronous, also where a client's sessions pipeline by default: runop times the reply.
+    sync_only = {"pipeline": False} if _has_pipeline_parameter(gpukit) else {}
+    session = gpukit.connect(address or None, tenant=args.tenant, client_name="gpukit-bench",
+                             **sync_only)
     ctx: Optional[Context] = None
     try:
         devices = info.get("devices") or []
@@ -722,9 +728,15 @@ def compare(old: Dict[str, Any], new: Dict[str, Any]) -> List[Change]:
 
 
 def print_comparison(changes: Sequence[Change], threshold: float, old_label: str,
-                     new_label: str, out: Optional[TextIO] = None) -> List[Change]:
-    """Prints old, new and the change of each figure; returns the regressions."""
+                     new_label: str, old_header: Dict[str, Any], new_header: Dict[str, Any],
+                     out: Optional[TextIO] = None) -> List[Change]:
+    """Prints old, new and the change of each figure (after a note for each of backend,
+    device and --quick where the runs differ); returns the regressions."""
     out = out or sys.stdout
+    for key in ("backend", "device", "quick"):
+        if old_header.get(key) != new_header.get(key):
+            print(f"note: {key} differs: old {old_header.get(key)!r}, new "
+                  f"{new_header.get(key)!r}", file=out)
     print(f"comparison: old {old_label}, new {new_label}; worse by more than "
           f"{threshold:.0%} in a figure's own direction is a regression", file=out)
     print(f"{'figure':<40} {'old':>12} {'new':>12} {'change':>8}  verdict", file=out)
@@ -846,7 +858,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if old is None:
         return 0
     regressions = print_comparison(compare(old, new), args.threshold, args.compare[0],
-                                   args.compare[1] if len(args.compare) == 2 else "this run")
+                                   args.compare[1] if len(args.compare) == 2 else "this run",
+                                   old, new)
     return 1 if regressions and args.fail_on_regression else 0
 
 
