@@ -371,7 +371,7 @@ def _chain(session: Any, ops: int, sync: Optional[Callable[[], None]]) -> float:
         sync()
     seconds = time.perf_counter() - start
     got = x.numpy()
-    if not np.all(got == ops):
+    if ops <= 1 << 24 and not np.all(got == ops):  # float32 counts exactly up to 2^24
         raise RuntimeError(f"chain of {ops} adds gave {got[:4]}..., not {ops}")
     return seconds
 
