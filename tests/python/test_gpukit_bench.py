@@ -3,7 +3,9 @@ against the suite's gpukitd writes JSON of the documented schema with positive f
 one against a gpukitd it starts itself; and compare mode on hand-made files: a figure worse
 by more than the threshold in its own direction (lower-is-better and higher-is-better) exits
 1 with --fail-on-regression, and 0 within the threshold, without the flag, for a reference
-figure, or for a figure only one file has. No timing is asserted.
+figure, or for a figure only one file has. The rows that need torch on CUDA or a pipelining
+client run here with stand-ins (FakeTorch over NumPy, a synchronous session with sync()), so
+that their code runs in CI before it meets a GPU. No timing is asserted.
 
 The tool runs as `python -m gpukit.bench` with the package under test on PYTHONPATH, or as a
 bundle's bin/gpukit-bench launcher (deploy/bundle.sh) when this suite runs from a bundle.
@@ -279,12 +281,88 @@ def test_pipelined_rows_are_measured_where_the_client_has_pipelining(
         return session
 
     monkeypatch.setattr(gpukit, "connect", connect)
+    monkeypatch.setattr(bench, "load_torch", lambda backend: (FakeTorch(), ""))
     saved = tmp_path / "pipelined.json"
     assert bench.main(["--address", daemon.address, "--quick", "--only", "chain,matmul",
                        "--matmul-sizes", "32", "--matmul-dtypes", "float32",
                        "--save", str(saved)]) == 0
     figures = check_schema(json.loads(saved.read_text()))
-    assert {"pipelined_ops_per_s", "matmul_32_float32_pipelined_ms"} <= set(figures)
+    assert {"pipelined_ops_per_s", "matmul_32_float32_pipelined_ms",
+            "matmul_32_float32_pipelined_vs_torch"} <= set(figures)
     assert len(pipelined) == 1
     assert pipelined[0].syncs == 4  # chain and matmul: a warm-up and a timed run each
     assert pipelined[0].closed
+
+
+class FakeTensor:
+    """Just enough of a torch CUDA tensor, over NumPy, for the bench's reference rows."""
+
+    def __init__(self, data) -> None:
+        self.data = data
+
+    def __add__(self, other: "FakeTensor") -> "FakeTensor":
+        return FakeTensor(self.data + other.data)
+
+    def __matmul__(self, other: "FakeTensor") -> "FakeTensor":
+        return FakeTensor(self.data @ other.data)
+
+    def copy_(self, source: "FakeTensor") -> "FakeTensor":
+        self.data[...] = source.data
+        return self
+
+
+class FakeTorch:
+    """The parts of the torch module that gpukit.bench uses, counting synchronizations."""
+
+    __version__ = "0.0-fake"
+    float32 = float16 = bfloat16 = "float32"  # NumPy computes them all in float32
+
+    def __init__(self) -> None:
+        import types
+
+        self.synchronizations = 0
+        self.backends = types.SimpleNamespace(
+            cuda=types.SimpleNamespace(matmul=types.SimpleNamespace(allow_tf32=False)))
+        self.cuda = types.SimpleNamespace(synchronize=self._synchronize)
+
+    def _synchronize(self) -> None:
+        self.synchronizations += 1
+
+    def zeros(self, n, device, dtype="float32"):
+        import numpy as np
+
+        return FakeTensor(np.zeros(n, dtype=dtype))
+
+    def ones(self, n, device, dtype="float32"):
+        import numpy as np
+
+        return FakeTensor(np.ones(n, dtype=dtype))
+
+    def randn(self, *shape, device, dtype="float32"):
+        import numpy as np
+
+        return FakeTensor(np.random.default_rng(0).standard_normal(shape).astype(dtype))
+
+    def empty_like(self, tensor: FakeTensor) -> FakeTensor:
+        import numpy as np
+
+        return FakeTensor(np.empty_like(tensor.data))
+
+
+def test_torch_reference_rows_are_measured_where_torch_runs(
+        daemon, monkeypatch, tmp_path: Path) -> None:
+    torch = FakeTorch()
+    monkeypatch.setattr(bench, "load_torch", lambda backend: (torch, ""))
+    saved = tmp_path / "torch.json"
+    assert bench.main(["--address", daemon.address, "--quick", "--only",
+                       "chain,matmul,elementwise", "--matmul-sizes", "16", "--matmul-dtypes",
+                       "float32,bfloat16", "--save", str(saved)]) == 0
+    report = json.loads(saved.read_text())
+    figures = check_schema(report)
+    assert report["torch"] == "0.0-fake"
+    for name in ("torch_chain_ops_per_s", "copy_1MiB_torch_gbps"):
+        assert figures[name]["reference"] is True, name
+    for name in ("matmul_16_float32_vs_torch", "matmul_16_bfloat16_vs_torch", "add_1MiB_vs_copy"):
+        assert figures[name]["reference"] is False and figures[name]["unit"] == "x", name
+    assert torch.synchronizations > 0
+    assert torch.backends.cuda.matmul.allow_tf32 is False  # restored
