@@ -10,14 +10,14 @@
 #               benches of tests/bench: python_overhead_bench.py (Python's `a + b` against
 #               C++'s), executor_overhead_bench.py and qos_isolation_bench.py (issue 16: a
 #               victim beside a matmul flood through gpukitd, plain torch and MPS), with
-#               gpukitd_socket.py, which they import; and gpukit-bench (issue 18's benchmark
-#               tool, python -m gpukit.bench with python/ on its path)
+#               gpukitd_socket.py, which they import
 #     lib/      every shared library they need except glibc's own and the NVIDIA driver's
 #               (libcuda always comes from the host's driver); libstdc++ and libgcc_s ship
 #     python/   gpukit/: the Python package with its compiled module _gpukit for Python 3.12
 #               (and for the build tree's own Python where it built one); lib/: links to
 #               lib/'s libraries less those a host's Python loads itself (libstdc++, libgcc_s,
-#               zlib, OpenSSL), which is what the module loads (see "Python package" below)
+#               zlib, OpenSSL), which is what the module loads (see "Python package" below);
+#               bin/gpukit-bench runs its benchmark tool gpukit.bench (issue 18)
 #     tests/python/  the Python client's test suite (run-gpu-tests.sh runs it)
 #     etc/      gpukitd.json, the example configuration
 #     env.sh    `source` it to put bin/ on PATH and python/ on PYTHONPATH (and, for a build
