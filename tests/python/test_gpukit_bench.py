@@ -13,6 +13,7 @@ bundle's bin/gpukit-bench launcher (deploy/bundle.sh) when this suite runs from 
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import os
@@ -271,10 +272,13 @@ class FakePipelinedSession:
 def test_pipelined_rows_are_measured_where_the_client_has_pipelining(
         daemon, monkeypatch, tmp_path: Path) -> None:
     real_connect = gpukit.connect
+    # A synchronous session also where this client pipelines by default.
+    sync_only = {"pipeline": False} if "pipeline" in inspect.signature(real_connect).parameters \
+        else {}
     pipelined: List[FakePipelinedSession] = []
 
     def connect(address=None, *, pipeline: bool = False, **kwargs):
-        session = real_connect(address, **kwargs)
+        session = real_connect(address, **kwargs, **sync_only)
         if pipeline:
             pipelined.append(FakePipelinedSession(session))
             return pipelined[-1]
