@@ -17,7 +17,8 @@
 #     python/   gpukit/: the Python package with its compiled module _gpukit for Python 3.12
 #               (and for the build tree's own Python where it built one); lib/: links to
 #               lib/'s libraries less those a host's Python loads itself (libstdc++, libgcc_s,
-#               zlib, OpenSSL), which is what the module loads (see "Python package" below)
+#               zlib, OpenSSL), which is what the module loads (see "Python package" below);
+#               bin/gpukit-bench runs its benchmark tool gpukit.bench (issue 18)
 #     tests/python/  the Python client's test suite (run-gpu-tests.sh runs it)
 #     etc/      gpukitd.json, the example configuration
 #     env.sh    `source` it to put bin/ on PATH and python/ on PYTHONPATH (and, for a build
@@ -343,6 +344,17 @@ if [ "$BUNDLE_PYTHON" = "1" ]; then
   install -m 0755 "$ROOT/tests/bench/pipeline_bench.py" "$BUNDLE/bin/"
   # What they share (waiting for the gpukitd they start); they import it from beside themselves.
   install -m 0644 "$ROOT/tests/bench/gpukitd_socket.py" "$BUNDLE/bin/"
+  # gpukit-bench, as pip's console script of the package would be: the bundle's python/
+  # first on the path, so it runs from bin/ with or without env.sh.
+  cat >"$BUNDLE/bin/gpukit-bench" <<'EOF'
+#!/bin/sh
+# gpukit-bench (the gpukit package's gpukit.bench) with this bundle's python/ package.
+# PYTHON picks the interpreter (default python3; the module is built for Python 3.12).
+bundle_python="$(cd "$(dirname "$0")/../python" && pwd)"
+export PYTHONPATH="$bundle_python${PYTHONPATH:+:$PYTHONPATH}"
+exec "${PYTHON:-python3}" -m gpukit.bench "$@"
+EOF
+  chmod 0755 "$BUNDLE/bin/gpukit-bench"
 fi
 
 # ---- Configuration, environment, README ----
@@ -404,6 +416,10 @@ if [ "$BUNDLE_PYTHON" = "1" ]; then
   tests/python\` (the suite finds \`python/\` and \`bin/gpukitd\` by itself). Needs pytest.
 - Python's \`c = a + b\` against the C++ client's: \`. ./env.sh &&
   bin/python_overhead_bench.py --backend cuda\` on a GPU host (\`--help\` says more).
+- The benchmark suite (ping, RunOp, pipelined chain, matmul against torch, elementwise,
+  transfers): \`. ./env.sh && gpukit-bench --gpukitd bin/gpukitd --save run.json\`, or
+  against a running gpukitd \`gpukit-bench --address unix:///path.sock\`; \`--compare
+  old.json --fail-on-regression\` compares two runs (\`--help\` says more).
 - QoS isolation (a victim beside a matmul flood: gpukitd, plain torch, MPS; needs torch
   for scenarios 4-6, about 7 minutes): \`. ./env.sh && bin/qos_isolation_bench.py --save
   qos.json\` on a GPU host (\`--help\` says more)."

@@ -22,6 +22,13 @@
 // time in microseconds, one a line. --addr (with --only) uses a gpukitd that runs already
 // instead of starting one: tests/bench/python_overhead_bench.py times the C++ client so,
 // against the daemon its Python client uses.
+//
+// The full run (without --only) ends with one line of JSON, for scripts and CI
+// (tests/python/test_rpc_latency_bench.py checks its shape): ping_p50_us, ping_p99_us,
+// runop_p50_us, runop_p99_us, keepalive_*, add_* (and launch_* on cuda), startup_median_ms,
+// idle_rss_mib, peak_rss_mib, and pipelined_ops_per_s: a chain of `iterations` dependent adds
+// through ClientOptions::pipeline, null where the C++ client cannot pipeline yet (see
+// PipelinedOpsPerSecond).
 #include <signal.h>
 #include <spawn.h>
 #include <unistd.h>
@@ -33,8 +40,10 @@
 #include <fstream>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -164,6 +173,79 @@ std::vector<Stats> TimeInterleaved(int iterations, const std::vector<std::functi
   return stats;
 }
 
+// Ops per second of a chain of `ops` dependent Adds on 16 float32 elements (x = x + 1)
+// submitted without waiting for the replies, through ClientOptions::pipeline (issue 18,
+// branch pipe-client), then one Client::Sync; the sum is checked. nullopt where this
+// libgpukit cannot pipeline yet (ClientOptions has no `pipeline`): the JSON then says null,
+// never a made-up number. `Options` is a template parameter only so that the pipelined calls
+// depend on it: they are compiled where ClientOptions has `pipeline`, and discarded where not.
+// TODO(issue 18): once branch pipe-client is merged the first branch is the only one; drop
+// the template and the `else`.
+template <typename Options = gpukit::ClientOptions>
+std::optional<double> PipelinedOpsPerSecond(const std::string& address, int ops) {
+  if constexpr (requires(Options o) { o.pipeline = true; }) {
+    Options options;
+    options.address = address;
+    options.tenant = "bench";
+    options.pipeline = true;
+    auto client = gpukit::Client::Connect(options);
+    if (!client.ok()) {
+      std::fprintf(stderr, "connect (pipeline): %s\n",
+                   std::string(client.status().message()).c_str());
+      std::exit(1);
+    }
+    auto x = (*client)->FromVector(std::vector<float>(16, 0.0f), {16});
+    auto chain = [&](int count) {
+      const auto start = Clock::now();
+      for (int i = 0; i < count && x.ok(); ++i) x = (*client)->Add(*x, 1.0f);
+      const absl::Status synced = x.ok() ? (*client)->Sync() : x.status();
+      if (!synced.ok()) {
+        std::fprintf(stderr, "pipelined chain: %s\n", std::string(synced.message()).c_str());
+        std::exit(1);
+      }
+      return std::chrono::duration<double>(Clock::now() - start).count();
+    };
+    chain(std::max(1, ops / 10));  // warm-up
+    const double seconds = chain(ops);
+    auto sum = x->template ToVector<float>();
+    const float expected = static_cast<float>(ops + std::max(1, ops / 10));
+    if (!sum.ok() || (*sum)[0] != expected) {
+      std::fprintf(stderr, "pipelined chain: x[0] is %g, not %g\n", sum.ok() ? (*sum)[0] : -1.0,
+                   static_cast<double>(expected));
+      std::exit(1);
+    }
+    return ops / seconds;
+  } else {
+    return std::nullopt;
+  }
+}
+
+// `value` with `digits` decimals, as JSON takes it.
+std::string Fixed(double value, int digits) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.*f", digits, value);
+  return buffer;
+}
+
+// The last line of a full run: one JSON object of every figure (names as the header says).
+std::string SummaryJson(const std::vector<std::pair<std::string, Stats>>& calls,
+                        const std::vector<double>& start_ms, long idle_rss_kib, long peak_rss_kib,
+                        std::optional<double> pipelined_ops_per_s) {
+  std::string json = "{";
+  for (const auto& [name, stats] : calls) {
+    absl::StrAppend(&json, "\"", name, "_p50_us\": ", Fixed(stats.p50, 3), ", \"", name,
+                    "_p99_us\": ", Fixed(stats.p99, 3), ", \"", name,
+                    "_mean_us\": ", Fixed(stats.mean, 3), ", ");
+  }
+  absl::StrAppend(&json, "\"startup_median_ms\": ", Fixed(start_ms[start_ms.size() / 2], 3),
+                  ", \"idle_rss_mib\": ", Fixed(idle_rss_kib / 1024.0, 1),
+                  ", \"peak_rss_mib\": ", Fixed(peak_rss_kib / 1024.0, 1), ", \"backend\": \"",
+                  g_backend, "\"");
+  absl::StrAppend(&json, ", \"pipelined_ops_per_s\": ",
+                  pipelined_ops_per_s ? Fixed(*pipelined_ops_per_s, 1) : "null", "}");
+  return json;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -181,7 +263,8 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--warmup") == 0) warmup = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--samples-out") == 0) samples_out = argv[i + 1];
   }
-  if (gpukitd.empty() == addr.empty() || (!addr.empty() && only.empty()) || iterations <= 0) {
+  if (gpukitd.empty() == addr.empty() || (!addr.empty() && only.empty()) || iterations <= 0 ||
+      starts <= 0) {
     std::fprintf(stderr,
                  "usage: %s --gpukitd PATH [--iterations N] [--starts N] [--backend cpu|cuda]\n"
                  "          [--only NAME [--warmup N] [--samples-out FILE]]\n"
@@ -329,6 +412,9 @@ int main(int argc, char** argv) {
     arrays->Free(&context, free, &freed);
   }
   client->reset();
+  // The pipelined chain (full run only), before the daemon stops.
+  const std::optional<double> pipelined_ops_per_s =
+      only.empty() ? PipelinedOpsPerSecond(daemon.address, iterations) : std::nullopt;
   if (!spawns) return 0;
   const long busy_rss = RssKiB(daemon.pid, "VmHWM:");
   Stop(daemon);
@@ -355,5 +441,9 @@ int main(int argc, char** argv) {
     std::printf("LaunchKernel / ping: p50 %.2fx, mean %.2fx (goal <= 1.3x)\n",
                 launch.p50 / ping.p50, launch.mean / ping.mean);
   }
+  std::vector<std::pair<std::string, Stats>> named;
+  for (size_t i = 0; i < calls.size(); ++i) named.emplace_back(calls[i].name, stats[i]);
+  std::printf("%s\n",
+              SummaryJson(named, start_ms, idle_rss, busy_rss, pipelined_ops_per_s).c_str());
   return 0;
 }

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client/cpp/device_import.h"
+#include "client/python/src/daemon_probe.h"
 #include "client/python/src/dlpack.h"
 #include "client/python/src/errors.h"
 #include "client/python/src/gil.h"
@@ -435,6 +436,7 @@ PYBIND11_MODULE(_gpukit, m) {
       "module is its implementation.";
   m.attr("__version__") = GPUKIT_VERSION_STRING;
   RegisterErrors(m);
+  RegisterDaemonProbe(m);  // gpukit-bench's raw ping
 
   py::enum_<DType>(m, "DType", "Element type of a gpukit array.")
       .value("float32", DType::kFloat32)
