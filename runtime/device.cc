@@ -74,6 +74,23 @@ absl::StatusOr<BufferId> Device::BufferInSegment(uint64_t key, int64_t /*offset*
 
 absl::Status Device::CheckHealth() { return absl::OkStatus(); }
 
+absl::Status Device::EventsElapsedNs(absl::Span<const EventPair> pairs, absl::Span<int64_t> out) {
+  if (out.size() != pairs.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("EventsElapsedNs: ", out.size(), " answers for ", pairs.size(), " pairs"));
+  }
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    absl::StatusOr<int64_t> ns = EventElapsedNs(pairs[i].start, pairs[i].end);
+    if (!ns.ok()) return PrefixStatus(ns.status(), EventPairContext(i, pairs[i]));
+    out[i] = *ns;
+  }
+  return absl::OkStatus();
+}
+
+std::string EventPairContext(size_t index, const EventPair& pair) {
+  return absl::StrCat("pair ", index, " (events ", pair.start.value, ", ", pair.end.value, "): ");
+}
+
 absl::Status ValidateStreamOptions(const StreamOptions& options) {
   if (!(options.sm_share > 0 && options.sm_share <= 1)) {
     return absl::InvalidArgumentError(

@@ -60,6 +60,12 @@ struct FunctionId {
   uint64_t value = 0;
 };
 
+// Two events of one stream, the device time between which is asked (EventsElapsedNs).
+struct EventPair {
+  EventId start;
+  EventId end;
+};
+
 // How an exported buffer's memory is named for another process (Device::ExportBuffer).
 enum class ExportForm {
   // A VMM allocation's POSIX file descriptor, passed over a unix socket: the memory lives on
@@ -277,6 +283,13 @@ class Device {
   // event has not completed, INVALID_ARGUMENT for events of different streams or `end`
   // recorded before `start`.
   virtual absl::StatusOr<int64_t> EventElapsedNs(EventId start, EventId end) = 0;
+  // EventElapsedNs of every pair at once, into out[i]: what a batch of ops waited for at its
+  // last event needs (each op's device time). The default asks EventElapsedNs pair by pair; a
+  // device in another process answers them all in one round trip at most (RemoteDevice).
+  // Errors: INVALID_ARGUMENT when `out` is not as long as `pairs`; else the first failing
+  // pair's, as EventElapsedNs gives it, its message prefixed with "pair i (events s, e): "
+  // (out[] is then unspecified).
+  virtual absl::Status EventsElapsedNs(absl::Span<const EventPair> pairs, absl::Span<int64_t> out);
 
   // Runs a built-in op planned by the OpRegistry. UNIMPLEMENTED if this backend has no
   // implementation of the op (see SupportsOp).
@@ -296,6 +309,9 @@ class Device {
 // non-negative offset inside its allocation (as far as the allocation's size is known: it is
 // for descriptors; an IPC handle's allocation is sized by the driver once opened).
 absl::Status CheckImportedRange(const ImportedMemory& memory);
+
+// "pair i (events s, e): ", what EventsElapsedNs puts before the error of pairs[i].
+std::string EventPairContext(size_t index, const EventPair& pair);
 
 // INVALID_ARGUMENT naming the value when `options.sm_share` is not in (0, 1].
 absl::Status ValidateStreamOptions(const StreamOptions& options);

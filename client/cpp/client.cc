@@ -20,6 +20,7 @@
 #include "gpukit/v1/compute.grpc.pb.h"
 #include "gpukit/v1/session.grpc.pb.h"
 #include "proto/dtype_convert.h"
+#include "runtime/base/fd_channel_client.h"
 #include "runtime/base/fd_channel_protocol.h"
 #include "runtime/base/shape.h"
 #include "runtime/base/status_macros.h"
@@ -206,23 +207,10 @@ class SessionState final : public HostMemoryCalls {
 
   // One exchange on gpukitd's descriptor channel: `op` with `token`, and `fd` attached when it
   // is >= 0 (deliver). Returns the descriptor the reply carried (fetch), or an invalid one.
+  // The session's one connection is kept and reused (runtime/base/fd_channel_client.h).
   absl::StatusOr<ScopedFd> ExchangeOnFdChannel(const std::string& path, FdChannelOp op,
-                                               const std::string& token, int fd = -1) const {
-    absl::StatusOr<ScopedFd> channel = ConnectUnixSocket(path);
-    if (!channel.ok()) {
-      return absl::UnavailableError(absl::StrCat("cannot reach gpukitd's descriptor channel at ",
-                                                 path, ": ", channel.status().message()));
-    }
-    const std::string message = EncodeFdChannelRequest({op, token});
-    GPUKIT_RETURN_IF_ERROR(SendMessage(channel->get(), message.data(), message.size(), fd));
-    GPUKIT_ASSIGN_OR_RETURN(
-        ReceivedMessage reply,
-        ReceiveMessage(channel->get(), kFdChannelMaxReplyBytes, options_.call_timeout));
-    GPUKIT_RETURN_IF_ERROR(DecodeFdChannelReply(reply.bytes));
-    if (op == FdChannelOp::kFetch && !reply.fd.valid()) {
-      return absl::InternalError("gpukitd sent no descriptor");
-    }
-    return std::move(reply.fd);
+                                               const std::string& token, int fd = -1) {
+    return fd_channel_.Exchange(path, op, token, fd, options_.call_timeout);
   }
 
   // An array of this process's own memory (Client::ImportDeviceMemory): Map() gives back that
@@ -315,6 +303,9 @@ class SessionState final : public HostMemoryCalls {
   std::unique_ptr<v1::SessionService::Stub> sessions_;
   std::unique_ptr<v1::ArrayService::Stub> arrays_;
   std::unique_ptr<v1::ComputeService::Stub> compute_;
+  // The session's connection to gpukitd's descriptor channel, kept for its life (before
+  // staging_, which delivers through it).
+  FdChannelClient fd_channel_;
   // Array::Write and Read of plain bytes through host shared memory (ClientOptions::
   // use_shared_memory).
   StagingArea staging_;

@@ -2,8 +2,8 @@
 // the client library.
 //
 // The channel is a unix SOCK_SEQPACKET socket beside gpukitd's gRPC socket over which a
-// client hands a file descriptor (host shared memory) to gpukitd with SCM_RIGHTS. One
-// exchange per connection:
+// client hands a file descriptor (host shared memory) to gpukitd with SCM_RIGHTS. A client
+// keeps one connection (fd_channel_client.h) and makes its exchanges over it one at a time:
 //   client -> gpukitd: "GKFD" | u32 version (1) | u32 op | 32-character token
 //     op 1, deliver: with the descriptor a RegisterHostMemory reply's token asked for attached
 //     op 2, fetch: for the descriptor an ExportArray reply's token names

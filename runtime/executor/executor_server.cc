@@ -96,6 +96,10 @@ struct EventState {
   uint64_t stream_id = 0;  // gpukitd's
   EventId device_event;        // set by the enqueue thread; 0 once destroyed
   absl::Status enqueue_error;  // what enqueueing the work before it returned
+  // Set by the enqueue thread once it has recorded the event (or failed to). It, and
+  // device_event and enqueue_error, are written under the stream's error_mu, so the reading
+  // thread may look at them there (ElapsedNs with pairs).
+  bool recorded = false;
   // The event recorded before it on the stream (the device time between the two goes back
   // with the wait's reply).
   std::weak_ptr<EventState> previous;
@@ -128,6 +132,12 @@ class ExecutorServer::Impl {
   void Handle(executor::Request& request, ScopedFd fd);
   void Reply(uint64_t seq, const absl::Status& status, int64_t value = 0,
              uint64_t elapsed_from = 0, int64_t elapsed_ns = 0);
+  // Answers an ElapsedNs with pairs on the reading thread, without waiting for any stream.
+  void ReplyPairsElapsed(uint64_t seq, const executor::ElapsedNs& request);
+  // The device's event for gpukitd's `id`, once its stream's enqueue thread has recorded it:
+  // FAILED_PRECONDITION before, NOT_FOUND for an unknown or destroyed event, the error of its
+  // recording when that failed.
+  absl::StatusOr<EventId> RecordedEvent(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   // A wait failed: if the device took a sticky fault, says so to gpukitd (naming the wait's
   // event, definitely the culprit when its enqueue failed with the fault) and ends the
   // process. Returns when the device is healthy.
@@ -249,6 +259,46 @@ void ExecutorServer::Impl::Reply(uint64_t seq, const absl::Status& status, int64
   reply.set_int_value(value);
   reply.set_elapsed_from(elapsed_from);
   reply.set_elapsed_ns(elapsed_ns);
+  SendExecutorMessage(socket_.get(), message).IgnoreError();
+}
+
+absl::StatusOr<EventId> ExecutorServer::Impl::RecordedEvent(uint64_t id) {
+  std::shared_ptr<EventState> event = FindEvent(id);
+  if (event == nullptr) return absl::NotFoundError(absl::StrCat("executor: no event ", id));
+  if (event->stream == nullptr) return event->enqueue_error;  // recorded on no stream
+  absl::MutexLock lock(&event->stream->error_mu);
+  if (!event->recorded) {
+    return absl::FailedPreconditionError(absl::StrCat("event ", id, " has not completed"));
+  }
+  if (event->device_event.value == 0) {
+    if (!event->enqueue_error.ok()) return event->enqueue_error;
+    return absl::NotFoundError(absl::StrCat("executor: event ", id, " was destroyed"));
+  }
+  return event->device_event;
+}
+
+void ExecutorServer::Impl::ReplyPairsElapsed(uint64_t seq, const executor::ElapsedNs& request) {
+  executor::FromExecutor message;
+  executor::Reply& reply = *message.mutable_reply();
+  reply.set_seq(seq);
+  absl::Status status;
+  for (int i = 0; i < request.pairs_size() && status.ok(); ++i) {
+    const executor::EventPair& pair = request.pairs(i);
+    absl::StatusOr<int64_t> ns = [&]() -> absl::StatusOr<int64_t> {
+      GPUKIT_ASSIGN_OR_RETURN(EventId start, RecordedEvent(pair.start()));
+      GPUKIT_ASSIGN_OR_RETURN(EventId end, RecordedEvent(pair.end()));
+      return device_.EventElapsedNs(start, end);
+    }();
+    if (ns.ok()) {
+      reply.add_pair_elapsed_ns(*ns);
+    } else {
+      status = ns.status();
+      reply.set_int_value(i + 1);
+    }
+  }
+  if (seq == 0 || faulted_.load()) return;  // see Reply
+  SetReplyStatus(status, reply);
+  if (!status.ok()) reply.clear_pair_elapsed_ns();
   SendExecutorMessage(socket_.get(), message).IgnoreError();
 }
 
@@ -679,6 +729,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
         absl::StatusOr<EventId> recorded =
             s->create_error.ok() ? device_.RecordEvent(s->device_stream) : s->create_error;
         absl::MutexLock lock(&s->error_mu);
+        event->recorded = true;
         event->enqueue_error = std::exchange(s->enqueue_error, absl::OkStatus());
         if (recorded.ok()) {
           event->device_event = *recorded;
@@ -688,9 +739,14 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       });
       return;
     }
+    case executor::Request::kElapsedNs:
+      if (request.elapsed_ns().pairs_size() > 0) {
+        ReplyPairsElapsed(seq, request.elapsed_ns());
+        return;
+      }
+      [[fallthrough]];
     case executor::Request::kWaitEvent:
-    case executor::Request::kDestroyEvent:
-    case executor::Request::kElapsedNs: {
+    case executor::Request::kDestroyEvent: {
       const uint64_t event_id = request.body_case() == executor::Request::kWaitEvent
                                     ? request.wait_event().event()
                                 : request.body_case() == executor::Request::kDestroyEvent
@@ -743,9 +799,12 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
               break;
             }
             case executor::Request::kDestroyEvent: {
-              if (event->device_event.value != 0) {
-                device_.DestroyEvent(std::exchange(event->device_event, EventId{})).IgnoreError();
+              EventId device_event;
+              {
+                absl::MutexLock lock(&event->stream->error_mu);  // see EventState::recorded
+                device_event = std::exchange(event->device_event, EventId{});
               }
+              if (device_event.value != 0) device_.DestroyEvent(device_event).IgnoreError();
               absl::MutexLock lock(&mu_);
               events_.erase(request.destroy_event().event());
               break;

@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -42,6 +44,7 @@ struct Pending {
   int64_t value = 0;
   uint64_t elapsed_from = 0;  // a wait's: Reply.elapsed_from and elapsed_ns
   int64_t elapsed_ns = 0;
+  std::vector<int64_t> pair_elapsed_ns;  // an ElapsedNs with pairs: Reply.pair_elapsed_ns
   // For waits: the stream and when the wait began (the hang watchdog), and whether the work
   // it covers includes a kernel launch (fault attribution).
   bool is_wait = false;
@@ -310,6 +313,9 @@ class RemoteDevice::Impl {
   std::shared_ptr<Executor> standby_ ABSL_GUARDED_BY(supervisor_mu_);
   ExecutorState state_ ABSL_GUARDED_BY(supervisor_mu_);
   std::thread supervisor_;
+
+  // Requests sent with a seq (each a round trip to the executor): ExecutorState::round_trips.
+  std::atomic<int64_t> round_trips_{0};
 };
 
 // The device pool's source: the owner's segments, unmapped in the executor when the pool
@@ -512,6 +518,8 @@ void RemoteDevice::Impl::ReadLoop(Executor* executor) {
         if (pending != nullptr) {
           pending->elapsed_from = message.reply().elapsed_from();
           pending->elapsed_ns = message.reply().elapsed_ns();
+          pending->pair_elapsed_ns.assign(message.reply().pair_elapsed_ns().begin(),
+                                          message.reply().pair_elapsed_ns().end());
           pending->Complete(ReplyStatus(message.reply()), message.reply().int_value());
         }
         break;
@@ -600,6 +608,7 @@ absl::StatusOr<int64_t> RemoteDevice::Impl::Call(executor::Request& request, int
       }
     }
     absl::Status sent = SendOn(*active_, request, fd);
+    round_trips_.fetch_add(1, std::memory_order_relaxed);
     if (!sent.ok() && sent.code() != absl::StatusCode::kUnavailable) {
       Unregister(seq);
       return sent;
@@ -1168,7 +1177,9 @@ RemoteDevice::~RemoteDevice() = default;
 
 ExecutorState RemoteDevice::executor_state() const {
   absl::MutexLock lock(&impl_->supervisor_mu_);
-  return impl_->state_;
+  ExecutorState state = impl_->state_;
+  state.round_trips = impl_->round_trips_.load(std::memory_order_relaxed);
+  return state;
 }
 
 const DeviceProperties& RemoteDevice::properties() const { return impl_->properties_; }
@@ -1737,6 +1748,69 @@ absl::StatusOr<int64_t> RemoteDevice::EventElapsedNs(EventId start, EventId end)
   request.mutable_elapsed_ns()->set_start(start.value);
   request.mutable_elapsed_ns()->set_end(end.value);
   return d.Call(request, -1, nullptr, generation);
+}
+
+absl::Status RemoteDevice::EventsElapsedNs(absl::Span<const EventPair> pairs,
+                                           absl::Span<int64_t> out) {
+  Impl& d = *impl_;
+  if (out.size() != pairs.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("EventsElapsedNs: ", out.size(), " answers for ", pairs.size(), " pairs"));
+  }
+  std::vector<size_t> asked;  // the pairs the executor answers, by index
+  uint64_t generation;
+  {
+    absl::MutexLock lock(&d.mu_);
+    generation = d.generation_;
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      auto s = d.events_.find(pairs[i].start.value);
+      auto e = d.events_.find(pairs[i].end.value);
+      absl::Status invalid;
+      if (s == d.events_.end() || e == d.events_.end()) {
+        invalid = absl::NotFoundError("unknown event");
+      } else if (s->second.stream != e->second.stream) {
+        invalid = absl::InvalidArgumentError("events of different streams");
+      } else if (s->second.generation != generation || e->second.generation != generation) {
+        invalid = absl::FailedPreconditionError("the events' executor restarted");
+      }
+      if (!invalid.ok()) return PrefixStatus(invalid, EventPairContext(i, pairs[i]));
+      // Measured already when the end's wait came back (as in EventElapsedNs).
+      if (e->second.completed && e->second.elapsed_from == pairs[i].start.value) {
+        out[i] = e->second.elapsed_ns;
+      } else {
+        asked.push_back(i);
+      }
+    }
+  }
+  // The rest in one request (a datagram holds ~2000 pairs: more take one request per batch).
+  constexpr size_t kPairsPerRequest = 1024;
+  for (size_t first = 0; first < asked.size(); first += kPairsPerRequest) {
+    const size_t count = std::min(kPairsPerRequest, asked.size() - first);
+    executor::Request request;
+    for (size_t j = first; j < first + count; ++j) {
+      executor::EventPair& pair = *request.mutable_elapsed_ns()->add_pairs();
+      pair.set_start(pairs[asked[j]].start.value);
+      pair.set_end(pairs[asked[j]].end.value);
+    }
+    auto pending = std::make_shared<Pending>();
+    absl::Status status = d.Call(request, -1, pending, generation).status();
+    if (!status.ok()) {
+      // The executor names the failing pair by 1 + its place in the request; a restart
+      // names none.
+      const int64_t failed =
+          status.GetPayload(kExecutorFaultPayload).has_value() ? 0 : pending->value;
+      if (failed < 1 || static_cast<size_t>(failed) > count) return status;
+      const size_t index = asked[first + static_cast<size_t>(failed) - 1];
+      return PrefixStatus(status, EventPairContext(index, pairs[index]));
+    }
+    if (pending->pair_elapsed_ns.size() != count) {
+      return absl::InternalError(absl::StrCat("the executor answered ",
+                                              pending->pair_elapsed_ns.size(), " of ", count,
+                                              " event pairs"));
+    }
+    for (size_t j = 0; j < count; ++j) out[asked[first + j]] = pending->pair_elapsed_ns[j];
+  }
+  return absl::OkStatus();
 }
 
 bool RemoteDevice::SupportsOp(absl::string_view op_name) const {

@@ -454,6 +454,142 @@ TEST_F(RemoteDeviceTest, EventElapsedNsIsAnsweredCachedOrNot) {
   }
 }
 
+// Several pairs at once (EventsElapsedNs): the answers EventElapsedNs gives one by one, for
+// one round trip to the executor at most; none when every pair was measured by its end's wait.
+TEST_F(RemoteDeviceTest, EventsElapsedNsAnswersEveryPairInOneRoundTrip) {
+  Start();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId other, device_->CreateStream(StreamPriority::kNormal));
+  MakeOpBuffers(stream);
+  // A batch of three ops on `stream` waited for at its last event, and two events on `other`.
+  std::vector<EventId> events;
+  for (int i = 0; i < 4; ++i) {
+    if (i > 0) {
+      GPUKIT_ASSERT_OK(RunOp("neg", stream));
+    }
+    GPUKIT_ASSERT_OK_AND_ASSIGN(EventId event, device_->RecordEvent(stream));
+    events.push_back(event);
+  }
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId other_start, device_->RecordEvent(other));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId other_end, device_->RecordEvent(other));
+  GPUKIT_ASSERT_OK(device_->WaitEvent(events[3]));
+  GPUKIT_ASSERT_OK(device_->WaitEvent(other_end));
+
+  const std::vector<EventPair> pairs = {{events[0], events[1]}, {events[1], events[2]},
+                                        {events[2], events[3]}, {events[0], events[3]},
+                                        {events[1], events[1]}, {other_start, other_end}};
+  std::vector<int64_t> batch(pairs.size(), -1);
+  const int64_t before = device_->executor_state().round_trips;
+  GPUKIT_ASSERT_OK(device_->EventsElapsedNs(pairs, absl::MakeSpan(batch)));
+  EXPECT_EQ(device_->executor_state().round_trips - before, 1);
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(int64_t single,
+                                device_->EventElapsedNs(pairs[i].start, pairs[i].end));
+    EXPECT_EQ(batch[i], single) << "pair " << i;
+    EXPECT_GE(batch[i], 0) << "pair " << i;
+  }
+  EXPECT_EQ(batch[4], 0);
+  EXPECT_EQ(batch[3], batch[0] + batch[1] + batch[2]);
+
+  // Pairs the waits measured (each end's wait measured from the event before it) cost none.
+  const std::vector<EventPair> measured = {{events[2], events[3]}, {other_start, other_end}};
+  std::vector<int64_t> cached(measured.size(), -1);
+  const int64_t before_cached = device_->executor_state().round_trips;
+  GPUKIT_ASSERT_OK(device_->EventsElapsedNs(measured, absl::MakeSpan(cached)));
+  EXPECT_EQ(device_->executor_state().round_trips, before_cached);
+  EXPECT_EQ(cached[0], batch[2]);
+  EXPECT_EQ(cached[1], batch[5]);
+
+  // Nothing asked, nothing sent; answers that do not fit are refused.
+  GPUKIT_EXPECT_OK(device_->EventsElapsedNs({}, {}));
+  std::vector<int64_t> short_out(1);
+  EXPECT_THAT(device_->EventsElapsedNs(pairs, absl::MakeSpan(short_out)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  for (EventId event : events) GPUKIT_EXPECT_OK(device_->DestroyEvent(event));
+  GPUKIT_EXPECT_OK(device_->DestroyEvent(other_start));
+  GPUKIT_EXPECT_OK(device_->DestroyEvent(other_end));
+}
+
+// The first failing pair's error names it: events of two streams are INVALID_ARGUMENT, an
+// unknown event NOT_FOUND, and an event whose work has not run FAILED_PRECONDITION, answered at
+// once (the stream behind it hangs: the call must not wait for it).
+TEST_F(RemoteDeviceTest, EventsElapsedNsNamesTheFailingPair) {
+  Start();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId other, device_->CreateStream(StreamPriority::kNormal));
+  MakeOpBuffers(stream);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId first, device_->RecordEvent(other));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId second, device_->RecordEvent(other));
+  GPUKIT_ASSERT_OK(device_->WaitEvent(second));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId before, device_->RecordEvent(stream));
+  GPUKIT_ASSERT_OK(device_->WaitEvent(before));
+  std::vector<int64_t> out(2);
+
+  const std::vector<EventPair> across = {{first, second}, {first, before}};
+  const absl::Status streams = device_->EventsElapsedNs(across, absl::MakeSpan(out));
+  EXPECT_THAT(streams, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(std::string(streams.message()), ::testing::StartsWith("pair 1 ("));
+
+  const std::vector<EventPair> unknown = {{EventId{second.value + 1000}, second}, {first, second}};
+  const absl::Status missing = device_->EventsElapsedNs(unknown, absl::MakeSpan(out));
+  EXPECT_THAT(missing, StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(std::string(missing.message()), ::testing::StartsWith("pair 0 ("));
+
+  GPUKIT_ASSERT_OK(RunOp("_test_hang", stream));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId after, device_->RecordEvent(stream));
+  const std::vector<EventPair> pending = {{first, second}, {before, after}};
+  const absl::Status incomplete = device_->EventsElapsedNs(pending, absl::MakeSpan(out));
+  EXPECT_THAT(incomplete, StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(std::string(incomplete.message()),
+              ::testing::StartsWith(
+                  absl::StrCat("pair 1 (events ", before.value, ", ", after.value, "): ")));
+  // The device is destroyed with the stream still hanging (the executor is killed).
+}
+
+// Events of an executor that a restart replaced have no device time any more: the call fails
+// at once, whether the restart is over or under way, and pairs of the new executor work.
+TEST_F(RemoteDeviceTest, EventsElapsedNsFailsCleanlyAfterARestart) {
+  Start();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
+  MakeOpBuffers(stream);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId start, device_->RecordEvent(stream));
+  GPUKIT_ASSERT_OK(RunOp("neg", stream));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId middle, device_->RecordEvent(stream));
+  GPUKIT_ASSERT_OK(RunOp("neg", stream));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId end, device_->RecordEvent(stream));
+  GPUKIT_ASSERT_OK(device_->WaitEvent(end));
+  const std::vector<EventPair> pairs = {{start, middle}, {middle, end}, {start, end}};
+  std::vector<int64_t> out(pairs.size());
+
+  const ExecutorState before = device_->executor_state();
+  ASSERT_EQ(::kill(static_cast<pid_t>(before.pid), SIGKILL), 0);
+  // Under way or over: UNAVAILABLE ("restart", or "exited" where the send saw the death), or
+  // FAILED_PRECONDITION once the generation moved on.
+  const absl::Status during = device_->EventsElapsedNs(pairs, absl::MakeSpan(out));
+  EXPECT_THAT(during, AnyOf(StatusIs(absl::StatusCode::kUnavailable),
+                            StatusIs(absl::StatusCode::kFailedPrecondition)));
+  AwaitServing(stream);
+  ASSERT_EQ(device_->executor_state().restarts, 1);
+  // Over: even the pair the end's wait measured is refused, naming the first pair.
+  const absl::Status after = device_->EventsElapsedNs(pairs, absl::MakeSpan(out));
+  EXPECT_THAT(after, StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(std::string(after.message()), ::testing::StartsWith("pair 0 ("));
+
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId fresh_start, device_->RecordEvent(stream));
+  GPUKIT_ASSERT_OK(RunOp("neg", stream));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId fresh_middle, device_->RecordEvent(stream));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId fresh_end, device_->RecordEvent(stream));
+  GPUKIT_ASSERT_OK(device_->WaitEvent(fresh_end));
+  const std::vector<EventPair> fresh = {{fresh_start, fresh_middle}, {fresh_start, fresh_end}};
+  std::vector<int64_t> fresh_out(fresh.size(), -1);
+  GPUKIT_ASSERT_OK(device_->EventsElapsedNs(fresh, absl::MakeSpan(fresh_out)));
+  EXPECT_GE(fresh_out[0], 0);
+  EXPECT_GE(fresh_out[1], fresh_out[0]);  // the span includes the first
+  for (EventId event : {start, middle, end, fresh_start, fresh_middle, fresh_end}) {
+    GPUKIT_EXPECT_OK(device_->DestroyEvent(event));
+  }
+}
+
 // Waits until the supervisor has a standby executor ready; false if it never has. Polls the
 // state (the standby's start is not observable otherwise); no time is asserted.
 bool AwaitStandby(const RemoteDevice& device) {

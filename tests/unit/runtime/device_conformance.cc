@@ -442,6 +442,43 @@ TEST_P(DeviceConformanceTest, EventElapsedTimeMeasuresTheWorkBetweenTwoEvents) {
   GPUKIT_EXPECT_OK(device().DestroyStream(other));
 }
 
+// Every pair's device time at once, as EventElapsedNs gives it one by one; the first failing
+// pair's error names it.
+TEST_P(DeviceConformanceTest, EventsElapsedNsAnswersEachPairAsEventElapsedNs) {
+  constexpr int64_t kBytes = 1 << 20;
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId a, Allocate(kBytes));
+  const std::vector<uint8_t> x = Pattern(kBytes, 4);
+  std::vector<EventId> events;
+  for (int i = 0; i < 3; ++i) {
+    if (i > 0) {
+      GPUKIT_ASSERT_OK(device().CopyHostToDevice(a, 0, x.data(), kBytes, stream()));
+    }
+    GPUKIT_ASSERT_OK_AND_ASSIGN(EventId event, device().RecordEvent(stream()));
+    events.push_back(event);
+  }
+  GPUKIT_ASSERT_OK(device().WaitEvent(events[2]));
+  const std::vector<EventPair> pairs = {
+      {events[0], events[1]}, {events[1], events[2]}, {events[0], events[2]}};
+  std::vector<int64_t> out(pairs.size(), -1);
+  GPUKIT_ASSERT_OK(device().EventsElapsedNs(pairs, absl::MakeSpan(out)));
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    EXPECT_THAT(device().EventElapsedNs(pairs[i].start, pairs[i].end), IsOkAndHolds(out[i]))
+        << "pair " << i;
+  }
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId other, device().CreateStream(StreamPriority::kNormal));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId elsewhere, device().RecordEvent(other));
+  GPUKIT_ASSERT_OK(device().WaitEvent(elsewhere));
+  const std::vector<EventPair> across = {{events[0], events[1]}, {events[0], elsewhere}};
+  const absl::Status status = device().EventsElapsedNs(across, absl::MakeSpan(out).subspan(0, 2));
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(status.message().substr(0, 8), "pair 1 (") << status;
+  EXPECT_THAT(device().EventsElapsedNs(pairs, absl::MakeSpan(out).subspan(0, 1)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  for (EventId e : events) GPUKIT_EXPECT_OK(device().DestroyEvent(e));
+  GPUKIT_EXPECT_OK(device().DestroyEvent(elsewhere));
+  GPUKIT_EXPECT_OK(device().DestroyStream(other));
+}
+
 TEST_P(DeviceConformanceTest, SynchronizeStreamWaitsForQueuedWork) {
   const std::vector<uint8_t> x = Pattern(2048, 8);
   GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId a, Allocate(2048));
