@@ -71,6 +71,13 @@ class SubmitTest : public DaemonTest {
     session_ = *session;
   }
 
+  void TearDown() override {
+    // The stub shares the fixture's channel: an open channel holds the daemon's shutdown
+    // for its grace period.
+    compute_.reset();
+    DaemonTest::TearDown();
+  }
+
   std::unique_ptr<SubmitStream> Open(grpc::ClientContext& context) {
     return compute_->Submit(&context);
   }
