@@ -78,9 +78,19 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
     cancelled_ = true;
   }
 
+  // gRPC's last call. The worker is past Finish by now, waiting for this: it is joined here
+  // and the reactor deleted, so no thread of a stream outlives the server's Wait. (Should
+  // gRPC ever run this inline in Finish, on the worker itself, the worker deletes it.)
   void OnDone() override {
-    absl::MutexLock lock(&mu_);
-    done_ = true;
+    std::thread worker;
+    {
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+      if (worker_.get_id() != std::this_thread::get_id()) worker = std::move(worker_);
+    }
+    if (!worker.joinable()) return;
+    worker.join();
+    delete this;
   }
 
  private:
@@ -114,13 +124,15 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
       }
     }
     Finish(status);
+    bool delete_here = false;
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(&done_));
-      worker_.detach();
+      // Still ours: OnDone ran on this thread and left the reactor to it.
+      delete_here = worker_.joinable();
+      if (delete_here) worker_.detach();
     }
-    // gRPC is done with the reactor: nothing else refers to it.
-    delete this;
+    if (delete_here) delete this;
   }
 
   // Answers requests until the stream ends; returns its status.

@@ -26,7 +26,7 @@
 // waits for the ops queued to run and finishes with that error. When the client goes away
 // (cancelled, or a write fails) it stops reading and answering, waits for the ops queued
 // to run (their tasks end, their pins drop; their results stay in the session) and
-// finishes. The worker deletes the reactor once gRPC is done with it (OnDone).
+// finishes. OnDone, gRPC's last call, joins the worker and deletes the reactor.
 //
 // Thread safety: the reactions and the worker share the read and write queues under the
 // reactor's mutex; the OpPipeline is the worker's alone.
