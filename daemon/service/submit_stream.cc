@@ -191,6 +191,8 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
     if (request.ops_size() == 0 && request.sync() == 0) return grpc::Status::OK;
     v1::SubmitResponse response;
     for (const v1::PipelinedOp& op : request.ops()) {
+      // A client that went away gets no more of its ops queued (the request may hold 1024).
+      if (context_->IsCancelled()) return grpc::Status::CANCELLED;
       v1::OpResult* result = response.add_results();
       RunOne(op, next_index_++, result);
     }
