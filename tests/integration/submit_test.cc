@@ -63,6 +63,11 @@ v1::SubmitRequest Request(const std::vector<v1::PipelinedOp>& ops, uint64_t sync
 
 class SubmitTest : public DaemonTest {
  protected:
+  // Small enough for an op's result to be refused with a reason.
+  std::string DaemonConfigJson() const override {
+    return R"({"limits": {"maxArraySize": "4MiB"}})";
+  }
+
   void SetUp() override {
     DaemonTest::SetUp();
     compute_ = v1::ComputeService::NewStub(api().channel());
@@ -189,6 +194,54 @@ TEST_F(SubmitTest, RefusedOpIsReportedWithItsIndexThenTheStreamIsCleanAfterTheSy
   absl::StatusOr<std::string> bytes = api().DownloadAll(session_, prefix + "3");
   ASSERT_THAT(bytes, IsOk());
   EXPECT_EQ(Floats(*bytes), (std::vector<float>{2, 4, 6, 8}));
+}
+
+TEST_F(SubmitTest, RefusalCarriesItsReason) {
+  // [1100, 1] + [1, 1100] broadcasts to 1100 x 1100 floats: 4.6 MiB, above maxArraySize.
+  absl::StatusOr<v1::ArrayInfo> column = api().CreateWithBytes(
+      session_, {1100, 1}, v1::DTYPE_FLOAT32, FloatBytes(std::vector<float>(1100, 1.0f)));
+  ASSERT_THAT(column, IsOk());
+  absl::StatusOr<v1::ArrayInfo> row = api().CreateWithBytes(
+      session_, {1, 1100}, v1::DTYPE_FLOAT32, FloatBytes(std::vector<float>(1100, 1.0f)));
+  ASSERT_THAT(row, IsOk());
+  grpc::ClientContext context;
+  std::unique_ptr<SubmitStream> stream = Open(context);
+  OpenAndReadPrefix(*stream);
+  ASSERT_TRUE(stream->Write(Request({Op("add", {column->handle(), row->handle()})}, /*sync=*/5)));
+  v1::SubmitResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  ASSERT_EQ(response.results_size(), 1);
+  EXPECT_EQ(response.results(0).code(), static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED));
+  EXPECT_EQ(response.results(0).reason(), "REASON_ARRAY_TOO_LARGE");
+  EXPECT_EQ(response.error().reason(), "REASON_ARRAY_TOO_LARGE");
+  EXPECT_EQ(response.error().index(), 0u);
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+TEST_F(SubmitTest, HalfCloseEndsTheStreamOkOnceItsOpsHaveRun) {
+  const std::string x = Array(std::vector<float>(1 << 16, 1.0f));
+  grpc::ClientContext context;
+  std::unique_ptr<SubmitStream> stream = Open(context);
+  const std::string prefix = OpenAndReadPrefix(*stream);
+  std::vector<v1::PipelinedOp> ops;
+  std::string last = x;
+  for (int i = 0; i < 100; ++i) {
+    ops.push_back(Op("add", {last, x}));
+    last = prefix + std::to_string(i);
+  }
+  ASSERT_TRUE(stream->Write(Request(ops)));  // no sync point
+  stream->WritesDone();
+  v1::SubmitResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  EXPECT_EQ(response.results_size(), 100);
+  EXPECT_FALSE(stream->Read(&response));
+  EXPECT_TRUE(stream->Finish().ok());
+  // The stream ended after its ops ran: no task of it is left, no wait needed.
+  EXPECT_EQ(RunningTasks(), 0);
+  absl::StatusOr<std::string> bytes = api().DownloadAll(session_, last);
+  ASSERT_THAT(bytes, IsOk());
+  EXPECT_EQ(Floats(*bytes)[0], 101.0f);
 }
 
 TEST_F(SubmitTest, OneStreamPerSession) {
