@@ -299,6 +299,22 @@ TEST_F(SubmitTest, StreamErrors) {
   ExpectDaemonServesAnotherClient();
 }
 
+TEST_F(SubmitTest, LaterRequestNamingAnotherSessionEndsTheStream) {
+  grpc::ClientContext context;
+  std::unique_ptr<SubmitStream> stream = Open(context);
+  OpenAndReadPrefix(*stream);
+  absl::StatusOr<std::string> other = api().OpenSession("submit");
+  ASSERT_THAT(other, IsOk());
+  v1::SubmitRequest request;
+  request.set_session_id(*other);
+  stream->Write(request);
+  v1::SubmitResponse response;
+  EXPECT_FALSE(stream->Read(&response));
+  grpc::Status finished = stream->Finish();
+  EXPECT_EQ(finished.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(finished.error_message(), HasSubstr("differs from the stream's session"));
+}
+
 TEST_F(SubmitTest, CancelledStreamWithOpsInFlightLeavesNothingRunning) {
   // Large enough that the ops are still queued when the client goes.
   const std::string x = Array(std::vector<float>(1 << 18, 1.0f));

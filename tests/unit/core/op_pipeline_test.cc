@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "daemon/core/core.h"
 #include "daemon/scheduler/clock.h"
+#include "daemon/service/request_strings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/base/status_macros.h"
@@ -132,7 +133,9 @@ TEST_F(OpPipelineTest, HandlePrefixIsAnOpaqueIdThatRequestsMayCarry) {
   EXPECT_EQ(pipeline->handle_prefix().back(), '.');
   // "a-" + 32 hex digits + "." + an index: printable, far below the 256-byte string rule.
   EXPECT_EQ(pipeline->handle_prefix().size(), 2u + 32u + 1u);
-  for (char c : pipeline->handle_prefix()) EXPECT_TRUE(std::isprint(static_cast<unsigned char>(c)));
+  EXPECT_THAT(service::ValidateRequestString(
+                  "handle", absl::StrCat(pipeline->handle_prefix(), uint64_t{1} << 63)),
+              IsOk());
 }
 
 TEST_F(OpPipelineTest, HandleIsUsableBeforeItsProducerRan) {
