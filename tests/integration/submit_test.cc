@@ -321,13 +321,24 @@ TEST_F(SubmitTest, CancelledStreamWithOpsInFlightLeavesNothingRunning) {
   grpc::ClientContext context;
   std::unique_ptr<SubmitStream> stream = Open(context);
   const std::string prefix = OpenAndReadPrefix(*stream);
-  std::vector<v1::PipelinedOp> ops;
+  // Two requests of 200 chained adds: the first answered (its ops queued, the last ones
+  // still in flight), the second written and the stream cancelled right away.
   std::string last = x;
-  for (int i = 0; i < 200; ++i) {
-    ops.push_back(Op("add", {last, x}));
-    last = prefix + std::to_string(i);
-  }
-  ASSERT_TRUE(stream->Write(Request(ops)));
+  int index = 0;
+  auto chain = [&] {
+    std::vector<v1::PipelinedOp> ops;
+    for (int i = 0; i < 200; ++i, ++index) {
+      ops.push_back(Op("add", {last, x}));
+      last = prefix + std::to_string(index);
+    }
+    return Request(ops);
+  };
+  ASSERT_TRUE(stream->Write(chain()));
+  v1::SubmitResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  ASSERT_EQ(response.results_size(), 200);
+  EXPECT_EQ(response.results(199).code(), kOk);
+  ASSERT_TRUE(stream->Write(chain()));
   context.TryCancel();
   EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
 
@@ -349,6 +360,8 @@ TEST_F(SubmitTest, CancelledStreamWithOpsInFlightLeavesNothingRunning) {
         return again->Finish().ok() && ok;
       },
       absl::Seconds(20)));
+  // Results of ops that were queued stay in the session until it closes.
+  EXPECT_THAT(api().Describe(session_, prefix + "199"), IsOk());
   ASSERT_THAT(api().Close(session_), IsOk());
   EXPECT_TRUE(WaitUntilDaemonHoldsNothing(absl::Seconds(20)));
   EXPECT_EQ(RunningTasks(), 0);
