@@ -175,8 +175,10 @@ void OpPipeline::CompletionLoop() {
 void OpPipeline::CompleteBatch(std::vector<Record>& batch) {
   // One wait for the batch: its ops share the session's stream, so once the last end event
   // completed every earlier one has. Each end event still carries its own op's error (the
-  // first error since the event before it), which WaitEvent on a completed event returns at
-  // once; likewise each op's device time. A batched device call can replace this loop.
+  // first error since the event before it: a CPU kernel's error is not sticky), so each is
+  // asked for it, and for its op's device time. On an in-process device a completed event
+  // answers at once; a device executor answers each in a round trip of its channel, which a
+  // batched device call (one message for the batch) is to replace here.
   Device& device = batch.back().work.device();
   const absl::Status last = device.WaitEvent(batch.back().work.end_event());
   std::vector<Failure> failures;
