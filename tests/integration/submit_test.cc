@@ -80,7 +80,12 @@ class SubmitTest : public DaemonTest {
     // The stub shares the fixture's channel: an open channel holds the daemon's shutdown
     // for its grace period.
     compute_.reset();
-    DaemonTest::TearDown();
+    DaemonTest::TearDown();  // stops the daemon: it must exit 0
+    if (held_stream_ != nullptr) {
+      held_context_.TryCancel();
+      held_stream_->Finish();
+      held_stream_.reset();
+    }
   }
 
   std::unique_ptr<SubmitStream> Open(grpc::ClientContext& context) {
@@ -112,6 +117,9 @@ class SubmitTest : public DaemonTest {
 
   std::unique_ptr<v1::ComputeService::Stub> compute_;
   std::string session_;
+  // A stream left open while TearDown stops the daemon.
+  grpc::ClientContext held_context_;
+  std::unique_ptr<SubmitStream> held_stream_;
 };
 
 TEST_F(SubmitTest, ResultsAreNamedPrefixPlusIndexAndRunInOrder) {
@@ -365,6 +373,21 @@ TEST_F(SubmitTest, CancelledStreamWithOpsInFlightLeavesNothingRunning) {
   ASSERT_THAT(api().Close(session_), IsOk());
   EXPECT_TRUE(WaitUntilDaemonHoldsNothing(absl::Seconds(20)));
   EXPECT_EQ(RunningTasks(), 0);
+}
+
+TEST_F(SubmitTest, DaemonStopsCleanlyWithAStreamOpenAndOpsInFlight) {
+  const std::string x = Array(std::vector<float>(1 << 18, 1.0f));
+  held_stream_ = Open(held_context_);
+  const std::string prefix = OpenAndReadPrefix(*held_stream_);
+  std::vector<v1::PipelinedOp> ops;
+  std::string last = x;
+  for (int i = 0; i < 200; ++i) {
+    ops.push_back(Op("add", {last, x}));
+    last = prefix + std::to_string(i);
+  }
+  ASSERT_TRUE(held_stream_->Write(Request(ops)));
+  // TearDown sends SIGTERM now: the server cancels the stream after its grace period, the
+  // ops drain, and gpukitd exits 0 (which TearDown checks).
 }
 
 }  // namespace
