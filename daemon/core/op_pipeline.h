@@ -27,7 +27,10 @@
 // every later RunOp and Free is refused with ABORTED "not run: op #i (name) failed before it"
 // until the next Sync. An op that fails on the device is known only once it has run: Sync
 // reports it. Sync returns the first failure (lowest index) since the previous Sync, refused
-// or failed on the device, and clears the failed state.
+// or failed on the device, and clears the failed state. A sticky device fault (one that
+// poisons the device, as a CUDA illegal address does) fails every op whose completion is
+// seen after it, so Sync may name an op queued before the one that faulted; its message
+// then says the device was poisoned by an earlier fault.
 //
 // Cost per op: the op's checks and admission, as Core::RunOp, and three messages to the
 // device (two RecordEvent, RunOp) with no wait; the completion thread waits once per batch

@@ -239,8 +239,10 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
         status = pipeline_->Free(index, op.free());
         break;
       case v1::PipelinedOp::KIND_NOT_SET:
+        // Named in later ops' ABORTED messages as "op #i (unset)".
         status = pipeline_->Refuse(
-            index, "", absl::InvalidArgumentError(absl::StrCat("op #", index, " has no kind")));
+            index, "unset",
+            absl::InvalidArgumentError(absl::StrCat("op #", index, " has no kind (run or free)")));
         break;
     }
     ToProto(status, result);

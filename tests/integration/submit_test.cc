@@ -204,6 +204,24 @@ TEST_F(SubmitTest, RefusedOpIsReportedWithItsIndexThenTheStreamIsCleanAfterTheSy
   EXPECT_EQ(Floats(*bytes), (std::vector<float>{2, 4, 6, 8}));
 }
 
+TEST_F(SubmitTest, OpWithoutKindIsRefused) {
+  grpc::ClientContext context;
+  std::unique_ptr<SubmitStream> stream = Open(context);
+  OpenAndReadPrefix(*stream);
+  ASSERT_TRUE(stream->Write(Request({v1::PipelinedOp(), Free("a-unknown")}, /*sync=*/3)));
+  v1::SubmitResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  ASSERT_EQ(response.results_size(), 2);
+  EXPECT_EQ(response.results(0).code(), kInvalidArgument);
+  EXPECT_THAT(response.results(0).message(), HasSubstr("has no kind"));
+  EXPECT_EQ(response.results(1).code(), kAborted);
+  EXPECT_EQ(response.results(1).op(), "free");
+  EXPECT_EQ(response.error().index(), 0u);
+  EXPECT_EQ(response.error().code(), kInvalidArgument);
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
 TEST_F(SubmitTest, RefusalCarriesItsReason) {
   // [1100, 1] + [1, 1100] broadcasts to 1100 x 1100 floats: 4.6 MiB, above maxArraySize.
   absl::StatusOr<v1::ArrayInfo> column = api().CreateWithBytes(
