@@ -6,13 +6,16 @@
 // cancelled stream with ops in flight leaves no task running and its session usable.
 #include <cstring>
 #include <memory>
+#include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/daemon_fixture.h"
+#include "tests/testing/random_seed.h"
 #include "tests/testing/status_matchers.h"
 
 namespace gpukit::testing {
@@ -406,6 +409,100 @@ TEST_F(SubmitTest, DaemonStopsCleanlyWithAStreamOpenAndOpsInFlight) {
   ASSERT_TRUE(held_stream_->Write(Request(ops)));
   // TearDown sends SIGTERM now: the server cancels the stream after its grace period, the
   // ops drain, and gpukitd exits 0 (which TearDown checks).
+}
+
+// Seeded: streams of several sessions at once, each ending its own way (half-close, or the
+// client going away after some request), with chains, frees and refused ops mixed in.
+// Whatever the interleaving, every stream ends, nothing stays running, and once the
+// sessions close the daemon holds nothing.
+TEST_F(SubmitTest, ConcurrentStreamsEndingAnyWayLeaveNothingBehind) {
+  const uint32_t seed = TestSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed << " (GPUKIT_TEST_SEED)");
+  constexpr int kStreams = 6;
+  std::vector<std::string> sessions;
+  std::vector<std::string> inputs;
+  for (int i = 0; i < kStreams; ++i) {
+    absl::StatusOr<std::string> session = api().OpenSession("submit-many");
+    ASSERT_THAT(session, IsOk());
+    sessions.push_back(*session);
+    absl::StatusOr<v1::ArrayInfo> x = api().CreateWithBytes(
+        *session, {4096}, v1::DTYPE_FLOAT32, FloatBytes(std::vector<float>(4096, 1.0f)));
+    ASSERT_THAT(x, IsOk());
+    inputs.push_back(x->handle());
+  }
+  std::mt19937 rng(seed);
+  struct Plan {
+    int requests;
+    int cancel_after;  // requests answered before the client goes; -1: half-close
+  };
+  std::vector<Plan> plans;
+  for (int i = 0; i < kStreams; ++i) {
+    const int requests = std::uniform_int_distribution<int>(1, 6)(rng);
+    const bool cancel = std::bernoulli_distribution(0.5)(rng);
+    plans.push_back(
+        {requests, cancel ? std::uniform_int_distribution<int>(0, requests - 1)(rng) : -1});
+  }
+  std::vector<grpc::StatusCode> ended(kStreams, grpc::StatusCode::UNKNOWN);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kStreams; ++i) {
+    clients.emplace_back([&, i, stream_seed = rng()] {
+      std::mt19937 local(stream_seed);
+      grpc::ClientContext context;
+      std::unique_ptr<SubmitStream> stream = compute_->Submit(&context);
+      v1::SubmitRequest first;
+      first.set_session_id(sessions[i]);
+      v1::SubmitResponse response;
+      if (!stream->Write(first) || !stream->Read(&response)) {
+        ended[i] = stream->Finish().error_code();
+        return;
+      }
+      const std::string prefix = response.handle_prefix();
+      std::string last = inputs[i];
+      int index = 0;
+      for (int r = 0; r < plans[i].requests; ++r) {
+        std::vector<v1::PipelinedOp> ops;
+        const int count = std::uniform_int_distribution<int>(1, 80)(local);
+        for (int k = 0; k < count; ++k) {
+          const int kind = std::uniform_int_distribution<int>(0, 9)(local);
+          if (kind == 0) {
+            ops.push_back(Free("a-unknown"));  // refused: fails the stream until the sync
+          } else if (kind == 1 && last != inputs[i]) {
+            ops.push_back(Free(last));
+            last = inputs[i];
+          } else {
+            ops.push_back(Op("add", {last, inputs[i]}));
+            last = prefix + std::to_string(index);
+          }
+          ++index;
+        }
+        const bool sync = std::bernoulli_distribution(0.5)(local);
+        if (!stream->Write(Request(ops, sync ? r + 1 : 0))) break;
+        if (plans[i].cancel_after == r) {
+          context.TryCancel();
+          break;
+        }
+        if (!stream->Read(&response)) break;
+        EXPECT_EQ(response.results_size(), count);
+      }
+      if (plans[i].cancel_after < 0) {
+        stream->WritesDone();
+        while (stream->Read(&response)) {
+        }
+      }
+      ended[i] = stream->Finish().error_code();
+    });
+  }
+  for (std::thread& client : clients) client.join();
+  for (int i = 0; i < kStreams; ++i) {
+    SCOPED_TRACE(::testing::Message() << "stream " << i << " of " << plans[i].requests
+                                      << " requests, cancel_after " << plans[i].cancel_after);
+    EXPECT_EQ(ended[i],
+              plans[i].cancel_after < 0 ? grpc::StatusCode::OK : grpc::StatusCode::CANCELLED);
+  }
+  EXPECT_TRUE(PollUntil([&] { return RunningTasks() == 0; }, absl::Seconds(30)));
+  for (const std::string& session : sessions) EXPECT_THAT(api().Close(session), IsOk());
+  EXPECT_THAT(api().Close(session_), IsOk());  // the fixture's
+  EXPECT_TRUE(WaitUntilDaemonHoldsNothing(absl::Seconds(30)));
 }
 
 }  // namespace
