@@ -87,7 +87,9 @@ class OpPipeline {
   // waiting for it to run; blocks while max_ops_in_flight ops are outstanding, and while
   // the task waits for admission. Errors: ABORTED while the pipeline is failed, NOT_FOUND
   // once the session ended (its lease renews with every op), FAILED_PRECONDITION after
-  // Close, and Core::RunOp's (refused: nothing was queued).
+  // Close, and Core::RunOp's: nothing was queued, but for a refused registration of the
+  // output (the session ended, or TOO_MANY_ARRAYS in a race), where the op still runs and
+  // its result is dropped.
   absl::StatusOr<ArrayView> RunOp(uint64_t index, absl::string_view op_name,
                                   absl::Span<const OpInput> inputs, const AttrMap& attrs,
                                   const TaskOptions& options = {});
