@@ -137,7 +137,10 @@ class RemoteDevice final : public Device {
   // there at once: an event whose work has not run is FAILED_PRECONDITION, never waited for.
   // Events of an executor that a restart replaced are FAILED_PRECONDITION; a restart during
   // the call is UNAVAILABLE with kExecutorFaultPayload "restart".
-  absl::Status EventsElapsedNs(absl::Span<const EventPair> pairs, absl::Span<int64_t> out) override;
+  // One WaitEvent for the last pair, then one executor request for the pairs not answered
+  // locally (more than 1024 of those take one request per 1024); pair by pair (the default)
+  // when that wait failed or a pair is not of the executor serving now.
+  std::vector<EventPairOutcome> WaitEventPairs(absl::Span<const EventPair> pairs) override;
 
   bool SupportsOp(absl::string_view op_name) const override;
   absl::Status RunOp(const OpLaunch& launch, StreamId stream) override;

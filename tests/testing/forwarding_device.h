@@ -177,9 +177,8 @@ class ForwardingDevice final : public Device {
   absl::StatusOr<int64_t> EventElapsedNs(EventId start, EventId end) override {
     return inner_->EventElapsedNs(start, end);
   }
-  absl::Status EventsElapsedNs(absl::Span<const EventPair> pairs,
-                               absl::Span<int64_t> out) override {
-    return inner_->EventsElapsedNs(pairs, out);
+  std::vector<EventPairOutcome> WaitEventPairs(absl::Span<const EventPair> pairs) override {
+    return inner_->WaitEventPairs(pairs);
   }
   bool SupportsOp(absl::string_view op_name) const override {
     return supports_op ? supports_op(op_name) : inner_->SupportsOp(op_name);
