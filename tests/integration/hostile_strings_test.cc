@@ -193,6 +193,8 @@ TEST_F(HostileStringsTest, WalkFindsTheStringFieldsOfEveryService) {
                          "/gpukit.v1.ComputeService/RunOp inputs[0].handle",
                          "/gpukit.v1.ComputeService/RunOp attrs key",
                          "/gpukit.v1.ComputeService/RunOp attrs[\"k\"].string_value",
+                         "/gpukit.v1.ComputeService/Submit ops[0].run.inputs[0].handle",
+                         "/gpukit.v1.ComputeService/Submit ops[0].free",
                          "/gpukit.v1.ComputeService/CompileKernel entries[0]",
                          "/gpukit.v1.ComputeService/LaunchKernel args[0].array",
                          "/gpukit.v1.AdminService/CreatePartition partition.name",
