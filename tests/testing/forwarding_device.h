@@ -76,6 +76,11 @@ class ForwardingDevice final : public Device {
   // nothing).
   std::function<absl::StatusOr<ExportedBuffer>(BufferId, ExportForm)> export_buffer;
 
+  // Called with every WaitEventPairs's pairs and the wrapped device's answer, before it is
+  // returned: a test may count the calls and pairs or change an outcome.
+  std::function<void(absl::Span<const EventPair>, std::vector<EventPairOutcome>&)>
+      after_wait_event_pairs;
+
   // Every stream created through this device so far, in order of creation.
   std::vector<StreamRecord> streams() const {
     absl::MutexLock lock(&records_mu_);
@@ -178,7 +183,9 @@ class ForwardingDevice final : public Device {
     return inner_->EventElapsedNs(start, end);
   }
   std::vector<EventPairOutcome> WaitEventPairs(absl::Span<const EventPair> pairs) override {
-    return inner_->WaitEventPairs(pairs);
+    std::vector<EventPairOutcome> outcomes = inner_->WaitEventPairs(pairs);
+    if (after_wait_event_pairs) after_wait_event_pairs(pairs, outcomes);
+    return outcomes;
   }
   bool SupportsOp(absl::string_view op_name) const override {
     return supports_op ? supports_op(op_name) : inner_->SupportsOp(op_name);
