@@ -132,14 +132,13 @@ class RemoteDevice final : public Device {
   absl::StatusOr<bool> QueryEvent(EventId event) override;
   absl::Status DestroyEvent(EventId event) override;
   absl::StatusOr<int64_t> EventElapsedNs(EventId start, EventId end) override;
-  // Pairs measured already by their end's wait (the end's wait measured from the start) are
-  // answered here; the rest in one round trip to the executor (per 1024 pairs), answered
-  // there at once: an event whose work has not run is FAILED_PRECONDITION, never waited for.
-  // Events of an executor that a restart replaced are FAILED_PRECONDITION; a restart during
-  // the call is UNAVAILABLE with kExecutorFaultPayload "restart".
-  // One WaitEvent for the last pair, then one executor request for the pairs not answered
-  // locally (more than 1024 of those take one request per 1024); pair by pair (the default)
-  // when that wait failed or a pair is not of the executor serving now.
+  // One WaitEvent for the last pair's end (a round trip), then the pairs measured already by
+  // their end's wait (measured from the start) are answered here and the rest in one more
+  // round trip (per 512 pairs), which the executor answers at once, each pair with its end
+  // event's own error (an event whose work has not run is FAILED_PRECONDITION, never waited
+  // for). Pair by pair (the default, the last's status reused) when that wait failed (a fault,
+  // a restart: each pair then gets what WaitEvent attributes to it), when a pair is not of the
+  // executor serving now or names an unknown event, or when the request fails.
   std::vector<EventPairOutcome> WaitEventPairs(absl::Span<const EventPair> pairs) override;
 
   bool SupportsOp(absl::string_view op_name) const override;
