@@ -1770,7 +1770,7 @@ std::vector<EventPairOutcome> RemoteDevice::WaitEventPairs(absl::Span<const Even
   {
     absl::MutexLock lock(&d.mu_);
     generation = d.generation_;
-    for (size_t i = 0; i < pairs.size() && !one_by_one; ++i) {
+    for (size_t i = 0; i < pairs.size(); ++i) {
       auto s = d.events_.find(pairs[i].start.value);
       auto e = d.events_.find(pairs[i].end.value);
       // What WaitEvent or EventElapsedNs answers without the executor (an unknown event, one
