@@ -74,21 +74,29 @@ absl::StatusOr<BufferId> Device::BufferInSegment(uint64_t key, int64_t /*offset*
 
 absl::Status Device::CheckHealth() { return absl::OkStatus(); }
 
-absl::Status Device::EventsElapsedNs(absl::Span<const EventPair> pairs, absl::Span<int64_t> out) {
-  if (out.size() != pairs.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("EventsElapsedNs: ", out.size(), " answers for ", pairs.size(), " pairs"));
-  }
-  for (size_t i = 0; i < pairs.size(); ++i) {
-    absl::StatusOr<int64_t> ns = EventElapsedNs(pairs[i].start, pairs[i].end);
-    if (!ns.ok()) return PrefixStatus(ns.status(), EventPairContext(i, pairs[i]));
-    out[i] = *ns;
-  }
-  return absl::OkStatus();
+std::vector<EventPairOutcome> Device::WaitEventPairs(absl::Span<const EventPair> pairs) {
+  if (pairs.empty()) return {};
+  // The last first: once it has completed every earlier one has, and each wait after it
+  // answers at once.
+  return WaitEventPairsOneByOne(*this, pairs, WaitEvent(pairs.back().end));
 }
 
-std::string EventPairContext(size_t index, const EventPair& pair) {
-  return absl::StrCat("pair ", index, " (events ", pair.start.value, ", ", pair.end.value, "): ");
+std::vector<EventPairOutcome> WaitEventPairsOneByOne(Device& device,
+                                                     absl::Span<const EventPair> pairs,
+                                                     absl::Status last) {
+  std::vector<EventPairOutcome> outcomes(pairs.size());
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    EventPairOutcome& outcome = outcomes[i];
+    outcome.status = i + 1 == pairs.size() ? std::move(last) : device.WaitEvent(pairs[i].end);
+    if (!outcome.status.ok()) continue;
+    absl::StatusOr<int64_t> ns = device.EventElapsedNs(pairs[i].start, pairs[i].end);
+    if (ns.ok()) {
+      outcome.elapsed_ns = *ns;
+    } else {
+      outcome.status = ns.status();
+    }
+  }
+  return outcomes;
 }
 
 absl::Status ValidateStreamOptions(const StreamOptions& options) {

@@ -9,7 +9,8 @@
 // Work is asynchronous and stream-ordered, as on a GPU: Copy*, RunOp and Launch enqueue
 // work on a stream and return once it is queued (validation errors are returned at once);
 // RecordEvent + WaitEvent observe completion and report the first execution error of the
-// work enqueued on that stream before the event.
+// work enqueued on that stream before the event. A batch of ops bracketed by events, waited
+// for once at its last event, gets each op's error and device time from WaitEventPairs.
 //
 //   GPUKIT_ASSIGN_OR_RETURN(BufferId buf, device.Allocate(1024));
 //   GPUKIT_RETURN_IF_ERROR(device.CopyHostToDevice(buf, 0, host, 1024, stream));
@@ -60,10 +61,17 @@ struct FunctionId {
   uint64_t value = 0;
 };
 
-// Two events of one stream, the device time between which is asked (EventsElapsedNs).
+// Two events of one stream that bracket one piece of work (an op): WaitEventPairs.
 struct EventPair {
   EventId start;
   EventId end;
+};
+// What WaitEventPairs gives for one pair: the status WaitEvent(end) returns (the first error of
+// the work enqueued between the event before `end` and `end`) and, where that is OK, the
+// device time EventElapsedNs(start, end) gives (an error of that becomes `status`; 0 then).
+struct EventPairOutcome {
+  absl::Status status;
+  int64_t elapsed_ns = 0;
 };
 
 // How an exported buffer's memory is named for another process (Device::ExportBuffer).
@@ -283,13 +291,16 @@ class Device {
   // event has not completed, INVALID_ARGUMENT for events of different streams or `end`
   // recorded before `start`.
   virtual absl::StatusOr<int64_t> EventElapsedNs(EventId start, EventId end) = 0;
-  // EventElapsedNs of every pair at once, into out[i]: what a batch of ops waited for at its
-  // last event needs (each op's device time). The default asks EventElapsedNs pair by pair; a
-  // device in another process answers them all in one round trip at most (RemoteDevice).
-  // Errors: INVALID_ARGUMENT when `out` is not as long as `pairs`; else the first failing
-  // pair's, as EventElapsedNs gives it, its message prefixed with "pair i (events s, e): "
-  // (out[] is then unspecified).
-  virtual absl::Status EventsElapsedNs(absl::Span<const EventPair> pairs, absl::Span<int64_t> out);
+  // Waits until the last pair's end event has completed, then gives, for each pair (events of
+  // one stream, each pair's end recorded no earlier than the one before it: a batch of
+  // pipelined ops), its EventPairOutcome: what a batch of ops that waits only for its last op
+  // needs (each op's own error and device time). Every pair gets an answer, whatever another
+  // pair's; an unknown event is that pair's NOT_FOUND, as WaitEvent gives it. Costs: the
+  // default waits and measures pair by pair (WaitEvent and EventElapsedNs each); a device in
+  // another process (RemoteDevice) takes one wait and at most one more round trip for the
+  // batch, unless the wait failed (a fault, a restart), when it too goes pair by pair so that
+  // each pair's error is what WaitEvent gives. Empty `pairs`: empty answer, no wait.
+  virtual std::vector<EventPairOutcome> WaitEventPairs(absl::Span<const EventPair> pairs);
 
   // Runs a built-in op planned by the OpRegistry. UNIMPLEMENTED if this backend has no
   // implementation of the op (see SupportsOp).
@@ -310,8 +321,13 @@ class Device {
 // for descriptors; an IPC handle's allocation is sized by the driver once opened).
 absl::Status CheckImportedRange(const ImportedMemory& memory);
 
-// "pair i (events s, e): ", what EventsElapsedNs puts before the error of pairs[i].
-std::string EventPairContext(size_t index, const EventPair& pair);
+// Device::WaitEventPairs's default, once the last pair's end was waited for with `last` as
+// its status: every other pair by WaitEvent(end), and each pair whose status is OK by
+// EventElapsedNs. For a device whose own path fails over to this one (RemoteDevice, after a
+// failed wait: the last's error is not asked twice).
+std::vector<EventPairOutcome> WaitEventPairsOneByOne(Device& device,
+                                                     absl::Span<const EventPair> pairs,
+                                                     absl::Status last);
 
 // INVALID_ARGUMENT naming the value when `options.sm_share` is not in (0, 1].
 absl::Status ValidateStreamOptions(const StreamOptions& options);

@@ -175,21 +175,22 @@ void OpPipeline::CompletionLoop() {
 void OpPipeline::CompleteBatch(std::vector<Record>& batch) {
   // One wait for the batch: its ops share the session's stream, so once the last end event
   // completed every earlier one has. Each end event still carries its own op's error (the
-  // first error since the event before it: a CPU kernel's error is not sticky), so each is
-  // asked for it, and for its op's device time. On an in-process device a completed event
-  // answers at once; a device executor answers each in a round trip of its channel, which a
-  // batched device call (one message for the batch) is to replace here.
+  // first error since the event before it: a CPU kernel's error is not sticky), and each op
+  // has its device time: WaitEventPairs gives both, in one call (on a device executor one
+  // wait and one more round trip for the batch, not one per op).
   Device& device = batch.back().work.device();
-  const absl::Status last = device.WaitEvent(batch.back().work.end_event());
+  std::vector<EventPair> pairs;
+  pairs.reserve(batch.size());
+  for (const Record& record : batch) {
+    pairs.push_back({record.work.start_event(), record.work.end_event()});
+  }
+  std::vector<EventPairOutcome> outcomes = device.WaitEventPairs(pairs);
   std::vector<Failure> failures;
   for (size_t i = 0; i < batch.size(); ++i) {
     Record& record = batch[i];
-    absl::Status status = i + 1 == batch.size() ? last : device.WaitEvent(record.work.end_event());
-    const absl::Duration device_time =
-        DeviceTimeBetween(device, record.work.start_event(), record.work.end_event());
-    status = core_.NoteExecutorFailure(*session_, device, absl::StrCat("op ", record.op),
-                                       std::move(status));
-    record.work.Finish(status, device_time);
+    absl::Status status = core_.NoteExecutorFailure(
+        *session_, device, absl::StrCat("op ", record.op), std::move(outcomes[i].status));
+    record.work.Finish(status, absl::Nanoseconds(outcomes[i].elapsed_ns));
     if (!status.ok()) failures.push_back({record.index, record.op, std::move(status)});
   }
   if (failures.empty()) return;

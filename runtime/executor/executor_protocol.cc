@@ -59,13 +59,33 @@ absl::StatusOr<ScopedFd> ReceiveExecutorMessage(int socket,
   return std::move(received.fd);
 }
 
+absl::Status WireStatus(int32_t code, std::string message) {
+  if (code < 0 || code > static_cast<int32_t>(absl::StatusCode::kUnauthenticated)) {
+    return absl::UnknownError(absl::StrCat("executor status code ", code, ": ", message));
+  }
+  return absl::Status(static_cast<absl::StatusCode>(code), std::move(message));
+}
+
 void SetReplyStatus(const absl::Status& status, executor::Reply& reply) {
   reply.set_code(static_cast<int32_t>(status.code()));
   reply.set_message(std::string(status.message()));
 }
 
 absl::Status ReplyStatus(const executor::Reply& reply) {
-  return absl::Status(static_cast<absl::StatusCode>(reply.code()), reply.message());
+  return WireStatus(reply.code(), reply.message());
+}
+
+void AddPairOutcome(const absl::Status& status, int64_t elapsed_ns, executor::Reply& reply) {
+  reply.add_pair_code(static_cast<int32_t>(status.code()));
+  reply.add_pair_message(std::string(status.message()));
+  reply.add_pair_elapsed_ns(status.ok() ? elapsed_ns : 0);
+}
+
+absl::Status PairStatus(const executor::Reply& reply, int i) {
+  if (i < 0 || i >= reply.pair_code_size() || i >= reply.pair_message_size()) {
+    return absl::InternalError(absl::StrCat("the executor's reply has no outcome for pair ", i));
+  }
+  return WireStatus(reply.pair_code(i), reply.pair_message(i));
 }
 
 void EncodeRunOp(const OpLaunch& launch, StreamId stream, executor::RunOp& out) {

@@ -32,8 +32,16 @@ absl::Status SendExecutorMessage(int socket, const google::protobuf::MessageLite
 // sleep in recvmsg; docs/benchmarks.md.)
 absl::StatusOr<ScopedFd> ReceiveExecutorMessage(int socket, google::protobuf::MessageLite& message);
 
+// A status as the executor's messages carry it: an absl::StatusCode as an int32 and a
+// message. WireStatus maps a code outside absl's to UNKNOWN.
+absl::Status WireStatus(int32_t code, std::string message);
 void SetReplyStatus(const absl::Status& status, executor::Reply& reply);
 absl::Status ReplyStatus(const executor::Reply& reply);
+// An ElapsedNs-with-pairs reply's per-pair outcome: appends one pair's status and device time
+// (0 unless the status is OK); PairStatus reads pair i's back (INTERNAL for an i the reply
+// does not hold).
+void AddPairOutcome(const absl::Status& status, int64_t elapsed_ns, executor::Reply& reply);
+absl::Status PairStatus(const executor::Reply& reply, int i);
 
 // OpLaunch <-> RunOp. Buffer ids travel as they are; `decode_buffer` maps each to the
 // device's (NOT_FOUND for one it does not know).

@@ -132,8 +132,14 @@ class ExecutorServer::Impl {
   void Handle(executor::Request& request, ScopedFd fd);
   void Reply(uint64_t seq, const absl::Status& status, int64_t value = 0,
              uint64_t elapsed_from = 0, int64_t elapsed_ns = 0);
-  // Answers an ElapsedNs with pairs on the reading thread, without waiting for any stream.
+  // Answers an ElapsedNs with pairs on the reading thread, without waiting for any stream:
+  // each pair's end event's status (EndEventStatus) and, where OK, its device time.
   void ReplyPairsElapsed(uint64_t seq, const executor::ElapsedNs& request);
+  // What a WaitEvent of gpukitd's completed event `id` answers (its enqueue_error, else the
+  // device's WaitEvent), without blocking: FAILED_PRECONDITION for an event whose RecordEvent
+  // its stream has not reached or whose work has not run, NOT_FOUND for an unknown or
+  // destroyed one.
+  absl::Status EndEventStatus(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   // The device's event for gpukitd's `id`, once its stream's enqueue thread has recorded it:
   // FAILED_PRECONDITION before, NOT_FOUND for an unknown or destroyed event, the error of its
   // recording when that failed.
@@ -277,28 +283,56 @@ absl::StatusOr<EventId> ExecutorServer::Impl::RecordedEvent(uint64_t id) {
   return event->device_event;
 }
 
+absl::Status ExecutorServer::Impl::EndEventStatus(uint64_t id) {
+  std::shared_ptr<EventState> event = FindEvent(id);
+  if (event == nullptr) return absl::NotFoundError(absl::StrCat("executor: no event ", id));
+  if (event->stream == nullptr) return event->enqueue_error;  // recorded on no stream
+  EventId device_event;
+  {
+    absl::MutexLock lock(&event->stream->error_mu);
+    if (!event->recorded) {
+      return absl::FailedPreconditionError(absl::StrCat("event ", id, " has not completed"));
+    }
+    // Recorded fine after failed work, the event carries that work's error all the same.
+    if (!event->enqueue_error.ok()) return event->enqueue_error;
+    if (event->device_event.value == 0) {
+      return absl::NotFoundError(absl::StrCat("executor: event ", id, " was destroyed"));
+    }
+    device_event = event->device_event;
+  }
+  // The reading thread must not block: only a completed event is waited for (at once).
+  GPUKIT_ASSIGN_OR_RETURN(bool done, device_.QueryEvent(device_event));
+  if (!done) return absl::FailedPreconditionError(absl::StrCat("event ", id, " has not completed"));
+  return device_.WaitEvent(device_event);
+}
+
 void ExecutorServer::Impl::ReplyPairsElapsed(uint64_t seq, const executor::ElapsedNs& request) {
+  if (seq == 0 || faulted_.load()) return;  // see Reply
   executor::FromExecutor message;
   executor::Reply& reply = *message.mutable_reply();
   reply.set_seq(seq);
-  absl::Status status;
-  for (int i = 0; i < request.pairs_size() && status.ok(); ++i) {
-    const executor::EventPair& pair = request.pairs(i);
-    absl::StatusOr<int64_t> ns = [&]() -> absl::StatusOr<int64_t> {
+  for (const executor::EventPair& pair : request.pairs()) {
+    int64_t elapsed_ns = 0;
+    absl::Status status = [&]() -> absl::Status {
+      GPUKIT_RETURN_IF_ERROR(EndEventStatus(pair.end()));
       GPUKIT_ASSIGN_OR_RETURN(EventId start, RecordedEvent(pair.start()));
       GPUKIT_ASSIGN_OR_RETURN(EventId end, RecordedEvent(pair.end()));
-      return device_.EventElapsedNs(start, end);
+      GPUKIT_ASSIGN_OR_RETURN(elapsed_ns, device_.EventElapsedNs(start, end));
+      return absl::OkStatus();
     }();
-    if (ns.ok()) {
-      reply.add_pair_elapsed_ns(*ns);
-    } else {
-      status = ns.status();
-      reply.set_int_value(i + 1);
+    AddPairOutcome(status, elapsed_ns, reply);
+  }
+  SetReplyStatus(absl::OkStatus(), reply);
+  // Many long errors could outgrow a datagram (gpukitd asks <= 512 pairs at once): then each
+  // message is cut to an even share of the room.
+  if (message.ByteSizeLong() > kMaxExecutorMessageBytes && reply.pair_message_size() > 0) {
+    const size_t share =
+        (kMaxExecutorMessageBytes - 1024) / static_cast<size_t>(reply.pair_message_size());
+    const size_t keep = share > 32 ? share - 32 : 0;
+    for (std::string& text : *reply.mutable_pair_message()) {
+      if (text.size() > keep) text.resize(keep);
     }
   }
-  if (seq == 0 || faulted_.load()) return;  // see Reply
-  SetReplyStatus(status, reply);
-  if (!status.ok()) reply.clear_pair_elapsed_ns();
   SendExecutorMessage(socket_.get(), message).IgnoreError();
 }
 

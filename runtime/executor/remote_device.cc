@@ -44,7 +44,9 @@ struct Pending {
   int64_t value = 0;
   uint64_t elapsed_from = 0;  // a wait's: Reply.elapsed_from and elapsed_ns
   int64_t elapsed_ns = 0;
-  std::vector<int64_t> pair_elapsed_ns;  // an ElapsedNs with pairs: Reply.pair_elapsed_ns
+  // An ElapsedNs with pairs: each pair's device time and status (Reply.pair_*).
+  std::vector<int64_t> pair_elapsed_ns;
+  std::vector<absl::Status> pair_status;
   // For waits: the stream and when the wait began (the hang watchdog), and whether the work
   // it covers includes a kernel launch (fault attribution).
   bool is_wait = false;
@@ -520,6 +522,10 @@ void RemoteDevice::Impl::ReadLoop(Executor* executor) {
           pending->elapsed_ns = message.reply().elapsed_ns();
           pending->pair_elapsed_ns.assign(message.reply().pair_elapsed_ns().begin(),
                                           message.reply().pair_elapsed_ns().end());
+          pending->pair_status.clear();
+          for (int i = 0; i < message.reply().pair_elapsed_ns_size(); ++i) {
+            pending->pair_status.push_back(PairStatus(message.reply(), i));
+          }
           pending->Complete(ReplyStatus(message.reply()), message.reply().int_value());
         }
         break;
@@ -1750,40 +1756,47 @@ absl::StatusOr<int64_t> RemoteDevice::EventElapsedNs(EventId start, EventId end)
   return d.Call(request, -1, nullptr, generation);
 }
 
-absl::Status RemoteDevice::EventsElapsedNs(absl::Span<const EventPair> pairs,
-                                           absl::Span<int64_t> out) {
+std::vector<EventPairOutcome> RemoteDevice::WaitEventPairs(absl::Span<const EventPair> pairs) {
+  if (pairs.empty()) return {};
   Impl& d = *impl_;
-  if (out.size() != pairs.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("EventsElapsedNs: ", out.size(), " answers for ", pairs.size(), " pairs"));
-  }
+  absl::Status last = WaitEvent(pairs.back().end);
+  // A failed wait (a fault, a restart: rare) goes pair by pair, so that each pair's error is
+  // what WaitEvent attributes to it (a culprit's, a restart's).
+  if (!last.ok()) return WaitEventPairsOneByOne(*this, pairs, std::move(last));
+  std::vector<EventPairOutcome> outcomes(pairs.size());
   std::vector<size_t> asked;  // the pairs the executor answers, by index
   uint64_t generation;
+  bool one_by_one = false;
   {
     absl::MutexLock lock(&d.mu_);
     generation = d.generation_;
     for (size_t i = 0; i < pairs.size(); ++i) {
       auto s = d.events_.find(pairs[i].start.value);
       auto e = d.events_.find(pairs[i].end.value);
-      absl::Status invalid;
-      if (s == d.events_.end() || e == d.events_.end()) {
-        invalid = absl::NotFoundError("unknown event");
-      } else if (s->second.stream != e->second.stream) {
-        invalid = absl::InvalidArgumentError("events of different streams");
-      } else if (s->second.generation != generation || e->second.generation != generation) {
-        invalid = absl::FailedPreconditionError("the events' executor restarted");
+      // What WaitEvent or EventElapsedNs answers without the executor (an unknown event, one
+      // of an earlier executor, work a restart cut short, ...): they do, pair by pair.
+      if (s == d.events_.end() || e == d.events_.end() || s->second.stream != e->second.stream ||
+          s->second.generation != generation || e->second.generation != generation) {
+        one_by_one = true;
+        break;
       }
-      if (!invalid.ok()) return PrefixStatus(invalid, EventPairContext(i, pairs[i]));
-      // Measured already when the end's wait came back (as in EventElapsedNs).
+      auto stream = d.streams_.find(e->second.stream);
+      if (stream != d.streams_.end() && e->second.previous_seq + 1 < stream->second.lost_below &&
+          e->second.seq >= stream->second.lost_below) {
+        one_by_one = true;
+        break;
+      }
+      // Waited for already, and measured when the end's wait came back (as in EventElapsedNs).
       if (e->second.completed && e->second.elapsed_from == pairs[i].start.value) {
-        out[i] = e->second.elapsed_ns;
+        outcomes[i].elapsed_ns = e->second.elapsed_ns;
       } else {
         asked.push_back(i);
       }
     }
   }
-  // The rest in one request (a datagram holds ~2000 pairs: more take one request per batch).
-  constexpr size_t kPairsPerRequest = 1024;
+  if (one_by_one) return WaitEventPairsOneByOne(*this, pairs, std::move(last));
+  // The rest in one request (a datagram holds ~1000 outcomes: more take one request each).
+  constexpr size_t kPairsPerRequest = 512;
   for (size_t first = 0; first < asked.size(); first += kPairsPerRequest) {
     const size_t count = std::min(kPairsPerRequest, asked.size() - first);
     executor::Request request;
@@ -1794,23 +1807,28 @@ absl::Status RemoteDevice::EventsElapsedNs(absl::Span<const EventPair> pairs,
     }
     auto pending = std::make_shared<Pending>();
     absl::Status status = d.Call(request, -1, pending, generation).status();
+    if (status.ok() &&
+        (pending->pair_elapsed_ns.size() != count || pending->pair_status.size() != count)) {
+      status = absl::InternalError(absl::StrCat(
+          "the executor answered ", pending->pair_status.size(), " of ", count, " event pairs"));
+    }
     if (!status.ok()) {
-      // The executor names the failing pair by 1 + its place in the request; a restart
-      // names none.
-      const int64_t failed =
-          status.GetPayload(kExecutorFaultPayload).has_value() ? 0 : pending->value;
-      if (failed < 1 || static_cast<size_t>(failed) > count) return status;
-      const size_t index = asked[first + static_cast<size_t>(failed) - 1];
-      return PrefixStatus(status, EventPairContext(index, pairs[index]));
+      // The executor went (a restart) or answered wrong: every pair as WaitEvent says.
+      return WaitEventPairsOneByOne(*this, pairs, absl::OkStatus());
     }
-    if (pending->pair_elapsed_ns.size() != count) {
-      return absl::InternalError(absl::StrCat("the executor answered ",
-                                              pending->pair_elapsed_ns.size(), " of ", count,
-                                              " event pairs"));
+    absl::MutexLock lock(&d.mu_);
+    for (size_t j = 0; j < count; ++j) {
+      const size_t i = asked[first + j];
+      outcomes[i].status = std::move(pending->pair_status[j]);
+      outcomes[i].elapsed_ns = outcomes[i].status.ok() ? pending->pair_elapsed_ns[j] : 0;
+      // As a wait that came back OK: a later WaitEvent answers without the executor.
+      if (auto e = d.events_.find(pairs[i].end.value);
+          outcomes[i].status.ok() && e != d.events_.end()) {
+        e->second.completed = true;
+      }
     }
-    for (size_t j = 0; j < count; ++j) out[asked[first + j]] = pending->pair_elapsed_ns[j];
   }
-  return absl::OkStatus();
+  return outcomes;
 }
 
 bool RemoteDevice::SupportsOp(absl::string_view op_name) const {

@@ -132,12 +132,14 @@ class RemoteDevice final : public Device {
   absl::StatusOr<bool> QueryEvent(EventId event) override;
   absl::Status DestroyEvent(EventId event) override;
   absl::StatusOr<int64_t> EventElapsedNs(EventId start, EventId end) override;
-  // Pairs measured already by their end's wait (the end's wait measured from the start) are
-  // answered here; the rest in one round trip to the executor (per 1024 pairs), answered
-  // there at once: an event whose work has not run is FAILED_PRECONDITION, never waited for.
-  // Events of an executor that a restart replaced are FAILED_PRECONDITION; a restart during
-  // the call is UNAVAILABLE with kExecutorFaultPayload "restart".
-  absl::Status EventsElapsedNs(absl::Span<const EventPair> pairs, absl::Span<int64_t> out) override;
+  // One WaitEvent for the last pair's end (a round trip), then the pairs measured already by
+  // their end's wait (measured from the start) are answered here and the rest in one more
+  // round trip (per 512 pairs), which the executor answers at once, each pair with its end
+  // event's own error (an event whose work has not run is FAILED_PRECONDITION, never waited
+  // for). Pair by pair (the default, the last's status reused) when that wait failed (a fault,
+  // a restart: each pair then gets what WaitEvent attributes to it), when a pair is not of the
+  // executor serving now or names an unknown event, or when the request fails.
+  std::vector<EventPairOutcome> WaitEventPairs(absl::Span<const EventPair> pairs) override;
 
   bool SupportsOp(absl::string_view op_name) const override;
   absl::Status RunOp(const OpLaunch& launch, StreamId stream) override;

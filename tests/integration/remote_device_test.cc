@@ -109,8 +109,8 @@ class RemoteDeviceTest : public ::testing::Test {
     GPUKIT_ASSERT_OK(Sync(stream));
   }
 
-  // Enqueues the built-in `op` over the op input into the op output.
-  absl::Status RunOp(absl::string_view op, StreamId stream) {
+  // Enqueues the built-in `op` over the op input into the op output (or `output`).
+  absl::Status RunOp(absl::string_view op, StreamId stream, BufferId output = BufferId{}) {
     const OpRegistry& registry = OpRegistry::Builtin();
     OpLaunch launch;
     GPUKIT_ASSIGN_OR_RETURN(launch.op, registry.Find(op));
@@ -121,7 +121,7 @@ class RemoteDeviceTest : public ::testing::Test {
     operand.buffer = op_input_;
     operand.desc = desc.tensor;
     launch.inputs = {operand};
-    launch.output = op_output_;
+    launch.output = output.value != 0 ? output : op_output_;
     return device_->RunOp(launch, stream);
   }
 
@@ -454,14 +454,14 @@ TEST_F(RemoteDeviceTest, EventElapsedNsIsAnsweredCachedOrNot) {
   }
 }
 
-// Several pairs at once (EventsElapsedNs): the answers EventElapsedNs gives one by one, for
-// one round trip to the executor at most; none when every pair was measured by its end's wait.
-TEST_F(RemoteDeviceTest, EventsElapsedNsAnswersEveryPairInOneRoundTrip) {
+// A batch of ops waited for at its last event (WaitEventPairs): each pair's outcome is what
+// WaitEvent and EventElapsedNs give one by one, for one wait and one more round trip at most;
+// no more than the wait when every pair was measured by its end's wait.
+TEST_F(RemoteDeviceTest, WaitEventPairsTakesOneWaitAndOneRoundTrip) {
   Start();
   GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
-  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId other, device_->CreateStream(StreamPriority::kNormal));
   MakeOpBuffers(stream);
-  // A batch of three ops on `stream` waited for at its last event, and two events on `other`.
+  // A batch of three ops on `stream`, none waited for yet.
   std::vector<EventId> events;
   for (int i = 0; i < 4; ++i) {
     if (i > 0) {
@@ -470,121 +470,134 @@ TEST_F(RemoteDeviceTest, EventsElapsedNsAnswersEveryPairInOneRoundTrip) {
     GPUKIT_ASSERT_OK_AND_ASSIGN(EventId event, device_->RecordEvent(stream));
     events.push_back(event);
   }
-  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId other_start, device_->RecordEvent(other));
-  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId other_end, device_->RecordEvent(other));
-  GPUKIT_ASSERT_OK(device_->WaitEvent(events[3]));
-  GPUKIT_ASSERT_OK(device_->WaitEvent(other_end));
-
-  const std::vector<EventPair> pairs = {{events[0], events[1]}, {events[1], events[2]},
-                                        {events[2], events[3]}, {events[0], events[3]},
-                                        {events[1], events[1]}, {other_start, other_end}};
-  std::vector<int64_t> batch(pairs.size(), -1);
+  const std::vector<EventPair> pairs = {{events[0], events[1]},
+                                        {events[1], events[2]},
+                                        {events[2], events[3]},
+                                        {events[0], events[3]}};
   const int64_t before = device_->executor_state().round_trips;
-  GPUKIT_ASSERT_OK(device_->EventsElapsedNs(pairs, absl::MakeSpan(batch)));
-  EXPECT_EQ(device_->executor_state().round_trips - before, 1);
+  const std::vector<EventPairOutcome> batch = device_->WaitEventPairs(pairs);
+  EXPECT_EQ(device_->executor_state().round_trips - before, 2);  // the wait, the rest
+  ASSERT_EQ(batch.size(), pairs.size());
   for (size_t i = 0; i < pairs.size(); ++i) {
+    GPUKIT_EXPECT_OK(batch[i].status) << "pair " << i;
+    GPUKIT_EXPECT_OK(device_->WaitEvent(pairs[i].end));
     GPUKIT_ASSERT_OK_AND_ASSIGN(int64_t single,
                                 device_->EventElapsedNs(pairs[i].start, pairs[i].end));
-    EXPECT_EQ(batch[i], single) << "pair " << i;
-    EXPECT_GE(batch[i], 0) << "pair " << i;
+    EXPECT_EQ(batch[i].elapsed_ns, single) << "pair " << i;
+    EXPECT_GE(batch[i].elapsed_ns, 0) << "pair " << i;
   }
-  EXPECT_EQ(batch[4], 0);
-  EXPECT_EQ(batch[3], batch[0] + batch[1] + batch[2]);
+  EXPECT_EQ(batch[3].elapsed_ns, batch[0].elapsed_ns + batch[1].elapsed_ns + batch[2].elapsed_ns);
 
-  // Pairs the waits measured (each end's wait measured from the event before it) cost none.
-  const std::vector<EventPair> measured = {{events[2], events[3]}, {other_start, other_end}};
-  std::vector<int64_t> cached(measured.size(), -1);
+  // The pair the last wait measured (from the event before its end) costs nothing more.
   const int64_t before_cached = device_->executor_state().round_trips;
-  GPUKIT_ASSERT_OK(device_->EventsElapsedNs(measured, absl::MakeSpan(cached)));
+  const std::vector<EventPairOutcome> cached = device_->WaitEventPairs({{events[2], events[3]}});
   EXPECT_EQ(device_->executor_state().round_trips, before_cached);
-  EXPECT_EQ(cached[0], batch[2]);
-  EXPECT_EQ(cached[1], batch[5]);
+  ASSERT_EQ(cached.size(), 1u);
+  GPUKIT_EXPECT_OK(cached[0].status);
+  EXPECT_EQ(cached[0].elapsed_ns, batch[2].elapsed_ns);
 
-  // Nothing asked, nothing sent; answers that do not fit are refused.
-  GPUKIT_EXPECT_OK(device_->EventsElapsedNs({}, {}));
-  std::vector<int64_t> short_out(1);
-  EXPECT_THAT(device_->EventsElapsedNs(pairs, absl::MakeSpan(short_out)),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  // Nothing asked, nothing sent.
+  const int64_t before_empty = device_->executor_state().round_trips;
+  EXPECT_TRUE(device_->WaitEventPairs({}).empty());
+  EXPECT_EQ(device_->executor_state().round_trips, before_empty);
   for (EventId event : events) GPUKIT_EXPECT_OK(device_->DestroyEvent(event));
-  GPUKIT_EXPECT_OK(device_->DestroyEvent(other_start));
-  GPUKIT_EXPECT_OK(device_->DestroyEvent(other_end));
 }
 
-// The first failing pair's error names it: events of two streams are INVALID_ARGUMENT, an
-// unknown event NOT_FOUND, and an event whose work has not run FAILED_PRECONDITION, answered at
-// once (the stream behind it hangs: the call must not wait for it).
-TEST_F(RemoteDeviceTest, EventsElapsedNsNamesTheFailingPair) {
+// An op in the middle of the batch fails (its output is too small: the executor's enqueue
+// fails, and the event after it is recorded fine but carries that error): its pair, and only
+// its pair, gets the error WaitEvent gives, still in one wait and one round trip.
+TEST_F(RemoteDeviceTest, WaitEventPairsGivesAFailingOpsErrorToItsPairOnly) {
+  Start();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
+  MakeOpBuffers(stream);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId too_small, device_->Allocate(4));
+  std::vector<EventId> events;
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId first, device_->RecordEvent(stream));
+  events.push_back(first);
+  for (int i = 0; i < 3; ++i) {
+    GPUKIT_ASSERT_OK(RunOp("neg", stream, i == 1 ? too_small : BufferId{}));
+    GPUKIT_ASSERT_OK_AND_ASSIGN(EventId event, device_->RecordEvent(stream));
+    events.push_back(event);
+  }
+  const std::vector<EventPair> pairs = {
+      {events[0], events[1]}, {events[1], events[2]}, {events[2], events[3]}};
+  const int64_t before = device_->executor_state().round_trips;
+  const std::vector<EventPairOutcome> batch = device_->WaitEventPairs(pairs);
+  EXPECT_EQ(device_->executor_state().round_trips - before, 2);
+  ASSERT_EQ(batch.size(), pairs.size());
+  GPUKIT_EXPECT_OK(batch[0].status);
+  EXPECT_THAT(batch[1].status, StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_EQ(batch[1].elapsed_ns, 0);
+  GPUKIT_EXPECT_OK(batch[2].status);
+  // What the wait of the failing op's event says, code and message.
+  const absl::Status single = device_->WaitEvent(events[2]);
+  EXPECT_EQ(batch[1].status, single);
+  GPUKIT_EXPECT_OK(device_->WaitEvent(events[1]));
+  for (EventId event : events) GPUKIT_EXPECT_OK(device_->DestroyEvent(event));
+}
+
+// A pair whose end has not run is FAILED_PRECONDITION, answered at once: the batch names its
+// last end, which has run, and an earlier pair on another stream stuck behind a hang must not
+// hold the call up (the executor answers without waiting for any stream).
+TEST_F(RemoteDeviceTest, WaitEventPairsDoesNotWaitForAnEarlierPairsEnd) {
   Start();
   GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
   GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId other, device_->CreateStream(StreamPriority::kNormal));
   MakeOpBuffers(stream);
-  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId first, device_->RecordEvent(other));
-  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId second, device_->RecordEvent(other));
-  GPUKIT_ASSERT_OK(device_->WaitEvent(second));
   GPUKIT_ASSERT_OK_AND_ASSIGN(EventId before, device_->RecordEvent(stream));
   GPUKIT_ASSERT_OK(device_->WaitEvent(before));
-  std::vector<int64_t> out(2);
-
-  const std::vector<EventPair> across = {{first, second}, {first, before}};
-  const absl::Status streams = device_->EventsElapsedNs(across, absl::MakeSpan(out));
-  EXPECT_THAT(streams, StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(std::string(streams.message()), ::testing::StartsWith("pair 1 ("));
-
-  const std::vector<EventPair> unknown = {{EventId{second.value + 1000}, second}, {first, second}};
-  const absl::Status missing = device_->EventsElapsedNs(unknown, absl::MakeSpan(out));
-  EXPECT_THAT(missing, StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_THAT(std::string(missing.message()), ::testing::StartsWith("pair 0 ("));
-
   GPUKIT_ASSERT_OK(RunOp("_test_hang", stream));
   GPUKIT_ASSERT_OK_AND_ASSIGN(EventId after, device_->RecordEvent(stream));
-  const std::vector<EventPair> pending = {{first, second}, {before, after}};
-  const absl::Status incomplete = device_->EventsElapsedNs(pending, absl::MakeSpan(out));
-  EXPECT_THAT(incomplete, StatusIs(absl::StatusCode::kFailedPrecondition));
-  EXPECT_THAT(std::string(incomplete.message()),
-              ::testing::StartsWith(
-                  absl::StrCat("pair 1 (events ", before.value, ", ", after.value, "): ")));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId first, device_->RecordEvent(other));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId second, device_->RecordEvent(other));
+  // Not a batch of one stream (the contract's misuse), but each pair is of one stream.
+  const std::vector<EventPairOutcome> batch =
+      device_->WaitEventPairs({{before, after}, {first, second}});
+  ASSERT_EQ(batch.size(), 2u);
+  EXPECT_THAT(batch[0].status, StatusIs(absl::StatusCode::kFailedPrecondition));
+  GPUKIT_EXPECT_OK(batch[1].status);
   // The device is destroyed with the stream still hanging (the executor is killed).
 }
 
-// Events of an executor that a restart replaced have no device time any more: the call fails
-// at once, whether the restart is over or under way, and pairs of the new executor work.
-TEST_F(RemoteDeviceTest, EventsElapsedNsFailsCleanlyAfterARestart) {
+// After a restart the batch's pairs get what WaitEvent gives them (pair by pair: the fault's
+// culprit its fault, the others the restart), and a batch of the new executor takes one wait
+// and one round trip again.
+TEST_F(RemoteDeviceTest, WaitEventPairsGoesPairByPairAfterARestart) {
   Start();
   GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
   MakeOpBuffers(stream);
   GPUKIT_ASSERT_OK_AND_ASSIGN(EventId start, device_->RecordEvent(stream));
   GPUKIT_ASSERT_OK(RunOp("neg", stream));
   GPUKIT_ASSERT_OK_AND_ASSIGN(EventId middle, device_->RecordEvent(stream));
-  GPUKIT_ASSERT_OK(RunOp("neg", stream));
+  GPUKIT_ASSERT_OK(RunOp("_test_fault", stream));
   GPUKIT_ASSERT_OK_AND_ASSIGN(EventId end, device_->RecordEvent(stream));
-  GPUKIT_ASSERT_OK(device_->WaitEvent(end));
-  const std::vector<EventPair> pairs = {{start, middle}, {middle, end}, {start, end}};
-  std::vector<int64_t> out(pairs.size());
-
-  const ExecutorState before = device_->executor_state();
-  ASSERT_EQ(::kill(static_cast<pid_t>(before.pid), SIGKILL), 0);
-  // Under way or over: UNAVAILABLE ("restart", or "exited" where the send saw the death), or
-  // FAILED_PRECONDITION once the generation moved on.
-  const absl::Status during = device_->EventsElapsedNs(pairs, absl::MakeSpan(out));
-  EXPECT_THAT(during, AnyOf(StatusIs(absl::StatusCode::kUnavailable),
-                            StatusIs(absl::StatusCode::kFailedPrecondition)));
+  const std::vector<EventPair> pairs = {{start, middle}, {middle, end}};
+  const std::vector<EventPairOutcome> faulted = device_->WaitEventPairs(pairs);
+  ASSERT_EQ(faulted.size(), pairs.size());
+  // The fault's own op: ABORTED with the fault, as Sync gives it in DestructionLeavesNoExecutor.
+  EXPECT_THAT(faulted[1].status, StatusIs(absl::StatusCode::kAborted));
+  EXPECT_EQ(KindOf(faulted[1].status), "fault");
+  EXPECT_EQ(faulted[1].elapsed_ns, 0);
+  // The op before it ran, but its event's executor is gone: whatever WaitEvent says (OK when
+  // that op was seen complete, else the restart), and never the fault.
+  EXPECT_NE(KindOf(faulted[0].status), "fault");
   AwaitServing(stream);
   ASSERT_EQ(device_->executor_state().restarts, 1);
-  // Over: even the pair the end's wait measured is refused, naming the first pair.
-  const absl::Status after = device_->EventsElapsedNs(pairs, absl::MakeSpan(out));
-  EXPECT_THAT(after, StatusIs(absl::StatusCode::kFailedPrecondition));
-  EXPECT_THAT(std::string(after.message()), ::testing::StartsWith("pair 0 ("));
 
   GPUKIT_ASSERT_OK_AND_ASSIGN(EventId fresh_start, device_->RecordEvent(stream));
   GPUKIT_ASSERT_OK(RunOp("neg", stream));
   GPUKIT_ASSERT_OK_AND_ASSIGN(EventId fresh_middle, device_->RecordEvent(stream));
+  GPUKIT_ASSERT_OK(RunOp("neg", stream));
   GPUKIT_ASSERT_OK_AND_ASSIGN(EventId fresh_end, device_->RecordEvent(stream));
-  GPUKIT_ASSERT_OK(device_->WaitEvent(fresh_end));
-  const std::vector<EventPair> fresh = {{fresh_start, fresh_middle}, {fresh_start, fresh_end}};
-  std::vector<int64_t> fresh_out(fresh.size(), -1);
-  GPUKIT_ASSERT_OK(device_->EventsElapsedNs(fresh, absl::MakeSpan(fresh_out)));
-  EXPECT_GE(fresh_out[0], 0);
-  EXPECT_GE(fresh_out[1], fresh_out[0]);  // the span includes the first
+  const std::vector<EventPair> fresh = {{fresh_start, fresh_middle}, {fresh_middle, fresh_end}};
+  const int64_t before = device_->executor_state().round_trips;
+  const std::vector<EventPairOutcome> again = device_->WaitEventPairs(fresh);
+  EXPECT_EQ(device_->executor_state().round_trips - before, 2);
+  ASSERT_EQ(again.size(), fresh.size());
+  for (const EventPairOutcome& outcome : again) {
+    GPUKIT_EXPECT_OK(outcome.status);
+    EXPECT_GE(outcome.elapsed_ns, 0);
+  }
   for (EventId event : {start, middle, end, fresh_start, fresh_middle, fresh_end}) {
     GPUKIT_EXPECT_OK(device_->DestroyEvent(event));
   }

@@ -76,6 +76,11 @@ class ForwardingDevice final : public Device {
   // nothing).
   std::function<absl::StatusOr<ExportedBuffer>(BufferId, ExportForm)> export_buffer;
 
+  // Called with every WaitEventPairs's pairs and the wrapped device's answer, before it is
+  // returned: a test may count the calls and pairs or change an outcome.
+  std::function<void(absl::Span<const EventPair>, std::vector<EventPairOutcome>&)>
+      after_wait_event_pairs;
+
   // Every stream created through this device so far, in order of creation.
   std::vector<StreamRecord> streams() const {
     absl::MutexLock lock(&records_mu_);
@@ -177,9 +182,10 @@ class ForwardingDevice final : public Device {
   absl::StatusOr<int64_t> EventElapsedNs(EventId start, EventId end) override {
     return inner_->EventElapsedNs(start, end);
   }
-  absl::Status EventsElapsedNs(absl::Span<const EventPair> pairs,
-                               absl::Span<int64_t> out) override {
-    return inner_->EventsElapsedNs(pairs, out);
+  std::vector<EventPairOutcome> WaitEventPairs(absl::Span<const EventPair> pairs) override {
+    std::vector<EventPairOutcome> outcomes = inner_->WaitEventPairs(pairs);
+    if (after_wait_event_pairs) after_wait_event_pairs(pairs, outcomes);
+    return outcomes;
   }
   bool SupportsOp(absl::string_view op_name) const override {
     return supports_op ? supports_op(op_name) : inner_->SupportsOp(op_name);

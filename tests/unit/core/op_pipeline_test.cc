@@ -1,7 +1,8 @@
 // OpPipeline (daemon/core/op_pipeline.h) over a CPU device and a FakeClock: ops queued
 // without waiting give the values a synchronous chain gives, in order; handles are
 // prefix + index and usable at once; a refused op is reported by Sync with its index and
-// fails the pipeline until then; a device failure is reported by Sync; the in-flight cap
+// fails the pipeline until then; a device failure is reported by Sync; each op takes the
+// outcome of its own event pair from the batch's one WaitEventPairs; the in-flight cap
 // holds; a session closed under queued ops leaves no task and no memory behind; and the
 // device time of pipelined ops is accounted like RunOp's.
 #include "daemon/core/op_pipeline.h"
@@ -303,6 +304,51 @@ TEST_F(OpPipelineTest, PipelineDroppedWithOpsInFlightDrainsThem) {
   EXPECT_EQ(RunningTasks(), 0);
   EXPECT_THAT(Read(last, 4096), Each(51.0f));
   EXPECT_EQ(core().array_count(), 51);
+}
+
+// Every op completes through WaitEventPairs (one call per batch, one pair per op, in order),
+// and the error its pair carries is that op's alone: Sync names it, the ops around it ran.
+TEST_F(OpPipelineTest, EachOpTakesTheOutcomeOfItsOwnEventPair) {
+  constexpr uint64_t kOps = 12;
+  constexpr uint64_t kFailing = 5;
+  absl::Mutex mu;
+  uint64_t pairs_seen = 0;
+  int calls = 0;
+  hooks_->after_wait_event_pairs = [&](absl::Span<const EventPair> pairs,
+                                       std::vector<EventPairOutcome>& outcomes) {
+    absl::MutexLock lock(&mu);
+    ++calls;
+    EXPECT_EQ(outcomes.size(), pairs.size());
+    for (size_t i = 0; i < outcomes.size(); ++i, ++pairs_seen) {
+      EXPECT_THAT(outcomes[i].status, IsOk());
+      if (pairs_seen == kFailing) {
+        outcomes[i] = {absl::DataLossError("injected into op 5's pair"), 0};
+      }
+    }
+  };
+  const std::string x = Floats(std::vector<float>(4, 1.0f));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> pipeline, core().OpenPipeline(session_));
+  std::vector<std::string> outputs;
+  for (uint64_t i = 0; i < kOps; ++i) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView out,
+                                pipeline->RunOp(i, "add", {Handle(x), Handle(x)}, {}));
+    outputs.push_back(out.handle);
+  }
+  std::optional<OpPipeline::Failure> failure = pipeline->Sync();
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_EQ(failure->index, kFailing);
+  EXPECT_EQ(failure->op, "add");
+  EXPECT_THAT(failure->status, StatusIs(absl::StatusCode::kDataLoss, HasSubstr("op 5's pair")));
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_EQ(pairs_seen, kOps);  // every op once, none waited for apart
+    EXPECT_GE(calls, 1);
+  }
+  EXPECT_EQ(RunningTasks(), 0);
+  // The ops before and after the failing one ran (the injection changed only its outcome).
+  EXPECT_THAT(Read(outputs[kFailing - 1], 4), Each(2.0f));
+  EXPECT_THAT(Read(outputs[kFailing + 1], 4), Each(2.0f));
+  hooks_->after_wait_event_pairs = nullptr;
 }
 
 TEST_F(OpPipelineTest, DeviceTimeIsAccountedToTheSessionAndTenant) {

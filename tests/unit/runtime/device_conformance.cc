@@ -442,9 +442,10 @@ TEST_P(DeviceConformanceTest, EventElapsedTimeMeasuresTheWorkBetweenTwoEvents) {
   GPUKIT_EXPECT_OK(device().DestroyStream(other));
 }
 
-// Every pair's device time at once, as EventElapsedNs gives it one by one; the first failing
-// pair's error names it.
-TEST_P(DeviceConformanceTest, EventsElapsedNsAnswersEachPairAsEventElapsedNs) {
+// A batch waited for at its last event: every pair's outcome is what WaitEvent and
+// EventElapsedNs give one by one, and a pair that fails (an event of another stream, an unknown
+// one) fails alone.
+TEST_P(DeviceConformanceTest, WaitEventPairsAnswersEachPairAsWaitAndElapsedDo) {
   constexpr int64_t kBytes = 1 << 20;
   GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId a, Allocate(kBytes));
   const std::vector<uint8_t> x = Pattern(kBytes, 4);
@@ -456,24 +457,32 @@ TEST_P(DeviceConformanceTest, EventsElapsedNsAnswersEachPairAsEventElapsedNs) {
     GPUKIT_ASSERT_OK_AND_ASSIGN(EventId event, device().RecordEvent(stream()));
     events.push_back(event);
   }
-  GPUKIT_ASSERT_OK(device().WaitEvent(events[2]));
+  // Not waited for first: the call waits for the last end itself.
   const std::vector<EventPair> pairs = {
-      {events[0], events[1]}, {events[1], events[2]}, {events[0], events[2]}};
-  std::vector<int64_t> out(pairs.size(), -1);
-  GPUKIT_ASSERT_OK(device().EventsElapsedNs(pairs, absl::MakeSpan(out)));
+      {events[0], events[1]}, {events[0], events[2]}, {events[1], events[2]}};
+  const std::vector<EventPairOutcome> outcomes = device().WaitEventPairs(pairs);
+  ASSERT_EQ(outcomes.size(), pairs.size());
   for (size_t i = 0; i < pairs.size(); ++i) {
-    EXPECT_THAT(device().EventElapsedNs(pairs[i].start, pairs[i].end), IsOkAndHolds(out[i]))
+    GPUKIT_EXPECT_OK(outcomes[i].status) << "pair " << i;
+    GPUKIT_EXPECT_OK(device().WaitEvent(pairs[i].end));
+    EXPECT_THAT(device().EventElapsedNs(pairs[i].start, pairs[i].end),
+                IsOkAndHolds(outcomes[i].elapsed_ns))
         << "pair " << i;
   }
+  EXPECT_TRUE(device().WaitEventPairs({}).empty());
+
   GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId other, device().CreateStream(StreamPriority::kNormal));
   GPUKIT_ASSERT_OK_AND_ASSIGN(EventId elsewhere, device().RecordEvent(other));
   GPUKIT_ASSERT_OK(device().WaitEvent(elsewhere));
-  const std::vector<EventPair> across = {{events[0], events[1]}, {events[0], elsewhere}};
-  const absl::Status status = device().EventsElapsedNs(across, absl::MakeSpan(out).subspan(0, 2));
-  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_EQ(status.message().substr(0, 8), "pair 1 (") << status;
-  EXPECT_THAT(device().EventsElapsedNs(pairs, absl::MakeSpan(out).subspan(0, 1)),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  const std::vector<EventPair> mixed = {
+      {events[0], elsewhere}, {events[0], EventId{0}}, {events[1], events[2]}};
+  const std::vector<EventPairOutcome> answers = device().WaitEventPairs(mixed);
+  ASSERT_EQ(answers.size(), mixed.size());
+  EXPECT_THAT(answers[0].status, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(answers[0].elapsed_ns, 0);
+  EXPECT_THAT(answers[1].status, StatusIs(kNotFound));
+  GPUKIT_EXPECT_OK(answers[2].status);
+  EXPECT_EQ(answers[2].elapsed_ns, outcomes[2].elapsed_ns);
   for (EventId e : events) GPUKIT_EXPECT_OK(device().DestroyEvent(e));
   GPUKIT_EXPECT_OK(device().DestroyEvent(elsewhere));
   GPUKIT_EXPECT_OK(device().DestroyStream(other));
