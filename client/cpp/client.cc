@@ -547,6 +547,10 @@ absl::Status Array::WriteNow(const void* data, int64_t bytes) const {
 }
 
 absl::Status Array::Read(void* out, int64_t bytes) const {
+  if (session_ != nullptr && !status().ok()) {
+    // A refused op: the stream's first failure (a sync point, see the header), else its own.
+    GPUKIT_RETURN_IF_ERROR(session_->WaitForStream());
+  }
   GPUKIT_RETURN_IF_ERROR(Usable(session_, *this));
   if (bytes != size_bytes()) {
     return absl::InvalidArgumentError(absl::StrCat("read of ", bytes, " bytes from array ", handle_,

@@ -93,9 +93,9 @@ std::vector<std::string> SubmitStream::TakeUnansweredFrees() {
 }
 
 absl::Status SubmitStream::OpStatus(const v1::OpResult& result) {
-  absl::Status status(static_cast<absl::StatusCode>(result.code()),
-                      absl::StrCat("op #", result.index(), " (", result.op(), "): ",
-                                   result.message()));
+  absl::Status status(
+      static_cast<absl::StatusCode>(result.code()),
+      absl::StrCat("op #", result.index(), " (", result.op(), "): ", result.message()));
   if (!result.reason().empty()) status.SetPayload(kReasonPayloadUrl, absl::Cord(result.reason()));
   return status;
 }
@@ -170,21 +170,30 @@ absl::Status SubmitStream::Sync() {
 }
 
 absl::Status SubmitStream::WaitForResults() {
-  absl::MutexLock lock(&mu_);
-  const uint64_t target = run_ops_end_;
-  auto answered = [this, target]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return ended_ || answered_ >= target;
-  };
-  mu_.Await(absl::Condition(&answered));
-  // A stream that ended resolved its unanswered ops with its status: each of their arrays
-  // says so, and a call on another array goes ahead.
-  for (auto& [epoch, failure] : failures_) {
-    if (!failure.reported) {
-      failure.reported = true;
-      return failure.status;
+  absl::Status failure;
+  {
+    absl::MutexLock lock(&mu_);
+    const uint64_t target = run_ops_end_;
+    auto answered = [this, target]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return ended_ || answered_ >= target;
+    };
+    mu_.Await(absl::Condition(&answered));
+    // A stream that ended resolved its unanswered ops with its status: each of their arrays
+    // says so, and a call on another array goes ahead.
+    for (auto& [epoch, found] : failures_) {
+      if (!found.reported) {
+        found.reported = true;
+        failure = found.status;
+        break;
+      }
     }
+    if (failure.ok() || ended_) return failure;
   }
-  return absl::OkStatus();
+  // Returning the failure is a sync point for the caller: send one, so that the stream
+  // takes ops again, and return its answer (the first failure, which may be an earlier op
+  // that failed on the device).
+  absl::Status synced = Sync();
+  return synced.ok() ? failure : synced;
 }
 
 absl::Status SubmitStream::Close() {
@@ -268,9 +277,9 @@ void SubmitStream::ReadLoop() {
     }
     const absl::StatusCode code = end.ok() ? absl::StatusCode::kInternal : end.code();
     pending.result->Resolve(absl::Status(
-        code, absl::StrCat("op #", index, " (", pending.op,
-                           "): not answered: the Submit stream ended: ",
-                           end.ok() ? "OK" : end.message())));
+        code, absl::StrCat(
+                  "op #", index, " (", pending.op,
+                  "): not answered: the Submit stream ended: ", end.ok() ? "OK" : end.message())));
   }
   pending_.clear();
 }

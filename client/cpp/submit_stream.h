@@ -9,7 +9,7 @@
 // (the layout, or the refusal as a status naming the op). Sync() sends a sync point and
 // waits for its answer; WaitForResults() waits until every run op already written has its
 // OpResult (the daemon has then queued it on the session's stream), which orders a unary
-// call after them.
+// call after them, and turns into a sync point when one of them failed.
 //
 //   GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<SubmitStream> stream,
 //                           SubmitStream::Open(*compute_stub, session_id));
@@ -113,12 +113,14 @@ class SubmitStream {
   absl::Status Free(const std::string& handle);
   // Sends a sync point and waits for its answer, i.e. until every op sent before it has run
   // on the device. Returns the first op that failed since the previous sync point (refused,
-  // or failed on the device), as "op #i (name): ...", even if WaitForResults already
-  // returned it; then the stream is clean again. Costs a round trip plus the queued work.
+  // or failed on the device), as "op #i (name): ..."; then the stream is clean again. Costs
+  // a round trip plus the queued work.
   absl::Status Sync();
   // Waits until every run op written so far has its OpResult (frees written after the last
-  // run op are not waited for: they only give memory back). Returns the first failure since
-  // the previous sync point that no call returned yet; OK otherwise.
+  // run op are not waited for: they only give memory back). OK when none failed. Otherwise
+  // it acts as a sync point: it sends one, waits for its answer and returns the first
+  // failure (as Sync does); the stream then takes ops again. A free's failure is left for
+  // Sync.
   absl::Status WaitForResults();
   // Half-closes the stream and waits for its end (the daemon ends it once the ops sent have
   // run); past `close_timeout` it cancels the call. Idempotent; returns the stream's end

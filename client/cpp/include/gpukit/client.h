@@ -51,9 +51,11 @@
 // Ordering: ops run in the order written, on the session's device stream. A call that sends
 // a unary request naming the session's arrays (Array::Read/Write/Map, LaunchKernel, a unary
 // RunOp, the HostMemory copies) first waits until every op already written has the daemon's
-// answer (queued on the device), so it runs after them; it returns the first failure since
-// the last Sync that no call returned yet, naming the op. A refused op's Array reports the
-// refusal from status(), Read and ToVector (its shape is empty), and is not freed.
+// answer (queued on the device), so it runs after them. If one of them was refused, that
+// call is a sync point instead: it waits for the ops to run and returns the first failure
+// since the previous sync point, naming the op, and the stream takes ops again (Sync does
+// not report that failure a second time). A refused op's Array reports the refusal from
+// status(), Read and ToVector (its shape is empty), and is not freed.
 //
 // Thread safety: a Client and its Arrays may be used from several threads at once. Ops
 // written from several threads are ordered as their writes happen; Sync answers for every
@@ -261,7 +263,8 @@ class Array {
   // The array's elements; INVALID_ARGUMENT if T does not match dtype().
   template <typename T>
   absl::StatusOr<std::vector<T>> ToVector() const {
-    if (absl::Status made = status(); !made.ok()) return made;
+    // A refused op's array: Read says so (as a sync point of the stream, see the top).
+    if (!status().ok()) return Read(nullptr, 0);
     if (DTypeOf<T>() != dtype()) {
       return absl::InvalidArgumentError(std::string("array has dtype ") +
                                         std::string(DTypeName(dtype())));
@@ -479,12 +482,13 @@ class Client {
 
   // Sends a sync point on the session's Submit stream and waits for its answer, i.e. until
   // every op and free written before it (from any thread) has run on the device. Returns
-  // the first op that failed since the previous Sync (refused, or failed on the device)
-  // with its code and "op #12 (add): <the daemon's message>" (RejectReason() gives its
-  // reason), even if another call returned it already; the ops after a failed one up to the
-  // sync point were not run (ABORTED "not run: op #12 (add) failed before it"). After it the
-  // stream takes ops again. OK at once when this session never used the stream. Cost: a
-  // round trip plus the queued work. Also the way to see device errors of pipelined ops.
+  // the first op that failed since the previous sync point (refused, or failed on the
+  // device) with its code and "op #12 (add): <the daemon's message>" (RejectReason() gives
+  // its reason); the ops after a failed one up to the sync point were not run (ABORTED "not
+  // run: op #12 (add) failed before it"). After it the stream takes ops again. A call that
+  // returned a failure of the stream (see the top of this file) was a sync point too. OK at once
+  // when this session never used the stream. Cost: a round trip plus the queued work. Also the way
+  // to see device errors of pipelined ops.
   absl::Status Sync();
 
   // Renews the lease now (the background thread does this by itself).
