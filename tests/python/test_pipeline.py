@@ -54,7 +54,7 @@ def test_error_in_a_chain_surfaces_at_sync_naming_the_op(gk):
     # was not run.
     with pytest.raises(gpukit.InvalidArgument, match=r"^op #4 \(add\)"):
         bad.shape
-    with pytest.raises(gpukit.Error, match=r"not run") as not_run:
+    with pytest.raises(gpukit.Aborted, match=r"not run") as not_run:
         later.numpy()
     assert not_run.value.code == "ABORTED"
     assert "failed=" in repr(bad)

@@ -94,8 +94,8 @@ class Session:
             The first op that failed since the previous sync point (refused, or failed on the
             device), as the subclass of its code, with a message that names it:
             ``"op #12 (add): shapes [2, 3] and [4] cannot be broadcast together"``. The ops
-            written after it up to this sync were not run (their arrays raise errors with
-            code ``"ABORTED"``). After it the session takes ops again. A call that raised a
+            written after it up to this sync were not run (their arrays raise
+            :class:`gpukit.Aborted`). After it the session takes ops again. A call that raised a
             failure already (``numpy()``, ``shape``) was a sync point itself.
         """
         self._client.sync()
