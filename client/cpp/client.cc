@@ -504,9 +504,14 @@ namespace {
 
 // Whether `array` can be used in a call: not freed or moved, and made (its op was not
 // refused; waits for the answer of a pipelined op).
+// A refused op's array reports the session's first failure since its last sync point if
+// there is one (the root cause; returning it is a sync point, see the header), else its own.
 absl::Status Usable(const std::shared_ptr<SessionState>& session, const Array& array) {
   if (session == nullptr) return absl::FailedPreconditionError("array was freed or moved");
-  return array.status();
+  absl::Status made = array.status();
+  if (made.ok()) return made;
+  GPUKIT_RETURN_IF_ERROR(session->WaitForStream());
+  return made;
 }
 
 }  // namespace
@@ -547,10 +552,6 @@ absl::Status Array::WriteNow(const void* data, int64_t bytes) const {
 }
 
 absl::Status Array::Read(void* out, int64_t bytes) const {
-  if (session_ != nullptr && !status().ok()) {
-    // A refused op: the stream's first failure (a sync point, see the header), else its own.
-    GPUKIT_RETURN_IF_ERROR(session_->WaitForStream());
-  }
   GPUKIT_RETURN_IF_ERROR(Usable(session_, *this));
   if (bytes != size_bytes()) {
     return absl::InvalidArgumentError(absl::StrCat("read of ", bytes, " bytes from array ", handle_,

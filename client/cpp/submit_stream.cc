@@ -42,6 +42,8 @@ absl::StatusOr<std::unique_ptr<SubmitStream>> SubmitStream::Open(v1::ComputeServ
   // No deadline: the stream lives as long as the session uses it.
   std::unique_ptr<SubmitStream> stream(
       new SubmitStream(std::make_unique<grpc::ClientContext>(), close_timeout));
+  // The call's metadata goes with the first request: one write instead of two.
+  stream->context_->set_initial_metadata_corked(true);
   stream->stream_ = stub.Submit(stream->context_.get());
   if (stream->stream_ == nullptr) {
     return absl::UnavailableError("cannot start a Submit stream");
