@@ -349,6 +349,22 @@ class SessionState final : public HostMemoryCalls {
     return stream->WaitForResults();
   }
 
+  // Runs `call`, a unary call that allocates device memory. If the daemon refuses it for
+  // memory while frees written to the stream before it had no answer yet, waits for them
+  // and runs it once more: a free returns without waiting, and the caller that freed an
+  // array to make room expects the room.
+  template <typename Call>
+  absl::Status AfterPendingFrees(const Call& call) {
+    std::shared_ptr<SubmitStream> stream = CurrentStream();
+    const bool frees_in_flight = stream != nullptr && stream->HasUnanswered();
+    absl::Status result = call();
+    if (!frees_in_flight || result.code() != absl::StatusCode::kResourceExhausted) {
+      return result;
+    }
+    stream->WaitForAllAnswers();
+    return call();
+  }
+
   absl::Status Sync() {
     std::shared_ptr<SubmitStream> stream = CurrentStream();
     if (stream == nullptr) return absl::OkStatus();
@@ -698,9 +714,11 @@ absl::StatusOr<Array> Client::Empty(std::vector<int64_t> shape, DType dtype) {
   request.mutable_shape()->Assign(shape.begin(), shape.end());
   request.set_dtype(DTypeToProto(dtype));
   v1::CreateArrayResponse response;
-  grpc::ClientContext context;
-  state_->SetDeadline(context);
-  absl::Status status = FromGrpc(state_->arrays_->Create(&context, request, &response), context);
+  absl::Status status = state_->AfterPendingFrees([&] {
+    grpc::ClientContext context;
+    state_->SetDeadline(context);
+    return FromGrpc(state_->arrays_->Create(&context, request, &response), context);
+  });
   if (!status.ok()) return status;
   return Array(state_, response.array().handle(),
                ArrayResult::Known({std::move(shape), dtype, response.array().size_bytes()}));
@@ -816,9 +834,11 @@ absl::StatusOr<Array> Client::RunOp(absl::string_view op, const std::vector<Oper
   FillOp(op, inputs, attrs, task, request);
   GPUKIT_RETURN_IF_ERROR(state_->WaitForStream());
   v1::RunOpResponse response;
-  grpc::ClientContext context;
-  state_->SetDeadline(context);
-  absl::Status status = FromGrpc(state_->compute_->RunOp(&context, request, &response), context);
+  absl::Status status = state_->AfterPendingFrees([&] {
+    grpc::ClientContext context;
+    state_->SetDeadline(context);
+    return FromGrpc(state_->compute_->RunOp(&context, request, &response), context);
+  });
   if (!status.ok()) return status;
   const v1::ArrayInfo& info = response.output();
   absl::StatusOr<DType> dtype = DTypeFromProto(info.dtype(), "output.dtype");

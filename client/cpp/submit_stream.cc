@@ -121,6 +121,7 @@ absl::StatusOr<SubmitStream::Submitted> SubmitStream::Run(const v1::PipelinedRun
     absl::MutexLock lock(&mu_);
     if (ended_) return EndedStatus();
     pending_.emplace(index, Pending{op.op(), result, ""});
+    written_ = index + 1;
     run_ops_end_ = index + 1;
   }
   ++next_index_;
@@ -138,6 +139,7 @@ absl::Status SubmitStream::Free(const std::string& handle) {
     absl::MutexLock lock(&mu_);
     if (ended_) return EndedStatus();
     pending_.emplace(next_index_, Pending{"free", nullptr, handle});
+    written_ = next_index_ + 1;
   }
   ++next_index_;
   Write(request);
@@ -196,6 +198,19 @@ absl::Status SubmitStream::WaitForResults() {
   // that failed on the device).
   absl::Status synced = Sync();
   return synced.ok() ? failure : synced;
+}
+
+bool SubmitStream::HasUnanswered() const {
+  absl::MutexLock lock(&mu_);
+  return !ended_ && answered_ < written_;
+}
+
+void SubmitStream::WaitForAllAnswers() {
+  absl::MutexLock lock(&mu_);
+  const uint64_t target = written_;
+  auto answered = [this, target]()
+                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return ended_ || answered_ >= target; };
+  mu_.Await(absl::Condition(&answered));
 }
 
 absl::Status SubmitStream::Close() {

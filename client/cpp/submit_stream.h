@@ -122,6 +122,11 @@ class SubmitStream {
   // failure (as Sync does); the stream then takes ops again. A free's failure is left for
   // Sync.
   absl::Status WaitForResults();
+  // Whether some op written (a free, say) has no OpResult yet. Never blocks for long.
+  bool HasUnanswered() const;
+  // Waits until every op written so far, frees included, has its OpResult (the daemon has
+  // applied the frees). Nothing is reported: failures stay for Sync.
+  void WaitForAllAnswers();
   // Half-closes the stream and waits for its end (the daemon ends it once the ops sent have
   // run); past `close_timeout` it cancels the call. Idempotent; returns the stream's end
   // status (OK for a clean end).
@@ -169,6 +174,7 @@ class SubmitStream {
     std::string freed_handle;
   };
   std::map<uint64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
+  uint64_t written_ ABSL_GUARDED_BY(mu_) = 0;   // ops written (their indexes are below)
   uint64_t answered_ ABSL_GUARDED_BY(mu_) = 0;  // ops with an OpResult (they come in order)
   // One past the index of the last run op written (0: none).
   uint64_t run_ops_end_ ABSL_GUARDED_BY(mu_) = 0;
