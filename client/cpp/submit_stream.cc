@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/cpp/channel.h"
 #include "proto/dtype_convert.h"
+#include "runtime/base/status_macros.h"
 
 namespace gpukit::internal {
 
@@ -48,24 +49,63 @@ absl::StatusOr<std::unique_ptr<SubmitStream>> SubmitStream::Open(v1::ComputeServ
   if (stream->stream_ == nullptr) {
     return absl::UnavailableError("cannot start a Submit stream");
   }
-  v1::SubmitRequest first;
-  first.set_session_id(session_id);
   {
-    absl::MutexLock lock(&stream->write_mu_);
-    stream->Write(first);  // a failure shows as the stream's end, read by the reader
+    absl::MutexLock lock(&stream->mu_);
+    stream->outbox_.emplace_back().set_session_id(session_id);
   }
   stream->reader_ = std::thread([s = stream.get()] { s->ReadLoop(); });
+  stream->writer_ = std::thread([s = stream.get()] { s->WriteLoop(); });
   return stream;
 }
 
 SubmitStream::~SubmitStream() {
   Close().IgnoreError();
+  if (writer_.joinable()) writer_.join();
   if (reader_.joinable()) reader_.join();
 }
 
-bool SubmitStream::Write(const v1::SubmitRequest& request) {
-  if (writes_done_) return false;
-  return stream_->Write(request);
+void SubmitStream::WriteLoop() {
+  std::vector<v1::SubmitRequest> batch;
+  bool half_close = false;
+  while (!half_close) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !outbox_.empty() || closing_ || read_done_;
+      };
+      mu_.Await(absl::Condition(&work));
+      if (read_done_) break;  // the stream ended: nothing more goes out
+      batch.clear();
+      batch.swap(outbox_);
+      outbox_ops_ = 0;
+      // Close refuses new ops: once this batch is out, the writes are done.
+      half_close = closing_;
+    }
+    bool written = true;
+    for (const v1::SubmitRequest& request : batch) {
+      // A failed write means the stream broke: the reader sees its end and its status.
+      if (written = stream_->Write(request); !written) break;
+    }
+    if (!written) break;
+    if (half_close) stream_->WritesDone();
+  }
+  absl::MutexLock lock(&mu_);
+  writer_stopped_ = true;
+}
+
+absl::StatusOr<v1::SubmitRequest*> SubmitStream::RoomForOp() {
+  auto room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return outbox_ops_ < kMaxQueuedOps || ended_ || closing_;
+  };
+  mu_.Await(absl::Condition(&room));
+  if (ended_) return EndedStatus();
+  if (closing_) return absl::FailedPreconditionError("the Submit stream was closed");
+  if (outbox_.empty() || outbox_.back().sync() != 0 ||
+      outbox_.back().ops_size() >= kMaxOpsPerRequest) {
+    outbox_.emplace_back();
+  }
+  ++outbox_ops_;
+  return &outbox_.back();
 }
 
 uint64_t SubmitStream::EpochOf(uint64_t index) const {
@@ -103,65 +143,38 @@ absl::Status SubmitStream::OpStatus(const v1::OpResult& result) {
 }
 
 absl::StatusOr<SubmitStream::Submitted> SubmitStream::Run(const v1::PipelinedRunOp& op) {
-  std::string prefix;
-  {
-    absl::MutexLock lock(&mu_);
-    auto opened = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return opened_ || ended_; };
-    mu_.Await(absl::Condition(&opened));
-    if (!opened_) return EndedStatus();
-    prefix = handle_prefix_;
-  }
   auto result = std::make_shared<ArrayResult>();
-  v1::SubmitRequest request;
-  *request.add_ops()->mutable_run() = op;
-  absl::MutexLock write_lock(&write_mu_);
-  if (writes_done_) return absl::FailedPreconditionError("the Submit stream was closed");
-  const uint64_t index = next_index_;
-  {
-    absl::MutexLock lock(&mu_);
-    if (ended_) return EndedStatus();
-    pending_.emplace(index, Pending{op.op(), result, ""});
-    written_ = index + 1;
-    run_ops_end_ = index + 1;
-  }
-  ++next_index_;
-  // A failed write means the stream broke: the reader resolves the op with its end status.
-  Write(request);
-  return Submitted{absl::StrCat(prefix, index), std::move(result)};
+  absl::MutexLock lock(&mu_);
+  auto opened = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return opened_ || ended_; };
+  mu_.Await(absl::Condition(&opened));
+  if (!opened_) return EndedStatus();
+  GPUKIT_ASSIGN_OR_RETURN(v1::SubmitRequest * request, RoomForOp());
+  *request->add_ops()->mutable_run() = op;
+  const uint64_t index = next_index_++;
+  pending_.emplace(index, Pending{op.op(), result, ""});
+  written_ = index + 1;
+  run_ops_end_ = index + 1;
+  return Submitted{absl::StrCat(handle_prefix_, index), std::move(result)};
 }
 
 absl::Status SubmitStream::Free(const std::string& handle) {
-  v1::SubmitRequest request;
-  request.add_ops()->set_free(handle);
-  absl::MutexLock write_lock(&write_mu_);
-  if (writes_done_) return absl::FailedPreconditionError("the Submit stream was closed");
-  {
-    absl::MutexLock lock(&mu_);
-    if (ended_) return EndedStatus();
-    pending_.emplace(next_index_, Pending{"free", nullptr, handle});
-    written_ = next_index_ + 1;
-  }
-  ++next_index_;
-  Write(request);
+  absl::MutexLock lock(&mu_);
+  GPUKIT_ASSIGN_OR_RETURN(v1::SubmitRequest * request, RoomForOp());
+  request->add_ops()->set_free(handle);
+  const uint64_t index = next_index_++;
+  pending_.emplace(index, Pending{"free", nullptr, handle});
+  written_ = index + 1;
   return absl::OkStatus();
 }
 
 absl::Status SubmitStream::Sync() {
-  uint64_t token = 0;
-  {
-    absl::MutexLock write_lock(&write_mu_);
-    if (writes_done_) return absl::FailedPreconditionError("the Submit stream was closed");
-    token = next_sync_token_++;
-    {
-      absl::MutexLock lock(&mu_);
-      if (ended_) return EndedStatus();
-      sync_boundaries_.push_back(next_index_);
-    }
-    v1::SubmitRequest request;
-    request.set_sync(token);
-    Write(request);
-  }
   absl::MutexLock lock(&mu_);
+  if (ended_) return EndedStatus();
+  if (closing_) return absl::FailedPreconditionError("the Submit stream was closed");
+  const uint64_t token = next_sync_token_++;
+  sync_boundaries_.push_back(next_index_);
+  if (outbox_.empty() || outbox_.back().sync() != 0) outbox_.emplace_back();
+  outbox_.back().set_sync(token);
   auto answered = [this, token]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return ended_ || synced_.contains(token);
   };
@@ -214,14 +227,8 @@ void SubmitStream::WaitForAllAnswers() {
 }
 
 absl::Status SubmitStream::Close() {
-  {
-    absl::MutexLock write_lock(&write_mu_);
-    if (!writes_done_) {
-      writes_done_ = true;
-      stream_->WritesDone();
-    }
-  }
   absl::MutexLock lock(&mu_);
+  closing_ = true;  // the writer sends what is queued, then half-closes
   auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return ended_; };
   if (!mu_.AwaitWithTimeout(absl::Condition(&ended), close_timeout_)) {
     context_->TryCancel();  // a daemon that does not end the stream: stop waiting for it
@@ -283,6 +290,13 @@ void SubmitStream::HandleResponse(const v1::SubmitResponse& response) {
 void SubmitStream::ReadLoop() {
   v1::SubmitResponse response;
   while (stream_->Read(&response)) HandleResponse(response);
+  {
+    // Finish may not overlap a write: stop the writer first (its writes fail now).
+    absl::MutexLock lock(&mu_);
+    read_done_ = true;
+    auto stopped = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return writer_stopped_; };
+    mu_.Await(absl::Condition(&stopped));
+  }
   const absl::Status end = FromGrpc(stream_->Finish(), *context_);
   absl::MutexLock lock(&mu_);
   ended_ = true;

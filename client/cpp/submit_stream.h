@@ -3,13 +3,15 @@
 // stream will produce.
 //
 // A session opens one stream, lazily, and sends its pipelined ops and its frees on it. Run()
-// and Free() write the op and return without waiting for the daemon: the result of the op at
-// index i is the array `handle_prefix + i`, known as soon as the stream is open; a reader
-// thread matches the daemon's OpResults to the ops by index and resolves each ArrayResult
-// (the layout, or the refusal as a status naming the op). Sync() sends a sync point and
-// waits for its answer; WaitForResults() waits until every run op already written has its
-// OpResult (the daemon has then queued it on the session's stream), which orders a unary
-// call after them, and turns into a sync point when one of them failed.
+// and Free() queue the op and return without waiting for the daemon: the result of the op at
+// index i is the array `handle_prefix + i`, known as soon as the stream is open. A writer
+// thread sends what is queued: every op queued while it was writing goes out in its next
+// request (up to 1024 ops), so a fast caller's ops travel in batches and an idle stream
+// sends each op at once. A reader thread matches the daemon's OpResults to the ops by index
+// and resolves each ArrayResult (the layout, or the refusal as a status naming the op). Sync()
+// sends a sync point and waits for its answer; WaitForResults() waits until every run op already
+// written has its OpResult (the daemon has then queued it on the session's stream), which orders a
+// unary call after them, and turns into a sync point when one of them failed.
 //
 //   GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<SubmitStream> stream,
 //                           SubmitStream::Open(*compute_stub, session_id));
@@ -25,9 +27,9 @@
 // "op #i (name): not answered: the Submit stream ended: ...", and later calls fail with that
 // status; the owner opens a new stream for later ops.
 //
-// Thread safety: thread-safe. Writes are serialized (one writer at a time, which also fixes
-// the ops' indexes); they block only while gRPC's flow control holds the stream (the daemon
-// stops reading at limits.maxOpsInFlight queued ops).
+// Thread safety: thread-safe. Ops are numbered in the order Run and Free queue them, from any
+// thread. They block only while kMaxQueuedOps ops wait to be sent, i.e. while gRPC's flow
+// control holds the stream (the daemon stops reading at limits.maxOpsInFlight queued ops).
 #ifndef GPUKIT_CLIENT_CPP_SUBMIT_STREAM_H_
 #define GPUKIT_CLIENT_CPP_SUBMIT_STREAM_H_
 
@@ -49,6 +51,11 @@
 #include "runtime/base/dtype.h"
 
 namespace gpukit::internal {
+
+// Most ops of one SubmitRequest (the daemon's limit).
+inline constexpr int kMaxOpsPerRequest = 1024;
+// Most ops queued and not yet sent; Run and Free wait beyond it.
+inline constexpr int kMaxQueuedOps = 4 * kMaxOpsPerRequest;
 
 // Shape, dtype and size of an array.
 struct ArrayLayout {
@@ -97,7 +104,7 @@ class SubmitStream {
   static absl::StatusOr<std::unique_ptr<SubmitStream>> Open(v1::ComputeService::Stub& stub,
                                                             const std::string& session_id,
                                                             absl::Duration close_timeout);
-  // Closes the stream (Close) and joins the reader thread.
+  // Closes the stream (Close) and joins its threads.
   ~SubmitStream();
   SubmitStream(const SubmitStream&) = delete;
   SubmitStream& operator=(const SubmitStream&) = delete;
@@ -106,10 +113,10 @@ class SubmitStream {
     std::string handle;  // handle_prefix + index
     std::shared_ptr<ArrayResult> result;
   };
-  // Writes a run op. Waits for the daemon's first answer once per stream (the handle
-  // prefix), then only for the write. Errors: the stream's own end (its status).
+  // Queues a run op. Waits for the daemon's first answer once per stream (the handle
+  // prefix), then never for the daemon. Errors: the stream's own end (its status).
   absl::StatusOr<Submitted> Run(const v1::PipelinedRunOp& op);
-  // Writes a free of `handle`. Never waits for the daemon. Errors: the stream's end.
+  // Queues a free of `handle`. Never waits for the daemon. Errors: the stream's end.
   absl::Status Free(const std::string& handle);
   // Sends a sync point and waits for its answer, i.e. until every op sent before it has run
   // on the device. Returns the first op that failed since the previous sync point (refused,
@@ -141,27 +148,35 @@ class SubmitStream {
  private:
   SubmitStream(std::unique_ptr<grpc::ClientContext> context, absl::Duration close_timeout);
   void ReadLoop();
+  void WriteLoop();
   void HandleResponse(const v1::SubmitResponse& response);
   // The status of a failed OpResult: its code, "op #i (name): message", its reason.
   static absl::Status OpStatus(const v1::OpResult& result);
-  // Writes `request` under write_mu_. False when the stream is broken.
-  bool Write(const v1::SubmitRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // Waits for room in the outbox; then the request to append the next op to. Errors: the
+  // stream's end, or its close.
+  absl::StatusOr<v1::SubmitRequest*> RoomForOp() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The epoch (number of sync points written before it) of the op at `index`.
   uint64_t EpochOf(uint64_t index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status EndedStatus() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::unique_ptr<grpc::ClientContext> context_;
   const absl::Duration close_timeout_;
+  // Written by the writer thread only, read by the reader thread only.
   std::unique_ptr<grpc::ClientReaderWriter<v1::SubmitRequest, v1::SubmitResponse>> stream_;
   std::thread reader_;
-
-  // Held while writing; taken before mu_ when both are needed.
-  absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(mu_);
-  uint64_t next_index_ ABSL_GUARDED_BY(write_mu_) = 0;
-  uint64_t next_sync_token_ ABSL_GUARDED_BY(write_mu_) = 1;
-  bool writes_done_ ABSL_GUARDED_BY(write_mu_) = false;
+  std::thread writer_;
 
   mutable absl::Mutex mu_;
+  // Requests queued for the writer, in order; ops are appended to the last one.
+  std::vector<v1::SubmitRequest> outbox_ ABSL_GUARDED_BY(mu_);
+  int64_t outbox_ops_ ABSL_GUARDED_BY(mu_) = 0;
+  // Close was called: the writer half-closes once the outbox is empty.
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  // The reader saw the stream's end; the writer stopped (it writes no more).
+  bool read_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool writer_stopped_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_index_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_sync_token_ ABSL_GUARDED_BY(mu_) = 1;
   std::string handle_prefix_ ABSL_GUARDED_BY(mu_);
   bool opened_ ABSL_GUARDED_BY(mu_) = false;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;

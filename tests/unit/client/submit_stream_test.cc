@@ -8,7 +8,10 @@
 
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "client/cpp/channel.h"
 #include "gmock/gmock.h"
@@ -43,6 +46,9 @@ class FakeCompute final : public v1::ComputeService::Service {
     v1::OpResult first_failure;
     bool holding = false;  // after "hold": nothing is answered any more
     do {
+      if (request.ops_size() > 1024) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "more than 1024 ops");
+      }
       v1::SubmitResponse response;
       for (const v1::PipelinedOp& op : request.ops()) {
         const std::string name = op.has_run() ? op.run().op() : "free";
@@ -128,6 +134,36 @@ TEST_F(SubmitStreamTest, ResultHandlesAreThePrefixAndTheIndexCountingFrees) {
   GPUKIT_EXPECT_OK(stream->Sync());
   GPUKIT_EXPECT_OK(stream->Close());
   EXPECT_TRUE(stream->ended());
+}
+
+TEST_F(SubmitStreamTest, ABurstOfOpsFromSeveralThreadsIsAnsweredOpByOp) {
+  std::unique_ptr<SubmitStream> stream = Open();
+  constexpr int kThreads = 4, kOpsPerThread = 3000;  // more than the outbox holds
+  std::vector<std::vector<SubmitStream::Submitted>> submitted(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kOpsPerThread; ++i) {
+        absl::StatusOr<SubmitStream::Submitted> op = stream->Run(Op("add"));
+        if (!op.ok()) return;
+        submitted[t].push_back(*std::move(op));
+        if (i % 3 == 0) stream->Free(submitted[t].back().handle).IgnoreError();
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  GPUKIT_ASSERT_OK(stream->Sync());
+  absl::flat_hash_set<std::string> handles;
+  for (const auto& ops : submitted) {
+    ASSERT_EQ(ops.size(), kOpsPerThread);
+    for (const SubmitStream::Submitted& op : ops) {
+      ASSERT_TRUE(op.result->resolved());
+      GPUKIT_ASSERT_OK(op.result->Wait().status());
+      handles.insert(op.handle);
+    }
+  }
+  EXPECT_EQ(handles.size(), kThreads * kOpsPerThread);  // every op has its own index
+  GPUKIT_EXPECT_OK(stream->Close());
 }
 
 TEST_F(SubmitStreamTest, SyncReportsTheFirstFailureWithItsIndexNameAndCodeThenTheStreamIsClean) {
