@@ -22,7 +22,7 @@ constexpr absl::string_view kDefaultConfig = R"json({
   "logLevel": "info",
   "cpu": {"memory": "4GiB"},
   "limits": {"maxArraySize": "2GiB", "maxSessions": 1024, "maxArraysPerSession": 65536,
-             "maxKernelsPerSession": 256},
+             "maxKernelsPerSession": 256, "maxOpsInFlight": 32},
   "sessions": {"defaultLease": "30s", "minLease": "1s", "maxLease": "10m"},
   "streamsPerPartition": 2,
   "partitions": [],
@@ -213,6 +213,11 @@ absl::StatusOr<DaemonConfig> ApplyConfigJson(absl::string_view json, DaemonConfi
   if (limits.max_arrays_per_session() > 0) {
     config.core.limits.max_arrays_per_session = limits.max_arrays_per_session();
   }
+  if (limits.max_ops_in_flight() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("limits.maxOpsInFlight = ", limits.max_ops_in_flight(), " must be > 0"));
+  }
+  if (limits.max_ops_in_flight() > 0) config.core.max_ops_in_flight = limits.max_ops_in_flight();
   const auto& sessions = file.sessions();
   SessionOptions& leases = config.core.sessions;
   if (!sessions.default_lease().empty()) {

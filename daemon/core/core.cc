@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/core/op_pipeline.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/base/utf8.h"
 #include "spdlog/spdlog.h"
@@ -104,84 +105,6 @@ absl::Status CheckLaunchConfig(const LaunchConfig& config, const LaunchLimits& l
 
 }  // namespace
 
-// A task of the scheduler for the length of one request: submitted and admitted by Create,
-// finished (Failed, unless Succeeded was reported) when it goes out of scope.
-class Core::RunningTask {
- public:
-  static absl::StatusOr<RunningTask> Create(Scheduler& scheduler, const Session& session,
-                                            TaskKind kind, absl::string_view name,
-                                            const TaskOptions& options) {
-    TaskRequest request;
-    request.kind = kind;
-    request.name = std::string(name);
-    request.priority = options.priority;
-    request.deadline = options.deadline;
-    GPUKIT_ASSIGN_OR_RETURN(TaskRef task, scheduler.Submit(session.ticket(), request));
-    RunningTask running(scheduler, std::move(task));
-    GPUKIT_RETURN_IF_ERROR(scheduler.AwaitAdmission(running.task_, options.cancelled));
-    return running;
-  }
-  RunningTask(RunningTask&& other) noexcept
-      : scheduler_(other.scheduler_), task_(std::move(other.task_)) {}
-  RunningTask& operator=(RunningTask&&) = delete;
-  ~RunningTask() {
-    if (task_ != nullptr) {
-      scheduler_.Finish(task_, absl::AbortedError("the request failed before the work ran"),
-                        absl::ZeroDuration());
-    }
-  }
-
-  // Ends the task as Failed with `status` (what the task history shows) before its work
-  // ran, and returns `status`.
-  absl::Status Fail(absl::Status status) {
-    if (task_ != nullptr) {
-      scheduler_.Finish(task_, status, absl::ZeroDuration());
-      task_.reset();
-    }
-    return status;
-  }
-
-  // Runs `enqueue` (work on `stream`) between two events, waits for it and reports the
-  // device time the events measured (to the scheduler, and to `measured` when given). The
-  // task ends with the work's status.
-  absl::Status Run(Device& device, StreamId stream, const std::function<absl::Status()>& enqueue,
-                   absl::Duration* measured = nullptr) {
-    GPUKIT_RETURN_IF_ERROR(scheduler_.Start(task_));
-    absl::Duration device_time;
-    absl::Status status = RunBetweenEvents(device, stream, enqueue, &device_time);
-    scheduler_.Finish(task_, status, device_time);
-    task_.reset();
-    if (measured != nullptr) *measured = device_time;
-    return status;
-  }
-
- private:
-  RunningTask(Scheduler& scheduler, TaskRef task) : scheduler_(scheduler), task_(std::move(task)) {}
-
-  static absl::Status RunBetweenEvents(Device& device, StreamId stream,
-                                       const std::function<absl::Status()>& enqueue,
-                                       absl::Duration* device_time) {
-    GPUKIT_ASSIGN_OR_RETURN(EventId start, device.RecordEvent(stream));
-    absl::Status status = enqueue();
-    absl::StatusOr<EventId> end = device.RecordEvent(stream);
-    if (!end.ok()) {
-      device.DestroyEvent(start).IgnoreError();
-      return end.status();
-    }
-    absl::Status waited = device.WaitEvent(*end);
-    if (status.ok()) status = waited;
-    if (absl::StatusOr<int64_t> ns = device.EventElapsedNs(start, *end); ns.ok()) {
-      *device_time = absl::Nanoseconds(*ns);
-    }
-    device.DestroyEvent(start).IgnoreError();
-    device.DestroyEvent(*end).IgnoreError();
-    return status;
-  }
-
-  Scheduler& scheduler_;
-  TaskRef task_;
-};
-
 absl::StatusOr<std::unique_ptr<Core>> Core::Create(const Clock& clock,
                                                    std::vector<std::unique_ptr<Device>> devices,
                                                    const CoreOptions& options,
@@ -194,6 +117,10 @@ absl::StatusOr<std::unique_ptr<Core>> Core::Create(const Clock& clock,
   if (options.streams_per_partition < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("streams_per_partition = ", options.streams_per_partition, " must be >= 1"));
+  }
+  if (options.max_ops_in_flight < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_ops_in_flight = ", options.max_ops_in_flight, " must be >= 1"));
   }
   if (options.max_kernels_per_session < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -373,12 +300,14 @@ absl::StatusOr<DeviceAllocation> Core::AllocateMemory(const Session& session, in
 }
 
 absl::StatusOr<std::shared_ptr<DeviceArray>> Core::NewArray(const Session& session,
-                                                            const TensorDesc& desc) {
+                                                            const TensorDesc& desc,
+                                                            std::string handle) {
   GPUKIT_RETURN_IF_ERROR(ValidateShape(desc.shape, "shape"));
   GPUKIT_ASSIGN_OR_RETURN(int64_t bytes, ByteSize(desc.shape, desc.dtype));
   GPUKIT_ASSIGN_OR_RETURN(DeviceAllocation memory, AllocateMemory(session, bytes));
   Device& device = *devices_[session.admission().device_index].device;
-  return std::make_shared<DeviceArray>(NewOpaqueId("a-"), device, memory.buffer, desc, bytes,
+  if (handle.empty()) handle = NewOpaqueId("a-");
+  return std::make_shared<DeviceArray>(std::move(handle), device, memory.buffer, desc, bytes,
                                        std::move(memory.reservation), clock_.Now());
 }
 
@@ -399,9 +328,8 @@ absl::Status Core::Conclude(const Session& session, absl::Status status) {
       "what the request did is lost"));
 }
 
-absl::StatusOr<Core::RunningTask> Core::StartTask(const Session& session, TaskKind kind,
-                                                  absl::string_view name,
-                                                  const TaskOptions& options) {
+absl::StatusOr<RunningTask> Core::StartTask(const Session& session, TaskKind kind,
+                                            absl::string_view name, const TaskOptions& options) {
   absl::StatusOr<RunningTask> task = RunningTask::Create(*scheduler_, session, kind, name, options);
   if (!task.ok()) return Conclude(session, task.status());
   return task;
@@ -485,12 +413,12 @@ absl::Status Core::ReadArray(absl::string_view session_id, absl::string_view han
   }));
 }
 
-absl::StatusOr<ArrayView> Core::RunOp(absl::string_view session_id, absl::string_view op_name,
-                                      absl::Span<const OpInput> inputs, const AttrMap& attrs,
-                                      const TaskOptions& options) {
-  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
+absl::StatusOr<Core::PreparedOp> Core::PrepareOp(const Session& session, absl::string_view op_name,
+                                                 absl::Span<const OpInput> inputs,
+                                                 const AttrMap& attrs, const TaskOptions& options,
+                                                 std::string output_handle) {
   GPUKIT_ASSIGN_OR_RETURN(const OpDef* op, ops_.Find(op_name));
-  if (Device& device = *devices_[session->admission().device_index].device;
+  if (Device& device = *devices_[session.admission().device_index].device;
       !device.SupportsOp(op_name)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "op \"", op_name, "\" cannot run on device ", device.properties().index, " (",
@@ -505,7 +433,7 @@ absl::StatusOr<ArrayView> Core::RunOp(absl::string_view session_id, absl::string
       desc.is_scalar = true;
       desc.scalar = inputs[i].scalar;
     } else {
-      absl::StatusOr<std::shared_ptr<DeviceArray>> array = session->FindArray(inputs[i].handle);
+      absl::StatusOr<std::shared_ptr<DeviceArray>> array = session.FindArray(inputs[i].handle);
       if (!array.ok()) return PrefixStatus(array.status(), absl::StrCat("inputs[", i, "]: "));
       desc.tensor = (*array)->desc();
       arrays[i] = *std::move(array);
@@ -515,9 +443,9 @@ absl::StatusOr<ArrayView> Core::RunOp(absl::string_view session_id, absl::string
   OpLaunch launch;
   launch.op = op;
   GPUKIT_ASSIGN_OR_RETURN(launch.plan, ops_.Plan(*op, descs, attrs));
-  GPUKIT_RETURN_IF_ERROR(session->CheckArrayRoom(options_.limits.max_arrays_per_session));
-  GPUKIT_RETURN_IF_ERROR(faults_.CheckLaunch(session->tenant()));
-  GPUKIT_ASSIGN_OR_RETURN(RunningTask task, StartTask(*session, TaskKind::kOp, op_name, options));
+  GPUKIT_RETURN_IF_ERROR(session.CheckArrayRoom(options_.limits.max_arrays_per_session));
+  GPUKIT_RETURN_IF_ERROR(faults_.CheckLaunch(session.tenant()));
+  GPUKIT_ASSIGN_OR_RETURN(RunningTask task, StartTask(session, TaskKind::kOp, op_name, options));
   // Pin every input until the op has run, even if the client frees it meanwhile; a spilled
   // input comes back to the device here.
   std::vector<ArrayPin> pins;
@@ -527,9 +455,9 @@ absl::StatusOr<ArrayView> Core::RunOp(absl::string_view session_id, absl::string
       operand.is_scalar = true;
       operand.scalar = inputs[i].scalar;
     } else {
-      absl::StatusOr<ArrayPin> pin = PinArray(*session, *arrays[i]);
+      absl::StatusOr<ArrayPin> pin = PinArray(session, *arrays[i]);
       if (!pin.ok()) {
-        return Conclude(*session,
+        return Conclude(session,
                         task.Fail(PrefixStatus(pin.status(), absl::StrCat("inputs[", i, "]: "))));
       }
       operand.desc = arrays[i]->desc();
@@ -538,24 +466,54 @@ absl::StatusOr<ArrayView> Core::RunOp(absl::string_view session_id, absl::string
     }
     launch.inputs.push_back(std::move(operand));
   }
-  absl::StatusOr<std::shared_ptr<DeviceArray>> output = NewArray(*session, launch.plan.output);
-  if (!output.ok()) return Conclude(*session, task.Fail(output.status()));
+  absl::StatusOr<std::shared_ptr<DeviceArray>> output =
+      NewArray(session, launch.plan.output, std::move(output_handle));
+  if (!output.ok()) return Conclude(session, task.Fail(output.status()));
   auto no_restore = [](int64_t) -> absl::StatusOr<DeviceAllocation> {
     return absl::InternalError("a new array cannot be spilled before it is registered");
   };
   absl::StatusOr<ArrayPin> output_pin = (*output)->Pin(clock_.Now(), no_restore, {});
-  if (!output_pin.ok()) return Conclude(*session, task.Fail(output_pin.status()));
+  if (!output_pin.ok()) return Conclude(session, task.Fail(output_pin.status()));
   launch.output = output_pin->buffer();
-  Device& device = (*output)->device();
-  absl::Status ran = task.Run(device, session->stream(),
-                              [&] { return device.RunOp(launch, session->stream()); });
+  return PreparedOp{std::move(task), std::move(launch), std::move(pins), *std::move(output),
+                    *std::move(output_pin)};
+}
+
+absl::StatusOr<ArrayView> Core::RunOp(absl::string_view session_id, absl::string_view op_name,
+                                      absl::Span<const OpInput> inputs, const AttrMap& attrs,
+                                      const TaskOptions& options) {
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
+  GPUKIT_ASSIGN_OR_RETURN(
+      PreparedOp op, PrepareOp(*session, op_name, inputs, attrs, options, /*output_handle=*/""));
+  Device& device = op.output->device();
+  absl::Status ran = op.task.Run(device, session->stream(),
+                                 [&] { return device.RunOp(op.launch, session->stream()); });
   GPUKIT_RETURN_IF_ERROR(Conclude(
       *session,
       NoteExecutorFailure(*session, device, absl::StrCat("op ", op_name), std::move(ran))));
-  ArrayView view = View(**output);
+  ArrayView view = View(*op.output);
   GPUKIT_RETURN_IF_ERROR(Conclude(
-      *session, session->AddArray(*std::move(output), options_.limits.max_arrays_per_session)));
+      *session, session->AddArray(std::move(op.output), options_.limits.max_arrays_per_session)));
   return view;
+}
+
+absl::StatusOr<std::unique_ptr<OpPipeline>> Core::OpenPipeline(absl::string_view session_id) {
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
+  {
+    absl::MutexLock lock(&pipelines_mu_);
+    if (!pipelines_.insert(session->id()).second) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "session \"", session->id(),
+          "\" already has an open pipeline (one Submit stream per session at a time)"));
+    }
+  }
+  return std::unique_ptr<OpPipeline>(
+      new OpPipeline(*this, std::move(session), options_.max_ops_in_flight));
+}
+
+void Core::ClosePipeline(const std::string& session_id) {
+  absl::MutexLock lock(&pipelines_mu_);
+  pipelines_.erase(session_id);
 }
 
 absl::StatusOr<KernelView> Core::CompileKernel(absl::string_view session_id,

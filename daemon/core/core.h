@@ -47,12 +47,14 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "daemon/core/fault_ledger.h"
 #include "daemon/core/partition_streams.h"
 #include "daemon/core/pending_tokens.h"
+#include "daemon/core/running_task.h"
 #include "daemon/scheduler/admission.h"
 #include "daemon/scheduler/clock.h"
 #include "daemon/scheduler/scheduler.h"
@@ -102,6 +104,10 @@ struct CoreOptions {
   std::string cpu_kernel_arch = "sm_90";
   // Compiled kernels one session may hold at once (each may hold a module on the device).
   int max_kernels_per_session = 256;
+  // Ops of one pipeline (OpenPipeline, ComputeService.Submit) queued on the device at once;
+  // OpPipeline::RunOp waits for the oldest to complete beyond it. Default 32: half a
+  // partition's default maxRunningTasks, since each holds a running task until it has run.
+  int max_ops_in_flight = 32;
   // Host memory regions one session may hold at once (each a mapping in gpukitd).
   int max_host_regions_per_session = 64;
   // How long a RegisterHostMemory token waits for its descriptor.
@@ -115,14 +121,6 @@ struct SessionGrant {
   int device_index = 0;
   QosClass qos = QosClass::kBestEffort;
   ResourceSpec resources;
-};
-
-// How a request's task waits in its partition's queue.
-struct TaskOptions {
-  int priority = 0;
-  absl::Time deadline = absl::InfiniteFuture();
-  // Polled while the task waits; true cancels it (the client went away).
-  std::function<bool()> cancelled = [] { return false; };
 };
 
 struct ArrayView {
@@ -216,6 +214,8 @@ struct DeviceSummary {
   std::vector<std::string> held_back;
 };
 
+class OpPipeline;
+
 class Core {
  public:
   // `devices` must not be empty. The clock must outlive the core. `jit` compiles custom
@@ -265,6 +265,10 @@ class Core {
                                   absl::Span<const OpInput> inputs, const AttrMap& attrs,
                                   const TaskOptions& task = {});
   const OpRegistry& ops() const { return ops_; }
+  // Opens the session's pipeline: ops that run without waiting (op_pipeline.h). One per
+  // session at a time: FAILED_PRECONDITION while one is open; NOT_FOUND for an unknown
+  // session. Renews the lease. The pipeline must be closed (destroyed) before the core.
+  absl::StatusOr<std::unique_ptr<OpPipeline>> OpenPipeline(absl::string_view session_id);
 
   // Custom kernels. Every call renews the session's lease; foreign handles are NOT_FOUND.
   //
@@ -380,11 +384,11 @@ class Core {
   int device_count() const { return static_cast<int>(devices_.size()); }
 
  private:
+  friend class OpPipeline;
   struct DeviceSlot {
     std::unique_ptr<Device> device;
     StreamId spill_stream;  // spill and restore copies
   };
-  class RunningTask;
 
   Core(const Clock& clock, const CoreOptions& options, std::vector<DeviceSlot> devices,
        std::unique_ptr<Scheduler> scheduler, std::shared_ptr<JitCompiler> jit);
@@ -399,8 +403,30 @@ class Core {
                                                 const TensorDesc& desc, ImportedMemory memory);
   // Spills arrays chosen by the reclaim policy to cover `plan`; returns bytes freed.
   int64_t Reclaim(const ReclaimPlan& plan);
+  // A new array of the session's device, named `handle` (a fresh "a-" id when empty).
   absl::StatusOr<std::shared_ptr<DeviceArray>> NewArray(const Session& session,
-                                                        const TensorDesc& desc);
+                                                        const TensorDesc& desc,
+                                                        std::string handle = "");
+  // An op made ready to run, what RunOp and OpPipeline::RunOp share: checked, planned,
+  // admitted as a task of kind op, its inputs pinned (spilled ones restored) and its output
+  // allocated (not yet registered with the session) and pinned.
+  struct PreparedOp {
+    RunningTask task;
+    OpLaunch launch;
+    std::vector<ArrayPin> pins;  // the inputs'
+    std::shared_ptr<DeviceArray> output;
+    ArrayPin output_pin;
+  };
+  // Checks, in order, before the op takes a place in the queue: the op's name, the device's
+  // support, its inputs (NOT_FOUND "inputs[i]: ..."), the plan (INVALID_ARGUMENT), the
+  // session's array room and the tenant's launch hold; then admission (the scheduler's
+  // errors), pins and the output's memory (RESOURCE_EXHAUSTED with a reason). Errors after
+  // admission go through Conclude. The output is named `output_handle` ("": a fresh id).
+  absl::StatusOr<PreparedOp> PrepareOp(const Session& session, absl::string_view op_name,
+                                       absl::Span<const OpInput> inputs, const AttrMap& attrs,
+                                       const TaskOptions& options, std::string output_handle);
+  // The end of a pipeline: frees its session's slot.
+  void ClosePipeline(const std::string& session_id);
   // Pins one of the session's arrays resident, restoring it (with the session's admission)
   // if it was spilled.
   absl::StatusOr<ArrayPin> PinArray(const Session& session, DeviceArray& array);
@@ -452,6 +478,9 @@ class Core {
   // before the scheduler's and the session manager's locks, never after.
   absl::Mutex partitions_mu_;
   PartitionStreams streams_ ABSL_GUARDED_BY(partitions_mu_);
+  // Sessions with an open pipeline (one each).
+  absl::Mutex pipelines_mu_;
+  absl::flat_hash_set<std::string> pipelines_ ABSL_GUARDED_BY(pipelines_mu_);
 };
 
 }  // namespace gpukit

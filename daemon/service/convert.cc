@@ -367,6 +367,17 @@ void ToProto(const KernelView& kernel, v1::CompileKernelResponse* out) {
   out->set_log(kernel.log);
 }
 
+void ToProto(const absl::Status& status, v1::OpResult* out) {
+  const grpc::Status mapped = ToGrpc(status, /*context=*/nullptr);
+  out->set_code(static_cast<int32_t>(mapped.error_code()));
+  out->set_message(mapped.error_message());
+  if (RejectReason reason = ReasonOf(status); reason != RejectReason::kNone) {
+    out->set_reason(std::string(RejectReasonName(reason)));
+  } else {
+    out->clear_reason();
+  }
+}
+
 grpc::Status ToGrpc(const absl::Status& status, grpc::ServerContextBase* context) {
   if (status.ok()) return grpc::Status::OK;
   if (context != nullptr) {

@@ -71,6 +71,9 @@ grpc::Status ValidateStrings(const google::protobuf::Message& request,
 // spare.
 inline constexpr size_t kMaxStatusMessageBytes = 8 << 10;
 grpc::Status ToGrpc(const absl::Status& status, grpc::ServerContextBase* context);
+// The same mapping for an op of a Submit stream, whose status travels in its OpResult:
+// code, message (cut as ToGrpc cuts it) and reason (as the gpukit-reason trailer names it).
+void ToProto(const absl::Status& status, v1::OpResult* out);
 
 }  // namespace gpukit::service
 

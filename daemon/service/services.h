@@ -3,8 +3,8 @@
 //
 // Unary handlers run on gRPC's synchronous server, one thread each while they run (the
 // number is capped: ServerOptions::max_threads). The streaming ones, ArrayService.Upload and
-// Download, are on the callback API so that an open stream holds no thread: they return a
-// reactor (array_streams.h).
+// Download and ComputeService.Submit, are on the callback API so that an open stream holds
+// no thread of that pool: they return a reactor (array_streams.h, submit_stream.h).
 //
 // Thread safety: handlers run on gRPC's threads concurrently; all state is in the Core.
 #ifndef GPUKIT_DAEMON_SERVICE_SERVICES_H_
@@ -16,6 +16,7 @@
 #include "daemon/core/core.h"
 #include "daemon/service/access_guard.h"
 #include "daemon/service/array_streams.h"
+#include "daemon/service/submit_stream.h"
 #include "gpukit/v1/admin.grpc.pb.h"
 #include "gpukit/v1/array.grpc.pb.h"
 #include "gpukit/v1/compute.grpc.pb.h"
@@ -90,10 +91,16 @@ class ArrayServiceImpl final
   std::string fd_channel_;
 };
 
-class ComputeServiceImpl final : public v1::ComputeService::Service {
+// Synchronous but for Submit, a callback method (submit_stream.h).
+class ComputeServiceImpl final
+    : public v1::ComputeService::WithCallbackMethod_Submit<v1::ComputeService::Service> {
  public:
-  // `guard` checks who may name a session; both must outlive the service.
+  // `guard` checks who may name a session; both must outlive the server's streams.
   ComputeServiceImpl(Core& core, const AccessGuard& guard) : core_(core), guard_(guard) {}
+  grpc::ServerBidiReactor<v1::SubmitRequest, v1::SubmitResponse>* Submit(
+      grpc::CallbackServerContext* context) override {
+    return NewSubmitReactor(core_, guard_, context);
+  }
   grpc::Status RunOp(grpc::ServerContext* context, const v1::RunOpRequest* request,
                      v1::RunOpResponse* response) override;
   grpc::Status ListOps(grpc::ServerContext* context, const v1::ListOpsRequest* request,

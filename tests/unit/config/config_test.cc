@@ -508,6 +508,17 @@ TEST(JitConfigTest, EmbeddedDefaultAndEveryField) {
   EXPECT_EQ(defaults.core.max_kernels_per_session, 256);
 }
 
+TEST(LimitsConfigTest, MaxOpsInFlightDefaultsTo32AndMustBePositive) {
+  const DaemonConfig defaults;
+  EXPECT_EQ(defaults.core.max_ops_in_flight, 32);
+  absl::StatusOr<DaemonConfig> set =
+      ApplyConfigJson(R"({"limits": {"maxOpsInFlight": 4}})", defaults);
+  ASSERT_THAT(set, IsOk());
+  EXPECT_EQ(set->core.max_ops_in_flight, 4);
+  EXPECT_THAT(ApplyConfigJson(R"({"limits": {"maxOpsInFlight": -1}})", defaults),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("limits.maxOpsInFlight")));
+}
+
 TEST(JitConfigTest, KernelCacheDirFollowsTheConfigThenSystemdThenXdgThenHome) {
   EXPECT_EQ(KernelCacheDir("none"), "");
   EXPECT_EQ(KernelCacheDir("/srv/kernels"), "/srv/kernels");

@@ -1,0 +1,198 @@
+#include "daemon/core/op_pipeline.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/base/status_macros.h"
+
+namespace gpukit {
+
+OpPipeline::OpPipeline(Core& core, std::shared_ptr<Session> session, int max_ops_in_flight)
+    : core_(core),
+      session_(std::move(session)),
+      max_ops_in_flight_(max_ops_in_flight),
+      handle_prefix_(NewOpaqueId("a-") + ".") {
+  completion_ = std::thread([this] { CompletionLoop(); });
+}
+
+OpPipeline::~OpPipeline() { Close(); }
+
+void OpPipeline::Close() {
+  if (closed_) return;
+  closed_ = true;
+  {
+    absl::MutexLock lock(&mu_);
+    closing_ = true;
+  }
+  completion_.join();
+  core_.ClosePipeline(session_->id());
+}
+
+int OpPipeline::in_flight() const {
+  absl::MutexLock lock(&mu_);
+  return in_flight_;
+}
+
+absl::Status OpPipeline::CheckOpen() const {
+  if (closing_) return absl::FailedPreconditionError("the pipeline is closed");
+  if (refused_.has_value()) {
+    return absl::AbortedError(
+        absl::StrCat("not run: op #", refused_->index, " (", refused_->op, ") failed before it"));
+  }
+  return absl::OkStatus();
+}
+
+void OpPipeline::NoteFailure(uint64_t index, absl::string_view op, const absl::Status& status) {
+  if (first_failure_.has_value() && first_failure_->index <= index) return;
+  first_failure_ = Failure{index, std::string(op), status};
+}
+
+void OpPipeline::NoteRefusal(uint64_t index, absl::string_view op, const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  NoteFailure(index, op, status);
+  if (!refused_.has_value()) refused_ = Failure{index, std::string(op), status};
+}
+
+absl::Status OpPipeline::Refuse(uint64_t index, absl::string_view op, absl::Status status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status open = CheckOpen(); !open.ok()) return open;
+  }
+  NoteRefusal(index, op, status);
+  return status;
+}
+
+void OpPipeline::ReleaseSlot() {
+  absl::MutexLock lock(&mu_);
+  --in_flight_;
+}
+
+absl::StatusOr<ArrayView> OpPipeline::RunOp(uint64_t index, absl::string_view op_name,
+                                            absl::Span<const OpInput> inputs, const AttrMap& attrs,
+                                            const TaskOptions& options) {
+  absl::StatusOr<ArrayView> result = Queue(index, op_name, inputs, attrs, options);
+  if (!result.ok()) NoteRefusal(index, op_name, result.status());
+  return result;
+}
+
+absl::StatusOr<ArrayView> OpPipeline::Queue(uint64_t index, absl::string_view op_name,
+                                            absl::Span<const OpInput> inputs, const AttrMap& attrs,
+                                            const TaskOptions& options) {
+  {
+    absl::MutexLock lock(&mu_);
+    GPUKIT_RETURN_IF_ERROR(CheckOpen());
+  }
+  // The lease renews with every op; a session that ended refuses the op (NOT_FOUND).
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, core_.sessions_.Touch(session_->id()));
+  {
+    // A slot first, then admission: the pipeline never holds more than its cap of tasks.
+    absl::MutexLock lock(&mu_);
+    auto has_room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return in_flight_ < max_ops_in_flight_ || closing_;
+    };
+    mu_.Await(absl::Condition(&has_room));
+    GPUKIT_RETURN_IF_ERROR(CheckOpen());
+    ++in_flight_;
+  }
+  absl::StatusOr<Core::PreparedOp> op = core_.PrepareOp(*session, op_name, inputs, attrs, options,
+                                                        absl::StrCat(handle_prefix_, index));
+  if (!op.ok()) {
+    ReleaseSlot();
+    return op.status();
+  }
+  Device& device = op->output->device();
+  const StreamId stream = session->stream();
+  absl::StatusOr<EnqueuedTask> work =
+      op->task.Enqueue(device, stream, [&] { return device.RunOp(op->launch, stream); });
+  if (!work.ok()) {
+    // Nothing of this op was queued; the ops before it still pin what they use.
+    ReleaseSlot();
+    return core_.Conclude(
+        *session,
+        core_.NoteExecutorFailure(*session, device, absl::StrCat("op ", op_name), work.status()));
+  }
+  const ArrayView view = Core::View(*op->output);
+  // Registered at once, so that the next op may name it; the record's pin keeps it resident
+  // until it has run, whatever the client does with the handle meanwhile.
+  absl::Status added =
+      session->AddArray(std::move(op->output), core_.options_.limits.max_arrays_per_session);
+  {
+    absl::MutexLock lock(&mu_);
+    queued_.push_back(Record{index, std::string(op_name), std::move(op->pins),
+                             std::move(op->output_pin), *std::move(work)});
+    ++records_queued_;
+  }
+  GPUKIT_RETURN_IF_ERROR(core_.Conclude(*session, std::move(added)));
+  return view;
+}
+
+absl::Status OpPipeline::Free(uint64_t index, absl::string_view handle) {
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    status = CheckOpen();
+  }
+  if (status.ok()) status = core_.FreeArray(session_->id(), handle).status();
+  if (!status.ok()) NoteRefusal(index, "free", status);
+  return status;
+}
+
+std::optional<OpPipeline::Failure> OpPipeline::Sync() {
+  absl::MutexLock lock(&mu_);
+  const uint64_t target = records_queued_;
+  auto done = [this, target]()
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return records_completed_ >= target; };
+  mu_.Await(absl::Condition(&done));
+  std::optional<Failure> failure = std::move(first_failure_);
+  first_failure_.reset();
+  refused_.reset();
+  return failure;
+}
+
+void OpPipeline::CompletionLoop() {
+  std::vector<Record> batch;
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      // Ends once closing with nothing queued and no op being queued (a slot taken).
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !queued_.empty() || (closing_ && in_flight_ == 0);
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (queued_.empty()) return;
+      batch.swap(queued_);
+    }
+    CompleteBatch(batch);
+    const int completed = static_cast<int>(batch.size());
+    // Drops the pins outside the lock: an array whose last reference goes frees its memory.
+    batch.clear();
+    absl::MutexLock lock(&mu_);
+    records_completed_ += completed;
+    in_flight_ -= completed;
+  }
+}
+
+void OpPipeline::CompleteBatch(std::vector<Record>& batch) {
+  // One wait for the batch: its ops share the session's stream, so once the last end event
+  // completed every earlier one has. Each end event still carries its own op's error (the
+  // first error since the event before it), which WaitEvent on a completed event returns at
+  // once; likewise each op's device time. A batched device call can replace this loop.
+  Device& device = batch.back().work.device();
+  const absl::Status last = device.WaitEvent(batch.back().work.end_event());
+  std::vector<Failure> failures;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Record& record = batch[i];
+    absl::Status status = i + 1 == batch.size() ? last : device.WaitEvent(record.work.end_event());
+    const absl::Duration device_time =
+        DeviceTimeBetween(device, record.work.start_event(), record.work.end_event());
+    status = core_.NoteExecutorFailure(*session_, device, absl::StrCat("op ", record.op),
+                                       std::move(status));
+    record.work.Finish(status, device_time);
+    if (!status.ok()) failures.push_back({record.index, record.op, std::move(status)});
+  }
+  if (failures.empty()) return;
+  absl::MutexLock lock(&mu_);
+  for (const Failure& f : failures) NoteFailure(f.index, f.op, f.status);
+}
+
+}  // namespace gpukit

@@ -1,0 +1,158 @@
+// OpPipeline: one session's ops that run without waiting (ComputeService.Submit, below
+// gRPC). A unary RunOp waits for its op to run before it answers; a pipeline queues the op
+// on the session's stream and answers at once, so a client sends its next op while the
+// device still runs the last one, and the round trip per op disappears from the chain.
+//
+//   GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<OpPipeline> p, core.OpenPipeline(session_id));
+//   GPUKIT_ASSIGN_OR_RETURN(ArrayView c, p->RunOp(0, "add", {a, b}, {}));
+//   // c.handle == p->handle_prefix() + "0", usable by the next op before op 0 has run:
+//   GPUKIT_ASSIGN_OR_RETURN(ArrayView d, p->RunOp(1, "mul", {OpInput{.handle = c.handle},
+//                                                           b}, {}));
+//   GPUKIT_RETURN_IF_ERROR(p->Free(2, c.handle));
+//   if (std::optional<OpPipeline::Failure> f = p->Sync()) { ... f->index, f->status ... }
+//
+// Semantics. An op goes through the same checks, planning, admission, pinning and output
+// allocation as Core::RunOp (Core::PrepareOp, one code path), then is queued on the session's
+// stream between two events, and its output is registered with the session at once under
+// the handle handle_prefix() + index. The ops of a session's stream run in the order queued,
+// so a later op may name that handle before its producer ran. Each op is a task of kind op of
+// the session's partition, running from its admission until its end event completed: the
+// completion thread then charges the device time the events measured (pacing, ListSessions,
+// ListTenants) and ends the task with the op's device status. Inputs and the output stay
+// pinned (resident, alive) until then, even if freed meanwhile (Free takes effect at once
+// for new ops; memory comes back once the ops that used the array have run).
+//
+// Errors. An op refused before it was queued (RunOp's or Free's error: Core::RunOp's
+// errors, NOT_FOUND for a handle the session does not hold) makes the pipeline "failed":
+// every later RunOp and Free is refused with ABORTED "not run: op #i (name) failed before it"
+// until the next Sync. An op that fails on the device is known only once it has run: Sync
+// reports it. Sync returns the first failure (lowest index) since the previous Sync, refused
+// or failed on the device, and clears the failed state.
+//
+// Cost per op: the op's checks and admission, as Core::RunOp, and three messages to the
+// device (two RecordEvent, RunOp) with no wait; the completion thread waits once per batch
+// of ops queued meanwhile (they share one stream, so the last end event covers all) and
+// measures each op's device time (OpPipeline::CompleteBatch).
+//
+// Flow control: at most CoreOptions::max_ops_in_flight ops are queued and not yet completed;
+// RunOp waits for the oldest beyond that (so a pipeline never holds more running tasks).
+//
+// Thread safety: RunOp, Free and Sync are called by one thread at a time (the stream's
+// owner), with increasing indices; Close and the destructor by that thread, or by another
+// once it has stopped calling. handle_prefix, session_id and in_flight may be called from
+// any thread. One completion thread per pipeline, started by OpenPipeline, joined by Close.
+#ifndef GPUKIT_DAEMON_CORE_OP_PIPELINE_H_
+#define GPUKIT_DAEMON_CORE_OP_PIPELINE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "daemon/core/core.h"
+#include "daemon/core/running_task.h"
+#include "daemon/session/device_array.h"
+#include "daemon/session/session_manager.h"
+
+namespace gpukit {
+
+class OpPipeline {
+ public:
+  // The first failure since the previous Sync.
+  struct Failure {
+    uint64_t index = 0;
+    std::string op;  // "add", "free"
+    absl::Status status;
+  };
+
+  OpPipeline(const OpPipeline&) = delete;
+  OpPipeline& operator=(const OpPipeline&) = delete;
+  // Close().
+  ~OpPipeline();
+
+  // Every output's handle is this followed by the op's index: "a-<32 hex digits>.".
+  const std::string& handle_prefix() const { return handle_prefix_; }
+  const std::string& session_id() const { return session_->id(); }
+
+  // Queues op `index` (see the top of this file) and returns its output's layout, without
+  // waiting for it to run; blocks while max_ops_in_flight ops are outstanding, and while
+  // the task waits for admission. Errors: ABORTED while the pipeline is failed, NOT_FOUND
+  // once the session ended (its lease renews with every op), FAILED_PRECONDITION after
+  // Close, and Core::RunOp's (refused: nothing was queued).
+  absl::StatusOr<ArrayView> RunOp(uint64_t index, absl::string_view op_name,
+                                  absl::Span<const OpInput> inputs, const AttrMap& attrs,
+                                  const TaskOptions& options = {});
+  // Op `index`: frees the session's array `handle` (Core::FreeArray); ops queued before
+  // that use it keep it alive until they have run. Errors: ABORTED while failed, NOT_FOUND.
+  absl::Status Free(uint64_t index, absl::string_view handle);
+  // Op `index` was refused before it reached RunOp or Free (its caller found it malformed).
+  // Returns what to answer for it: ABORTED "not run: ..." while the pipeline is failed
+  // already; else `status`, and the pipeline is failed from now until the next Sync.
+  absl::Status Refuse(uint64_t index, absl::string_view op, absl::Status status);
+  // Waits until every op queued so far has run; returns the first failure (lowest index)
+  // since the previous Sync, refused or failed on the device, if any, and makes the
+  // pipeline clean again.
+  std::optional<Failure> Sync();
+  // Waits for the ops queued to run (they run to their end even if the session closed),
+  // joins the completion thread and frees the session's pipeline slot. Idempotent.
+  void Close();
+
+  // Ops queued and not yet completed (plus one being queued).
+  int in_flight() const;
+
+ private:
+  friend class Core;
+  // What the completion thread finishes: an op queued on the device.
+  struct Record {
+    uint64_t index = 0;
+    std::string op;
+    std::vector<ArrayPin> pins;  // the inputs'
+    ArrayPin output_pin;
+    EnqueuedTask work;
+  };
+
+  OpPipeline(Core& core, std::shared_ptr<Session> session, int max_ops_in_flight);
+
+  absl::StatusOr<ArrayView> Queue(uint64_t index, absl::string_view op_name,
+                                  absl::Span<const OpInput> inputs, const AttrMap& attrs,
+                                  const TaskOptions& options);
+  // ABORTED while failed; FAILED_PRECONDITION once closing.
+  absl::Status CheckOpen() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Op `index` was refused: the pipeline is failed until the next Sync.
+  void NoteRefusal(uint64_t index, absl::string_view op, const absl::Status& status);
+  void NoteFailure(uint64_t index, absl::string_view op, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseSlot();
+  // The completion thread: takes every record queued, completes them, and again.
+  void CompletionLoop();
+  // Waits for a batch (in queue order, one stream) and ends each op's task with its device
+  // status and time. The one place that asks the device about completed ops.
+  void CompleteBatch(std::vector<Record>& batch);
+
+  Core& core_;
+  const std::shared_ptr<Session> session_;  // keeps its stream alive until Close
+  const int max_ops_in_flight_;
+  const std::string handle_prefix_;
+
+  mutable absl::Mutex mu_;
+  std::vector<Record> queued_ ABSL_GUARDED_BY(mu_);  // not yet taken by the completion thread
+  // Slots taken: ops being queued plus records not yet completed (<= max_ops_in_flight_).
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t records_queued_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t records_completed_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<Failure> first_failure_ ABSL_GUARDED_BY(mu_);
+  std::optional<Failure> refused_ ABSL_GUARDED_BY(mu_);  // set: the pipeline is failed
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ = false;  // the owner's thread only
+  std::thread completion_;
+};
+
+}  // namespace gpukit
+
+#endif  // GPUKIT_DAEMON_CORE_OP_PIPELINE_H_

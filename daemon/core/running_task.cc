@@ -1,0 +1,98 @@
+#include "daemon/core/running_task.h"
+
+#include <utility>
+
+#include "runtime/base/status_macros.h"
+
+namespace gpukit {
+
+absl::StatusOr<RunningTask> RunningTask::Create(Scheduler& scheduler, const Session& session,
+                                                TaskKind kind, absl::string_view name,
+                                                const TaskOptions& options) {
+  TaskRequest request;
+  request.kind = kind;
+  request.name = std::string(name);
+  request.priority = options.priority;
+  request.deadline = options.deadline;
+  GPUKIT_ASSIGN_OR_RETURN(TaskRef task, scheduler.Submit(session.ticket(), request));
+  RunningTask running(scheduler, std::move(task));
+  GPUKIT_RETURN_IF_ERROR(scheduler.AwaitAdmission(running.task_, options.cancelled));
+  return running;
+}
+
+RunningTask::~RunningTask() {
+  if (task_ != nullptr) {
+    scheduler_.Finish(task_, absl::AbortedError("the request failed before the work ran"),
+                      absl::ZeroDuration());
+  }
+}
+
+absl::Status RunningTask::Fail(absl::Status status) {
+  if (task_ != nullptr) {
+    scheduler_.Finish(task_, status, absl::ZeroDuration());
+    task_.reset();
+  }
+  return status;
+}
+
+absl::StatusOr<EnqueuedTask> RunningTask::Enqueue(Device& device, StreamId stream,
+                                                  const std::function<absl::Status()>& enqueue) {
+  GPUKIT_RETURN_IF_ERROR(scheduler_.Start(task_));
+  absl::StatusOr<EventId> start = device.RecordEvent(stream);
+  if (!start.ok()) return Fail(start.status());
+  // Nothing was queued when `enqueue` fails (its checks come first), so the events are
+  // dropped unwaited: destroying a pending event is allowed on every backend.
+  if (absl::Status status = enqueue(); !status.ok()) {
+    device.DestroyEvent(*start).IgnoreError();
+    return Fail(std::move(status));
+  }
+  absl::StatusOr<EventId> end = device.RecordEvent(stream);
+  if (!end.ok()) {
+    // The work is queued with no event of its own to wait for: the task ends now, with
+    // the error (as a unary request always did).
+    device.DestroyEvent(*start).IgnoreError();
+    return Fail(end.status());
+  }
+  EnqueuedTask work(scheduler_, std::move(task_), device, *start, *end);
+  return work;
+}
+
+absl::Status RunningTask::Run(Device& device, StreamId stream,
+                              const std::function<absl::Status()>& enqueue,
+                              absl::Duration* measured) {
+  GPUKIT_ASSIGN_OR_RETURN(EnqueuedTask work, Enqueue(device, stream, enqueue));
+  absl::Status status = device.WaitEvent(work.end_event());
+  const absl::Duration device_time =
+      DeviceTimeBetween(device, work.start_event(), work.end_event());
+  work.Finish(status, device_time);
+  if (measured != nullptr) *measured = device_time;
+  return status;
+}
+
+EnqueuedTask::EnqueuedTask(EnqueuedTask&& other) noexcept
+    : scheduler_(other.scheduler_),
+      task_(std::move(other.task_)),
+      device_(other.device_),
+      start_(other.start_),
+      end_(other.end_) {}
+
+EnqueuedTask::~EnqueuedTask() {
+  if (task_ == nullptr) return;
+  absl::Status status = device_->WaitEvent(end_);
+  Finish(status, DeviceTimeBetween(*device_, start_, end_));
+}
+
+void EnqueuedTask::Finish(const absl::Status& status, absl::Duration device_time) {
+  if (task_ == nullptr) return;
+  scheduler_->Finish(task_, status, device_time);
+  task_.reset();
+  device_->DestroyEvent(start_).IgnoreError();
+  device_->DestroyEvent(end_).IgnoreError();
+}
+
+absl::Duration DeviceTimeBetween(Device& device, EventId start, EventId end) {
+  absl::StatusOr<int64_t> ns = device.EventElapsedNs(start, end);
+  return ns.ok() ? absl::Nanoseconds(*ns) : absl::ZeroDuration();
+}
+
+}  // namespace gpukit

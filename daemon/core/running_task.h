@@ -1,0 +1,128 @@
+// RunningTask and EnqueuedTask: a task of the scheduler for the length of one piece of device
+// work, from its admission to its Finish, as RAII owners, so that no error path leaves a
+// task in the scheduler's running set.
+//
+// A request makes a RunningTask (submitted and admitted), then either runs its work and
+// waits for it (Run: the unary calls), or only enqueues it (Enqueue: pipelined ops), getting
+// an EnqueuedTask that a completion thread finishes once the work's end event completed.
+//
+//   GPUKIT_ASSIGN_OR_RETURN(RunningTask task,
+//                           RunningTask::Create(scheduler, session, TaskKind::kOp, "add", {}));
+//   // waits:
+//   GPUKIT_RETURN_IF_ERROR(task.Run(device, stream, [&] { return device.RunOp(l, stream); }));
+//   // or not:
+//   GPUKIT_ASSIGN_OR_RETURN(EnqueuedTask work, task.Enqueue(device, stream, enqueue));
+//   ... later, on another thread:
+//   absl::Status status = device.WaitEvent(work.end_event());
+//   work.Finish(status, DeviceTimeBetween(device, work.start_event(), work.end_event()));
+//
+// Cost: Enqueue is two RecordEvent calls and the work's own enqueue (messages to the
+// device; no wait); Run adds one WaitEvent and one EventElapsedNs.
+//
+// Thread safety: each object is used by one thread at a time (it may move between threads);
+// the scheduler and the device are thread-safe.
+#ifndef GPUKIT_DAEMON_CORE_RUNNING_TASK_H_
+#define GPUKIT_DAEMON_CORE_RUNNING_TASK_H_
+
+#include <functional>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "daemon/scheduler/scheduler.h"
+#include "daemon/session/session_manager.h"
+#include "runtime/device.h"
+
+namespace gpukit {
+
+class EnqueuedTask;
+
+// How a request's task waits in its partition's queue.
+struct TaskOptions {
+  int priority = 0;
+  absl::Time deadline = absl::InfiniteFuture();
+  // Polled while the task waits; true cancels it (the client went away).
+  std::function<bool()> cancelled = [] { return false; };
+};
+
+// A task submitted and admitted by Create, finished (Failed, unless it ran) when it goes
+// out of scope.
+class RunningTask {
+ public:
+  // Submits the task to the session's partition and waits for its admission. Errors: the
+  // scheduler's (RESOURCE_EXHAUSTED QUEUE_FULL, DEADLINE_EXCEEDED, CANCELLED, NOT_FOUND
+  // after the session ended).
+  static absl::StatusOr<RunningTask> Create(Scheduler& scheduler, const Session& session,
+                                            TaskKind kind, absl::string_view name,
+                                            const TaskOptions& options);
+  RunningTask(RunningTask&& other) noexcept
+      : scheduler_(other.scheduler_), task_(std::move(other.task_)) {}
+  RunningTask& operator=(RunningTask&&) = delete;
+  ~RunningTask();
+
+  // Ends the task as Failed with `status` (what the task history shows) before its work
+  // ran, and returns `status`.
+  absl::Status Fail(absl::Status status);
+
+  // Starts the task and enqueues `enqueue` (work on `stream`) between two events, without
+  // waiting. The returned EnqueuedTask owns the task and the events from then on. On an
+  // error (the task was cancelled after admission, an event could not be recorded, or
+  // `enqueue` failed) nothing is left queued under the task: it has ended as Failed with
+  // that error, which is returned.
+  absl::StatusOr<EnqueuedTask> Enqueue(Device& device, StreamId stream,
+                                       const std::function<absl::Status()>& enqueue);
+
+  // Enqueue, then waits for the work and finishes the task with its status and the device
+  // time the events measured (also stored in `measured` when given).
+  absl::Status Run(Device& device, StreamId stream, const std::function<absl::Status()>& enqueue,
+                   absl::Duration* measured = nullptr);
+
+ private:
+  RunningTask(Scheduler& scheduler, TaskRef task) : scheduler_(scheduler), task_(std::move(task)) {}
+
+  Scheduler& scheduler_;
+  TaskRef task_;
+};
+
+// Work of a started task queued on a stream between two events. Finish ends the task and
+// destroys the events; an EnqueuedTask dropped unfinished waits for its end event first
+// (a safety net: owners finish it themselves). Move-only.
+class EnqueuedTask {
+ public:
+  EnqueuedTask(EnqueuedTask&& other) noexcept;
+  EnqueuedTask& operator=(EnqueuedTask&&) = delete;
+  EnqueuedTask(const EnqueuedTask&) = delete;
+  ~EnqueuedTask();
+
+  Device& device() const { return *device_; }
+  EventId start_event() const { return start_; }
+  EventId end_event() const { return end_; }
+  bool finished() const { return task_ == nullptr; }
+
+  // Ends the task with the work's `status`, charging `device_time` (failed or not: a failed
+  // task used the device too), and destroys both events. Call once the end event completed.
+  void Finish(const absl::Status& status, absl::Duration device_time);
+
+ private:
+  friend class RunningTask;
+  EnqueuedTask(Scheduler& scheduler, TaskRef task, Device& device, EventId start, EventId end)
+      : scheduler_(&scheduler),
+        task_(std::move(task)),
+        device_(&device),
+        start_(start),
+        end_(end) {}
+
+  Scheduler* scheduler_;
+  TaskRef task_;  // null once finished
+  Device* device_;
+  EventId start_;
+  EventId end_;
+};
+
+// The device time between two completed events of one stream (Device::EventElapsedNs);
+// zero when the device cannot tell (a restarted executor, a faulted device).
+absl::Duration DeviceTimeBetween(Device& device, EventId start, EventId end);
+
+}  // namespace gpukit
+
+#endif  // GPUKIT_DAEMON_CORE_RUNNING_TASK_H_

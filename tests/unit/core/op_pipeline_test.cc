@@ -1,0 +1,331 @@
+// OpPipeline (daemon/core/op_pipeline.h) over a CPU device and a FakeClock: ops queued
+// without waiting give the values a synchronous chain gives, in order; handles are
+// prefix + index and usable at once; a refused op is reported by Sync with its index and
+// fails the pipeline until then; a device failure is reported by Sync; the in-flight cap
+// holds; a session closed under queued ops leaves no task and no memory behind; and the
+// device time of pipelined ops is accounted like RunOp's.
+#include "daemon/core/op_pipeline.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/core/core.h"
+#include "daemon/scheduler/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/base/status_macros.h"
+#include "runtime/cpu/cpu_device.h"
+#include "tests/testing/forwarding_device.h"
+#include "tests/testing/status_matchers.h"
+
+namespace gpukit {
+namespace {
+
+using ::gpukit::testing::ForwardingDevice;
+using ::gpukit::testing::IsOk;
+using ::gpukit::testing::StatusIs;
+using ::testing::Each;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+constexpr int64_t kDeviceBytes = int64_t{64} << 20;
+
+OpInput Handle(const std::string& handle) {
+  OpInput input;
+  input.handle = handle;
+  return input;
+}
+
+OpInput Scalar(double value) {
+  OpInput input;
+  input.is_scalar = true;
+  input.scalar.is_float = true;
+  input.scalar.float_value = value;
+  return input;
+}
+
+class OpPipelineTest : public ::testing::Test {
+ protected:
+  void SetUp() override { MakeCore(CoreOptions{}); }
+
+  void MakeCore(CoreOptions options) {
+    core_.reset();
+    options.limits.max_array_bytes = kDeviceBytes;
+    CpuDeviceOptions device_options;
+    device_options.memory_bytes = kDeviceBytes;
+    auto device = std::make_unique<ForwardingDevice>(*CpuDevice::Create(device_options));
+    hooks_ = device.get();
+    std::vector<std::unique_ptr<Device>> devices;
+    devices.push_back(std::move(device));
+    absl::StatusOr<std::unique_ptr<Core>> core = Core::Create(clock_, std::move(devices), options);
+    ASSERT_THAT(core, IsOk());
+    core_ = *std::move(core);
+    OpenSessionParams params;
+    params.tenant = "pipeline";
+    absl::StatusOr<SessionGrant> grant = core_->OpenSession(params);
+    ASSERT_THAT(grant, IsOk());
+    session_ = grant->session_id;
+  }
+
+  Core& core() { return *core_; }
+
+  // A float32 array of `values`.
+  std::string Floats(const std::vector<float>& values) {
+    absl::StatusOr<ArrayView> view =
+        core().CreateArray(session_, {DType::kFloat32, {static_cast<int64_t>(values.size())}});
+    EXPECT_THAT(view, IsOk());
+    std::string bytes(values.size() * sizeof(float), '\0');
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    EXPECT_THAT(core().WriteArray(session_, view->handle, 0, bytes), IsOk());
+    return view->handle;
+  }
+
+  std::vector<float> Read(const std::string& handle, int64_t count) {
+    std::vector<float> values(static_cast<size_t>(count));
+    std::string bytes(values.size() * sizeof(float), '\0');
+    EXPECT_THAT(core().ReadArray(session_, handle, 0, absl::MakeSpan(bytes)), IsOk());
+    std::memcpy(values.data(), bytes.data(), bytes.size());
+    return values;
+  }
+
+  int RunningTasks() const {
+    int running = 0;
+    for (const PartitionStatus& p : core_->scheduler().ListPartitions()) running += p.running;
+    return running;
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<Core> core_;
+  ForwardingDevice* hooks_ = nullptr;
+  std::string session_;
+};
+
+TEST_F(OpPipelineTest, ChainOfDependentAddsGivesTheSynchronousValues) {
+  const std::string x = Floats(std::vector<float>(16, 1.0f));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> pipeline, core().OpenPipeline(session_));
+  std::string last = x;
+  for (uint64_t i = 0; i < 100; ++i) {
+    // Each add names the previous op's output, queued and perhaps not yet run.
+    GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView out,
+                                pipeline->RunOp(i, "add", {Handle(last), Handle(x)}, {}));
+    ASSERT_EQ(out.handle, absl::StrCat(pipeline->handle_prefix(), i));
+    ASSERT_EQ(out.desc.shape, Shape({16}));
+    last = out.handle;
+  }
+  EXPECT_EQ(pipeline->Sync(), std::nullopt);
+  EXPECT_EQ(pipeline->in_flight(), 0);
+  EXPECT_THAT(Read(last, 16), Each(101.0f));
+  EXPECT_EQ(RunningTasks(), 0);
+}
+
+TEST_F(OpPipelineTest, HandlePrefixIsAnOpaqueIdThatRequestsMayCarry) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> pipeline, core().OpenPipeline(session_));
+  EXPECT_THAT(pipeline->handle_prefix(), StartsWith("a-"));
+  EXPECT_EQ(pipeline->handle_prefix().back(), '.');
+  // "a-" + 32 hex digits + "." + an index: printable, far below the 256-byte string rule.
+  EXPECT_EQ(pipeline->handle_prefix().size(), 2u + 32u + 1u);
+  for (char c : pipeline->handle_prefix()) EXPECT_TRUE(std::isprint(static_cast<unsigned char>(c)));
+}
+
+TEST_F(OpPipelineTest, HandleIsUsableBeforeItsProducerRan) {
+  // A producer that takes the device a while (a 192^3 matmul on the CPU backend), and its
+  // consumer queued right behind it: the consumer is accepted at once, and the stream's
+  // order makes it read the producer's result.
+  const int64_t n = 192;
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView a, core().CreateArray(session_, {DType::kFloat32, {n, n}}));
+  std::vector<float> ones(static_cast<size_t>(n * n), 1.0f);
+  std::string bytes(ones.size() * sizeof(float), '\0');
+  std::memcpy(bytes.data(), ones.data(), bytes.size());
+  GPUKIT_ASSERT_OK(core().WriteArray(session_, a.handle, 0, bytes));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> pipeline, core().OpenPipeline(session_));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(
+      ArrayView product, pipeline->RunOp(0, "matmul", {Handle(a.handle), Handle(a.handle)}, {}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView sum,
+                              pipeline->RunOp(1, "add", {Handle(product.handle), Scalar(1)}, {}));
+  // The producer's handle may even be freed before anything ran: its consumer pins it.
+  GPUKIT_ASSERT_OK(pipeline->Free(2, product.handle));
+  EXPECT_EQ(pipeline->Sync(), std::nullopt);
+  const std::vector<float> values = Read(sum.handle, n * n);
+  EXPECT_THAT(values, Each(static_cast<float>(n + 1)));
+  EXPECT_THAT(core().DescribeArray(session_, product.handle),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(OpPipelineTest, RefusedOpIsReportedBySyncAndFailsLaterOpsUntilThen) {
+  const std::string x = Floats(std::vector<float>(4, 2.0f));
+  const std::string y = Floats(std::vector<float>(3, 1.0f));  // does not broadcast with x
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> pipeline, core().OpenPipeline(session_));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView first,
+                              pipeline->RunOp(0, "add", {Handle(x), Handle(x)}, {}));
+  EXPECT_THAT(pipeline->RunOp(1, "add", {Handle(first.handle), Handle(y)}, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(
+      pipeline->RunOp(2, "add", {Handle(x), Handle(x)}, {}),
+      StatusIs(absl::StatusCode::kAborted, HasSubstr("not run: op #1 (add) failed before it")));
+  EXPECT_THAT(pipeline->Free(3, x), StatusIs(absl::StatusCode::kAborted));
+  EXPECT_THAT(core().DescribeArray(session_, x), IsOk()) << "a refused free frees nothing";
+  EXPECT_THAT(core().DescribeArray(session_, absl::StrCat(pipeline->handle_prefix(), 2)),
+              StatusIs(absl::StatusCode::kNotFound));
+
+  std::optional<OpPipeline::Failure> failure = pipeline->Sync();
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_EQ(failure->index, 1u);
+  EXPECT_EQ(failure->op, "add");
+  EXPECT_THAT(failure->status, StatusIs(absl::StatusCode::kInvalidArgument));
+
+  // Clean again: the next op runs, and the next sync has nothing to say.
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView after,
+                              pipeline->RunOp(4, "add", {Handle(x), Handle(x)}, {}));
+  EXPECT_EQ(after.handle, absl::StrCat(pipeline->handle_prefix(), 4));
+  EXPECT_EQ(pipeline->Sync(), std::nullopt);
+  EXPECT_THAT(Read(after.handle, 4), Each(4.0f));
+  EXPECT_THAT(Read(first.handle, 4), Each(4.0f));
+}
+
+TEST_F(OpPipelineTest, FreeOfAnUnknownHandleIsRefused) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> pipeline, core().OpenPipeline(session_));
+  EXPECT_THAT(pipeline->Free(0, "a-nothing"), StatusIs(absl::StatusCode::kNotFound));
+  std::optional<OpPipeline::Failure> failure = pipeline->Sync();
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_EQ(failure->index, 0u);
+  EXPECT_EQ(failure->op, "free");
+}
+
+#if GPUKIT_FAULT_INJECTION
+TEST_F(OpPipelineTest, DeviceFailureIsReportedBySyncWithItsOp) {
+  const std::string x = Floats(std::vector<float>(4, 1.0f));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> pipeline, core().OpenPipeline(session_));
+  GPUKIT_ASSERT_OK(pipeline->RunOp(0, "add", {Handle(x), Handle(x)}, {}).status());
+  // A sticky fault poisons the whole device: every op whose completion is observed after it
+  // fails with a mention of it, so op 0 is seen through first (else Sync could name it).
+  EXPECT_EQ(pipeline->Sync(), std::nullopt);
+  // Accepted: the fault happens on the device, after the op was queued.
+  GPUKIT_ASSERT_OK(pipeline->RunOp(1, "_test_fault", {Handle(x)}, {}).status());
+  std::optional<OpPipeline::Failure> failure = pipeline->Sync();
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_EQ(failure->index, 1u);
+  EXPECT_EQ(failure->op, "_test_fault");
+  EXPECT_THAT(failure->status, StatusIs(absl::StatusCode::kInternal, HasSubstr("_test_fault")));
+  EXPECT_EQ(RunningTasks(), 0);
+}
+#endif
+
+TEST_F(OpPipelineTest, OneOpenPipelinePerSession) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> pipeline, core().OpenPipeline(session_));
+  EXPECT_THAT(core().OpenPipeline(session_), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(core().OpenPipeline("s-unknown"), StatusIs(absl::StatusCode::kNotFound));
+  pipeline.reset();
+  EXPECT_THAT(core().OpenPipeline(session_), IsOk());
+}
+
+TEST_F(OpPipelineTest, TasksInFlightNeverExceedTheCap) {
+  CoreOptions options;
+  options.max_ops_in_flight = 3;
+  MakeCore(options);
+  const std::string x = Floats(std::vector<float>(4096, 1.0f));
+  // Sampled as each op reaches the device: its own task is running by then.
+  absl::Mutex mu;
+  int most_running = 0;
+  hooks_->before_run_op = [&](const OpLaunch&) {
+    const int running = RunningTasks();
+    absl::MutexLock lock(&mu);
+    most_running = std::max(most_running, running);
+  };
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> pipeline, core().OpenPipeline(session_));
+  std::string last = x;
+  uint64_t index = 0;
+  for (int i = 0; i < 200; ++i) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView out,
+                                pipeline->RunOp(index++, "add", {Handle(last), Handle(x)}, {}));
+    EXPECT_LE(pipeline->in_flight(), 3);
+    // The previous result goes as soon as its consumer is queued (it pins it).
+    if (last != x) {
+      GPUKIT_ASSERT_OK(pipeline->Free(index++, last));
+    }
+    last = out.handle;
+  }
+  EXPECT_EQ(pipeline->Sync(), std::nullopt);
+  hooks_->before_run_op = nullptr;
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_GE(most_running, 1);
+    EXPECT_LE(most_running, 3);
+  }
+  EXPECT_THAT(Read(last, 4096), Each(201.0f));
+}
+
+TEST_F(OpPipelineTest, SessionClosedWithOpsInFlightLeavesNothingBehind) {
+  const std::string x = Floats(std::vector<float>(4096, 1.0f));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> pipeline, core().OpenPipeline(session_));
+  std::string last = x;
+  for (uint64_t i = 0; i < 50; ++i) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView out,
+                                pipeline->RunOp(i, "add", {Handle(last), Handle(x)}, {}));
+    last = out.handle;
+  }
+  GPUKIT_ASSERT_OK(core().CloseSession(session_).status());
+  // Later ops are refused; what was queued drains.
+  EXPECT_THAT(pipeline->RunOp(50, "add", {Handle(last), Handle(x)}, {}),
+              StatusIs(absl::StatusCode::kNotFound));
+  std::optional<OpPipeline::Failure> failure = pipeline->Sync();
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_EQ(failure->index, 50u);
+  pipeline.reset();
+  EXPECT_EQ(RunningTasks(), 0);
+  EXPECT_EQ(core().array_count(), 0);
+  EXPECT_EQ(core().ListDevices()[0].memory_used_bytes, 0);
+  EXPECT_EQ(core().scheduler().device_memory_used(0), 0);
+}
+
+TEST_F(OpPipelineTest, PipelineDroppedWithOpsInFlightDrainsThem) {
+  const std::string x = Floats(std::vector<float>(4096, 1.0f));
+  std::string last = x;
+  {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> pipeline,
+                                core().OpenPipeline(session_));
+    for (uint64_t i = 0; i < 50; ++i) {
+      GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView out,
+                                  pipeline->RunOp(i, "add", {Handle(last), Handle(x)}, {}));
+      last = out.handle;
+    }
+  }  // no Sync: the destructor waits for them
+  EXPECT_EQ(RunningTasks(), 0);
+  EXPECT_THAT(Read(last, 4096), Each(51.0f));
+  EXPECT_EQ(core().array_count(), 51);
+}
+
+TEST_F(OpPipelineTest, DeviceTimeIsAccountedToTheSessionAndTenant) {
+  const std::string x = Floats(std::vector<float>(1 << 16, 1.0f));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> pipeline, core().OpenPipeline(session_));
+  std::string last = x;
+  for (uint64_t i = 0; i < 20; ++i) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView out,
+                                pipeline->RunOp(i, "add", {Handle(last), Handle(x)}, {}));
+    last = out.handle;
+  }
+  EXPECT_EQ(pipeline->Sync(), std::nullopt);
+  const std::vector<SessionSummary> sessions = core().ListSessions();
+  ASSERT_EQ(sessions.size(), 1u);
+  // The upload (Floats) and the 20 ops.
+  EXPECT_EQ(sessions[0].tasks_finished, 21);
+  EXPECT_GT(sessions[0].device_time, absl::ZeroDuration());
+  bool found = false;
+  for (const TenantUsage& tenant : core().ListTenants()) {
+    if (tenant.tenant != "pipeline") continue;
+    found = true;
+    EXPECT_GT(tenant.device_time_total, absl::ZeroDuration());
+    EXPECT_EQ(tenant.tasks_finished, 21);
+  }
+  EXPECT_TRUE(found);
+}
+
+}  // namespace
+}  // namespace gpukit
