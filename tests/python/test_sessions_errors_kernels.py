@@ -241,7 +241,9 @@ def test_blocking_calls_release_the_gil(gk):
     def worker():
         started.set()
         window["start"] = time.monotonic()
-        gpukit.matmul(a, a).free()
+        c = gpukit.matmul(a, a)  # pipelined: returns at once
+        gk.sync()  # waits for the matmul to run
+        c.free()
         window["end"] = time.monotonic()
 
     thread = threading.Thread(target=worker)
