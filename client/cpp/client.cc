@@ -349,6 +349,15 @@ class SessionState final : public HostMemoryCalls {
     return stream->WaitForResults();
   }
 
+  // A refusal that a free may cure: memory or the array count, not a full queue.
+  static bool RefusedForMemory(const absl::Status& status) {
+    if (status.code() != absl::StatusCode::kResourceExhausted) return false;
+    const std::string reason = RejectReason(status);
+    return reason == "REASON_DEVICE_MEMORY_EXHAUSTED" ||
+           reason == "REASON_SESSION_LIMIT_EXCEEDED" ||
+           reason == "REASON_PARTITION_QUOTA_EXCEEDED" || reason == "REASON_TOO_MANY_ARRAYS";
+  }
+
   // Runs `call`, a unary call that allocates device memory. If the daemon refuses it for
   // memory while frees written to the stream before it had no answer yet, waits for them
   // and runs it once more: a free returns without waiting, and the caller that freed an
@@ -358,9 +367,7 @@ class SessionState final : public HostMemoryCalls {
     std::shared_ptr<SubmitStream> stream = CurrentStream();
     const bool frees_in_flight = stream != nullptr && stream->HasUnanswered();
     absl::Status result = call();
-    if (!frees_in_flight || result.code() != absl::StatusCode::kResourceExhausted) {
-      return result;
-    }
+    if (!frees_in_flight || !RefusedForMemory(result)) return result;
     stream->WaitForAllAnswers();
     return call();
   }

@@ -295,8 +295,9 @@ class Array {
   // Queues the free on the session's Submit stream and returns without waiting for the
   // daemon: new ops see the array gone at once, and its memory comes back once the ops
   // written before that use it have run. A unary call that allocates (Empty, FromBytes, a
-  // RunOp without pipelining) and is refused with RESOURCE_EXHAUSTED while frees had no
-  // answer yet waits for them and tries once more, so freeing to make room works. Errors:
+  // RunOp without pipelining) and is refused for memory or the array count (RESOURCE_
+  // EXHAUSTED, not QUEUE_FULL) while frees had no answer yet waits for them and tries once
+  // more, so freeing to make room works. Errors:
   // only that of the stream itself, in which case it frees with a unary call. A free the
   // daemon refuses shows at Client::Sync. Later calls on this Array return
   // FAILED_PRECONDITION; shape() and dtype() keep working.
