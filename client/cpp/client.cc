@@ -315,16 +315,35 @@ class SessionState final : public HostMemoryCalls {
     }
   }
 
-  // The session's Submit stream, opened now if it has none (or its last one ended). Errors:
-  // FAILED_PRECONDITION once the session is closed; UNAVAILABLE when no call can start.
+  // The session's Submit stream, opened now if it has none (or its last one ended; the
+  // frees that one never answered are sent as unary Frees). Errors: FAILED_PRECONDITION
+  // once the session is closed; UNAVAILABLE when no call can start; UNIMPLEMENTED once a
+  // stream ended so (a daemon without Submit: frees are unary then).
   absl::StatusOr<std::shared_ptr<SubmitStream>> Stream() {
     std::vector<std::string> lost_frees;
     std::shared_ptr<SubmitStream> stream;
+    absl::Status stream_status;
     {
       absl::MutexLock lock(&stream_mu_);
       if (stream_ != nullptr && !stream_->ended()) return stream_;
       if (closed()) return absl::FailedPreconditionError("the session was closed");
       if (stream_ != nullptr) lost_frees = RetireLocked();
+      if (submit_unimplemented_.load(std::memory_order_relaxed)) {
+        stream_status = absl::UnimplementedError("gpukitd has no ComputeService.Submit");
+      }
+    }
+    if (!stream_status.ok()) {
+      for (const std::string& handle : lost_frees) UnaryFree(handle).IgnoreError();
+      return stream_status;
+    }
+    {
+      absl::MutexLock lock(&stream_mu_);
+      if (stream_ != nullptr && !stream_->ended()) return stream_;  // another thread's
+      if (closed()) return absl::FailedPreconditionError("the session was closed");
+      if (stream_ != nullptr) {
+        std::vector<std::string> more = RetireLocked();
+        lost_frees.insert(lost_frees.end(), more.begin(), more.end());
+      }
       absl::StatusOr<std::unique_ptr<SubmitStream>> opened =
           SubmitStream::Open(*compute_, session_id_, options_.call_timeout);
       if (!opened.ok()) return opened.status();
