@@ -35,11 +35,13 @@
 // (Array::Free and the destructor), which are queued on the session's Submit stream and
 // return without waiting for the daemon.
 //
-// Pipelined submission (ClientOptions::pipeline): ops are written to the session's Submit
-// stream (ComputeService.Submit) and return an Array at once, without a round trip; its
-// handle is known immediately, so it can be the next op's input, and its shape, dtype and
-// size arrive with the daemon's answer (the accessors wait for it: usually it is there).
-// Errors surface at Client::Sync, which names the op that failed:
+// Pipelined submission (ClientOptions::pipeline): ops are queued on the session's Submit
+// stream (ComputeService.Submit) and return an Array at once, without a round trip (only
+// the session's first op waits one, for the stream's handle prefix); its handle is known
+// immediately, so it can be the next op's input, and its shape, dtype and size arrive with
+// the daemon's answer (the accessors wait for it: usually it is there). The stream has a
+// writer thread, which sends the ops queued while it was writing in one request, and a
+// reader thread. Errors surface at Client::Sync, which names the op that failed:
 //
 //   options.pipeline = true;
 //   auto client = gpukit::Client::Connect(options);
@@ -58,8 +60,8 @@
 // status(), Read and ToVector (its shape is empty), and is not freed.
 //
 // Thread safety: a Client and its Arrays may be used from several threads at once. Ops
-// written from several threads are ordered as their writes happen; Sync answers for every
-// op written before it, from any thread. An Array must not be used after its Client's
+// from several threads run in the order they were queued; Sync answers for every op queued
+// before it, from any thread. An Array must not be used after its Client's
 // session has been closed (calls then return NOT_FOUND); destroying it afterwards is
 // harmless.
 #ifndef GPUKIT_CLIENT_CPP_INCLUDE_GPUKIT_CLIENT_H_
