@@ -115,3 +115,12 @@ def test_unpipelined_session_raises_at_the_call(daemon):
         assert error.value.message == "shapes [2, 3] and [4] cannot be broadcast together"
         gk.sync()  # nothing pipelined: nothing to report
         np.testing.assert_array_equal((gk.ones(2) + 1).numpy(), [2, 2])
+
+
+def test_free_of_a_refused_result_leaves_the_error_to_sync(gk):
+    bad = gk.ones(4) + gk.ones(3)  # op #0 is refused
+    bad.free()  # nothing to free in the daemon; the error is not swallowed
+    assert bad.freed
+    with pytest.raises(gpukit.InvalidArgument, match=r"^op #0 \(add\)"):
+        gk.sync()
+    gk.sync()

@@ -174,12 +174,8 @@ class PyArray {
   // when that call ends. A second free() does nothing.
   void Free() {
     if (array_ == nullptr) return;
-    if (!layout_.has_value()) {  // keep shape and dtype readable after the free
-      try {
-        Layout();
-      } catch (const StatusError&) {  // a refused op: nothing to free, the error stays
-      }
-    }
+    // Keeps shape and dtype readable after the free; a refused op's error stays for sync().
+    Resolve().IgnoreError();
     std::shared_ptr<Array> array = std::move(array_);
     if (array == nullptr) return;
     absl::Status status;
@@ -209,26 +205,35 @@ class PyArray {
   const ArrayLayout& Layout() const {
     if (layout_.has_value()) return *layout_;
     if (error_.has_value()) throw StatusError(*error_);
+    absl::Status status = Resolve();
+    if (status.ok()) return *layout_;
+    // The first time a refusal shows: the session's first failure since its last sync point,
+    // if any, is the root cause to raise (a sync point: the stream then takes ops again).
+    WithoutGil([&] {
+      absl::Status first = client_->Sync();
+      if (!first.ok()) status = first;
+    });
+    throw StatusError(status);
+  }
+
+  // Waits for the op's answer (GIL released) and keeps the layout, or the refusal in error_
+  // (returned). Raises nothing; no sync point.
+  absl::Status Resolve() const {
+    if (layout_.has_value()) return absl::OkStatus();
+    if (error_.has_value()) return *error_;
     std::shared_ptr<Array> array = Live();
     absl::Status status;
     ArrayLayout layout;
     WithoutGil([&] {
       status = array->status();
-      if (status.ok()) {
-        layout = ArrayLayout{array->shape(), array->dtype(), array->size_bytes()};
-      } else {
-        // The session's first failure since its last sync point, if any (a sync point: the
-        // stream then takes ops again), is the root cause to show.
-        absl::Status first = client_->Sync();
-        if (!first.ok()) status = first;
-      }
+      if (status.ok()) layout = ArrayLayout{array->shape(), array->dtype(), array->size_bytes()};
     });
-    if (!status.ok()) {
-      error_ = array->status();  // later uses report the op's own refusal
-      throw StatusError(status);
+    if (status.ok()) {
+      layout_ = std::move(layout);
+    } else {
+      error_ = status;
     }
-    layout_ = std::move(layout);
-    return *layout_;
+    return status;
   }
 
   std::shared_ptr<Client> client_;
@@ -288,15 +293,12 @@ Dim3 ToDim3(const std::vector<uint32_t>& dims, const char* name) {
   return dim;
 }
 
-std::shared_ptr<PyClient> Connect(const std::string& address, const std::string& tenant,
-                                  const std::string& partition,
-                                  std::optional<int64_t> memory_request_bytes,
-                                  std::optional<int64_t> memory_limit_bytes,
-                                  std::optional<double> compute_request,
-                                  std::optional<double> compute_limit, double lease_s, int priority,
-                                  double queue_timeout_s, double call_timeout_s,
-                                  double connect_timeout_s, const std::string& client_name,
-                                  bool use_shared_memory, bool pipeline) {
+std::shared_ptr<PyClient> Connect(
+    const std::string& address, const std::string& tenant, const std::string& partition,
+    std::optional<int64_t> memory_request_bytes, std::optional<int64_t> memory_limit_bytes,
+    std::optional<double> compute_request, std::optional<double> compute_limit, double lease_s,
+    int priority, double queue_timeout_s, double call_timeout_s, double connect_timeout_s,
+    const std::string& client_name, bool use_shared_memory, bool pipeline) {
   ClientOptions options;
   options.address = address;
   options.tenant = tenant;
