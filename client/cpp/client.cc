@@ -16,6 +16,7 @@
 #include "client/cpp/channel.h"
 #include "client/cpp/device_import.h"
 #include "client/cpp/staging_area.h"
+#include "client/cpp/submit_stream.h"
 #include "gpukit/v1/array.grpc.pb.h"
 #include "gpukit/v1/compute.grpc.pb.h"
 #include "gpukit/v1/session.grpc.pb.h"
@@ -136,6 +137,17 @@ class SessionState final : public HostMemoryCalls {
       closed_ = true;
     }
     StopKeepAlive();
+    std::shared_ptr<SubmitStream> stream;
+    {
+      absl::MutexLock lock(&stream_mu_);
+      stream = std::move(stream_);
+    }
+    if (stream != nullptr) {
+      // Half-closes and waits for the daemon to end the stream once the ops sent have run;
+      // a stream that failed says so at Sync, not here. The session's close frees the rest.
+      stream->Close().IgnoreError();
+      stream.reset();
+    }
     v1::CloseSessionRequest request;
     request.set_session_id(session_id_);
     v1::CloseSessionResponse response;
@@ -291,6 +303,117 @@ class SessionState final : public HostMemoryCalls {
     }
   }
 
+  // The session's Submit stream, opened now if it has none (or its last one ended; the
+  // frees that one never answered are sent as unary Frees). Errors: FAILED_PRECONDITION
+  // once the session is closed; UNAVAILABLE when no call can start; UNIMPLEMENTED once a
+  // stream ended so (a daemon without Submit: frees are unary then).
+  absl::StatusOr<std::shared_ptr<SubmitStream>> Stream() {
+    std::vector<std::string> lost_frees;
+    std::shared_ptr<SubmitStream> stream;
+    absl::Status stream_status;
+    {
+      absl::MutexLock lock(&stream_mu_);
+      if (stream_ != nullptr && !stream_->ended()) return stream_;
+      if (closed()) return absl::FailedPreconditionError("the session was closed");
+      if (stream_ != nullptr) lost_frees = RetireLocked();
+      if (submit_unimplemented_.load(std::memory_order_relaxed)) {
+        stream_status = absl::UnimplementedError("gpukitd has no ComputeService.Submit");
+      }
+    }
+    if (!stream_status.ok()) {
+      for (const std::string& handle : lost_frees) UnaryFree(handle).IgnoreError();
+      return stream_status;
+    }
+    {
+      absl::MutexLock lock(&stream_mu_);
+      if (stream_ != nullptr && !stream_->ended()) return stream_;  // another thread's
+      if (closed()) return absl::FailedPreconditionError("the session was closed");
+      if (stream_ != nullptr) {
+        std::vector<std::string> more = RetireLocked();
+        lost_frees.insert(lost_frees.end(), more.begin(), more.end());
+      }
+      absl::StatusOr<std::unique_ptr<SubmitStream>> opened =
+          SubmitStream::Open(*compute_, session_id_, options_.call_timeout);
+      if (!opened.ok()) return opened.status();
+      stream_ = *std::move(opened);
+      stream = stream_;
+    }
+    for (const std::string& handle : lost_frees) UnaryFree(handle).IgnoreError();
+    return stream;
+  }
+
+  // The open stream, or null (opens none).
+  std::shared_ptr<SubmitStream> CurrentStream() {
+    absl::MutexLock lock(&stream_mu_);
+    return stream_;
+  }
+
+  // Before a unary call that names the session's arrays: waits until every op written to
+  // the stream has its answer (see SubmitStream::WaitForResults).
+  absl::Status WaitForStream() {
+    std::shared_ptr<SubmitStream> stream = CurrentStream();
+    if (stream == nullptr) return absl::OkStatus();
+    return stream->WaitForResults();
+  }
+
+  // A refusal that a free may cure: memory or the array count, not a full queue.
+  static bool RefusedForMemory(const absl::Status& status) {
+    if (status.code() != absl::StatusCode::kResourceExhausted) return false;
+    const std::string reason = RejectReason(status);
+    return reason == "REASON_DEVICE_MEMORY_EXHAUSTED" ||
+           reason == "REASON_SESSION_LIMIT_EXCEEDED" ||
+           reason == "REASON_PARTITION_QUOTA_EXCEEDED" || reason == "REASON_TOO_MANY_ARRAYS";
+  }
+
+  // Runs `call`, a unary call that allocates device memory. If the daemon refuses it for
+  // memory while frees written to the stream before it had no answer yet, waits for them
+  // and runs it once more: a free returns without waiting, and the caller that freed an
+  // array to make room expects the room.
+  template <typename Call>
+  absl::Status AfterPendingFrees(const Call& call) {
+    std::shared_ptr<SubmitStream> stream = CurrentStream();
+    const bool frees_in_flight = stream != nullptr && stream->HasUnanswered();
+    absl::Status result = call();
+    if (!frees_in_flight || !RefusedForMemory(result)) return result;
+    stream->WaitForAllAnswers();
+    return call();
+  }
+
+  absl::Status Sync() {
+    std::shared_ptr<SubmitStream> stream = CurrentStream();
+    if (stream == nullptr) return absl::OkStatus();
+    absl::Status status = stream->Sync();
+    if (stream->ended()) {  // its end was reported: the next op opens a new stream
+      std::vector<std::string> lost_frees;
+      {
+        absl::MutexLock lock(&stream_mu_);
+        if (stream_ == stream) lost_frees = RetireLocked();
+      }
+      for (const std::string& handle : lost_frees) UnaryFree(handle).IgnoreError();
+    }
+    return status;
+  }
+
+  // Queues the free of `handle` on the stream; without one (a daemon that has no Submit, or
+  // a stream that cannot start), a unary Free.
+  absl::Status Free(const std::string& handle) {
+    if (!submit_unimplemented_.load(std::memory_order_relaxed)) {
+      absl::StatusOr<std::shared_ptr<SubmitStream>> stream = Stream();
+      if (stream.ok() && (*stream)->Free(handle).ok()) return absl::OkStatus();
+    }
+    return UnaryFree(handle);
+  }
+
+  absl::Status UnaryFree(const std::string& handle) {
+    v1::FreeArrayRequest request;
+    request.set_session_id(session_id_);
+    request.set_handle(handle);
+    v1::FreeArrayResponse response;
+    grpc::ClientContext context;
+    SetDeadline(context);
+    return FromGrpc(arrays_->Free(&context, request, &response), context);
+  }
+
   const ClientOptions options_;
   // The daemon is on this host, reached over a unix socket: shared memory and descriptors work.
   const bool local_;
@@ -326,8 +449,22 @@ class SessionState final : public HostMemoryCalls {
     }
   }
 
+  // Drops the ended stream_; returns the frees it never answered. A daemon that answered
+  // UNIMPLEMENTED has no Submit: frees are unary from then on.
+  std::vector<std::string> RetireLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(stream_mu_) {
+    if (stream_->end_status().code() == absl::StatusCode::kUnimplemented) {
+      submit_unimplemented_.store(true, std::memory_order_relaxed);
+    }
+    std::vector<std::string> lost = stream_->TakeUnansweredFrees();
+    stream_.reset();
+    return lost;
+  }
+
   mutable absl::Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Mutex stream_mu_;  // taken before mu_ where both are
+  std::shared_ptr<SubmitStream> stream_ ABSL_GUARDED_BY(stream_mu_);
+  std::atomic<bool> submit_unimplemented_{false};
   absl::Mutex mappings_mu_;
   absl::flat_hash_map<std::string, std::pair<DeviceMapping, std::unique_ptr<DeviceImport>>> mappings_
       ABSL_GUARDED_BY(mappings_mu_);
@@ -338,12 +475,40 @@ class SessionState final : public HostMemoryCalls {
 
 }  // namespace internal
 
+using internal::ArrayLayout;
+using internal::ArrayResult;
 using internal::SessionState;
+using internal::SubmitStream;
+
+namespace {
+
+// What an Array reports when it has no layout: moved from, or its op was refused.
+const ArrayLayout& NoLayout() {
+  static const ArrayLayout* const kNone = new ArrayLayout();
+  return *kNone;
+}
+
+const ArrayLayout& LayoutOf(const std::shared_ptr<ArrayResult>& result) {
+  if (result == nullptr) return NoLayout();
+  const absl::StatusOr<ArrayLayout>& layout = result->Wait();
+  return layout.ok() ? *layout : NoLayout();
+}
+
+}  // namespace
+
+const std::vector<int64_t>& Array::shape() const { return LayoutOf(result_).shape; }
+DType Array::dtype() const { return LayoutOf(result_).dtype; }
+int64_t Array::size_bytes() const { return LayoutOf(result_).size_bytes; }
 
 int64_t Array::element_count() const {
   int64_t count = 1;
-  for (int64_t d : shape_) count *= d;
+  for (int64_t d : shape()) count *= d;
   return count;
+}
+
+absl::Status Array::status() const {
+  if (result_ == nullptr) return absl::OkStatus();
+  return result_->Wait().status();
 }
 
 Array& Array::operator=(Array&& other) noexcept {
@@ -351,9 +516,7 @@ Array& Array::operator=(Array&& other) noexcept {
     Free().IgnoreError();
     session_ = std::move(other.session_);
     handle_ = std::move(other.handle_);
-    shape_ = std::move(other.shape_);
-    dtype_ = other.dtype_;
-    size_bytes_ = other.size_bytes_;
+    result_ = std::move(other.result_);
   }
   return *this;
 }
@@ -363,22 +526,39 @@ Array::~Array() { Free().IgnoreError(); }
 absl::Status Array::Free() {
   if (session_ == nullptr) return absl::FailedPreconditionError("array was freed or moved");
   std::shared_ptr<SessionState> session = std::move(session_);
+  // The daemon refused the op that was to make it: there is nothing to free.
+  if (result_ != nullptr && result_->failed()) return absl::OkStatus();
   session->Unmap(handle_);
   if (session->closed()) return absl::OkStatus();  // the session freed it already
-  v1::FreeArrayRequest request;
-  request.set_session_id(session->session_id_);
-  request.set_handle(handle_);
-  v1::FreeArrayResponse response;
-  grpc::ClientContext context;
-  session->SetDeadline(context);
-  return FromGrpc(session->arrays_->Free(&context, request, &response), context);
+  return session->Free(handle_);
 }
 
+namespace {
+
+// Whether `array` can be used in a call: not freed or moved, and made (its op was not
+// refused; waits for the answer of a pipelined op).
+// A refused op's array reports the session's first failure since its last sync point if
+// there is one (the root cause; returning it is a sync point, see the header), else its own.
+absl::Status Usable(const std::shared_ptr<SessionState>& session, const Array& array) {
+  if (session == nullptr) return absl::FailedPreconditionError("array was freed or moved");
+  absl::Status made = array.status();
+  if (made.ok()) return made;
+  GPUKIT_RETURN_IF_ERROR(session->WaitForStream());
+  return made;
+}
+
+}  // namespace
+
 absl::Status Array::Write(const void* data, int64_t bytes) const {
-  if (session_ == nullptr) return absl::FailedPreconditionError("array was freed or moved");
-  if (bytes != size_bytes_) {
+  GPUKIT_RETURN_IF_ERROR(Usable(session_, *this));
+  GPUKIT_RETURN_IF_ERROR(session_->WaitForStream());
+  return WriteNow(data, bytes);
+}
+
+absl::Status Array::WriteNow(const void* data, int64_t bytes) const {
+  if (bytes != size_bytes()) {
     return absl::InvalidArgumentError(absl::StrCat("write of ", bytes, " bytes into array ",
-                                                   handle_, " of ", size_bytes_, " bytes"));
+                                                   handle_, " of ", size_bytes(), " bytes"));
   }
   if (std::optional<absl::Status> staged =
           session_->staging_.Write(handle_, static_cast<const char*>(data), bytes)) {
@@ -405,11 +585,12 @@ absl::Status Array::Write(const void* data, int64_t bytes) const {
 }
 
 absl::Status Array::Read(void* out, int64_t bytes) const {
-  if (session_ == nullptr) return absl::FailedPreconditionError("array was freed or moved");
-  if (bytes != size_bytes_) {
+  GPUKIT_RETURN_IF_ERROR(Usable(session_, *this));
+  if (bytes != size_bytes()) {
     return absl::InvalidArgumentError(absl::StrCat("read of ", bytes, " bytes from array ", handle_,
-                                                   " of ", size_bytes_, " bytes"));
+                                                   " of ", size_bytes(), " bytes"));
   }
+  GPUKIT_RETURN_IF_ERROR(session_->WaitForStream());
   if (std::optional<absl::Status> staged =
           session_->staging_.Read(handle_, static_cast<char*>(out), bytes)) {
     return *staged;
@@ -459,20 +640,23 @@ absl::Status CopyWithHostMemory(SessionState& session, bool to_array, const std:
 }  // namespace
 
 absl::StatusOr<DeviceMapping> Array::Map() const {
-  if (session_ == nullptr) return absl::FailedPreconditionError("array was freed or moved");
+  GPUKIT_RETURN_IF_ERROR(Usable(session_, *this));
+  GPUKIT_RETURN_IF_ERROR(session_->WaitForStream());
   return session_->Map(handle_);
 }
 
 absl::Status Array::Write(const HostMemory& source, int64_t source_offset) const {
-  if (session_ == nullptr) return absl::FailedPreconditionError("array was freed or moved");
+  GPUKIT_RETURN_IF_ERROR(Usable(session_, *this));
+  GPUKIT_RETURN_IF_ERROR(session_->WaitForStream());
   return CopyWithHostMemory(*session_, /*to_array=*/true, handle_, source, source_offset,
-                            size_bytes_);
+                            size_bytes());
 }
 
 absl::Status Array::Read(const HostMemory& target, int64_t target_offset) const {
-  if (session_ == nullptr) return absl::FailedPreconditionError("array was freed or moved");
+  GPUKIT_RETURN_IF_ERROR(Usable(session_, *this));
+  GPUKIT_RETURN_IF_ERROR(session_->WaitForStream());
   return CopyWithHostMemory(*session_, /*to_array=*/false, handle_, target, target_offset,
-                            size_bytes_);
+                            size_bytes());
 }
 
 HostMemory::HostMemory(HostMemory&& other) noexcept
@@ -538,6 +722,7 @@ const std::string& Client::qos_class() const { return state_->qos_class_; }
 int Client::device_index() const { return state_->device_index_; }
 
 absl::Status Client::KeepAlive() { return state_->KeepAlive(); }
+absl::Status Client::Sync() { return state_->Sync(); }
 absl::Status Client::Close() { return state_->Close(); }
 
 absl::StatusOr<Array> Client::Empty(std::vector<int64_t> shape, DType dtype) {
@@ -546,12 +731,14 @@ absl::StatusOr<Array> Client::Empty(std::vector<int64_t> shape, DType dtype) {
   request.mutable_shape()->Assign(shape.begin(), shape.end());
   request.set_dtype(DTypeToProto(dtype));
   v1::CreateArrayResponse response;
-  grpc::ClientContext context;
-  state_->SetDeadline(context);
-  absl::Status status = FromGrpc(state_->arrays_->Create(&context, request, &response), context);
+  absl::Status status = state_->AfterPendingFrees([&] {
+    grpc::ClientContext context;
+    state_->SetDeadline(context);
+    return FromGrpc(state_->arrays_->Create(&context, request, &response), context);
+  });
   if (!status.ok()) return status;
-  return Array(state_, response.array().handle(), std::move(shape), dtype,
-               response.array().size_bytes());
+  return Array(state_, response.array().handle(),
+               ArrayResult::Known({std::move(shape), dtype, response.array().size_bytes()}));
 }
 
 absl::StatusOr<Array> Client::ImportDeviceMemory(uint64_t device_pointer,
@@ -582,7 +769,7 @@ absl::StatusOr<Array> Client::ImportDeviceMemory(uint64_t device_pointer,
   }
   const std::string& handle = response.array().handle();
   state_->RememberOwnMemory(handle, DeviceMapping{device_pointer, bytes, memory.device_index});
-  return Array(state_, handle, std::move(shape), dtype, bytes);
+  return Array(state_, handle, ArrayResult::Known({std::move(shape), dtype, bytes}));
 }
 
 absl::StatusOr<Array> Client::FromBytes(const void* data, int64_t bytes, std::vector<int64_t> shape,
@@ -595,7 +782,8 @@ absl::StatusOr<Array> Client::FromBytes(const void* data, int64_t bytes, std::ve
   }
   absl::StatusOr<Array> array = Empty(std::move(shape), dtype);
   if (!array.ok()) return array.status();
-  absl::Status status = array->Write(data, bytes);
+  // A new array that no op names yet: no need to wait for the stream's ops.
+  absl::Status status = array->WriteNow(data, bytes);
   if (!status.ok()) return status;
   return array;
 }
@@ -605,15 +793,17 @@ absl::StatusOr<Array> Client::RunOp(absl::string_view op, const std::vector<Oper
   return RunOp(op, inputs, attrs, state_->options_.task);
 }
 
-absl::StatusOr<Array> Client::RunOp(absl::string_view op, const std::vector<Operand>& inputs,
-                                    const Attrs& attrs, const TaskOptions& task) {
-  v1::RunOpRequest request;
-  request.mutable_task()->set_priority(task.priority);
-  request.mutable_task()->set_queue_timeout_ms(absl::ToInt64Milliseconds(task.queue_timeout));
-  request.set_session_id(state_->session_id_);
-  request.set_op(std::string(op));
+namespace {
+
+// Fills the op's fields of a RunOpRequest or a PipelinedRunOp, which spell them alike.
+template <typename OpMessage>
+void FillOp(absl::string_view op, const std::vector<Operand>& inputs, const Attrs& attrs,
+            const TaskOptions& task, OpMessage& out_op) {
+  out_op.mutable_task()->set_priority(task.priority);
+  out_op.mutable_task()->set_queue_timeout_ms(absl::ToInt64Milliseconds(task.queue_timeout));
+  out_op.set_op(std::string(op));
   for (const Operand& operand : inputs) {
-    v1::Operand* out = request.add_inputs();
+    v1::Operand* out = out_op.add_inputs();
     if (const Array* const* array = std::get_if<const Array*>(&operand.value())) {
       out->set_handle((*array)->handle());
     } else if (const double* f = std::get_if<double>(&operand.value())) {
@@ -623,7 +813,7 @@ absl::StatusOr<Array> Client::RunOp(absl::string_view op, const std::vector<Oper
     }
   }
   for (const auto& [name, value] : attrs) {
-    v1::AttrValue& out = (*request.mutable_attrs())[name];
+    v1::AttrValue& out = (*out_op.mutable_attrs())[name];
     std::visit(
         [&out](const auto& v) {
           using T = std::decay_t<decltype(v)>;
@@ -643,17 +833,36 @@ absl::StatusOr<Array> Client::RunOp(absl::string_view op, const std::vector<Oper
         },
         value);
   }
+}
+
+}  // namespace
+
+absl::StatusOr<Array> Client::RunOp(absl::string_view op, const std::vector<Operand>& inputs,
+                                    const Attrs& attrs, const TaskOptions& task) {
+  if (state_->options_.pipeline) {
+    v1::PipelinedRunOp pipelined;
+    FillOp(op, inputs, attrs, task, pipelined);
+    GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<SubmitStream> stream, state_->Stream());
+    GPUKIT_ASSIGN_OR_RETURN(SubmitStream::Submitted submitted, stream->Run(pipelined));
+    return Array(state_, std::move(submitted.handle), std::move(submitted.result));
+  }
+  v1::RunOpRequest request;
+  request.set_session_id(state_->session_id_);
+  FillOp(op, inputs, attrs, task, request);
+  GPUKIT_RETURN_IF_ERROR(state_->WaitForStream());
   v1::RunOpResponse response;
-  grpc::ClientContext context;
-  state_->SetDeadline(context);
-  absl::Status status = FromGrpc(state_->compute_->RunOp(&context, request, &response), context);
+  absl::Status status = state_->AfterPendingFrees([&] {
+    grpc::ClientContext context;
+    state_->SetDeadline(context);
+    return FromGrpc(state_->compute_->RunOp(&context, request, &response), context);
+  });
   if (!status.ok()) return status;
   const v1::ArrayInfo& info = response.output();
   absl::StatusOr<DType> dtype = DTypeFromProto(info.dtype(), "output.dtype");
   if (!dtype.ok()) return dtype.status();
   return Array(state_, info.handle(),
-               std::vector<int64_t>(info.shape().begin(), info.shape().end()), *dtype,
-               info.size_bytes());
+               ArrayResult::Known({std::vector<int64_t>(info.shape().begin(), info.shape().end()),
+                                   *dtype, info.size_bytes()}));
 }
 
 absl::StatusOr<Array> Client::Reduce(absl::string_view op, const Array& a,
@@ -784,6 +993,7 @@ absl::StatusOr<absl::Duration> Client::LaunchKernel(const Kernel& kernel, absl::
   }
   request.mutable_task()->set_priority(task.priority);
   request.mutable_task()->set_queue_timeout_ms(absl::ToInt64Milliseconds(task.queue_timeout));
+  GPUKIT_RETURN_IF_ERROR(state_->WaitForStream());
   v1::LaunchKernelResponse response;
   grpc::ClientContext context;
   state_->SetDeadline(context);

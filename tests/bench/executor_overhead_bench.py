@@ -157,7 +157,7 @@ def main() -> None:
         results = {d.mode: {"ping": [], "runop": [], "matmul": {s: [] for s in sizes}}
                    for d in daemons}
         try:
-            sessions = {d.mode: gpukit.connect(d.address) for d in daemons}
+            sessions = {d.mode: gpukit.connect(d.address, pipeline=False) for d in daemons}
             for _ in range(args.rounds):
                 for d in daemons:
                     for only in ("ping", "runop"):

@@ -156,7 +156,8 @@ def main() -> int:
     address = args.addr or daemon.address  # type: ignore[union-attr]
     scratch = Path(tempfile.mkdtemp(prefix="gpukit-pybench-samples-"))
     try:
-        with gpukit.connect(address, tenant="bench", client_name="python_overhead_bench") as gk:
+        with gpukit.connect(address, tenant="bench", client_name="python_overhead_bench",
+                            pipeline=False) as gk:
             values = np.arange(1, 17, dtype=np.float32)
             a, b = gk.array(values), gk.array(values)
             assert (a + b).numpy().tolist() == (values * 2).tolist()

@@ -113,7 +113,8 @@ def _gpukit_session(spec: Dict[str, Any], role: str):
     resources = spec.get("resources") or {}
     return gpukit.connect(spec["address"], tenant=f"qos-bench-{role.split('-')[0]}",
                           partition=spec["partition"], client_name=f"qos-bench-{role}",
-                          call_timeout_s=600.0, **resources)
+                          call_timeout_s=600.0, **resources,
+                          pipeline=False)  # a step returns once its ops have run
 
 
 def _host_matrix(rows: int, cols: int, scale: float = 1.0, seed: int = 0):

@@ -52,11 +52,18 @@
 //   worker --addr ADDR --mode hold-imported --bytes SIZE
 //       Imports SIZE bytes of its own cuMemAlloc memory as an array, prints "holding" and
 //       sleeps until killed.
+//   worker --addr ADDR --mode pipeline-exit --ops N [--lease-ms MS]
+//       Opens a session with pipelined submission (ClientOptions::pipeline), uploads two
+//       256 x 256 float32 matrices and writes a chain of N matmuls on them to the Submit
+//       stream without waiting, prints "submitted N" and _exits with status 0 at once:
+//       the stream, the session and the queued ops are left to the daemon.
 //
 // Every mode also takes --partition NAME, --memory-request SIZE, --memory-limit SIZE,
 // --compute-request SHARE and --compute-limit SHARE for the session it opens,
 // --tenant NAME (default worker-<seed>), and --shared-memory 0 to turn off
 // ClientOptions::use_shared_memory (plain transfers then always go in gRPC messages).
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -326,6 +333,27 @@ int Hammer(const gpukit::ClientOptions& options, int64_t ops) {
   if (!closed.ok()) return Fail("close", closed);
   std::cout << "hammer ok=" << succeeded << " queue_full=" << queue_full << std::endl;
   return 0;
+}
+
+// ---- pipeline-exit ----
+
+int PipelineExit(gpukit::ClientOptions options, int64_t ops) {
+  options.pipeline = true;
+  auto client = gpukit::Client::Connect(options);
+  if (!client.ok()) return Fail("connect", client.status());
+  constexpr int64_t kSide = 256;
+  // 1/256: every product of the chain stays 1/256, nothing overflows.
+  const std::vector<float> values(kSide * kSide, 1.0f / kSide);
+  auto a = (*client)->FromVector<float>(values, {kSide, kSide});
+  if (!a.ok()) return Fail("upload", a.status());
+  std::vector<gpukit::Array> chain;
+  for (int64_t i = 0; i < ops; ++i) {
+    auto next = (*client)->Matmul(chain.empty() ? *a : chain.back(), *a);
+    if (!next.ok()) return Fail(absl::StrCat("op ", i), next.status());
+    chain.push_back(*std::move(next));
+  }
+  std::cout << "submitted " << ops << std::endl;
+  _exit(0);  // no destructor runs: the stream and the session are left open
 }
 
 // ---- gpu-compute ----
@@ -981,6 +1009,7 @@ int main(int argc, char** argv) {
   if (flags.mode == "hold") return Hold(options, flags.bytes, /*mapped=*/false);
   if (flags.mode == "hold-mapped") return Hold(options, flags.bytes, /*mapped=*/true);
   if (flags.mode == "hammer") return Hammer(options, flags.ops);
+  if (flags.mode == "pipeline-exit") return PipelineExit(options, flags.ops);
   if (flags.mode == "gpu-compute") {
     return GpuCompute(options, flags.seed, flags.rounds, flags.wait_for);
   }
@@ -994,6 +1023,6 @@ int main(int argc, char** argv) {
   if (flags.mode == "hold-imported") return HoldImported(options, flags.bytes);
   return Fail(absl::StrCat(
       "unknown --mode \"", flags.mode,
-      "\"; modes: compute, upload-forever, hold, hold-mapped, hammer, gpu-compute, gpu-map, "
+      "\"; modes: compute, upload-forever, hold, hold-mapped, hammer, pipeline-exit, gpu-compute, gpu-map, "
       "gpu-import, hold-imported"));
 }

@@ -142,4 +142,4 @@ def test_reshape_transpose_and_T(gk, rng):
     np.testing.assert_array_equal(a.transpose(1, 0, 2).numpy(), x.transpose(1, 0, 2))
     np.testing.assert_array_equal(gpukit.transpose(a, (2, 0, 1)).numpy(), x.transpose(2, 0, 1))
     with pytest.raises(gpukit.InvalidArgument, match="cannot reshape"):
-        a.reshape(5, 5)
+        a.reshape(5, 5).shape  # pipelined: the refusal comes with the op's answer

@@ -82,13 +82,28 @@ def test_error_hierarchy():
 
 
 def test_shape_mismatch_is_invalid_argument(gk):
+    # Pipelined (the default): the error comes at the sync point, naming the op.
+    a = gk.zeros((2, 3)) + gk.zeros((4,))
     with pytest.raises(gpukit.InvalidArgument) as error:
-        gk.zeros((2, 3)) + gk.zeros((4,))
+        gk.sync()
     assert error.value.code == "INVALID_ARGUMENT"
-    assert error.value.message == "shapes [2, 3] and [4] cannot be broadcast together"
+    assert error.value.message == "op #0 (add): shapes [2, 3] and [4] cannot be broadcast together"
     assert error.value.reason is None
+    with pytest.raises(gpukit.InvalidArgument, match="cannot be broadcast"):
+        a.shape
     with pytest.raises(gpukit.InvalidArgument, match="inner dimensions"):
-        gk.zeros((2, 3)) @ gk.zeros((2, 3))
+        (gk.zeros((2, 3)) @ gk.zeros((2, 3))).numpy()
+
+
+def test_shape_mismatch_is_invalid_argument_at_the_call_without_pipelining(daemon):
+    with gpukit.connect(daemon.address, tenant="pytest", pipeline=False) as gk:
+        with pytest.raises(gpukit.InvalidArgument) as error:
+            gk.zeros((2, 3)) + gk.zeros((4,))
+        assert error.value.code == "INVALID_ARGUMENT"
+        assert error.value.message == "shapes [2, 3] and [4] cannot be broadcast together"
+        assert error.value.reason is None
+        with pytest.raises(gpukit.InvalidArgument, match="inner dimensions"):
+            gk.zeros((2, 3)) @ gk.zeros((2, 3))
 
 
 def test_foreign_array_is_not_found(gk, daemon):
@@ -96,9 +111,9 @@ def test_foreign_array_is_not_found(gk, daemon):
     with gpukit.connect(daemon.address, tenant="other") as other:
         theirs = other.ones(3)
         with pytest.raises(gpukit.NotFound, match="not found in this session"):
-            other.sum(mine)
+            other.sum(mine).numpy()
         with pytest.raises(gpukit.NotFound, match="not found in this session"):
-            mine + theirs
+            (mine + theirs).numpy()
 
 
 def test_freed_array_is_not_found(gk):
@@ -226,7 +241,9 @@ def test_blocking_calls_release_the_gil(gk):
     def worker():
         started.set()
         window["start"] = time.monotonic()
-        gpukit.matmul(a, a).free()
+        c = gpukit.matmul(a, a)  # pipelined: returns at once
+        gk.sync()  # waits for the matmul to run
+        c.free()
         window["end"] = time.monotonic()
 
     thread = threading.Thread(target=worker)

@@ -46,6 +46,7 @@ from ._functions import (
     where,
 )
 from ._gpukit import (
+    Aborted,
     AlreadyExists,
     Cancelled,
     DataLoss,
@@ -111,6 +112,7 @@ __all__ = [
     "transpose",
     "where",
     "Error",
+    "Aborted",
     "AlreadyExists",
     "Cancelled",
     "DataLoss",

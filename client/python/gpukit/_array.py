@@ -141,7 +141,15 @@ class Array:
     from NumPy's where NumPy would give float64: ``int32_array / 2`` is float32, for example.
 
     The device memory is freed when the Array is garbage collected, by :meth:`free`, or when
-    its session closes. An Array keeps its session open while it lives.
+    its session closes (a free is queued on the session's stream: it never waits for the
+    daemon). An Array keeps its session open while it lives.
+
+    In a pipelined session (the default of :func:`gpukit.connect`) an op returns its Array at
+    once, before the daemon has answered: it can be the next op's operand right away. Its
+    :attr:`shape`, :attr:`dtype` and :attr:`nbytes` wait for the daemon's answer (which comes
+    once the op is queued, not run); :meth:`numpy` waits for the op to run. If the op was
+    refused, those raise the error, naming the op (``"op #12 (add): shapes ..."``), as does
+    :meth:`Session.sync`.
 
     Examples
     --------
@@ -160,7 +168,7 @@ class Array:
         self._impl = impl
         self._session = session
 
-    # --- description (no daemon call) ---------------------------------------------------
+    # --- description (no daemon call; a pending op's result waits for its answer) --------
 
     @property
     def shape(self) -> Tuple[int, ...]:
@@ -214,10 +222,11 @@ class Array:
 
     def __repr__(self) -> str:
         state = ", freed" if self._impl.freed else ""
-        return (
-            f"gpukit.Array(shape={self.shape}, dtype={self.dtype}, handle={self.handle!r}"
-            f"{state})"
-        )
+        try:
+            layout = f"shape={self.shape}, dtype={self.dtype}"
+        except _gpukit.Error as error:  # a refused op of a pipelined session
+            layout = f"failed={error.message!r}"
+        return f"gpukit.Array({layout}, handle={self.handle!r}{state})"
 
     # --- host transfers -------------------------------------------------------------------
 
@@ -234,6 +243,10 @@ class Array:
         ------
         NotFound
             The array was freed, or its session closed.
+        Error
+            In a pipelined session: the op that was to make the array was refused, or an
+            earlier op of the session failed since the last :meth:`Session.sync` (the first
+            such failure is raised, naming its op; the session then takes ops again).
         """
         if self._impl.dtype == _gpukit.DType.bfloat16:
             bits = np.empty(self.shape, dtype=np.uint16)

@@ -26,6 +26,10 @@ class Session:
     Closing it (:meth:`close`, the end of a ``with`` block, or the garbage collection of the
     session and all its arrays) frees everything it holds in the daemon.
 
+    Ops are pipelined by default: ``c = a + b`` returns at once, and errors surface at
+    :meth:`sync`, at :meth:`Array.numpy` or when a refused op's ``shape`` is read (see
+    :func:`connect`'s ``pipeline``).
+
     Examples
     --------
     >>> with gpukit.connect(tenant="notebook") as gk:
@@ -34,9 +38,10 @@ class Session:
     BestEffort 12.0
     """
 
-    def __init__(self, client: _gpukit.Client) -> None:
+    def __init__(self, client: _gpukit.Client, pipeline: bool = False) -> None:
         self._client = client
         self._closed = False
+        self._pipeline = pipeline
 
     # --- the session --------------------------------------------------------------------
 
@@ -74,6 +79,26 @@ class Session:
     def closed(self) -> bool:
         """True after :meth:`close`."""
         return self._closed
+
+    @property
+    def pipeline(self) -> bool:
+        """Whether ops are pipelined (``connect(pipeline=...)``)."""
+        return self._pipeline
+
+    def sync(self) -> None:
+        """Waits until every op of this session written so far has run in the daemon.
+
+        Raises
+        ------
+        Error
+            The first op that failed since the previous sync point (refused, or failed on the
+            device), as the subclass of its code, with a message that names it:
+            ``"op #12 (add): shapes [2, 3] and [4] cannot be broadcast together"``. The ops
+            written after it up to this sync were not run (their arrays raise
+            :class:`gpukit.Aborted`). After it the session takes ops again. A call that raised a
+            failure already (``numpy()``, ``shape``) was a sync point itself.
+        """
+        self._client.sync()
 
     def keep_alive(self) -> None:
         """Renews the lease now (the background thread does this by itself)."""
@@ -312,6 +337,7 @@ def connect(
     connect_timeout_s: float = 5.0,
     client_name: Optional[str] = None,
     use_shared_memory: bool = True,
+    pipeline: bool = True,
 ) -> Session:
     """Connects to gpukitd and opens a session.
 
@@ -350,6 +376,12 @@ def connect(
         or more may go through host shared memory that the session shares with the daemon
         (a memcpy each side) instead of gRPC messages. It only applies to a daemon on a unix
         socket, and falls back to gRPC messages by itself where the daemon offers none.
+    pipeline : bool
+        True (default): ops (``a + b``, ``gk.sum(a)``, ...) are written to the session's
+        stream and return their Array at once, without a round trip; the daemon runs them in
+        order. A refused op raises at :meth:`Session.sync`, at ``numpy()`` (of any array of
+        the session) or when its result's ``shape``/``dtype`` is read, naming the op. False:
+        each op waits for the daemon's answer and raises its error at the call.
 
     Returns
     -------
@@ -379,5 +411,6 @@ def connect(
         connect_timeout_s=connect_timeout_s,
         client_name=client_name or "",
         use_shared_memory=use_shared_memory,
+        pipeline=pipeline,
     )
-    return Session(client)
+    return Session(client, pipeline)

@@ -46,6 +46,9 @@ constexpr ErrorClass kErrorClasses[] = {
     {absl::StatusCode::kUnimplemented, "Unimplemented",
      "The daemon does not implement this call or op."},
     {absl::StatusCode::kDataLoss, "DataLoss", "Device data was lost (planned)."},
+    {absl::StatusCode::kAborted, "Aborted",
+     "An op of a pipelined session that was not run: an earlier op failed since the last "
+     "sync point (the message names it)."},
 };
 
 // The classes live as long as the process: the module holds them too, and a translator may

@@ -5,7 +5,12 @@
 //
 // Lifetimes: an Array and a Kernel hold a reference to their Client, so the session stays
 // open while any of them lives (or until Client.close()). An Array frees its device memory
-// and a Kernel its compiled module when they are garbage collected or freed.
+// (a free queued on the session's Submit stream, which does not wait for the daemon) and a
+// Kernel its compiled module when they are garbage collected or freed.
+//
+// Pipelined sessions (connect(pipeline=True)): run_op returns an Array at once; its shape,
+// dtype and size_bytes wait for the daemon's answer the first time they are read (with the
+// GIL released) and raise the op's refusal, naming the op.
 //
 // Thread safety: every class may be used from several Python threads at once (libgpukit is
 // thread-safe); free() while another thread uses the same Array lets that call finish first.
@@ -68,24 +73,28 @@ class PyClient {
 
   const std::shared_ptr<Client>& client() const { return client_; }
 
+  // Client::Sync: raises the first op that failed since the previous sync point.
+  void Sync() const {
+    absl::Status status;
+    WithoutGil([&] { status = client_->Sync(); });
+    ThrowIfError(status);
+  }
+
  private:
   std::shared_ptr<Client> client_;
 };
 
 // A device array of a session. `array_` is null once freed; calls that need it take a copy
 // of the pointer with the GIL held, so a concurrent free() cannot pull it from under them.
+// The layout (shape, dtype, bytes) of a pipelined op's result is known once the daemon
+// answered the op: it is fetched on first use and kept, so it outlives free().
 class PyArray {
  public:
   PyArray(std::shared_ptr<Client> client, Array array)
       : PyArray(std::move(client), std::make_shared<Array>(std::move(array))) {}
   // An array whose shared_ptr does more when the last reference goes (ImportCudaTensor's).
   PyArray(std::shared_ptr<Client> client, std::shared_ptr<Array> array)
-      : client_(std::move(client)),
-        handle_(array->handle()),
-        shape_(array->shape()),
-        dtype_(array->dtype()),
-        size_bytes_(array->size_bytes()),
-        array_(std::move(array)) {}
+      : client_(std::move(client)), handle_(array->handle()), array_(std::move(array)) {}
   ~PyArray() {
     WithoutGil([this] {
       array_.reset();
@@ -97,10 +106,15 @@ class PyArray {
 
   const std::shared_ptr<Client>& client() const { return client_; }
   const std::string& handle() const { return handle_; }
-  const std::vector<int64_t>& shape() const { return shape_; }
-  DType dtype() const { return dtype_; }
-  int64_t size_bytes() const { return size_bytes_; }
+  const std::vector<int64_t>& shape() const { return Layout().shape; }
+  DType dtype() const { return Layout().dtype; }
+  int64_t size_bytes() const { return Layout().size_bytes; }
   bool freed() const { return array_ == nullptr; }
+
+  // Waits for the array's op to be answered (GIL released); raises its refusal. The error
+  // raised is the session's first failure since its last sync point when there is one (the
+  // root cause; the stream then takes ops again), else this op's own.
+  void Check() const { Layout(); }
 
   // The live array, or NOT_FOUND as the daemon answers for a freed handle.
   std::shared_ptr<Array> Live() const {
@@ -112,6 +126,7 @@ class PyArray {
   }
 
   void Read(py::handle out) const {
+    Check();
     std::shared_ptr<Array> array = Live();
     ContiguousBuffer buffer(out, /*writable=*/true);
     absl::Status status;
@@ -148,8 +163,8 @@ class PyArray {
     DLPackExport spec;
     spec.device_pointer = mapping->device_pointer;
     spec.device_index = mapping->device_index;
-    spec.shape = shape_;
-    spec.dtype = dtype_;
+    spec.shape = shape();
+    spec.dtype = dtype();
     spec.versioned = versioned;
     spec.is_copy = is_copy;
     spec.owner = std::make_shared<const ExportOwner>(ExportOwner{client_, std::move(array)});
@@ -159,6 +174,9 @@ class PyArray {
   // Frees the device memory now, unless a call on another thread still uses the array: then
   // when that call ends. A second free() does nothing.
   void Free() {
+    if (array_ == nullptr) return;
+    // Keeps shape and dtype readable after the free; a refused op's error stays for sync().
+    Resolve().IgnoreError();
     std::shared_ptr<Array> array = std::move(array_);
     if (array == nullptr) return;
     absl::Status status;
@@ -177,12 +195,54 @@ class PyArray {
     std::shared_ptr<Array> array;
   };
 
+  struct ArrayLayout {
+    std::vector<int64_t> shape;
+    DType dtype = DType::kFloat32;
+    int64_t size_bytes = 0;
+  };
+
+  // The layout, fetched once (with the GIL released, as it may wait for the daemon's answer
+  // to a pipelined op) and kept; raises the op's refusal.
+  const ArrayLayout& Layout() const {
+    if (layout_.has_value()) return *layout_;
+    if (error_.has_value()) throw StatusError(*error_);
+    absl::Status status = Resolve();
+    if (status.ok()) return *layout_;
+    // The first time a refusal shows: the session's first failure since its last sync point,
+    // if any, is the root cause to raise (a sync point: the stream then takes ops again).
+    WithoutGil([&] {
+      absl::Status first = client_->Sync();
+      if (!first.ok()) status = first;
+    });
+    throw StatusError(status);
+  }
+
+  // Waits for the op's answer (GIL released) and keeps the layout, or the refusal in error_
+  // (returned). Raises nothing; no sync point.
+  absl::Status Resolve() const {
+    if (layout_.has_value()) return absl::OkStatus();
+    if (error_.has_value()) return *error_;
+    std::shared_ptr<Array> array = Live();
+    absl::Status status;
+    ArrayLayout layout;
+    WithoutGil([&] {
+      status = array->status();
+      if (status.ok()) layout = ArrayLayout{array->shape(), array->dtype(), array->size_bytes()};
+    });
+    if (status.ok()) {
+      layout_ = std::move(layout);
+    } else {
+      error_ = status;
+    }
+    return status;
+  }
+
   std::shared_ptr<Client> client_;
   std::string handle_;
-  std::vector<int64_t> shape_;
-  DType dtype_;
-  int64_t size_bytes_;
   std::shared_ptr<Array> array_;
+  // Set with the GIL held.
+  mutable std::optional<ArrayLayout> layout_;
+  mutable std::optional<absl::Status> error_;
 };
 
 // A compiled kernel of a session; freed in the daemon when collected or freed.
@@ -234,15 +294,12 @@ Dim3 ToDim3(const std::vector<uint32_t>& dims, const char* name) {
   return dim;
 }
 
-std::shared_ptr<PyClient> Connect(const std::string& address, const std::string& tenant,
-                                  const std::string& partition,
-                                  std::optional<int64_t> memory_request_bytes,
-                                  std::optional<int64_t> memory_limit_bytes,
-                                  std::optional<double> compute_request,
-                                  std::optional<double> compute_limit, double lease_s, int priority,
-                                  double queue_timeout_s, double call_timeout_s,
-                                  double connect_timeout_s, const std::string& client_name,
-                                  bool use_shared_memory) {
+std::shared_ptr<PyClient> Connect(
+    const std::string& address, const std::string& tenant, const std::string& partition,
+    std::optional<int64_t> memory_request_bytes, std::optional<int64_t> memory_limit_bytes,
+    std::optional<double> compute_request, std::optional<double> compute_limit, double lease_s,
+    int priority, double queue_timeout_s, double call_timeout_s, double connect_timeout_s,
+    const std::string& client_name, bool use_shared_memory, bool pipeline) {
   ClientOptions options;
   options.address = address;
   options.tenant = tenant;
@@ -258,6 +315,7 @@ std::shared_ptr<PyClient> Connect(const std::string& address, const std::string&
   options.connect_timeout = Seconds(connect_timeout_s);
   options.client_name = client_name;
   options.use_shared_memory = use_shared_memory;
+  options.pipeline = pipeline;
   absl::StatusOr<std::unique_ptr<Client>> client;
   WithoutGil([&] { client = Client::Connect(options); });
   return std::make_shared<PyClient>(std::shared_ptr<Client>(ValueOrThrow(std::move(client))));
@@ -457,8 +515,9 @@ PYBIND11_MODULE(_gpukit, m) {
                   py::arg("lease_s") = 0.0, py::arg("priority") = 0,
                   py::arg("queue_timeout_s") = 0.0, py::arg("call_timeout_s") = 60.0,
                   py::arg("connect_timeout_s") = 5.0, py::arg("client_name") = "",
-                  py::arg("use_shared_memory") = true,
-                  "Connects and opens a session (gpukit::Client::Connect).")
+                  py::arg("use_shared_memory") = true, py::arg("pipeline") = false,
+                  "Connects and opens a session (gpukit::Client::Connect); with `pipeline`, "
+                  "ops go through the session's Submit stream and return at once.")
       .def_property_readonly("session_id",
                              [](const PyClient& self) { return self.client()->session_id(); })
       .def_property_readonly("address",
@@ -522,6 +581,9 @@ PYBIND11_MODULE(_gpukit, m) {
             return ValueOrThrow(std::move(log));
           },
           "NVRTC's whole log of the session's last compile (GetCompileLog).")
+      .def("sync", &PyClient::Sync,
+           "Waits until every op written so far has run (Client::Sync); raises the first op "
+           "that failed since the previous sync point, naming it.")
       .def(
           "keep_alive",
           [](const PyClient& self) {
@@ -553,6 +615,8 @@ PYBIND11_MODULE(_gpukit, m) {
       .def_property_readonly("dtype", &PyArray::dtype)
       .def_property_readonly("size_bytes", &PyArray::size_bytes)
       .def_property_readonly("freed", &PyArray::freed)
+      .def("check", &PyArray::Check,
+           "Waits for the daemon's answer to the op that makes the array; raises its refusal.")
       .def_property_readonly("session_id",
                              [](const PyArray& self) { return self.client()->session_id(); })
       .def("read_into", &PyArray::Read, py::arg("out"),

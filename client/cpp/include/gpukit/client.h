@@ -31,11 +31,39 @@
 //
 // Cost: every call is one gRPC round trip (about 80 to 200 us on a unix socket), except
 // Array::Write/Read of plain bytes, which stream 4 MiB chunks, or, from 256 KiB up with a
-// daemon on a unix socket, copy through host shared memory (see Array::Write).
+// daemon on a unix socket, copy through host shared memory (see Array::Write), and frees
+// (Array::Free and the destructor), which are queued on the session's Submit stream and
+// return without waiting for the daemon.
 //
-// Thread safety: a Client and its Arrays may be used from several threads at once. An
-// Array must not be used after its Client's session has been closed (calls then return
-// NOT_FOUND); destroying it afterwards is harmless.
+// Pipelined submission (ClientOptions::pipeline): ops are queued on the session's Submit
+// stream (ComputeService.Submit) and return an Array at once, without a round trip (only
+// the session's first op waits one, for the stream's handle prefix); its handle is known
+// immediately, so it can be the next op's input, and its shape, dtype and size arrive with
+// the daemon's answer (the accessors wait for it: usually it is there). The stream has a
+// writer thread, which sends the ops queued while it was writing in one request, and a
+// reader thread. Errors surface at Client::Sync, which names the op that failed:
+//
+//   options.pipeline = true;
+//   auto client = gpukit::Client::Connect(options);
+//   gpukit::Array x = *(*client)->FromVector<float>(values, {16});
+//   for (int i = 0; i < 200; ++i) x = *(*client)->Add(x, 1.0f);  // 200 ops, no waits
+//   absl::Status status = (*client)->Sync();  // "op #37 (add): ..." if one failed
+//   auto result = x.ToVector<float>();
+//
+// Ordering: ops run in the order written, on the session's device stream. A call that sends
+// a unary request naming the session's arrays (Array::Read/Write/Map, LaunchKernel, a unary
+// RunOp, the HostMemory copies) first waits until every op already written has the daemon's
+// answer (queued on the device), so it runs after them. If one of them was refused, that
+// call is a sync point instead: it waits for the ops to run and returns the first failure
+// since the previous sync point, naming the op, and the stream takes ops again (Sync does
+// not report that failure a second time). A refused op's Array reports the refusal from
+// status(), Read and ToVector (its shape is empty), and is not freed.
+//
+// Thread safety: a Client and its Arrays may be used from several threads at once. Ops
+// from several threads run in the order they were queued; Sync answers for every op queued
+// before it, from any thread. An Array must not be used after its Client's
+// session has been closed (calls then return NOT_FOUND); destroying it afterwards is
+// harmless.
 #ifndef GPUKIT_CLIENT_CPP_INCLUDE_GPUKIT_CLIENT_H_
 #define GPUKIT_CLIENT_CPP_INCLUDE_GPUKIT_CLIENT_H_
 
@@ -100,10 +128,15 @@ struct ClientOptions {
   // shared memory instead of gRPC messages (see Array::Write). It only ever applies to a
   // daemon reached over a unix socket; false: always gRPC messages.
   bool use_shared_memory = true;
+  // Whether ops (RunOp, Add, Sum, ...) go through the session's Submit stream and return at
+  // once, their errors surfacing at Client::Sync (see the top of this file). False: each op
+  // is one round trip that returns the result or its error. Frees use the stream either way.
+  bool pipeline = false;
 };
 
 namespace internal {
 class SessionState;
+class ArrayResult;
 }  // namespace internal
 
 class Array;
@@ -181,13 +214,24 @@ class Array {
   Array& operator=(Array&& other) noexcept;
   Array(const Array&) = delete;
   Array& operator=(const Array&) = delete;
-  ~Array();  // frees the device memory (errors are ignored: the session may be gone)
+  // Queues the free of the device memory on the session's Submit stream, without waiting
+  // for the daemon (errors are ignored: the session may be gone). An array whose op the
+  // daemon refused holds nothing and is not freed.
+  ~Array();
 
+  // The handle is known at once, also for the result of a pipelined op that the daemon has
+  // not answered yet. shape(), dtype(), size_bytes() and element_count() of such an array
+  // wait for the daemon's answer (it comes once the op is queued, not run); for an array
+  // whose op was refused they are empty ({}, float32, 0): status() says why.
   const std::string& handle() const { return handle_; }
-  const std::vector<int64_t>& shape() const { return shape_; }
-  DType dtype() const { return dtype_; }
-  int64_t size_bytes() const { return size_bytes_; }
+  const std::vector<int64_t>& shape() const;
+  DType dtype() const;
+  int64_t size_bytes() const;
   int64_t element_count() const;
+  // OK for an array that exists: made by a unary call, or by a pipelined op the daemon
+  // accepted; otherwise the refusal, "op #12 (add): ..." with the daemon's code (waits for
+  // the answer like shape()). An op that fails later, on the device, shows at Client::Sync.
+  absl::Status status() const;
 
   // Writes exactly size_bytes() bytes from `data`, or reads them into `out`.
   //
@@ -221,12 +265,14 @@ class Array {
   // The array's elements; INVALID_ARGUMENT if T does not match dtype().
   template <typename T>
   absl::StatusOr<std::vector<T>> ToVector() const {
-    if (DTypeOf<T>() != dtype_) {
+    // A refused op's array: Read says so (as a sync point of the stream, see the top).
+    if (!status().ok()) return Read(nullptr, 0);
+    if (DTypeOf<T>() != dtype()) {
       return absl::InvalidArgumentError(std::string("array has dtype ") +
-                                        std::string(DTypeName(dtype_)));
+                                        std::string(DTypeName(dtype())));
     }
     std::vector<T> values(element_count());
-    absl::Status status = Read(values.data(), size_bytes_);
+    absl::Status status = Read(values.data(), size_bytes());
     if (!status.ok()) return status;
     return values;
   }
@@ -248,24 +294,30 @@ class Array {
   // descriptor channel cannot be reached), NOT_FOUND.
   absl::StatusOr<DeviceMapping> Map() const;
 
-  // Frees now; later calls on this Array return FAILED_PRECONDITION.
+  // Queues the free on the session's Submit stream and returns without waiting for the
+  // daemon: new ops see the array gone at once, and its memory comes back once the ops
+  // written before that use it have run. A unary call that allocates (Empty, FromBytes, a
+  // RunOp without pipelining) and is refused for memory or the array count (RESOURCE_
+  // EXHAUSTED, not QUEUE_FULL) while frees had no answer yet waits for them and tries once
+  // more, so freeing to make room works. Errors:
+  // only that of the stream itself, in which case it frees with a unary call. A free the
+  // daemon refuses shows at Client::Sync. Later calls on this Array return
+  // FAILED_PRECONDITION; shape() and dtype() keep working.
   absl::Status Free();
 
  private:
   friend class Client;
   Array(std::shared_ptr<internal::SessionState> session, std::string handle,
-        std::vector<int64_t> shape, DType dtype, int64_t size_bytes)
-      : session_(std::move(session)),
-        handle_(std::move(handle)),
-        shape_(std::move(shape)),
-        dtype_(dtype),
-        size_bytes_(size_bytes) {}
+        std::shared_ptr<internal::ArrayResult> result)
+      : session_(std::move(session)), handle_(std::move(handle)), result_(std::move(result)) {}
+
+  // Write without waiting for the Submit stream's ops (a new array no op names yet).
+  absl::Status WriteNow(const void* data, int64_t bytes) const;
 
   std::shared_ptr<internal::SessionState> session_;
   std::string handle_;
-  std::vector<int64_t> shape_;
-  DType dtype_ = DType::kFloat32;
-  int64_t size_bytes_ = 0;
+  // The array's layout, or the refusal of its op; null for a moved-from Array.
+  std::shared_ptr<internal::ArrayResult> result_;
 };
 
 // Host shared memory registered with gpukitd: memory of this process (a memfd mapped here)
@@ -360,7 +412,12 @@ class Client {
   absl::StatusOr<Array> ImportDeviceMemory(uint64_t device_pointer, std::vector<int64_t> shape,
                                            DType dtype);
 
-  // Any built-in op by name; the result is a new array of this session.
+  // Any built-in op by name; the result is a new array of this session. With
+  // ClientOptions::pipeline the op is written to the Submit stream and the Array returned
+  // at once (the first op of a session waits one round trip, for the stream's handle
+  // prefix); the daemon's refusal then shows in the Array's status() and at Sync, and this
+  // call fails only when the stream itself does (UNAVAILABLE, ...). Otherwise it waits for
+  // the daemon's answer and returns the refusal. Add, Sub, ..., Transpose call it.
   absl::StatusOr<Array> RunOp(absl::string_view op, const std::vector<Operand>& inputs,
                               const Attrs& attrs = {});
   absl::StatusOr<Array> RunOp(absl::string_view op, const std::vector<Operand>& inputs,
@@ -429,9 +486,21 @@ class Client {
   // memory for it).
   absl::StatusOr<HostMemory> RegisterHostMemory(int64_t bytes);
 
+  // Sends a sync point on the session's Submit stream and waits for its answer, i.e. until
+  // every op and free written before it (from any thread) has run on the device. Returns
+  // the first op that failed since the previous sync point (refused, or failed on the
+  // device) with its code and "op #12 (add): <the daemon's message>" (RejectReason() gives
+  // its reason); the ops after a failed one up to the sync point were not run (ABORTED "not
+  // run: op #12 (add) failed before it"). After it the stream takes ops again. A call that
+  // returned a failure of the stream (see the top of this file) was a sync point too. OK at once
+  // when this session never used the stream. Cost: a round trip plus the queued work. Also the way
+  // to see device errors of pipelined ops.
+  absl::Status Sync();
+
   // Renews the lease now (the background thread does this by itself).
   absl::Status KeepAlive();
-  // Closes the session; its arrays become invalid. Called by the destructor.
+  // Closes the session; its arrays become invalid. Called by the destructor. The Submit
+  // stream, if open, is half-closed first and its end awaited (the ops written run first).
   absl::Status Close();
 
  private:

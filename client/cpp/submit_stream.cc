@@ -1,0 +1,318 @@
+#include "client/cpp/submit_stream.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+#include "client/cpp/channel.h"
+#include "proto/dtype_convert.h"
+#include "runtime/base/status_macros.h"
+
+namespace gpukit::internal {
+
+std::shared_ptr<ArrayResult> ArrayResult::Known(ArrayLayout layout) {
+  auto result = std::make_shared<ArrayResult>();
+  result->Resolve(std::move(layout));
+  return result;
+}
+
+void ArrayResult::Resolve(absl::StatusOr<ArrayLayout> outcome) {
+  absl::MutexLock lock(&mu_);
+  if (resolved_.load(std::memory_order_relaxed)) return;
+  outcome_ = std::move(outcome);
+  resolved_.store(true, std::memory_order_release);
+}
+
+const absl::StatusOr<ArrayLayout>& ArrayResult::Wait() const {
+  if (!resolved_.load(std::memory_order_acquire)) {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](const std::atomic<bool>* resolved) { return resolved->load(); }, &resolved_));
+  }
+  return outcome_;
+}
+
+SubmitStream::SubmitStream(std::unique_ptr<grpc::ClientContext> context,
+                           absl::Duration close_timeout)
+    : context_(std::move(context)), close_timeout_(close_timeout) {}
+
+absl::StatusOr<std::unique_ptr<SubmitStream>> SubmitStream::Open(v1::ComputeService::Stub& stub,
+                                                                 const std::string& session_id,
+                                                                 absl::Duration close_timeout) {
+  // No deadline: the stream lives as long as the session uses it.
+  std::unique_ptr<SubmitStream> stream(
+      new SubmitStream(std::make_unique<grpc::ClientContext>(), close_timeout));
+  // The call's metadata goes with the first request: one write instead of two.
+  stream->context_->set_initial_metadata_corked(true);
+  stream->stream_ = stub.Submit(stream->context_.get());
+  if (stream->stream_ == nullptr) {
+    return absl::UnavailableError("cannot start a Submit stream");
+  }
+  {
+    absl::MutexLock lock(&stream->mu_);
+    stream->outbox_.emplace_back().set_session_id(session_id);
+  }
+  stream->reader_ = std::thread([s = stream.get()] { s->ReadLoop(); });
+  stream->writer_ = std::thread([s = stream.get()] { s->WriteLoop(); });
+  return stream;
+}
+
+SubmitStream::~SubmitStream() {
+  Close().IgnoreError();
+  if (writer_.joinable()) writer_.join();
+  if (reader_.joinable()) reader_.join();
+}
+
+void SubmitStream::WriteLoop() {
+  std::vector<v1::SubmitRequest> batch;
+  bool half_close = false;
+  while (!half_close) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !outbox_.empty() || closing_ || read_done_;
+      };
+      mu_.Await(absl::Condition(&work));
+      if (read_done_) break;  // the stream ended: nothing more goes out
+      batch.clear();
+      batch.swap(outbox_);
+      outbox_ops_ = 0;
+      // Close refuses new ops: once this batch is out, the writes are done.
+      half_close = closing_;
+    }
+    bool written = true;
+    for (const v1::SubmitRequest& request : batch) {
+      // A failed write means the stream broke: the reader sees its end and its status.
+      if (written = stream_->Write(request); !written) break;
+    }
+    if (!written) break;
+    if (half_close) stream_->WritesDone();
+  }
+  absl::MutexLock lock(&mu_);
+  writer_stopped_ = true;
+}
+
+absl::StatusOr<v1::SubmitRequest*> SubmitStream::RoomForOp() {
+  auto room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return outbox_ops_ < kMaxQueuedOps || ended_ || closing_;
+  };
+  mu_.Await(absl::Condition(&room));
+  if (ended_) return EndedStatus();
+  if (closing_) return absl::FailedPreconditionError("the Submit stream was closed");
+  if (outbox_.empty() || outbox_.back().sync() != 0 ||
+      outbox_.back().ops_size() >= kMaxOpsPerRequest) {
+    outbox_.emplace_back();
+  }
+  ++outbox_ops_;
+  return &outbox_.back();
+}
+
+uint64_t SubmitStream::EpochOf(uint64_t index) const {
+  return static_cast<uint64_t>(
+      std::upper_bound(sync_boundaries_.begin(), sync_boundaries_.end(), index) -
+      sync_boundaries_.begin());
+}
+
+absl::Status SubmitStream::EndedStatus() const {
+  if (!end_status_.ok()) return end_status_;
+  return absl::FailedPreconditionError("the Submit stream was closed");
+}
+
+bool SubmitStream::ended() const {
+  absl::MutexLock lock(&mu_);
+  return ended_;
+}
+
+absl::Status SubmitStream::end_status() const {
+  absl::MutexLock lock(&mu_);
+  return end_status_;
+}
+
+std::vector<std::string> SubmitStream::TakeUnansweredFrees() {
+  absl::MutexLock lock(&mu_);
+  return std::exchange(unanswered_frees_, {});
+}
+
+absl::Status SubmitStream::OpStatus(const v1::OpResult& result) {
+  absl::Status status(
+      static_cast<absl::StatusCode>(result.code()),
+      absl::StrCat("op #", result.index(), " (", result.op(), "): ", result.message()));
+  if (!result.reason().empty()) status.SetPayload(kReasonPayloadUrl, absl::Cord(result.reason()));
+  return status;
+}
+
+absl::StatusOr<SubmitStream::Submitted> SubmitStream::Run(const v1::PipelinedRunOp& op) {
+  auto result = std::make_shared<ArrayResult>();
+  absl::MutexLock lock(&mu_);
+  auto opened = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return opened_ || ended_; };
+  mu_.Await(absl::Condition(&opened));
+  if (!opened_) return EndedStatus();
+  GPUKIT_ASSIGN_OR_RETURN(v1::SubmitRequest * request, RoomForOp());
+  *request->add_ops()->mutable_run() = op;
+  const uint64_t index = next_index_++;
+  pending_.emplace(index, Pending{op.op(), result, ""});
+  written_ = index + 1;
+  run_ops_end_ = index + 1;
+  return Submitted{absl::StrCat(handle_prefix_, index), std::move(result)};
+}
+
+absl::Status SubmitStream::Free(const std::string& handle) {
+  absl::MutexLock lock(&mu_);
+  GPUKIT_ASSIGN_OR_RETURN(v1::SubmitRequest * request, RoomForOp());
+  request->add_ops()->set_free(handle);
+  const uint64_t index = next_index_++;
+  pending_.emplace(index, Pending{"free", nullptr, handle});
+  written_ = index + 1;
+  return absl::OkStatus();
+}
+
+absl::Status SubmitStream::Sync() {
+  absl::MutexLock lock(&mu_);
+  if (ended_) return EndedStatus();
+  if (closing_) return absl::FailedPreconditionError("the Submit stream was closed");
+  const uint64_t token = next_sync_token_++;
+  sync_boundaries_.push_back(next_index_);
+  if (outbox_.empty() || outbox_.back().sync() != 0) outbox_.emplace_back();
+  outbox_.back().set_sync(token);
+  auto answered = [this, token]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return ended_ || synced_.contains(token);
+  };
+  mu_.Await(absl::Condition(&answered));
+  auto it = synced_.find(token);
+  if (it == synced_.end()) return EndedStatus();
+  absl::Status status = std::move(it->second);
+  synced_.erase(it);
+  return status;
+}
+
+absl::Status SubmitStream::WaitForResults() {
+  absl::Status failure;
+  {
+    absl::MutexLock lock(&mu_);
+    const uint64_t target = run_ops_end_;
+    auto answered = [this, target]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return ended_ || answered_ >= target;
+    };
+    mu_.Await(absl::Condition(&answered));
+    // A stream that ended resolved its unanswered ops with its status: each of their arrays
+    // says so, and a call on another array goes ahead.
+    for (auto& [epoch, found] : failures_) {
+      if (!found.reported) {
+        found.reported = true;
+        failure = found.status;
+        break;
+      }
+    }
+    if (failure.ok() || ended_) return failure;
+  }
+  // Returning the failure is a sync point for the caller: send one, so that the stream
+  // takes ops again, and return its answer (the first failure, which may be an earlier op
+  // that failed on the device).
+  absl::Status synced = Sync();
+  return synced.ok() ? failure : synced;
+}
+
+bool SubmitStream::HasUnanswered() const {
+  absl::MutexLock lock(&mu_);
+  return !ended_ && answered_ < written_;
+}
+
+void SubmitStream::WaitForAllAnswers() {
+  absl::MutexLock lock(&mu_);
+  const uint64_t target = written_;
+  auto answered = [this, target]()
+                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return ended_ || answered_ >= target; };
+  mu_.Await(absl::Condition(&answered));
+}
+
+absl::Status SubmitStream::Close() {
+  absl::MutexLock lock(&mu_);
+  closing_ = true;  // the writer sends what is queued, then half-closes
+  auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return ended_; };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&ended), close_timeout_)) {
+    context_->TryCancel();  // a daemon that does not end the stream: stop waiting for it
+    mu_.Await(absl::Condition(&ended));
+  }
+  return end_status_;
+}
+
+void SubmitStream::HandleResponse(const v1::SubmitResponse& response) {
+  absl::MutexLock lock(&mu_);
+  if (!opened_ && !response.handle_prefix().empty()) {
+    handle_prefix_ = response.handle_prefix();
+    opened_ = true;
+  }
+  for (const v1::OpResult& result : response.results()) {
+    const uint64_t index = result.index();
+    answered_ = std::max(answered_, index + 1);
+    absl::Status failure;
+    if (result.code() != 0) {
+      failure = OpStatus(result);
+      // A free's failure is for Sync only: WaitForResults skips it (reported = true).
+      failures_.try_emplace(EpochOf(index), Failure{failure, result.op() == "free"});
+    }
+    auto it = pending_.find(index);
+    if (it == pending_.end()) continue;
+    if (it->second.result == nullptr) {  // a free
+      pending_.erase(it);
+      continue;
+    }
+    if (!failure.ok()) {
+      it->second.result->Resolve(failure);
+    } else {
+      const v1::ArrayInfo& info = result.output();
+      absl::StatusOr<DType> dtype = DTypeFromProto(info.dtype(), "output.dtype");
+      if (dtype.ok()) {
+        it->second.result->Resolve(
+            ArrayLayout{std::vector<int64_t>(info.shape().begin(), info.shape().end()), *dtype,
+                        info.size_bytes()});
+      } else {
+        it->second.result->Resolve(dtype.status());
+      }
+    }
+    pending_.erase(it);
+  }
+  if (response.synced() != 0) {
+    const uint64_t token = response.synced();
+    absl::Status status;
+    if (response.error().code() != 0) status = OpStatus(response.error());
+    // Failures of the epochs this sync point closes (tokens count from 1: sync point k ends
+    // epoch k - 1): the daemon's answer names the first; ours is a fallback.
+    for (auto it = failures_.begin(); it != failures_.end() && it->first < token;) {
+      if (status.ok()) status = it->second.status;
+      it = failures_.erase(it);
+    }
+    synced_[token] = std::move(status);
+  }
+}
+
+void SubmitStream::ReadLoop() {
+  v1::SubmitResponse response;
+  while (stream_->Read(&response)) HandleResponse(response);
+  {
+    // Finish may not overlap a write: stop the writer first (its writes fail now).
+    absl::MutexLock lock(&mu_);
+    read_done_ = true;
+    auto stopped = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return writer_stopped_; };
+    mu_.Await(absl::Condition(&stopped));
+  }
+  const absl::Status end = FromGrpc(stream_->Finish(), *context_);
+  absl::MutexLock lock(&mu_);
+  ended_ = true;
+  end_status_ = end;
+  for (auto& [index, pending] : pending_) {
+    if (pending.result == nullptr) {
+      unanswered_frees_.push_back(std::move(pending.freed_handle));
+      continue;
+    }
+    const absl::StatusCode code = end.ok() ? absl::StatusCode::kInternal : end.code();
+    pending.result->Resolve(absl::Status(
+        code, absl::StrCat(
+                  "op #", index, " (", pending.op,
+                  "): not answered: the Submit stream ended: ", end.ok() ? "OK" : end.message())));
+  }
+  pending_.clear();
+}
+
+}  // namespace gpukit::internal

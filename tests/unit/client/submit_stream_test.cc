@@ -1,0 +1,236 @@
+// SubmitStream against an in-process fake of ComputeService.Submit that follows the proto's
+// contract in miniature: the first response carries the handle prefix, every op gets one
+// OpResult in order, a refused op fails the stream until the next sync point (later ops:
+// ABORTED "not run"), a sync point is answered with the first failure since the previous
+// one. Ops are named to steer it: "bad" is refused, "hold" gets no answer, "die" ends the
+// stream with UNAVAILABLE; a free of "missing" is refused with NOT_FOUND.
+#include "client/cpp/submit_stream.h"
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "client/cpp/channel.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+
+namespace gpukit::internal {
+namespace {
+
+using ::gpukit::testing::IsOkAndHolds;
+using ::gpukit::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::StartsWith;
+
+class FakeCompute final : public v1::ComputeService::Service {
+ public:
+  grpc::Status Submit(
+      grpc::ServerContext* /*context*/,
+      grpc::ServerReaderWriter<v1::SubmitResponse, v1::SubmitRequest>* stream) override {
+    v1::SubmitRequest request;
+    if (!stream->Read(&request)) return grpc::Status::OK;
+    if (request.session_id() != "s-1") {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown session");
+    }
+    v1::SubmitResponse opened;
+    opened.set_handle_prefix("r-1-");
+    stream->Write(opened);
+    uint64_t index = 0;
+    v1::OpResult first_failure;
+    bool holding = false;  // after "hold": nothing is answered any more
+    do {
+      if (request.ops_size() > 1024) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "more than 1024 ops");
+      }
+      v1::SubmitResponse response;
+      for (const v1::PipelinedOp& op : request.ops()) {
+        const std::string name = op.has_run() ? op.run().op() : "free";
+        const uint64_t op_index = index++;
+        if (name == "die") return grpc::Status(grpc::StatusCode::UNAVAILABLE, "daemon went away");
+        if (name == "hold") holding = true;
+        if (holding) continue;
+        v1::OpResult result;
+        result.set_index(op_index);
+        result.set_op(name);
+        if (first_failure.code() != 0) {
+          result.set_code(grpc::StatusCode::ABORTED);
+          result.set_message(absl::StrCat("not run: op #", first_failure.index(), " (",
+                                          first_failure.op(), ") failed before it"));
+        } else if (name == "bad") {
+          result.set_code(grpc::StatusCode::INVALID_ARGUMENT);
+          result.set_message("shapes [2] and [3] cannot be broadcast together");
+          first_failure = result;
+        } else if (name == "free" && op.free() == "missing") {
+          result.set_code(grpc::StatusCode::NOT_FOUND);
+          result.set_message("array handle \"missing\" not found in this session");
+          first_failure = result;
+        } else if (name != "free") {
+          result.mutable_output()->set_handle(absl::StrCat("r-1-", op_index));
+          result.mutable_output()->add_shape(2);
+          result.mutable_output()->set_dtype(v1::DTYPE_INT32);
+          result.mutable_output()->set_size_bytes(8);
+        }
+        *response.add_results() = std::move(result);
+      }
+      if (request.sync() != 0 && !holding) {
+        response.set_synced(request.sync());
+        if (first_failure.code() != 0) *response.mutable_error() = first_failure;
+        first_failure.Clear();
+      }
+      if (response.results_size() > 0 || response.synced() != 0) stream->Write(response);
+    } while (stream->Read(&request));
+    return grpc::Status::OK;
+  }
+};
+
+class SubmitStreamTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder builder;
+    builder.RegisterService(&fake_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    stub_ = v1::ComputeService::NewStub(server_->InProcessChannel(grpc::ChannelArguments()));
+  }
+  void TearDown() override { server_->Shutdown(); }
+
+  std::unique_ptr<SubmitStream> Open(const std::string& session = "s-1") {
+    absl::StatusOr<std::unique_ptr<SubmitStream>> stream =
+        SubmitStream::Open(*stub_, session, absl::Seconds(10));
+    EXPECT_TRUE(stream.ok()) << stream.status();
+    return stream.ok() ? *std::move(stream) : nullptr;
+  }
+
+  static v1::PipelinedRunOp Op(const std::string& name) {
+    v1::PipelinedRunOp op;
+    op.set_op(name);
+    return op;
+  }
+
+  FakeCompute fake_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::ComputeService::Stub> stub_;
+};
+
+TEST_F(SubmitStreamTest, ResultHandlesAreThePrefixAndTheIndexCountingFrees) {
+  std::unique_ptr<SubmitStream> stream = Open();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SubmitStream::Submitted a, stream->Run(Op("add")));
+  GPUKIT_ASSERT_OK(stream->Free("x"));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SubmitStream::Submitted b, stream->Run(Op("mul")));
+  EXPECT_EQ(a.handle, "r-1-0");
+  EXPECT_EQ(b.handle, "r-1-2");  // the free was op #1
+  const absl::StatusOr<ArrayLayout>& layout = b.result->Wait();
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_THAT(layout->shape, ElementsAre(2));
+  EXPECT_EQ(layout->dtype, DType::kInt32);
+  EXPECT_EQ(layout->size_bytes, 8);
+  GPUKIT_EXPECT_OK(stream->Sync());
+  GPUKIT_EXPECT_OK(stream->Close());
+  EXPECT_TRUE(stream->ended());
+}
+
+TEST_F(SubmitStreamTest, ABurstOfOpsFromSeveralThreadsIsAnsweredOpByOp) {
+  std::unique_ptr<SubmitStream> stream = Open();
+  constexpr int kThreads = 4, kOpsPerThread = 3000;  // more than the outbox holds
+  std::vector<std::vector<SubmitStream::Submitted>> submitted(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kOpsPerThread; ++i) {
+        absl::StatusOr<SubmitStream::Submitted> op = stream->Run(Op("add"));
+        if (!op.ok()) return;
+        submitted[t].push_back(*std::move(op));
+        if (i % 3 == 0) stream->Free(submitted[t].back().handle).IgnoreError();
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  GPUKIT_ASSERT_OK(stream->Sync());
+  absl::flat_hash_set<std::string> handles;
+  for (const auto& ops : submitted) {
+    ASSERT_EQ(ops.size(), kOpsPerThread);
+    for (const SubmitStream::Submitted& op : ops) {
+      ASSERT_TRUE(op.result->resolved());
+      GPUKIT_ASSERT_OK(op.result->Wait().status());
+      handles.insert(op.handle);
+    }
+  }
+  EXPECT_EQ(handles.size(), kThreads * kOpsPerThread);  // every op has its own index
+  GPUKIT_EXPECT_OK(stream->Close());
+}
+
+TEST_F(SubmitStreamTest, SyncReportsTheFirstFailureWithItsIndexNameAndCodeThenTheStreamIsClean) {
+  std::unique_ptr<SubmitStream> stream = Open();
+  GPUKIT_ASSERT_OK(stream->Run(Op("add")).status());
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SubmitStream::Submitted bad, stream->Run(Op("bad")));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SubmitStream::Submitted after, stream->Run(Op("add")));
+  EXPECT_THAT(stream->Sync(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "op #1 (bad): shapes [2] and [3] cannot be broadcast together"));
+  EXPECT_THAT(bad.result->Wait().status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, StartsWith("op #1 (bad): ")));
+  EXPECT_TRUE(bad.result->failed());
+  EXPECT_THAT(after.result->Wait().status(), StatusIs(absl::StatusCode::kAborted,
+                                                      "op #2 (add): not run: op #1 (bad) failed "
+                                                      "before it"));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SubmitStream::Submitted again, stream->Run(Op("add")));
+  GPUKIT_EXPECT_OK(again.result->Wait().status());
+  GPUKIT_EXPECT_OK(stream->Sync());
+}
+
+TEST_F(SubmitStreamTest, WaitForResultsReturnsARefusalOnceAsASyncPoint) {
+  std::unique_ptr<SubmitStream> stream = Open();
+  GPUKIT_EXPECT_OK(stream->WaitForResults());  // nothing written yet
+  GPUKIT_ASSERT_OK(stream->Run(Op("bad")).status());
+  GPUKIT_ASSERT_OK(stream->Run(Op("add")).status());
+  EXPECT_THAT(stream->WaitForResults(),
+              StatusIs(absl::StatusCode::kInvalidArgument, StartsWith("op #0 (bad): ")));
+  GPUKIT_EXPECT_OK(stream->WaitForResults());
+  GPUKIT_EXPECT_OK(stream->Sync());  // the sync point WaitForResults sent took the failure
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SubmitStream::Submitted next, stream->Run(Op("add")));
+  GPUKIT_EXPECT_OK(next.result->Wait().status());
+}
+
+TEST_F(SubmitStreamTest, AFailedFreeIsForSyncOnly) {
+  std::unique_ptr<SubmitStream> stream = Open();
+  GPUKIT_ASSERT_OK(stream->Free("missing"));
+  GPUKIT_ASSERT_OK(stream->Run(Op("add")).status());
+  GPUKIT_EXPECT_OK(stream->WaitForResults());
+  EXPECT_THAT(stream->Sync(), StatusIs(absl::StatusCode::kNotFound, StartsWith("op #0 (free): ")));
+  GPUKIT_EXPECT_OK(stream->Sync());
+}
+
+TEST_F(SubmitStreamTest, AStreamThatEndsFailsItsUnansweredOpsAndKeepsItsUnansweredFrees) {
+  std::unique_ptr<SubmitStream> stream = Open();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SubmitStream::Submitted held, stream->Run(Op("hold")));
+  GPUKIT_ASSERT_OK(stream->Free("a-7"));  // not answered either
+  GPUKIT_ASSERT_OK(stream->Run(Op("die")).status());
+  EXPECT_THAT(held.result->Wait().status(),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       AllOf(StartsWith("op #0 (hold): not answered"), HasSubstr("went away"))));
+  EXPECT_THAT(stream->Sync(), StatusIs(absl::StatusCode::kUnavailable, "daemon went away"));
+  EXPECT_TRUE(stream->ended());
+  EXPECT_THAT(stream->Run(Op("add")).status(), StatusIs(absl::StatusCode::kUnavailable));
+  GPUKIT_EXPECT_OK(stream->WaitForResults());  // a call on another array goes ahead
+  // The daemon may not have applied the free: the owner frees it another way.
+  EXPECT_THAT(stream->TakeUnansweredFrees(), ElementsAre("a-7"));
+  EXPECT_THAT(stream->TakeUnansweredFrees(), IsEmpty());
+}
+
+TEST_F(SubmitStreamTest, AStreamRefusedAtOnceFailsItsFirstOpSyncAndClose) {
+  std::unique_ptr<SubmitStream> stream = Open("s-unknown");
+  EXPECT_THAT(stream->Run(Op("add")).status(),
+              StatusIs(absl::StatusCode::kNotFound, "unknown session"));
+  EXPECT_THAT(stream->Sync(), StatusIs(absl::StatusCode::kNotFound, "unknown session"));
+  EXPECT_THAT(stream->Close(), StatusIs(absl::StatusCode::kNotFound));
+}
+
+}  // namespace
+}  // namespace gpukit::internal
