@@ -1,5 +1,6 @@
 """Sessions, errors and custom kernels; and that blocking calls release the GIL."""
 
+import math
 import os
 import threading
 import time
@@ -233,18 +234,24 @@ def test_blocking_calls_release_the_gil(gk):
     not run at all: its ticks would show a gap as long as the call. Released, the main thread
     ticks throughout, and no gap comes near the call's length.
     """
-    n = 768  # a matmul of about 0.05 to 0.5 s on the CPU backend
+    n = 768  # a matmul of about 0.01 to 0.5 s on the CPU backend, by the machine
     a = gk.ones((n, n))
+    # As many matmuls as make the wait last about 0.2 s on this machine (at most 64).
+    begin = time.monotonic()
+    gpukit.matmul(a, a)
+    gk.sync()
+    count = min(64, max(1, math.ceil(0.2 / max(time.monotonic() - begin, 1e-4))))
     window = {}
     started = threading.Event()
 
     def worker():
+        results = [gpukit.matmul(a, a) for _ in range(count)]  # pipelined: queued at once
         started.set()
         window["start"] = time.monotonic()
-        c = gpukit.matmul(a, a)  # pipelined: returns at once
-        gk.sync()  # waits for the matmul to run
-        c.free()
+        gk.sync()  # the one long call: waits for them all to run
         window["end"] = time.monotonic()
+        for c in results:
+            c.free()
 
     thread = threading.Thread(target=worker)
     ticks = []
