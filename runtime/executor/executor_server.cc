@@ -1,5 +1,6 @@
 #include "runtime/executor/executor_server.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -28,10 +29,15 @@
 namespace gpukit {
 namespace {
 
-// A queue served by one thread, in order.
+// A queue served by one thread, in order. `name` (at most 15 characters) names the thread,
+// as top -H and /proc/PID/task/*/comm show it.
 class WorkQueue {
  public:
-  WorkQueue() : thread_([this] { Run(); }) {}
+  explicit WorkQueue(const char* name)
+      : thread_([this, name] {
+          pthread_setname_np(pthread_self(), name);
+          Run();
+        }) {}
   ~WorkQueue() {
     Push(nullptr);
     thread_.join();
@@ -87,8 +93,8 @@ struct StreamState {
   std::weak_ptr<EventState> last_event;
   uint64_t last_event_id = 0;
   // Declared last: destroyed (joined) first, while the fields above are still there.
-  WorkQueue completions;
-  WorkQueue enqueues;
+  WorkQueue completions{"gk-exec-done"};
+  WorkQueue enqueues{"gk-exec-enqueue"};
 };
 
 struct EventState {
