@@ -168,6 +168,10 @@ class ForwardingDevice final : public Device {
     if (on_enqueue) on_enqueue(stream);
     return inner_->CopyDeviceToHost(dst, src, src_offset, bytes, stream);
   }
+  absl::Status FillZero(BufferId buffer, int64_t offset, int64_t bytes, StreamId stream) override {
+    if (on_enqueue) on_enqueue(stream);
+    return inner_->FillZero(buffer, offset, bytes, stream);
+  }
   absl::Status CopyDeviceToDevice(BufferId dst, int64_t dst_offset, BufferId src,
                                   int64_t src_offset, int64_t bytes, StreamId stream) override {
     if (on_enqueue) on_enqueue(stream);
