@@ -1,5 +1,6 @@
 #include "runtime/device.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <limits>
 
@@ -73,6 +74,22 @@ absl::StatusOr<BufferId> Device::BufferInSegment(uint64_t key, int64_t /*offset*
 }
 
 absl::Status Device::CheckHealth() { return absl::OkStatus(); }
+
+absl::Status Device::FillZero(BufferId buffer, int64_t offset, int64_t bytes, StreamId stream) {
+  GPUKIT_ASSIGN_OR_RETURN(int64_t size, BufferBytes(buffer));
+  if (offset < 0 || bytes < 0 || offset > size || bytes > size - offset) {
+    return absl::OutOfRangeError(absl::StrCat("zero fill of [", offset, ", ", offset, " + ", bytes,
+                                              ") is outside a buffer of ", size, " bytes"));
+  }
+  // Never freed, so it outlives every copy still queued from it.
+  constexpr int64_t kBlockBytes = int64_t{1} << 20;
+  static const char* const kZeros = new char[kBlockBytes]();
+  for (int64_t done = 0; done < bytes; done += kBlockBytes) {
+    GPUKIT_RETURN_IF_ERROR(CopyHostToDevice(buffer, offset + done, kZeros,
+                                            std::min(kBlockBytes, bytes - done), stream));
+  }
+  return absl::OkStatus();
+}
 
 std::vector<EventPairOutcome> Device::WaitEventPairs(absl::Span<const EventPair> pairs) {
   if (pairs.empty()) return {};

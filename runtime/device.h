@@ -276,6 +276,11 @@ class Device {
                                         StreamId stream) = 0;
   virtual absl::Status CopyDeviceToDevice(BufferId dst, int64_t dst_offset, BufferId src,
                                           int64_t src_offset, int64_t bytes, StreamId stream) = 0;
+  // Sets `bytes` bytes of `buffer` from `offset` on to zero, enqueued on `stream` like a copy
+  // (an event recorded after it completes says it is done). OUT_OF_RANGE if the range exceeds
+  // the buffer. The default copies from a static zeroed host block in 1 MiB pieces; backends
+  // override it with a device memset. Thread-safe as the copies are.
+  virtual absl::Status FillZero(BufferId buffer, int64_t offset, int64_t bytes, StreamId stream);
 
   virtual absl::StatusOr<EventId> RecordEvent(StreamId stream) = 0;
   // Blocks until the work before the event has run; returns the first error that work

@@ -311,6 +311,18 @@ absl::StatusOr<std::shared_ptr<DeviceArray>> Core::NewArray(const Session& sessi
                                        std::move(memory.reservation), clock_.Now());
 }
 
+absl::Status Core::ZeroArray(const Session& session, DeviceArray& array) {
+  if (array.bytes() == 0) return absl::OkStatus();
+  GPUKIT_ASSIGN_OR_RETURN(RunningTask task,
+                          StartTask(session, TaskKind::kTransfer, "zero", TaskOptions{}));
+  absl::StatusOr<ArrayPin> pin = PinArray(session, array);
+  if (!pin.ok()) return Conclude(session, task.Fail(pin.status()));
+  Device& device = array.device();
+  return Conclude(session, task.Run(device, session.stream(), [&] {
+    return device.FillZero(pin->buffer(), 0, array.bytes(), session.stream());
+  }));
+}
+
 absl::StatusOr<ArrayPin> Core::PinArray(const Session& session, DeviceArray& array) {
   auto restore = [&](int64_t bytes) { return AllocateMemory(session, bytes); };
   return array.Pin(clock_.Now(), restore, devices_[session.admission().device_index].spill_stream);
@@ -340,6 +352,10 @@ absl::StatusOr<ArrayView> Core::CreateArray(absl::string_view session_id, const 
   GPUKIT_RETURN_IF_ERROR(session->CheckArrayRoom(options_.limits.max_arrays_per_session));
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceArray> array,
                           Conclude(*session, NewArray(*session, desc)));
+  // The pool hands a block back to whichever session allocates next: zero it before this
+  // session can read it, so no array ever shows another session's (or tenant's) bytes. On
+  // failure the array is dropped, and with it its memory.
+  GPUKIT_RETURN_IF_ERROR(ZeroArray(*session, *array));
   ArrayView view = View(*array);
   GPUKIT_RETURN_IF_ERROR(Conclude(
       *session, session->AddArray(std::move(array), options_.limits.max_arrays_per_session)));

@@ -248,6 +248,8 @@ class Core {
   // NOT_FOUND "session ... ended (closed, or its lease lapsed) while the request ran",
   // whatever else happened, because what it did went into state the session's end frees.
   // A task still waiting in its partition's queue when the session ends fails the same way.
+  // CreateArray's array reads as zeros: it zeroes the memory (a transfer task "zero" on the
+  // session's stream, waited for) before the handle exists, and frees it if that fails.
   absl::StatusOr<ArrayView> CreateArray(absl::string_view session_id, const TensorDesc& desc);
   absl::StatusOr<ArrayView> DescribeArray(absl::string_view session_id, absl::string_view handle);
   // Returns the bytes freed.
@@ -430,6 +432,10 @@ class Core {
   // Pins one of the session's arrays resident, restoring it (with the session's admission)
   // if it was spilled.
   absl::StatusOr<ArrayPin> PinArray(const Session& session, DeviceArray& array);
+  // Zeroes a new array on the session's stream: a transfer task "zero" that waits its turn
+  // like an upload. The pool hands out memory other sessions freed, so no array may be
+  // readable before this ran. Errors: the task's (scheduler, device, the session's end).
+  absl::Status ZeroArray(const Session& session, DeviceArray& array);
   // What a request on `session` returns once its work is done (see "No request reports
   // OK" above): `status`, renewing the lease, while the session is still open and its
   // lease unexpired; else NOT_FOUND naming the session, whatever `status` was.

@@ -475,6 +475,17 @@ absl::Status CpuDevice::CopyDeviceToHost(void* dst, BufferId src, int64_t src_of
   return absl::OkStatus();
 }
 
+absl::Status CpuDevice::FillZero(BufferId buffer, int64_t offset, int64_t bytes, StreamId stream) {
+  GPUKIT_RETURN_IF_ERROR(health_->Check());
+  GPUKIT_ASSIGN_OR_RETURN(std::byte * to, Resolve(buffer, offset, bytes));
+  GPUKIT_ASSIGN_OR_RETURN(Stream * s, FindStream(stream));
+  s->Enqueue([to, bytes] {
+    if (bytes > 0) std::memset(to, 0, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  });
+  return absl::OkStatus();
+}
+
 absl::Status CpuDevice::CopyDeviceToDevice(BufferId dst, int64_t dst_offset, BufferId src,
                                            int64_t src_offset, int64_t bytes, StreamId stream) {
   GPUKIT_RETURN_IF_ERROR(health_->Check());

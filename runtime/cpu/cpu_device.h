@@ -85,6 +85,7 @@ class CpuDevice final : public Device {
                                 StreamId stream) override;
   absl::Status CopyDeviceToHost(void* dst, BufferId src, int64_t src_offset, int64_t bytes,
                                 StreamId stream) override;
+  absl::Status FillZero(BufferId buffer, int64_t offset, int64_t bytes, StreamId stream) override;
   absl::Status CopyDeviceToDevice(BufferId dst, int64_t dst_offset, BufferId src,
                                   int64_t src_offset, int64_t bytes, StreamId stream) override;
 

@@ -445,6 +445,15 @@ absl::Status CudaDevice::CopyDeviceToHost(void* dst, BufferId src, int64_t src_o
   return transfers_->DeviceToHost(dst, from, bytes, s->handle);
 }
 
+absl::Status CudaDevice::FillZero(BufferId buffer, int64_t offset, int64_t bytes, StreamId stream) {
+  GPUKIT_ASSIGN_OR_RETURN(const uint64_t to, Resolve(buffer, offset, bytes));
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, FindStream(stream));
+  if (bytes == 0) return absl::OkStatus();
+  GPUKIT_RETURN_IF_ERROR(Bind());
+  return CheckCu(cu_.cuMemsetD8Async(to, 0, static_cast<size_t>(bytes), s->handle),
+                 "cuMemsetD8Async");
+}
+
 absl::Status CudaDevice::CopyDeviceToDevice(BufferId dst, int64_t dst_offset, BufferId src,
                                             int64_t src_offset, int64_t bytes, StreamId stream) {
   GPUKIT_ASSIGN_OR_RETURN(const uint64_t to, Resolve(dst, dst_offset, bytes));

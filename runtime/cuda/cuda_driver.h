@@ -87,6 +87,7 @@ namespace gpukit {
   REQUIRED(cuMemcpyHtoDAsync)                            \
   REQUIRED(cuMemcpyDtoHAsync)                            \
   REQUIRED(cuMemcpyDtoDAsync)                            \
+  REQUIRED(cuMemsetD8Async)                              \
   REQUIRED(cuStreamCreate)                               \
   REQUIRED(cuStreamCreateWithPriority)                   \
   REQUIRED(cuStreamGetPriority)                          \

@@ -710,13 +710,14 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       return;
     }
     case executor::Request::kCopy:
+    case executor::Request::kFill:
     case executor::Request::kRunOp:
     case executor::Request::kLaunch: {
-      const uint64_t stream_id = request.body_case() == executor::Request::kCopy
-                                     ? request.copy().stream()
-                                 : request.body_case() == executor::Request::kRunOp
-                                     ? request.run_op().stream()
-                                     : request.launch().stream();
+      const uint64_t stream_id =
+          request.body_case() == executor::Request::kCopy    ? request.copy().stream()
+          : request.body_case() == executor::Request::kFill  ? request.fill().stream()
+          : request.body_case() == executor::Request::kRunOp ? request.run_op().stream()
+                                                             : request.launch().stream();
       std::shared_ptr<StreamState> stream = FindStream(stream_id);
       if (stream == nullptr) {
         spdlog::warn("executor: work for unknown stream {}", stream_id);
@@ -730,6 +731,13 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
             case executor::Request::kCopy:
               status = EnqueueCopy(request.copy(), *s);
               break;
+            case executor::Request::kFill: {
+              absl::StatusOr<BufferId> buffer = FindBuffer(request.fill().buffer());
+              status = buffer.ok() ? device_.FillZero(*buffer, request.fill().offset(),
+                                                      request.fill().bytes(), s->device_stream)
+                                   : buffer.status();
+              break;
+            }
             case executor::Request::kRunOp: {
               absl::StatusOr<OpLaunch> launch = DecodeRunOp(
                   request.run_op(), [this](uint64_t id) { return FindBuffer(id); });

@@ -1597,6 +1597,20 @@ absl::Status RemoteDevice::CopyDeviceToDevice(BufferId dst, int64_t dst_offset, 
   return impl_->EnqueueCopy(request, stream.value, 0, nullptr, 0);
 }
 
+absl::Status RemoteDevice::FillZero(BufferId buffer, int64_t offset, int64_t bytes,
+                                    StreamId stream) {
+  GPUKIT_ASSIGN_OR_RETURN(int64_t size, BufferBytes(buffer));
+  GPUKIT_RETURN_IF_ERROR(CheckRange("fill", offset, bytes, size));
+  if (bytes == 0) return absl::OkStatus();
+  executor::Request request;
+  executor::Fill& fill = *request.mutable_fill();
+  fill.set_stream(stream.value);
+  fill.set_buffer(buffer.value);
+  fill.set_offset(offset);
+  fill.set_bytes(bytes);
+  return impl_->EnqueueCopy(request, stream.value, 0, nullptr, 0);
+}
+
 absl::StatusOr<EventId> RemoteDevice::RecordEvent(StreamId stream) {
   Impl& d = *impl_;
   absl::ReaderMutexLock gen(&d.gen_mu_);

@@ -126,6 +126,8 @@ class RemoteDevice final : public Device {
                                 StreamId stream) override;
   absl::Status CopyDeviceToDevice(BufferId dst, int64_t dst_offset, BufferId src,
                                   int64_t src_offset, int64_t bytes, StreamId stream) override;
+  // One one-way Fill request: the executor's device zeroes the range in the stream's order.
+  absl::Status FillZero(BufferId buffer, int64_t offset, int64_t bytes, StreamId stream) override;
 
   absl::StatusOr<EventId> RecordEvent(StreamId stream) override;
   absl::Status WaitEvent(EventId event) override;

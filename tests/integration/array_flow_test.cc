@@ -1,5 +1,6 @@
 // The happy paths of the array and compute services, end to end through the real gpukitd:
 // the README's quick-start flow, transfers that span several 4 MiB chunks, and ListOps.
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -153,6 +154,26 @@ TEST_F(ArrayFlowTest, DownloadStreamsInOrderedChunksOfAtMostFourMiBLess64KiB) {
     }
     EXPECT_EQ(sizes, c.expected_sizes);
     EXPECT_EQ(FirstDifference(received, data), -1);
+  }
+}
+
+// The daemon's memory pool hands a freed block to the next allocation, whoever makes it: a
+// new array (zeroed through the executor's Fill) must not show another tenant's bytes.
+TEST_F(ArrayFlowTest, AnotherTenantsFreedBytesNeverShowInANewArray) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> victim, Connect("tenant-a"));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> reader, Connect("tenant-b"));
+  // A slab block (small) and an exact large block, each of a size that is not round.
+  for (const int64_t kCount : {int64_t{4093}, 3 * kMiB / 4 + 5}) {
+    SCOPED_TRACE(::testing::Message() << kCount << " elements");
+    GPUKIT_ASSERT_OK_AND_ASSIGN(
+        Array secret,
+        victim->FromVector<int32_t>(std::vector<int32_t>(kCount, 0x5eC7e7), {kCount}));
+    GPUKIT_ASSERT_OK(secret.ToVector<int32_t>().status());  // written, and no work in flight
+    GPUKIT_ASSERT_OK(secret.Free());
+    GPUKIT_ASSERT_OK_AND_ASSIGN(Array fresh, reader->Empty({kCount}, DType::kInt32));
+    GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<int32_t> values, fresh.ToVector<int32_t>());
+    EXPECT_EQ(std::count(values.begin(), values.end(), 0), kCount);
+    GPUKIT_ASSERT_OK(fresh.Free());
   }
 }
 

@@ -228,7 +228,7 @@ TEST_F(GpukitctlTest, SessionsPrintsTheLiveClientsTenantAsTableAndJson) {
   EXPECT_EQ(row[8], "-");           // limits
   EXPECT_EQ(row[9], "4 KiB");       // memory
   EXPECT_EQ(row[10], "0 B");        // spilled
-  EXPECT_EQ(row[11], "0us");        // GPU time: creating an array runs nothing
+  EXPECT_FALSE(row[11].empty());    // GPU time: Create's zeroing (how long is the machine's)
 
   v1::ListSessionsResponse sessions;
   ASSERT_NO_FATAL_FAILURE(CtlJson("sessions", &sessions));
@@ -242,8 +242,8 @@ TEST_F(GpukitctlTest, SessionsPrintsTheLiveClientsTenantAsTableAndJson) {
   EXPECT_EQ(session.client_library_version(), "gpukit-cpp/" GPUKIT_VERSION_STRING);
   EXPECT_EQ(session.arrays(), 1);
   EXPECT_EQ(session.memory_bytes(), 4096);
-  EXPECT_EQ(session.device_time_ns(), 0);
-  EXPECT_EQ(session.tasks_finished(), 0);
+  EXPECT_GE(session.device_time_ns(), 0);
+  EXPECT_EQ(session.tasks_finished(), 1);  // Create's zeroing of the array
 }
 
 TEST_F(GpukitctlTest, SessionsWithoutClientsSaysSoAndPrintsAnEmptyList) {

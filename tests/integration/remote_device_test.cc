@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdint>
@@ -251,6 +252,29 @@ struct SharedRegion {
     if (data != nullptr) ::munmap(data, static_cast<size_t>(bytes));
   }
 };
+
+// FillZero goes to the executor as one Fill request, in the stream's order between copies;
+// a range outside the buffer is refused here, before anything is sent.
+TEST_F(RemoteDeviceTest, FillZeroZeroesItsRangeInStreamOrder) {
+  Start();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
+  for (const int64_t bytes : {int64_t{4096}, int64_t{3} << 20}) {
+    SCOPED_TRACE(::testing::Message() << bytes << " bytes");
+    GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId buffer, device_->Allocate(bytes));
+    const std::vector<char> pattern = Pattern(bytes, 7);
+    GPUKIT_ASSERT_OK(device_->CopyHostToDevice(buffer, 0, pattern.data(), bytes, stream));
+    GPUKIT_ASSERT_OK(device_->FillZero(buffer, 16, bytes - 32, stream));
+    std::vector<char> out(static_cast<size_t>(bytes), '\x7f');
+    GPUKIT_ASSERT_OK(device_->CopyDeviceToHost(out.data(), buffer, 0, bytes, stream));
+    GPUKIT_ASSERT_OK(Sync(stream));
+    std::vector<char> expected = pattern;
+    std::fill(expected.begin() + 16, expected.end() - 16, '\0');
+    EXPECT_TRUE(out == expected);
+    EXPECT_THAT(device_->FillZero(buffer, 1, bytes, stream),
+                StatusIs(absl::StatusCode::kOutOfRange));
+    GPUKIT_ASSERT_OK(device_->Free(buffer));
+  }
+}
 
 TEST_F(RemoteDeviceTest, EveryBufferKeepsItsBytesAcrossARestart) {
   Start();

@@ -160,9 +160,10 @@ TEST_F(SchedulerTest, PartitionsTableListsTheConfiguredPartitions) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(Array held, gold->Empty({1024 * 1024}, DType::kFloat32));
   GPUKIT_ASSERT_OK_AND_ASSIGN(ProgramResult after, Ctl({"partitions"}));
   ASSERT_EQ(after.exit_code, 0) << after.stderr_text;
+  // Its GPU time is Create's zeroing of the array (how long it took is the machine's).
   EXPECT_THAT(RowOf(after.stdout_text, "gold"),
-              ElementsAre("gold", "0", "4MiB/1GiB", "0.05/0.5", "-", "1", "0", "0", "no", "0us",
-                          "0us/0us/0us"));
+              ElementsAre("gold", "0", "4MiB/1GiB", "0.05/0.5", "-", "1", "0", "0", "no",
+                          ::testing::_, ::testing::EndsWith("/0us/0us")));
 }
 
 TEST_F(SchedulerTest, WorkersInSeveralPartitionsAllSucceedAtOnce) {

@@ -69,6 +69,12 @@ class ForwardingDevice final : public Device {
   std::function<void(int64_t bytes)> before_allocate;
   std::function<void(const ImportedMemory&)> before_import_buffer;
   std::function<void(BufferId)> before_free;
+  // When set, each answers its call in place of the wrapped device (after before_allocate
+  // or before_free): a test may recycle freed buffers as the daemon's memory pool does.
+  std::function<absl::StatusOr<BufferId>(int64_t bytes)> allocate;
+  std::function<absl::Status(BufferId)> free_buffer;
+  // When set, answers FillZero in place of the wrapped device (after on_enqueue).
+  std::function<absl::Status(BufferId, int64_t offset, int64_t bytes, StreamId)> fill_zero;
   // Called at the start of RegisterHostMemory (a client's shared memory being mapped for the
   // device), before the call is passed on.
   std::function<void(void* data, int64_t bytes)> before_register_host_memory;
@@ -100,11 +106,11 @@ class ForwardingDevice final : public Device {
   MemoryInfo GetMemoryInfo() const override { return inner_->GetMemoryInfo(); }
   absl::StatusOr<BufferId> Allocate(int64_t bytes) override {
     if (before_allocate) before_allocate(bytes);
-    return inner_->Allocate(bytes);
+    return allocate ? allocate(bytes) : inner_->Allocate(bytes);
   }
   absl::Status Free(BufferId buffer) override {
     if (before_free) before_free(buffer);
-    return inner_->Free(buffer);
+    return free_buffer ? free_buffer(buffer) : inner_->Free(buffer);
   }
   absl::StatusOr<int64_t> BufferBytes(BufferId buffer) const override {
     return inner_->BufferBytes(buffer);
@@ -167,6 +173,11 @@ class ForwardingDevice final : public Device {
                                 StreamId stream) override {
     if (on_enqueue) on_enqueue(stream);
     return inner_->CopyDeviceToHost(dst, src, src_offset, bytes, stream);
+  }
+  absl::Status FillZero(BufferId buffer, int64_t offset, int64_t bytes, StreamId stream) override {
+    if (on_enqueue) on_enqueue(stream);
+    return fill_zero ? fill_zero(buffer, offset, bytes, stream)
+                     : inner_->FillZero(buffer, offset, bytes, stream);
   }
   absl::Status CopyDeviceToDevice(BufferId dst, int64_t dst_offset, BufferId src,
                                   int64_t src_offset, int64_t bytes, StreamId stream) override {

@@ -538,7 +538,7 @@ PYBIND11_MODULE(_gpukit, m) {
             WithoutGil([&] { array = self.client()->Empty(std::move(shape), dtype); });
             return std::make_shared<PyArray>(self.client(), ValueOrThrow(std::move(array)));
           },
-          py::arg("shape"), py::arg("dtype"), "Uninitialised array (Create).")
+          py::arg("shape"), py::arg("dtype"), "Array that reads as zeros (Create).")
       .def(
           "from_buffer",
           [](const PyClient& self, py::handle data, std::vector<int64_t> shape, DType dtype) {

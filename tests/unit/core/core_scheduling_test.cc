@@ -259,17 +259,21 @@ TEST_F(CoreSchedulingTest, EveryOpAndTransferIsATaskWithMeasuredDeviceTime) {
   in.handle = a;
   GPUKIT_ASSERT_OK(core().RunOp(s.session_id, "sum", {in}, {}).status());
   const std::vector<TaskInfo> tasks = core().scheduler().ListTasks({});
-  ASSERT_EQ(tasks.size(), 2u);  // newest first
+  ASSERT_EQ(tasks.size(), 3u);  // newest first
   EXPECT_EQ(tasks[0].name, "sum");
   EXPECT_EQ(tasks[0].kind, TaskKind::kOp);
   EXPECT_EQ(tasks[0].state, TaskState::kSucceeded);
   EXPECT_EQ(tasks[1].name, "upload");
   EXPECT_EQ(tasks[1].kind, TaskKind::kTransfer);
+  EXPECT_EQ(tasks[2].name, "zero");  // CreateArray's zeroing of the new array
+  EXPECT_EQ(tasks[2].kind, TaskKind::kTransfer);
+  EXPECT_EQ(tasks[2].state, TaskState::kSucceeded);
   // Summing 256 Ki bytes takes the CPU device some time; the events measured it.
   EXPECT_GT(tasks[0].device_time, absl::ZeroDuration());
   const PartitionStatus p = core().scheduler().ListPartitions()[0];
-  EXPECT_EQ(p.succeeded_total, 2);
-  EXPECT_EQ(p.device_time_total, tasks[0].device_time + tasks[1].device_time);
+  EXPECT_EQ(p.succeeded_total, 3);
+  EXPECT_EQ(p.device_time_total,
+            tasks[0].device_time + tasks[1].device_time + tasks[2].device_time);
 }
 
 TEST_F(CoreSchedulingTest, OpWhoseDeadlinePassedInTheQueueExpires) {
@@ -387,7 +391,7 @@ TEST_F(CoreSchedulingTest, OpWhoseOutputDoesNotFitFailsWithTheRealCauseInItsHist
   EXPECT_THAT(out, StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("limits.memory")));
   EXPECT_EQ(ReasonOf(out.status()), RejectReason::kSessionLimitExceeded);
   const std::vector<TaskInfo> tasks = core().scheduler().ListTasks({});
-  ASSERT_EQ(tasks.size(), 2u);
+  ASSERT_EQ(tasks.size(), 3u);  // the op, the upload, the zeroing
   EXPECT_EQ(tasks[0].state, TaskState::kFailed);
   EXPECT_THAT(tasks[0].error, HasSubstr("limits.memory"));
 }
@@ -401,7 +405,7 @@ TEST_F(CoreSchedulingTest, ArrayCountLimitRefusesAnOpBeforeItQueuesOrAllocates) 
   absl::StatusOr<ArrayView> out = core().RunOp(s.session_id, "add", {in, ScalarZero()}, {});
   EXPECT_THAT(out, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_EQ(ReasonOf(out.status()), RejectReason::kTooManyArrays);
-  EXPECT_EQ(core().scheduler().ListTasks({}).size(), 1u) << "only the upload ran";
+  EXPECT_EQ(core().scheduler().ListTasks({}).size(), 2u) << "only the zeroing and upload ran";
   EXPECT_EQ(core().scheduler().device_memory_used(0), 1024);
   EXPECT_EQ(ReasonOf(core().CreateArray(s.session_id, {DType::kUInt8, {1}}).status()),
             RejectReason::kTooManyArrays);

@@ -11,6 +11,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -526,6 +527,61 @@ TEST_F(CoreTest, FreeArrayReturnsItsBytesOnce) {
   EXPECT_THAT(core().DescribeArray(s, view.handle), StatusIs(kNotFound));
 }
 
+// Memory a session can read without having written it never holds another session's bytes.
+// The device here recycles a freed buffer into the next allocation of its size, as the
+// daemon's memory pool (runtime/memory_pool.cc) hands freed blocks on whoever frees them.
+TEST_F(CoreTest, NewArrayReadsAsZerosNotAnotherTenantsFreedBytes) {
+  core(/*hooked=*/true);
+  std::mutex mu;
+  std::vector<BufferId> recycled;
+  hooks().free_buffer = [&](BufferId buffer) {
+    std::lock_guard<std::mutex> lock(mu);
+    recycled.push_back(buffer);
+    return absl::OkStatus();
+  };
+  hooks().allocate = [&](int64_t bytes) -> absl::StatusOr<BufferId> {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto it = recycled.begin(); it != recycled.end(); ++it) {
+      if (hooks().inner().BufferBytes(*it).value_or(-1) == bytes) {
+        const BufferId buffer = *it;
+        recycled.erase(it);
+        return buffer;
+      }
+    }
+    return hooks().inner().Allocate(bytes);
+  };
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string a, Open("a"));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string b, Open("b"));
+  constexpr int64_t kCount = 4096;
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string secret,
+                              Upload<int32_t>(a, {kCount}, std::vector<int32_t>(kCount, 0x5eC7e7)));
+  GPUKIT_ASSERT_OK(core().FreeArray(a, secret).status());
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView view, core().CreateArray(b, {DType::kInt32, {kCount}}));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_THAT(recycled, ::testing::IsEmpty()) << "b's array did not get a's freed buffer";
+  }
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<int32_t> values, Download<int32_t>(b, view.handle));
+  EXPECT_EQ(std::count(values.begin(), values.end(), 0), kCount) << "a's bytes show in b's array";
+  // An Upload that stops part way leaves the rest as zeros, not a's bytes either.
+  GPUKIT_ASSERT_OK(core().FreeArray(b, view.handle).status());
+  GPUKIT_ASSERT_OK_AND_ASSIGN(secret,
+                              Upload<int32_t>(a, {kCount}, std::vector<int32_t>(kCount, -1)));
+  GPUKIT_ASSERT_OK(core().FreeArray(a, secret).status());
+  GPUKIT_ASSERT_OK_AND_ASSIGN(view, core().CreateArray(b, {DType::kInt32, {kCount}}));
+  const int32_t head = 7;
+  GPUKIT_ASSERT_OK(core().WriteArray(
+      b, view.handle, 0, absl::MakeConstSpan(reinterpret_cast<const char*>(&head), sizeof(head))));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(values, Download<int32_t>(b, view.handle));
+  EXPECT_EQ(values[0], head);
+  EXPECT_EQ(std::count(values.begin() + 1, values.end(), 0), kCount - 1)
+      << "a's bytes show past b's partial write";
+  // The recycling ends with the test; what it kept goes back to the device.
+  hooks().allocate = nullptr;
+  hooks().free_buffer = nullptr;
+  for (BufferId buffer : recycled) GPUKIT_EXPECT_OK(hooks().inner().Free(buffer));
+}
+
 // ---- WriteArray / ReadArray ----
 
 TEST_F(CoreTest, WriteThenReadRoundTripsTheBytes) {
@@ -892,7 +948,7 @@ TEST_F(CoreTest, OpTheDeviceHasNoKernelsForIsRefusedBeforeItAllocatesOrQueues) {
   EXPECT_THAT(core().RunOp(s, "sum", {In(a)}, {}),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no kernels for it")));
   EXPECT_EQ(DeviceMemoryUsed(), before);
-  EXPECT_EQ(core().scheduler().ListTasks({}).size(), 1u) << "only the upload";
+  EXPECT_EQ(core().scheduler().ListTasks({}).size(), 2u) << "only the zeroing and the upload";
   GPUKIT_EXPECT_OK(core().RunOp(s, "add", {In(a), In(a)}, {}).status());
   hooks().supports_op = nullptr;
 }

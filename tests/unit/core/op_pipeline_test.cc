@@ -363,15 +363,15 @@ TEST_F(OpPipelineTest, DeviceTimeIsAccountedToTheSessionAndTenant) {
   EXPECT_EQ(pipeline->Sync(), std::nullopt);
   const std::vector<SessionSummary> sessions = core().ListSessions();
   ASSERT_EQ(sessions.size(), 1u);
-  // The upload (Floats) and the 20 ops.
-  EXPECT_EQ(sessions[0].tasks_finished, 21);
+  // The zeroing and the upload (Floats), and the 20 ops.
+  EXPECT_EQ(sessions[0].tasks_finished, 22);
   EXPECT_GT(sessions[0].device_time, absl::ZeroDuration());
   bool found = false;
   for (const TenantUsage& tenant : core().ListTenants()) {
     if (tenant.tenant != "pipeline") continue;
     found = true;
     EXPECT_GT(tenant.device_time_total, absl::ZeroDuration());
-    EXPECT_EQ(tenant.tasks_finished, 21);
+    EXPECT_EQ(tenant.tasks_finished, 22);
   }
   EXPECT_TRUE(found);
 }

@@ -11,7 +11,9 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/base/status_macros.h"
 #include "runtime/cpu/cpu_op_kernels.h"
+#include "tests/testing/forwarding_device.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/unit/runtime/device_conformance.h"
 
@@ -36,8 +38,23 @@ absl::StatusOr<std::unique_ptr<Device>> MakeCpuDevice() {
   return std::unique_ptr<Device>(*std::move(device));
 }
 
+// The CPU device with Device's own FillZero (host copies of a zeroed block) in place of its
+// memset: the default every backend without a device memset inherits.
+absl::StatusOr<std::unique_ptr<Device>> MakeCpuDeviceWithDefaultFill() {
+  GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<Device> cpu, MakeCpuDevice());
+  auto forwarding = std::make_unique<::gpukit::testing::ForwardingDevice>(std::move(cpu));
+  ::gpukit::testing::ForwardingDevice* device = forwarding.get();
+  forwarding->fill_zero = [device](BufferId buffer, int64_t offset, int64_t bytes,
+                                   StreamId stream) {
+    return device->Device::FillZero(buffer, offset, bytes, stream);
+  };
+  return std::unique_ptr<Device>(std::move(forwarding));
+}
+
 INSTANTIATE_TEST_SUITE_P(Cpu, DeviceConformanceTest,
-                         ::testing::Values(DeviceConformanceParam{"Cpu", &MakeCpuDevice}),
+                         ::testing::Values(DeviceConformanceParam{"Cpu", &MakeCpuDevice},
+                                           DeviceConformanceParam{"CpuDefaultFill",
+                                                                  &MakeCpuDeviceWithDefaultFill}),
                          DeviceConformanceParamName);
 
 std::unique_ptr<CpuDevice> MakeDevice(int64_t memory_bytes, int index = 0) {

@@ -230,6 +230,50 @@ TEST_P(DeviceConformanceTest, EmptyCopyAtTheVeryEndIsAllowed) {
   GPUKIT_EXPECT_OK(Sync());
 }
 
+TEST_P(DeviceConformanceTest, FillZeroZeroesExactlyItsRange) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId buffer, Upload(Pattern(64, 3)));
+  GPUKIT_ASSERT_OK(device().FillZero(buffer, 8, 20, stream()));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> out, Download<uint8_t>(buffer, 64));
+  std::vector<uint8_t> expected = Pattern(64, 3);
+  std::fill(expected.begin() + 8, expected.begin() + 28, 0);
+  EXPECT_EQ(out, expected);
+}
+
+TEST_P(DeviceConformanceTest, FillZeroCoversAWholeBufferLargerThanOneMebibyte) {
+  // Larger than the default implementation's zeroed host block, and not a multiple of it.
+  constexpr size_t kBytes = (size_t{1} << 20) * 2 + 4096 + 3;
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId buffer, Upload(std::vector<uint8_t>(kBytes, 0xA5)));
+  GPUKIT_ASSERT_OK(device().FillZero(buffer, 0, kBytes, stream()));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> out, Download<uint8_t>(buffer, kBytes));
+  EXPECT_EQ(std::count(out.begin(), out.end(), 0), static_cast<std::ptrdiff_t>(kBytes));
+}
+
+TEST_P(DeviceConformanceTest, FillZeroRunsInStreamOrderBetweenCopies) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId buffer, Allocate(16));
+  const std::vector<uint8_t> ones(16, 1);
+  const uint8_t two = 2;
+  // Written, zeroed in part, then patched: only stream order gives this result.
+  GPUKIT_ASSERT_OK(device().CopyHostToDevice(buffer, 0, ones.data(), 16, stream()));
+  GPUKIT_ASSERT_OK(device().FillZero(buffer, 4, 8, stream()));
+  GPUKIT_ASSERT_OK(device().CopyHostToDevice(buffer, 6, &two, 1, stream()));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> out, Download<uint8_t>(buffer, 16));
+  EXPECT_THAT(out, ElementsAre(1, 1, 1, 1, 0, 0, 2, 0, 0, 0, 0, 0, 1, 1, 1, 1));
+}
+
+TEST_P(DeviceConformanceTest, FillZeroRangesOutsideTheBufferAreOutOfRange) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId buffer, Upload(Pattern(64, 5)));
+  for (const Range& r : kBadRanges) {
+    SCOPED_TRACE(::testing::Message() << "offset " << r.offset << " bytes " << r.bytes);
+    EXPECT_THAT(device().FillZero(buffer, r.offset, r.bytes, stream()), StatusIs(kOutOfRange));
+  }
+  GPUKIT_EXPECT_OK(device().FillZero(buffer, 64, 0, stream()));  // empty, at the very end
+  const BufferId unknown{~uint64_t{0} - 1};
+  EXPECT_THAT(device().FillZero(unknown, 0, 4, stream()), StatusIs(kNotFound));
+  EXPECT_THAT(device().FillZero(buffer, 0, 4, StreamId{~uint64_t{0} - 2}), StatusIs(kNotFound));
+  // Nothing rejected touched the buffer.
+  EXPECT_THAT(Download<uint8_t>(buffer, 64), IsOkAndHolds(ElementsAreArray(Pattern(64, 5))));
+}
+
 TEST_P(DeviceConformanceTest, CopiesNamingUnknownBuffersOrStreamsAreNotFound) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId buffer, Upload(std::vector<uint8_t>(16, 0)));
   uint8_t host[16] = {};

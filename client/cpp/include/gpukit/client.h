@@ -382,7 +382,7 @@ class Client {
   const std::string& qos_class() const;
   int device_index() const;
 
-  // Uninitialised array.
+  // Array that reads as zeros (the daemon zeroes its memory before handing it over).
   absl::StatusOr<Array> Empty(std::vector<int64_t> shape, DType dtype);
   // Array holding `bytes` bytes of `data` (must equal the shape's size in bytes): Empty,
   // then Array::Write (host shared memory or gRPC messages, as said there).
