@@ -313,14 +313,19 @@ absl::StatusOr<std::shared_ptr<DeviceArray>> Core::NewArray(const Session& sessi
 
 absl::Status Core::ZeroArray(const Session& session, DeviceArray& array) {
   if (array.bytes() == 0) return absl::OkStatus();
-  GPUKIT_ASSIGN_OR_RETURN(RunningTask task,
-                          StartTask(session, TaskKind::kTransfer, "zero", TaskOptions{}));
+  return RunTransfer(session, array, "zero", TaskOptions{}, [&](BufferId buffer) {
+    return array.device().FillZero(buffer, 0, array.bytes(), session.stream());
+  });
+}
+
+absl::Status Core::RunTransfer(const Session& session, DeviceArray& array, absl::string_view name,
+                               const TaskOptions& options,
+                               const std::function<absl::Status(BufferId)>& enqueue) {
+  GPUKIT_ASSIGN_OR_RETURN(RunningTask task, StartTask(session, TaskKind::kTransfer, name, options));
   absl::StatusOr<ArrayPin> pin = PinArray(session, array);
   if (!pin.ok()) return Conclude(session, task.Fail(pin.status()));
-  Device& device = array.device();
-  return Conclude(session, task.Run(device, session.stream(), [&] {
-    return device.FillZero(pin->buffer(), 0, array.bytes(), session.stream());
-  }));
+  return Conclude(
+      session, task.Run(array.device(), session.stream(), [&] { return enqueue(pin->buffer()); }));
 }
 
 absl::StatusOr<ArrayPin> Core::PinArray(const Session& session, DeviceArray& array) {
@@ -401,15 +406,10 @@ absl::Status Core::WriteArray(absl::string_view session_id, absl::string_view ha
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceArray> array, session->FindArray(handle));
   GPUKIT_RETURN_IF_ERROR(CheckRange(*array, offset, data.size()));
   if (data.empty()) return absl::OkStatus();
-  GPUKIT_ASSIGN_OR_RETURN(RunningTask task,
-                          StartTask(*session, TaskKind::kTransfer, "upload", options));
-  absl::StatusOr<ArrayPin> pin = PinArray(*session, *array);
-  if (!pin.ok()) return Conclude(*session, task.Fail(pin.status()));
-  Device& device = array->device();
-  return Conclude(*session, task.Run(device, session->stream(), [&] {
-    return device.CopyHostToDevice(pin->buffer(), offset, data.data(),
-                                   static_cast<int64_t>(data.size()), session->stream());
-  }));
+  return RunTransfer(*session, *array, "upload", options, [&](BufferId buffer) {
+    return array->device().CopyHostToDevice(buffer, offset, data.data(),
+                                            static_cast<int64_t>(data.size()), session->stream());
+  });
 }
 
 absl::Status Core::ReadArray(absl::string_view session_id, absl::string_view handle, int64_t offset,
@@ -418,15 +418,10 @@ absl::Status Core::ReadArray(absl::string_view session_id, absl::string_view han
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceArray> array, session->FindArray(handle));
   GPUKIT_RETURN_IF_ERROR(CheckRange(*array, offset, out.size()));
   if (out.empty()) return absl::OkStatus();
-  GPUKIT_ASSIGN_OR_RETURN(RunningTask task,
-                          StartTask(*session, TaskKind::kTransfer, "download", options));
-  absl::StatusOr<ArrayPin> pin = PinArray(*session, *array);
-  if (!pin.ok()) return Conclude(*session, task.Fail(pin.status()));
-  Device& device = array->device();
-  return Conclude(*session, task.Run(device, session->stream(), [&] {
-    return device.CopyDeviceToHost(out.data(), pin->buffer(), offset,
-                                   static_cast<int64_t>(out.size()), session->stream());
-  }));
+  return RunTransfer(*session, *array, "download", options, [&](BufferId buffer) {
+    return array->device().CopyDeviceToHost(out.data(), buffer, offset,
+                                            static_cast<int64_t>(out.size()), session->stream());
+  });
 }
 
 absl::StatusOr<Core::PreparedOp> Core::PrepareOp(const Session& session, absl::string_view op_name,

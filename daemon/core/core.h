@@ -436,6 +436,12 @@ class Core {
   // like an upload. The pool hands out memory other sessions freed, so no array may be
   // readable before this ran. Errors: the task's (scheduler, device, the session's end).
   absl::Status ZeroArray(const Session& session, DeviceArray& array);
+  // A transfer task `name` on the session's stream over one of its arrays: admitted, the
+  // array pinned resident, `enqueue` given the pinned buffer, waited for, concluded. What
+  // uploads, downloads and the zeroing of new arrays share.
+  absl::Status RunTransfer(const Session& session, DeviceArray& array, absl::string_view name,
+                           const TaskOptions& options,
+                           const std::function<absl::Status(BufferId)>& enqueue);
   // What a request on `session` returns once its work is done (see "No request reports
   // OK" above): `status`, renewing the lease, while the session is still open and its
   // lease unexpired; else NOT_FOUND naming the session, whatever `status` was.

@@ -61,12 +61,7 @@ absl::Status RunningTask::Run(Device& device, StreamId stream,
                               const std::function<absl::Status()>& enqueue,
                               absl::Duration* measured) {
   GPUKIT_ASSIGN_OR_RETURN(EnqueuedTask work, Enqueue(device, stream, enqueue));
-  absl::Status status = device.WaitEvent(work.end_event());
-  const absl::Duration device_time =
-      DeviceTimeBetween(device, work.start_event(), work.end_event());
-  work.Finish(status, device_time);
-  if (measured != nullptr) *measured = device_time;
-  return status;
+  return work.WaitAndFinish(measured);
 }
 
 EnqueuedTask::EnqueuedTask(EnqueuedTask&& other) noexcept
@@ -77,9 +72,15 @@ EnqueuedTask::EnqueuedTask(EnqueuedTask&& other) noexcept
       end_(other.end_) {}
 
 EnqueuedTask::~EnqueuedTask() {
-  if (task_ == nullptr) return;
+  if (task_ != nullptr) WaitAndFinish().IgnoreError();
+}
+
+absl::Status EnqueuedTask::WaitAndFinish(absl::Duration* measured) {
   absl::Status status = device_->WaitEvent(end_);
-  Finish(status, DeviceTimeBetween(*device_, start_, end_));
+  const absl::Duration device_time = DeviceTimeBetween(*device_, start_, end_);
+  Finish(status, device_time);
+  if (measured != nullptr) *measured = device_time;
+  return status;
 }
 
 void EnqueuedTask::Finish(const absl::Status& status, absl::Duration device_time) {

@@ -102,6 +102,9 @@ class EnqueuedTask {
   // Ends the task with the work's `status`, charging `device_time` (failed or not: a failed
   // task used the device too), and destroys both events. Call once the end event completed.
   void Finish(const absl::Status& status, absl::Duration device_time);
+  // Waits for the end event, then finishes with the wait's status and the events' device
+  // time (into `measured` when given); returns the status.
+  absl::Status WaitAndFinish(absl::Duration* measured = nullptr);
 
  private:
   friend class RunningTask;
