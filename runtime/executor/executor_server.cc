@@ -923,6 +923,16 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
     case executor::Request::kActivate:
       Reply(seq, absl::OkStatus());
       return;
+    case executor::Request::kBatch:
+      if (fd.valid()) spdlog::warn("executor: a descriptor came with a batch; closed");
+      for (executor::Request& each : *request.mutable_batch()->mutable_requests()) {
+        if (each.body_case() == executor::Request::kBatch) {
+          Reply(each.seq(), absl::InvalidArgumentError("executor: a batch inside a batch"));
+          continue;
+        }
+        Handle(each, ScopedFd());
+      }
+      return;
     case executor::Request::BODY_NOT_SET:
       Reply(seq, absl::InvalidArgumentError("executor: a request without a body"));
       return;
