@@ -319,6 +319,33 @@ class Device {
   virtual absl::StatusOr<FunctionId> GetFunction(ModuleId module, absl::string_view name) = 0;
   virtual absl::Status Launch(FunctionId function, const LaunchConfig& config,
                               absl::Span<const KernelArg> args, StreamId stream) = 0;
+
+  // Batching, for a device behind a channel (RemoteDevice; in-process devices ignore it):
+  // between BeginBatch and EndBatch on one thread, the stream work that thread enqueues
+  // (copies, fills, ops, launches, events) may be held back and sent together with the next
+  // request that waits for an answer (a wait, a query), with another thread's work, or at
+  // the outermost EndBatch at the latest. Nothing else changes: the order of a stream's work,
+  // errors, waits. A thread that enqueues work and then blocks on something other than this
+  // device's own waits must end its batch first. Nests. Use DeviceBatch, not the calls.
+  virtual void BeginBatch() {}
+  virtual void EndBatch() {}
+};
+
+// A scope of Device::BeginBatch/EndBatch:
+//
+//   {
+//     DeviceBatch batch(device);
+//     ... RecordEvent, RunOp, RecordEvent, WaitEvent ...  // one message to the executor
+//   }
+class DeviceBatch {
+ public:
+  explicit DeviceBatch(Device& device) : device_(device) { device_.BeginBatch(); }
+  ~DeviceBatch() { device_.EndBatch(); }
+  DeviceBatch(const DeviceBatch&) = delete;
+  DeviceBatch& operator=(const DeviceBatch&) = delete;
+
+ private:
+  Device& device_;
 };
 
 // For ImportBuffer's implementations: INVALID_ARGUMENT unless `memory` names > 0 bytes at a

@@ -62,6 +62,10 @@ absl::Status OpPipeline::Refuse(uint64_t index, absl::string_view op, absl::Stat
   return status;
 }
 
+Device& OpPipeline::device() const {
+  return *core_.devices_[session_->admission().device_index].device;
+}
+
 void OpPipeline::ReleaseSlot() {
   absl::MutexLock lock(&mu_);
   --in_flight_;

@@ -82,6 +82,10 @@ class OpPipeline {
   // Every output's handle is this followed by the op's index: "a-<32 hex digits>.".
   const std::string& handle_prefix() const { return handle_prefix_; }
   const std::string& session_id() const { return session_->id(); }
+  // The session's device. A DeviceBatch on it around a burst of RunOp calls sends their work
+  // to a device executor in fewer messages; end it before Sync and before waiting for the
+  // client.
+  Device& device() const;
 
   // Queues op `index` (see the top of this file) and returns its output's layout, without
   // waiting for it to run; blocks while max_ops_in_flight ops are outstanding, and while

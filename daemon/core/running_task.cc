@@ -60,6 +60,8 @@ absl::StatusOr<EnqueuedTask> RunningTask::Enqueue(Device& device, StreamId strea
 absl::Status RunningTask::Run(Device& device, StreamId stream,
                               const std::function<absl::Status()>& enqueue,
                               absl::Duration* measured) {
+  // The events, the work and the wait go to a device executor as one message.
+  DeviceBatch batch(device);
   GPUKIT_ASSIGN_OR_RETURN(EnqueuedTask work, Enqueue(device, stream, enqueue));
   return work.WaitAndFinish(measured);
 }

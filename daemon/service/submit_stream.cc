@@ -137,9 +137,14 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
 
   // Answers requests until the stream ends; returns its status.
   grpc::Status Serve() {
+    // Held while more requests wait to be answered: their ops' work goes to a device
+    // executor together (a few messages per batch, not several per op), at most
+    // kOpsPerDeviceBatch ops at a time so that the device starts on them soon.
+    std::unique_ptr<DeviceBatch> batch;
     for (;;) {
       v1::SubmitRequest request;
       bool read_on = false;
+      if (!MoreQueued()) batch.reset();
       {
         absl::MutexLock lock(&mu_);
         auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -156,12 +161,17 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
         if (read_on) read_outstanding_ = true;
       }
       if (read_on) StartRead(&reading_);
-      if (grpc::Status status = Answer(request); !status.ok()) return status;
+      if (grpc::Status status = Answer(request, batch); !status.ok()) return status;
     }
   }
 
+  bool MoreQueued() {
+    absl::MutexLock lock(&mu_);
+    return !inbox_.empty();
+  }
+
   // One request: opens the pipeline on the first, runs the ops, answers the sync point.
-  grpc::Status Answer(const v1::SubmitRequest& request) {
+  grpc::Status Answer(const v1::SubmitRequest& request, std::unique_ptr<DeviceBatch>& batch) {
     if (grpc::Status s = ValidateStrings(request, context_); !s.ok()) return s;
     if (pipeline_ == nullptr) {
       if (request.session_id().empty()) {
@@ -193,10 +203,16 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
     for (const v1::PipelinedOp& op : request.ops()) {
       // A client that went away gets no more of its ops queued (the request may hold 1024).
       if (context_->IsCancelled()) return grpc::Status::CANCELLED;
+      if (batch != nullptr && ++ops_in_batch_ > kOpsPerDeviceBatch) batch.reset();
+      if (batch == nullptr) {
+        batch = std::make_unique<DeviceBatch>(pipeline_->device());
+        ops_in_batch_ = 1;
+      }
       v1::OpResult* result = response.add_results();
       RunOne(op, next_index_++, result);
     }
     if (request.sync() > 0) {
+      batch.reset();
       std::optional<OpPipeline::Failure> failure = pipeline_->Sync();
       response.set_synced(request.sync());
       if (failure.has_value()) {
@@ -270,6 +286,7 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
   // The worker's own.
   std::unique_ptr<OpPipeline> pipeline_;
   uint64_t next_index_ = 0;
+  int ops_in_batch_ = 0;  // queued in the current DeviceBatch
 
   absl::Mutex mu_;
   v1::SubmitRequest reading_;  // the read outstanding, if read_outstanding_

@@ -42,6 +42,10 @@ namespace gpukit::service {
 
 // Most ops one SubmitRequest may carry; more is INVALID_ARGUMENT for the stream.
 inline constexpr int kMaxOpsPerSubmitRequest = 1024;
+// Most ops whose work a stream holds back to send to a device executor together: enough to
+// share the messages' cost, few enough that the device starts soon (each op's preparation
+// is some microseconds).
+inline constexpr int kOpsPerDeviceBatch = 8;
 // Requests read ahead of the worker, and answers waiting to be sent, per stream.
 inline constexpr int kMaxQueuedRequests = 4;
 inline constexpr int kMaxQueuedResponses = 4;

@@ -173,6 +173,11 @@ class ExecutorServer::Impl {
   absl::Status EnqueueCopy(const executor::Copy& copy, const StreamState& stream);
   absl::Status EnqueueLaunch(const executor::Launch& launch, const StreamState& stream);
 
+  // Queues `work` on the stream's enqueue thread; inside a Batch, at the batch's end, with
+  // the rest of the stream's work of the batch as one item (its thread wakes once).
+  void PushWork(const std::shared_ptr<StreamState>& stream, std::function<void()> work);
+  void PushBatchWork();
+
   absl::Status MapHostSegment(const executor::MapHostSegment& map, ScopedFd fd);
   absl::Status UnmapHostSegment(uint64_t key);
   absl::Status LoadModule(const executor::LoadModule& load, ScopedFd fd);
@@ -193,6 +198,10 @@ class ExecutorServer::Impl {
   absl::flat_hash_map<uint64_t, std::shared_ptr<EventState>> events_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, ModuleId> modules_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, FunctionId> functions_ ABSL_GUARDED_BY(mu_);
+  // The reading thread's own: whether it is handling a Batch, and the batch's stream work.
+  bool in_batch_ = false;
+  std::vector<std::pair<std::shared_ptr<StreamState>, std::vector<std::function<void()>>>>
+      batch_work_;
   // Held by the thread that reports a fault until the process ends; set with it.
   absl::Mutex fault_mu_;
   std::atomic<bool> faulted_{false};
@@ -592,6 +601,35 @@ absl::Status ExecutorServer::Impl::LoadModule(const executor::LoadModule& load, 
   return absl::OkStatus();
 }
 
+void ExecutorServer::Impl::PushWork(const std::shared_ptr<StreamState>& stream,
+                                    std::function<void()> work) {
+  if (!in_batch_) {
+    stream->enqueues.Push(std::move(work));
+    return;
+  }
+  for (auto& [s, works] : batch_work_) {
+    if (s == stream) {
+      works.push_back(std::move(work));
+      return;
+    }
+  }
+  batch_work_.emplace_back(stream, std::vector<std::function<void()>>{});
+  batch_work_.back().second.push_back(std::move(work));
+}
+
+void ExecutorServer::Impl::PushBatchWork() {
+  for (auto& [stream, works] : batch_work_) {
+    if (works.size() == 1) {
+      stream->enqueues.Push(std::move(works.front()));
+    } else {
+      stream->enqueues.Push([works = std::move(works)] {
+        for (const std::function<void()>& work : works) work();
+      });
+    }
+  }
+  batch_work_.clear();
+}
+
 void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
   const uint64_t seq = request.seq();
   switch (request.body_case()) {
@@ -696,8 +734,8 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       }
       // After every enqueue and every wait queued before it. The last reference goes on the
       // completion thread's own work item, so a detached thread joins the stream's threads.
-      StreamState* raw = stream.get();
-      raw->enqueues.Push([this, seq, stream = std::move(stream)]() mutable {
+      std::shared_ptr<StreamState> target = stream;
+      PushWork(target, [this, seq, stream = std::move(stream)]() mutable {
         StreamState* s = stream.get();
         s->completions.Push([this, seq, stream = std::move(stream)]() mutable {
           absl::Status status = stream->create_error.ok()
@@ -724,7 +762,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
         return;
       }
       StreamState* s = stream.get();
-      s->enqueues.Push([this, s, request = std::move(request)] {
+      PushWork(stream, [this, s, request = std::move(request)] {
         absl::Status status = s->create_error;
         if (status.ok()) {
           switch (request.body_case()) {
@@ -771,7 +809,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
         return;
       }
       StreamState* s = stream.get();
-      s->enqueues.Push([this, s, event, id = request.record_event().event()] {
+      PushWork(stream, [this, s, event, id = request.record_event().event()] {
         event->previous = std::exchange(s->last_event, event);
         event->previous_id = std::exchange(s->last_event_id, id);
         absl::StatusOr<EventId> recorded =
@@ -808,7 +846,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       StreamState* s = event->stream.get();
       if (request.body_case() == executor::Request::kWaitEvent && request.wait_event().query()) {
         // A query answers from the enqueue thread, after the RecordEvent, without waiting.
-        s->enqueues.Push([this, event, seq] {
+        PushWork(event->stream, [this, event, seq] {
           if (!event->enqueue_error.ok()) {
             Reply(seq, absl::OkStatus(), 1);  // done; WaitEvent reports the error
             return;
@@ -821,7 +859,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       // Through the enqueue thread (after the RecordEvent) to the completion thread, which
       // may block; a wait whose work has run already (the CPU device runs it as it is
       // enqueued, a GPU's small kernel may be done) is answered by the enqueue thread.
-      s->enqueues.Push([this, s, event, seq, request = std::move(request)]() mutable {
+      PushWork(event->stream, [this, s, event, seq, request = std::move(request)]() mutable {
         auto complete = [this, event, seq, request = std::move(request)] {
           switch (request.body_case()) {
             case executor::Request::kWaitEvent: {
@@ -922,6 +960,19 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
     }
     case executor::Request::kActivate:
       Reply(seq, absl::OkStatus());
+      return;
+    case executor::Request::kBatch:
+      if (fd.valid()) spdlog::warn("executor: a descriptor came with a batch; closed");
+      in_batch_ = true;
+      for (executor::Request& each : *request.mutable_batch()->mutable_requests()) {
+        if (each.body_case() == executor::Request::kBatch) {
+          Reply(each.seq(), absl::InvalidArgumentError("executor: a batch inside a batch"));
+          continue;
+        }
+        Handle(each, ScopedFd());
+      }
+      in_batch_ = false;
+      PushBatchWork();
       return;
     case executor::Request::BODY_NOT_SET:
       Reply(seq, absl::InvalidArgumentError("executor: a request without a body"));

@@ -78,6 +78,14 @@ struct Executor {
   absl::Notification hello_received;
   executor::Hello hello;  // set before hello_received
   absl::Notification closed;  // the channel ended (the process died or exits)
+  // Every send to this executor takes send_mu (a leaf lock), so the executor gets requests
+  // in the order they were handed over. `held`: one-way requests held back (its body a
+  // Batch), sent before or with the next request, at the end of a DeviceBatch, or by the
+  // supervisor's tick. They die with the executor, as requests in flight do.
+  absl::Mutex send_mu;
+  executor::Request held ABSL_GUARDED_BY(send_mu);
+  size_t held_bytes ABSL_GUARDED_BY(send_mu) = 0;
+  bool held_work ABSL_GUARDED_BY(send_mu) = false;  // stream work among `held`
 
   ~Executor() {
     if (pid > 0) {
@@ -139,6 +147,8 @@ class RemoteDevice::Impl {
   // --- Sending -----------------------------------------------------------------------------
   // Sends on the serving executor. Holds gen_mu_ shared only while sending.
   absl::Status Send(executor::Request& request, int fd = -1) ABSL_LOCKS_EXCLUDED(gen_mu_);
+  // HoldOn the serving executor (none: dropped, as a send to none would be).
+  void Hold(executor::Request& request) ABSL_LOCKS_EXCLUDED(gen_mu_);
   // Sends with a seq and waits for the reply (never holding a lock while it waits).
   // `generation`, when not 0, is the executor generation the request is about (its events'):
   // if a restart has replaced it by the time of sending, nothing is sent (the new executor
@@ -175,7 +185,23 @@ class RemoteDevice::Impl {
                        const std::vector<std::shared_ptr<Pending>>& owed);
   // What the culprit's wait returns: ABORTED for a fault, DEADLINE_EXCEEDED for a hang.
   absl::Status CulpritError(const std::string& kind, const std::string& error) const;
-  absl::Status SendOn(Executor& executor, executor::Request& request, int fd = -1);
+  // Sends `request` (and, first, what is held: in the same datagram when it fits).
+  absl::Status SendOn(Executor& executor, executor::Request& request, int fd = -1)
+      ABSL_LOCKS_EXCLUDED(executor.send_mu);
+  // Holds one-way `request` back, to go with the next send (sends what is held first when
+  // it would not fit in one datagram). For requests nothing waits on by themselves:
+  // defining and freeing buffers, destroying events, and stream work inside a DeviceBatch.
+  void HoldOn(Executor& executor, executor::Request& request, bool work = false)
+      ABSL_LOCKS_EXCLUDED(executor.send_mu);
+  // Stream work (a copy, fill, op, launch or event record): held while this thread is in a
+  // DeviceBatch of this device, else sent.
+  void SendWork(Executor& executor, executor::Request& request)
+      ABSL_LOCKS_EXCLUDED(executor.send_mu);
+  // Sends what is held, if anything (`only_work`: only if stream work is among it).
+  void FlushHeld(Executor& executor, bool only_work = false) ABSL_LOCKS_EXCLUDED(executor.send_mu);
+  absl::Status FlushHeldLocked(Executor& executor) ABSL_EXCLUSIVE_LOCKS_REQUIRED(executor.send_mu);
+  absl::Status SendCounted(Executor& executor, const executor::Request& request, int fd = -1);
+  bool InBatch() const;
 
   // --- Memory ------------------------------------------------------------------------------
   class DeviceSource;
@@ -318,6 +344,8 @@ class RemoteDevice::Impl {
 
   // Requests sent with a seq (each a round trip to the executor): ExecutorState::round_trips.
   std::atomic<int64_t> round_trips_{0};
+  // Datagrams sent to the executors: ExecutorState::messages.
+  std::atomic<int64_t> messages_{0};
 };
 
 // The device pool's source: the owner's segments, unmapped in the executor when the pool
@@ -552,8 +580,79 @@ void RemoteDevice::Impl::ReportFailure(const Executor* failed, std::string kind,
   failure_ = Failure{failed, std::move(kind), std::move(error), stream, definite, event};
 }
 
-absl::Status RemoteDevice::Impl::SendOn(Executor& executor, executor::Request& request, int fd) {
+namespace {
+
+// What a held batch may grow to (a datagram holds kMaxExecutorMessageBytes).
+constexpr size_t kMaxHeldBytes = 32 * 1024;
+constexpr int kMaxHeldRequests = 256;
+
+// The device whose DeviceBatch this thread is in, and how deep; a batch begun on another
+// device meanwhile is not held (`foreign` counts those, to end them in turn).
+struct ThreadBatch {
+  const RemoteDevice::Impl* device = nullptr;
+  int depth = 0;
+  int foreign = 0;
+};
+thread_local ThreadBatch thread_batch;
+
+}  // namespace
+
+bool RemoteDevice::Impl::InBatch() const { return thread_batch.device == this; }
+
+absl::Status RemoteDevice::Impl::SendCounted(Executor& executor, const executor::Request& request,
+                                             int fd) {
+  messages_.fetch_add(1, std::memory_order_relaxed);
   return SendExecutorMessage(executor.socket.get(), request, fd);
+}
+
+absl::Status RemoteDevice::Impl::FlushHeldLocked(Executor& executor) {
+  if (executor.held.batch().requests_size() == 0) return absl::OkStatus();
+  absl::Status sent = SendCounted(executor, executor.held);
+  executor.held.Clear();
+  executor.held_bytes = 0;
+  executor.held_work = false;
+  return sent;
+}
+
+void RemoteDevice::Impl::FlushHeld(Executor& executor, bool only_work) {
+  absl::MutexLock lock(&executor.send_mu);
+  if (only_work && !executor.held_work) return;
+  FlushHeldLocked(executor).IgnoreError();
+}
+
+absl::Status RemoteDevice::Impl::SendOn(Executor& executor, executor::Request& request, int fd) {
+  absl::MutexLock lock(&executor.send_mu);
+  const int held = executor.held.batch().requests_size();
+  if (held == 0) return SendCounted(executor, request, fd);
+  if (fd < 0 && held < kMaxHeldRequests &&
+      executor.held_bytes + request.ByteSizeLong() <= kMaxHeldBytes) {
+    // One datagram: what was held, then the request.
+    *executor.held.mutable_batch()->add_requests() = request;
+    return FlushHeldLocked(executor);
+  }
+  // A send failing here means the executor is gone: the restart settles what was held.
+  FlushHeldLocked(executor).IgnoreError();
+  return SendCounted(executor, request, fd);
+}
+
+void RemoteDevice::Impl::HoldOn(Executor& executor, executor::Request& request, bool work) {
+  const size_t bytes = request.ByteSizeLong();
+  absl::MutexLock lock(&executor.send_mu);
+  if (executor.held.batch().requests_size() >= kMaxHeldRequests ||
+      executor.held_bytes + bytes > kMaxHeldBytes) {
+    FlushHeldLocked(executor).IgnoreError();
+  }
+  *executor.held.mutable_batch()->add_requests() = request;
+  executor.held_bytes += bytes;
+  executor.held_work = executor.held_work || work;
+}
+
+void RemoteDevice::Impl::SendWork(Executor& executor, executor::Request& request) {
+  if (InBatch()) {
+    HoldOn(executor, request, /*work=*/true);
+  } else {
+    SendOn(executor, request).IgnoreError();
+  }
 }
 
 absl::Status RemoteDevice::Impl::Send(executor::Request& request, int fd) {
@@ -565,6 +664,11 @@ absl::Status RemoteDevice::Impl::Send(executor::Request& request, int fd) {
   // A send to an executor that just died fails; the failure is the supervisor's to handle,
   // and a caller waiting for a reply gets its error from the restart.
   return SendOn(*active_, request, fd);
+}
+
+void RemoteDevice::Impl::Hold(executor::Request& request) {
+  absl::ReaderMutexLock lock(&gen_mu_);
+  if (active_ != nullptr) HoldOn(*active_, request);
 }
 
 std::shared_ptr<Pending> RemoteDevice::Impl::Register(uint64_t* seq) {
@@ -674,6 +778,11 @@ void RemoteDevice::Impl::Supervise() {
         }
       }
       continue;
+    }
+    // What is held goes out at least once a tick (an idle device's frees and destroys).
+    {
+      absl::ReaderMutexLock gen(&gen_mu_);
+      if (active_ != nullptr) FlushHeld(*active_);
     }
     // The hang watchdog: a wait older than the launch deadline.
     {
@@ -1185,6 +1294,7 @@ ExecutorState RemoteDevice::executor_state() const {
   absl::MutexLock lock(&impl_->supervisor_mu_);
   ExecutorState state = impl_->state_;
   state.round_trips = impl_->round_trips_.load(std::memory_order_relaxed);
+  state.messages = impl_->messages_.load(std::memory_order_relaxed);
   return state;
 }
 
@@ -1247,7 +1357,8 @@ absl::StatusOr<uint64_t> RemoteDevice::Impl::AddBuffer(const PoolBlock& block, i
     if (counted) used_bytes_ += bytes;
     executor::Request request = DefineRequest(id, block, bytes);
     // Without an executor (none could be started) the buffer waits for the next one's replay.
-    if (active_ != nullptr) SendOn(*active_, request).IgnoreError();
+    // Held: it goes with the first work that uses the buffer.
+    if (active_ != nullptr) HoldOn(*active_, request);
     return id;
   }
 }
@@ -1267,7 +1378,7 @@ absl::Status RemoteDevice::Free(BufferId buffer) {
   }
   executor::Request request;
   request.mutable_free_buffer()->set_buffer(buffer.value);
-  d.Send(request).IgnoreError();
+  d.Hold(request);
   if (freed.block.address != 0) return d.device_pool_->Free(freed.block.address);
   return absl::OkStatus();
 }
@@ -1375,7 +1486,7 @@ absl::StatusOr<ExportedBuffer> RemoteDevice::ExportBuffer(BufferId buffer, Expor
         }
         executor::Request forget;
         forget.mutable_free_buffer()->set_buffer(moved);
-        d.Send(forget).IgnoreError();
+        d.Hold(forget);
       }
       d.device_pool_->Free(own.address).IgnoreError();
       return status;
@@ -1504,7 +1615,7 @@ absl::Status RemoteDevice::Impl::EnqueueCopy(executor::Request& request, uint64_
       it->second.launch_name = *launch;
     }
   }
-  SendOn(*active_, request).IgnoreError();
+  SendWork(*active_, request);
   return absl::OkStatus();
 }
 
@@ -1611,6 +1722,30 @@ absl::Status RemoteDevice::FillZero(BufferId buffer, int64_t offset, int64_t byt
   return impl_->EnqueueCopy(request, stream.value, 0, nullptr, 0);
 }
 
+void RemoteDevice::BeginBatch() {
+  ThreadBatch& batch = thread_batch;
+  if (batch.device != nullptr && batch.device != impl_.get()) {
+    ++batch.foreign;
+    return;
+  }
+  batch.device = impl_.get();
+  ++batch.depth;
+}
+
+void RemoteDevice::EndBatch() {
+  ThreadBatch& batch = thread_batch;
+  if (batch.foreign > 0) {
+    --batch.foreign;
+    return;
+  }
+  if (batch.device != impl_.get() || --batch.depth > 0) return;
+  batch.device = nullptr;
+  // The batch's work goes now; frees and destroys held with it may wait for the next send.
+  Impl& d = *impl_;
+  absl::ReaderMutexLock gen(&d.gen_mu_);
+  if (d.active_ != nullptr) d.FlushHeld(*d.active_, /*only_work=*/true);
+}
+
 absl::StatusOr<EventId> RemoteDevice::RecordEvent(StreamId stream) {
   Impl& d = *impl_;
   absl::ReaderMutexLock gen(&d.gen_mu_);
@@ -1633,7 +1768,7 @@ absl::StatusOr<EventId> RemoteDevice::RecordEvent(StreamId stream) {
   executor::Request request;
   request.mutable_record_event()->set_stream(stream.value);
   request.mutable_record_event()->set_event(id);
-  if (d.active_ != nullptr) d.SendOn(*d.active_, request).IgnoreError();
+  if (d.active_ != nullptr) d.SendWork(*d.active_, request);
   return EventId{id};
 }
 
@@ -1738,7 +1873,7 @@ absl::Status RemoteDevice::DestroyEvent(EventId event) {
   if (!current) return absl::OkStatus();
   executor::Request request;
   request.mutable_destroy_event()->set_event(event.value);
-  d.Send(request).IgnoreError();
+  d.Hold(request);
   return absl::OkStatus();
 }
 

@@ -92,6 +92,10 @@ struct ExecutorState {
   // Requests that waited for the executor's reply since the device was created (waits,
   // queries, loads, device times, ...): each one round trip over the channel.
   int64_t round_trips = 0;
+  // Datagrams sent to the executor: one-way requests (defining and freeing buffers,
+  // destroying events, and the work of a DeviceBatch) are held back and go with the next,
+  // so a synchronous op in a DeviceBatch is one datagram and its reply.
+  int64_t messages = 0;
 };
 
 class RemoteDevice final : public Device {
@@ -151,6 +155,11 @@ class RemoteDevice final : public Device {
   absl::StatusOr<FunctionId> GetFunction(ModuleId module, absl::string_view name) override;
   absl::Status Launch(FunctionId function, const LaunchConfig& config,
                       absl::Span<const KernelArg> args, StreamId stream) override;
+
+  // Work enqueued inside the batch is held and goes with the next request that waits for an
+  // answer (or another thread's request); the outermost EndBatch sends what is still held.
+  void BeginBatch() override;
+  void EndBatch() override;
 
   class Impl;
 

@@ -27,8 +27,7 @@
 // (tests/python/test_rpc_latency_bench.py checks its shape): ping_p50_us, ping_p99_us,
 // runop_p50_us, runop_p99_us, keepalive_*, add_* (and launch_* on cuda), startup_median_ms,
 // idle_rss_mib, peak_rss_mib, and pipelined_ops_per_s: a chain of `iterations` dependent adds
-// through ClientOptions::pipeline, null where the C++ client cannot pipeline yet (see
-// PipelinedOpsPerSecond).
+// through ClientOptions::pipeline (PipelinedOpsPerSecond).
 #include <signal.h>
 #include <spawn.h>
 #include <unistd.h>
@@ -174,50 +173,40 @@ std::vector<Stats> TimeInterleaved(int iterations, const std::vector<std::functi
 }
 
 // Ops per second of a chain of `ops` dependent Adds on 16 float32 elements (x = x + 1)
-// submitted without waiting for the replies, through ClientOptions::pipeline (issue 18,
-// branch pipe-client), then one Client::Sync; the sum is checked. nullopt where this
-// libgpukit cannot pipeline yet (ClientOptions has no `pipeline`): the JSON then says null,
-// never a made-up number. `Options` is a template parameter only so that the pipelined calls
-// depend on it: they are compiled where ClientOptions has `pipeline`, and discarded where not.
-// TODO(issue 18): once branch pipe-client is merged the first branch is the only one; drop
-// the template and the `else`.
-template <typename Options = gpukit::ClientOptions>
-std::optional<double> PipelinedOpsPerSecond(const std::string& address, int ops) {
-  if constexpr (requires(Options o) { o.pipeline = true; }) {
-    Options options;
-    options.address = address;
-    options.tenant = "bench";
-    options.pipeline = true;
-    auto client = gpukit::Client::Connect(options);
-    if (!client.ok()) {
-      std::fprintf(stderr, "connect (pipeline): %s\n",
-                   std::string(client.status().message()).c_str());
-      std::exit(1);
-    }
-    auto x = (*client)->FromVector(std::vector<float>(16, 0.0f), {16});
-    auto chain = [&](int count) {
-      const auto start = Clock::now();
-      for (int i = 0; i < count && x.ok(); ++i) x = (*client)->Add(*x, 1.0f);
-      const absl::Status synced = x.ok() ? (*client)->Sync() : x.status();
-      if (!synced.ok()) {
-        std::fprintf(stderr, "pipelined chain: %s\n", std::string(synced.message()).c_str());
-        std::exit(1);
-      }
-      return std::chrono::duration<double>(Clock::now() - start).count();
-    };
-    chain(std::max(1, ops / 10));  // warm-up
-    const double seconds = chain(ops);
-    auto sum = x->template ToVector<float>();
-    const float expected = static_cast<float>(ops + std::max(1, ops / 10));
-    if (!sum.ok() || (*sum)[0] != expected) {
-      std::fprintf(stderr, "pipelined chain: x[0] is %g, not %g\n", sum.ok() ? (*sum)[0] : -1.0,
-                   static_cast<double>(expected));
-      std::exit(1);
-    }
-    return ops / seconds;
-  } else {
-    return std::nullopt;
+// submitted without waiting for the replies (ClientOptions::pipeline), then one
+// Client::Sync; the sum is checked.
+double PipelinedOpsPerSecond(const std::string& address, int ops) {
+  gpukit::ClientOptions options;
+  options.address = address;
+  options.tenant = "bench";
+  options.pipeline = true;
+  auto client = gpukit::Client::Connect(options);
+  if (!client.ok()) {
+    std::fprintf(stderr, "connect (pipeline): %s\n",
+                 std::string(client.status().message()).c_str());
+    std::exit(1);
   }
+  auto x = (*client)->FromVector(std::vector<float>(16, 0.0f), {16});
+  auto chain = [&](int count) {
+    const auto start = Clock::now();
+    for (int i = 0; i < count && x.ok(); ++i) x = (*client)->Add(*x, 1.0f);
+    const absl::Status synced = x.ok() ? (*client)->Sync() : x.status();
+    if (!synced.ok()) {
+      std::fprintf(stderr, "pipelined chain: %s\n", std::string(synced.message()).c_str());
+      std::exit(1);
+    }
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  chain(std::max(1, ops / 10));  // warm-up
+  const double seconds = chain(ops);
+  auto sum = x->ToVector<float>();
+  const float expected = static_cast<float>(ops + std::max(1, ops / 10));
+  if (!sum.ok() || (*sum)[0] != expected) {
+    std::fprintf(stderr, "pipelined chain: x[0] is %g, not %g\n", sum.ok() ? (*sum)[0] : -1.0,
+                 static_cast<double>(expected));
+    std::exit(1);
+  }
+  return ops / seconds;
 }
 
 // `value` with `digits` decimals, as JSON takes it.
@@ -230,7 +219,7 @@ std::string Fixed(double value, int digits) {
 // The last line of a full run: one JSON object of every figure (names as the header says).
 std::string SummaryJson(const std::vector<std::pair<std::string, Stats>>& calls,
                         const std::vector<double>& start_ms, long idle_rss_kib, long peak_rss_kib,
-                        std::optional<double> pipelined_ops_per_s) {
+                        double pipelined_ops_per_s) {
   std::string json = "{";
   for (const auto& [name, stats] : calls) {
     absl::StrAppend(&json, "\"", name, "_p50_us\": ", Fixed(stats.p50, 3), ", \"", name,
@@ -241,8 +230,7 @@ std::string SummaryJson(const std::vector<std::pair<std::string, Stats>>& calls,
                   ", \"idle_rss_mib\": ", Fixed(idle_rss_kib / 1024.0, 1),
                   ", \"peak_rss_mib\": ", Fixed(peak_rss_kib / 1024.0, 1), ", \"backend\": \"",
                   g_backend, "\"");
-  absl::StrAppend(&json, ", \"pipelined_ops_per_s\": ",
-                  pipelined_ops_per_s ? Fixed(*pipelined_ops_per_s, 1) : "null", "}");
+  absl::StrAppend(&json, ", \"pipelined_ops_per_s\": ", Fixed(pipelined_ops_per_s, 1), "}");
   return json;
 }
 
@@ -413,8 +401,8 @@ int main(int argc, char** argv) {
   }
   client->reset();
   // The pipelined chain (full run only), before the daemon stops.
-  const std::optional<double> pipelined_ops_per_s =
-      only.empty() ? PipelinedOpsPerSecond(daemon.address, iterations) : std::nullopt;
+  const double pipelined_ops_per_s =
+      only.empty() ? PipelinedOpsPerSecond(daemon.address, iterations) : 0.0;
   if (!spawns) return 0;
   const long busy_rss = RssKiB(daemon.pid, "VmHWM:");
   Stop(daemon);

@@ -640,6 +640,105 @@ bool AwaitStandby(const RemoteDevice& device) {
 
 // Destroying the device ends the executor and the standby (and reaps them), whether it
 // restarted or not and whether the standby is up or still starting.
+// In a DeviceBatch, an op's events, the op and the wait go to the executor as one datagram,
+// with the frees and event destroys held since the last one; outside, each piece of work is
+// a datagram of its own (what was held rides with the first).
+TEST_F(RemoteDeviceTest, ABatchSendsAnOpAndItsWaitAsOneMessage) {
+  Start();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
+  MakeOpBuffers(stream);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId scratch, device_->Allocate(64));
+  auto run_and_wait = [&](bool batched) -> absl::Status {
+    std::unique_ptr<DeviceBatch> batch;
+    if (batched) batch = std::make_unique<DeviceBatch>(*device_);
+    GPUKIT_ASSIGN_OR_RETURN(EventId start, device_->RecordEvent(stream));
+    GPUKIT_RETURN_IF_ERROR(RunOp("neg", stream));
+    GPUKIT_ASSIGN_OR_RETURN(EventId end, device_->RecordEvent(stream));
+    GPUKIT_RETURN_IF_ERROR(device_->WaitEvent(end));
+    GPUKIT_RETURN_IF_ERROR(device_->DestroyEvent(start));
+    return device_->DestroyEvent(end);
+  };
+
+  GPUKIT_ASSERT_OK(device_->Free(scratch));  // held: it goes with the next message
+  const ExecutorState before = device_->executor_state();
+  GPUKIT_ASSERT_OK(run_and_wait(/*batched=*/true));
+  const ExecutorState after = device_->executor_state();
+  EXPECT_EQ(after.messages - before.messages, 1);
+  EXPECT_EQ(after.round_trips - before.round_trips, 1);
+
+  GPUKIT_ASSERT_OK(run_and_wait(/*batched=*/false));
+  const ExecutorState unbatched = device_->executor_state();
+  EXPECT_EQ(unbatched.messages - after.messages, 4);  // event, op, event, wait
+  EXPECT_EQ(unbatched.round_trips - after.round_trips, 1);
+
+  const std::vector<char> bytes = ReadBack(op_output_, stream);
+  std::vector<float> values(4);
+  std::memcpy(values.data(), bytes.data(), 16);
+  EXPECT_EQ(values, (std::vector<float>{-1, -2, -3, -4}));
+}
+
+// Work held in a batch that ends without a wait goes out when it ends, and in stream order
+// before another thread's work on the stream, which sends what was held first.
+TEST_F(RemoteDeviceTest, HeldWorkGoesOutAtTheBatchsEndOrBeforeAnotherThreadsWork) {
+  Start();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
+  MakeOpBuffers(stream);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId second, device_->Allocate(16));
+  EventId end;
+  {
+    DeviceBatch batch(*device_);
+    const int64_t before = device_->executor_state().messages;
+    GPUKIT_ASSERT_OK(RunOp("neg", stream));
+    EXPECT_EQ(device_->executor_state().messages, before);  // held
+    // Another thread, no batch: a copy of the op's output behind it on the stream. Its
+    // message carries the held op first, so the copy sees the op's result.
+    std::thread other([&] {
+      GPUKIT_EXPECT_OK(device_->CopyDeviceToDevice(second, 0, op_output_, 0, 16, stream));
+    });
+    other.join();
+    EXPECT_EQ(device_->executor_state().messages, before + 1);
+    GPUKIT_ASSERT_OK(RunOp("exp", stream, op_output_));
+    GPUKIT_ASSERT_OK_AND_ASSIGN(end, device_->RecordEvent(stream));
+    EXPECT_EQ(device_->executor_state().messages, before + 1);
+  }
+  GPUKIT_ASSERT_OK(device_->WaitEvent(end));
+  GPUKIT_ASSERT_OK(device_->DestroyEvent(end));
+  const std::vector<char> bytes = ReadBack(second, stream);
+  std::vector<float> values(4);
+  std::memcpy(values.data(), bytes.data(), 16);
+  EXPECT_EQ(values, (std::vector<float>{-1, -2, -3, -4}));
+}
+
+// Work held when the executor dies never ran: its wait fails as the restart's (UNAVAILABLE,
+// a retry is safe) and the stream serves again; the wait never hangs on work nobody sent.
+TEST_F(RemoteDeviceTest, WorkHeldWhenTheExecutorDiesFailsItsWaitAsARestart) {
+  Start();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
+  MakeOpBuffers(stream);
+  absl::Status waited;
+  EventId end;
+  {
+    DeviceBatch batch(*device_);
+    GPUKIT_ASSERT_OK(RunOp("neg", stream));
+    ASSERT_EQ(::kill(static_cast<pid_t>(device_->executor_state().pid), SIGKILL), 0);
+    GPUKIT_ASSERT_OK_AND_ASSIGN(end, device_->RecordEvent(stream));
+    waited = device_->WaitEvent(end);
+  }
+  EXPECT_THAT(waited, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(KindOf(waited), AnyOf(Eq("restart"), Eq("exited"))) << waited;
+  GPUKIT_EXPECT_OK(device_->DestroyEvent(end));
+  AwaitServing(stream);
+  {
+    DeviceBatch batch(*device_);
+    GPUKIT_ASSERT_OK(RunOp("neg", stream));
+    GPUKIT_ASSERT_OK(Sync(stream));
+  }
+  const std::vector<char> bytes = ReadBack(op_output_, stream);
+  std::vector<float> values(4);
+  std::memcpy(values.data(), bytes.data(), 16);
+  EXPECT_EQ(values, (std::vector<float>{-1, -2, -3, -4}));
+}
+
 TEST_F(RemoteDeviceTest, DestructionLeavesNoExecutor) {
   for (const bool wait_for_standby : {true, false}) {
     SCOPED_TRACE(wait_for_standby ? "with a standby" : "while the standby may be starting");
