@@ -193,11 +193,12 @@ bool PluginEndpoint::SocketExists() const {
 
 void PluginEndpoint::Stop() {
   if (server_ == nullptr) return;
+  // The file goes first, so that once a stream has ended nobody finds the endpoint.
+  unlink(options_.socket_path.c_str());
   state_->SetStopping();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server_->Wait();
   server_.reset();
-  unlink(options_.socket_path.c_str());
 }
 
 }  // namespace gpukit::device_plugin

@@ -58,8 +58,8 @@ class PluginEndpoint {
   // its plugin directory). One stat call.
   bool SocketExists() const;
 
-  // Ends every ListAndWatch stream (each first sends a list it has not sent yet), stops the
-  // server (waiting up to a second for calls in flight) and removes the socket file.
+  // Removes the socket file, ends every ListAndWatch stream (each first sends a list it has
+  // not sent yet) and stops the server (waiting up to a second for calls in flight).
   // Idempotent.
   void Stop();
 
