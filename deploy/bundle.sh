@@ -3,7 +3,8 @@
 # host without gpukit's build dependencies, e.g. Ubuntu 24.04 without gRPC:
 #
 #   gpukit-<version>-<git sha>/
-#     bin/      gpukitd, gpukitctl, every test and benchmark executable of the build (and
+#     bin/      gpukitd, gpukitctl, gpukit-device-plugin (Kubernetes, deploy/kubernetes/), every
+#               test and benchmark executable of the build (and
 #               gpukit_integration_worker, which GPU tests spawn beside themselves),
 #               run-gpu-tests.sh (the GPU tests, as `ctest -L gpu` runs them in the build, then
 #               the Python suite on the GPU; from deploy/run-gpu-tests.sh) and the Python
@@ -123,7 +124,7 @@ for program in "${PROGRAMS[@]}"; do
   cp "$program" "$BUNDLE/bin/$name"
   count=$((count + 1))
 done
-for required in gpukitd gpukit-compile-worker gpukit-executor gpukitctl; do
+for required in gpukitd gpukit-compile-worker gpukit-executor gpukitctl gpukit-device-plugin; do
   [ -f "$BUNDLE/bin/$required" ] || die "$BUILD_DIR has no $required: build it first"
 done
 log "bin/: $count executables"
