@@ -21,7 +21,8 @@
 #               zlib, OpenSSL), which is what the module loads (see "Python package" below);
 #               bin/gpukit-bench runs its benchmark tool gpukit.bench (issue 18)
 #     tests/python/  the Python client's test suite (run-gpu-tests.sh runs it)
-#     etc/      gpukitd.json, the example configuration
+#     etc/      gpukitd.json, the example configuration; kubernetes/: deploy/kubernetes/ (the
+#               DaemonSet of gpukitd and gpukit-device-plugin, an example pod, the Dockerfile)
 #     env.sh    `source` it to put bin/ on PATH and python/ on PYTHONPATH (and, for a build
 #               whose programs carry no RPATH, the libraries on LD_LIBRARY_PATH)
 #     README.md how to run things from the bundle
@@ -360,6 +361,8 @@ fi
 
 # ---- Configuration, environment, README ----
 cp "$ROOT/deploy/gpukitd.json" "$BUNDLE/etc/gpukitd.json"
+mkdir -p "$BUNDLE/etc/kubernetes"
+cp "$ROOT"/deploy/kubernetes/* "$BUNDLE/etc/kubernetes/"
 {
   cat <<'EOF'
 # Source this file (`. gpukit-*/env.sh`) to run the bundle's programs, and to import its
@@ -440,6 +443,8 @@ driver; nothing here replaces it).
 
 - GPU tests, as \`ctest -L gpu\` runs them: \`bin/run-gpu-tests.sh\` (see its header for -R and
   gtest flags).
+- Kubernetes: etc/kubernetes/ (an image of this bundle, a DaemonSet of gpukitd and
+  bin/gpukit-device-plugin, an example pod; docs/operations.md, "Kubernetes").
 - Anything else: \`. ./env.sh\` first, then e.g. \`gpukitd --config etc/gpukitd.json\`,
   \`gpukitctl status\`, \`runtime_test\`.
 - $RPATH_NOTE
