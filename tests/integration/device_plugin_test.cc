@@ -13,6 +13,7 @@
 #include "gpukit/v1/admin.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "k8s/deviceplugin/v1beta1/api.grpc.pb.h"
+#include "tests/integration/daemon_fixture.h"  // PollUntil
 #include "tests/integration/daemon_process.h"
 #include "tests/integration/fake_kubelet.h"
 #include "tests/integration/raw_api.h"
@@ -61,7 +62,9 @@ class DevicePluginTest : public ::testing::Test {
     plugin_dir_ = dir_.path() + "/plugins";
     ASSERT_EQ(mkdir(plugin_dir_.c_str(), 0755), 0);
     ASSERT_NO_FATAL_FAILURE(StartDaemon());
-    GPUKIT_ASSERT_OK_AND_ASSIGN(kubelet_, FakeKubelet::Start(KubeletSocket()));
+    if (KubeletFirst()) {
+      GPUKIT_ASSERT_OK_AND_ASSIGN(kubelet_, FakeKubelet::Start(KubeletSocket()));
+    }
     GPUKIT_ASSERT_OK_AND_ASSIGN(
         Subprocess plugin,
         Subprocess::Spawn({.argv = {FindBinary(GPUKIT_DEVICE_PLUGIN_PATH), "--gpukit-addr",
@@ -89,6 +92,9 @@ class DevicePluginTest : public ::testing::Test {
       GPUKIT_EXPECT_OK(daemon_->Stop());
     }
   }
+
+  // Whether SetUp starts the fake kubelet before the plugin.
+  virtual bool KubeletFirst() const { return true; }
 
   void StartDaemon() {
     DaemonOptions options;
@@ -287,6 +293,26 @@ TEST_F(DevicePluginTest, ClientInTheContainerOpensItsSessionInTheAllocatedPartit
   ScopedEnv address("GPUKIT_ADDR", daemon_->address());
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect());
   EXPECT_EQ(client->partition(), "team-a");
+}
+
+class DevicePluginBeforeKubeletTest : public DevicePluginTest {
+ protected:
+  bool KubeletFirst() const override { return false; }
+};
+
+TEST_F(DevicePluginBeforeKubeletTest, RegistersOnceTheKubeletAppears) {
+  // The plugin serves its endpoint with no kubelet to register with ...
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        struct stat st;
+        return stat(EndpointPath("default").c_str(), &st) == 0;
+      },
+      kWait));
+  // ... and registers once one is there.
+  GPUKIT_ASSERT_OK_AND_ASSIGN(kubelet_, FakeKubelet::Start(KubeletSocket()));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(v1beta1::RegisterRequest registration,
+                              kubelet_->WaitForRegistration("gpukit.io/default", 1, kWait));
+  EXPECT_EQ(registration.endpoint(), "gpukit-default.sock");
 }
 
 }  // namespace
