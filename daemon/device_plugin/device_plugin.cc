@@ -1,7 +1,8 @@
 #include "daemon/device_plugin/device_plugin.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "spdlog/spdlog.h"
 
 namespace gpukit::device_plugin {
