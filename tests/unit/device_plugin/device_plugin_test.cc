@@ -150,5 +150,30 @@ TEST_F(DevicePluginLoopTest, DestroyingThePluginRemovesItsSockets) {
   EXPECT_FALSE(Exists(Socket("b")));
 }
 
+TEST_F(DevicePluginLoopTest, PreferredAllocationKeepsMustIncludeThenTakesTheFirstAvailable) {
+  DevicePlugin plugin(Options(), source_);
+  source_.next = std::vector<PartitionView>{{.name = "a", .max_sessions = 3}};
+  plugin.Reconcile();
+  auto stub = v1beta1::DevicePlugin::NewStub(
+      grpc::CreateChannel("unix://" + Socket("a"), grpc::InsecureChannelCredentials()));
+  v1beta1::PreferredAllocationRequest request;
+  v1beta1::ContainerPreferredAllocationRequest* container = request.add_container_requests();
+  for (const char* id : {"a-0", "a-1", "a-2"}) container->add_available_deviceids(id);
+  container->add_must_include_deviceids("a-2");
+  container->set_allocation_size(2);
+  grpc::ClientContext context;
+  v1beta1::PreferredAllocationResponse response;
+  ASSERT_TRUE(stub->GetPreferredAllocation(&context, request, &response).ok());
+  ASSERT_EQ(response.container_responses_size(), 1);
+  EXPECT_THAT(response.container_responses(0).deviceids(), ElementsAre("a-2", "a-0"));
+
+  // Nothing to prepare before a container starts.
+  grpc::ClientContext pre_start_context;
+  v1beta1::PreStartContainerRequest pre_start;
+  pre_start.add_devices_ids("a-0");
+  v1beta1::PreStartContainerResponse pre_started;
+  EXPECT_TRUE(stub->PreStartContainer(&pre_start_context, pre_start, &pre_started).ok());
+}
+
 }  // namespace
 }  // namespace gpukit::device_plugin
