@@ -3,7 +3,8 @@
 # host without gpukit's build dependencies, e.g. Ubuntu 24.04 without gRPC:
 #
 #   gpukit-<version>-<git sha>/
-#     bin/      gpukitd, gpukitctl, every test and benchmark executable of the build (and
+#     bin/      gpukitd, gpukitctl, gpukit-device-plugin (Kubernetes, deploy/kubernetes/), every
+#               test and benchmark executable of the build (and
 #               gpukit_integration_worker, which GPU tests spawn beside themselves),
 #               run-gpu-tests.sh (the GPU tests, as `ctest -L gpu` runs them in the build, then
 #               the Python suite on the GPU; from deploy/run-gpu-tests.sh) and the Python
@@ -20,7 +21,8 @@
 #               zlib, OpenSSL), which is what the module loads (see "Python package" below);
 #               bin/gpukit-bench runs its benchmark tool gpukit.bench (issue 18)
 #     tests/python/  the Python client's test suite (run-gpu-tests.sh runs it)
-#     etc/      gpukitd.json, the example configuration
+#     etc/      gpukitd.json, the example configuration; kubernetes/: deploy/kubernetes/ (the
+#               DaemonSet of gpukitd and gpukit-device-plugin, an example pod, the Dockerfile)
 #     env.sh    `source` it to put bin/ on PATH and python/ on PYTHONPATH (and, for a build
 #               whose programs carry no RPATH, the libraries on LD_LIBRARY_PATH)
 #     README.md how to run things from the bundle
@@ -123,7 +125,7 @@ for program in "${PROGRAMS[@]}"; do
   cp "$program" "$BUNDLE/bin/$name"
   count=$((count + 1))
 done
-for required in gpukitd gpukit-compile-worker gpukit-executor gpukitctl; do
+for required in gpukitd gpukit-compile-worker gpukit-executor gpukitctl gpukit-device-plugin; do
   [ -f "$BUNDLE/bin/$required" ] || die "$BUILD_DIR has no $required: build it first"
 done
 log "bin/: $count executables"
@@ -359,6 +361,8 @@ fi
 
 # ---- Configuration, environment, README ----
 cp "$ROOT/deploy/gpukitd.json" "$BUNDLE/etc/gpukitd.json"
+mkdir -p "$BUNDLE/etc/kubernetes"
+cp "$ROOT"/deploy/kubernetes/* "$BUNDLE/etc/kubernetes/"
 {
   cat <<'EOF'
 # Source this file (`. gpukit-*/env.sh`) to run the bundle's programs, and to import its
@@ -439,6 +443,8 @@ driver; nothing here replaces it).
 
 - GPU tests, as \`ctest -L gpu\` runs them: \`bin/run-gpu-tests.sh\` (see its header for -R and
   gtest flags).
+- Kubernetes: etc/kubernetes/ (an image of this bundle, a DaemonSet of gpukitd and
+  bin/gpukit-device-plugin, an example pod; docs/operations.md, "Kubernetes").
 - Anything else: \`. ./env.sh\` first, then e.g. \`gpukitd --config etc/gpukitd.json\`,
   \`gpukitctl status\`, \`runtime_test\`.
 - $RPATH_NOTE

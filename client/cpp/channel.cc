@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -10,6 +12,12 @@
 namespace gpukit {
 
 std::string DefaultClientTarget() { return DefaultClientAddress(); }
+
+std::string SessionPartition(const std::string& requested) {
+  if (!requested.empty()) return requested;
+  const char* from_env = std::getenv("GPUKIT_PARTITION");
+  return from_env != nullptr ? from_env : "";
+}
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectChannel(const std::string& target,
                                                               absl::Duration timeout) {

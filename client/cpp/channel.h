@@ -20,6 +20,11 @@ inline constexpr absl::string_view kReasonPayloadUrl = "type.gpukit.dev/gpukit.v
 // $GPUKIT_ADDR, else the default socket (runtime/base/default_address.h).
 std::string DefaultClientTarget();
 
+// The partition a session opens in: `requested` if not empty, else $GPUKIT_PARTITION if set
+// and not empty (gpukit-device-plugin sets it in a Kubernetes container), else "" (the
+// daemon's "default").
+std::string SessionPartition(const std::string& requested);
+
 // A channel to `target` that is connected, or UNAVAILABLE naming the address when no
 // daemon accepts within `timeout`.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectChannel(const std::string& target,

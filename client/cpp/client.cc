@@ -83,7 +83,7 @@ class SessionState final : public HostMemoryCalls {
   absl::Status Open() {
     v1::OpenSessionRequest request;
     request.set_tenant(options_.tenant);
-    request.set_partition(options_.partition);
+    request.set_partition(SessionPartition(options_.partition));
     request.mutable_client()->set_name(options_.client_name.empty() ? ProgramName()
                                                                     : options_.client_name);
     request.mutable_client()->set_library_version(

@@ -63,6 +63,18 @@ def test_unknown_partition_is_not_found(daemon):
         gpukit.connect(daemon.address, partition="gold")
 
 
+def test_gpukit_partition_is_the_partition_when_none_is_named(daemon, monkeypatch):
+    # As in a Kubernetes container that gpukit-device-plugin gave a gpukit.io/gold device.
+    monkeypatch.setenv("GPUKIT_PARTITION", "gold")
+    with pytest.raises(gpukit.NotFound, match='partition "gold" does not exist'):
+        gpukit.connect(daemon.address)
+    with gpukit.connect(daemon.address, partition="default") as gk:  # named: it wins
+        assert gk.partition == "default"
+    monkeypatch.setenv("GPUKIT_PARTITION", "default")
+    with gpukit.connect(daemon.address) as gk:
+        assert gk.partition == "default"
+
+
 # --- errors ---------------------------------------------------------------------------------
 
 

@@ -349,7 +349,8 @@ def connect(
     tenant : str
         The tenant the session acts for (1-63 of ``[A-Za-z0-9._-]``).
     partition : str, optional
-        The partition to open the session in; default ``"default"``.
+        The partition to open the session in; default ``$GPUKIT_PARTITION`` (which
+        gpukit-device-plugin sets in a Kubernetes container), else ``"default"``.
     memory_request_bytes, memory_limit_bytes : int, optional
         Device memory the session requests and may use at most. An allocation above the
         limit raises :class:`ResourceExhausted` with reason

@@ -110,7 +110,8 @@ struct ClientOptions {
   std::string address;
   // Tenant the session acts for (1-63 of [A-Za-z0-9._-]).
   std::string tenant = "default";
-  // Partition; empty: "default".
+  // Partition; empty: $GPUKIT_PARTITION when set (gpukit-device-plugin sets it in a
+  // Kubernetes container), else "default".
   std::string partition;
   ResourceRequirements resources;
   // Queueing of every op this client runs, unless a call gives its own.
