@@ -62,17 +62,6 @@ std::map<std::string, double> ParseSamples(const std::string& text) {
   return samples;
 }
 
-std::string QosName(v1::QosClass qos) {
-  switch (qos) {
-    case v1::QOS_CLASS_GUARANTEED:
-      return "Guaranteed";
-    case v1::QOS_CLASS_BURSTABLE:
-      return "Burstable";
-    default:
-      return "BestEffort";
-  }
-}
-
 class MetricsTest : public DaemonTest {
  protected:
   std::string DaemonConfigJson() const override {
