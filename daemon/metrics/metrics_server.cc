@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "daemon/metrics/exposition.h"
 #include "httplib.h"
+#include <sys/socket.h>
 
 namespace gpukit {
 
@@ -43,6 +44,13 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(absl::string
   }
   auto http = std::make_unique<Http>();
   http->server.new_task_queue = [] { return new httplib::ThreadPool(kHttpThreads); };
+  // SO_REUSEADDR only (a restart may bind while old connections linger), not httplib's default
+  // SO_REUSEPORT, with which a second gpukitd could bind the same port and take half the
+  // scrapes instead of failing.
+  http->server.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   http->server.Get("/metrics", [render = std::move(render)](const httplib::Request& /*request*/,
                                                             httplib::Response& response) {
     response.set_content(render(), std::string(kExpositionContentType).c_str());

@@ -275,6 +275,19 @@ TEST_F(MetricsTest, OnlyMetricsIsServed) {
   EXPECT_EQ(status, 404);
 }
 
+TEST_F(MetricsTest, AnAddressInUseStopsStartUpWithTheReason) {
+  const std::string taken = absl::StrCat("127.0.0.1:", MetricsPort());
+  DaemonOptions options;
+  options.dir = temp_dir();
+  options.socket_path = temp_dir() + "/second.sock";
+  options.log_name = "second.log";
+  options.extra_args = {"--metrics-address", taken};
+  absl::StatusOr<std::unique_ptr<DaemonProcess>> second = DaemonProcess::Start(options);
+  ASSERT_FALSE(second.ok()) << "a second gpukitd served metrics on " << taken;
+  EXPECT_THAT(second.status().message(), HasSubstr("cannot serve metrics on " + taken));
+  Scrape();  // the first still serves
+}
+
 TEST_F(MetricsTest, ScrapesRepeatAndCountersOnlyGrow) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::string session, api().OpenSession("team-a"));
   const std::string status_series = Series(
