@@ -1,17 +1,24 @@
 """gpukitd's Prometheus metrics, parsed with Prometheus' own Python parser
 (prometheus_client.parser), so a malformed exposition fails here: a gpukitd of its own with
 --metrics-address 127.0.0.1:0 (the port comes from its log), sessions of two tenants, ops and
-failing calls, then a scrape whose figures are checked against `gpukitctl -o json`.
+failing calls, then a scrape whose figures are checked against `gpukitctl -o json`. Where a
+Prometheus server is at hand (Debian's 2.42, which deploy/install-deps.sh unpacks into
+.deps/prometheus; or $GPUKIT_PROMETHEUS, or `prometheus` on PATH), one scrapes the daemon and
+its query API is asked for the figures.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
@@ -21,7 +28,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import gpukit
-from conftest import BACKEND, _accepts, _binary
+from conftest import BACKEND, ROOT, _accepts, _binary
 
 Labels = Tuple[Tuple[str, str], ...]
 
@@ -192,3 +199,66 @@ def test_other_paths_are_not_found(metrics_daemon: MetricsDaemon) -> None:
     with pytest.raises(urllib.error.HTTPError) as error:
         urllib.request.urlopen(metrics_daemon.url.replace("/metrics", "/"), timeout=10)
     assert error.value.code == 404
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _query(api: str, promql: str) -> list:
+    url = f"{api}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    with urllib.request.urlopen(url, timeout=10) as response:
+        body = json.loads(response.read())
+    assert body["status"] == "success", body
+    return body["data"]["result"]
+
+
+def test_a_prometheus_server_scrapes_and_queries_it(metrics_daemon: MetricsDaemon,
+                                                     tmp_path: Path) -> None:
+    unpacked = ROOT / ".deps" / "prometheus" / "usr" / "bin" / "prometheus"  # install-deps.sh's
+    binary = (os.environ.get("GPUKIT_PROMETHEUS") or shutil.which("prometheus")
+              or (str(unpacked) if unpacked.exists() else None))
+    if not binary:
+        pytest.skip("no Prometheus server: deploy/install-deps.sh unpacks Debian's into "
+                    ".deps/prometheus; or set GPUKIT_PROMETHEUS, or put `prometheus` on PATH")
+    target = urllib.parse.urlparse(metrics_daemon.url).netloc
+    (tmp_path / "prometheus.yml").write_text(
+        "global:\n  scrape_interval: 1s\n"
+        "scrape_configs:\n  - job_name: gpukitd\n    static_configs:\n"
+        f"      - targets: ['{target}']\n")
+    port = _free_port()
+    api = f"http://127.0.0.1:{port}"
+    log_path = tmp_path / "prometheus.log"
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(
+            [binary, f"--config.file={tmp_path / 'prometheus.yml'}",
+             f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        # Until its first scrape of gpukitd is stored (a scrape a second).
+        deadline = time.monotonic() + 60
+        result: list = []
+        while not result:
+            assert server.poll() is None, f"prometheus exited:\n{log_path.read_text()}"
+            assert time.monotonic() < deadline, f"no scrape within 60 s:\n{log_path.read_text()}"
+            try:
+                result = _query(api, 'up{job="gpukitd"} == 1')
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            if not result:
+                time.sleep(0.1)
+        quota = _query(api, 'gpukit_partition_memory_quota_bytes{partition="small"}')
+        assert [float(r["value"][1]) for r in quota] == [8 << 20]
+        info = _query(api, "gpukit_build_info")
+        assert info and info[0]["metric"]["backend"] == BACKEND
+        histogram = _query(api, "sum(gpukit_rpc_duration_seconds_count)")
+        assert float(histogram[0]["value"][1]) > 0
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
