@@ -31,8 +31,7 @@ else
   echo "==> Debian packages already installed"
 fi
 
-# Python tooling for client/python and its tests (numpy, pytest, pybind11, scikit-build-core,
-# prometheus_client for the parser that reads gpukitd's /metrics in tests/python),
+# Python tooling for client/python and its tests (numpy, pytest, pybind11, scikit-build-core),
 # into the python3 on PATH: the interpreter tests/run_all.sh builds the module for. A system
 # Python without pip gets Debian's; PIP_BREAK_SYSTEM_PACKAGES lets pip install beside
 # Debian's own packages (PEP 668) on a plain Debian 12, and means nothing to a pyenv Python.
