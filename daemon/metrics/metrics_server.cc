@@ -43,6 +43,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(absl::string
     host = host.substr(1, host.size() - 2);  // httplib takes an IPv6 host bare
   }
   auto http = std::make_unique<Http>();
+  // httplib owns the pool it asks for (its API takes a raw pointer).
   http->server.new_task_queue = [] { return new httplib::ThreadPool(kHttpThreads); };
   // SO_REUSEADDR only (a restart may bind while old connections linger), not httplib's default
   // SO_REUSEPORT, with which a second gpukitd could bind the same port and take half the
@@ -75,8 +76,9 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(absl::string
   });
   // httplib's stop() does nothing until its accept loop runs, so Stop could not end a server
   // whose loop had not started yet: wait for it here (microseconds, once at start-up).
-  while (!raw->server.is_running() && !raw->listen_returned)
+  while (!raw->server.is_running() && !raw->listen_returned) {
     absl::SleepFor(absl::Microseconds(100));
+  }
   return server;
 }
 
