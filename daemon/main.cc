@@ -12,6 +12,9 @@
 #include "absl/synchronization/mutex.h"
 #include "daemon/config/config.h"
 #include "daemon/core/core.h"
+#include "daemon/metrics/daemon_metrics.h"
+#include "daemon/metrics/metrics_server.h"
+#include "daemon/metrics/rpc_metrics.h"
 #include "daemon/server.h"
 #include "grpc/grpc.h"
 #include "runtime/base/default_address.h"
@@ -198,7 +201,24 @@ int Run(int argc, char** argv) {
                                           : std::string(),
                  p.spec.spill ? ", spills to host" : "");
   }
+  // Prometheus metrics (metricsAddress, --metrics-address): served before the gRPC server
+  // starts, so the port is in the log by the time clients can connect. The RPC counters are
+  // collected only while they are served.
+  std::unique_ptr<gpukit::RpcMetrics> rpc_metrics;
+  std::unique_ptr<gpukit::DaemonMetrics> daemon_metrics;
+  std::unique_ptr<gpukit::MetricsServer> metrics_server;
+  if (!config->metrics_address.empty()) {
+    rpc_metrics = std::make_unique<gpukit::RpcMetrics>();
+    daemon_metrics = std::make_unique<gpukit::DaemonMetrics>(
+        **core, rpc_metrics.get(), gpukit::DaemonMetricsFacts{GPUKIT_VERSION_STRING, clock.Now()});
+    auto metrics = gpukit::MetricsServer::Start(
+        config->metrics_address, [m = daemon_metrics.get()] { return m->Render(); });
+    if (!metrics.ok()) return Fail(metrics.status());
+    metrics_server = *std::move(metrics);
+    spdlog::info("metrics: serving {}", metrics_server->url());
+  }
   gpukit::ServerOptions server_options;
+  server_options.rpc_metrics = rpc_metrics.get();
   server_options.listen = config->listen;
   server_options.version = GPUKIT_VERSION_STRING;
   server_options.max_threads = config->server_max_threads;
@@ -210,6 +230,7 @@ int Run(int argc, char** argv) {
   sigwait(&stop_signals, &signal);
   spdlog::info("received {}, shutting down", signal == SIGTERM ? "SIGTERM" : "SIGINT");
   (*server)->Shutdown();
+  if (metrics_server != nullptr) metrics_server->Stop();
   (*core)->CloseAllSessions();
   spdlog::info("gpukitd stopped");
   return 0;

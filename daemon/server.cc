@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/metrics/rpc_interceptor.h"
 #include "daemon/service/convert.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -80,6 +81,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(Core& core, const Clock& c
   grpc::ResourceQuota quota("gpukitd");
   quota.SetMaxThreads(options.max_threads);
   builder.SetResourceQuota(quota);
+  if (options.rpc_metrics != nullptr) {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+    creators.push_back(std::make_unique<RpcMetricsInterceptorFactory>(*options.rpc_metrics));
+    builder.experimental().SetInterceptorCreators(std::move(creators));
+  }
   std::vector<int> ports(options.listen.size(), 0);
   for (size_t i = 0; i < options.listen.size(); ++i) {
     absl::StatusOr<std::string> path = PrepareUnixSocket(options.listen[i]);

@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "daemon/core/core.h"
+#include "daemon/metrics/rpc_metrics.h"
 #include "daemon/service/access_guard.h"
 #include "daemon/service/fd_channel.h"
 #include "daemon/service/peer_table.h"
@@ -66,6 +67,9 @@ struct ServerOptions {
   // chunks (5000 streams each sending one at once) may start up to max_threads of them; they
   // are gone this long after it.
   absl::Duration stream_worker_idle_timeout = absl::Seconds(2);
+  // Where every call's method, status code and latency are recorded (an interceptor sees each
+  // call of every service); null: none. Must outlive the server.
+  RpcMetrics* rpc_metrics = nullptr;
 };
 
 class Server {

@@ -11,6 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   pybind11-dev python3-dev
   libseccomp-dev
+  libcpp-httplib-dev
 )
 
 SUDO=""
@@ -157,5 +158,28 @@ PY
   rm -rf "$wheel_dir"
   trap - EXIT
   echo "==> CUDA headers and nvcc: $CUDA_DEPS"
+fi
+
+# A Prometheus server for tests/python/test_metrics.py, which lets one scrape gpukitd and
+# queries it: Debian's package prometheus (2.42), unpacked into GPUKIT_PROMETHEUS_DIR
+# (default .deps/prometheus), not installed, since installing it would start a prometheus
+# service. Optional: without it that test is skipped.
+PROM_DIR="${GPUKIT_PROMETHEUS_DIR:-$ROOT/.deps/prometheus}"
+if [ -x "$PROM_DIR/usr/bin/prometheus" ]; then
+  echo "==> Prometheus server for the tests: $PROM_DIR/usr/bin/prometheus"
+else
+  echo "==> fetching Debian's prometheus package into $PROM_DIR (unpacked, not installed)"
+  prom_tmp="$(mktemp -d)"
+  chmod 0755 "$prom_tmp"  # apt-get download writes as the _apt user where it can
+  if (cd "$prom_tmp" && apt-get download -qq prometheus) >"$prom_tmp/log" 2>&1 &&
+     dpkg -x "$prom_tmp"/prometheus_*.deb "$prom_tmp/root"; then
+    rm -rf "$PROM_DIR" && mkdir -p "$(dirname "$PROM_DIR")" && mv "$prom_tmp/root" "$PROM_DIR"
+    echo "    $PROM_DIR/usr/bin/prometheus"
+  else
+    echo "warning: could not fetch Debian's prometheus package (below); the test that scrapes" >&2
+    echo "         gpukitd with a Prometheus server will be skipped" >&2
+    sed 's/^/    apt | /' "$prom_tmp/log" >&2
+  fi
+  rm -rf "$prom_tmp"
 fi
 echo "==> dependencies ready"

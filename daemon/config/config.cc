@@ -161,6 +161,17 @@ absl::Status ValidateListenAddress(absl::string_view address) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateMetricsAddress(absl::string_view address) {
+  const size_t colon = address.rfind(':');
+  int port = 0;
+  if (colon == absl::string_view::npos || colon == 0 || absl::StartsWith(address, "unix:") ||
+      !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "metrics address \"", address, "\" is not host:port (e.g. 127.0.0.1:9400, port 0 for any)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<DaemonConfig> ApplyConfigJson(absl::string_view json, DaemonConfig config) {
   gpukit::config::v1::DaemonConfig file;
   google::protobuf::util::JsonParseOptions options;
@@ -372,6 +383,10 @@ absl::StatusOr<DaemonConfig> ApplyConfigJson(absl::string_view json, DaemonConfi
     GPUKIT_ASSIGN_OR_RETURN(config.qos.burstable_slice,
                             ParseSliceLength(file.qos().burstable_slice(), "qos.burstableSlice"));
   }
+  if (!file.metrics_address().empty()) {
+    GPUKIT_RETURN_IF_ERROR(ValidateMetricsAddress(file.metrics_address()));
+    config.metrics_address = file.metrics_address();
+  }
   if (file.server().has_max_threads()) {
     if (file.server().max_threads() < 2) {
       return absl::InvalidArgumentError(
@@ -414,6 +429,11 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, const char* const* argv) 
       GPUKIT_RETURN_IF_ERROR(ParseBackendChoice(*flags.backend).status());
     } else if (name == "--config") {
       GPUKIT_ASSIGN_OR_RETURN(flags.config_path, take_value());
+    } else if (name == "--metrics-address") {
+      GPUKIT_ASSIGN_OR_RETURN(flags.metrics_address, take_value());
+      if (!flags.metrics_address->empty()) {  // "" turns off what a config file asks for
+        GPUKIT_RETURN_IF_ERROR(ValidateMetricsAddress(*flags.metrics_address));
+      }
     } else if (name == "--log-level") {
       GPUKIT_ASSIGN_OR_RETURN(flags.log_level, take_value());
       GPUKIT_RETURN_IF_ERROR(CheckLogLevel(*flags.log_level));
@@ -439,6 +459,9 @@ Flags:
                            else the CPU simulation backend).
   --config FILE            JSON configuration (see --print-default-config); flags override it.
   --log-level LEVEL        trace, debug, info (default), warn, error, critical or off.
+  --metrics-address HOST:PORT
+                           Serve Prometheus metrics at http://HOST:PORT/metrics (port 0: any
+                           free port, logged). Default: off (config key metricsAddress).
   --print-default-config   Print the embedded default configuration and exit.
   --version                Print the version and exit.
   --help                   Print this help and exit.
@@ -467,6 +490,7 @@ absl::StatusOr<DaemonConfig> ResolveConfig(const CommandLine& flags) {
     GPUKIT_ASSIGN_OR_RETURN(config.backend, ParseBackendChoice(*flags.backend));
   }
   if (flags.log_level.has_value()) config.log_level = *flags.log_level;
+  if (flags.metrics_address.has_value()) config.metrics_address = *flags.metrics_address;
   return config;
 }
 

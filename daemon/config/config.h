@@ -32,6 +32,8 @@ struct DaemonConfig {
   JitCompilerOptions jit;
   // server.maxThreads: the gRPC server's thread cap (ServerOptions::max_threads).
   int server_max_threads = 256;
+  // metricsAddress: "host:port" of the Prometheus metrics server; empty: none.
+  std::string metrics_address;
   // executor.*: how devices run (runtime/executor/executor_devices.h).
   struct Executor {
     bool in_process = false;  // executor.mode = "inprocess"
@@ -64,6 +66,7 @@ struct CommandLine {
   std::optional<std::string> backend;
   std::optional<std::string> config_path;
   std::optional<std::string> log_level;
+  std::optional<std::string> metrics_address;  // --metrics-address
   bool help = false;
   bool version = false;
   bool print_default_config = false;
@@ -79,6 +82,9 @@ absl::StatusOr<DaemonConfig> ResolveConfig(const CommandLine& flags);
 
 // Checks a "unix:///abs/path" or "host:port" address.
 absl::Status ValidateListenAddress(absl::string_view address);
+
+// Checks a metrics address: "host:port" (port 0 to 65535; an IPv6 host in brackets).
+absl::Status ValidateMetricsAddress(absl::string_view address);
 
 }  // namespace gpukit
 

@@ -362,6 +362,12 @@ class Core {
   // Most arguments one launch may pass: a bound on the request, far above what kernels take.
   static constexpr size_t kMaxKernelArgs = 1024;
   bool has_jit() const { return jit_ != nullptr; }
+  // The custom kernels' cache figures (hits in memory and on disk, compiles, evictions); none
+  // without a JIT compiler. The executors' built-in kernels are not in it. O(1).
+  std::optional<KernelCacheStats> jit_cache_stats() const {
+    if (jit_ == nullptr) return std::nullopt;
+    return jit_->cache_stats();
+  }
 
   // Partitions and tasks (the scheduler's, for operators). DeletePartition with `force`
   // closes the partition's sessions and returns how many; the partition's streams are

@@ -82,6 +82,23 @@ struct PartitionState {
   int64_t failed_total = 0;
   DeviceTimeByQos device_time_by_qos{};  // its sum is the device_time_total listed
   std::array<int64_t, kRejectReasonCount> rejected{};
+  // Time with work queued that pacing (share or cap) held back, as of the last pump that
+  // changed it, and since when it is held now (InfinitePast: not held).
+  absl::Duration throttled_total;
+  absl::Time throttled_since = absl::InfinitePast();
+  bool paced = false;  // the current pump's finding, applied by NoteThrottled
+  void NoteThrottled(absl::Time now) {
+    if (paced && throttled_since == absl::InfinitePast()) {
+      throttled_since = now;
+    } else if (!paced && throttled_since != absl::InfinitePast()) {
+      throttled_total += now - throttled_since;
+      throttled_since = absl::InfinitePast();
+    }
+  }
+  absl::Duration Throttled(absl::Time now) const {
+    return throttled_since == absl::InfinitePast() ? throttled_total
+                                                   : throttled_total + (now - throttled_since);
+  }
 };
 
 namespace {
@@ -292,6 +309,7 @@ std::vector<PartitionStatus> Scheduler::ListPartitions() const {
     s.device_time_by_qos = p->device_time_by_qos;
     s.rejected = p->rejected;
     s.pacing_balance = absl::Nanoseconds(p->share.BalanceNs(now));
+    s.throttled_total = p->Throttled(now);
     list.push_back(std::move(s));
   }
   std::sort(list.begin(), list.end(), [](const PartitionStatus& a, const PartitionStatus& b) {
@@ -513,6 +531,14 @@ int64_t Scheduler::device_memory_used(int device_index) const {
   return devices_.at(device_index).used_bytes;
 }
 
+absl::Duration Scheduler::device_time_total(int device_index) const {
+  absl::MutexLock lock(&mu_);
+  if (device_index < 0 || device_index >= static_cast<int>(devices_.size())) {
+    return absl::ZeroDuration();
+  }
+  return devices_[device_index].device_time_total;
+}
+
 // ---- Tasks ---------------------------------------------------------------------------
 
 absl::StatusOr<TaskRef> Scheduler::Submit(const SessionTicket& ticket, const TaskRequest& request) {
@@ -589,7 +615,9 @@ absl::Time Scheduler::PumpLocked(absl::Time now) {
     next = deadlines_.empty() ? absl::InfiniteFuture() : deadlines_.begin()->first;
     for (const auto& [name, holder] : partitions_) {
       PartitionState& p = *holder;
-      while (!p.queue.empty() && MayAdmitLocked(p, p.queue.front().key.qos, now, &next)) {
+      p.paced = false;
+      while (!p.queue.empty() &&
+             MayAdmitLocked(p, p.queue.front().key.qos, now, &next, &p.paced)) {
         Task& task = *live_.at(p.queue.Pop().task_id);
         if (task.info.deadline != absl::InfiniteFuture()) {
           deadlines_.erase({task.info.deadline, task.info.id});
@@ -600,20 +628,25 @@ absl::Time Scheduler::PumpLocked(absl::Time now) {
       }
     }
   }
+  // The last pass saw settled state: whether pacing holds each partition's queue now.
+  for (const auto& [name, holder] : partitions_) holder->NoteThrottled(now);
   return next;
 }
 
-bool Scheduler::MayAdmitLocked(PartitionState& p, QosClass qos, absl::Time now, absl::Time* next) {
+bool Scheduler::MayAdmitLocked(PartitionState& p, QosClass qos, absl::Time now, absl::Time* next,
+                               bool* paced) {
   if (p.running >= p.spec.max_running_tasks) return false;  // Finish pumps again
   if (InFlightBoundHoldsLocked(p.spec.device_index, qos, now)) {
     return false;  // until work of its class or the Guaranteed work ends; that pumps again
   }
   if (p.spec.bandwidth_cap > 0 && !p.cap.Ready(now)) {
     *next = std::min(*next, p.cap.ReadyAt(now));
+    if (paced != nullptr) *paced = true;
     return false;
   }
   if (!p.share.Ready(now) && YieldsShareLocked(p, now, next)) {
     *next = std::min(*next, p.share.ReadyAt(now));
+    if (paced != nullptr) *paced = true;
     return false;
   }
   return true;
@@ -870,6 +903,7 @@ void Scheduler::AccountFinishLocked(Task& task, absl::Duration device_time, bool
   const int qos = static_cast<int>(task.info.qos);
   PartitionState& p = *task.partition;
   p.device_time_by_qos[qos] += device_time;
+  devices_[p.spec.device_index].device_time_total += device_time;
   SessionAccount& session = *task.session;
   session.device_time += device_time;
   ++session.tasks_finished;

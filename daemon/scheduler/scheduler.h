@@ -228,6 +228,9 @@ struct PartitionStatus {
   std::array<int64_t, kRejectReasonCount> rejected{};
   // Share bucket balance: negative while the partition is paying back device time.
   absl::Duration pacing_balance;
+  // How long the partition has had work queued that pacing held back (its share bucket in
+  // debt while it yields to another partition, or its bandwidth cap), in total; only grows.
+  absl::Duration throttled_total;
 };
 
 struct TaskFilter {
@@ -296,6 +299,10 @@ class Scheduler {
                                                   ReclaimPlan* plan = nullptr);
   void CountRefusal(const SessionTicket& ticket, RejectReason reason);
   int64_t device_memory_used(int device_index) const;
+  // The device time of every task finished on the device since the scheduler was created
+  // (what Finish charged, summed over its partitions, including deleted ones): its busy
+  // time, which only grows. Zero for an unknown device. O(1).
+  absl::Duration device_time_total(int device_index) const;
 
   // --- Tasks --------------------------------------------------------------------------
   // Queues a task (and admits it at once if it may run). RESOURCE_EXHAUSTED (kQueueFull),
@@ -345,6 +352,7 @@ class Scheduler {
     int running = 0;
     double share_clock_ns = 0;
     absl::Time share_clock_last = absl::InfinitePast();
+    absl::Duration device_time_total;  // device_time_total(): every finished task's
   };
 
   Scheduler(const Clock& clock, std::vector<DeviceCapacity> devices,
@@ -379,8 +387,9 @@ class Scheduler {
   absl::Duration InFlightBound(QosClass qos) const;
   // Whether a task of class `qos` at the head of `p`'s queue may start now: a free running
   // slot, its class's in-flight bound, pacing. Lowers `*next` to when pacing would allow it.
-  bool MayAdmitLocked(PartitionState& p, QosClass qos, absl::Time now, absl::Time* next)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets `*paced` (if given) when it is pacing that holds the task.
+  bool MayAdmitLocked(PartitionState& p, QosClass qos, absl::Time now, absl::Time* next,
+                      bool* paced = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AdmitLocked(PartitionState& p, Task& task, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves a live task to a terminal state and into the history.

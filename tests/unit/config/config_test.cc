@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -342,7 +343,8 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(UsageTextTest, DocumentsEveryFlag) {
   const std::string usage = UsageText();
   for (const char* flag : {"--listen", "--backend", "--config", "--log-level",
-                           "--print-default-config", "--version", "--help"}) {
+                           "--metrics-address", "--print-default-config", "--version",
+                           "--help"}) {
     EXPECT_THAT(usage, HasSubstr(flag));
   }
 }
@@ -642,6 +644,27 @@ TEST(QosConfigTest, SliceLengthsDefaultAgreeAndAFileMaySetThem) {
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("qos.")))
         << bad;
   }
+}
+
+TEST(MetricsConfigTest, OffByDefaultAFileSetsItAndTheFlagOverridesOrTurnsItOff) {
+  const DaemonConfig defaults = EmbeddedDefault();
+  EXPECT_EQ(defaults.metrics_address, "");
+  GPUKIT_ASSERT_OK_AND_ASSIGN(DaemonConfig set,
+                              ApplyConfigJson(R"({"metricsAddress": "127.0.0.1:9400"})", defaults));
+  EXPECT_EQ(set.metrics_address, "127.0.0.1:9400");
+  GPUKIT_ASSERT_OK_AND_ASSIGN(CommandLine flags, Parse({"--metrics-address", "[::1]:0"}));
+  EXPECT_EQ(flags.metrics_address, "[::1]:0");
+  GPUKIT_ASSERT_OK_AND_ASSIGN(CommandLine off, Parse({"--metrics-address="}));
+  EXPECT_EQ(off.metrics_address, "") << "an empty value turns a configured server off";
+  for (const char* bad : {"9400", ":9400", "host:port", "127.0.0.1:65536", "unix:///tmp/m"}) {
+    EXPECT_THAT(ValidateMetricsAddress(bad),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("metrics address")))
+        << bad;
+    EXPECT_THAT(ApplyConfigJson(absl::StrCat(R"({"metricsAddress": ")", bad, R"("})"), defaults),
+                StatusIs(absl::StatusCode::kInvalidArgument))
+        << bad;
+  }
+  EXPECT_THAT(ValidateMetricsAddress("0.0.0.0:0"), IsOk());
 }
 
 }  // namespace

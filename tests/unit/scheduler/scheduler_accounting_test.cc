@@ -177,6 +177,23 @@ TEST_F(SchedulerAccountingTest, SessionsPartitionsQosClassesAndTenantsAddUpToThe
             p.device_time_total + q.device_time_total);
 }
 
+// The device's busy time (gpukit_device_busy_seconds_total) sums its partitions' and keeps
+// a deleted partition's: it only grows.
+TEST_F(SchedulerAccountingTest, DeviceTimeTotalSumsItsPartitionsAndOutlivesADeletedOne) {
+  Build({Partition("p", 0.5), Partition("q", 0.5)});
+  SessionTicket in_p = Open("alpha", "p", QosClass::kBestEffort);
+  SessionTicket in_q = Open("beta", "q", QosClass::kGuaranteed);
+  ASSERT_NO_FATAL_FAILURE(Run(in_p, absl::Microseconds(300)));
+  ASSERT_NO_FATAL_FAILURE(Run(in_q, absl::Microseconds(200), absl::InternalError("failed")));
+  EXPECT_EQ(scheduler().device_time_total(0), absl::Microseconds(500));
+  EXPECT_EQ(scheduler().device_time_total(0),
+            StatusOf("p").device_time_total + StatusOf("q").device_time_total);
+  scheduler().EndSession(in_q);
+  ASSERT_THAT(scheduler().DeletePartition("q", /*force=*/false), IsOk());
+  EXPECT_EQ(scheduler().device_time_total(0), absl::Microseconds(500));
+  EXPECT_EQ(scheduler().device_time_total(1), absl::ZeroDuration()) << "no such device";
+}
+
 TEST_F(SchedulerAccountingTest, TenantsAreListedByNameAndAnUnnamedOneAsTheEmptyName) {
   Build({Partition("default", 1.0)});
   Open("zeta", "default", QosClass::kBestEffort);

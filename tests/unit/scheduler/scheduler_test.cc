@@ -1328,6 +1328,29 @@ TEST_F(PacingTest, DebtRunUpAloneIsCutToTheBurstWhenAnotherPartitionComes) {
   EXPECT_EQ(StateOf(held), TaskState::kAdmitted);
 }
 
+// Throttled time (PartitionStatus::throttled_total, gpukit_partition_throttled_seconds_total)
+// counts while pacing holds a partition's queued work, and only then.
+TEST_F(PacingTest, ThrottledTimeCountsWhilePacingHoldsQueuedWorkAndOnlyThen) {
+  BuildAB();
+  SessionTicket a = Open("a");
+  SessionTicket b = Open("b");
+  ASSERT_NO_FATAL_FAILURE(RunToCompletion(a, absl::Seconds(10)));
+  clock_.Advance(absl::Milliseconds(1));
+  ASSERT_EQ(StateOf(Submit(b)), TaskState::kAdmitted);
+  EXPECT_EQ(StatusOf("a").throttled_total, absl::ZeroDuration()) << "ran alone: never held";
+  TaskRef held = Submit(a);
+  ASSERT_EQ(StateOf(held), TaskState::kQueued);
+  clock_.Advance(absl::Milliseconds(15));
+  EXPECT_EQ(StatusOf("a").throttled_total, absl::Milliseconds(15)) << "held now, still counting";
+  clock_.Advance(absl::Milliseconds(25) + absl::Nanoseconds(1));
+  scheduler().Pump();
+  ASSERT_EQ(StateOf(held), TaskState::kAdmitted);
+  clock_.Advance(absl::Milliseconds(5));
+  EXPECT_EQ(StatusOf("a").throttled_total, absl::Milliseconds(40) + absl::Nanoseconds(1))
+      << "admitted: the count stops";
+  EXPECT_EQ(StatusOf("b").throttled_total, absl::ZeroDuration());
+}
+
 // Tasks running at once share the device, and each one's measured device time includes the
 // others': pacing charges each its own part, its device time times the mean of
 // 1 / (tasks running on the device) over its run.
