@@ -11,6 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   pybind11-dev python3-dev
   libseccomp-dev
+  libsystemd-dev nlohmann-json3-dev
 )
 
 SUDO=""

@@ -1,4 +1,5 @@
 #include "daemon/config/config.h"
+#include "daemon/config/json_syntax.h"
 
 #include <fstream>
 #include <cstdlib>
@@ -455,6 +456,11 @@ absl::StatusOr<DaemonConfig> ResolveConfig(const CommandLine& flags) {
     }
     std::stringstream text;
     text << file.rdbuf();
+    // Syntax first, where the position is known: "path:line:column: ..." (json_syntax.h).
+    if (std::optional<JsonSyntaxError> syntax = FindJsonSyntaxError(text.str())) {
+      return absl::InvalidArgumentError(absl::StrCat(*flags.config_path, ":", syntax->line, ":",
+                                                     syntax->column, ": ", syntax->message));
+    }
     absl::StatusOr<DaemonConfig> applied = ApplyConfigJson(text.str(), std::move(config));
     if (!applied.ok()) {
       return absl::InvalidArgumentError(
