@@ -79,7 +79,8 @@ ConfigReloader::ConfigReloader(Core& core, CommandLine flags, DaemonConfig runni
     : core_(core),
       flags_(std::move(flags)),
       running_(std::move(running)),
-      targets_(std::move(targets)) {}
+      targets_(std::move(targets)),
+      file_partitions_(FileNames(running_)) {}
 
 absl::StatusOr<std::string> ConfigReloader::Reload() {
   if (!flags_.config_path.has_value()) {
@@ -103,7 +104,7 @@ absl::StatusOr<std::string> ConfigReloader::Reload() {
     devices.push_back({i, core_.device(i).properties().memory_total_bytes});
   }
   absl::StatusOr<PartitionReloadPlan> plan = PlanPartitionReload(
-      core_.scheduler().ListPartitions(), FileNames(running_), next->core.partitions, devices);
+      core_.scheduler().ListPartitions(), file_partitions_, next->core.partitions, devices);
   if (!plan.ok()) {
     return refuse(absl::Status(plan.status().code(),
                                absl::StrCat(path, ": partitions: ", plan.status().message())));
@@ -111,12 +112,15 @@ absl::StatusOr<std::string> ConfigReloader::Reload() {
 
   // Apply: deletions, updates lowered, updates, creations (partition_reload.h says why).
   int created = 0, updated = 0, deleted = 0, failed = 0;
+  std::vector<std::string> file_partitions = FileNames(*next);
+  for (const PartitionKept& kept : plan->kept) file_partitions.push_back(kept.name);
   for (const std::string& name : plan->deletions) {
     absl::StatusOr<int> closed = core_.DeletePartition(name, /*force=*/false);
     if (closed.ok()) {
       spdlog::info("reload: partition {} deleted", name);
       ++deleted;
     } else {
+      file_partitions.push_back(name);
       // Most likely a session opened in it since the plan: it stays, as a busy one would.
       spdlog::warn("reload: partition {} kept: {}", name, std::string(closed.status().message()));
     }
@@ -167,6 +171,7 @@ absl::StatusOr<std::string> ConfigReloader::Reload() {
                  absl::StrJoin(later, ", "), path);
   }
   running_ = *std::move(next);
+  file_partitions_ = std::move(file_partitions);
 
   std::string summary =
       absl::StrCat("reloaded ", path, ": partitions ", created, " created, ", updated, " updated, ",

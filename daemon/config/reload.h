@@ -66,6 +66,10 @@ class ConfigReloader {
   const CommandLine flags_;
   DaemonConfig running_;
   ReloadTargets targets_;
+  // The partitions the file answers for: those the last applied file named (with an implied
+  // "default"), and those it removed that were kept for their sessions, so that a later
+  // reload deletes them once they are empty.
+  std::vector<std::string> file_partitions_;
 };
 
 }  // namespace gpukit

@@ -112,6 +112,12 @@ TEST_F(ConfigReloadTest, AppliesPartitionsWithoutDroppingSessions) {
   EXPECT_EQ(infer.partition().memory_quota_bytes(), 512 * kMiB);
   EXPECT_THAT(daemon().Log(), HasSubstr("partition infer removed from the file but has 1 session"));
   ExpectSessionWorks();
+
+  // Once its session has closed, the next reload of the same file deletes it.
+  GPUKIT_ASSERT_OK(api().Close(session_).status());
+  Reload("reloaded ");
+  EXPECT_THAT(api().GetPartition("infer"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(daemon().Log(), HasSubstr("reload: partition infer deleted"));
 }
 
 TEST_F(ConfigReloadTest, RefusesABrokenFileAndKeepsTheOldPartitions) {
