@@ -456,15 +456,18 @@ absl::StatusOr<DaemonConfig> ResolveConfig(const CommandLine& flags) {
     }
     std::stringstream text;
     text << file.rdbuf();
-    // Syntax first, where the position is known: "path:line:column: ..." (json_syntax.h).
+    // Syntax first, with the parser's position: "path:line:column: ..." (json_syntax.h).
     if (std::optional<JsonSyntaxError> syntax = FindJsonSyntaxError(text.str())) {
       return absl::InvalidArgumentError(absl::StrCat(*flags.config_path, ":", syntax->line, ":",
                                                      syntax->column, ": ", syntax->message));
     }
     absl::StatusOr<DaemonConfig> applied = ApplyConfigJson(text.str(), std::move(config));
     if (!applied.ok()) {
+      // "path:line: ..." where the field the message names is found.
+      const std::optional<int> line = FindConfigErrorLine(text.str(), applied.status().message());
       return absl::InvalidArgumentError(
-          absl::StrCat(*flags.config_path, ": ", applied.status().message()));
+          absl::StrCat(*flags.config_path, line ? absl::StrCat(":", *line) : "", ": ",
+                       applied.status().message()));
     }
     config = *std::move(applied);
   }

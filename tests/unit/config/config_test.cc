@@ -401,13 +401,23 @@ TEST(ResolveConfigTest, MissingFileIsNotFoundNamingIt) {
                                              HasSubstr("cannot read --config file " + path)));
 }
 
-TEST(ResolveConfigTest, InvalidFileIsInvalidArgumentPrefixedWithItsPath) {
+TEST(ResolveConfigTest, InvalidFileIsInvalidArgumentPrefixedWithItsPathAndLine) {
   ScopedTempDir dir;
-  const std::string path = dir.WriteFile("bad.json", R"({"limits": {"maxArraySize": "huge"}})");
+  const std::string path =
+      dir.WriteFile("bad.json", "{\n  \"limits\": {\n    \"maxArraySize\": \"huge\"\n  }\n}\n");
+  GPUKIT_ASSERT_OK_AND_ASSIGN(CommandLine flags, Parse({"--config", path.c_str()}));
+  EXPECT_THAT(ResolveConfig(flags), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             ::testing::AllOf(HasSubstr(path + ":3: "),
+                                                              HasSubstr("limits.maxArraySize"))));
+}
+
+TEST(ResolveConfigTest, MalformedFileNamesItsLineAndColumn) {
+  ScopedTempDir dir;
+  const std::string path = dir.WriteFile("bad.json", "{\n  \"logLevel\" \"debug\"\n}\n");
   GPUKIT_ASSERT_OK_AND_ASSIGN(CommandLine flags, Parse({"--config", path.c_str()}));
   EXPECT_THAT(ResolveConfig(flags),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       ::testing::AllOf(HasSubstr(path + ": "), HasSubstr("limits.maxArraySize"))));
+                       ::testing::AllOf(HasSubstr(path + ":2:"), HasSubstr("expected ':'"))));
 }
 
 TEST(ResolveConfigTest, EmptyFileIsInvalid) {
@@ -538,12 +548,11 @@ TEST(JitConfigTest, KernelCacheDirFollowsTheConfigThenSystemdThenXdgThenHome) {
 
 INSTANTIATE_TEST_SUITE_P(
     Jit, RejectConfigJsonTest,
-    ::testing::Values(RejectCase{"RelativeCacheDir", R"({"jit": {"cacheDir": "cache"}})",
-                                 "jit.cacheDir"},
-                      RejectCase{"OldArch", R"({"jit": {"cpuArch": "sm_70"}})", "jit.cpuArch"},
-                      RejectCase{"NotAnArch", R"({"jit": {"cpuArch": "hopper"}})", "jit.cpuArch"},
-                      RejectCase{"BadTimeout", R"({"jit": {"compileTimeout": "soon"}})",
-                                 "jit.compileTimeout"}),
+    ::testing::Values(
+        RejectCase{"RelativeCacheDir", R"({"jit": {"cacheDir": "cache"}})", "jit.cacheDir"},
+        RejectCase{"OldArch", R"({"jit": {"cpuArch": "sm_70"}})", "jit.cpuArch"},
+        RejectCase{"NotAnArch", R"({"jit": {"cpuArch": "hopper"}})", "jit.cpuArch"},
+        RejectCase{"BadTimeout", R"({"jit": {"compileTimeout": "soon"}})", "jit.compileTimeout"}),
     [](const ::testing::TestParamInfo<RejectCase>& info) { return info.param.name; });
 
 INSTANTIATE_TEST_SUITE_P(
@@ -607,13 +616,16 @@ TEST(SchedulerConfigTest, PacingAnticipationDefaultAgreesAndAFileMaySetIt) {
   EXPECT_EQ(defaults.core.pacing_anticipation, absl::ZeroDuration());
   EXPECT_EQ(defaults.core.pacing_anticipation, CoreOptions{}.pacing_anticipation);
   GPUKIT_ASSERT_OK_AND_ASSIGN(
-      DaemonConfig set, ApplyConfigJson(R"({"scheduler": {"pacingAnticipation": "2ms"}})", defaults));
+      DaemonConfig set,
+      ApplyConfigJson(R"({"scheduler": {"pacingAnticipation": "2ms"}})", defaults));
   EXPECT_EQ(set.core.pacing_anticipation, absl::Milliseconds(2));
   GPUKIT_ASSERT_OK_AND_ASSIGN(
-      DaemonConfig off, ApplyConfigJson(R"({"scheduler": {"pacingAnticipation": "0s"}})", defaults));
+      DaemonConfig off,
+      ApplyConfigJson(R"({"scheduler": {"pacingAnticipation": "0s"}})", defaults));
   EXPECT_EQ(off.core.pacing_anticipation, absl::ZeroDuration());
-  EXPECT_THAT(ApplyConfigJson(R"({"scheduler": {"pacingAnticipation": "-1ms"}})", defaults),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("scheduler.pacingAnticipation")));
+  EXPECT_THAT(
+      ApplyConfigJson(R"({"scheduler": {"pacingAnticipation": "-1ms"}})", defaults),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("scheduler.pacingAnticipation")));
 }
 
 TEST(QosConfigTest, SliceLengthsDefaultAgreeAndAFileMaySetThem) {
@@ -630,14 +642,13 @@ TEST(QosConfigTest, SliceLengthsDefaultAgreeAndAFileMaySetThem) {
   EXPECT_EQ(set.qos.burstable_slice, absl::ZeroDuration());
   EXPECT_EQ(defaults.core.best_effort_sm_share, 1.0);
   EXPECT_EQ(defaults.core.best_effort_sm_share, CoreOptions{}.best_effort_sm_share);
-  GPUKIT_ASSERT_OK_AND_ASSIGN(DaemonConfig shared,
-                              ApplyConfigJson(R"({"qos": {"bestEffortSmShare": 0.875}})", defaults));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(
+      DaemonConfig shared, ApplyConfigJson(R"({"qos": {"bestEffortSmShare": 0.875}})", defaults));
   EXPECT_EQ(shared.core.best_effort_sm_share, 0.875);
-  for (const char* bad : {R"({"qos": {"bestEffortSlice": "-1us"}})",
-                          R"({"qos": {"bestEffortSlice": "fast"}})",
-                          R"({"qos": {"burstableSlice": "2s"}})",
-                          R"({"qos": {"bestEffortSmShare": 0}})",
-                          R"({"qos": {"bestEffortSmShare": 1.5}})"}) {
+  for (const char* bad :
+       {R"({"qos": {"bestEffortSlice": "-1us"}})", R"({"qos": {"bestEffortSlice": "fast"}})",
+        R"({"qos": {"burstableSlice": "2s"}})", R"({"qos": {"bestEffortSmShare": 0}})",
+        R"({"qos": {"bestEffortSmShare": 1.5}})"}) {
     EXPECT_THAT(ApplyConfigJson(bad, defaults),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("qos.")))
         << bad;
