@@ -2,7 +2,6 @@
 
 #include <cerrno>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -21,11 +20,6 @@ void SystemdNotifier::Notify(absl::string_view assignments) {
   if (sent < 0) {
     spdlog::debug("sd_notify(\"{}\"): {}", std::string(assignments), std::strerror(-sent));
   }
-}
-
-bool SystemdNotifier::Listening() {
-  const char* socket = std::getenv("NOTIFY_SOCKET");
-  return socket != nullptr && *socket != '\0';
 }
 
 std::optional<absl::Duration> SystemdNotifier::WatchdogInterval() {

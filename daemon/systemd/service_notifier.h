@@ -36,8 +36,6 @@ class SystemdNotifier final : public ServiceNotifier {
   static std::unique_ptr<SystemdNotifier> Create();
   void Notify(absl::string_view assignments) override;
 
-  // True when $NOTIFY_SOCKET is set: someone listens for what Notify sends.
-  static bool Listening();
   // The watchdog interval the service manager asks this process for ($WATCHDOG_USEC, when
   // $WATCHDOG_PID is unset or names this process: sd_watchdog_enabled(3)); nullopt when it
   // asks for none.

@@ -149,7 +149,9 @@ TEST(SystemdNotifyTest, ReloadIsAnnounced) {
     options.config_json = R"({"partitions": []})";
     GPUKIT_ASSERT_OK_AND_ASSIGN(daemon, DaemonProcess::Start(options));
   }
-  ASSERT_THAT(notify.ReceiveUntil("READY=1"), ::testing::Not(::testing::IsEmpty()));
+  const std::vector<std::string> startup = notify.ReceiveUntil("READY=1");
+  ASSERT_FALSE(startup.empty());
+  ASSERT_THAT(startup.back(), HasSubstr("READY=1"));
   ASSERT_EQ(kill(daemon->pid(), SIGHUP), 0);
   const std::vector<std::string> reload = notify.ReceiveUntil("READY=1");
   EXPECT_TRUE(AnyContains(reload, "RELOADING=1"));
