@@ -260,8 +260,7 @@ int Run(int argc, char** argv) {
     absl::StatusOr<std::string> reloaded = reloader.Reload();
     notifier->Notify(absl::StrCat(
         "READY=1\nSTATUS=",
-        reloaded.ok() ? *reloaded
-                      : absl::StrCat("reload refused: ", reloaded.status().message()),
+        reloaded.ok() ? *reloaded : absl::StrCat("reload refused: ", reloaded.status().message()),
         "; ", serving_status()));
   }
   spdlog::info("received {}, shutting down", signal == SIGTERM ? "SIGTERM" : "SIGINT");

@@ -1,5 +1,4 @@
 #include "daemon/config/config.h"
-#include "daemon/config/json_syntax.h"
 
 #include <fstream>
 #include <cstdlib>
@@ -9,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "daemon/config/json_syntax.h"
 #include "google/protobuf/util/json_util.h"
 #include "gpukit/config/v1/daemon_config.pb.h"
 #include "runtime/base/status_macros.h"
@@ -465,9 +465,9 @@ absl::StatusOr<DaemonConfig> ResolveConfig(const CommandLine& flags) {
     if (!applied.ok()) {
       // "path:line: ..." where the field the message names is found.
       const std::optional<int> line = FindConfigErrorLine(text.str(), applied.status().message());
-      return absl::InvalidArgumentError(
-          absl::StrCat(*flags.config_path, line ? absl::StrCat(":", *line) : "", ": ",
-                       applied.status().message()));
+      return absl::InvalidArgumentError(absl::StrCat(*flags.config_path,
+                                                     line ? absl::StrCat(":", *line) : "", ": ",
+                                                     applied.status().message()));
     }
     config = *std::move(applied);
   }

@@ -548,11 +548,12 @@ TEST(JitConfigTest, KernelCacheDirFollowsTheConfigThenSystemdThenXdgThenHome) {
 
 INSTANTIATE_TEST_SUITE_P(
     Jit, RejectConfigJsonTest,
-    ::testing::Values(
-        RejectCase{"RelativeCacheDir", R"({"jit": {"cacheDir": "cache"}})", "jit.cacheDir"},
-        RejectCase{"OldArch", R"({"jit": {"cpuArch": "sm_70"}})", "jit.cpuArch"},
-        RejectCase{"NotAnArch", R"({"jit": {"cpuArch": "hopper"}})", "jit.cpuArch"},
-        RejectCase{"BadTimeout", R"({"jit": {"compileTimeout": "soon"}})", "jit.compileTimeout"}),
+    ::testing::Values(RejectCase{"RelativeCacheDir", R"({"jit": {"cacheDir": "cache"}})",
+                                 "jit.cacheDir"},
+                      RejectCase{"OldArch", R"({"jit": {"cpuArch": "sm_70"}})", "jit.cpuArch"},
+                      RejectCase{"NotAnArch", R"({"jit": {"cpuArch": "hopper"}})", "jit.cpuArch"},
+                      RejectCase{"BadTimeout", R"({"jit": {"compileTimeout": "soon"}})",
+                                 "jit.compileTimeout"}),
     [](const ::testing::TestParamInfo<RejectCase>& info) { return info.param.name; });
 
 INSTANTIATE_TEST_SUITE_P(
@@ -616,16 +617,13 @@ TEST(SchedulerConfigTest, PacingAnticipationDefaultAgreesAndAFileMaySetIt) {
   EXPECT_EQ(defaults.core.pacing_anticipation, absl::ZeroDuration());
   EXPECT_EQ(defaults.core.pacing_anticipation, CoreOptions{}.pacing_anticipation);
   GPUKIT_ASSERT_OK_AND_ASSIGN(
-      DaemonConfig set,
-      ApplyConfigJson(R"({"scheduler": {"pacingAnticipation": "2ms"}})", defaults));
+      DaemonConfig set, ApplyConfigJson(R"({"scheduler": {"pacingAnticipation": "2ms"}})", defaults));
   EXPECT_EQ(set.core.pacing_anticipation, absl::Milliseconds(2));
   GPUKIT_ASSERT_OK_AND_ASSIGN(
-      DaemonConfig off,
-      ApplyConfigJson(R"({"scheduler": {"pacingAnticipation": "0s"}})", defaults));
+      DaemonConfig off, ApplyConfigJson(R"({"scheduler": {"pacingAnticipation": "0s"}})", defaults));
   EXPECT_EQ(off.core.pacing_anticipation, absl::ZeroDuration());
-  EXPECT_THAT(
-      ApplyConfigJson(R"({"scheduler": {"pacingAnticipation": "-1ms"}})", defaults),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("scheduler.pacingAnticipation")));
+  EXPECT_THAT(ApplyConfigJson(R"({"scheduler": {"pacingAnticipation": "-1ms"}})", defaults),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("scheduler.pacingAnticipation")));
 }
 
 TEST(QosConfigTest, SliceLengthsDefaultAgreeAndAFileMaySetThem) {
@@ -642,13 +640,14 @@ TEST(QosConfigTest, SliceLengthsDefaultAgreeAndAFileMaySetThem) {
   EXPECT_EQ(set.qos.burstable_slice, absl::ZeroDuration());
   EXPECT_EQ(defaults.core.best_effort_sm_share, 1.0);
   EXPECT_EQ(defaults.core.best_effort_sm_share, CoreOptions{}.best_effort_sm_share);
-  GPUKIT_ASSERT_OK_AND_ASSIGN(
-      DaemonConfig shared, ApplyConfigJson(R"({"qos": {"bestEffortSmShare": 0.875}})", defaults));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(DaemonConfig shared,
+                              ApplyConfigJson(R"({"qos": {"bestEffortSmShare": 0.875}})", defaults));
   EXPECT_EQ(shared.core.best_effort_sm_share, 0.875);
-  for (const char* bad :
-       {R"({"qos": {"bestEffortSlice": "-1us"}})", R"({"qos": {"bestEffortSlice": "fast"}})",
-        R"({"qos": {"burstableSlice": "2s"}})", R"({"qos": {"bestEffortSmShare": 0}})",
-        R"({"qos": {"bestEffortSmShare": 1.5}})"}) {
+  for (const char* bad : {R"({"qos": {"bestEffortSlice": "-1us"}})",
+                          R"({"qos": {"bestEffortSlice": "fast"}})",
+                          R"({"qos": {"burstableSlice": "2s"}})",
+                          R"({"qos": {"bestEffortSmShare": 0}})",
+                          R"({"qos": {"bestEffortSmShare": 1.5}})"}) {
     EXPECT_THAT(ApplyConfigJson(bad, defaults),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("qos.")))
         << bad;
