@@ -260,9 +260,9 @@ int Run(int argc, char** argv) {
     // MONOTONIC_USEC: when the reload began, which systemd 253 and later ask for with it.
     timespec now{};
     clock_gettime(CLOCK_MONOTONIC, &now);
-    notifier->Notify(absl::StrCat("RELOADING=1\nMONOTONIC_USEC=",
-                                  int64_t{now.tv_sec} * 1000000 + now.tv_nsec / 1000,
-                                  "\nSTATUS=reloading the configuration"));
+    notifier->Notify(absl::StrCat(
+        "RELOADING=1\nMONOTONIC_USEC=", int64_t{now.tv_sec} * 1000000 + now.tv_nsec / 1000,
+        "\nSTATUS=reloading the configuration"));
     absl::StatusOr<std::string> reloaded = reloader.Reload();
     notifier->Notify(absl::StrCat(
         "READY=1\nSTATUS=",
