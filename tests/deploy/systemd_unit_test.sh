@@ -2,10 +2,9 @@
 # Checks deploy/gpukitd.service with `systemd-analyze verify` and deploy/gpukit.sysusers.conf
 # with `systemd-sysusers` into a scratch root. Exits 77 (CTest: skipped) with a message when
 # the tools are missing.
-#   tests/deploy/systemd_unit_test.sh SOURCE_DIR GPUKITD_PATH
+#   tests/deploy/systemd_unit_test.sh SOURCE_DIR
 set -euo pipefail
 SOURCE_DIR="$1"
-GPUKITD="$2"
 for tool in systemd-analyze systemd-sysusers; do
   if ! command -v "$tool" >/dev/null; then
     echo "SKIPPED: $tool is not installed (Debian: systemd)"
@@ -15,8 +14,9 @@ done
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 
-# verify checks that ExecStart's program exists: point it at the build's gpukitd.
-sed "s|/usr/local/bin/gpukitd|$GPUKITD|" "$SOURCE_DIR/deploy/gpukitd.service" \
+# verify checks that ExecStart's program exists, which /usr/local/bin/gpukitd need not here:
+# point it at a program that does (the unit's settings are what is checked).
+sed "s|/usr/local/bin/gpukitd|/bin/true|" "$SOURCE_DIR/deploy/gpukitd.service" \
   >"$scratch/gpukitd.service"
 if ! out="$(systemd-analyze verify "$scratch/gpukitd.service" 2>&1)"; then
   echo "FAIL: systemd-analyze verify:"; echo "$out"; exit 1
