@@ -1,9 +1,13 @@
-// gpukitd: parses flags, wires the layers together and serves until SIGTERM or SIGINT.
+// gpukitd: parses flags, wires the layers together and serves until SIGTERM or SIGINT; SIGHUP
+// reloads the --config file (daemon/config/reload.h). Under systemd (Type=notify) it says when
+// it is ready, reloading and stopping, and feeds the watchdog while healthy
+// (daemon/systemd/).
 #include <malloc.h>
 #include <unistd.h>
 
 #include <csignal>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <iostream>
 
@@ -11,11 +15,14 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/config/config.h"
+#include "daemon/config/reload.h"
 #include "daemon/core/core.h"
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/metrics/metrics_server.h"
 #include "daemon/metrics/rpc_metrics.h"
 #include "daemon/server.h"
+#include "daemon/systemd/service_notifier.h"
+#include "daemon/systemd/watchdog.h"
 #include "grpc/grpc.h"
 #include "runtime/base/default_address.h"
 #include "runtime/base/units.h"
@@ -132,12 +139,18 @@ int Run(int argc, char** argv) {
   spdlog::set_level(spdlog::level::from_str(config->log_level));
   if (config->listen.empty()) config->listen.push_back(gpukit::DefaultListenAddress());
 
-  // Block the stop signals in every thread; the main thread takes them with sigwait.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // Block the signals gpukitd acts on in every thread, before any thread starts: the main
+  // thread takes them with sigwait, so no signal handler runs at all (nothing in gpukitd
+  // has to be async-signal-safe) and a reload runs as ordinary code on the main thread.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // Without $NOTIFY_SOCKET (not run by systemd as Type=notify) each Notify does nothing.
+  std::unique_ptr<gpukit::SystemdNotifier> notifier = gpukit::SystemdNotifier::Create();
+  notifier->Notify("STATUS=starting");
 
   // Hold a gRPC library reference for the life of the process. Without it the last one goes
   // in ~grpc::Server, whose grpc_shutdown joins gRPC's executor threads; after a large
@@ -190,6 +203,11 @@ int Run(int argc, char** argv) {
                  gpukit::FormatBytes(p.memory_total_bytes));
   }
 
+  notifier->Notify(absl::StrCat(
+      "STATUS=backend ",
+      devices->empty() ? std::string("none")
+                       : std::string(gpukit::BackendName((*devices)[0]->properties().backend)),
+      ": ", devices->size(), " device(s) up; starting the server"));
   gpukit::SystemClock clock;
   auto core = gpukit::Core::Create(clock, *std::move(devices), config->core, jit);
   if (!core.ok()) return Fail(core.status());
@@ -225,10 +243,55 @@ int Run(int argc, char** argv) {
   auto server = gpukit::Server::Start(**core, clock, server_options);
   if (!server.ok()) return Fail(server.status());
   spdlog::info("gpukitd ready");
+  gpukit::Server& serving = **server;
+  gpukit::Core& running_core = **core;
+  auto serving_status = [&serving, &running_core] {
+    return absl::StrCat("serving on ", serving.addresses().size(), " address(es); ",
+                        running_core.session_count(), " session(s)");
+  };
+  notifier->Notify(absl::StrCat("READY=1\nSTATUS=", serving_status()));
+
+  std::unique_ptr<gpukit::Watchdog> watchdog;
+  if (std::optional<absl::Duration> interval = gpukit::SystemdNotifier::WatchdogInterval()) {
+    gpukit::WatchdogOptions watchdog_options;
+    watchdog_options.interval = *interval;
+    // Healthy: the core's locks can be taken and gRPC answers a health check through the
+    // server, within half the interval (watchdog.h).
+    watchdog_options.probe = [&serving, &running_core, deadline = *interval / 2] {
+      running_core.CheckLiveness();
+      return serving.CheckServing(deadline);
+    };
+    watchdog_options.status_line = serving_status;
+    absl::StatusOr<std::unique_ptr<gpukit::Watchdog>> started =
+        gpukit::Watchdog::Start(*notifier, watchdog_options);
+    if (!started.ok()) return Fail(started.status());
+    watchdog = *std::move(started);
+    spdlog::info("systemd watchdog: {}, pinged every {} while healthy",
+                 absl::FormatDuration(*interval), absl::FormatDuration(*interval / 2));
+  }
+
+  // SIGHUP's reload. The targets other parts of gpukitd register go here (reload.h).
+  gpukit::ReloadTargets reload_targets;
+  gpukit::ConfigReloader reloader(running_core, *flags, *config, std::move(reload_targets));
 
   int signal = 0;
-  sigwait(&stop_signals, &signal);
+  while (sigwait(&signals, &signal) == 0 && signal == SIGHUP) {
+    spdlog::info("received SIGHUP, reloading the configuration");
+    // MONOTONIC_USEC: when the reload began, which systemd 253 and later ask for with it.
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    notifier->Notify(absl::StrCat(
+        "RELOADING=1\nMONOTONIC_USEC=", int64_t{now.tv_sec} * 1000000 + now.tv_nsec / 1000,
+        "\nSTATUS=reloading the configuration"));
+    absl::StatusOr<std::string> reloaded = reloader.Reload();
+    notifier->Notify(absl::StrCat(
+        "READY=1\nSTATUS=",
+        reloaded.ok() ? *reloaded : absl::StrCat("reload refused: ", reloaded.status().message()),
+        "; ", serving_status()));
+  }
   spdlog::info("received {}, shutting down", signal == SIGTERM ? "SIGTERM" : "SIGINT");
+  notifier->Notify("STOPPING=1\nSTATUS=shutting down");
+  if (watchdog != nullptr) watchdog->Stop();
   (*server)->Shutdown();
   if (metrics_server != nullptr) metrics_server->Stop();
   (*core)->CloseAllSessions();

@@ -12,6 +12,7 @@
 #include "daemon/metrics/rpc_interceptor.h"
 #include "daemon/service/convert.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "spdlog/spdlog.h"
 #include <sys/socket.h>
@@ -145,6 +146,45 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(Core& core, const Clock& c
   server->reaper_ =
       std::thread([s = server.get(), interval = options.reap_interval] { s->ReapLoop(interval); });
   return server;
+}
+
+absl::Status Server::CheckServing(absl::Duration deadline) {
+  if (server_ == nullptr) return absl::UnavailableError("the gRPC server is not running");
+  grpc::GenericStub stub(server_->InProcessChannel(grpc::ChannelArguments()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(deadline));
+  grpc::CompletionQueue cq;
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  // An empty HealthCheckRequest (service "": the whole server) is zero bytes.
+  grpc::Slice empty("");
+  grpc::ByteBuffer request(&empty, 1);
+  std::unique_ptr<grpc::GenericClientAsyncResponseReader> call =
+      stub.PrepareUnaryCall(&context, "/grpc.health.v1.Health/Check", request, &cq);
+  call->StartCall();
+  call->Finish(&response, &status, &cq);
+  void* tag = nullptr;
+  bool ok = false;
+  cq.Next(&tag, &ok);  // the call's deadline bounds it
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  if (!status.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                        absl::StrCat("health check: ", status.error_message()));
+  }
+  // HealthCheckResponse{status: SERVING (1)} is field 1, varint 1.
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (response.Dump(&slices).ok()) {
+    for (const grpc::Slice& slice : slices) {
+      bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+    }
+  }
+  if (bytes != std::string("\x08\x01", 2)) {
+    return absl::UnavailableError("health check: the server does not answer SERVING");
+  }
+  return absl::OkStatus();
 }
 
 void Server::ReapLoop(absl::Duration interval) {

@@ -84,6 +84,13 @@ class Server {
 
   const std::vector<std::string>& addresses() const { return addresses_; }
 
+  // For the service manager's watchdog (daemon/systemd/watchdog.h): one grpc.health.v1 Check
+  // through the server itself, on an in-process channel (so neither a socket nor credentials
+  // are involved), answered only while gRPC's threads and completion queues run. OK when it
+  // answers SERVING within `deadline`; else UNAVAILABLE (or gRPC's code) with gRPC's message.
+  // Call between Start and Shutdown only (the watchdog stops before Shutdown).
+  absl::Status CheckServing(absl::Duration deadline);
+
  private:
   Server(Core& core, const Clock& clock, const ServerOptions& options);
   void ReapLoop(absl::Duration interval);

@@ -12,6 +12,7 @@ PACKAGES=(
   pybind11-dev python3-dev
   libseccomp-dev
   libcpp-httplib-dev
+  libsystemd-dev nlohmann-json3-dev
 )
 
 SUDO=""

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "daemon/config/json_syntax.h"
 #include "google/protobuf/util/json_util.h"
 #include "gpukit/config/v1/daemon_config.pb.h"
 #include "runtime/base/status_macros.h"
@@ -478,10 +479,18 @@ absl::StatusOr<DaemonConfig> ResolveConfig(const CommandLine& flags) {
     }
     std::stringstream text;
     text << file.rdbuf();
+    // Syntax first, with the parser's position: "path:line:column: ..." (json_syntax.h).
+    if (std::optional<JsonSyntaxError> syntax = FindJsonSyntaxError(text.str())) {
+      return absl::InvalidArgumentError(absl::StrCat(*flags.config_path, ":", syntax->line, ":",
+                                                     syntax->column, ": ", syntax->message));
+    }
     absl::StatusOr<DaemonConfig> applied = ApplyConfigJson(text.str(), std::move(config));
     if (!applied.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(*flags.config_path, ": ", applied.status().message()));
+      // "path:line: ..." where the field the message names is found.
+      const std::optional<int> line = FindConfigErrorLine(text.str(), applied.status().message());
+      return absl::InvalidArgumentError(absl::StrCat(*flags.config_path,
+                                                     line ? absl::StrCat(":", *line) : "", ": ",
+                                                     applied.status().message()));
     }
     config = *std::move(applied);
   }

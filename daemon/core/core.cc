@@ -712,6 +712,13 @@ std::vector<SessionSummary> Core::ListSessions() const {
   return list;
 }
 
+void Core::CheckLiveness() {
+  { absl::MutexLock lock(&partitions_mu_); }
+  { absl::MutexLock lock(&pipelines_mu_); }
+  scheduler_->session_count();
+  sessions_.count();
+}
+
 std::vector<TenantUsage> Core::ListTenants() const { return scheduler_->ListTenants(); }
 
 std::vector<DeviceSummary> Core::ListDevices() const {

@@ -386,6 +386,11 @@ class Core {
   std::vector<TenantUsage> ListTenants() const;
   std::vector<DeviceSummary> ListDevices() const;
   int session_count() const { return sessions_.count(); }
+  // For the service manager's watchdog (daemon/systemd/watchdog.h): takes and releases, in
+  // their order, the locks that requests take (partition and session opening, pipelines, the
+  // scheduler's, the session table's). Returns once it has had each; blocks while one is
+  // held, forever if gpukitd is deadlocked, which is what the watchdog is there to notice.
+  void CheckLiveness();
   int64_t array_count() const;
   absl::string_view backend() const;
   const Device& device(int index) const { return *devices_[index].device; }

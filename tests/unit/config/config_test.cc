@@ -403,13 +403,23 @@ TEST(ResolveConfigTest, MissingFileIsNotFoundNamingIt) {
                                              HasSubstr("cannot read --config file " + path)));
 }
 
-TEST(ResolveConfigTest, InvalidFileIsInvalidArgumentPrefixedWithItsPath) {
+TEST(ResolveConfigTest, InvalidFileIsInvalidArgumentPrefixedWithItsPathAndLine) {
   ScopedTempDir dir;
-  const std::string path = dir.WriteFile("bad.json", R"({"limits": {"maxArraySize": "huge"}})");
+  const std::string path =
+      dir.WriteFile("bad.json", "{\n  \"limits\": {\n    \"maxArraySize\": \"huge\"\n  }\n}\n");
+  GPUKIT_ASSERT_OK_AND_ASSIGN(CommandLine flags, Parse({"--config", path.c_str()}));
+  EXPECT_THAT(ResolveConfig(flags), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             ::testing::AllOf(HasSubstr(path + ":3: "),
+                                                              HasSubstr("limits.maxArraySize"))));
+}
+
+TEST(ResolveConfigTest, MalformedFileNamesItsLineAndColumn) {
+  ScopedTempDir dir;
+  const std::string path = dir.WriteFile("bad.json", "{\n  \"logLevel\" \"debug\"\n}\n");
   GPUKIT_ASSERT_OK_AND_ASSIGN(CommandLine flags, Parse({"--config", path.c_str()}));
   EXPECT_THAT(ResolveConfig(flags),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       ::testing::AllOf(HasSubstr(path + ": "), HasSubstr("limits.maxArraySize"))));
+                       ::testing::AllOf(HasSubstr(path + ":2:"), HasSubstr("expected ':'"))));
 }
 
 TEST(ResolveConfigTest, EmptyFileIsInvalid) {

@@ -248,6 +248,15 @@ TEST_F(ServerThreadsTest, StreamsWaitingForTheDeviceDoNotStallOtherStreams) {
   }
 }
 
+// What systemd's watchdog probe asks (daemon/systemd/watchdog.h): the core's locks are free
+// and gRPC answers its health check through the server, until the server shuts down.
+TEST_F(ServerThreadsTest, HealthProbeAnswersUntilShutdown) {
+  core_->CheckLiveness();
+  EXPECT_THAT(server_->CheckServing(absl::Seconds(10)), IsOk());
+  server_->Shutdown();
+  EXPECT_THAT(server_->CheckServing(absl::Seconds(10)), StatusIs(absl::StatusCode::kUnavailable));
+}
+
 TEST(ServerOptionsTest, MaxThreadsBelowTwoIsRefused) {
   FakeClock clock;
   std::vector<std::unique_ptr<Device>> devices;
