@@ -202,6 +202,11 @@ int Run(int argc, char** argv) {
   server_options.listen = config->listen;
   server_options.version = GPUKIT_VERSION_STRING;
   server_options.max_threads = config->server_max_threads;
+  if (config->access.has_value()) {
+    auto policy = gpukit::AccessPolicy::Create(geteuid(), *config->access);
+    if (!policy.ok()) return Fail(policy.status());
+    server_options.access_policy = *std::move(policy);
+  }
   auto server = gpukit::Server::Start(**core, clock, server_options);
   if (!server.ok()) return Fail(server.status());
   spdlog::info("gpukitd ready");

@@ -56,7 +56,10 @@ absl::StatusOr<std::string> PrepareUnixSocket(absl::string_view address) {
 
 Server::Server(Core& core, const Clock& clock, const ServerOptions& options)
     : core_(core),
-      guard_(core, peers_, AccessPolicy(options.admin_uid.value_or(geteuid()))),
+      guard_(core, peers_,
+             options.access_policy != nullptr
+                 ? options.access_policy
+                 : std::make_shared<const AccessPolicy>(static_cast<uint32_t>(geteuid()))),
       stream_workers_(options.max_threads, options.stream_worker_idle_timeout),
       session_service_(core, guard_),
       array_service_(core, guard_, stream_workers_),
@@ -134,8 +137,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(Core& core, const Clock& c
     }
     spdlog::info("listening on {}", server->addresses_.back());
   }
-  spdlog::info("sessions belong to their opener; admins: local callers with uid 0 or {}",
-               server->guard_.policy().daemon_uid());
+  const std::shared_ptr<const AccessPolicy> policy = server->guard_.policy();
+  spdlog::info(
+      "sessions belong to their opener; admins: local callers with uid 0 or {}{}; tenants: {}",
+      policy->daemon_uid(), policy->configured() ? " and those access names" : "",
+      policy->configured() ? "from access, else uid-<uid>" : "uid-<uid> for each local uid");
   server->reaper_ =
       std::thread([s = server.get(), interval = options.reap_interval] { s->ReapLoop(interval); });
   return server;

@@ -116,6 +116,27 @@ absl::StatusOr<PartitionSpec> PartitionFromConfig(
   return spec;
 }
 
+absl::StatusOr<AccessRules> AccessFromConfig(const gpukit::config::v1::Access& in) {
+  AccessRules rules;
+  rules.uid_tenants.insert(in.uids().begin(), in.uids().end());
+  rules.gid_tenants.insert(in.gids().begin(), in.gids().end());
+  for (int i = 0; i < in.tenants_size(); ++i) {
+    const auto& tenant = in.tenants(i);
+    if (!rules.tenant_partitions
+             .emplace(tenant.name(), std::vector<std::string>(tenant.partitions().begin(),
+                                                              tenant.partitions().end()))
+             .second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("access.tenants[", i, "]: tenant \"", tenant.name(), "\" is listed twice"));
+    }
+  }
+  rules.admin_uids.insert(in.admin_uids().begin(), in.admin_uids().end());
+  rules.admin_gids.insert(in.admin_gids().begin(), in.admin_gids().end());
+  // The names' rule is the policy's own.
+  GPUKIT_RETURN_IF_ERROR(AccessPolicy::Create(0, rules).status());
+  return rules;
+}
+
 }  // namespace
 
 absl::string_view EmbeddedDefaultConfigJson() { return kDefaultConfig; }
@@ -379,6 +400,9 @@ absl::StatusOr<DaemonConfig> ApplyConfigJson(absl::string_view json, DaemonConfi
                        " must be >= 2: one thread waits for requests while the others run them"));
     }
     config.server_max_threads = file.server().max_threads();
+  }
+  if (file.has_access()) {
+    GPUKIT_ASSIGN_OR_RETURN(config.access, AccessFromConfig(file.access()));
   }
   return config;
 }

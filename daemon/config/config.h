@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "daemon/core/core.h"
+#include "daemon/session/access_policy.h"
 #include "runtime/jit/jit_compiler.h"
 #include "runtime/device_factory.h"
 
@@ -45,6 +46,9 @@ struct DaemonConfig {
     absl::Duration best_effort_slice = absl::Microseconds(100);
     absl::Duration burstable_slice = absl::Microseconds(500);
   } qos;
+  // access: who callers are and what they may do; nullopt when the file has no `access`
+  // block (the default policy, AccessPolicy's header).
+  std::optional<AccessRules> access;
 };
 
 // The kernel cache directory for jit.cacheDir = `configured`: "" for "none" (memory only),

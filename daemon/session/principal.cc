@@ -17,21 +17,4 @@ std::string Principal::Describe() const {
   return absl::StrCat("unidentified peer=", absl::CHexEscape(address));
 }
 
-bool AccessPolicy::IsAdmin(const Principal& caller) const {
-  return caller.local() && (caller.uid == 0 || caller.uid == daemon_uid_);
-}
-
-bool AccessPolicy::MayUseSession(const Principal& caller, const Principal& owner) const {
-  if (IsAdmin(caller)) return true;
-  if (caller.local()) return owner.local() && owner.uid == caller.uid;
-  // Over TCP the session id is the capability (see the header).
-  if (caller.network()) return owner.network();
-  return false;
-}
-
-bool AccessPolicy::MaySeeSession(const Principal& caller, const Principal& owner) const {
-  if (IsAdmin(caller)) return true;
-  return caller.local() && owner.local() && owner.uid == caller.uid;
-}
-
 }  // namespace gpukit

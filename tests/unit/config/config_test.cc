@@ -7,6 +7,7 @@
 #include <functional>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -223,6 +224,53 @@ INSTANTIATE_TEST_SUITE_P(
         RejectCase{"NegativeStreams", R"({"streamsPerPartition": -2})",
                    "streamsPerPartition = -2 must be > 0"}),
     [](const ::testing::TestParamInfo<RejectCase>& info) { return info.param.name; });
+
+// ---- access: tenants and roles ----
+
+TEST(AccessConfigTest, AbsentMeansTheDefaultPolicy) {
+  EXPECT_FALSE(EmbeddedDefault().access.has_value());
+  GPUKIT_ASSERT_OK_AND_ASSIGN(DaemonConfig empty,
+                              ApplyConfigJson(R"({"access": {}})", EmbeddedDefault()));
+  ASSERT_TRUE(empty.access.has_value()) << "an empty block is configured, with no rule";
+  EXPECT_TRUE(empty.access->uid_tenants.empty());
+  EXPECT_TRUE(empty.access->tenant_partitions.empty());
+}
+
+TEST(AccessConfigTest, MapsUidsGidsTenantsAndAdmins) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(DaemonConfig config, ApplyConfigJson(R"({"access": {
+      "uids": {"1000": "vision", "1001": "speech"},
+      "gids": {"2000": "research"},
+      "tenants": [{"name": "vision", "partitions": ["gpu-a", "default"]},
+                  {"name": "guests", "partitions": []}],
+      "adminUids": [1005], "adminGids": [3000, 3001]}})",
+                                                                   EmbeddedDefault()));
+  ASSERT_TRUE(config.access.has_value());
+  const AccessRules& rules = *config.access;
+  EXPECT_EQ(rules.uid_tenants.at(1000), "vision");
+  EXPECT_EQ(rules.uid_tenants.at(1001), "speech");
+  EXPECT_EQ(rules.gid_tenants.at(2000), "research");
+  EXPECT_THAT(rules.tenant_partitions.at("vision"), ElementsAre("gpu-a", "default"));
+  EXPECT_THAT(rules.tenant_partitions.at("guests"), IsEmpty());
+  EXPECT_TRUE(rules.admin_uids.contains(1005));
+  EXPECT_EQ(rules.admin_gids.size(), 2u);
+}
+
+TEST(AccessConfigTest, BadEntriesAreRefusedNamingThem) {
+  for (const auto& [json, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"access": {"uids": {"1000": "a b"}}})", "access.uids[\"1000\"]"},
+           {R"({"access": {"gids": {"7": ""}}})", "access.gids[\"7\"]"},
+           {R"({"access": {"uids": {"alice": "x"}}})", "configuration is not valid"},
+           {R"({"access": {"tenants": [{"name": "x"}, {"name": "x"}]}})",
+            "access.tenants[1]: tenant \"x\" is listed twice"},
+           {R"({"access": {"tenants": [{"name": "x", "partitions": ["a/b"]}]}})",
+            "access.tenants[\"x\"].partitions[]"},
+           {R"({"access": {"adminUids": [-1]}})", "configuration is not valid"},
+           {R"({"access": {"admins": [0]}})", "admins"}}) {
+    EXPECT_THAT(ApplyConfigJson(json, EmbeddedDefault()),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(field)))
+        << json;
+  }
+}
 
 // ---- Listen addresses ----
 

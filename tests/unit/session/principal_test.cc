@@ -1,9 +1,10 @@
-// Who may use and see a session (daemon/session/principal.h): the rule as a table of
+// Who may use and see a session (daemon/session/access_policy.h): the rule as a table of
 // (caller, owner) rows, with gpukitd running as uid 500.
 #include "daemon/session/principal.h"
 
 #include <string>
 
+#include "daemon/session/access_policy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -67,7 +68,7 @@ INSTANTIATE_TEST_SUITE_P(
         AccessCase{"TcpOnRootSession", kTcpA, kRoot, false, false},
         // A root uid claimed over TCP means nothing: TCP callers have no uid.
         AccessCase{"TcpWithUidZeroFieldOnRootSession",
-                   Principal{Principal::Kind::kNetwork, 0, 0, 0, "ipv4:1.2.3.4:5"}, kRoot, false,
+                   Principal{Principal::Kind::kNetwork, 0, 0, 0, "ipv4:1.2.3.4:5", {}}, kRoot, false,
                    false},
         // Unidentified callers use and see nothing, not even their own sessions.
         AccessCase{"UnidentifiedOnOwnSession", kNobody, kNobody, false, false},
@@ -81,8 +82,8 @@ TEST(AccessPolicy, AdminsAreLocalRootAndTheDaemonsUid) {
   EXPECT_TRUE(policy.IsAdmin(kDaemonUser));
   EXPECT_FALSE(policy.IsAdmin(kAlice));
   EXPECT_FALSE(policy.IsAdmin(kTcpA));
-  EXPECT_FALSE(policy.IsAdmin(Principal{Principal::Kind::kNetwork, 0, 0, 0, "ipv4:1.2.3.4:5"}));
-  EXPECT_FALSE(policy.IsAdmin(Principal{Principal::Kind::kUnidentified, 0, 0, 0, ""}));
+  EXPECT_FALSE(policy.IsAdmin(Principal{Principal::Kind::kNetwork, 0, 0, 0, "ipv4:1.2.3.4:5", {}}));
+  EXPECT_FALSE(policy.IsAdmin(Principal{Principal::Kind::kUnidentified, 0, 0, 0, "", {}}));
   // A daemon running as root has root as its only admin uid.
   EXPECT_FALSE(AccessPolicy(0).IsAdmin(kDaemonUser));
 }
