@@ -108,8 +108,10 @@ struct ClientOptions {
   // gRPC target: "unix:///path.sock" or "host:port". Empty: $GPUKIT_ADDR, else the
   // default socket (see gpukitd --help).
   std::string address;
-  // Tenant the session acts for (1-63 of [A-Za-z0-9._-]).
-  std::string tenant = "default";
+  // Tenant the session acts for (1-63 of [A-Za-z0-9._-]). Empty (the default): the
+  // caller's own, which gpukitd derives from its uid and groups (docs/security.md); only
+  // admins may name another. Over TCP a tenant must be named.
+  std::string tenant;
   // Partition; empty: "default".
   std::string partition;
   ResourceRequirements resources;
