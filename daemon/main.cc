@@ -5,7 +5,9 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -26,6 +28,17 @@ namespace {
 int Fail(const absl::Status& status) {
   spdlog::critical("{}", std::string(status.message()));
   return 1;
+}
+
+// A PEM file of access.tls; NOT_FOUND naming it when it cannot be read.
+absl::StatusOr<std::string> ReadPemFile(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  if (file) text << file.rdbuf();
+  if (!file || text.str().empty()) {
+    return absl::NotFoundError(absl::StrCat("cannot read access.tls file ", path));
+  }
+  return text.str();
 }
 
 // The NVRTC JIT compiler, or null (with a warning) when NVRTC is missing: the daemon still
@@ -202,6 +215,16 @@ int Run(int argc, char** argv) {
   server_options.listen = config->listen;
   server_options.version = GPUKIT_VERSION_STRING;
   server_options.max_threads = config->server_max_threads;
+  for (const auto& [path, pem] : {std::pair<const std::string&, std::string&>{
+                                      config->tcp.cert_file, server_options.tcp.cert_pem},
+                                  {config->tcp.key_file, server_options.tcp.key_pem},
+                                  {config->tcp.client_ca_file, server_options.tcp.client_ca_pem}}) {
+    if (path.empty()) continue;
+    absl::StatusOr<std::string> text = ReadPemFile(path);
+    if (!text.ok()) return Fail(text.status());
+    pem = *std::move(text);
+  }
+  server_options.tcp.insecure = config->tcp.insecure;
   if (config->access.has_value()) {
     auto policy = gpukit::AccessPolicy::Create(geteuid(), *config->access);
     if (!policy.ok()) return Fail(policy.status());

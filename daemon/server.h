@@ -47,6 +47,17 @@ struct ServerOptions {
   // 1.01-1.03x, and RunOp 126 us instead of 161-178 us (docs/notes/rpc_latency.md).
   // Idle pollers cost a thread each and no CPU.
   int sync_server_max_pollers = 4;
+  // How TCP addresses are served; unix sockets are not affected. With cert_pem and key_pem,
+  // TLS (and with client_ca_pem, client certificates signed by it are required). Without
+  // them, Start fails with FAILED_PRECONDITION for a TCP address, unless `insecure` is set
+  // and the address is a loopback one (127.0.0.0/8, [::1], localhost); `insecure` with any
+  // other address fails too, so bearer tokens never cross a network in clear text.
+  struct TcpSecurity {
+    std::string cert_pem;
+    std::string key_pem;
+    std::string client_ca_pem;
+    bool insecure = false;
+  } tcp;
   // Who may do what (daemon/session/access_policy.h). Null: the default policy with
   // gpukitd's effective uid as the admin uid besides root.
   std::shared_ptr<const AccessPolicy> access_policy;
@@ -117,6 +128,9 @@ class Server {
 // FAILED_PRECONDITION if another process is listening there. Returns the path ("" for
 // TCP addresses).
 absl::StatusOr<std::string> PrepareUnixSocket(absl::string_view address);
+
+// Whether a "host:port" address is a loopback one: 127.0.0.0/8, [::1] or localhost.
+bool IsLoopbackAddress(absl::string_view address);
 
 }  // namespace gpukit
 

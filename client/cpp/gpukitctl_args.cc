@@ -124,6 +124,11 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, const char* const* argv) 
         return absl::InvalidArgumentError(
             absl::StrCat("output format \"", *v, "\" is not table or json"));
       }
+    } else if (arg == "--token" || arg == "--tls-ca") {
+      absl::StatusOr<std::string> v = next();
+      if (!v.ok()) return v.status();
+      if (v->empty()) return absl::InvalidArgumentError(absl::StrCat(arg, " is empty"));
+      (arg == "--token" ? line.global.token : line.global.tls_ca_file) = *v;
     } else if (arg == "--timeout") {
       absl::StatusOr<std::string> v = next();
       if (!v.ok()) return v.status();

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -132,7 +133,16 @@ absl::StatusOr<AccessRules> AccessFromConfig(const gpukit::config::v1::Access& i
   }
   rules.admin_uids.insert(in.admin_uids().begin(), in.admin_uids().end());
   rules.admin_gids.insert(in.admin_gids().begin(), in.admin_gids().end());
-  // The names' rule is the policy's own.
+  for (int i = 0; i < in.tokens_size(); ++i) {
+    const auto& token = in.tokens(i);
+    std::string hash = absl::AsciiStrToLower(token.sha256());
+    if (!rules.tokens.emplace(hash, AccessRules::TokenGrant{token.tenant(), token.admin()})
+             .second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("access.tokens[", i, "]: the same sha256 is listed twice"));
+    }
+  }
+  // The names' and hashes' rules are the policy's own.
   GPUKIT_RETURN_IF_ERROR(AccessPolicy::Create(0, rules).status());
   return rules;
 }
@@ -403,6 +413,16 @@ absl::StatusOr<DaemonConfig> ApplyConfigJson(absl::string_view json, DaemonConfi
   }
   if (file.has_access()) {
     GPUKIT_ASSIGN_OR_RETURN(config.access, AccessFromConfig(file.access()));
+    const auto& tls = file.access().tls();
+    if (tls.cert_file().empty() != tls.key_file().empty() ||
+        (!tls.client_ca_file().empty() && tls.cert_file().empty())) {
+      return absl::InvalidArgumentError(
+          "access.tls needs both certFile and keyFile (and clientCaFile only with them)");
+    }
+    config.tcp.cert_file = tls.cert_file();
+    config.tcp.key_file = tls.key_file();
+    config.tcp.client_ca_file = tls.client_ca_file();
+    config.tcp.insecure = file.access().insecure_tcp();
   }
   return config;
 }
@@ -438,6 +458,8 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, const char* const* argv) 
       GPUKIT_RETURN_IF_ERROR(ParseBackendChoice(*flags.backend).status());
     } else if (name == "--config") {
       GPUKIT_ASSIGN_OR_RETURN(flags.config_path, take_value());
+    } else if (name == "--insecure-tcp") {
+      flags.insecure_tcp = true;
     } else if (name == "--log-level") {
       GPUKIT_ASSIGN_OR_RETURN(flags.log_level, take_value());
       GPUKIT_RETURN_IF_ERROR(CheckLogLevel(*flags.log_level));
@@ -463,6 +485,8 @@ Flags:
                            else the CPU simulation backend).
   --config FILE            JSON configuration (see --print-default-config); flags override it.
   --log-level LEVEL        trace, debug, info (default), warn, error, critical or off.
+  --insecure-tcp           Serve TCP addresses without TLS (loopback addresses only; for
+                           tests). Without it a TCP address needs access.tls.
   --print-default-config   Print the embedded default configuration and exit.
   --version                Print the version and exit.
   --help                   Print this help and exit.
@@ -491,6 +515,7 @@ absl::StatusOr<DaemonConfig> ResolveConfig(const CommandLine& flags) {
     GPUKIT_ASSIGN_OR_RETURN(config.backend, ParseBackendChoice(*flags.backend));
   }
   if (flags.log_level.has_value()) config.log_level = *flags.log_level;
+  if (flags.insecure_tcp) config.tcp.insecure = true;
   return config;
 }
 

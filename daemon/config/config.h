@@ -49,6 +49,13 @@ struct DaemonConfig {
   // access: who callers are and what they may do; nullopt when the file has no `access`
   // block (the default policy, AccessPolicy's header).
   std::optional<AccessRules> access;
+  // access.tls and access.insecureTcp (or --insecure-tcp): how TCP addresses are served.
+  struct TcpSecurity {
+    std::string cert_file;       // PEM; with key_file, TLS
+    std::string key_file;        // PEM
+    std::string client_ca_file;  // PEM; set: client certificates are required
+    bool insecure = false;       // no TLS, loopback addresses only
+  } tcp;
 };
 
 // The kernel cache directory for jit.cacheDir = `configured`: "" for "none" (memory only),
@@ -68,6 +75,7 @@ struct CommandLine {
   std::optional<std::string> backend;
   std::optional<std::string> config_path;
   std::optional<std::string> log_level;
+  bool insecure_tcp = false;  // --insecure-tcp
   bool help = false;
   bool version = false;
   bool print_default_config = false;

@@ -40,8 +40,15 @@
 
 namespace gpukit::service {
 
-// The Principal for a transport peer string (ServerContext::peer()). Pure but for `peers`.
-Principal PrincipalOfPeer(absl::string_view peer, const PeerTable& peers);
+// The lowercase hex SHA-256 of the token in an "authorization: Bearer <token>" value ("" when
+// `authorization` is not of that form). Pure; O(token length).
+std::string BearerTokenHash(absl::string_view authorization);
+
+// The Principal for a transport peer string (ServerContext::peer()) and the request's
+// authorization metadata (read only for TCP peers; local identity is the socket's). Pure but
+// for `peers`.
+Principal PrincipalOfPeer(absl::string_view peer, const PeerTable& peers,
+                          absl::string_view authorization = "");
 
 class AccessGuard {
  public:
@@ -51,8 +58,9 @@ class AccessGuard {
 
   // Who sent the request. O(1).
   Principal Caller(const grpc::ServerContextBase& context) const;
-  // OK if the caller may name `session_id`; NOT_FOUND as for an unknown session otherwise
-  // (and for an unknown, closed or expired one). Does not renew the session's lease. O(1).
+  // OK if the caller may name `session_id`; UNAUTHENTICATED for a TCP caller without a valid
+  // token (whatever the id); NOT_FOUND as for an unknown session otherwise (and for an
+  // unknown, closed or expired one). Does not renew the session's lease. O(1).
   grpc::Status CheckSession(grpc::ServerContextBase* context, absl::string_view session_id) const;
   // OK if the caller is an admin; PERMISSION_DENIED naming `rpc` ("CreatePartition")
   // otherwise, logged with the caller. O(1).

@@ -49,16 +49,45 @@ absl::StatusOr<std::shared_ptr<const AccessPolicy>> AccessPolicy::Create(uint32_
       }
     }
   }
+  for (const auto& [hash, grant] : rules.tokens) {
+    if (hash.size() != 64 || !std::all_of(hash.begin(), hash.end(), [](char c) {
+          return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+        })) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("access.tokens[].sha256 = \"", absl::CHexEscape(hash.substr(0, 80)),
+                       "\" must be 64 lowercase hex digits (sha256sum of the token)"));
+    }
+    if (absl::Status s = CheckName(
+            grant.tenant, absl::StrCat("access.tokens[\"", hash.substr(0, 12), "...\"].tenant"));
+        !s.ok()) {
+      return s;
+    }
+  }
   return std::shared_ptr<const AccessPolicy>(new AccessPolicy(daemon_uid, std::move(rules)));
 }
 
+const AccessRules::TokenGrant* AccessPolicy::TokenOf(const Principal& caller) const {
+  if (!caller.network() || caller.token_sha256.empty()) return nullptr;
+  auto it = rules_.tokens.find(caller.token_sha256);
+  return it == rules_.tokens.end() ? nullptr : &it->second;
+}
+
+bool AccessPolicy::Authenticated(const Principal& caller) const {
+  return caller.local() || TokenOf(caller) != nullptr;
+}
+
 bool AccessPolicy::IsAdmin(const Principal& caller) const {
+  if (caller.network()) {
+    const AccessRules::TokenGrant* grant = TokenOf(caller);
+    return grant != nullptr && grant->admin;
+  }
   if (!caller.local()) return false;
   if (caller.uid == 0 || caller.uid == daemon_uid_) return true;
   return rules_.admin_uids.contains(caller.uid) || InGroups(caller, rules_.admin_gids);
 }
 
 std::string AccessPolicy::TenantOf(const Principal& caller) const {
+  if (const AccessRules::TokenGrant* grant = TokenOf(caller)) return grant->tenant;
   if (!caller.local()) return "";
   if (auto it = rules_.uid_tenants.find(caller.uid); it != rules_.uid_tenants.end()) {
     return it->second;
@@ -83,33 +112,23 @@ bool AccessPolicy::MayUsePartition(absl::string_view tenant, absl::string_view p
 absl::StatusOr<std::string> AccessPolicy::SessionTenant(const Principal& caller,
                                                         absl::string_view requested,
                                                         absl::string_view partition) const {
+  if (!Authenticated(caller)) {
+    return absl::UnauthenticatedError(
+        caller.network()
+            ? "over TCP a session needs a valid bearer token (metadata authorization: Bearer "
+              "<token>, a token that access.tokens lists)"
+            : "the connection has no identity; no session may open");
+  }
   const bool admin = IsAdmin(caller);
-  std::string tenant;
-  switch (caller.kind) {
-    case Principal::Kind::kLocal: {
-      std::string own = TenantOf(caller);
-      if (requested.empty() || requested == own) {
-        tenant = std::move(own);
-      } else if (admin) {
-        tenant = std::string(requested);
-      } else {
-        return absl::PermissionDeniedError(
-            absl::StrCat("uid ", caller.uid, " acts as tenant \"", own,
-                         "\" and may not open a session for tenant \"",
-                         absl::CHexEscape(requested.substr(0, 80)),
-                         "\"; leave the tenant empty to use your own"));
-      }
-      break;
+  std::string tenant = TenantOf(caller);
+  if (!requested.empty() && requested != tenant) {
+    if (!admin) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          caller.local() ? absl::StrCat("uid ", caller.uid) : std::string("this token"),
+          " acts as tenant \"", tenant, "\" and may not open a session for tenant \"",
+          absl::CHexEscape(requested.substr(0, 80)), "\"; leave the tenant empty to use your own"));
     }
-    case Principal::Kind::kNetwork:
-      if (requested.empty()) {
-        return absl::InvalidArgumentError(
-            "tenant is empty; over TCP name the tenant the session acts for");
-      }
-      tenant = std::string(requested);
-      break;
-    case Principal::Kind::kUnidentified:
-      return absl::UnauthenticatedError("the connection has no identity; no session may open");
+    tenant = std::string(requested);
   }
   if (!admin && !MayUsePartition(tenant, partition)) {
     return absl::PermissionDeniedError(
@@ -121,15 +140,14 @@ absl::StatusOr<std::string> AccessPolicy::SessionTenant(const Principal& caller,
 
 bool AccessPolicy::MayUseSession(const Principal& caller, const Principal& owner) const {
   if (IsAdmin(caller)) return true;
-  if (caller.local()) return owner.local() && owner.uid == caller.uid;
-  // Over TCP the session id is the capability (see the header).
-  if (caller.network()) return owner.network();
-  return false;
+  return MaySeeSession(caller, owner);
 }
 
 bool AccessPolicy::MaySeeSession(const Principal& caller, const Principal& owner) const {
   if (IsAdmin(caller)) return true;
-  return caller.local() && owner.local() && owner.uid == caller.uid;
+  if (caller.local()) return owner.local() && owner.uid == caller.uid;
+  // The same token: the caller that opened it, or another connection of the same client.
+  return TokenOf(caller) != nullptr && owner.network() && owner.token_sha256 == caller.token_sha256;
 }
 
 }  // namespace gpukit

@@ -12,24 +12,26 @@
 //
 // Rules:
 // - Admins: a local caller whose uid is 0, gpukitd's effective uid or one of
-//   AccessRules::admin_uids, or whose gid or a supplementary group is one of admin_gids.
-//   Network callers are never admins. Admins may use and see every session, open sessions
-//   for any tenant in any partition, and call the mutating Admin RPCs.
+//   AccessRules::admin_uids, or whose gid or a supplementary group is one of admin_gids; a
+//   network caller whose bearer token is configured with admin. Admins may use and see
+//   every session, open sessions for any tenant in any partition, and call the mutating
+//   Admin RPCs.
 // - A local caller's tenant: its uid's entry in uid_tenants, else the first of its gid and
 //   then its supplementary groups (in the kernel's order) found in gid_tenants, else its own
 //   tenant "uid-<uid>" (e.g. "uid-1000"). So with no configuration every uid is a tenant of
 //   its own, named without a look-up of the user database (none in the request path, and
 //   a renamed user keeps its accounting).
-// - OpenSession: an empty requested tenant means the caller's own; a non-admin local caller
-//   that names another gets PERMISSION_DENIED. The tenant must be allowed the partition
-//   (tenant_partitions; a tenant without an entry may use every partition), else
-//   PERMISSION_DENIED.
+// - A network caller is authenticated by its bearer token: the token's SHA-256 must be one
+//   of AccessRules::tokens, whose entry names its tenant (and whether it is an admin).
+//   Without a valid token it is not authenticated: it may use no session (UNAUTHENTICATED)
+//   and open none, though it may still call the open read-only RPCs.
+// - OpenSession: an empty requested tenant means the caller's own; a caller that names
+//   another gets PERMISSION_DENIED unless it is an admin. The tenant must be allowed the
+//   partition (tenant_partitions; a tenant without an entry may use every partition), else
+//   PERMISSION_DENIED (admins excepted).
 // - A local caller may use and see the sessions that a local caller of its uid opened
-//   (not those of other uids of its tenant: a session's arrays and kernels are its opener's).
-// - Over TCP there is no identity yet, so a network caller names its tenant (it must name
-//   one) and a session opened over TCP may be used by any network caller: its 128-bit random
-//   id is the capability. Network callers see no session in listings and cannot use
-//   sessions opened locally. The tenant's partitions still apply.
+//   (not those of other uids of its tenant: a session's arrays and kernels are its opener's);
+//   a network caller those that a network caller with the same token opened.
 // - Unidentified callers may do nothing.
 //
 // Cost: every call is a few hash look-ups, no system call and no allocation but the tenant
@@ -67,6 +69,12 @@ struct AccessRules {
   // Admins besides root and gpukitd's own uid.
   absl::flat_hash_set<uint32_t> admin_uids;
   absl::flat_hash_set<uint32_t> admin_gids;
+  // TCP callers' bearer tokens, by the lowercase hex SHA-256 of the token.
+  struct TokenGrant {
+    std::string tenant;
+    bool admin = false;
+  };
+  absl::flat_hash_map<std::string, TokenGrant> tokens;
 };
 
 // The tenant name of an unmapped uid: "uid-1000".
@@ -82,25 +90,29 @@ class AccessPolicy {
   // The default rules (an empty AccessRules); cannot fail.
   explicit AccessPolicy(uint32_t daemon_uid) : daemon_uid_(daemon_uid) {}
 
-  // A local caller with uid 0, the daemon's uid or a configured admin uid or group.
+  // A local caller with uid 0, the daemon's uid or a configured admin uid or group; a
+  // network caller with an admin token.
   bool IsAdmin(const Principal& caller) const;
-  // The tenant a local caller acts as (see the rules); "" for other callers, who have none.
+  // Whether the caller has an identity: local, or network with a configured token.
+  bool Authenticated(const Principal& caller) const;
+  // The tenant the caller acts as (see the rules); "" for a caller that is not
+  // authenticated.
   std::string TenantOf(const Principal& caller) const;
   // Whether sessions of `tenant` may be placed in `partition` (its resolved name).
   bool MayUsePartition(absl::string_view tenant, absl::string_view partition) const;
   // The tenant a session that `caller` opens with `requested` (OpenSessionRequest.tenant,
   // maybe empty) in `partition` (resolved: "default" for an empty request) acts for.
   // PERMISSION_DENIED when the caller may not claim that tenant or the tenant may not use
-  // the partition; INVALID_ARGUMENT for a network caller that names none; UNAUTHENTICATED
-  // for an unidentified caller. Messages name the caller's tenant and the partition, never
-  // another tenant's configuration.
+  // the partition; UNAUTHENTICATED for a caller that is not authenticated. Messages name
+  // the caller's tenant and the partition, never another tenant's configuration.
   absl::StatusOr<std::string> SessionTenant(const Principal& caller, absl::string_view requested,
                                             absl::string_view partition) const;
   // Whether `caller` may name a session that `owner` opened in a request (any RPC with a
   // session_id, KeepAlive and Close included).
   bool MayUseSession(const Principal& caller, const Principal& owner) const;
   // Whether ListSessions (and ListTasks) shows `caller` a session that `owner` opened:
-  // admins every session, local callers those of their uid, network callers none.
+  // admins every session, local callers those of their uid, network callers those of
+  // their token.
   bool MaySeeSession(const Principal& caller, const Principal& owner) const;
 
   uint32_t daemon_uid() const { return daemon_uid_; }
@@ -110,6 +122,9 @@ class AccessPolicy {
  private:
   AccessPolicy(uint32_t daemon_uid, AccessRules rules)
       : daemon_uid_(daemon_uid), rules_(std::move(rules)), configured_(true) {}
+
+  // The configured token a network caller presented; null for none or an unknown one.
+  const AccessRules::TokenGrant* TokenOf(const Principal& caller) const;
 
   const uint32_t daemon_uid_;
   const AccessRules rules_;

@@ -10,7 +10,8 @@ std::string Principal::Describe() const {
     case Kind::kLocal:
       return absl::StrCat("uid=", uid, " gid=", gid, " pid=", pid);
     case Kind::kNetwork:
-      return absl::StrCat("tcp peer=", absl::CHexEscape(address));
+      return absl::StrCat("tcp peer=", absl::CHexEscape(address),
+                          token_sha256.empty() ? "" : " token=", token_sha256.substr(0, 12));
     case Kind::kUnidentified:
       break;
   }

@@ -4,7 +4,9 @@
 //
 // A caller is local (gpukitd's unix socket: the kernel told us its uid, gid, supplementary
 // groups and pid with SO_PEERCRED and SO_PEERGROUPS when it connected), network (TCP: known
-// by its address) or unidentified (a transport that gives no identity; it may use nothing).
+// by its address and, when it sent one, the SHA-256 of its bearer token, which the policy
+// maps to a tenant) or unidentified (a transport that gives no identity; it may use
+// nothing).
 // A session records the Principal that opened it; every request naming the session is
 // checked against it.
 //
@@ -26,24 +28,26 @@ struct Principal {
   enum class Kind {
     kUnidentified,  // no identity at all: may use no session
     kLocal,         // unix socket; uid, gid, pid from SO_PEERCRED
-    kNetwork,       // TCP; unauthenticated; address is the peer ("ipv4:10.0.0.2:51234")
+    kNetwork,       // TCP; address is the peer ("ipv4:10.0.0.2:51234"); token_sha256 if any
   };
 
   static Principal Local(uint32_t uid, uint32_t gid, int64_t pid,
                          std::vector<uint32_t> groups = {}) {
-    return {Kind::kLocal, uid, gid, pid, "", std::move(groups)};
+    return {Kind::kLocal, uid, gid, pid, "", std::move(groups), ""};
   }
-  static Principal Network(std::string address) {
-    return {Kind::kNetwork, 0, 0, 0, std::move(address), {}};
+  // `token_sha256`: lowercase hex SHA-256 of the bearer token the request carried; "" when
+  // it carried none.
+  static Principal Network(std::string address, std::string token_sha256 = "") {
+    return {Kind::kNetwork, 0, 0, 0, std::move(address), {}, std::move(token_sha256)};
   }
   static Principal Unidentified(std::string address) {
-    return {Kind::kUnidentified, 0, 0, 0, std::move(address), {}};
+    return {Kind::kUnidentified, 0, 0, 0, std::move(address), {}, ""};
   }
 
   bool local() const { return kind == Kind::kLocal; }
   bool network() const { return kind == Kind::kNetwork; }
-  // For logs: "uid=1000 gid=1000 pid=4242", "tcp peer=ipv4:10.0.0.2:51234" or
-  // "unidentified peer=...".
+  // For logs: "uid=1000 gid=1000 pid=4242", "tcp peer=ipv4:10.0.0.2:51234" (with
+  // " token=<first 12 hex digits of its hash>" when it sent one) or "unidentified peer=...".
   std::string Describe() const;
 
   Kind kind = Kind::kUnidentified;
@@ -54,6 +58,9 @@ struct Principal {
   // kLocal only: the supplementary groups at connect time (SO_PEERGROUPS); may be empty
   // when the kernel did not tell. `gid` is always checked besides them.
   std::vector<uint32_t> groups = {};
+  // kNetwork only: the SHA-256 (lowercase hex) of the bearer token the request carried, ""
+  // for none. Only its hash is kept, so no log or listing can show the token.
+  std::string token_sha256 = "";
 };
 
 }  // namespace gpukit

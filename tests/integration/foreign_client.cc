@@ -17,6 +17,7 @@
 //       "REFUSED <code> <message>" if the daemon refused the session.
 //   foreign_client --addr ADDR --as-uid U --mode every --session S --array A --kernel K
 //       As attack, but for every method of every gpukit.v1 service (EveryMethod).
+// Any mode takes --token T: every call carries "authorization: Bearer T" (for TCP).
 //   foreign_client --addr ADDR --as-uid 65534 --mode use --session S --array A
 //       KeepAlive and Describe on S and A; prints "USE <method> <code>" for each.
 //
@@ -63,6 +64,16 @@ struct Flags {
 int Fail(const std::string& message) {
   std::cerr << "foreign_client: " << message << "\n";
   return 1;
+}
+
+// --token: sent as "authorization: Bearer <token>" on every call when set.
+std::string& Token() {
+  static auto* token = new std::string;
+  return *token;
+}
+
+void Authorize(grpc::ClientContext& context) {
+  if (!Token().empty()) context.AddMetadata("authorization", "Bearer " + Token());
 }
 
 std::chrono::system_clock::time_point Deadline() {
@@ -129,6 +140,7 @@ grpc::Status Call(grpc::GenericStub& stub, const std::string& method,
                   const std::vector<std::string>& messages) {
   grpc::ClientContext context;
   context.set_deadline(Deadline());
+  Authorize(context);
   grpc::CompletionQueue queue;
   auto wait = [&queue] {
     void* tag = nullptr;
@@ -195,6 +207,7 @@ int Attack(const std::shared_ptr<grpc::Channel>& channel, const Flags& victim) {
   gpukit::v1::OpenSessionResponse opened;
   grpc::ClientContext open_context;
   open_context.set_deadline(Deadline());
+  Authorize(open_context);
   grpc::Status status = sessions->Open(&open_context, open, &opened);
   if (!status.ok()) return Fail("Open: " + status.error_message());
   std::cout << "OWN " << opened.session_id() << "\n";
@@ -203,6 +216,7 @@ int Attack(const std::shared_ptr<grpc::Channel>& channel, const Flags& victim) {
   gpukit::v1::ListSessionsResponse listed;
   grpc::ClientContext list_context;
   list_context.set_deadline(Deadline());
+  Authorize(list_context);
   status = admin->ListSessions(&list_context, {}, &listed);
   if (!status.ok()) return Fail("ListSessions: " + status.error_message());
   for (const auto& session : listed.sessions())
@@ -211,6 +225,7 @@ int Attack(const std::shared_ptr<grpc::Channel>& channel, const Flags& victim) {
   gpukit::v1::ListTasksResponse tasks;
   grpc::ClientContext tasks_context;
   tasks_context.set_deadline(Deadline());
+  Authorize(tasks_context);
   status = admin->ListTasks(&tasks_context, {}, &tasks);
   if (!status.ok()) return Fail("ListTasks: " + status.error_message());
   for (const auto& task : tasks.tasks()) std::cout << "TASK " << task.session_id() << "\n";
@@ -218,6 +233,7 @@ int Attack(const std::shared_ptr<grpc::Channel>& channel, const Flags& victim) {
   gpukit::v1::ListTenantsResponse tenants;
   grpc::ClientContext tenants_context;
   tenants_context.set_deadline(Deadline());
+  Authorize(tenants_context);
   status = admin->ListTenants(&tenants_context, {}, &tenants);
   if (!status.ok()) return Fail("ListTenants: " + status.error_message());
   for (const auto& tenant : tenants.tenants()) std::cout << "TENANT " << tenant.tenant() << "\n";
@@ -233,6 +249,7 @@ int Open(const std::shared_ptr<grpc::Channel>& channel, const Flags& flags) {
   gpukit::v1::OpenSessionResponse opened;
   grpc::ClientContext context;
   context.set_deadline(Deadline());
+  Authorize(context);
   grpc::Status status = sessions->Open(&context, open, &opened);
   if (!status.ok()) {
     // A refusal is an answer the test checks, not a failure to run.
@@ -248,6 +265,7 @@ int Open(const std::shared_ptr<grpc::Channel>& channel, const Flags& flags) {
   gpukit::v1::CreateArrayResponse created;
   grpc::ClientContext create_context;
   create_context.set_deadline(Deadline());
+  Authorize(create_context);
   status = arrays->Create(&create_context, create, &created);
   if (!status.ok()) return Fail("Create: " + status.error_message());
   std::cout << "OPENED " << opened.session_id() << " " << created.array().handle() << "\n";
@@ -261,6 +279,7 @@ int Use(const std::shared_ptr<grpc::Channel>& channel, const Flags& flags) {
   gpukit::v1::KeepAliveResponse kept;
   grpc::ClientContext keep_context;
   keep_context.set_deadline(Deadline());
+  Authorize(keep_context);
   std::cout << "USE KeepAlive " << sessions->KeepAlive(&keep_context, keep, &kept).error_code()
             << "\n";
   auto arrays = ArrayService::NewStub(channel);
@@ -270,6 +289,7 @@ int Use(const std::shared_ptr<grpc::Channel>& channel, const Flags& flags) {
   gpukit::v1::DescribeArrayResponse described;
   grpc::ClientContext describe_context;
   describe_context.set_deadline(Deadline());
+  Authorize(describe_context);
   std::cout << "USE Describe "
             << arrays->Describe(&describe_context, describe, &described).error_code() << "\n";
   return 0;
@@ -294,6 +314,8 @@ int main(int argc, char** argv) {
       flags.array = value;
     } else if (name == "--kernel") {
       flags.kernel = value;
+    } else if (name == "--token") {
+      Token() = value;
     } else if (name == "--tenant") {
       flags.tenant = value;
     } else if (name == "--partition") {

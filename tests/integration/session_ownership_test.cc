@@ -352,11 +352,24 @@ TEST_F(AccessConfigTest, MappedTenantsAndTheirPartitionsComeFromTheConfiguration
             std::to_string(static_cast<int>(grpc::StatusCode::PERMISSION_DENIED)));
 }
 
-// The daemon also listens on TCP (loopback, a port of its choosing).
+// Bearer tokens of the TCP tests; the configuration holds their SHA-256 (printf %s TOKEN |
+// sha256sum). Two tokens of one tenant are two identities.
+constexpr char kRemoteToken[] = "tcp-token-remote-1";
+constexpr char kRemoteToken2[] = "tcp-token-remote-2";
+
+// The daemon also listens on TCP (loopback, a port of its choosing, without TLS), where two
+// tokens of tenant "remote" are valid.
 class TcpSessionOwnershipTest : public SessionOwnershipTest {
  protected:
+  std::string DaemonConfigJson() const override {
+    return R"({"jit": {"cacheDir": "none"}, "access": {"tokens": [
+      {"sha256": "4b83aba2af197ec3d7a703870524713f7d15ab138fafdb9045b241deb7c227dc",
+       "tenant": "remote"},
+      {"sha256": "2722304a8b67ae90d50c53e360e631d8c991544185e65e24bad6985f4ffe9de8",
+       "tenant": "remote"}]}})";
+  }
   void ConfigureDaemon(DaemonOptions& options) const override {
-    options.extra_args = {"--listen", "127.0.0.1:0"};
+    options.extra_args = {"--listen", "127.0.0.1:0", "--insecure-tcp"};
   }
 
   // "127.0.0.1:<port>" from the daemon's "listening on" line.
@@ -371,12 +384,15 @@ class TcpSessionOwnershipTest : public SessionOwnershipTest {
   }
 };
 
-TEST_F(TcpSessionOwnershipTest, OverTcpTheIdIsTheCapabilityAndLocalSessionsAreOffLimits) {
+TEST_F(TcpSessionOwnershipTest, OverTcpTheTokenIsTheIdentityAndLocalSessionsAreOffLimits) {
   ASSERT_NO_FATAL_FAILURE(OpenVictim());  // root's session, on the unix socket
   const std::string tcp = TcpAddress();
   ASSERT_FALSE(tcp.empty()) << daemon().Log();
-  GPUKIT_ASSERT_OK_AND_ASSIGN(RawApi first, RawApi::Connect(tcp));
-  GPUKIT_ASSERT_OK_AND_ASSIGN(RawApi second, RawApi::Connect(tcp));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(RawApi first, RawApi::Connect(tcp, {kRemoteToken, ""}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(RawApi again, RawApi::Connect(tcp, {kRemoteToken, ""}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(RawApi other_token, RawApi::Connect(tcp, {kRemoteToken2, ""}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(RawApi no_token, RawApi::Connect(tcp));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(RawApi wrong_token, RawApi::Connect(tcp, {"not-a-token", ""}));
 
   // A TCP caller cannot touch a session opened on the unix socket, nor list it.
   EXPECT_THAT(first.KeepAlive(session_).status(),
@@ -384,15 +400,40 @@ TEST_F(TcpSessionOwnershipTest, OverTcpTheIdIsTheCapabilityAndLocalSessionsAreOf
   EXPECT_THAT(first.Describe(session_, array_).status(),
               StatusIs(absl::StatusCode::kNotFound, NotFoundMessage(session_)));
 
-  // A session opened over TCP: any TCP connection with its id may use it.
-  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string remote, first.OpenSession("remote", 60000));
+  // A session opened with a token acts for the token's tenant, and no other may be claimed.
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string remote, first.OpenSession("", 60000));
+  EXPECT_THAT(first.OpenSession("victim", 60000).status(),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("this token acts as tenant \"remote\"")));
   GPUKIT_ASSERT_OK_AND_ASSIGN(v1::ArrayInfo array,
                               first.CreateArray(remote, {4}, v1::DTYPE_FLOAT32));
-  EXPECT_TRUE(second.Describe(remote, array.handle()).ok());
-  GPUKIT_ASSERT_OK_AND_ASSIGN(v1::ListSessionsResponse tcp_listed, second.ListSessions());
-  EXPECT_EQ(tcp_listed.sessions_size(), 0) << "TCP callers list no sessions";
-  GPUKIT_ASSERT_OK_AND_ASSIGN(v1::ListTenantsResponse tcp_tenants, first.ListTenants());
-  EXPECT_EQ(tcp_tenants.tenants_size(), 0) << "nor tenants, not even their own session's";
+  // Another connection with the same token may use it; another token of the same tenant
+  // may not, and gets the unknown id's answer.
+  EXPECT_TRUE(again.Describe(remote, array.handle()).ok());
+  EXPECT_THAT(other_token.Describe(remote, array.handle()).status(),
+              StatusIs(absl::StatusCode::kNotFound, NotFoundMessage(remote)));
+  // Without a token, or with one the daemon does not know: UNAUTHENTICATED, whatever the id,
+  // and no session opens.
+  for (RawApi* anonymous : {&no_token, &wrong_token}) {
+    EXPECT_THAT(anonymous->Describe(remote, array.handle()).status(),
+                StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("valid bearer token")));
+    EXPECT_THAT(anonymous->KeepAlive("s-" + std::string(32, '0')).status(),
+                StatusIs(absl::StatusCode::kUnauthenticated));
+    EXPECT_THAT(anonymous->OpenSession("remote", 60000).status(),
+                StatusIs(absl::StatusCode::kUnauthenticated));
+    // The open read-only views still answer.
+    EXPECT_TRUE(anonymous->Status().ok());
+  }
+  GPUKIT_ASSERT_OK_AND_ASSIGN(v1::ListSessionsResponse same_token_listed, again.ListSessions());
+  ASSERT_EQ(same_token_listed.sessions_size(), 1) << "a token lists its own sessions";
+  EXPECT_EQ(same_token_listed.sessions(0).session_id(), remote);
+  EXPECT_EQ(same_token_listed.sessions(0).tenant(), "remote");
+  GPUKIT_ASSERT_OK_AND_ASSIGN(v1::ListSessionsResponse other_listed, other_token.ListSessions());
+  EXPECT_EQ(other_listed.sessions_size(), 0);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(v1::ListSessionsResponse anonymous_listed, no_token.ListSessions());
+  EXPECT_EQ(anonymous_listed.sessions_size(), 0);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(v1::ListTenantsResponse tcp_tenants, no_token.ListTenants());
+  EXPECT_EQ(tcp_tenants.tenants_size(), 0);
 
   // Root (an admin, on the unix socket) sees and may use it, with its owner's address.
   EXPECT_TRUE(api().Describe(remote, array.handle()).ok());
@@ -414,9 +455,14 @@ TEST_F(TcpSessionOwnershipTest, OverTcpTheIdIsTheCapabilityAndLocalSessionsAreOf
   const std::string not_found =
       absl::StrCat(static_cast<int>(grpc::StatusCode::NOT_FOUND), " ", NotFoundMessage(remote));
   for (const std::string& line : out.lines.at("RESULT")) EXPECT_THAT(line, HasSubstr(not_found));
-  EXPECT_TRUE(second.Describe(remote, array.handle()).ok());
-  EXPECT_TRUE(second.Close(remote).ok());
+  EXPECT_TRUE(again.Describe(remote, array.handle()).ok());
+  EXPECT_TRUE(again.Close(remote).ok());
   ExpectVictimUntouched();
+  // The refusals were logged with the peer's address (and a prefix of the token's hash).
+  EXPECT_THAT(daemon().Log(),
+              AllOf(HasSubstr("session access refused, no valid token: caller=\"tcp peer=ipv4:"),
+                    HasSubstr("session open refused: caller=\"tcp peer=ipv4:127.0.0.1:"),
+                    HasSubstr("token=4b83aba2af19")));
 }
 
 // --- Who may call each RPC (docs/security.md, "Who may call each RPC") ----------------------
@@ -426,27 +472,30 @@ enum class Expect {
   kServed,           // passes every access check: any answer but the refusals below
   kSessionNotFound,  // exactly the answer for a session id that does not exist
   kDenied,           // PERMISSION_DENIED: needs the admin role
-  kInvalid,          // INVALID_ARGUMENT: over TCP a session must name its tenant
   kTaskNotFound,     // CancelTask of task 0: no such task, for everyone
+  kUnauthenticated,  // UNAUTHENTICATED: a TCP caller without a valid token
 };
 
 struct RpcAccess {
   Expect admin;  // root, on the unix socket
   Expect owner;  // the uid that opened the session
   Expect other;  // another local uid, not an admin
-  Expect tcp;    // a TCP caller
+  Expect tcp;    // a TCP caller with a valid token (not an admin's)
+  Expect anonymous;  // a TCP caller without a token
 };
 
 // The table of docs/security.md. Every gpukit.v1 method must have a row.
 const std::map<std::string, RpcAccess>& AccessTable() {
   constexpr RpcAccess kSession = {Expect::kServed, Expect::kServed, Expect::kSessionNotFound,
-                                  Expect::kSessionNotFound};
-  constexpr RpcAccess kOpen = {Expect::kServed, Expect::kServed, Expect::kServed, Expect::kServed};
+                                  Expect::kSessionNotFound, Expect::kUnauthenticated};
+  constexpr RpcAccess kOpen = {Expect::kServed, Expect::kServed, Expect::kServed, Expect::kServed,
+                               Expect::kServed};
   constexpr RpcAccess kAdminOnly = {Expect::kServed, Expect::kDenied, Expect::kDenied,
-                                    Expect::kDenied};
+                                    Expect::kDenied, Expect::kDenied};
   static const auto* table = new std::map<std::string, RpcAccess>{
       {"gpukit.v1.SessionService.Open",
-       {Expect::kServed, Expect::kServed, Expect::kServed, Expect::kInvalid}},
+       {Expect::kServed, Expect::kServed, Expect::kServed, Expect::kServed,
+        Expect::kUnauthenticated}},
       {"gpukit.v1.SessionService.KeepAlive", kSession},
       {"gpukit.v1.SessionService.Close", kSession},
       {"gpukit.v1.ArrayService.Create", kSession},
@@ -476,7 +525,7 @@ const std::map<std::string, RpcAccess>& AccessTable() {
       {"gpukit.v1.AdminService.ListPartitions", kOpen},
       {"gpukit.v1.AdminService.ListTasks", kOpen},  // filtered
       {"gpukit.v1.AdminService.CancelTask",
-       {Expect::kTaskNotFound, Expect::kTaskNotFound, Expect::kTaskNotFound,
+       {Expect::kTaskNotFound, Expect::kTaskNotFound, Expect::kTaskNotFound, Expect::kTaskNotFound,
         Expect::kTaskNotFound}},
       {"gpukit.v1.AdminService.ListTenants", kOpen},  // filtered
   };
@@ -503,8 +552,9 @@ void ExpectAnswer(const std::string& role, const std::string& method, Expect exp
       EXPECT_EQ(code, static_cast<int>(grpc::StatusCode::PERMISSION_DENIED));
       EXPECT_THAT(message, HasSubstr("needs the admin role"));
       break;
-    case Expect::kInvalid:
-      EXPECT_EQ(code, static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+    case Expect::kUnauthenticated:
+      EXPECT_EQ(code, static_cast<int>(grpc::StatusCode::UNAUTHENTICATED));
+      EXPECT_THAT(message, HasSubstr("valid bearer token"));
       break;
     case Expect::kTaskNotFound:
       EXPECT_EQ(code, static_cast<int>(grpc::StatusCode::NOT_FOUND));
@@ -537,18 +587,24 @@ TEST_F(TcpSessionOwnershipTest, EveryRpcAnswersEachRoleAsTheTableSays) {
     std::string session;
     std::string array;
     Expect RpcAccess::*expect;
+    std::string token;  // for TCP; "" sends none
   };
   const std::vector<Run> runs = {
       {"another local uid", kOtherUid, daemon().address(), for_others, others_array,
        &RpcAccess::other},
-      {"a TCP caller", kOtherUid, tcp, for_others, others_array, &RpcAccess::tcp},
+      {"a TCP caller with a token", kOtherUid, tcp, for_others, others_array, &RpcAccess::tcp,
+       kRemoteToken},
+      {"a TCP caller without a token", kOtherUid, tcp, for_others, others_array,
+       &RpcAccess::anonymous, ""},
       {"the owner", kForeignUid, daemon().address(), for_others, others_array, &RpcAccess::owner},
       {"an admin", 0, daemon().address(), for_admin, admin_array, &RpcAccess::admin},
   };
   for (const Run& run : runs) {
-    const ClientOutput out = RunClient(run.uid, run.address,
-                                       {"--mode", "every", "--session", run.session, "--array",
-                                        run.array, "--kernel", kernel_.empty() ? "k-x" : kernel_});
+    std::vector<std::string> args = {
+        "--mode",  "every",   "--session", run.session,
+        "--array", run.array, "--kernel",  kernel_.empty() ? "k-x" : kernel_};
+    if (!run.token.empty()) args.insert(args.end(), {"--token", run.token});
+    const ClientOutput out = RunClient(run.uid, run.address, args);
     ASSERT_TRUE(out.lines.count("RESULT")) << run.role << " sent nothing";
     std::set<std::string> answered;
     for (const std::string& line : out.lines.at("RESULT")) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -255,6 +256,37 @@ TEST(AccessConfigTest, MapsUidsGidsTenantsAndAdmins) {
   EXPECT_EQ(rules.admin_gids.size(), 2u);
 }
 
+TEST(AccessConfigTest, TokensTlsAndInsecureTcp) {
+  const std::string hash(64, 'A');  // hex digits in either case; kept in lowercase
+  GPUKIT_ASSERT_OK_AND_ASSIGN(
+      DaemonConfig config,
+      ApplyConfigJson(absl::StrCat(R"({"access": {"tokens": [{"sha256": ")", hash,
+                                   R"(", "tenant": "ci", "admin": true}],
+        "tls": {"certFile": "/etc/gpukit/server.pem", "keyFile": "/etc/gpukit/server.key",
+                "clientCaFile": "/etc/gpukit/clients.pem"}, "insecureTcp": true}})"),
+                      EmbeddedDefault()));
+  ASSERT_TRUE(config.access.has_value());
+  const AccessRules::TokenGrant& grant = config.access->tokens.at(std::string(64, 'a'));
+  EXPECT_EQ(grant.tenant, "ci");
+  EXPECT_TRUE(grant.admin);
+  EXPECT_EQ(config.tcp.cert_file, "/etc/gpukit/server.pem");
+  EXPECT_EQ(config.tcp.key_file, "/etc/gpukit/server.key");
+  EXPECT_EQ(config.tcp.client_ca_file, "/etc/gpukit/clients.pem");
+  EXPECT_TRUE(config.tcp.insecure);
+  // By default: no TLS and no insecure TCP, so a TCP address is refused at start-up.
+  EXPECT_FALSE(EmbeddedDefault().tcp.insecure);
+  EXPECT_TRUE(EmbeddedDefault().tcp.cert_file.empty());
+}
+
+TEST(AccessConfigTest, InsecureTcpFlagSetsIt) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(CommandLine flags, Parse({"--insecure-tcp"}));
+  EXPECT_TRUE(flags.insecure_tcp);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(DaemonConfig config, ResolveConfig(flags));
+  EXPECT_TRUE(config.tcp.insecure);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(DaemonConfig plain, ResolveConfig(CommandLine{}));
+  EXPECT_FALSE(plain.tcp.insecure);
+}
+
 TEST(AccessConfigTest, BadEntriesAreRefusedNamingThem) {
   for (const auto& [json, field] : std::vector<std::pair<std::string, std::string>>{
            {R"({"access": {"uids": {"1000": "a b"}}})", "access.uids[\"1000\"]"},
@@ -265,7 +297,15 @@ TEST(AccessConfigTest, BadEntriesAreRefusedNamingThem) {
            {R"({"access": {"tenants": [{"name": "x", "partitions": ["a/b"]}]}})",
             "access.tenants[\"x\"].partitions[]"},
            {R"({"access": {"adminUids": [-1]}})", "configuration is not valid"},
-           {R"({"access": {"admins": [0]}})", "admins"}}) {
+           {R"({"access": {"admins": [0]}})", "admins"},
+           {R"({"access": {"tokens": [{"sha256": "abc", "tenant": "t"}]}})",
+            "64 lowercase hex digits"},
+           {absl::StrCat(R"({"access": {"tokens": [{"sha256": ")", std::string(64, 'a'),
+                         R"(", "tenant": "t"}, {"sha256": ")", std::string(64, 'A'),
+                         R"(", "tenant": "u"}]}})"),
+            "access.tokens[1]: the same sha256 is listed twice"},
+           {R"({"access": {"tls": {"certFile": "/c.pem"}}})", "needs both certFile and keyFile"},
+           {R"({"access": {"tls": {"clientCaFile": "/ca.pem"}}})", "needs both"}}) {
     EXPECT_THAT(ApplyConfigJson(json, EmbeddedDefault()),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(field)))
         << json;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/server.h"
 #include "daemon/service/access_guard.h"
 #include "daemon/service/peer_table.h"
 #include "gmock/gmock.h"
@@ -17,6 +18,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "runtime/jit/sha256.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 #include <sys/socket.h>
@@ -156,6 +158,37 @@ TEST(PrincipalOfPeer, MapsEachTransportsPeerString) {
   for (const char* unknown : {"fd:8", "fd:", "fd:x7", "unix:/run/gpukit/gpukitd.sock", ""}) {
     const Principal p = PrincipalOfPeer(unknown, peers);
     EXPECT_EQ(p.kind, Principal::Kind::kUnidentified) << unknown;
+  }
+}
+
+TEST(PrincipalOfPeer, TcpCarriesTheHashOfItsBearerTokenOnly) {
+  PeerTable peers;
+  peers.Record(7, Principal::Local(1000, 100, 4242));
+  const std::string hash = Sha256Hex("s3cret-token");
+  EXPECT_EQ(PrincipalOfPeer("ipv4:10.0.0.2:5000", peers, "Bearer s3cret-token").token_sha256, hash);
+  EXPECT_EQ(PrincipalOfPeer("ipv6:[::1]:5000", peers, "bearer  s3cret-token ").token_sha256, hash);
+  for (const char* not_bearer : {"", "Bearer ", "Bearer", "Basic s3cret-token", "s3cret-token"}) {
+    const Principal p = PrincipalOfPeer("ipv4:10.0.0.2:5000", peers, not_bearer);
+    EXPECT_TRUE(p.network());
+    EXPECT_EQ(p.token_sha256, "") << not_bearer;
+  }
+  // On the unix socket the socket's identity is the caller's; a token changes nothing.
+  const Principal local = PrincipalOfPeer("fd:7", peers, "Bearer s3cret-token");
+  EXPECT_TRUE(local.local());
+  EXPECT_EQ(local.token_sha256, "");
+  // Logs show a prefix of the hash, never the token.
+  EXPECT_THAT(PrincipalOfPeer("ipv4:10.0.0.2:5000", peers, "Bearer s3cret-token").Describe(),
+              ::testing::AllOf(HasSubstr("token=" + hash.substr(0, 12)),
+                               ::testing::Not(HasSubstr("s3cret"))));
+}
+
+TEST(IsLoopbackAddress, OnlyLoopbackHosts) {
+  for (const char* loopback : {"127.0.0.1:0", "127.1.2.3:7070", "[::1]:7070", "localhost:1"}) {
+    EXPECT_TRUE(IsLoopbackAddress(loopback)) << loopback;
+  }
+  for (const char* network : {"0.0.0.0:7070", "[::]:7070", "10.0.0.2:1", "gpu-host:7070",
+                              "128.0.0.1:1", "localhost.example.com:1", "[::2]:1"}) {
+    EXPECT_FALSE(IsLoopbackAddress(network)) << network;
   }
 }
 

@@ -36,7 +36,15 @@ const Principal kErin = Principal::Local(1004, kVisionGid, 16);
 const Principal kOperator = Principal::Local(1005, 1005, 17);              // an admin by uid
 const Principal kOpsMember = Principal::Local(1006, 1006, 18, {kOpsGid});  // an admin by group
 const Principal kOpsPrimary = Principal::Local(1007, kOpsGid, 19);         // ... by primary gid
-const Principal kTcp = Principal::Network("ipv4:10.0.0.2:40000");
+// Token hashes (any 64 hex digits; the policy never sees a token, only its hash).
+const std::string kVisionToken(64, 'a');
+const std::string kAdminToken(64, 'b');
+const std::string kUnknownToken(64, 'c');
+const Principal kTcp = Principal::Network("ipv4:10.0.0.2:40000");  // no token
+const Principal kTcpVision = Principal::Network("ipv4:10.0.0.2:40001", kVisionToken);
+const Principal kTcpVision2 = Principal::Network("ipv4:10.0.0.3:40002", kVisionToken);
+const Principal kTcpAdmin = Principal::Network("ipv6:[::1]:40003", kAdminToken);
+const Principal kTcpUnknown = Principal::Network("ipv4:10.0.0.2:40004", kUnknownToken);
 const Principal kNobody = Principal::Unidentified("unix:/run/gpukit/gpukitd.sock");
 
 AccessRules ConfiguredRules() {
@@ -49,6 +57,7 @@ AccessRules ConfiguredRules() {
                              {"audio", {"gpu-b"}}};
   rules.admin_uids = {1005};
   rules.admin_gids = {kOpsGid};
+  rules.tokens = {{kVisionToken, {"vision", false}}, {kAdminToken, {"ops", true}}};
   return rules;
 }
 
@@ -86,6 +95,9 @@ INSTANTIATE_TEST_SUITE_P(
                       AdminCase{"MappedUser", kAlice, false, false},
                       AdminCase{"UnmappedUser", kBob, false, false},
                       AdminCase{"Tcp", kTcp, false, false},
+                      AdminCase{"TcpWithATenantToken", kTcpVision, false, false},
+                      AdminCase{"TcpWithAnAdminToken", kTcpAdmin, false, true},
+                      AdminCase{"TcpWithAnUnknownToken", kTcpUnknown, false, false},
                       // A uid of 0 carried by a network principal means nothing.
                       AdminCase{"TcpWithUidZero",
                                 Principal{Principal::Kind::kNetwork, 0, 0, 0, "ipv4:1.2.3.4:5", {}},
@@ -119,6 +131,8 @@ INSTANTIATE_TEST_SUITE_P(
                       TenantCase{"UidWinsOverGroup", kErin, "uid-1004", "speech"},
                       TenantCase{"RootHasAnOwnTenantToo", kRoot, "uid-0", "uid-0"},
                       TenantCase{"TcpHasNone", kTcp, "", ""},
+                      TenantCase{"TcpTokensTenant", kTcpVision, "", "vision"},
+                      TenantCase{"TcpUnknownTokenHasNone", kTcpUnknown, "", ""},
                       TenantCase{"UnidentifiedHasNone", kNobody, "", ""}),
     [](const ::testing::TestParamInfo<TenantCase>& info) { return info.param.name; });
 
@@ -188,12 +202,20 @@ INSTANTIATE_TEST_SUITE_P(
         OpenCase{"AdminGroupMayNameAnyTenant", true, kOpsMember, "uid-1001", "default", kOk,
                  "uid-1001"},
         OpenCase{"AdminEmptyTakesOwn", true, kOperator, "", "gpu-b", kOk, "uid-1005"},
-        // TCP: no identity yet, so the tenant is named (and its partitions still apply).
-        OpenCase{"TcpNamesItsTenant", true, kTcp, "vision", "gpu-a", kOk, "vision"},
-        OpenCase{"TcpNamedTenantsPartitions", true, kTcp, "vision", "gpu-b", kDenied,
+        // TCP: the token is the identity.
+        OpenCase{"TcpTokenEmptyTakesItsTenant", true, kTcpVision, "", "gpu-a", kOk, "vision"},
+        OpenCase{"TcpTokenNamingItsTenant", true, kTcpVision, "vision", "default", kOk, "vision"},
+        OpenCase{"TcpTokenClaimingAnotherIsDenied", true, kTcpVision, "speech", "gpu-b", kDenied,
+                 "this token acts as tenant \"vision\""},
+        OpenCase{"TcpTokensTenantsPartitions", true, kTcpVision, "", "gpu-b", kDenied,
                  "may not use partition \"gpu-b\""},
-        OpenCase{"TcpMustNameATenant", false, kTcp, "", "default",
-                 absl::StatusCode::kInvalidArgument, "over TCP"},
+        OpenCase{"TcpAdminTokenMayNameAny", true, kTcpAdmin, "speech", "gpu-a", kOk, "speech"},
+        OpenCase{"TcpWithoutTokenIsUnauthenticated", true, kTcp, "vision", "default",
+                 absl::StatusCode::kUnauthenticated, "valid bearer token"},
+        OpenCase{"TcpUnknownTokenIsUnauthenticated", true, kTcpUnknown, "", "default",
+                 absl::StatusCode::kUnauthenticated, "valid bearer token"},
+        OpenCase{"TcpByDefaultIsUnauthenticated", false, kTcp, "", "default",
+                 absl::StatusCode::kUnauthenticated, "valid bearer token"},
         OpenCase{"UnidentifiedMayNotOpen", false, kNobody, "x", "default",
                  absl::StatusCode::kUnauthenticated, "no identity"}),
     [](const ::testing::TestParamInfo<OpenCase>& info) { return info.param.name; });
@@ -210,6 +232,28 @@ TEST(AccessPolicy, SessionsBelongToTheOpenersUidNotToItsTenant) {
   EXPECT_TRUE(policy->MayUseSession(kOpsMember, kAlice));
   EXPECT_TRUE(policy->MaySeeSession(kOperator, kTcp));
   EXPECT_FALSE(policy->MayUseSession(kTcp, kAlice));
+}
+
+TEST(AccessPolicy, TcpSessionsBelongToTheirToken) {
+  const std::shared_ptr<const AccessPolicy> policy = Configured();
+  // Another connection with the same token: the same client.
+  EXPECT_TRUE(policy->MayUseSession(kTcpVision2, kTcpVision));
+  EXPECT_TRUE(policy->MaySeeSession(kTcpVision2, kTcpVision));
+  // No token, an unknown one, or a session opened without one: nothing.
+  EXPECT_FALSE(policy->MayUseSession(kTcp, kTcpVision));
+  EXPECT_FALSE(policy->MayUseSession(kTcpUnknown, kTcpVision));
+  EXPECT_FALSE(policy->MayUseSession(kTcp, kTcp));
+  EXPECT_FALSE(policy->MaySeeSession(kTcpVision, kTcp));
+  // Local sessions are not a token's, even of its tenant; an admin token may use all.
+  EXPECT_FALSE(policy->MayUseSession(kTcpVision, kAlice));
+  EXPECT_TRUE(policy->MayUseSession(kTcpAdmin, kAlice));
+  EXPECT_TRUE(policy->MaySeeSession(kTcpAdmin, kTcpVision));
+  // A local caller of the token's tenant may not use the token's session.
+  EXPECT_FALSE(policy->MayUseSession(kAlice, kTcpVision));
+  EXPECT_TRUE(policy->Authenticated(kTcpVision));
+  EXPECT_FALSE(policy->Authenticated(kTcpUnknown));
+  EXPECT_TRUE(policy->Authenticated(kBob));
+  EXPECT_FALSE(policy->Authenticated(kNobody));
 }
 
 TEST(AccessPolicy, ConfiguredOnlyWhenCreatedFromRules) {
@@ -251,6 +295,12 @@ AccessRules WithPartitions(std::string tenant, std::vector<std::string> partitio
   return rules;
 }
 
+AccessRules WithToken(std::string hash, std::string tenant) {
+  AccessRules rules;
+  rules.tokens = {{std::move(hash), {std::move(tenant), false}}};
+  return rules;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Rows, BadRulesTest,
     ::testing::Values(
@@ -260,7 +310,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadRulesCase{"GidTenantWithEscape", WithGidTenant("x\x1b[31m"), "\\x1b"},
         BadRulesCase{"BadTenantName", WithPartitions("a/b", {"default"}), "access.tenants[].name"},
         BadRulesCase{"BadPartitionName", WithPartitions("vision", {"gpu a"}),
-                     "access.tenants[\"vision\"].partitions[]"}),
+                     "access.tenants[\"vision\"].partitions[]"},
+        BadRulesCase{"ShortTokenHash", WithToken(std::string(63, 'a'), "t"),
+                     "64 lowercase hex digits"},
+        BadRulesCase{"UppercaseTokenHash", WithToken(std::string(64, 'A'), "t"),
+                     "64 lowercase hex digits"},
+        BadRulesCase{"TokenWithBadTenant", WithToken(std::string(64, 'a'), "a b"),
+                     "access.tokens[\"aaaaaaaaaaaa...\"].tenant"}),
     [](const ::testing::TestParamInfo<BadRulesCase>& info) { return info.param.name; });
 
 TEST(AccessPolicy, OwnTenantNamesAreValidTenantNames) {

@@ -114,6 +114,13 @@ struct ClientOptions {
   std::string tenant;
   // Partition; empty: "default".
   std::string partition;
+  // Bearer token for a daemon reached over TCP (sent as "authorization: Bearer <token>";
+  // the daemon maps it to a tenant). Empty: $GPUKIT_TOKEN, if set. Not needed on a unix
+  // socket, where the daemon knows the caller's uid.
+  std::string token;
+  // PEM file of the CA that signed the daemon's TLS certificate; set: the TCP channel uses
+  // TLS. Empty: a plain channel (a daemon serves one only on loopback with --insecure-tcp).
+  std::string tls_ca_file;
   ResourceRequirements resources;
   // Queueing of every op this client runs, unless a call gives its own.
   TaskOptions task;
