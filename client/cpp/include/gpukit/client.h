@@ -6,7 +6,7 @@
 // frees the memory when it goes out of scope.
 //
 //   gpukit::ClientOptions options;             // default socket or $GPUKIT_ADDR
-//   options.tenant = "inference";
+//   options.partition = "inference";           // the tenant is the caller's own
 //   auto client = gpukit::Client::Connect(options);
 //   if (!client.ok()) { /* client.status() says why */ }
 //   auto a = (*client)->FromVector<float>({1, 2, 3, 4}, {2, 2});
