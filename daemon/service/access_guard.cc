@@ -73,8 +73,8 @@ grpc::Status AccessGuard::CheckAdmin(grpc::ServerContextBase* context,
   spdlog::warn("admin call refused: rpc={} caller=\"{}\"", std::string(rpc), caller.Describe());
   return ToGrpc(absl::PermissionDeniedError(
                     absl::StrCat(rpc,
-                                 " needs the admin role (root, gpukitd's user or access.adminUids/"
-                                 "adminGids); this caller is not an admin")),
+                                 " needs the admin role (root, gpukitd's user, access.adminUids/"
+                                 "adminGids, or an admin token); this caller is not an admin")),
                 context);
 }
 
