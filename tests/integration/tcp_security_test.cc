@@ -178,6 +178,25 @@ TEST_F(TlsTest, TokensWrongMissingAndRightThroughEveryClient) {
                                         "peer=ipv4:127.0.0.1:"));
 }
 
+// The same daemon, but asking every TCP client for a certificate signed by its client CA.
+class ClientCertificateTest : public TlsTest {
+ protected:
+  std::string DaemonConfigJson() const override {
+    return absl::StrCat(R"({"jit": {"cacheDir": "none"}, "access": {"tls": {"certFile": ")",
+                        certs_.path(), R"(/server.pem", "keyFile": ")", certs_.path(),
+                        R"(/server.key", "clientCaFile": ")", certs_.path(),
+                        R"(/other-ca.pem"}}})");
+  }
+};
+
+TEST_F(ClientCertificateTest, AClientWithoutACertificateIsRefused) {
+  EXPECT_THAT(daemon().Log(), HasSubstr("client certificates required"));
+  // It trusts the server, but has no certificate of its own to show (libgpukit sends none).
+  EXPECT_THAT(ConnectChannel(tcp_, absl::Seconds(1), {kToken, Ca()}).status(),
+              StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_TRUE(api().Status().ok()) << "the unix socket is unaffected";
+}
+
 // gpukitd started by hand: it must refuse TCP without TLS, and insecure TCP off loopback.
 class TcpStartUpTest : public ::testing::Test {
  protected:
