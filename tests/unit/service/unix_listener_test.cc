@@ -5,10 +5,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/server.h"
 #include "daemon/service/access_guard.h"
@@ -145,6 +149,24 @@ TEST(UnixListenerBind, RefusesAPathInUse) {
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_THAT(UnixListener::Bind(path).status(),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("cannot bind " + path)));
+}
+
+TEST_F(UnixListenerTest, RecordsTheConnectingProcessesSupplementaryGroups) {
+  const grpc::Status status = CallOnce("unix://" + path_);
+  ASSERT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED) << status.error_message();
+  // "fd:<n>|..." names the connection's entry in the table.
+  const std::string message = status.error_message();
+  int fd = -1;
+  ASSERT_TRUE(absl::SimpleAtoi(message.substr(3, message.find('|') - 3), &fd)) << message;
+  const std::optional<Principal> peer = peers_.Lookup(fd);
+  ASSERT_TRUE(peer.has_value());
+  std::vector<gid_t> mine(static_cast<size_t>(getgroups(0, nullptr)));
+  ASSERT_EQ(getgroups(static_cast<int>(mine.size()), mine.data()), static_cast<int>(mine.size()));
+  std::vector<uint32_t> expected(mine.begin(), mine.end());
+  std::vector<uint32_t> recorded = peer->groups;
+  std::sort(expected.begin(), expected.end());
+  std::sort(recorded.begin(), recorded.end());
+  EXPECT_EQ(recorded, expected) << "SO_PEERGROUPS: this process's supplementary groups";
 }
 
 TEST(PrincipalOfPeer, MapsEachTransportsPeerString) {
