@@ -66,20 +66,30 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectChannel(const std::string&
                      ": no such socket (is gpukitd running? pass --addr or set GPUKIT_ADDR)"));
   }
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (security.tls_cert_file.empty() != security.tls_key_file.empty() ||
+      (!security.tls_cert_file.empty() && security.tls_ca_file.empty())) {
+    return absl::InvalidArgumentError(
+        "a client certificate needs its key and the daemon's CA (tls_ca_file)");
+  }
   if (!security.tls_ca_file.empty()) {
     if (absl::StartsWith(target, "unix://")) {
       return absl::InvalidArgumentError(
           absl::StrCat("a TLS CA is for TCP addresses; ", target, " is a unix socket"));
     }
-    std::ifstream file(security.tls_ca_file);
-    std::stringstream pem;
-    if (file) pem << file.rdbuf();
-    if (!file || pem.str().empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot read the TLS CA file ", security.tls_ca_file));
-    }
     grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = pem.str();
+    for (const auto& [path, pem] :
+         {std::pair<const std::string&, std::string&>{security.tls_ca_file, ssl.pem_root_certs},
+          {security.tls_cert_file, ssl.pem_cert_chain},
+          {security.tls_key_file, ssl.pem_private_key}}) {
+      if (path.empty()) continue;
+      std::ifstream file(path);
+      std::stringstream text;
+      if (file) text << file.rdbuf();
+      if (!file || text.str().empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("cannot read the TLS file ", path));
+      }
+      pem = text.str();
+    }
     credentials = grpc::SslCredentials(ssl);
   }
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;

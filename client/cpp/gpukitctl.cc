@@ -78,6 +78,9 @@ Global flags:
   --timeout DUR                deadline of each call, e.g. 5s (default 10s)
   --token TOKEN                bearer token for a daemon over TCP (default: $GPUKIT_TOKEN)
   --tls-ca FILE                PEM of the CA that signed the daemon's certificate (TCP + TLS)
+  --tls-cert FILE, --tls-key FILE
+                               this client's certificate and key, for a daemon that requires
+                               client certificates
   --help                       this help
   --version                    print the version
 
@@ -233,7 +236,8 @@ int Main(int argc, char** argv) {
   if (global.addr.empty()) global.addr = DefaultClientTarget();
   if (global.token.empty()) global.token = DefaultClientToken();
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = ConnectChannel(
-      global.addr, global.timeout, ChannelSecurity{global.token, global.tls_ca_file});
+      global.addr, global.timeout,
+      ChannelSecurity{global.token, global.tls_ca_file, global.tls_cert_file, global.tls_key_file});
   if (!channel.ok()) return Fail("connect", channel.status());
   Ctl ctl(*channel, global);
   if (name == "status") return ctl.Status();

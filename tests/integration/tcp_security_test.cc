@@ -71,6 +71,19 @@ void MakeCertificates(const std::string& dir, const std::string& ca, const std::
           dir));
 }
 
+// `name`.pem / `name`.key for a client, signed by the CA `ca` in `dir` (made before).
+void MakeClientCertificate(const std::string& dir, const std::string& ca, const std::string& name) {
+  const std::string key = dir + "/" + name + ".key", csr = dir + "/" + name + ".csr";
+  ASSERT_NO_FATAL_FAILURE(
+      Run({OpensslPath(), "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+           "-nodes", "-keyout", key, "-out", csr, "-subj", "/CN=" + name},
+          dir));
+  ASSERT_NO_FATAL_FAILURE(Run(
+      {OpensslPath(), "x509", "-req", "-in", csr, "-CA", dir + "/" + ca + ".pem", "-CAkey",
+       dir + "/" + ca + ".key", "-CAcreateserial", "-out", dir + "/" + name + ".pem", "-days", "1"},
+      dir));
+}
+
 // "127.0.0.1:<port>" from a daemon's "listening on" line; "" if there is none yet.
 std::string TcpAddress(const std::string& log) {
   const size_t at = log.find("listening on 127.0.0.1:");
@@ -189,11 +202,33 @@ class ClientCertificateTest : public TlsTest {
   }
 };
 
-TEST_F(ClientCertificateTest, AClientWithoutACertificateIsRefused) {
+TEST_F(ClientCertificateTest, OnlyAClientWithACertificateOfTheClientCaConnects) {
   EXPECT_THAT(daemon().Log(), HasSubstr("client certificates required"));
-  // It trusts the server, but has no certificate of its own to show (libgpukit sends none).
+  const std::string dir = certs_.path();
+  ASSERT_NO_FATAL_FAILURE(MakeClientCertificate(dir, "other-ca", "client"));
+  ASSERT_NO_FATAL_FAILURE(MakeClientCertificate(dir, "ca", "stranger"));  // the wrong CA
+  // No certificate, or one the client CA did not sign: no connection.
   EXPECT_THAT(ConnectChannel(tcp_, absl::Seconds(1), {kToken, Ca()}).status(),
               StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(ConnectChannel(tcp_, absl::Seconds(1),
+                             {kToken, Ca(), dir + "/stranger.pem", dir + "/stranger.key"})
+                  .status(),
+              StatusIs(absl::StatusCode::kUnavailable));
+  // A certificate without its key is the caller's mistake.
+  EXPECT_THAT(
+      ConnectChannel(tcp_, absl::Seconds(1), {kToken, Ca(), dir + "/client.pem", ""}).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs its key")));
+  // The client CA's certificate: served (the open views need no token).
+  GPUKIT_ASSERT_OK_AND_ASSIGN(
+      RawApi tls, RawApi::Connect(tcp_, {kToken, Ca(), dir + "/client.pem", dir + "/client.key"}));
+  EXPECT_TRUE(tls.Status().ok());
+  // gpukitctl the same way.
+  absl::StatusOr<ProgramResult> ctl =
+      RunProgram({CtlPath(), "--addr", tcp_, "--tls-ca", Ca(), "--tls-cert", dir + "/client.pem",
+                  "--tls-key", dir + "/client.key", "status"},
+                 temp_dir(), absl::Seconds(30));
+  ASSERT_TRUE(ctl.ok()) << ctl.status();
+  EXPECT_EQ(ctl->exit_code, 0) << ctl->stderr_text;
   EXPECT_TRUE(api().Status().ok()) << "the unix socket is unaffected";
 }
 

@@ -121,3 +121,13 @@ def test_on_the_unix_socket_an_empty_tenant_is_the_callers_own(tcp_daemon, monke
     monkeypatch.delenv("GPUKIT_TOKEN", raising=False)
     with gpukit.connect(unix):
         assert _tenants(gpukitctl, unix) == [f"uid-{os.getuid()}"]
+
+
+def test_tls_files_reach_the_client(tcp_daemon, tmp_path):
+    # The TLS handshake itself is tested from C++; here, that the arguments arrive.
+    _, tcp = tcp_daemon
+    missing = str(tmp_path / "missing-ca.pem")
+    with pytest.raises(gpukit.InvalidArgument, match="cannot read the TLS file .*missing-ca.pem"):
+        gpukit.connect(tcp, token=TOKEN, tls_ca=missing)
+    with pytest.raises(gpukit.InvalidArgument, match="needs its key"):
+        gpukit.connect(tcp, token=TOKEN, tls_ca=missing, tls_cert=missing)

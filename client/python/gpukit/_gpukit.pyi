@@ -132,6 +132,8 @@ class Client:
         pipeline: bool = False,
         token: str = "",
         tls_ca: str = "",
+        tls_cert: str = "",
+        tls_key: str = "",
     ) -> "Client": ...
     @property
     def session_id(self) -> str: ...

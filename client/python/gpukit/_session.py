@@ -340,6 +340,8 @@ def connect(
     pipeline: bool = True,
     token: Optional[str] = None,
     tls_ca: Optional[str] = None,
+    tls_cert: Optional[str] = None,
+    tls_key: Optional[str] = None,
 ) -> Session:
     """Connects to gpukitd and opens a session.
 
@@ -392,6 +394,9 @@ def connect(
     tls_ca : str, optional
         Path of the PEM file of the CA that signed the daemon's TLS certificate; set: the
         TCP connection uses TLS.
+    tls_cert, tls_key : str, optional
+        Paths of the PEM files of this client's certificate and key, for a daemon that
+        requires client certificates (``access.tls.clientCaFile``); both or neither.
 
     Returns
     -------
@@ -428,5 +433,7 @@ def connect(
         pipeline=pipeline,
         token=token or "",
         tls_ca=tls_ca or "",
+        tls_cert=tls_cert or "",
+        tls_key=tls_key or "",
     )
     return Session(client, pipeline)

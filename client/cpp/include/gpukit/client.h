@@ -121,6 +121,10 @@ struct ClientOptions {
   // PEM file of the CA that signed the daemon's TLS certificate; set: the TCP channel uses
   // TLS. Empty: a plain channel (a daemon serves one only on loopback with --insecure-tcp).
   std::string tls_ca_file;
+  // PEM files of this client's certificate and key, for a daemon that requires client
+  // certificates (access.tls.clientCaFile); both or neither, with tls_ca_file.
+  std::string tls_cert_file;
+  std::string tls_key_file;
   ResourceRequirements resources;
   // Queueing of every op this client runs, unless a call gives its own.
   TaskOptions task;
