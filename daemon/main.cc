@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -36,6 +38,17 @@ namespace {
 int Fail(const absl::Status& status) {
   spdlog::critical("{}", std::string(status.message()));
   return 1;
+}
+
+// A PEM file of access.tls; NOT_FOUND naming it when it cannot be read.
+absl::StatusOr<std::string> ReadPemFile(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  if (file) text << file.rdbuf();
+  if (!file || text.str().empty()) {
+    return absl::NotFoundError(absl::StrCat("cannot read access.tls file ", path));
+  }
+  return text.str();
 }
 
 // The NVRTC JIT compiler, or null (with a warning) when NVRTC is missing: the daemon still
@@ -240,6 +253,21 @@ int Run(int argc, char** argv) {
   server_options.listen = config->listen;
   server_options.version = GPUKIT_VERSION_STRING;
   server_options.max_threads = config->server_max_threads;
+  for (const auto& [path, pem] : {std::pair<const std::string&, std::string&>{
+                                      config->tcp.cert_file, server_options.tcp.cert_pem},
+                                  {config->tcp.key_file, server_options.tcp.key_pem},
+                                  {config->tcp.client_ca_file, server_options.tcp.client_ca_pem}}) {
+    if (path.empty()) continue;
+    absl::StatusOr<std::string> text = ReadPemFile(path);
+    if (!text.ok()) return Fail(text.status());
+    pem = *std::move(text);
+  }
+  server_options.tcp.insecure = config->tcp.insecure;
+  if (config->access.has_value()) {
+    auto policy = gpukit::AccessPolicy::Create(geteuid(), *config->access);
+    if (!policy.ok()) return Fail(policy.status());
+    server_options.access_policy = *std::move(policy);
+  }
   auto server = gpukit::Server::Start(**core, clock, server_options);
   if (!server.ok()) return Fail(server.status());
   spdlog::info("gpukitd ready");
@@ -272,6 +300,23 @@ int Run(int argc, char** argv) {
 
   // SIGHUP's reload. The targets other parts of gpukitd register go here (reload.h).
   gpukit::ReloadTargets reload_targets;
+  // The access block (tenants, groups, tokens, admins): requests from now on are judged by
+  // the new policy; open sessions keep their owners. (access.tls and insecureTcp shape the
+  // listening ports: they take effect at the next start.)
+  reload_targets.on_reload.push_back([&serving](const gpukit::DaemonConfig& next) -> absl::Status {
+    std::shared_ptr<const gpukit::AccessPolicy> policy =
+        std::make_shared<const gpukit::AccessPolicy>(static_cast<uint32_t>(geteuid()));
+    if (next.access.has_value()) {
+      absl::StatusOr<std::shared_ptr<const gpukit::AccessPolicy>> built =
+          gpukit::AccessPolicy::Create(geteuid(), *next.access);
+      if (!built.ok()) return built.status();
+      policy = *std::move(built);
+    }
+    serving.SetAccessPolicy(std::move(policy));
+    spdlog::info("reload: access policy applied ({})",
+                 next.access.has_value() ? "from access" : "the default: uid-<uid> per uid");
+    return absl::OkStatus();
+  });
   gpukit::ConfigReloader reloader(running_core, *flags, *config, std::move(reload_targets));
 
   int signal = 0;

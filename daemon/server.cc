@@ -56,9 +56,50 @@ absl::StatusOr<std::string> PrepareUnixSocket(absl::string_view address) {
   return path;
 }
 
+bool IsLoopbackAddress(absl::string_view address) {
+  const absl::string_view host = address.substr(0, address.rfind(':'));
+  return host == "localhost" || host == "[::1]" || absl::StartsWith(host, "127.");
+}
+
+namespace {
+
+// The credentials for the TCP address `address`, or why it may not be served.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(
+    absl::string_view address, const ServerOptions::TcpSecurity& tcp) {
+  if (!tcp.cert_pem.empty()) {
+    grpc::SslServerCredentialsOptions ssl(
+        tcp.client_ca_pem.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                  : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    ssl.pem_root_certs = tcp.client_ca_pem;
+    ssl.pem_key_cert_pairs.push_back({tcp.key_pem, tcp.cert_pem});
+    spdlog::info("TLS on {}{}", std::string(address),
+                 tcp.client_ca_pem.empty() ? "" : ", client certificates required");
+    return grpc::SslServerCredentials(ssl);
+  }
+  if (!tcp.insecure) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "listen address ", address,
+        " is TCP: set access.tls (certFile, keyFile) to serve it with TLS, or for a loopback "
+        "address in tests --insecure-tcp (access.insecureTcp)"));
+  }
+  if (!IsLoopbackAddress(address)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--insecure-tcp (access.insecureTcp) serves loopback addresses only, not ", address,
+        ": bearer tokens would cross the network in clear text; set access.tls"));
+  }
+  spdlog::warn("TCP address {} is served WITHOUT TLS (--insecure-tcp): for tests on this host only",
+               std::string(address));
+  return grpc::InsecureServerCredentials();
+}
+
+}  // namespace
+
 Server::Server(Core& core, const Clock& clock, const ServerOptions& options)
     : core_(core),
-      guard_(core, peers_, AccessPolicy(options.admin_uid.value_or(geteuid()))),
+      guard_(core, peers_,
+             options.access_policy != nullptr
+                 ? options.access_policy
+                 : std::make_shared<const AccessPolicy>(static_cast<uint32_t>(geteuid()))),
       stream_workers_(options.max_threads, options.stream_worker_idle_timeout),
       session_service_(core, guard_),
       array_service_(core, guard_, stream_workers_),
@@ -92,7 +133,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(Core& core, const Clock& c
     absl::StatusOr<std::string> path = PrepareUnixSocket(options.listen[i]);
     if (!path.ok()) return path.status();
     if (path->empty()) {
-      builder.AddListeningPort(options.listen[i], grpc::InsecureServerCredentials(), &ports[i]);
+      absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+          TcpCredentials(options.listen[i], options.tcp);
+      if (!credentials.ok()) return credentials.status();
+      builder.AddListeningPort(options.listen[i], *credentials, &ports[i]);
       continue;
     }
     // Our own accept loop, for the peer's credentials (see the top of server.h).
@@ -141,8 +185,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(Core& core, const Clock& c
     }
     spdlog::info("listening on {}", server->addresses_.back());
   }
-  spdlog::info("sessions belong to their opener; admins: local callers with uid 0 or {}",
-               server->guard_.policy().daemon_uid());
+  const std::shared_ptr<const AccessPolicy> policy = server->guard_.policy();
+  spdlog::info(
+      "sessions belong to their opener; admins: local callers with uid 0 or {}{}; tenants: {}",
+      policy->daemon_uid(), policy->configured() ? " and those access names" : "",
+      policy->configured() ? "from access, else uid-<uid>" : "uid-<uid> for each local uid");
   server->reaper_ =
       std::thread([s = server.get(), interval = options.reap_interval] { s->ReapLoop(interval); });
   return server;

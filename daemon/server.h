@@ -4,14 +4,15 @@
 // TCP addresses are gRPC's own listening ports. Unix sockets gpukitd binds itself and
 // accepts on with a UnixListener each, which records every connection's peer credentials
 // (SO_PEERCRED) in a PeerTable before handing it to gRPC; the services' AccessGuard reads
-// them to decide who may name which session (see daemon/session/principal.h).
+// them to decide who may name which session and who is an admin (see
+// daemon/session/access_policy.h).
 //
 //   GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<Server> server,
 //                           Server::Start(*core, clock, options));
 //   ... until a signal ...
 //   server->Shutdown();  // stops taking requests, finishes those in flight
 //
-// Thread safety: Start and Shutdown from one thread (main).
+// Thread safety: Start and Shutdown from one thread (main); SetAccessPolicy from any.
 #ifndef GPUKIT_DAEMON_SERVER_H_
 #define GPUKIT_DAEMON_SERVER_H_
 
@@ -47,9 +48,20 @@ struct ServerOptions {
   // 1.01-1.03x, and RunOp 126 us instead of 161-178 us (docs/notes/rpc_latency.md).
   // Idle pollers cost a thread each and no CPU.
   int sync_server_max_pollers = 4;
-  // Local callers with this uid (and root) are admins: they may use and list every session.
-  // Unset: gpukitd's effective uid.
-  std::optional<uint32_t> admin_uid;
+  // How TCP addresses are served; unix sockets are not affected. With cert_pem and key_pem,
+  // TLS (and with client_ca_pem, client certificates signed by it are required). Without
+  // them, Start fails with FAILED_PRECONDITION for a TCP address, unless `insecure` is set
+  // and the address is a loopback one (127.0.0.0/8, [::1], localhost); `insecure` with any
+  // other address fails too, so bearer tokens never cross a network in clear text.
+  struct TcpSecurity {
+    std::string cert_pem;
+    std::string key_pem;
+    std::string client_ca_pem;
+    bool insecure = false;
+  } tcp;
+  // Who may do what (daemon/session/access_policy.h). Null: the default policy with
+  // gpukitd's effective uid as the admin uid besides root.
+  std::shared_ptr<const AccessPolicy> access_policy;
   // Most threads the synchronous server may have, waiting or running a handler
   // (grpc::ResourceQuota::SetMaxThreads; config key server.maxThreads). A unary request
   // holds one while it runs, also while it waits in its partition's queue; one always waits
@@ -91,6 +103,12 @@ class Server {
   // Call between Start and Shutdown only (the watchdog stops before Shutdown).
   absl::Status CheckServing(absl::Duration deadline);
 
+  // Replaces the access policy for requests that start from now on (a configuration
+  // reload); open sessions keep their owners. `policy` must not be null. Thread-safe.
+  void SetAccessPolicy(std::shared_ptr<const AccessPolicy> policy) {
+    guard_.SetPolicy(std::move(policy));
+  }
+
  private:
   Server(Core& core, const Clock& clock, const ServerOptions& options);
   void ReapLoop(absl::Duration interval);
@@ -121,6 +139,9 @@ class Server {
 // FAILED_PRECONDITION if another process is listening there. Returns the path ("" for
 // TCP addresses).
 absl::StatusOr<std::string> PrepareUnixSocket(absl::string_view address);
+
+// Whether a "host:port" address is a loopback one: 127.0.0.0/8, [::1] or localhost.
+bool IsLoopbackAddress(absl::string_view address);
 
 }  // namespace gpukit
 

@@ -3,10 +3,14 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <vector>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "grpcpp/support/client_interceptor.h"
 #include "runtime/base/default_address.h"
 
 namespace gpukit {
@@ -19,8 +23,47 @@ std::string SessionPartition(const std::string& requested) {
   return from_env != nullptr ? from_env : "";
 }
 
+namespace {
+
+// Adds the bearer token to every call's initial metadata. gRPC's call credentials would do
+// this only on TLS channels; a loopback test daemon serves plain TCP.
+class TokenInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit TokenInterceptor(const std::string& header) : header_(header) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->insert({"authorization", header_});
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string& header_;  // owned by the factory, which the channel keeps
+};
+
+class TokenInterceptorFactory final : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit TokenInterceptorFactory(const std::string& token) : header_("Bearer " + token) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* /*info*/) override {
+    return new TokenInterceptor(header_);  // gRPC owns and deletes it
+  }
+
+ private:
+  const std::string header_;
+};
+
+}  // namespace
+
+std::string DefaultClientToken() {
+  const char* token = std::getenv("GPUKIT_TOKEN");
+  return token == nullptr ? "" : token;
+}
+
 absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectChannel(const std::string& target,
-                                                              absl::Duration timeout) {
+                                                              absl::Duration timeout,
+                                                              const ChannelSecurity& security) {
   // A socket file that does not exist will not appear by waiting: say so at once instead of
   // retrying until the timeout.
   if (absl::StartsWith(target, "unix://") && access(target.c_str() + 7, F_OK) != 0) {
@@ -28,8 +71,39 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectChannel(const std::string&
         absl::StrCat("cannot connect to gpukitd at ", target,
                      ": no such socket (is gpukitd running? pass --addr or set GPUKIT_ADDR)"));
   }
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (security.tls_cert_file.empty() != security.tls_key_file.empty() ||
+      (!security.tls_cert_file.empty() && security.tls_ca_file.empty())) {
+    return absl::InvalidArgumentError(
+        "a client certificate needs its key and the daemon's CA (tls_ca_file)");
+  }
+  if (!security.tls_ca_file.empty()) {
+    if (absl::StartsWith(target, "unix://")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a TLS CA is for TCP addresses; ", target, " is a unix socket"));
+    }
+    grpc::SslCredentialsOptions ssl;
+    for (const auto& [path, pem] :
+         {std::pair<const std::string&, std::string&>{security.tls_ca_file, ssl.pem_root_certs},
+          {security.tls_cert_file, ssl.pem_cert_chain},
+          {security.tls_key_file, ssl.pem_private_key}}) {
+      if (path.empty()) continue;
+      std::ifstream file(path);
+      std::stringstream text;
+      if (file) text << file.rdbuf();
+      if (!file || text.str().empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("cannot read the TLS file ", path));
+      }
+      pem = text.str();
+    }
+    credentials = grpc::SslCredentials(ssl);
+  }
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  if (!security.token.empty()) {
+    interceptors.push_back(std::make_unique<TokenInterceptorFactory>(security.token));
+  }
+  std::shared_ptr<grpc::Channel> channel = grpc::experimental::CreateCustomChannelWithInterceptors(
+      target, credentials, grpc::ChannelArguments(), std::move(interceptors));
   if (!channel->WaitForConnected(std::chrono::system_clock::now() +
                                  absl::ToChronoMilliseconds(timeout))) {
     return absl::UnavailableError(absl::StrCat("cannot connect to gpukitd at ", target,

@@ -25,10 +25,30 @@ std::string DefaultClientTarget();
 // daemon's "default").
 std::string SessionPartition(const std::string& requested);
 
+// How a channel to a TCP address proves itself and its caller (docs/security.md). Unix
+// sockets need neither: the daemon reads the caller's uid from the socket.
+struct ChannelSecurity {
+  // Sent as "authorization: Bearer <token>" on every call; empty: none.
+  std::string token;
+  // PEM file of the CA that signed the daemon's certificate; set: TLS. Empty: a plain
+  // channel (which a daemon serves only on loopback addresses with --insecure-tcp).
+  std::string tls_ca_file;
+  // PEM files of this client's certificate and key, for a daemon that asks for one
+  // (access.tls.clientCaFile); both or neither, and only with tls_ca_file.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+};
+
+// $GPUKIT_TOKEN, or "" when it is not set.
+std::string DefaultClientToken();
+
 // A channel to `target` that is connected, or UNAVAILABLE naming the address when no
-// daemon accepts within `timeout`.
+// daemon accepts within `timeout`. `security` adds TLS and the bearer token; INVALID_ARGUMENT
+// when a file of it cannot be read, a certificate comes without its key (or without
+// tls_ca_file), or TLS is asked for a unix socket.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectChannel(const std::string& target,
-                                                              absl::Duration timeout);
+                                                              absl::Duration timeout,
+                                                              const ChannelSecurity& security = {});
 
 // grpc::Status -> absl::Status, keeping code and message, and the "gpukit-reason" trailer
 // (when the call has one) as a payload read by RejectReason().

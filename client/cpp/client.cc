@@ -703,8 +703,11 @@ absl::StatusOr<HostMemory> Client::RegisterHostMemory(int64_t bytes) {
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   ClientOptions resolved = options;
   if (resolved.address.empty()) resolved.address = DefaultClientTarget();
+  if (resolved.token.empty()) resolved.token = DefaultClientToken();
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      ConnectChannel(resolved.address, resolved.connect_timeout);
+      ConnectChannel(resolved.address, resolved.connect_timeout,
+                     ChannelSecurity{resolved.token, resolved.tls_ca_file, resolved.tls_cert_file,
+                                     resolved.tls_key_file});
   if (!channel.ok()) return channel.status();
   auto state = std::make_shared<SessionState>(*std::move(channel), resolved);
   absl::Status status = state->Open();

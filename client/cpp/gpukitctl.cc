@@ -76,6 +76,11 @@ Global flags:
                                (default: $GPUKIT_ADDR, else the default socket)
   -o, --output F               table (default) or json
   --timeout DUR                deadline of each call, e.g. 5s (default 10s)
+  --token TOKEN                bearer token for a daemon over TCP (default: $GPUKIT_TOKEN)
+  --tls-ca FILE                PEM of the CA that signed the daemon's certificate (TCP + TLS)
+  --tls-cert FILE, --tls-key FILE
+                               this client's certificate and key, for a daemon that requires
+                               client certificates
   --help                       this help
   --version                    print the version
 
@@ -229,8 +234,10 @@ int Main(int argc, char** argv) {
 
   GlobalOptions global = line->global;
   if (global.addr.empty()) global.addr = DefaultClientTarget();
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      ConnectChannel(global.addr, global.timeout);
+  if (global.token.empty()) global.token = DefaultClientToken();
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = ConnectChannel(
+      global.addr, global.timeout,
+      ChannelSecurity{global.token, global.tls_ca_file, global.tls_cert_file, global.tls_key_file});
   if (!channel.ok()) return Fail("connect", channel.status());
   Ctl ctl(*channel, global);
   if (name == "status") return ctl.Status();

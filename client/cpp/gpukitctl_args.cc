@@ -124,6 +124,14 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, const char* const* argv) 
         return absl::InvalidArgumentError(
             absl::StrCat("output format \"", *v, "\" is not table or json"));
       }
+    } else if (arg == "--token" || arg == "--tls-ca" || arg == "--tls-cert" || arg == "--tls-key") {
+      absl::StatusOr<std::string> v = next();
+      if (!v.ok()) return v.status();
+      if (v->empty()) return absl::InvalidArgumentError(absl::StrCat(arg, " is empty"));
+      (arg == "--token"      ? line.global.token
+       : arg == "--tls-ca"   ? line.global.tls_ca_file
+       : arg == "--tls-cert" ? line.global.tls_cert_file
+                             : line.global.tls_key_file) = *v;
     } else if (arg == "--timeout") {
       absl::StatusOr<std::string> v = next();
       if (!v.ok()) return v.status();

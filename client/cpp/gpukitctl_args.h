@@ -37,6 +37,12 @@ struct GlobalOptions {
   OutputFormat output = OutputFormat::kTable;
   // Deadline of each call.
   absl::Duration timeout = absl::Seconds(10);
+  // --token (not given: $GPUKIT_TOKEN) and --tls-ca: for a daemon reached over TCP.
+  std::string token;
+  std::string tls_ca_file;
+  // --tls-cert and --tls-key: a client certificate, for a daemon that requires one.
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 // Command flags by their name with dashes ("--memory"); a boolean flag maps to "true" or

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -115,6 +116,36 @@ absl::StatusOr<PartitionSpec> PartitionFromConfig(
   if (in.default_limits().has_compute()) defaults.compute_limit = in.default_limits().compute();
   GPUKIT_RETURN_IF_ERROR(ValidatePartitionSpec(spec));
   return spec;
+}
+
+absl::StatusOr<AccessRules> AccessFromConfig(const gpukit::config::v1::Access& in) {
+  AccessRules rules;
+  rules.uid_tenants.insert(in.uids().begin(), in.uids().end());
+  rules.gid_tenants.insert(in.gids().begin(), in.gids().end());
+  for (int i = 0; i < in.tenants_size(); ++i) {
+    const auto& tenant = in.tenants(i);
+    if (!rules.tenant_partitions
+             .emplace(tenant.name(), std::vector<std::string>(tenant.partitions().begin(),
+                                                              tenant.partitions().end()))
+             .second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("access.tenants[", i, "]: tenant \"", tenant.name(), "\" is listed twice"));
+    }
+  }
+  rules.admin_uids.insert(in.admin_uids().begin(), in.admin_uids().end());
+  rules.admin_gids.insert(in.admin_gids().begin(), in.admin_gids().end());
+  for (int i = 0; i < in.tokens_size(); ++i) {
+    const auto& token = in.tokens(i);
+    std::string hash = absl::AsciiStrToLower(token.sha256());
+    if (!rules.tokens.emplace(hash, AccessRules::TokenGrant{token.tenant(), token.admin()})
+             .second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("access.tokens[", i, "]: the same sha256 is listed twice"));
+    }
+  }
+  // The names' and hashes' rules are the policy's own.
+  GPUKIT_RETURN_IF_ERROR(AccessPolicy::Create(0, rules).status());
+  return rules;
 }
 
 }  // namespace
@@ -396,6 +427,19 @@ absl::StatusOr<DaemonConfig> ApplyConfigJson(absl::string_view json, DaemonConfi
     }
     config.server_max_threads = file.server().max_threads();
   }
+  if (file.has_access()) {
+    GPUKIT_ASSIGN_OR_RETURN(config.access, AccessFromConfig(file.access()));
+    const auto& tls = file.access().tls();
+    if (tls.cert_file().empty() != tls.key_file().empty() ||
+        (!tls.client_ca_file().empty() && tls.cert_file().empty())) {
+      return absl::InvalidArgumentError(
+          "access.tls needs both certFile and keyFile (and clientCaFile only with them)");
+    }
+    config.tcp.cert_file = tls.cert_file();
+    config.tcp.key_file = tls.key_file();
+    config.tcp.client_ca_file = tls.client_ca_file();
+    config.tcp.insecure = file.access().insecure_tcp();
+  }
   return config;
 }
 
@@ -435,6 +479,8 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, const char* const* argv) 
       if (!flags.metrics_address->empty()) {  // "" turns off what a config file asks for
         GPUKIT_RETURN_IF_ERROR(ValidateMetricsAddress(*flags.metrics_address));
       }
+    } else if (name == "--insecure-tcp") {
+      flags.insecure_tcp = true;
     } else if (name == "--log-level") {
       GPUKIT_ASSIGN_OR_RETURN(flags.log_level, take_value());
       GPUKIT_RETURN_IF_ERROR(CheckLogLevel(*flags.log_level));
@@ -463,6 +509,8 @@ Flags:
   --metrics-address HOST:PORT
                            Serve Prometheus metrics at http://HOST:PORT/metrics (port 0: any
                            free port, logged). Default: off (config key metricsAddress).
+  --insecure-tcp           Serve TCP addresses without TLS (loopback addresses only; for
+                           tests). Without it a TCP address needs access.tls.
   --print-default-config   Print the embedded default configuration and exit.
   --version                Print the version and exit.
   --help                   Print this help and exit.
@@ -500,6 +548,7 @@ absl::StatusOr<DaemonConfig> ResolveConfig(const CommandLine& flags) {
   }
   if (flags.log_level.has_value()) config.log_level = *flags.log_level;
   if (flags.metrics_address.has_value()) config.metrics_address = *flags.metrics_address;
+  if (flags.insecure_tcp) config.tcp.insecure = true;
   return config;
 }
 

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "daemon/core/core.h"
+#include "daemon/session/access_policy.h"
 #include "runtime/jit/jit_compiler.h"
 #include "runtime/device_factory.h"
 
@@ -47,6 +48,16 @@ struct DaemonConfig {
     absl::Duration best_effort_slice = absl::Microseconds(100);
     absl::Duration burstable_slice = absl::Microseconds(500);
   } qos;
+  // access: who callers are and what they may do; nullopt when the file has no `access`
+  // block (the default policy, AccessPolicy's header).
+  std::optional<AccessRules> access;
+  // access.tls and access.insecureTcp (or --insecure-tcp): how TCP addresses are served.
+  struct TcpSecurity {
+    std::string cert_file;       // PEM; with key_file, TLS
+    std::string key_file;        // PEM
+    std::string client_ca_file;  // PEM; set: client certificates are required
+    bool insecure = false;       // no TLS, loopback addresses only
+  } tcp;
 };
 
 // The kernel cache directory for jit.cacheDir = `configured`: "" for "none" (memory only),
@@ -67,6 +78,7 @@ struct CommandLine {
   std::optional<std::string> config_path;
   std::optional<std::string> log_level;
   std::optional<std::string> metrics_address;  // --metrics-address
+  bool insecure_tcp = false;  // --insecure-tcp
   bool help = false;
   bool version = false;
   bool print_default_config = false;

@@ -29,6 +29,9 @@ std::vector<std::string> RestartOnlyChanges(const DaemonConfig& a, const DaemonC
     if (differs) changed.emplace_back(key);
   };
   note(a.listen != b.listen, "listen");
+  note(a.tcp.cert_file != b.tcp.cert_file || a.tcp.key_file != b.tcp.key_file ||
+           a.tcp.client_ca_file != b.tcp.client_ca_file || a.tcp.insecure != b.tcp.insecure,
+       "access.tls/insecureTcp");
   note(a.backend != b.backend, "backend");
   note(a.cpu_memory_bytes != b.cpu_memory_bytes, "cpu.memory");
   note(a.server_max_threads != b.server_max_threads, "server.maxThreads");

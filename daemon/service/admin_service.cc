@@ -115,6 +115,7 @@ grpc::Status PartitionReply(const Core& core, const std::string& name, grpc::Ser
 grpc::Status AdminServiceImpl::CreatePartition(grpc::ServerContext* context,
                                                const v1::CreatePartitionRequest* request,
                                                v1::CreatePartitionResponse* response) {
+  if (grpc::Status s = guard_.CheckAdmin(context, "CreatePartition"); !s.ok()) return s;
   if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
   absl::StatusOr<PartitionSpec> spec = FromProto(request->partition());
   if (!spec.ok()) return ToGrpc(spec.status(), context);
@@ -129,6 +130,7 @@ grpc::Status AdminServiceImpl::CreatePartition(grpc::ServerContext* context,
 grpc::Status AdminServiceImpl::UpdatePartition(grpc::ServerContext* context,
                                                const v1::UpdatePartitionRequest* request,
                                                v1::UpdatePartitionResponse* response) {
+  if (grpc::Status s = guard_.CheckAdmin(context, "UpdatePartition"); !s.ok()) return s;
   if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
   absl::StatusOr<PartitionSpec> current =
       core_.scheduler().GetPartition(request->partition().name());
@@ -147,6 +149,7 @@ grpc::Status AdminServiceImpl::UpdatePartition(grpc::ServerContext* context,
 grpc::Status AdminServiceImpl::DeletePartition(grpc::ServerContext* context,
                                                const v1::DeletePartitionRequest* request,
                                                v1::DeletePartitionResponse* response) {
+  if (grpc::Status s = guard_.CheckAdmin(context, "DeletePartition"); !s.ok()) return s;
   if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
   absl::StatusOr<int> closed = core_.DeletePartition(request->name(), request->force());
   if (!closed.ok()) return ToGrpc(closed.status(), context);
@@ -168,13 +171,14 @@ grpc::Status AdminServiceImpl::ListTenants(grpc::ServerContext* context,
                                            const v1::ListTenantsRequest* /*request*/,
                                            v1::ListTenantsResponse* response) {
   const Principal caller = guard_.Caller(*context);
+  const std::shared_ptr<const AccessPolicy> policy = guard_.policy();
   // As for tasks: an admin sees every tenant, another caller the tenants of the open
   // sessions ListSessions shows it.
   std::optional<absl::flat_hash_set<std::string>> visible;
-  if (!guard_.policy().IsAdmin(caller)) {
+  if (!policy->IsAdmin(caller)) {
     visible.emplace();
     for (const SessionSummary& s : core_.ListSessions()) {
-      if (guard_.MaySee(caller, s.owner)) visible->insert(s.tenant);
+      if (policy->MaySeeSession(caller, s.owner)) visible->insert(s.tenant);
     }
   }
   for (const TenantUsage& usage : core_.ListTenants()) {
@@ -206,7 +210,7 @@ grpc::Status AdminServiceImpl::ListTasks(grpc::ServerContext* context,
   }
   filter.limit = request->limit();
   const Principal caller = guard_.Caller(*context);
-  const bool admin = guard_.policy().IsAdmin(caller);
+  const bool admin = guard_.policy()->IsAdmin(caller);
   if (!admin) filter.limit = 0;  // the limit applies to what the caller may see
   const absl::Time now = clock_.Now();
   for (const TaskInfo& task : core_.scheduler().ListTasks(filter)) {
@@ -221,18 +225,22 @@ grpc::Status AdminServiceImpl::CancelTask(grpc::ServerContext* context,
                                           const v1::CancelTaskRequest* request,
                                           v1::CancelTaskResponse* /*response*/) {
   const Principal caller = guard_.Caller(*context);
-  if (!guard_.policy().IsAdmin(caller)) {
+  if (!guard_.policy()->IsAdmin(caller)) {
     // Only tasks of the caller's own sessions, and a foreign one reads as unknown.
+    bool exists = false;
     bool visible = false;
     for (const TaskInfo& task : core_.scheduler().ListTasks({})) {
       if (task.id == request->task_id()) {
+        exists = true;
         visible = MaySeeTask(caller, task);
         break;
       }
     }
     if (!visible) {
-      spdlog::debug("task cancel refused or unknown: task={} caller=\"{}\"", request->task_id(),
-                    caller.Describe());
+      if (exists) {
+        spdlog::warn("task cancel refused: task={} caller=\"{}\"", request->task_id(),
+                     caller.Describe());
+      }
       return ToGrpc(TaskNotFoundError(request->task_id()), context);
     }
   }

@@ -8,7 +8,12 @@ grpc::Status SessionServiceImpl::Open(grpc::ServerContext* context,
                                       v1::OpenSessionResponse* response) {
   if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
   OpenSessionParams params;
-  params.tenant = request->tenant();
+  // The caller's own tenant, or another it may claim (admins).
+  if (grpc::Status s =
+          guard_.SessionTenant(context, request->tenant(), request->partition(), &params.tenant);
+      !s.ok()) {
+    return s;
+  }
   params.partition = request->partition();
   params.client = {request->client().name(), request->client().library_version(),
                    request->client().hostname(), request->client().pid()};
@@ -17,6 +22,7 @@ grpc::Status SessionServiceImpl::Open(grpc::ServerContext* context,
   absl::StatusOr<ResourceSpec> resources = FromProto(request->resources());
   if (!resources.ok()) return ToGrpc(resources.status(), context);
   params.resources = *resources;
+  const std::string params_tenant = params.tenant;
   absl::StatusOr<SessionGrant> grant = core_.OpenSession(std::move(params));
   if (!grant.ok()) return ToGrpc(grant.status(), context);
   response->set_session_id(grant->session_id);
@@ -25,6 +31,7 @@ grpc::Status SessionServiceImpl::Open(grpc::ServerContext* context,
   response->set_qos_class(ToProto(grant->qos));
   ToProto(grant->resources, response->mutable_resources());
   response->set_device_index(grant->device_index);
+  response->set_tenant(params_tenant);
   return grpc::Status::OK;
 }
 

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/server_posix.h"
@@ -18,6 +19,23 @@ namespace {
 
 absl::Status SystemError(absl::string_view what, const std::string& path) {
   return absl::UnavailableError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
+}
+
+// The peer's supplementary groups as they were at connect (SO_PEERGROUPS, Linux 4.13);
+// empty if the kernel cannot tell, in which case only the primary gid counts for group
+// rules (access.gids, access.adminGids).
+std::vector<uint32_t> PeerGroups(int fd) {
+  std::vector<gid_t> groups(64);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    socklen_t length = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &length) == 0) {
+      groups.resize(length / sizeof(gid_t));
+      return std::vector<uint32_t>(groups.begin(), groups.end());
+    }
+    if (errno != ERANGE) break;
+    groups.resize(length / sizeof(gid_t));  // the kernel said how much room it needs
+  }
+  return {};
 }
 
 }  // namespace
@@ -96,7 +114,7 @@ void UnixListener::AcceptLoop(grpc::Server* server, PeerTable* peers) {
     }
     // Recorded before gRPC sees the descriptor, so no request on it can run unrecorded. The
     // number was free until accept4 returned it, so no live connection's entry is replaced.
-    peers->Record(fd, Principal::Local(cred.uid, cred.gid, cred.pid));
+    peers->Record(fd, Principal::Local(cred.uid, cred.gid, cred.pid, PeerGroups(fd)));
     spdlog::debug("connection on {}: fd={} uid={} gid={} pid={}", path_, fd, cred.uid, cred.gid,
                   cred.pid);
     grpc::AddInsecureChannelFromFd(server, fd);  // the transport owns fd from here

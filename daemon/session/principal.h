@@ -1,34 +1,26 @@
 // Principal: who is on the other end of a request, as gpukitd itself saw the connection
-// (never what the client claims in ClientInfo), and AccessPolicy: which sessions such a
-// caller may use and see.
+// (never what the client claims in ClientInfo or OpenSessionRequest.tenant). What such a
+// caller may do is AccessPolicy's (access_policy.h).
 //
-// A caller is local (gpukitd's unix socket: the kernel told us its uid, gid and pid with
-// SO_PEERCRED when it connected), network (TCP: unauthenticated, known only by its
-// address) or unidentified (a transport that gives no identity; it may use nothing). A
-// session records the Principal that opened it; every request naming the session is
-// checked against it:
+// A caller is local (gpukitd's unix socket: the kernel told us its uid, gid, supplementary
+// groups and pid with SO_PEERCRED and SO_PEERGROUPS when it connected), network (TCP: known
+// by its address and, when it sent one, the SHA-256 of its bearer token, which the policy
+// maps to a tenant) or unidentified (a transport that gives no identity; it may use
+// nothing).
+// A session records the Principal that opened it; every request naming the session is
+// checked against it.
 //
-//   AccessPolicy policy(geteuid());
-//   Principal caller = Principal::Local(1000, 1000, 4242);
-//   if (!policy.MayUseSession(caller, session->owner())) return ...NOT_FOUND...;
+//   Principal caller = Principal::Local(1000, 1000, 4242, {27, 100});
+//   spdlog::warn("refused: {}", caller.Describe());  // "uid=1000 gid=1000 pid=4242"
 //
-// Rules (AccessPolicy):
-// - Admins may use and see every session. An admin is a local caller whose uid is 0 or the
-//   daemon's effective uid.
-// - A local caller may use and see the sessions that a local caller of its uid opened.
-// - Over TCP there is no identity yet, so a session opened over TCP may be used by any
-//   network caller: its 128-bit random id is the capability. Network callers see no session
-//   in listings (the ids are their capabilities), and cannot use sessions opened locally.
-// Issue 17 (identity for operations) adds configured uid mappings and TCP tokens: they slot
-// in as more Principal kinds and more cases of IsAdmin/MayUseSession, nothing else changes.
-//
-// Thread safety: Principal is a value; AccessPolicy is immutable and thread-safe.
+// Thread safety: a value.
 #ifndef GPUKIT_DAEMON_SESSION_PRINCIPAL_H_
 #define GPUKIT_DAEMON_SESSION_PRINCIPAL_H_
 
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace gpukit {
 
@@ -36,23 +28,26 @@ struct Principal {
   enum class Kind {
     kUnidentified,  // no identity at all: may use no session
     kLocal,         // unix socket; uid, gid, pid from SO_PEERCRED
-    kNetwork,       // TCP; unauthenticated; address is the peer ("ipv4:10.0.0.2:51234")
+    kNetwork,       // TCP; address is the peer ("ipv4:10.0.0.2:51234"); token_sha256 if any
   };
 
-  static Principal Local(uint32_t uid, uint32_t gid, int64_t pid) {
-    return {Kind::kLocal, uid, gid, pid, ""};
+  static Principal Local(uint32_t uid, uint32_t gid, int64_t pid,
+                         std::vector<uint32_t> groups = {}) {
+    return {Kind::kLocal, uid, gid, pid, "", std::move(groups), ""};
   }
-  static Principal Network(std::string address) {
-    return {Kind::kNetwork, 0, 0, 0, std::move(address)};
+  // `token_sha256`: lowercase hex SHA-256 of the bearer token the request carried; "" when
+  // it carried none.
+  static Principal Network(std::string address, std::string token_sha256 = "") {
+    return {Kind::kNetwork, 0, 0, 0, std::move(address), {}, std::move(token_sha256)};
   }
   static Principal Unidentified(std::string address) {
-    return {Kind::kUnidentified, 0, 0, 0, std::move(address)};
+    return {Kind::kUnidentified, 0, 0, 0, std::move(address), {}, ""};
   }
 
   bool local() const { return kind == Kind::kLocal; }
   bool network() const { return kind == Kind::kNetwork; }
-  // For logs: "uid=1000 gid=1000 pid=4242", "tcp peer=ipv4:10.0.0.2:51234" or
-  // "unidentified peer=...".
+  // For logs: "uid=1000 gid=1000 pid=4242", "tcp peer=ipv4:10.0.0.2:51234" (with
+  // " token=<first 12 hex digits of its hash>" when it sent one) or "unidentified peer=...".
   std::string Describe() const;
 
   Kind kind = Kind::kUnidentified;
@@ -60,26 +55,12 @@ struct Principal {
   uint32_t gid = 0;     // kLocal only
   int64_t pid = 0;      // kLocal only: the process that connected (it may have forked since)
   std::string address;  // kNetwork, kUnidentified: the transport's peer string
-};
-
-class AccessPolicy {
- public:
-  // `daemon_uid`: gpukitd's effective uid (geteuid()), whose local callers are admins.
-  explicit AccessPolicy(uint32_t daemon_uid) : daemon_uid_(daemon_uid) {}
-
-  // A local caller with uid 0 or the daemon's uid.
-  bool IsAdmin(const Principal& caller) const;
-  // Whether `caller` may name a session that `owner` opened in a request (any RPC with a
-  // session_id, KeepAlive and Close included).
-  bool MayUseSession(const Principal& caller, const Principal& owner) const;
-  // Whether ListSessions (and ListTasks) shows `caller` a session that `owner` opened:
-  // admins every session, local callers those of their uid, network callers none.
-  bool MaySeeSession(const Principal& caller, const Principal& owner) const;
-
-  uint32_t daemon_uid() const { return daemon_uid_; }
-
- private:
-  const uint32_t daemon_uid_;
+  // kLocal only: the supplementary groups at connect time (SO_PEERGROUPS); may be empty
+  // when the kernel did not tell. `gid` is always checked besides them.
+  std::vector<uint32_t> groups = {};
+  // kNetwork only: the SHA-256 (lowercase hex) of the bearer token the request carried, ""
+  // for none. Only its hash is kept, so no log or listing can show the token.
+  std::string token_sha256 = "";
 };
 
 }  // namespace gpukit

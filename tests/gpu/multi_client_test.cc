@@ -262,6 +262,11 @@ TEST_F(MultiClientGpuTest, ClientKilledWhileGpukitdMapsItsMemoryLeavesNothingBeh
   ExpectDaemonServesAnotherClient();
 }
 
+// Over TCP the token "multi-client-token" (its SHA-256 here) is tenant "tcp"; the daemon
+// serves loopback TCP without TLS (--insecure-tcp).
+constexpr char kTcpAccess[] = R"("access": {"tokens": [{"sha256":
+  "3c6577026042c652fd3c1f763ef225b833359b21edf7bf7b9f0876d158888909", "tenant": "tcp"}]}})";
+
 // The daemon also listens on TCP: a client there cannot receive descriptors, so Array::Map
 // asks for a legacy CUDA IPC handle. This test's own process is that client. Legacy handles
 // belong to a CUDA context, which a device executor's restart would take away, so only a
@@ -270,8 +275,8 @@ class MultiClientGpuTcpTest : public MultiClientGpuTest {
  protected:
   void ConfigureDaemon(DaemonOptions& options) const override {
     MultiClientGpuTest::ConfigureDaemon(options);
-    options.extra_args = {"--listen", "127.0.0.1:0"};
-    options.config_json = R"({"executor": {"mode": "inprocess"}})";
+    options.extra_args = {"--listen", "127.0.0.1:0", "--insecure-tcp"};
+    options.config_json = absl::StrCat(R"({"executor": {"mode": "inprocess"}, )", kTcpAccess);
   }
 };
 
@@ -280,7 +285,8 @@ class MultiClientGpuTcpExecutorTest : public MultiClientGpuTest {
  protected:
   void ConfigureDaemon(DaemonOptions& options) const override {
     MultiClientGpuTest::ConfigureDaemon(options);
-    options.extra_args = {"--listen", "127.0.0.1:0"};
+    options.extra_args = {"--listen", "127.0.0.1:0", "--insecure-tcp"};
+    options.config_json = absl::StrCat("{", kTcpAccess);
   }
 };
 
@@ -293,6 +299,7 @@ TEST_F(MultiClientGpuTcpExecutorTest, OverTcpLegacyIpcHandlesAreRefusedWithTheRe
   ClientOptions options;
   options.address = absl::StrCat("127.0.0.1:", log.substr(at, log.find('\n', at) - at));
   options.tenant = "tcp";
+  options.token = "multi-client-token";
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(options));
   std::vector<float> values(1024, 1.5f);
   GPUKIT_ASSERT_OK_AND_ASSIGN(Array array, client->FromVector(values, {1024}));
@@ -314,6 +321,7 @@ TEST_F(MultiClientGpuTcpTest, OverTcpArraysMapThroughLegacyIpcHandles) {
   ClientOptions options;
   options.address = absl::StrCat("127.0.0.1:", log.substr(at, log.find('\n', at) - at));
   options.tenant = "tcp";
+  options.token = "multi-client-token";
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(options));
   std::vector<float> values(1 << 20);
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 977) - 400.0f;

@@ -2,9 +2,13 @@
 // names the field or value (and the admission reason where there is one), and afterwards
 // the daemon still serves another client: TearDown opens a fresh client and runs an op
 // after every test of this file.
+#include <unistd.h>
+
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/daemon_fixture.h"
@@ -285,11 +289,21 @@ TEST_F(BadInputTest, UnknownSessionIdIsNotFoundEverywhere) {
 
 // ---- Open ------------------------------------------------------------------------------
 
-TEST_F(BadInputTest, OpenRejectsEmptyTenant) {
+// An empty tenant is no longer refused: it is the caller's own (docs/security.md, "Tenants and
+// roles"), here uid-<this test's uid>.
+TEST_F(BadInputTest, OpenWithAnEmptyTenantActsAsTheCallersOwn) {
   ClientOptions options;
   options.address = daemon().address();
   options.tenant = "";
-  EXPECT_THAT(Client::Connect(options), StatusIs(kInvalidArgument, HasSubstr("tenant is empty")));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(options));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(v1::ListSessionsResponse listed, api().ListSessions());
+  bool found = false;
+  for (const v1::SessionInfo& session : listed.sessions()) {
+    if (session.session_id() != client->session_id()) continue;
+    found = true;
+    EXPECT_EQ(session.tenant(), absl::StrCat("uid-", geteuid()));
+  }
+  EXPECT_TRUE(found);
 }
 
 TEST_F(BadInputTest, OpenRejectsTenantOfTenKiBWithoutEchoingIt) {

@@ -1,13 +1,15 @@
 // SIGHUP reloads gpukitd's --config file (daemon/config/reload.h): partitions are created,
-// updated and deleted without dropping sessions, a partition with sessions is kept, and a
+// updated and deleted without dropping sessions, a partition with sessions is kept, a
 // broken file is refused with its path:line while the old partitions stay and the daemon
-// serves on.
+// serves on, and the access block (here, bearer tokens) applies to requests from then on.
 #include <csignal>
 #include <cstring>
 #include <fstream>
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "client/cpp/channel.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/daemon_fixture.h"
@@ -138,6 +140,56 @@ TEST_F(ConfigReloadTest, RefusesABrokenFileAndKeepsTheOldPartitions) {
   EXPECT_THAT(api().GetPartition("huge"), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(daemon().Log(), HasSubstr("do not fit"));
   ExpectSessionWorks();
+}
+
+// The access block on 127.0.0.1 (insecure TCP, loopback only): a token the file does not
+// list opens nothing; after a reload that lists it, it opens a session of its tenant, and
+// after one that drops it again, nothing more.
+class AccessReloadTest : public ConfigReloadTest {
+ protected:
+  static constexpr char kToken[] = "reload-test-token";
+  // printf %s reload-test-token | sha256sum
+  static constexpr char kTokenSha256[] =
+      "4beb01f113e34f34a7ae5e744f55b4d4b991fd121443e62226682880641a2b56";
+
+  std::string DaemonConfigJson() const override { return AccessJson(""); }
+  void ConfigureDaemon(DaemonOptions& options) const override {
+    options.extra_args = {"--listen", "127.0.0.1:0"};
+  }
+  static std::string AccessJson(const std::string& tokens) {
+    return absl::StrCat(R"({"access": {"insecureTcp": true, "tokens": [)", tokens, "]}}");
+  }
+  // "127.0.0.1:<port>" from the daemon's "listening on" line.
+  std::string TcpAddress() {
+    const std::string log = daemon().Log();
+    const size_t at = log.find("listening on 127.0.0.1:");
+    EXPECT_NE(at, std::string::npos) << log;
+    if (at == std::string::npos) return "";
+    const size_t start = at + std::string("listening on ").size();
+    const size_t end =
+        log.find_first_not_of("0123456789", start + std::string("127.0.0.1:").size());
+    return log.substr(start, end - start);
+  }
+};
+
+TEST_F(AccessReloadTest, TokensApplyFromTheReloadOn) {
+  const std::string tcp = TcpAddress();
+  ASSERT_FALSE(tcp.empty());
+  GPUKIT_ASSERT_OK_AND_ASSIGN(RawApi client, RawApi::Connect(tcp, {kToken, ""}));
+  EXPECT_THAT(client.OpenSession("", 60000), StatusIs(absl::StatusCode::kUnauthenticated));
+
+  WriteConfig(AccessJson(absl::StrCat(R"({"sha256": ")", kTokenSha256,
+                                      R"(", "tenant": "reloaded-team"})")));
+  Reload("reload: access policy applied");
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string session, client.OpenSession("", 60000));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(v1::ListSessionsResponse listed, client.ListSessions());
+  ASSERT_EQ(listed.sessions_size(), 1);
+  EXPECT_EQ(listed.sessions(0).tenant(), "reloaded-team");
+  GPUKIT_EXPECT_OK(client.Close(session));
+
+  WriteConfig(AccessJson(""));
+  Reload("reload: access policy applied");
+  EXPECT_THAT(client.OpenSession("", 60000), StatusIs(absl::StatusCode::kUnauthenticated));
 }
 
 }  // namespace

@@ -8,12 +8,16 @@
 //       where a field takes one (handle/array: A, kernel: K), through grpc::GenericStub;
 //       Upload gets its header and a chunk. Close goes last. Prints
 //       "RESULT <method> <code> <message>" for each. Then opens a session of its own and
-//       prints "OWN <id>", "LISTED <id>" for each session ListSessions shows it, and
-//       "TASK <session id>" for each task ListTasks shows it, "TENANT <name>" for each tenant
-//       ListTenants shows it.
-//   foreign_client --addr ADDR --as-uid 65534 --mode open
-//       Opens a session (60 s lease) with a float32 array of 4 and prints
-//       "OPENED <session> <array>".
+//       prints "OWN <id>" (a session of the caller's own tenant, or of --tenant), "LISTED <id>" for
+//       each session ListSessions shows it, and "TASK <session id>" for each task ListTasks shows
+//       it, "TENANT <name>" for each tenant ListTenants shows it.
+//   foreign_client --addr ADDR --as-uid 65534 --mode open [--tenant T] [--partition P]
+//       Opens a session (60 s lease; tenant T, by default the caller's own) with a float32
+//       array of 4 and prints "GRANTED <tenant>" and "OPENED <session> <array>", or
+//       "REFUSED <code> <message>" if the daemon refused the session.
+//   foreign_client --addr ADDR --as-uid U --mode every --session S --array A --kernel K
+//       As attack, but for every method of every gpukit.v1 service (EveryMethod).
+// Any mode takes --token T: every call carries "authorization: Bearer T" (for TCP).
 //   foreign_client --addr ADDR --as-uid 65534 --mode use --session S --array A
 //       KeepAlive and Describe on S and A; prints "USE <method> <code>" for each.
 //
@@ -53,11 +57,23 @@ struct Flags {
   std::string session;
   std::string array;
   std::string kernel;
+  std::string tenant;     // OpenSession's; empty: the caller's own
+  std::string partition;  // OpenSession's; empty: "default"
 };
 
 int Fail(const std::string& message) {
   std::cerr << "foreign_client: " << message << "\n";
   return 1;
+}
+
+// --token: sent as "authorization: Bearer <token>" on every call when set.
+std::string& Token() {
+  static auto* token = new std::string;
+  return *token;
+}
+
+void Authorize(grpc::ClientContext& context) {
+  if (!Token().empty()) context.AddMetadata("authorization", "Bearer " + Token());
 }
 
 std::chrono::system_clock::time_point Deadline() {
@@ -124,6 +140,7 @@ grpc::Status Call(grpc::GenericStub& stub, const std::string& method,
                   const std::vector<std::string>& messages) {
   grpc::ClientContext context;
   context.set_deadline(Deadline());
+  Authorize(context);
   grpc::CompletionQueue queue;
   auto wait = [&queue] {
     void* tag = nullptr;
@@ -154,8 +171,10 @@ grpc::Status Call(grpc::GenericStub& stub, const std::string& method,
   return status;
 }
 
-int Attack(const std::shared_ptr<grpc::Channel>& channel, const Flags& victim) {
-  std::vector<const pb::MethodDescriptor*> methods = gpukit::testing::MethodsNamingASession();
+// Sends one request of each of `methods` (built by Fill) and prints "RESULT <method> <code>
+// <message>" for each.
+void SendEach(const std::shared_ptr<grpc::Channel>& channel, const Flags& victim,
+              std::vector<const pb::MethodDescriptor*> methods) {
   // Close last: were it let through, it would end the session that the others aim at.
   std::stable_partition(methods.begin(), methods.end(),
                         [](const pb::MethodDescriptor* m) { return m->name() != "Close"; });
@@ -176,14 +195,19 @@ int Attack(const std::shared_ptr<grpc::Channel>& channel, const Flags& victim) {
     std::cout << "RESULT " << method->full_name() << " " << status.error_code() << " "
               << status.error_message() << "\n";
   }
+}
+
+int Attack(const std::shared_ptr<grpc::Channel>& channel, const Flags& victim) {
+  SendEach(channel, victim, gpukit::testing::MethodsNamingASession());
 
   auto sessions = SessionService::NewStub(channel);
   gpukit::v1::OpenSessionRequest open;
-  open.set_tenant("foreign");
+  open.set_tenant(victim.tenant);
   open.set_lease_ms(60000);
   gpukit::v1::OpenSessionResponse opened;
   grpc::ClientContext open_context;
   open_context.set_deadline(Deadline());
+  Authorize(open_context);
   grpc::Status status = sessions->Open(&open_context, open, &opened);
   if (!status.ok()) return Fail("Open: " + status.error_message());
   std::cout << "OWN " << opened.session_id() << "\n";
@@ -192,6 +216,7 @@ int Attack(const std::shared_ptr<grpc::Channel>& channel, const Flags& victim) {
   gpukit::v1::ListSessionsResponse listed;
   grpc::ClientContext list_context;
   list_context.set_deadline(Deadline());
+  Authorize(list_context);
   status = admin->ListSessions(&list_context, {}, &listed);
   if (!status.ok()) return Fail("ListSessions: " + status.error_message());
   for (const auto& session : listed.sessions())
@@ -200,6 +225,7 @@ int Attack(const std::shared_ptr<grpc::Channel>& channel, const Flags& victim) {
   gpukit::v1::ListTasksResponse tasks;
   grpc::ClientContext tasks_context;
   tasks_context.set_deadline(Deadline());
+  Authorize(tasks_context);
   status = admin->ListTasks(&tasks_context, {}, &tasks);
   if (!status.ok()) return Fail("ListTasks: " + status.error_message());
   for (const auto& task : tasks.tasks()) std::cout << "TASK " << task.session_id() << "\n";
@@ -207,22 +233,30 @@ int Attack(const std::shared_ptr<grpc::Channel>& channel, const Flags& victim) {
   gpukit::v1::ListTenantsResponse tenants;
   grpc::ClientContext tenants_context;
   tenants_context.set_deadline(Deadline());
+  Authorize(tenants_context);
   status = admin->ListTenants(&tenants_context, {}, &tenants);
   if (!status.ok()) return Fail("ListTenants: " + status.error_message());
   for (const auto& tenant : tenants.tenants()) std::cout << "TENANT " << tenant.tenant() << "\n";
   return 0;
 }
 
-int Open(const std::shared_ptr<grpc::Channel>& channel) {
+int Open(const std::shared_ptr<grpc::Channel>& channel, const Flags& flags) {
   auto sessions = SessionService::NewStub(channel);
   gpukit::v1::OpenSessionRequest open;
-  open.set_tenant("foreign");
+  open.set_tenant(flags.tenant);
+  open.set_partition(flags.partition);
   open.set_lease_ms(60000);
   gpukit::v1::OpenSessionResponse opened;
   grpc::ClientContext context;
   context.set_deadline(Deadline());
+  Authorize(context);
   grpc::Status status = sessions->Open(&context, open, &opened);
-  if (!status.ok()) return Fail("Open: " + status.error_message());
+  if (!status.ok()) {
+    // A refusal is an answer the test checks, not a failure to run.
+    std::cout << "REFUSED " << status.error_code() << " " << status.error_message() << "\n";
+    return 0;
+  }
+  std::cout << "GRANTED " << opened.tenant() << "\n";
   auto arrays = ArrayService::NewStub(channel);
   gpukit::v1::CreateArrayRequest create;
   create.set_session_id(opened.session_id());
@@ -231,6 +265,7 @@ int Open(const std::shared_ptr<grpc::Channel>& channel) {
   gpukit::v1::CreateArrayResponse created;
   grpc::ClientContext create_context;
   create_context.set_deadline(Deadline());
+  Authorize(create_context);
   status = arrays->Create(&create_context, create, &created);
   if (!status.ok()) return Fail("Create: " + status.error_message());
   std::cout << "OPENED " << opened.session_id() << " " << created.array().handle() << "\n";
@@ -244,6 +279,7 @@ int Use(const std::shared_ptr<grpc::Channel>& channel, const Flags& flags) {
   gpukit::v1::KeepAliveResponse kept;
   grpc::ClientContext keep_context;
   keep_context.set_deadline(Deadline());
+  Authorize(keep_context);
   std::cout << "USE KeepAlive " << sessions->KeepAlive(&keep_context, keep, &kept).error_code()
             << "\n";
   auto arrays = ArrayService::NewStub(channel);
@@ -253,6 +289,7 @@ int Use(const std::shared_ptr<grpc::Channel>& channel, const Flags& flags) {
   gpukit::v1::DescribeArrayResponse described;
   grpc::ClientContext describe_context;
   describe_context.set_deadline(Deadline());
+  Authorize(describe_context);
   std::cout << "USE Describe "
             << arrays->Describe(&describe_context, describe, &described).error_code() << "\n";
   return 0;
@@ -277,6 +314,12 @@ int main(int argc, char** argv) {
       flags.array = value;
     } else if (name == "--kernel") {
       flags.kernel = value;
+    } else if (name == "--token") {
+      Token() = value;
+    } else if (name == "--tenant") {
+      flags.tenant = value;
+    } else if (name == "--partition") {
+      flags.partition = value;
     } else {
       return Fail("unknown flag " + name);
     }
@@ -294,7 +337,11 @@ int main(int argc, char** argv) {
     return Fail("cannot connect to " + flags.addr + " (socket mode or directory permissions?)");
   }
   if (flags.mode == "attack") return Attack(channel, flags);
-  if (flags.mode == "open") return Open(channel);
+  if (flags.mode == "open") return Open(channel, flags);
+  if (flags.mode == "every") {
+    SendEach(channel, flags, gpukit::testing::EveryMethod());
+    return 0;
+  }
   if (flags.mode == "use") return Use(channel, flags);
   return Fail("unknown --mode " + flags.mode);
 }

@@ -30,9 +30,10 @@ RawApi::RawApi(std::shared_ptr<grpc::Channel> channel)
       compute_(v1::ComputeService::NewStub(channel_)),
       admin_(v1::AdminService::NewStub(channel_)) {}
 
-absl::StatusOr<RawApi> RawApi::Connect(const std::string& address) {
+absl::StatusOr<RawApi> RawApi::Connect(const std::string& address,
+                                       const ChannelSecurity& security) {
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      ConnectChannel(address, absl::Seconds(5));
+      ConnectChannel(address, absl::Seconds(5), security);
   if (!channel.ok()) return channel.status();
   return RawApi(*std::move(channel));
 }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/cpp/channel.h"
 #include "gpukit/v1/admin.grpc.pb.h"
 #include "gpukit/v1/array.grpc.pb.h"
 #include "gpukit/v1/compute.grpc.pb.h"
@@ -34,7 +35,8 @@ inline constexpr int64_t kMaxChunkBytes = (int64_t{4} << 20) - (int64_t{64} << 1
 class RawApi {
  public:
   // UNAVAILABLE if nothing accepts at `address` within 5 s.
-  static absl::StatusOr<RawApi> Connect(const std::string& address);
+  static absl::StatusOr<RawApi> Connect(const std::string& address,
+                                        const ChannelSecurity& security = {});
 
   const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
 

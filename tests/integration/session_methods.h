@@ -68,6 +68,26 @@ inline std::vector<const google::protobuf::MethodDescriptor*> MethodsNamingASess
   return methods;
 }
 
+// Every method of every gpukit.v1 service, in the order the protos declare them.
+inline std::vector<const google::protobuf::MethodDescriptor*> EveryMethod() {
+  (void)v1::OpenSessionRequest::descriptor();
+  (void)v1::CreateArrayRequest::descriptor();
+  (void)v1::RunOpRequest::descriptor();
+  (void)v1::ListSessionsRequest::descriptor();
+  std::vector<const google::protobuf::MethodDescriptor*> methods;
+  const google::protobuf::DescriptorPool& pool =
+      *google::protobuf::DescriptorPool::generated_pool();
+  for (const std::string& name : GpukitServiceFiles()) {
+    const google::protobuf::FileDescriptor* file = pool.FindFileByName(name);
+    if (file == nullptr) continue;
+    for (int s = 0; s < file->service_count(); ++s) {
+      const google::protobuf::ServiceDescriptor& service = *file->service(s);
+      for (int m = 0; m < service.method_count(); ++m) methods.push_back(service.method(m));
+    }
+  }
+  return methods;
+}
+
 }  // namespace gpukit::testing
 
 #endif  // GPUKIT_TESTS_INTEGRATION_SESSION_METHODS_H_

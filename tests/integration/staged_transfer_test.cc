@@ -236,11 +236,16 @@ TEST_F(StagedTransferTest, WithoutADescriptorChannelTheSessionFallsBackToGrpcFor
   EXPECT_THAT(RegionsMapped(daemon().Log()), ElementsAre(int64_t{2} << 20));
 }
 
-// The daemon also listens on TCP (a port of its choosing).
+// The daemon also listens on TCP (a port of its choosing, loopback without TLS), where the
+// token "staged-transfer-token" (its SHA-256 below) is tenant "tcp".
 class StagedTransferTcpTest : public StagedTransferTest {
  protected:
+  std::string DaemonConfigJson() const override {
+    return R"({"sessions": {"minLease": "200ms"}, "access": {"tokens": [{"sha256":
+      "3bde5113829e34543e2bd2760ddb16a9269c8301c29cf12398dffec881c21cee", "tenant": "tcp"}]}})";
+  }
   void ConfigureDaemon(DaemonOptions& options) const override {
-    options.extra_args = {"--listen", "127.0.0.1:0"};
+    options.extra_args = {"--listen", "127.0.0.1:0", "--insecure-tcp"};
   }
 };
 
@@ -254,6 +259,7 @@ TEST_F(StagedTransferTcpTest, OverTcpTransfersStayInGrpcMessages) {
   const std::string tcp = absl::StrCat("127.0.0.1:", log.substr(at, log.find('\n', at) - at));
   ClientOptions options = ClientOptionsFor("tcp");
   options.address = tcp;
+  options.token = "staged-transfer-token";
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(options));
   EXPECT_EQ(RoundTrip(*client, (int64_t{6} << 20) + 3, 8), -1);
   EXPECT_THAT(RegionsMapped(daemon().Log()), IsEmpty());

@@ -34,7 +34,7 @@ std::string Format(const std::vector<float>& values, int64_t columns) {
 
 int main(int argc, char** argv) {
   gpukit::ClientOptions options;
-  options.tenant = "demo";
+  // options.tenant stays empty: the session acts for the caller's own tenant.
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--addr") == 0 && i + 1 < argc) options.address = argv[++i];
   }

@@ -37,7 +37,7 @@ double MillisecondsSince(std::chrono::steady_clock::time_point start) {
 
 int main(int argc, char** argv) {
   gpukit::ClientOptions options;
-  options.tenant = "zero-copy-example";
+  // options.tenant stays empty: the session acts for the caller's own tenant.
   int64_t mib = 64;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--addr") == 0) options.address = argv[i + 1];

@@ -5,7 +5,7 @@ A thin, Pythonic skin over libgpukit, the C++ client (the extension module
 simulates one on its CPU backend).
 
 >>> import numpy as np, gpukit
->>> with gpukit.connect(tenant="notebook") as gk:          # $GPUKIT_ADDR or the default socket
+>>> with gpukit.connect() as gk:                            # $GPUKIT_ADDR or the default socket
 ...     a = gk.array(np.arange(6, dtype=np.float32).reshape(2, 3))
 ...     b = gk.ones(3)
 ...     c = gpukit.nn.relu(2 * a - b) @ a.T                # runs in the daemon
@@ -58,6 +58,7 @@ from ._gpukit import (
     NotFound,
     PermissionDenied,
     ResourceExhausted,
+    Unauthenticated,
     Unavailable,
     Unimplemented,
 )
@@ -122,6 +123,7 @@ __all__ = [
     "InvalidArgument",
     "NotFound",
     "PermissionDenied",
+    "Unauthenticated",
     "ResourceExhausted",
     "Unavailable",
     "Unimplemented",

@@ -32,7 +32,7 @@ class Session:
 
     Examples
     --------
-    >>> with gpukit.connect(tenant="notebook") as gk:
+    >>> with gpukit.connect() as gk:
     ...     a = gk.array(np.ones((2, 3), dtype=np.float32))
     ...     print(gk.qos_class, (a * 2).sum().item())
     BestEffort 12.0
@@ -324,7 +324,7 @@ class Session:
 def connect(
     address: Optional[str] = None,
     *,
-    tenant: str = "default",
+    tenant: str = "",
     partition: Optional[str] = None,
     memory_request_bytes: Optional[int] = None,
     memory_limit_bytes: Optional[int] = None,
@@ -338,6 +338,10 @@ def connect(
     client_name: Optional[str] = None,
     use_shared_memory: bool = True,
     pipeline: bool = True,
+    token: Optional[str] = None,
+    tls_ca: Optional[str] = None,
+    tls_cert: Optional[str] = None,
+    tls_key: Optional[str] = None,
 ) -> Session:
     """Connects to gpukitd and opens a session.
 
@@ -347,7 +351,9 @@ def connect(
         ``"unix:///path.sock"`` or ``"host:port"``. Default: ``$GPUKIT_ADDR``, else the
         default socket, as for the C++ client and ``gpukitctl``.
     tenant : str
-        The tenant the session acts for (1-63 of ``[A-Za-z0-9._-]``).
+        The tenant the session acts for (1-63 of ``[A-Za-z0-9._-]``). Empty (default): the
+        caller's own, which the daemon derives from its uid on the unix socket or from its
+        token over TCP; only admins may name another (:class:`PermissionDenied`).
     partition : str, optional
         The partition to open the session in; default ``$GPUKIT_PARTITION`` (which
         gpukit-device-plugin sets in a Kubernetes container), else ``"default"``.
@@ -383,6 +389,15 @@ def connect(
         order. A refused op raises at :meth:`Session.sync`, at ``numpy()`` (of any array of
         the session) or when its result's ``shape``/``dtype`` is read, naming the op. False:
         each op waits for the daemon's answer and raises its error at the call.
+    token : str, optional
+        Bearer token for a daemon reached over TCP, which maps it to a tenant. Default:
+        ``$GPUKIT_TOKEN``, if set. Not needed on a unix socket.
+    tls_ca : str, optional
+        Path of the PEM file of the CA that signed the daemon's TLS certificate; set: the
+        TCP connection uses TLS.
+    tls_cert, tls_key : str, optional
+        Paths of the PEM files of this client's certificate and key, for a daemon that
+        requires client certificates (``access.tls.clientCaFile``); both or neither.
 
     Returns
     -------
@@ -396,6 +411,10 @@ def connect(
     InvalidArgument, NotFound, ResourceExhausted
         The daemon refused the session (bad tenant, unknown partition, requests that do not
         fit: ``reason`` says why).
+    PermissionDenied
+        Another tenant than the caller's, or a partition its tenant may not use.
+    Unauthenticated
+        Over TCP, no valid token.
     """
     client = _gpukit.Client.connect(
         address=address or "",
@@ -413,5 +432,9 @@ def connect(
         client_name=client_name or "",
         use_shared_memory=use_shared_memory,
         pipeline=pipeline,
+        token=token or "",
+        tls_ca=tls_ca or "",
+        tls_cert=tls_cert or "",
+        tls_key=tls_key or "",
     )
     return Session(client, pipeline)

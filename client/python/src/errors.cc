@@ -35,7 +35,11 @@ constexpr ErrorClass kErrorClasses[] = {
     {absl::StatusCode::kFailedPrecondition, "FailedPrecondition",
      "The daemon cannot do this in its present state, e.g. a kernel launch on the CPU "
      "backend, or compiling without NVRTC."},
-    {absl::StatusCode::kPermissionDenied, "PermissionDenied", "The caller may not do this."},
+    {absl::StatusCode::kPermissionDenied, "PermissionDenied",
+     "The caller may not do this: another tenant than its own, a partition its tenant may "
+     "not use, or an admin's call."},
+    {absl::StatusCode::kUnauthenticated, "Unauthenticated",
+     "Over TCP, the call carried no valid bearer token (``token=`` or ``$GPUKIT_TOKEN``)."},
     {absl::StatusCode::kDeadlineExceeded, "DeadlineExceeded",
      "The call's deadline, or its task's queue timeout, passed."},
     {absl::StatusCode::kUnavailable, "Unavailable",

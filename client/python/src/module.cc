@@ -299,10 +299,15 @@ std::shared_ptr<PyClient> Connect(
     std::optional<int64_t> memory_request_bytes, std::optional<int64_t> memory_limit_bytes,
     std::optional<double> compute_request, std::optional<double> compute_limit, double lease_s,
     int priority, double queue_timeout_s, double call_timeout_s, double connect_timeout_s,
-    const std::string& client_name, bool use_shared_memory, bool pipeline) {
+    const std::string& client_name, bool use_shared_memory, bool pipeline, const std::string& token,
+    const std::string& tls_ca, const std::string& tls_cert, const std::string& tls_key) {
   ClientOptions options;
   options.address = address;
   options.tenant = tenant;
+  options.token = token;  // "" reads $GPUKIT_TOKEN in Client::Connect
+  options.tls_ca_file = tls_ca;
+  options.tls_cert_file = tls_cert;
+  options.tls_key_file = tls_key;
   options.partition = partition;
   options.resources.memory_request_bytes = memory_request_bytes;
   options.resources.memory_limit_bytes = memory_limit_bytes;
@@ -508,16 +513,17 @@ PYBIND11_MODULE(_gpukit, m) {
 
   py::class_<PyClient, std::shared_ptr<PyClient>>(m, "Client",
                                                   "One session with gpukitd (gpukit::Client).")
-      .def_static("connect", &Connect, py::arg("address") = "", py::arg("tenant") = "default",
-                  py::arg("partition") = "", py::arg("memory_request_bytes") = py::none(),
-                  py::arg("memory_limit_bytes") = py::none(),
-                  py::arg("compute_request") = py::none(), py::arg("compute_limit") = py::none(),
-                  py::arg("lease_s") = 0.0, py::arg("priority") = 0,
-                  py::arg("queue_timeout_s") = 0.0, py::arg("call_timeout_s") = 60.0,
-                  py::arg("connect_timeout_s") = 5.0, py::arg("client_name") = "",
-                  py::arg("use_shared_memory") = true, py::arg("pipeline") = false,
-                  "Connects and opens a session (gpukit::Client::Connect); with `pipeline`, "
-                  "ops go through the session's Submit stream and return at once.")
+      .def_static(
+          "connect", &Connect, py::arg("address") = "", py::arg("tenant") = "",
+          py::arg("partition") = "", py::arg("memory_request_bytes") = py::none(),
+          py::arg("memory_limit_bytes") = py::none(), py::arg("compute_request") = py::none(),
+          py::arg("compute_limit") = py::none(), py::arg("lease_s") = 0.0, py::arg("priority") = 0,
+          py::arg("queue_timeout_s") = 0.0, py::arg("call_timeout_s") = 60.0,
+          py::arg("connect_timeout_s") = 5.0, py::arg("client_name") = "",
+          py::arg("use_shared_memory") = true, py::arg("pipeline") = false, py::arg("token") = "",
+          py::arg("tls_ca") = "", py::arg("tls_cert") = "", py::arg("tls_key") = "",
+          "Connects and opens a session (gpukit::Client::Connect); with `pipeline`, "
+          "ops go through the session's Submit stream and return at once.")
       .def_property_readonly("session_id",
                              [](const PyClient& self) { return self.client()->session_id(); })
       .def_property_readonly("address",

@@ -7,6 +7,7 @@
 #include <functional>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -224,6 +225,92 @@ INSTANTIATE_TEST_SUITE_P(
         RejectCase{"NegativeStreams", R"({"streamsPerPartition": -2})",
                    "streamsPerPartition = -2 must be > 0"}),
     [](const ::testing::TestParamInfo<RejectCase>& info) { return info.param.name; });
+
+// ---- access: tenants and roles ----
+
+TEST(AccessConfigTest, AbsentMeansTheDefaultPolicy) {
+  EXPECT_FALSE(EmbeddedDefault().access.has_value());
+  GPUKIT_ASSERT_OK_AND_ASSIGN(DaemonConfig empty,
+                              ApplyConfigJson(R"({"access": {}})", EmbeddedDefault()));
+  ASSERT_TRUE(empty.access.has_value()) << "an empty block is configured, with no rule";
+  EXPECT_TRUE(empty.access->uid_tenants.empty());
+  EXPECT_TRUE(empty.access->tenant_partitions.empty());
+}
+
+TEST(AccessConfigTest, MapsUidsGidsTenantsAndAdmins) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(DaemonConfig config, ApplyConfigJson(R"({"access": {
+      "uids": {"1000": "vision", "1001": "speech"},
+      "gids": {"2000": "research"},
+      "tenants": [{"name": "vision", "partitions": ["gpu-a", "default"]},
+                  {"name": "guests", "partitions": []}],
+      "adminUids": [1005], "adminGids": [3000, 3001]}})",
+                                                                   EmbeddedDefault()));
+  ASSERT_TRUE(config.access.has_value());
+  const AccessRules& rules = *config.access;
+  EXPECT_EQ(rules.uid_tenants.at(1000), "vision");
+  EXPECT_EQ(rules.uid_tenants.at(1001), "speech");
+  EXPECT_EQ(rules.gid_tenants.at(2000), "research");
+  EXPECT_THAT(rules.tenant_partitions.at("vision"), ElementsAre("gpu-a", "default"));
+  EXPECT_THAT(rules.tenant_partitions.at("guests"), IsEmpty());
+  EXPECT_TRUE(rules.admin_uids.contains(1005));
+  EXPECT_EQ(rules.admin_gids.size(), 2u);
+}
+
+TEST(AccessConfigTest, TokensTlsAndInsecureTcp) {
+  const std::string hash(64, 'A');  // hex digits in either case; kept in lowercase
+  GPUKIT_ASSERT_OK_AND_ASSIGN(
+      DaemonConfig config,
+      ApplyConfigJson(absl::StrCat(R"({"access": {"tokens": [{"sha256": ")", hash,
+                                   R"(", "tenant": "ci", "admin": true}],
+        "tls": {"certFile": "/etc/gpukit/server.pem", "keyFile": "/etc/gpukit/server.key",
+                "clientCaFile": "/etc/gpukit/clients.pem"}, "insecureTcp": true}})"),
+                      EmbeddedDefault()));
+  ASSERT_TRUE(config.access.has_value());
+  const AccessRules::TokenGrant& grant = config.access->tokens.at(std::string(64, 'a'));
+  EXPECT_EQ(grant.tenant, "ci");
+  EXPECT_TRUE(grant.admin);
+  EXPECT_EQ(config.tcp.cert_file, "/etc/gpukit/server.pem");
+  EXPECT_EQ(config.tcp.key_file, "/etc/gpukit/server.key");
+  EXPECT_EQ(config.tcp.client_ca_file, "/etc/gpukit/clients.pem");
+  EXPECT_TRUE(config.tcp.insecure);
+  // By default: no TLS and no insecure TCP, so a TCP address is refused at start-up.
+  EXPECT_FALSE(EmbeddedDefault().tcp.insecure);
+  EXPECT_TRUE(EmbeddedDefault().tcp.cert_file.empty());
+}
+
+TEST(AccessConfigTest, InsecureTcpFlagSetsIt) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(CommandLine flags, Parse({"--insecure-tcp"}));
+  EXPECT_TRUE(flags.insecure_tcp);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(DaemonConfig config, ResolveConfig(flags));
+  EXPECT_TRUE(config.tcp.insecure);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(DaemonConfig plain, ResolveConfig(CommandLine{}));
+  EXPECT_FALSE(plain.tcp.insecure);
+}
+
+TEST(AccessConfigTest, BadEntriesAreRefusedNamingThem) {
+  for (const auto& [json, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"access": {"uids": {"1000": "a b"}}})", "access.uids[\"1000\"]"},
+           {R"({"access": {"gids": {"7": ""}}})", "access.gids[\"7\"]"},
+           {R"({"access": {"uids": {"alice": "x"}}})", "configuration is not valid"},
+           {R"({"access": {"tenants": [{"name": "x"}, {"name": "x"}]}})",
+            "access.tenants[1]: tenant \"x\" is listed twice"},
+           {R"({"access": {"tenants": [{"name": "x", "partitions": ["a/b"]}]}})",
+            "access.tenants[\"x\"].partitions[]"},
+           {R"({"access": {"adminUids": [-1]}})", "configuration is not valid"},
+           {R"({"access": {"admins": [0]}})", "admins"},
+           {R"({"access": {"tokens": [{"sha256": "abc", "tenant": "t"}]}})",
+            "64 lowercase hex digits"},
+           {absl::StrCat(R"({"access": {"tokens": [{"sha256": ")", std::string(64, 'a'),
+                         R"(", "tenant": "t"}, {"sha256": ")", std::string(64, 'A'),
+                         R"(", "tenant": "u"}]}})"),
+            "access.tokens[1]: the same sha256 is listed twice"},
+           {R"({"access": {"tls": {"certFile": "/c.pem"}}})", "needs both certFile and keyFile"},
+           {R"({"access": {"tls": {"clientCaFile": "/ca.pem"}}})", "needs both"}}) {
+    EXPECT_THAT(ApplyConfigJson(json, EmbeddedDefault()),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(field)))
+        << json;
+  }
+}
 
 // ---- Listen addresses ----
 

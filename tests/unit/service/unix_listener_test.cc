@@ -5,11 +5,16 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/server.h"
 #include "daemon/service/access_guard.h"
 #include "daemon/service/peer_table.h"
 #include "gmock/gmock.h"
@@ -17,6 +22,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "runtime/jit/sha256.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 #include <sys/socket.h>
@@ -145,6 +151,24 @@ TEST(UnixListenerBind, RefusesAPathInUse) {
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("cannot bind " + path)));
 }
 
+TEST_F(UnixListenerTest, RecordsTheConnectingProcessesSupplementaryGroups) {
+  const grpc::Status status = CallOnce("unix://" + path_);
+  ASSERT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED) << status.error_message();
+  // "fd:<n>|..." names the connection's entry in the table.
+  const std::string message = status.error_message();
+  int fd = -1;
+  ASSERT_TRUE(absl::SimpleAtoi(message.substr(3, message.find('|') - 3), &fd)) << message;
+  const std::optional<Principal> peer = peers_.Lookup(fd);
+  ASSERT_TRUE(peer.has_value());
+  std::vector<gid_t> mine(static_cast<size_t>(getgroups(0, nullptr)));
+  ASSERT_EQ(getgroups(static_cast<int>(mine.size()), mine.data()), static_cast<int>(mine.size()));
+  std::vector<uint32_t> expected(mine.begin(), mine.end());
+  std::vector<uint32_t> recorded = peer->groups;
+  std::sort(expected.begin(), expected.end());
+  std::sort(recorded.begin(), recorded.end());
+  EXPECT_EQ(recorded, expected) << "SO_PEERGROUPS: this process's supplementary groups";
+}
+
 TEST(PrincipalOfPeer, MapsEachTransportsPeerString) {
   PeerTable peers;
   peers.Record(7, Principal::Local(1000, 100, 4242));
@@ -156,6 +180,37 @@ TEST(PrincipalOfPeer, MapsEachTransportsPeerString) {
   for (const char* unknown : {"fd:8", "fd:", "fd:x7", "unix:/run/gpukit/gpukitd.sock", ""}) {
     const Principal p = PrincipalOfPeer(unknown, peers);
     EXPECT_EQ(p.kind, Principal::Kind::kUnidentified) << unknown;
+  }
+}
+
+TEST(PrincipalOfPeer, TcpCarriesTheHashOfItsBearerTokenOnly) {
+  PeerTable peers;
+  peers.Record(7, Principal::Local(1000, 100, 4242));
+  const std::string hash = Sha256Hex("s3cret-token");
+  EXPECT_EQ(PrincipalOfPeer("ipv4:10.0.0.2:5000", peers, "Bearer s3cret-token").token_sha256, hash);
+  EXPECT_EQ(PrincipalOfPeer("ipv6:[::1]:5000", peers, "bearer  s3cret-token ").token_sha256, hash);
+  for (const char* not_bearer : {"", "Bearer ", "Bearer", "Basic s3cret-token", "s3cret-token"}) {
+    const Principal p = PrincipalOfPeer("ipv4:10.0.0.2:5000", peers, not_bearer);
+    EXPECT_TRUE(p.network());
+    EXPECT_EQ(p.token_sha256, "") << not_bearer;
+  }
+  // On the unix socket the socket's identity is the caller's; a token changes nothing.
+  const Principal local = PrincipalOfPeer("fd:7", peers, "Bearer s3cret-token");
+  EXPECT_TRUE(local.local());
+  EXPECT_EQ(local.token_sha256, "");
+  // Logs show a prefix of the hash, never the token.
+  EXPECT_THAT(PrincipalOfPeer("ipv4:10.0.0.2:5000", peers, "Bearer s3cret-token").Describe(),
+              ::testing::AllOf(HasSubstr("token=" + hash.substr(0, 12)),
+                               ::testing::Not(HasSubstr("s3cret"))));
+}
+
+TEST(IsLoopbackAddress, OnlyLoopbackHosts) {
+  for (const char* loopback : {"127.0.0.1:0", "127.1.2.3:7070", "[::1]:7070", "localhost:1"}) {
+    EXPECT_TRUE(IsLoopbackAddress(loopback)) << loopback;
+  }
+  for (const char* network : {"0.0.0.0:7070", "[::]:7070", "10.0.0.2:1", "gpu-host:7070",
+                              "128.0.0.1:1", "localhost.example.com:1", "[::2]:1"}) {
+    EXPECT_FALSE(IsLoopbackAddress(network)) << network;
   }
 }
 

@@ -1,9 +1,10 @@
-// Who may use and see a session (daemon/session/principal.h): the rule as a table of
+// Who may use and see a session (daemon/session/access_policy.h): the rule as a table of
 // (caller, owner) rows, with gpukitd running as uid 500.
 #include "daemon/session/principal.h"
 
 #include <string>
 
+#include "daemon/session/access_policy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -60,15 +61,16 @@ INSTANTIATE_TEST_SUITE_P(
         AccessCase{"UserOnDaemonUidSession", kAlice, kDaemonUser, false, false},
         AccessCase{"LocalUserOnTcpSession", kAlice, kTcpA, false, false},
         AccessCase{"LocalUserOnUnidentifiedSession", kAlice, kNobody, false, false},
-        // TCP: the id is the capability; nothing is listed to TCP callers.
-        AccessCase{"TcpOnTcpSession", kTcpA, kTcpA, true, false},
-        AccessCase{"TcpOnOtherTcpPeersSession", kTcpB, kTcpA, true, false},
+        // TCP without a token (the default policy lists none): nothing, not even sessions
+        // opened over TCP (token-holding callers: access_policy_test.cc).
+        AccessCase{"TcpOnTcpSession", kTcpA, kTcpA, false, false},
+        AccessCase{"TcpOnOtherTcpPeersSession", kTcpB, kTcpA, false, false},
         AccessCase{"TcpOnLocalSession", kTcpA, kAlice, false, false},
         AccessCase{"TcpOnRootSession", kTcpA, kRoot, false, false},
         // A root uid claimed over TCP means nothing: TCP callers have no uid.
         AccessCase{"TcpWithUidZeroFieldOnRootSession",
-                   Principal{Principal::Kind::kNetwork, 0, 0, 0, "ipv4:1.2.3.4:5"}, kRoot, false,
-                   false},
+                   Principal{Principal::Kind::kNetwork, 0, 0, 0, "ipv4:1.2.3.4:5", {}}, kRoot,
+                   false, false},
         // Unidentified callers use and see nothing, not even their own sessions.
         AccessCase{"UnidentifiedOnOwnSession", kNobody, kNobody, false, false},
         AccessCase{"UnidentifiedOnLocalSession", kNobody, kAlice, false, false},
@@ -81,8 +83,8 @@ TEST(AccessPolicy, AdminsAreLocalRootAndTheDaemonsUid) {
   EXPECT_TRUE(policy.IsAdmin(kDaemonUser));
   EXPECT_FALSE(policy.IsAdmin(kAlice));
   EXPECT_FALSE(policy.IsAdmin(kTcpA));
-  EXPECT_FALSE(policy.IsAdmin(Principal{Principal::Kind::kNetwork, 0, 0, 0, "ipv4:1.2.3.4:5"}));
-  EXPECT_FALSE(policy.IsAdmin(Principal{Principal::Kind::kUnidentified, 0, 0, 0, ""}));
+  EXPECT_FALSE(policy.IsAdmin(Principal{Principal::Kind::kNetwork, 0, 0, 0, "ipv4:1.2.3.4:5", {}}));
+  EXPECT_FALSE(policy.IsAdmin(Principal{Principal::Kind::kUnidentified, 0, 0, 0, "", {}}));
   // A daemon running as root has root as its only admin uid.
   EXPECT_FALSE(AccessPolicy(0).IsAdmin(kDaemonUser));
 }
@@ -90,6 +92,8 @@ TEST(AccessPolicy, AdminsAreLocalRootAndTheDaemonsUid) {
 TEST(Principal, DescribesItselfForLogs) {
   EXPECT_EQ(kAlice.Describe(), "uid=1000 gid=1000 pid=12");
   EXPECT_EQ(kTcpA.Describe(), "tcp peer=ipv4:10.0.0.2:40000");
+  EXPECT_EQ(Principal::Network("ipv4:10.0.0.2:40000", std::string(64, 'a')).Describe(),
+            "tcp peer=ipv4:10.0.0.2:40000 token=aaaaaaaaaaaa");
   EXPECT_THAT(Principal::Network("ipv4:\x1b[31m").Describe(), HasSubstr("\\x1b[31m"));
   EXPECT_THAT(kNobody.Describe(), HasSubstr("unidentified"));
 }

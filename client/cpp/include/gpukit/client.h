@@ -6,7 +6,7 @@
 // frees the memory when it goes out of scope.
 //
 //   gpukit::ClientOptions options;             // default socket or $GPUKIT_ADDR
-//   options.tenant = "inference";
+//   options.partition = "inference";           // the tenant is the caller's own
 //   auto client = gpukit::Client::Connect(options);
 //   if (!client.ok()) { /* client.status() says why */ }
 //   auto a = (*client)->FromVector<float>({1, 2, 3, 4}, {2, 2});
@@ -108,11 +108,24 @@ struct ClientOptions {
   // gRPC target: "unix:///path.sock" or "host:port". Empty: $GPUKIT_ADDR, else the
   // default socket (see gpukitd --help).
   std::string address;
-  // Tenant the session acts for (1-63 of [A-Za-z0-9._-]).
-  std::string tenant = "default";
+  // Tenant the session acts for (1-63 of [A-Za-z0-9._-]). Empty (the default): the
+  // caller's own, which gpukitd derives from its uid and groups (docs/security.md); only
+  // admins may name another. Over TCP a tenant must be named.
+  std::string tenant;
   // Partition; empty: $GPUKIT_PARTITION when set (gpukit-device-plugin sets it in a
   // Kubernetes container), else "default".
   std::string partition;
+  // Bearer token for a daemon reached over TCP (sent as "authorization: Bearer <token>";
+  // the daemon maps it to a tenant). Empty: $GPUKIT_TOKEN, if set. Not needed on a unix
+  // socket, where the daemon knows the caller's uid.
+  std::string token;
+  // PEM file of the CA that signed the daemon's TLS certificate; set: the TCP channel uses
+  // TLS. Empty: a plain channel (a daemon serves one only on loopback with --insecure-tcp).
+  std::string tls_ca_file;
+  // PEM files of this client's certificate and key, for a daemon that requires client
+  // certificates (access.tls.clientCaFile); both or neither, with tls_ca_file.
+  std::string tls_cert_file;
+  std::string tls_key_file;
   ResourceRequirements resources;
   // Queueing of every op this client runs, unless a call gives its own.
   TaskOptions task;
