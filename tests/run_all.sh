@@ -2,10 +2,11 @@
 # Installs the dependencies, builds gpukit with warnings as errors, and runs the whole test
 # suite: the unit tests under AddressSanitizer and UndefinedBehaviorSanitizer, the Python
 # client's pytest suite (tests/python, with the Python module of the regular build), then
-# unit, integration and GPU tests in the regular build (ctest). The output closes with
-# ctest's summary, pytest's summary line and the overall verdict. GPU tests (label gpu) run
-# where a GPU is present and are reported as skipped elsewhere. .ci/run calls exactly this
-# script.
+# unit, integration and GPU tests in the regular build (ctest), then the .deb of that build
+# (tests/deploy/deb_test.sh: installed, run and purged; skipped where not root). The output
+# closes with ctest's summary, pytest's summary line and the overall verdict. GPU tests
+# (label gpu) run where a GPU is present and are reported as skipped elsewhere. .ci/run calls
+# exactly this script.
 #
 # Environment: BUILD_DIR (default build/), SKIP_SANITIZE=1 to skip the sanitizer pass,
 # PYTHON (default python3: the interpreter the module is built for and pytest runs with).
@@ -48,6 +49,13 @@ pytest_summary="$(tail -n 1 "$PYTEST_LOG")"
 
 echo "==> ctest: unit, integration and gpu tests ($BUILD_DIR)"
 (cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" --timeout 600) || status=1
+
+# The .deb (deploy/deb.sh) of this build: installed with dpkg, run, removed and purged. It
+# needs root; elsewhere it says why it skipped (exit 77) and the run goes on.
+echo "==> deb: package, install, run, purge (tests/deploy/deb_test.sh)"
+deb_status=0
+"$ROOT/tests/deploy/deb_test.sh" "$BUILD_DIR" || deb_status=$?
+[ $deb_status -eq 0 ] || [ $deb_status -eq 77 ] || status=1
 
 echo "==> pytest: $pytest_summary"
 echo "==> done in $(( $(date +%s) - start )) s; $([ $status -eq 0 ] && echo 'all suites passed' || echo 'FAILURES above')"
