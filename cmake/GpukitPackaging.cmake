@@ -84,8 +84,11 @@ set(CPACK_PACKAGE_NAME gpukit)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGE_CONTACT "gpukit maintainers <gpukit@localhost>")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "GPU runtime daemon shared by many client processes")
-set(CPACK_PACKAGE_DESCRIPTION
-    "gpukitd shares GPUs among client processes over gRPC: sessions, partitions and QoS, with each device in a supervised executor process. The package holds gpukitd and its systemd unit, gpukitctl, the Kubernetes device plugin and libgpukit, the C++ client library, with its headers.")
+string(CONCAT CPACK_PACKAGE_DESCRIPTION
+       "gpukitd shares GPUs among client processes over gRPC: sessions, partitions and QoS, "
+       "with each device in a supervised executor process. The package holds gpukitd and its "
+       "systemd unit, gpukitctl, the Kubernetes device plugin and libgpukit, the C++ client "
+       "library, with its headers.")
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_STRIP_FILES ON)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)  # gpukit_<version>_<arch>.deb
@@ -97,6 +100,8 @@ set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)  # a shlibs file for libgpukit
 # What building a program against libgpukit needs beyond the package (gpukit.pc's Requires).
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "libabsl-dev, pkg-config")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
+# The conffiles list and the maintainer scripts (deploy/debian/: what each does is at its top).
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
-    "${PROJECT_SOURCE_DIR}/deploy/debian/conffiles;${PROJECT_SOURCE_DIR}/deploy/debian/postinst;${PROJECT_SOURCE_DIR}/deploy/debian/prerm;${PROJECT_SOURCE_DIR}/deploy/debian/postrm")
+    "${PROJECT_SOURCE_DIR}/deploy/debian/conffiles" "${PROJECT_SOURCE_DIR}/deploy/debian/postinst"
+    "${PROJECT_SOURCE_DIR}/deploy/debian/prerm" "${PROJECT_SOURCE_DIR}/deploy/debian/postrm")
 include(CPack)

