@@ -5,7 +5,9 @@
 # tests/deploy/wheel_install_check.py (gpukit imports from the venv's site-packages, the
 # versions agree, the module's libraries are the wheel's own, gpukit and grpcio in one
 # process) against a gpukitd of BUILD_DIR on a temporary socket (CPU backend), and a subset
-# of tests/python (PYTEST_FILES) against the gpukitd that its conftest starts.
+# of tests/python (PYTEST_FILES) against the gpukitd that its conftest starts. As root, the
+# install check runs a second time with the system's gRPC, protobuf, abseil (and the other
+# libraries the wheel vendors) hidden in a mount namespace, as on a host without them.
 #
 # Usage: tests/deploy/wheel_test.sh BUILD_DIR [WHEEL...]
 #   BUILD_DIR  a build with daemon/gpukitd and client/cpp/gpukitctl
@@ -87,6 +89,25 @@ for wheel in "${WHEELS[@]}"; do
   log "$name: install check (site-packages, versions, vendored libraries, grpcio)"
   (cd "$WORK" && "$venv/bin/python" "$ROOT/tests/deploy/wheel_install_check.py" "$VERSION" \
      "unix://$socket") || fail "$name: install check"
+  # Again as on a host without gRPC: in a mount namespace of its own, the system's copies of
+  # the libraries the wheel vendors are replaced by empty files (root and unshare only).
+  if [ "$(id -u)" = "0" ] && command -v unshare >/dev/null; then
+    log "$name: install check with the system's gRPC, protobuf and abseil hidden"
+    (cd "$WORK" && unshare --mount --propagation private bash -c '
+       set -e
+       hidden=0
+       for library in /usr/lib/'"$(gcc -print-multiarch)"'/lib{grpc,gpr,protobuf,absl_,spdlog,fmt,cares,re2,upb,address_sorting}*.so*; do
+         [ -f "$library" ] || continue
+         mount --bind /dev/null "$library"
+         hidden=$((hidden + 1))
+       done
+       [ "$hidden" -gt 0 ] || { echo "no system library to hide" >&2; exit 1; }
+       echo "hid $hidden system libraries"
+       exec "$0" "$@"' "$venv/bin/python" "$ROOT/tests/deploy/wheel_install_check.py" \
+       "$VERSION" "unix://$socket") || fail "$name: install check without the system's gRPC"
+  else
+    echo "SKIPPED: wheel_test: the check with the system's gRPC hidden needs root and unshare"
+  fi
   log "$name: tests/python ($PYTEST_FILES)"
   files=()
   for file in $PYTEST_FILES; do files+=("$ROOT/tests/python/$file"); done
