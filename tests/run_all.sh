@@ -2,12 +2,15 @@
 # Installs the dependencies, builds gpukit with warnings as errors, and runs the whole test
 # suite: the unit tests under AddressSanitizer and UndefinedBehaviorSanitizer, the Python
 # client's pytest suite (tests/python, with the Python module of the regular build), then
-# unit, integration and GPU tests in the regular build (ctest). The output closes with
-# ctest's summary, pytest's summary line and the overall verdict. GPU tests (label gpu) run
-# where a GPU is present and are reported as skipped elsewhere. .ci/run calls exactly this
-# script.
+# unit, integration and GPU tests in the regular build (ctest), then the .deb of that build
+# (tests/deploy/deb_test.sh: installed, run and purged; skipped where not root) and the wheel
+# (deploy/wheel.sh, tests/deploy/wheel_test.sh: installed into a fresh venv). The output
+# closes with ctest's summary, pytest's summary line and the overall verdict. GPU tests
+# (label gpu) run where a GPU is present and are reported as skipped elsewhere. .ci/run calls
+# exactly this script.
 #
 # Environment: BUILD_DIR (default build/), SKIP_SANITIZE=1 to skip the sanitizer pass,
+# SKIP_WHEELS=1 to skip the wheel,
 # PYTHON (default python3: the interpreter the module is built for and pytest runs with).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -48,6 +51,28 @@ pytest_summary="$(tail -n 1 "$PYTEST_LOG")"
 
 echo "==> ctest: unit, integration and gpu tests ($BUILD_DIR)"
 (cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" --timeout 600) || status=1
+
+# The .deb (deploy/deb.sh) of this build: installed with dpkg, run, removed and purged. It
+# needs root; elsewhere it says why it skipped (exit 77) and the run goes on.
+echo "==> deb: package, install, run, purge (tests/deploy/deb_test.sh)"
+deb_status=0
+"$ROOT/tests/deploy/deb_test.sh" "$BUILD_DIR" || deb_status=$?
+[ $deb_status -eq 0 ] || [ $deb_status -eq 77 ] || status=1
+
+# The wheel (deploy/wheel.sh, for $PYTHON only: about 3.5 minutes on 2 cores with a cold
+# ccache), installed into a fresh venv and tested from there (tests/deploy/wheel_test.sh).
+# SKIP_WHEELS=1 leaves it out.
+if [ "${SKIP_WHEELS:-0}" != "1" ]; then
+  echo "==> wheel: build for $PYTHON, install into a venv, test (tests/deploy/wheel_test.sh)"
+  if mapfile -t WHEELS < <("$ROOT/deploy/wheel.sh" "$PYTHON") && [ ${#WHEELS[@]} -gt 0 ]; then
+    wheel_status=0
+    "$ROOT/tests/deploy/wheel_test.sh" "$BUILD_DIR" "${WHEELS[@]}" || wheel_status=$?
+    [ $wheel_status -eq 0 ] || [ $wheel_status -eq 77 ] || status=1
+  else
+    echo "FAILED: deploy/wheel.sh"
+    status=1
+  fi
+fi
 
 echo "==> pytest: $pytest_summary"
 echo "==> done in $(( $(date +%s) - start )) s; $([ $status -eq 0 ] && echo 'all suites passed' || echo 'FAILURES above')"

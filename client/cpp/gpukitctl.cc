@@ -24,6 +24,8 @@ constexpr char kUsage[] = R"(Usage: gpukitctl [--addr ADDR] [-o table|json] COMM
 
 Commands:
   status                       daemon version, backend, uptime, sessions, listen addresses
+  version                      gpukitctl's version and gpukitd's; warns when their major
+                               versions differ
   devices                      devices with memory in use and total
   sessions                     open sessions: tenant, partition, client, QoS class, requests
                                and limits (memory/compute), memory resident and spilled,
@@ -106,6 +108,7 @@ const std::vector<Command>& Commands() {
     }
     return new std::vector<Command>{
         {{"status"}, {}, {}},
+        {{"version"}, {}, {}},
         {{"devices"}, {}, {}},
         {{"sessions"}, {}, {}},
         {{"partitions"}, {}, {}},
@@ -238,9 +241,17 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = ConnectChannel(
       global.addr, global.timeout,
       ChannelSecurity{global.token, global.tls_ca_file, global.tls_cert_file, global.tls_key_file});
-  if (!channel.ok()) return Fail("connect", channel.status());
+  if (!channel.ok()) {
+    if (name == "version") {  // the client's version, whether or not the daemon answers
+      std::cout << VersionText({.client = GPUKIT_VERSION_STRING},
+                               global.output == OutputFormat::kJson)
+                       .value_or("");
+    }
+    return Fail("connect", channel.status());
+  }
   Ctl ctl(*channel, global);
   if (name == "status") return ctl.Status();
+  if (name == "version") return ctl.Version();
   if (name == "devices") return ctl.Devices();
   if (name == "sessions") return ctl.Sessions();
   if (name == "partitions") return ctl.Partitions();

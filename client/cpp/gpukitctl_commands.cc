@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <csignal>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -102,6 +103,23 @@ int Ctl::Status() {
   if (!status.ok()) return Fail("status", status);
   if (json()) return PrintJson(response);
   PrintTable(StatusTable(response));
+  return 0;
+}
+
+int Ctl::Version() {
+  Versions versions{.client = GPUKIT_VERSION_STRING};
+  v1::StatusResponse response;
+  absl::Status status =
+      Rpc([&](grpc::ClientContext* c, v1::StatusResponse* r) { return admin_->Status(c, {}, r); },
+          &response);
+  if (status.ok()) versions.server = response.version();
+  absl::StatusOr<std::string> text = VersionText(versions, json());
+  if (!text.ok()) return Fail("output", text.status());
+  std::cout << *text;
+  if (!status.ok()) return Fail("version", status);
+  if (std::optional<std::string> warning = VersionSkewWarning(versions)) {
+    std::cerr << *warning << "\n";
+  }
   return 0;
 }
 

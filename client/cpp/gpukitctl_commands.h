@@ -35,6 +35,10 @@ class Ctl {
   Ctl(std::shared_ptr<grpc::Channel> channel, const GlobalOptions& options);
 
   int Status();
+  // This gpukitctl's version and gpukitd's (VersionText), and VersionSkewWarning's warning
+  // to stderr when their major versions differ. When the daemon does not answer, the client
+  // version is printed before the failure (1).
+  int Version();
   int Devices();
   int Sessions();
   int Partitions();

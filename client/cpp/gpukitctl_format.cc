@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -12,6 +13,7 @@
 #include "absl/strings/strip.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "runtime/base/status_macros.h"
 #include "runtime/base/units.h"
 #include "runtime/base/utf8.h"
 
@@ -444,6 +446,47 @@ absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message, boo
     return absl::InternalError(absl::StrCat("cannot print JSON: ", status.message().ToString()));
   }
   return Escape(json, /*json=*/true);
+}
+
+absl::StatusOr<std::string> VersionText(const Versions& versions, bool json) {
+  if (json) {
+    google::protobuf::Struct object;
+    (*object.mutable_fields())["clientVersion"].set_string_value(versions.client);
+    if (!versions.server.empty()) {
+      (*object.mutable_fields())["serverVersion"].set_string_value(versions.server);
+    }
+    GPUKIT_ASSIGN_OR_RETURN(std::string text, ToJson(object, /*pretty=*/true));
+    return text;
+  }
+  std::string text = absl::StrCat("Client Version: ", EscapeForTerminal(versions.client), "\n");
+  if (!versions.server.empty()) {
+    absl::StrAppend(&text, "Server Version: ", EscapeForTerminal(versions.server), "\n");
+  }
+  return text;
+}
+
+namespace {
+
+// 1 for "1.2.3"; nullopt for "", "x.1" or "1".
+std::optional<int> MajorVersion(absl::string_view version) {
+  const size_t dot = version.find('.');
+  int major = 0;
+  if (dot == absl::string_view::npos || !absl::SimpleAtoi(version.substr(0, dot), &major)) {
+    return std::nullopt;
+  }
+  return major;
+}
+
+}  // namespace
+
+std::optional<std::string> VersionSkewWarning(const Versions& versions) {
+  const std::optional<int> client = MajorVersion(versions.client);
+  const std::optional<int> server = MajorVersion(versions.server);
+  if (!client.has_value() || !server.has_value() || *client == *server) return std::nullopt;
+  return absl::StrCat("WARNING: gpukitctl ", EscapeForTerminal(versions.client), " and gpukitd ",
+                      EscapeForTerminal(versions.server),
+                      " differ in major version, so their APIs may differ: use the gpukitctl "
+                      "of gpukitd's version");
 }
 
 }  // namespace gpukit::ctl

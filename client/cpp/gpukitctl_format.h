@@ -130,6 +130,21 @@ absl::StatusOr<std::string> TopJson(const TopSnapshot& snapshot);
 // characters as "\u" escapes, and the rest of EscapeForTerminal's set is escaped after it.
 absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message, bool pretty);
 
+// `gpukitctl version`, as kubectl's: this gpukitctl's version and the daemon's (from its
+// Status RPC); `server` is empty when the daemon could not be asked.
+struct Versions {
+  std::string client;
+  std::string server;
+};
+// Table: "Client Version: 0.1.0\nServer Version: 0.1.0\n", the server's line only when
+// there is a server version, each through EscapeForTerminal. JSON (`json`): {"clientVersion":
+// "0.1.0", "serverVersion": "0.1.0"}, serverVersion likewise only when known.
+absl::StatusOr<std::string> VersionText(const Versions& versions, bool json);
+// A "WARNING: ..." line (no newline) when gpukitctl and gpukitd differ in major version (the
+// number before the first '.'), whose APIs may then differ; nullopt when the majors agree,
+// or when either version has no such number (an unknown server version among them).
+std::optional<std::string> VersionSkewWarning(const Versions& versions);
+
 }  // namespace gpukit::ctl
 
 #endif  // GPUKIT_CLIENT_CPP_GPUKITCTL_FORMAT_H_

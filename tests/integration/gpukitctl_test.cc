@@ -152,6 +152,28 @@ int64_t ToInt(const std::string& cell) {
   return value;
 }
 
+TEST_F(GpukitctlTest, VersionPrintsClientAndServerVersionsAsTableAndJson) {
+  std::string table;
+  ASSERT_NO_FATAL_FAILURE(CtlOk({"version"}, &table));
+  EXPECT_EQ(table, "Client Version: " GPUKIT_VERSION_STRING "\nServer Version: " GPUKIT_VERSION_STRING
+                   "\n");
+  google::protobuf::Struct json;
+  ASSERT_NO_FATAL_FAILURE(CtlJson("version", &json));
+  EXPECT_EQ(json.fields().at("clientVersion").string_value(), GPUKIT_VERSION_STRING);
+  EXPECT_EQ(json.fields().at("serverVersion").string_value(), GPUKIT_VERSION_STRING);
+}
+
+TEST_F(GpukitctlTest, VersionWithoutADaemonPrintsTheClientVersionAndFails) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(
+      ProgramResult result,
+      RunProgram({kCtlPath, "--addr", "unix://" + temp_dir() + "/nobody.sock", "--timeout", "1s",
+                  "version"},
+                 temp_dir(), kCtlTimeout));
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.stdout_text, "Client Version: " GPUKIT_VERSION_STRING "\n");
+  EXPECT_THAT(result.stderr_text, HasSubstr("gpukitctl: "));
+}
+
 TEST_F(GpukitctlTest, StatusPrintsTheBackendAndSessionCountAsTableAndJson) {
   ASSERT_NO_FATAL_FAILURE(ConnectClientWithAnArray());
   GPUKIT_ASSERT_OK_AND_ASSIGN(ProgramResult table, Ctl({"status"}));
