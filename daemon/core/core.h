@@ -329,7 +329,8 @@ class Core {
                                 int64_t region_offset, int64_t bytes,
                                 const TaskOptions& task = {});
 
-  // Zero-copy device memory. ExportArray restores the array if it was spilled, exports its
+  // Zero-copy device memory. ExportArray restores the array if it was spilled, waits for the
+  // work the session queued before it (pipelined ops that write the array), exports its
   // buffer (Device::ExportBuffer), marks it never to be spilled again, and keeps the
   // descriptor under a token for FetchExport (the descriptor channel's call), single use,
   // lapsing after options.host_memory_token_ttl. Errors: NOT_FOUND (session, array, or an

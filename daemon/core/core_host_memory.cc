@@ -85,6 +85,11 @@ absl::StatusOr<ArrayExport> Core::ExportArray(absl::string_view session_id,
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<DeviceArray> array, session->FindArray(handle));
   GPUKIT_ASSIGN_OR_RETURN(ArrayPin pin, Conclude(*session, PinArray(*session, *array)));
+  // Work the session queued and that has not run yet (pipelined ops writing the array) ends
+  // first: the export may move the buffer on a stream of its own, and the client reads the
+  // memory as soon as this returns.
+  GPUKIT_RETURN_IF_ERROR(
+      Conclude(*session, SynchronizeStream(array->device(), session->stream())));
   GPUKIT_ASSIGN_OR_RETURN(ExportedBuffer exported,
                           array->device().ExportBuffer(pin.buffer(), form));
   // A session that ended meanwhile freed the array: its export (and the descriptor, dropped
