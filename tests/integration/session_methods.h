@@ -44,32 +44,9 @@ inline bool NamesASession(const google::protobuf::Descriptor& message) {
   return false;
 }
 
-// Every method of every gpukit.v1 service whose request names a session. Empty if the
-// generated descriptors are missing (a test should check the count).
-inline std::vector<const google::protobuf::MethodDescriptor*> MethodsNamingASession() {
-  // Touch a message of each file, so that the generated pool has built them.
-  (void)v1::OpenSessionRequest::descriptor();
-  (void)v1::CreateArrayRequest::descriptor();
-  (void)v1::RunOpRequest::descriptor();
-  (void)v1::ListSessionsRequest::descriptor();
-  std::vector<const google::protobuf::MethodDescriptor*> methods;
-  const google::protobuf::DescriptorPool& pool =
-      *google::protobuf::DescriptorPool::generated_pool();
-  for (const std::string& name : GpukitServiceFiles()) {
-    const google::protobuf::FileDescriptor* file = pool.FindFileByName(name);
-    if (file == nullptr) continue;
-    for (int s = 0; s < file->service_count(); ++s) {
-      const google::protobuf::ServiceDescriptor& service = *file->service(s);
-      for (int m = 0; m < service.method_count(); ++m) {
-        if (NamesASession(*service.method(m)->input_type())) methods.push_back(service.method(m));
-      }
-    }
-  }
-  return methods;
-}
-
 // Every method of every gpukit.v1 service, in the order the protos declare them.
 inline std::vector<const google::protobuf::MethodDescriptor*> EveryMethod() {
+  // Touch a message of each file, so that the generated pool has built them.
   (void)v1::OpenSessionRequest::descriptor();
   (void)v1::CreateArrayRequest::descriptor();
   (void)v1::RunOpRequest::descriptor();
@@ -84,6 +61,16 @@ inline std::vector<const google::protobuf::MethodDescriptor*> EveryMethod() {
       const google::protobuf::ServiceDescriptor& service = *file->service(s);
       for (int m = 0; m < service.method_count(); ++m) methods.push_back(service.method(m));
     }
+  }
+  return methods;
+}
+
+// Every method of every gpukit.v1 service whose request names a session. Empty if the
+// generated descriptors are missing (a test should check the count).
+inline std::vector<const google::protobuf::MethodDescriptor*> MethodsNamingASession() {
+  std::vector<const google::protobuf::MethodDescriptor*> methods;
+  for (const google::protobuf::MethodDescriptor* method : EveryMethod()) {
+    if (NamesASession(*method->input_type())) methods.push_back(method);
   }
   return methods;
 }

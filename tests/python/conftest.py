@@ -48,6 +48,21 @@ def _binary(env: str, relative: str) -> Path:
     return path
 
 
+def stop_gpukitd(process: subprocess.Popen, log_path: Path) -> None:
+    """Stops a gpukitd this suite started (SIGTERM; SIGKILL after 15 s) and asserts that it
+    exited with status 0."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, (
+        f"gpukitd exited with {process.returncode}:\n{log_path.read_text()}"
+    )
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     return f"gpukit {gpukit.__version__} from {Path(gpukit.__file__).parent}"
 
@@ -127,16 +142,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
         # session is still referenced by pytest here; the daemon's shutdown waits a few
         # seconds for its idle channel.)
         gc.collect()
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-    assert process.returncode == 0, (
-        f"gpukitd exited with {process.returncode}:\n{log_path.read_text()}"
-    )
+        stop_gpukitd(process, log_path)
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -28,7 +27,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import gpukit
-from conftest import BACKEND, ROOT, _accepts, _binary
+from conftest import BACKEND, ROOT, _accepts, _binary, stop_gpukitd
 
 Labels = Tuple[Tuple[str, str], ...]
 
@@ -80,14 +79,7 @@ def metrics_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Metrics
         yield MetricsDaemon(f"unix://{sock}", match.group(1), log_path,
                             _binary("GPUKITCTL", "client/cpp/gpukitctl"))
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-    assert process.returncode == 0, f"gpukitd exited with {process.returncode}:\n{log_path.read_text()}"
+        stop_gpukitd(process, log_path)
 
 
 def parse(text: str) -> Tuple[Dict[str, str], Dict[Tuple[str, Labels], float]]:
