@@ -79,7 +79,7 @@ Attr ToAttr(const std::string& name, py::handle value) {
 using PyOperand = std::variant<std::shared_ptr<PyArray>, int64_t, double>;
 
 std::shared_ptr<PyArray> RunOp(const PyClient& self, const std::string& op,
-                               const std::vector<PyOperand>& inputs, py::dict attrs) {
+                               const std::vector<PyOperand>& inputs, const py::dict& attrs) {
   const std::shared_ptr<Client>& client = self.client();
   std::vector<std::shared_ptr<Array>> arrays;  // alive until the call returns
   std::vector<Operand> operands;
