@@ -245,7 +245,8 @@ void RegisterClient(py::module_& module) {
           py::arg("data"), py::arg("shape"), py::arg("dtype"),
           "Array holding the bytes of `data`, any C-contiguous buffer (Create + Upload).")
       .def("run_op", &RunOp, py::arg("op"), py::arg("inputs"), py::arg("attrs") = py::dict(),
-           "Runs a built-in op (RunOp); inputs are Arrays, ints or floats.")
+           "Runs a built-in op (RunOp); inputs are Arrays, ints or floats (gpukit._array checks "
+           "them: no second check here).")
       .def("from_dlpack", &FromDLPack, py::arg("capsule"), py::arg("copy") = py::none(),
            "Array of a DLPack capsule (\"dltensor_versioned\" or \"dltensor\"), which it "
            "consumes: host memory is copied (Create + Upload) and released right after; CUDA "
