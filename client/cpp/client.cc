@@ -466,8 +466,8 @@ class SessionState final : public HostMemoryCalls {
   std::shared_ptr<SubmitStream> stream_ ABSL_GUARDED_BY(stream_mu_);
   std::atomic<bool> submit_unimplemented_{false};
   absl::Mutex mappings_mu_;
-  absl::flat_hash_map<std::string, std::pair<DeviceMapping, std::unique_ptr<DeviceImport>>> mappings_
-      ABSL_GUARDED_BY(mappings_mu_);
+  absl::flat_hash_map<std::string, std::pair<DeviceMapping, std::unique_ptr<DeviceImport>>>
+      mappings_ ABSL_GUARDED_BY(mappings_mu_);
   absl::Mutex keepalive_mu_;
   absl::Notification stop_;
   std::thread keepalive_;
@@ -765,9 +765,9 @@ absl::StatusOr<Array> Client::ImportDeviceMemory(uint64_t device_pointer,
   state_->SetDeadline(context);
   GPUKIT_RETURN_IF_ERROR(FromGrpc(state_->arrays_->Import(&context, request, &response), context));
   if (memory.fd.valid()) {  // the array exists once gpukitd has the descriptor
-    GPUKIT_RETURN_IF_ERROR(state_->ExchangeOnFdChannel(response.fd_channel(),
-                                                       FdChannelOp::kDeliver, response.token(),
-                                                       memory.fd.get())
+    GPUKIT_RETURN_IF_ERROR(state_
+                               ->ExchangeOnFdChannel(response.fd_channel(), FdChannelOp::kDeliver,
+                                                     response.token(), memory.fd.get())
                                .status());
   }
   const std::string& handle = response.array().handle();
@@ -877,29 +877,30 @@ absl::StatusOr<Array> Client::Reduce(absl::string_view op, const Array& a,
 }
 
 absl::StatusOr<Array> Client::Sum(const Array& a, std::optional<int64_t> axis, bool keepdims) {
-  return Reduce("sum", a, axis, keepdims);
+  return Reduce(op_names::kSum, a, axis, keepdims);
 }
 absl::StatusOr<Array> Client::Mean(const Array& a, std::optional<int64_t> axis, bool keepdims) {
-  return Reduce("mean", a, axis, keepdims);
+  return Reduce(op_names::kMean, a, axis, keepdims);
 }
 absl::StatusOr<Array> Client::Max(const Array& a, std::optional<int64_t> axis, bool keepdims) {
-  return Reduce("max", a, axis, keepdims);
+  return Reduce(op_names::kMax, a, axis, keepdims);
 }
 absl::StatusOr<Array> Client::Min(const Array& a, std::optional<int64_t> axis, bool keepdims) {
-  return Reduce("min", a, axis, keepdims);
+  return Reduce(op_names::kMin, a, axis, keepdims);
 }
 
 absl::StatusOr<Array> Client::Astype(const Array& a, DType dtype) {
-  return RunOp("astype", {a}, {{"dtype", dtype}});
+  return RunOp(op_names::kAstype, {a}, {{"dtype", dtype}});
 }
 
 absl::StatusOr<Array> Client::Reshape(const Array& a, std::vector<int64_t> shape) {
-  return RunOp("reshape", {a}, {{"shape", std::move(shape)}});
+  return RunOp(op_names::kReshape, {a}, {{"shape", std::move(shape)}});
 }
 
 absl::StatusOr<Array> Client::Transpose(const Array& a, std::vector<int64_t> perm) {
-  if (perm.empty()) return RunOp("transpose", {a});
-  return RunOp("transpose", {a}, {{"perm", std::move(perm)}});
+  Attrs attrs;
+  if (!perm.empty()) attrs.emplace_back("perm", std::move(perm));
+  return RunOp(op_names::kTranspose, {a}, attrs);
 }
 
 absl::StatusOr<Kernel> Client::CompileKernel(

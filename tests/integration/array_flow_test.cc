@@ -216,5 +216,16 @@ TEST_F(ArrayFlowTest, StatusReportsTheCpuBackendAndTheListenAddress) {
   EXPECT_THAT(status.listen_addresses(), ElementsAre(daemon().address()));
 }
 
+// The C++ client's helpers (Client::Add, ..., Transpose) run the ops of op_names::kAll: the
+// daemon lists each, so a renamed op cannot leave a helper behind that always fails.
+TEST_F(ArrayFlowTest, ListOpsListsEveryOpTheCppClientsHelpersRun) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(v1::ListOpsResponse response, api().ListOps());
+  std::vector<std::string> listed;
+  for (const v1::OpInfo& op : response.ops()) listed.push_back(op.name());
+  for (absl::string_view name : op_names::kAll) {
+    EXPECT_THAT(listed, ::testing::Contains(std::string(name)));
+  }
+}
+
 }  // namespace
 }  // namespace gpukit::testing

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence, Tuple,
 
 import numpy as np
 
-from . import _dlpack, _dtypes, _gpukit
+from . import _dlpack, _dtypes, _gpukit, _ops
 
 if TYPE_CHECKING:
     from ._session import Session
@@ -17,7 +17,9 @@ Scalar = Union[int, float, np.integer, np.floating, np.bool_]
 Axis = Optional[Union[int, Sequence[int]]]
 
 
-def _operand(value: Any) -> Union[_gpukit.Array, int, float]:
+def _operand(value: Any, op: str, index: int) -> Union[_gpukit.Array, int, float]:
+    """`value`, input `index` of `op`, as _gpukit's run_op takes it. The one check of an
+    operand's type: _gpukit converts what it is given without checking again."""
     if isinstance(value, Array):
         return value._impl
     if isinstance(value, (bool, np.bool_)):
@@ -27,14 +29,18 @@ def _operand(value: Any) -> Union[_gpukit.Array, int, float]:
     if isinstance(value, (float, np.floating)):
         return float(value)
     hint = "; upload NumPy data with Session.array() first" if isinstance(value, np.ndarray) else ""
-    raise TypeError(f"expected a gpukit.Array, int or float, got {type(value).__name__}{hint}")
+    raise TypeError(
+        f"{op}: expected a gpukit.Array, int or float as inputs[{index}], got "
+        f"{type(value).__name__}{hint}"
+    )
 
 
 def run_op(
     session: "Session", op: str, inputs: Sequence[Any], attrs: Optional[Mapping[str, Any]] = None
 ) -> "Array":
     """Runs built-in op `op` in `session` on `inputs` (Arrays and scalars) with `attrs`."""
-    impl = session._client.run_op(op, [_operand(x) for x in inputs], dict(attrs or {}))
+    operands = [_operand(x, op, i) for i, x in enumerate(inputs)]
+    impl = session._client.run_op(op, operands, dict(attrs or {}))
     return Array(impl, session)
 
 
@@ -110,16 +116,16 @@ def matmul(session: "Session", a: "Array", b: "Array") -> "Array":
 
 
 def reshape(session: "Session", a: "Array", shape: Sequence[int]) -> "Array":
-    return run_op(session, "reshape", [a], {"shape": [int(d) for d in shape]})
+    return run_op(session, _ops.RESHAPE, [a], {"shape": [int(d) for d in shape]})
 
 
 def transpose(session: "Session", a: "Array", axes: Optional[Sequence[int]]) -> "Array":
     attrs = {} if axes is None else {"perm": [int(x) for x in axes]}
-    return run_op(session, "transpose", [a], attrs)
+    return run_op(session, _ops.TRANSPOSE, [a], attrs)
 
 
 def astype(session: "Session", a: "Array", dtype: _dtypes.DTypeLike) -> "Array":
-    return run_op(session, "astype", [a], {"dtype": _dtypes.to_gpukit(dtype)})
+    return run_op(session, _ops.ASTYPE, [a], {"dtype": _dtypes.to_gpukit(dtype)})
 
 
 def _shape_args(shape: Tuple[Any, ...]) -> Tuple[int, ...]:
@@ -410,19 +416,19 @@ class Array:
 
     def sum(self, axis: Axis = None, keepdims: bool = False) -> "Array":
         """See :func:`gpukit.sum`."""
-        return reduce(self._session, "sum", self, axis, keepdims)
+        return reduce(self._session, _ops.SUM, self, axis, keepdims)
 
     def mean(self, axis: Axis = None, keepdims: bool = False) -> "Array":
         """See :func:`gpukit.mean`."""
-        return reduce(self._session, "mean", self, axis, keepdims)
+        return reduce(self._session, _ops.MEAN, self, axis, keepdims)
 
     def max(self, axis: Axis = None, keepdims: bool = False) -> "Array":
         """See :func:`gpukit.max`."""
-        return reduce(self._session, "max", self, axis, keepdims)
+        return reduce(self._session, _ops.MAX, self, axis, keepdims)
 
     def min(self, axis: Axis = None, keepdims: bool = False) -> "Array":
         """See :func:`gpukit.min`."""
-        return reduce(self._session, "min", self, axis, keepdims)
+        return reduce(self._session, _ops.MIN, self, axis, keepdims)
 
     def argmax(self, axis: Optional[int] = None, keepdims: bool = False) -> "Array":
         """See :func:`gpukit.argmax`."""
@@ -435,35 +441,35 @@ class Array:
             operands = [a._impl, b._impl]
         else:
             try:
-                operands = [_operand(a), _operand(b)]
+                operands = [_operand(a, op, 0), _operand(b, op, 1)]
             except TypeError:
                 return NotImplemented
         session = self._session
         return Array(session._client.run_op(op, operands, {}), session)
 
     def __add__(self, other: Any) -> "Array":
-        return self._binary("add", self, other)
+        return self._binary(_ops.ADD, self, other)
 
     def __radd__(self, other: Any) -> "Array":
-        return self._binary("add", other, self)
+        return self._binary(_ops.ADD, other, self)
 
     def __sub__(self, other: Any) -> "Array":
-        return self._binary("sub", self, other)
+        return self._binary(_ops.SUB, self, other)
 
     def __rsub__(self, other: Any) -> "Array":
-        return self._binary("sub", other, self)
+        return self._binary(_ops.SUB, other, self)
 
     def __mul__(self, other: Any) -> "Array":
-        return self._binary("mul", self, other)
+        return self._binary(_ops.MUL, self, other)
 
     def __rmul__(self, other: Any) -> "Array":
-        return self._binary("mul", other, self)
+        return self._binary(_ops.MUL, other, self)
 
     def __truediv__(self, other: Any) -> "Array":
-        return self._binary("div", self, other)
+        return self._binary(_ops.DIV, self, other)
 
     def __rtruediv__(self, other: Any) -> "Array":
-        return self._binary("div", other, self)
+        return self._binary(_ops.DIV, other, self)
 
     def __matmul__(self, other: Any) -> "Array":
         if not isinstance(other, Array):
@@ -476,7 +482,7 @@ class Array:
         return matmul(self._session, other, self)
 
     def __neg__(self) -> "Array":
-        return run_op(self._session, "neg", [self])
+        return run_op(self._session, _ops.NEG, [self])
 
     def __abs__(self) -> "Array":
-        return run_op(self._session, "abs", [self])
+        return run_op(self._session, _ops.ABS, [self])

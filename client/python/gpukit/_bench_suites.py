@@ -16,6 +16,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from . import _ops
 from ._bench_report import Figure, Report, percentile
 
 SUITES = ("ping", "runop", "chain", "matmul", "elementwise", "transfer")
@@ -301,7 +302,7 @@ def run_matmul(ctx: Context) -> None:
             a, b = _matmul_operands(gk, a_host, b_host, dtype)
 
             def op() -> Any:
-                return gk.run_op("matmul", a, b, **attrs)
+                return gk.run_op(_ops.MATMUL, a, b, **attrs)
 
             time_calls(op, s.warmup)
             seconds = percentile(time_calls(op, s.repeats), 50)
@@ -324,7 +325,7 @@ def run_matmul(ctx: Context) -> None:
                 """Seconds per op of `repeats` ops issued back to back, then one sync."""
                 start = time.perf_counter()
                 for _ in range(s.repeats):
-                    c = pipelined.run_op("matmul", pa, pb, **attrs)
+                    c = pipelined.run_op(_ops.MATMUL, pa, pb, **attrs)
                 pipelined.sync()
                 elapsed = time.perf_counter() - start
                 del c

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional, Tuple
 
-from . import _gpukit
+from . import _gpukit, _ops
 
 if TYPE_CHECKING:
     from ._array import Array
@@ -120,7 +120,7 @@ def export(
             )
     source = array._impl
     if copy:  # a copy in gpukitd (astype to the same dtype), exported in its turn
-        source = array._session._client.run_op("astype", [array._impl], {"dtype": source.dtype})
+        source = array._session._client.run_op(_ops.ASTYPE, [array._impl], {"dtype": source.dtype})
     try:
         return source.dlpack(versioned=versioned, is_copy=bool(copy))
     except _gpukit.FailedPrecondition as error:  # the copy could not be mapped

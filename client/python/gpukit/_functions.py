@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
-from . import _array, _dtypes
+from . import _array, _dtypes, _ops
 from ._array import Array, Axis, Scalar, run_op, session_of
 
 if TYPE_CHECKING:
@@ -27,23 +27,23 @@ def sum(a: Array, axis: Axis = None, keepdims: bool = False) -> Array:  # noqa: 
     Array
         Floating inputs keep their dtype; integer ones give int64 (wrapping).
     """
-    return _array.reduce(session_of(a), "sum", a, axis, keepdims)
+    return _array.reduce(session_of(a), _ops.SUM, a, axis, keepdims)
 
 
 def mean(a: Array, axis: Axis = None, keepdims: bool = False) -> Array:
     """Mean of the elements (see :func:`sum`); integer inputs give float32, an empty extent NaN."""
-    return _array.reduce(session_of(a), "mean", a, axis, keepdims)
+    return _array.reduce(session_of(a), _ops.MEAN, a, axis, keepdims)
 
 
 def max(a: Array, axis: Axis = None, keepdims: bool = False) -> Array:  # noqa: A001
     """Maximum (see :func:`sum`); keeps the dtype, propagates NaN, and raises
     :class:`InvalidArgument` for an empty extent."""
-    return _array.reduce(session_of(a), "max", a, axis, keepdims)
+    return _array.reduce(session_of(a), _ops.MAX, a, axis, keepdims)
 
 
 def min(a: Array, axis: Axis = None, keepdims: bool = False) -> Array:  # noqa: A001
     """Minimum (see :func:`max`)."""
-    return _array.reduce(session_of(a), "min", a, axis, keepdims)
+    return _array.reduce(session_of(a), _ops.MIN, a, axis, keepdims)
 
 
 def argmax(a: Array, axis: Optional[int] = None, keepdims: bool = False) -> Array:
@@ -60,22 +60,22 @@ def matmul(a: Array, b: Array) -> Array:
 
 def add(a: Union[Array, Scalar], b: Union[Array, Scalar]) -> Array:
     """``a + b``, broadcasting."""
-    return run_op(session_of(a, b), "add", [a, b])
+    return run_op(session_of(a, b), _ops.ADD, [a, b])
 
 
 def subtract(a: Union[Array, Scalar], b: Union[Array, Scalar]) -> Array:
     """``a - b``, broadcasting."""
-    return run_op(session_of(a, b), "sub", [a, b])
+    return run_op(session_of(a, b), _ops.SUB, [a, b])
 
 
 def multiply(a: Union[Array, Scalar], b: Union[Array, Scalar]) -> Array:
     """``a * b``, broadcasting."""
-    return run_op(session_of(a, b), "mul", [a, b])
+    return run_op(session_of(a, b), _ops.MUL, [a, b])
 
 
 def divide(a: Union[Array, Scalar], b: Union[Array, Scalar]) -> Array:
     """``a / b`` (true division; integer inputs give float32)."""
-    return run_op(session_of(a, b), "div", [a, b])
+    return run_op(session_of(a, b), _ops.DIV, [a, b])
 
 
 def astype(a: Array, dtype: _dtypes.DTypeLike) -> Array:
@@ -93,22 +93,34 @@ def transpose(a: Array, axes: Optional[Sequence[int]] = None) -> Array:
     return _array.transpose(session_of(a), a, axes)
 
 
-def _unary(op: str, doc: str) -> Any:
-    def fn(x: Array) -> Array:
-        return run_op(session_of(x), op, [x])
-
-    fn.__name__ = fn.__qualname__ = op
-    fn.__doc__ = doc
-    return fn
+def exp(x: Array) -> Array:
+    """Element-wise e**x (integer inputs give float32)."""
+    return run_op(session_of(x), _ops.EXP, [x])
 
 
-exp = _unary("exp", "Element-wise e**x (integer inputs give float32).")
-log = _unary("log", "Element-wise natural logarithm (integer inputs give float32).")
-sqrt = _unary("sqrt", "Element-wise square root (integer inputs give float32).")
-rsqrt = _unary("rsqrt", "Element-wise 1 / sqrt(x) (integer inputs give float32).")
-negative = _unary("neg", "Element-wise -x (integers wrap); same as ``-x``.")
-negative.__name__ = negative.__qualname__ = "negative"
-abs = _unary("abs", "Element-wise |x| (integers wrap); same as ``abs(x)``.")  # noqa: A001
+def log(x: Array) -> Array:
+    """Element-wise natural logarithm (integer inputs give float32)."""
+    return run_op(session_of(x), _ops.LOG, [x])
+
+
+def sqrt(x: Array) -> Array:
+    """Element-wise square root (integer inputs give float32)."""
+    return run_op(session_of(x), _ops.SQRT, [x])
+
+
+def rsqrt(x: Array) -> Array:
+    """Element-wise 1 / sqrt(x) (integer inputs give float32)."""
+    return run_op(session_of(x), _ops.RSQRT, [x])
+
+
+def negative(x: Array) -> Array:
+    """Element-wise -x (integers wrap); same as ``-x``."""
+    return run_op(session_of(x), _ops.NEG, [x])
+
+
+def abs(x: Array) -> Array:  # noqa: A001
+    """Element-wise |x| (integers wrap); same as ``abs(x)``."""
+    return run_op(session_of(x), _ops.ABS, [x])
 
 
 def clip(
@@ -120,17 +132,17 @@ def clip(
         attrs["min"] = a_min
     if a_max is not None:
         attrs["max"] = a_max
-    return run_op(session_of(x), "clamp", [x], attrs)
+    return run_op(session_of(x), _ops.CLAMP, [x], attrs)
 
 
 def where(cond: Array, a: Union[Array, Scalar], b: Union[Array, Scalar]) -> Array:
     """Elements of `a` where `cond` is nonzero, else of `b`; the three shapes broadcast."""
-    return run_op(session_of(cond, a, b), "where", [cond, a, b])
+    return run_op(session_of(cond, a, b), _ops.WHERE, [cond, a, b])
 
 
 def concatenate(arrays: Sequence[Array], axis: int = 0) -> Array:
     """Joins 2 to 64 arrays along an existing axis."""
-    return run_op(session_of(list(arrays)), "concat", list(arrays), {"axis": int(axis)})
+    return run_op(session_of(list(arrays)), _ops.CONCAT, list(arrays), {"axis": int(axis)})
 
 
 def from_dlpack(

@@ -154,7 +154,8 @@ class Client:
         op: str,
         inputs: List[Union[Array, int, float]],
         attrs: Dict[str, AttrValue] = ...,
-    ) -> Array: ...
+    ) -> Array:
+        """Runs a built-in op. Inputs are converted, not checked: gpukit._array checks them."""
     def from_dlpack(self, capsule: Any, copy: Optional[bool] = None) -> Array:
         """Array of a DLPack capsule, which it consumes (host memory is copied)."""
     def compile_kernel(
@@ -179,3 +180,5 @@ class DaemonProbe:
     def address(self) -> str: ...
     def ping(self, timeout_s: float = 5.0) -> None: ...
     def info(self) -> Dict[str, Any]: ...
+    def ops(self) -> List[Dict[str, Any]]:
+        """ListOps: name, summary, min_inputs, max_inputs, attrs, backends of each op."""

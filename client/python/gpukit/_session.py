@@ -7,7 +7,7 @@ from typing import Any, Mapping, Optional, Sequence, Tuple, Type, Union
 
 import numpy as np
 
-from . import _array, _dlpack, _dtypes, _gpukit, _kernel
+from . import _array, _dlpack, _dtypes, _gpukit, _kernel, _ops
 from ._array import Array, Axis
 
 ShapeLike = Union[int, Sequence[int]]
@@ -254,19 +254,19 @@ class Session:
 
     def sum(self, a: Array, axis: Axis = None, keepdims: bool = False) -> Array:
         """See :func:`gpukit.sum`; runs in this session."""
-        return _array.reduce(self, "sum", a, axis, keepdims)
+        return _array.reduce(self, _ops.SUM, a, axis, keepdims)
 
     def mean(self, a: Array, axis: Axis = None, keepdims: bool = False) -> Array:
         """See :func:`gpukit.mean`; runs in this session."""
-        return _array.reduce(self, "mean", a, axis, keepdims)
+        return _array.reduce(self, _ops.MEAN, a, axis, keepdims)
 
     def max(self, a: Array, axis: Axis = None, keepdims: bool = False) -> Array:
         """See :func:`gpukit.max`; runs in this session."""
-        return _array.reduce(self, "max", a, axis, keepdims)
+        return _array.reduce(self, _ops.MAX, a, axis, keepdims)
 
     def min(self, a: Array, axis: Axis = None, keepdims: bool = False) -> Array:
         """See :func:`gpukit.min`; runs in this session."""
-        return _array.reduce(self, "min", a, axis, keepdims)
+        return _array.reduce(self, _ops.MIN, a, axis, keepdims)
 
     def argmax(self, a: Array, axis: Optional[int] = None, keepdims: bool = False) -> Array:
         """See :func:`gpukit.argmax`; runs in this session."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+from . import _ops
 from ._array import Array, run_op, session_of
 
 __all__ = [
@@ -30,32 +31,32 @@ __all__ = [
 
 def relu(x: Array) -> Array:
     """max(x, 0), element-wise; integer dtypes are kept."""
-    return run_op(session_of(x), "relu", [x])
+    return run_op(session_of(x), _ops.RELU, [x])
 
 
 def gelu(x: Array) -> Array:
     """GELU, the exact erf form ``0.5 x (1 + erf(x / sqrt(2)))`` (PyTorch's default)."""
-    return run_op(session_of(x), "gelu", [x])
+    return run_op(session_of(x), _ops.GELU, [x])
 
 
 def silu(x: Array) -> Array:
     """``x * sigmoid(x)``, element-wise."""
-    return run_op(session_of(x), "silu", [x])
+    return run_op(session_of(x), _ops.SILU, [x])
 
 
 def sigmoid(x: Array) -> Array:
     """``1 / (1 + exp(-x))``, element-wise."""
-    return run_op(session_of(x), "sigmoid", [x])
+    return run_op(session_of(x), _ops.SIGMOID, [x])
 
 
 def tanh(x: Array) -> Array:
     """Hyperbolic tangent, element-wise."""
-    return run_op(session_of(x), "tanh", [x])
+    return run_op(session_of(x), _ops.TANH, [x])
 
 
 def softmax(x: Array, axis: int = -1) -> Array:
     """``exp(x - max) / sum(exp(x - max))`` along `axis` (default the last)."""
-    return run_op(session_of(x), "softmax", [x], {"axis": int(axis)})
+    return run_op(session_of(x), _ops.SOFTMAX, [x], {"axis": int(axis)})
 
 
 def layernorm(
@@ -85,7 +86,7 @@ def layernorm(
     if bias is not None:
         inputs.append(bias)
     attrs: Dict[str, Any] = {} if eps is None else {"eps": float(eps)}
-    return run_op(session, "layernorm", inputs, attrs)
+    return run_op(session, _ops.LAYERNORM, inputs, attrs)
 
 
 def rmsnorm(x: Array, weight: Optional[Array] = None, eps: Optional[float] = None) -> Array:
@@ -95,7 +96,7 @@ def rmsnorm(x: Array, weight: Optional[Array] = None, eps: Optional[float] = Non
     """
     inputs = [x] if weight is None else [x, weight]
     attrs: Dict[str, Any] = {} if eps is None else {"eps": float(eps)}
-    return run_op(session_of(x), "rmsnorm", inputs, attrs)
+    return run_op(session_of(x), _ops.RMSNORM, inputs, attrs)
 
 
 def rope(x: Array, base: Optional[float] = None, offset: int = 0) -> Array:
@@ -104,7 +105,7 @@ def rope(x: Array, base: Optional[float] = None, offset: int = 0) -> Array:
     attrs: Dict[str, Any] = {"offset": int(offset)}
     if base is not None:
         attrs["base"] = float(base)
-    return run_op(session_of(x), "rope", [x], attrs)
+    return run_op(session_of(x), _ops.ROPE, [x], attrs)
 
 
 def attention(
@@ -130,10 +131,10 @@ def attention(
     attrs: Dict[str, Any] = {"causal": bool(causal)}
     if scale is not None:
         attrs["scale"] = float(scale)
-    return run_op(session_of(q), "attention", [q, k, v], attrs)
+    return run_op(session_of(q), _ops.ATTENTION, [q, k, v], attrs)
 
 
 def embedding(table: Array, indices: Array) -> Array:
     """Rows of ``table [vocab, dim]`` at int32/int64 `indices` (any shape): shape
     ``indices.shape + (dim,)``; an index outside ``[0, vocab)`` gives a row of zeros."""
-    return run_op(session_of(table), "embedding", [table, indices])
+    return run_op(session_of(table), _ops.EMBEDDING, [table, indices])

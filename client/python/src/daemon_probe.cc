@@ -12,8 +12,10 @@
 #include "client/python/src/errors.h"
 #include "client/python/src/gil.h"
 #include "gpukit/v1/admin.grpc.pb.h"
+#include "gpukit/v1/compute.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/codegen/client_unary_call.h"
+#include "pybind11/stl.h"
 
 namespace gpukit::python {
 namespace py = pybind11;
@@ -104,6 +106,32 @@ class DaemonProbe {
     return info;
   }
 
+  // ComputeService ListOps, as a list of dicts, one per built-in op in the daemon's order:
+  // name, summary, min_inputs, max_inputs, attrs (names) and backends.
+  py::list Ops() const {
+    v1::ListOpsResponse response;
+    absl::Status status;
+    WithoutGil([&] {
+      grpc::ClientContext context;
+      status = FromGrpc(
+          v1::ComputeService::NewStub(channel_)->ListOps(&context, v1::ListOpsRequest(), &response),
+          context);
+    });
+    ThrowIfError(status);
+    py::list ops;
+    for (const v1::OpInfo& op : response.ops()) {
+      py::dict entry;
+      entry["name"] = op.name();
+      entry["summary"] = op.summary();
+      entry["min_inputs"] = op.min_inputs();
+      entry["max_inputs"] = op.max_inputs();
+      entry["attrs"] = std::vector<std::string>(op.attrs().begin(), op.attrs().end());
+      entry["backends"] = std::vector<std::string>(op.backends().begin(), op.backends().end());
+      ops.append(entry);
+    }
+    return ops;
+  }
+
  private:
   std::string address_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -122,7 +150,10 @@ void RegisterDaemonProbe(py::module_& module) {
       .def("ping", &DaemonProbe::Ping, py::arg("timeout_s") = 5.0,
            "One grpc.health.v1.Health/Check round trip; raises unless the daemon is SERVING.")
       .def("info", &DaemonProbe::Info,
-           "The daemon's version, backend and devices (AdminService Status, ListDevices).");
+           "The daemon's version, backend and devices (AdminService Status, ListDevices).")
+      .def("ops", &DaemonProbe::Ops,
+           "The daemon's built-in ops (ComputeService ListOps): a list of dicts with name, "
+           "summary, min_inputs, max_inputs, attrs and backends.");
 }
 
 }  // namespace gpukit::python

@@ -1,10 +1,12 @@
 // gpukit._gpukit.DaemonProbe: a bare channel to gpukitd, without a session, for gpukit-bench
 // (client/python/gpukit/bench.py): the raw gRPC ping that the other figures are measured
-// against, and what the daemon says about itself.
+// against, and what the daemon says about itself (its devices, its ops: tests/python holds the
+// package's ops against them).
 //
 //   probe = _gpukit.DaemonProbe.connect("unix:///run/gpukit/gpukitd.sock", 5.0)
 //   probe.ping()   # grpc.health.v1.Health/Check: one round trip, no gpukit code runs
 //   probe.info()   # {"version": "0.1.0", "backend": "cpu", "device": "CPU simulation device", ...}
+//   probe.ops()    # [{"name": "add", "summary": ..., "attrs": [], "backends": ["cpu"]}, ...]
 //
 // Errors are gpukit.Error subclasses (Unavailable when nothing answers). Thread safety: a
 // probe may be used from several Python threads at once (a grpc::Channel is thread-safe).

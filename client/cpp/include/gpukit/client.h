@@ -379,6 +379,28 @@ class HostMemory {
   int64_t size_bytes_ = 0;
 };
 
+// The built-in ops that Client's helpers run (Add runs kAdd, ..., Transpose kTranspose), each
+// name spelled here once. Client::RunOp takes any op by name; the daemon's
+// ComputeService.ListOps lists them all with their inputs and attributes (docs/api.md,
+// "Built-in ops"). tests/integration/array_flow_test.cc checks that it lists each of kAll.
+namespace op_names {
+inline constexpr absl::string_view kAdd = "add";
+inline constexpr absl::string_view kSub = "sub";
+inline constexpr absl::string_view kMul = "mul";
+inline constexpr absl::string_view kDiv = "div";
+inline constexpr absl::string_view kMatmul = "matmul";
+inline constexpr absl::string_view kSum = "sum";
+inline constexpr absl::string_view kMean = "mean";
+inline constexpr absl::string_view kMax = "max";
+inline constexpr absl::string_view kMin = "min";
+inline constexpr absl::string_view kAstype = "astype";
+inline constexpr absl::string_view kReshape = "reshape";
+inline constexpr absl::string_view kTranspose = "transpose";
+// Every name above.
+inline constexpr absl::string_view kAll[] = {kAdd,  kSub, kMul, kDiv,    kMatmul,  kSum,
+                                             kMean, kMax, kMin, kAstype, kReshape, kTranspose};
+}  // namespace op_names
+
 class Client {
  public:
   // Connects to the daemon and opens a session. UNAVAILABLE if no daemon answers at the
@@ -437,11 +459,21 @@ class Client {
   absl::StatusOr<Array> RunOp(absl::string_view op, const std::vector<Operand>& inputs,
                               const Attrs& attrs, const TaskOptions& task);
 
-  absl::StatusOr<Array> Add(const Operand& a, const Operand& b) { return RunOp("add", {a, b}); }
-  absl::StatusOr<Array> Sub(const Operand& a, const Operand& b) { return RunOp("sub", {a, b}); }
-  absl::StatusOr<Array> Mul(const Operand& a, const Operand& b) { return RunOp("mul", {a, b}); }
-  absl::StatusOr<Array> Div(const Operand& a, const Operand& b) { return RunOp("div", {a, b}); }
-  absl::StatusOr<Array> Matmul(const Array& a, const Array& b) { return RunOp("matmul", {a, b}); }
+  absl::StatusOr<Array> Add(const Operand& a, const Operand& b) {
+    return RunOp(op_names::kAdd, {a, b});
+  }
+  absl::StatusOr<Array> Sub(const Operand& a, const Operand& b) {
+    return RunOp(op_names::kSub, {a, b});
+  }
+  absl::StatusOr<Array> Mul(const Operand& a, const Operand& b) {
+    return RunOp(op_names::kMul, {a, b});
+  }
+  absl::StatusOr<Array> Div(const Operand& a, const Operand& b) {
+    return RunOp(op_names::kDiv, {a, b});
+  }
+  absl::StatusOr<Array> Matmul(const Array& a, const Array& b) {
+    return RunOp(op_names::kMatmul, {a, b});
+  }
   // Reductions over everything, or along `axis` when given.
   absl::StatusOr<Array> Sum(const Array& a, std::optional<int64_t> axis = {},
                             bool keepdims = false);
