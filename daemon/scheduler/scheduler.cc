@@ -611,8 +611,8 @@ absl::Time Scheduler::PumpLocked(absl::Time now) {
     }
   }
   // A partition in debt yields to others of its device (dispatch_policy.h, rule 4); what
-  // they admit changes whether it must. Partitions are visited in hash order, so pass again until a
-  // pass admits nothing: the last pass sees settled state and its `next` is complete.
+  // they admit changes whether it must. Partitions are visited in hash order, so pass again
+  // until a pass admits nothing: the last pass sees settled state and its `next` is complete.
   absl::Time next;
   bool admitted = true;
   while (admitted) {
