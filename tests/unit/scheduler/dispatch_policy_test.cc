@@ -36,6 +36,8 @@ struct Row {
   absl::Time ready_at;
 };
 
+void PrintTo(const Row& row, std::ostream* os) { *os << row.name; }
+
 // A snapshot at kNow with the default limits (BestEffort bound 1 ms, Burstable 4 ms,
 // anticipation 250 us). in_flight and in_flight_estimate are {Guaranteed, Burstable,
 // BestEffort}.
