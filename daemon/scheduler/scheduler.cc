@@ -206,11 +206,13 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
 
 Scheduler::Scheduler(const Clock& clock, std::vector<DeviceCapacity> devices,
                      const SchedulerOptions& options)
-    : clock_(clock), options_(options) {
+    : clock_(clock),
+      options_(options),
+      dispatch_limits_{.best_effort_in_flight = options.best_effort_in_flight,
+                       .burstable_in_flight = options.burstable_in_flight,
+                       .pacing_anticipation = options.pacing_anticipation} {
   for (const DeviceCapacity& d : devices) devices_.push_back({.capacity_bytes = d.memory_bytes});
-  dispatch_.limits = DispatchLimits{.best_effort_in_flight = options.best_effort_in_flight,
-                                    .burstable_in_flight = options.burstable_in_flight,
-                                    .pacing_anticipation = options.pacing_anticipation};
+  dispatch_.limits = dispatch_limits_;
 }
 
 Scheduler::~Scheduler() = default;
@@ -683,7 +685,7 @@ bool Scheduler::MayAdmitLocked(PartitionState& p, QosClass qos, absl::Time now, 
 }
 
 absl::Duration Scheduler::InFlightBound(QosClass qos) const {
-  return dispatch_.limits.InFlightBound(qos);
+  return dispatch_limits_.InFlightBound(qos);
 }
 
 absl::Status Scheduler::TransitionLocked(Task& task, TaskState to, absl::Time now) {

@@ -56,6 +56,11 @@
 //   ... run on the device, measure device_time ...
 //   scheduler->Finish(t, status, device_time);
 //
+// Policy apart from mechanism: whether a queued task may start (slots, the in-flight bounds,
+// pacing, as above) is DecideDispatch (dispatch_policy.h) over a snapshot of its device,
+// which the scheduler builds, asks and acts on; and a task's state changes in one place, by
+// the table of task.h, which refuses any other change with INTERNAL.
+//
 // Tests drive it without threads: Submit, Pump (admits what may run and expires what is
 // overdue at the fake clock's time), Start, Finish, Cancel.
 //
@@ -417,6 +422,7 @@ class Scheduler {
 
   const Clock& clock_;
   const SchedulerOptions options_;
+  const DispatchLimits dispatch_limits_;  // options_'s, as the dispatch policy reads them
   mutable absl::Mutex mu_;
   std::vector<DeviceState> devices_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<PartitionState>> partitions_
