@@ -136,6 +136,13 @@ const std::vector<Row>& Rows() {
               kBE, {1, 0, 1}, {0 * kMs, 0 * kMs, 1 * kMs}),
        false, DispatchReason::kInFlightBound, kNever},
 
+      {"BoundComesBeforeTheShare",
+       Device(
+           {{.name = "a", .running = 1, .max_running_tasks = 4, .share_ready_at = kNow + 3 * kMs},
+            {.name = "b", .running = 1}},
+           kBE, {1, 0, 1}, {0 * kMs, 0 * kMs, 1 * kMs}),
+       false, DispatchReason::kInFlightBound, kNever},
+
       // ---- Rule 3: the bandwidth cap.
       {"CapHoldsEvenOnAnIdleDevice",
        Device({{.name = "a", .capped = true, .cap_ready_at = kNow + 5 * kMs}}), false,
@@ -175,6 +182,11 @@ const std::vector<Row>& Rows() {
        Device({{.name = "a"}, {.name = "b", .running = 1, .share_ready_at = kNow + 9 * kMs}}, kG,
               {0, 0, 1}),
        true, DispatchReason::kAdmit, kNever},
+      {"WorkInFlightIsAClaimBeforeARecentFinish",  // one partition with both
+       Device({{.name = "a", .share_ready_at = kNow + 3 * kMs},
+               {.name = "b", .running = 1, .last_finish = kNow - 100 * kUs}},
+              kBE, {0, 0, 1}),
+       false, DispatchReason::kYieldsToInFlight, kNow + 3 * kMs},
       {"ShareDebtYieldsToARecentFinishUntilItLapses",
        Device({{.name = "a", .share_ready_at = kNow + 3 * kMs},
                {.name = "b", .last_finish = kNow - 100 * kUs}}),
