@@ -11,6 +11,7 @@
 #include "daemon/scheduler/task_queue.h"
 #include "daemon/scheduler/token_bucket.h"
 #include "runtime/base/status_macros.h"
+#include "spdlog/spdlog.h"
 
 namespace gpukit {
 
@@ -205,8 +206,13 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
 
 Scheduler::Scheduler(const Clock& clock, std::vector<DeviceCapacity> devices,
                      const SchedulerOptions& options)
-    : clock_(clock), options_(options) {
+    : clock_(clock),
+      options_(options),
+      dispatch_limits_{.best_effort_in_flight = options.best_effort_in_flight,
+                       .burstable_in_flight = options.burstable_in_flight,
+                       .pacing_anticipation = options.pacing_anticipation} {
   for (const DeviceCapacity& d : devices) devices_.push_back({.capacity_bytes = d.memory_bytes});
+  dispatch_.limits = dispatch_limits_;
 }
 
 Scheduler::~Scheduler() = default;
@@ -402,13 +408,13 @@ void Scheduler::EndSession(const SessionTicket& ticket) {
   const absl::Time now = clock_.Now();
   std::vector<TaskRef> waiting;
   for (const auto& [id, task] : live_) {
-    if (task->session == ticket &&
-        (task->info.state == TaskState::kQueued || task->info.state == TaskState::kAdmitted)) {
-      waiting.push_back(task);
+    if (task->session == ticket && TaskTransitionAllowed(task->info.state, TaskState::kCancelled)) {
+      waiting.push_back(task);  // Queued or Admitted: a running task ends at its Finish
     }
   }
   for (const TaskRef& task : waiting) {
-    EndTaskLocked(*task, TaskState::kCancelled, now, "the session ended");
+    // Allowed (checked above); a refusal would be a bug, which TransitionLocked logged.
+    EndTaskLocked(*task, TaskState::kCancelled, now, "the session ended").IgnoreError();
   }
   PumpLocked(now);
 }
@@ -564,7 +570,7 @@ absl::StatusOr<TaskRef> Scheduler::Submit(const SessionTicket& ticket, const Tas
   info.priority = std::clamp(request.priority, -kMaxPriority, kMaxPriority);
   info.submitted = now;
   info.deadline = request.deadline;
-  info.state = TaskState::kQueued;
+  GPUKIT_RETURN_IF_ERROR(TransitionLocked(*task, TaskState::kQueued, now));
   task->key = {info.qos, info.priority, info.id};
   live_.emplace(info.id, task);
   if (p.queue.empty() && p.running == 0 && now >= p.last_finish + options_.pacing_anticipation) {
@@ -600,14 +606,15 @@ absl::Time Scheduler::PumpLocked(absl::Time now) {
     const uint64_t id = deadlines_.begin()->second;
     deadlines_.erase(deadlines_.begin());
     auto it = live_.find(id);
-    if (it != live_.end() && it->second->info.state == TaskState::kQueued) {
+    if (it != live_.end() && TaskTransitionAllowed(it->second->info.state, TaskState::kExpired)) {
       EndTaskLocked(*it->second, TaskState::kExpired, now,
-                    "its deadline passed while it waited in the queue");
+                    "its deadline passed while it waited in the queue")
+          .IgnoreError();  // allowed (checked); a refusal is a bug, logged
     }
   }
-  // A partition in debt yields to others of its device (YieldsShareLocked); what they admit
-  // changes whether it must. Partitions are visited in hash order, so pass again until a
-  // pass admits nothing: the last pass sees settled state and its `next` is complete.
+  // A partition in debt yields to others of its device (dispatch_policy.h, rule 4); what
+  // they admit changes whether it must. Partitions are visited in hash order, so pass again
+  // until a pass admits nothing: the last pass sees settled state and its `next` is complete.
   absl::Time next;
   bool admitted = true;
   while (admitted) {
@@ -616,14 +623,9 @@ absl::Time Scheduler::PumpLocked(absl::Time now) {
     for (const auto& [name, holder] : partitions_) {
       PartitionState& p = *holder;
       p.paced = false;
-      while (!p.queue.empty() &&
-             MayAdmitLocked(p, p.queue.front().key.qos, now, &next, &p.paced)) {
-        Task& task = *live_.at(p.queue.Pop().task_id);
-        if (task.info.deadline != absl::InfiniteFuture()) {
-          deadlines_.erase({task.info.deadline, task.info.id});
-        }
-        if (task.info.qos == QosClass::kGuaranteed) --p.guaranteed_queued;
-        AdmitLocked(p, task, now);
+      while (!p.queue.empty() && MayAdmitLocked(p, p.queue.front().key.qos, now, &next, &p.paced)) {
+        // A refusal (a bug, logged) leaves the head where it is: stop, or it would spin.
+        if (!AdmitLocked(p, *live_.at(p.queue.front().task_id), now)) break;
         admitted = true;
       }
     }
@@ -633,95 +635,90 @@ absl::Time Scheduler::PumpLocked(absl::Time now) {
   return next;
 }
 
+const DispatchSnapshot& Scheduler::DispatchSnapshotLocked(PartitionState& p, QosClass qos,
+                                                          absl::Time now) {
+  DispatchSnapshot& s = dispatch_;
+  const int device_index = p.spec.device_index;
+  const DeviceState& device = devices_[device_index];
+  s.now = now;
+  s.in_flight = device.in_flight;
+  for (int c = 0; c < kQosClassCount; ++c) {
+    s.in_flight_estimate[c] = absl::Nanoseconds(device.in_flight_estimate_ns[c]);
+  }
+  s.qos = qos;
+  s.partitions.clear();
+  // In partitions_'s order, which the policy's rule 4 reports the first claim of.
+  auto add = [&](PartitionState& q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (&q == &p) s.candidate = s.partitions.size();
+    s.partitions.push_back(DispatchPartition{
+        .name = q.spec.name,
+        .running = q.running,
+        .max_running_tasks = q.spec.max_running_tasks,
+        .queued = q.queue.size(),
+        .guaranteed_queued = q.guaranteed_queued,
+        .capped = q.spec.bandwidth_cap > 0,
+        .cap_ready_at = q.spec.bandwidth_cap > 0 ? q.cap.ReadyAt(now) : now,
+        .share_ready_at = q.share.ReadyAt(now),
+        .last_finish = q.last_finish,
+    });
+  };
+  for (const auto& [name, holder] : partitions_) {
+    if (holder->spec.device_index == device_index) add(*holder);
+  }
+  if (p.deleted) {
+    // A task submitted by a session of a partition being deleted: the partition is no
+    // longer in partitions_, and its queue is never pumped, so its queued Guaranteed work
+    // is not active on the device.
+    add(p);
+    s.partitions.back().guaranteed_queued = 0;
+  }
+  return s;
+}
+
 bool Scheduler::MayAdmitLocked(PartitionState& p, QosClass qos, absl::Time now, absl::Time* next,
                                bool* paced) {
-  if (p.running >= p.spec.max_running_tasks) return false;  // Finish pumps again
-  if (InFlightBoundHoldsLocked(p.spec.device_index, qos, now)) {
-    return false;  // until work of its class or the Guaranteed work ends; that pumps again
-  }
-  if (p.spec.bandwidth_cap > 0 && !p.cap.Ready(now)) {
-    *next = std::min(*next, p.cap.ReadyAt(now));
-    if (paced != nullptr) *paced = true;
-    return false;
-  }
-  if (!p.share.Ready(now) && YieldsShareLocked(p, now, next)) {
-    *next = std::min(*next, p.share.ReadyAt(now));
-    if (paced != nullptr) *paced = true;
-    return false;
-  }
-  return true;
-}
-
-bool Scheduler::YieldsShareLocked(PartitionState& p, absl::Time now, absl::Time* next) {
-  // Another partition with work queued or in flight has the better claim on the device's
-  // time: p has used its share and it may not have. On a GPU the contention is mostly
-  // between work already on the device (the tasks of all partitions run at once and share
-  // it; synchronous clients leave the queues empty), so work in flight counts as a claim:
-  // what p adds beside it would take the device's time from it. While the device has work
-  // in flight, holding p leaves it no less busy, and p goes once its debt is repaid (the
-  // pump's `next`) or the others run dry. On an idle device one partition must go: the one
-  // nearest to repaying. A partition that finished a task less than the anticipation ago
-  // and has nothing queued counts as busy: its synchronous client's next task is on its
-  // way, and p let in meanwhile would share the device with it for all of p's run. Queued
-  // work held by its partition's cap does not count (it could not take the time), nor does
-  // a partition on another device.
-  const bool busy = devices_[p.spec.device_index].busy();
-  std::optional<absl::Time> p_ready;
-  for (const auto& [name, holder] : partitions_) {
-    PartitionState& other = *holder;
-    if (&other == &p || other.spec.device_index != p.spec.device_index) continue;
-    if (other.running > 0) return true;
-    const absl::Time anticipated_until = other.last_finish + options_.pacing_anticipation;
-    if (other.queue.empty() && now < anticipated_until) {
-      *next = std::min(*next, anticipated_until);
-      return true;
-    }
-    if (other.queue.empty()) continue;
-    if (other.spec.bandwidth_cap > 0 && !other.cap.Ready(now)) continue;
-    if (busy) return true;
-    if (!p_ready) p_ready = p.share.ReadyAt(now);
-    const absl::Time other_ready = other.share.ReadyAt(now);
-    if (other_ready < *p_ready || (other_ready == *p_ready && other.spec.name < p.spec.name)) {
-      return true;
-    }
-  }
-  return false;
-}
-
-bool Scheduler::GuaranteedActiveLocked(int device_index, absl::Time now) {
-  if (devices_[device_index].in_flight[static_cast<int>(QosClass::kGuaranteed)] > 0) {
-    return true;
-  }
-  // Guaranteed work that waits counts too, unless its partition's own bandwidth cap holds
-  // it back: then bounding the others would only leave the device idle.
-  for (const auto& [name, holder] : partitions_) {
-    PartitionState& p = *holder;
-    if (p.spec.device_index != device_index || p.guaranteed_queued == 0) continue;
-    if (p.spec.bandwidth_cap > 0 && !p.cap.Ready(now)) continue;
-    return true;
-  }
-  return false;
+  const DispatchDecision decision = DecideDispatch(DispatchSnapshotLocked(p, qos, now));
+  // A wait for an event (a finish, a cancel: they pump) has no ready time.
+  *next = std::min(*next, decision.ready_at);
+  if (paced != nullptr && decision.paced()) *paced = true;
+  return decision.admit;
 }
 
 absl::Duration Scheduler::InFlightBound(QosClass qos) const {
-  return qos == QosClass::kBurstable ? options_.burstable_in_flight
-                                     : options_.best_effort_in_flight;
+  return dispatch_limits_.InFlightBound(qos);
 }
 
-bool Scheduler::InFlightBoundHoldsLocked(int device_index, QosClass qos, absl::Time now) {
-  if (qos == QosClass::kGuaranteed) return false;
-  const DeviceState& device = devices_[device_index];
-  const int c = static_cast<int>(qos);
-  if (device.in_flight[c] == 0) return false;  // one may always go: nothing starves
-  if (device.in_flight_estimate_ns[c] < absl::ToInt64Nanoseconds(InFlightBound(qos))) {
-    return false;
+absl::Status Scheduler::TransitionLocked(Task& task, TaskState to, absl::Time now) {
+  const TaskState from = task.info.state;
+  if (absl::Status allowed = CheckTaskTransition(task.info.id, from, to); !allowed.ok()) {
+    // The message names the task and both states.
+    spdlog::error("task state change refused: partition={} {}", task.partition->spec.name,
+                  std::string(allowed.message()));
+    return allowed;
   }
-  return GuaranteedActiveLocked(device_index, now);
+  task.info.state = to;
+  switch (to) {
+    case TaskState::kAdmitted:
+      task.info.admitted = now;
+      break;
+    case TaskState::kRunning:
+      task.info.started = now;
+      break;
+    default:
+      if (IsTerminal(to)) task.info.finished = now;
+      break;
+  }
+  return absl::OkStatus();
 }
 
-void Scheduler::AdmitLocked(PartitionState& p, Task& task, absl::Time now) {
-  task.info.state = TaskState::kAdmitted;
-  task.info.admitted = now;
+bool Scheduler::AdmitLocked(PartitionState& p, Task& task, absl::Time now) {
+  if (!TransitionLocked(task, TaskState::kAdmitted, now).ok()) return false;
+  if (p.queue.Remove(task.key)) {
+    if (task.info.deadline != absl::InfiniteFuture()) {
+      deadlines_.erase({task.info.deadline, task.info.id});
+    }
+    if (task.info.qos == QosClass::kGuaranteed) --p.guaranteed_queued;
+  }
   ++p.running;
   ++p.admitted_total;
   task.estimate = task.session->estimates.Estimate(task.info.name, InFlightBound(task.info.qos));
@@ -730,6 +727,7 @@ void Scheduler::AdmitLocked(PartitionState& p, Task& task, absl::Time now) {
   ++device.in_flight[c];
   device.in_flight_estimate_ns[c] += absl::ToInt64Nanoseconds(task.estimate);
   p.ChargeBuckets(task.estimate, now);
+  return true;
 }
 
 void Scheduler::AdvanceShareClockLocked(DeviceState& device, absl::Time now) {
@@ -755,10 +753,10 @@ absl::Duration Scheduler::OwnDeviceTimeLocked(const Task& task, absl::Duration d
   return device_time * mean_share;
 }
 
-void Scheduler::ReleaseInFlightLocked(Task& task, absl::Time now) {
+void Scheduler::ReleaseInFlightLocked(Task& task, TaskState was, absl::Time now) {
   PartitionState& p = *task.partition;
   DeviceState& device = devices_[p.spec.device_index];
-  if (task.info.state == TaskState::kRunning) {
+  if (was == TaskState::kRunning) {
     AdvanceShareClockLocked(device, now);
     --device.running;
   }
@@ -771,10 +769,11 @@ void Scheduler::ReleaseInFlightLocked(Task& task, absl::Time now) {
   }
 }
 
-void Scheduler::EndTaskLocked(Task& task, TaskState state, absl::Time now,
-                              absl::string_view error) {
+absl::Status Scheduler::EndTaskLocked(Task& task, TaskState state, absl::Time now,
+                                      absl::string_view error) {
   PartitionState& p = *task.partition;
   const TaskState was = task.info.state;
+  GPUKIT_RETURN_IF_ERROR(TransitionLocked(task, state, now));
   const bool guaranteed = task.info.qos == QosClass::kGuaranteed;
   if (was == TaskState::kQueued) {
     p.queue.Remove(task.key);
@@ -784,10 +783,8 @@ void Scheduler::EndTaskLocked(Task& task, TaskState state, absl::Time now,
     if (guaranteed) --p.guaranteed_queued;
   } else if (was == TaskState::kAdmitted || was == TaskState::kRunning) {
     --p.running;
-    ReleaseInFlightLocked(task, now);
+    ReleaseInFlightLocked(task, was, now);
   }
-  task.info.state = state;
-  task.info.finished = now;
   task.info.error = std::string(error);
   switch (state) {
     case TaskState::kSucceeded:
@@ -811,6 +808,7 @@ void Scheduler::EndTaskLocked(Task& task, TaskState state, absl::Time now,
     history_.push_back(it->second);  // an ended task no longer changes: no copy needed
   }
   live_.erase(task.info.id);
+  return absl::OkStatus();
 }
 
 absl::Status Scheduler::AwaitAdmission(const TaskRef& task,
@@ -842,7 +840,8 @@ absl::Status Scheduler::AwaitAdmission(const TaskRef& task,
             absl::StrCat("task ", task->info.id, " has already ended"));
     }
     if (cancelled()) {
-      EndTaskLocked(*task, TaskState::kCancelled, clock_.Now(), "its client cancelled it");
+      GPUKIT_RETURN_IF_ERROR(
+          EndTaskLocked(*task, TaskState::kCancelled, clock_.Now(), "its client cancelled it"));
       PumpLocked(clock_.Now());
       continue;
     }
@@ -857,7 +856,7 @@ absl::Status Scheduler::AwaitAdmission(const TaskRef& task,
 
 absl::Status Scheduler::Start(const TaskRef& task) {
   absl::MutexLock lock(&mu_);
-  if (task->info.state != TaskState::kAdmitted) {
+  if (!TaskTransitionAllowed(task->info.state, TaskState::kRunning)) {  // not Admitted
     const absl::Status status = absl::CancelledError(
         absl::StrCat("task ", task->info.id, " is ", TaskStateName(task->info.state),
                      ", not Admitted: ", task->info.error));
@@ -865,8 +864,7 @@ absl::Status Scheduler::Start(const TaskRef& task) {
                                                      : status;
   }
   const absl::Time now = clock_.Now();
-  task->info.state = TaskState::kRunning;
-  task->info.started = now;
+  GPUKIT_RETURN_IF_ERROR(TransitionLocked(*task, TaskState::kRunning, now));
   DeviceState& device = devices_[task->partition->spec.device_index];
   AdvanceShareClockLocked(device, now);
   ++device.running;
@@ -878,7 +876,10 @@ void Scheduler::Finish(const TaskRef& task, const absl::Status& result,
                        absl::Duration device_time) {
   absl::MutexLock lock(&mu_);
   const TaskState state = task->info.state;
-  if (state != TaskState::kAdmitted && state != TaskState::kRunning) return;
+  const TaskState end = result.ok() ? TaskState::kSucceeded : TaskState::kFailed;
+  // Not Admitted or Running: it ended already (a request that lost a race with Cancel, or a
+  // second Finish). Checked first, so that nothing below is charged for it.
+  if (!TaskTransitionAllowed(state, end)) return;
   PartitionState& p = *task->partition;
   const absl::Time now = clock_.Now();
   // Pacing charges the task's own part of the device's time: tasks running at once share
@@ -894,8 +895,9 @@ void Scheduler::Finish(const TaskRef& task, const absl::Status& result,
   AccountFinishLocked(*task, device_time, !result.ok());
   p.last_finish = now;
   task->info.device_time = device_time;
-  EndTaskLocked(*task, result.ok() ? TaskState::kSucceeded : TaskState::kFailed, now,
-                result.ok() ? absl::string_view() : result.message());
+  // Allowed (checked above); a refusal would be a bug, which TransitionLocked logged.
+  EndTaskLocked(*task, end, now, result.ok() ? absl::string_view() : result.message())
+      .IgnoreError();
   PumpLocked(now);
 }
 
@@ -929,7 +931,7 @@ absl::Status Scheduler::Cancel(uint64_t task_id, absl::string_view why) {
         absl::StrCat("task ", task_id, " is running; work on the device cannot be stopped midway"));
   }
   const absl::Time now = clock_.Now();
-  EndTaskLocked(*task, TaskState::kCancelled, now, why);
+  GPUKIT_RETURN_IF_ERROR(EndTaskLocked(*task, TaskState::kCancelled, now, why));
   PumpLocked(now);
   return absl::OkStatus();
 }

@@ -56,6 +56,11 @@
 //   ... run on the device, measure device_time ...
 //   scheduler->Finish(t, status, device_time);
 //
+// Policy apart from mechanism: whether a queued task may start (slots, the in-flight bounds,
+// pacing, as above) is DecideDispatch (dispatch_policy.h) over a snapshot of its device,
+// which the scheduler builds, asks and acts on; and a task's state changes in one place, by
+// the table of task.h, which refuses any other change with INTERNAL.
+//
 // Tests drive it without threads: Submit, Pump (admits what may run and expires what is
 // overdue at the fake clock's time), Start, Finish, Cancel.
 //
@@ -84,6 +89,7 @@
 #include "absl/time/time.h"
 #include "daemon/scheduler/admission.h"
 #include "daemon/scheduler/clock.h"
+#include "daemon/scheduler/dispatch_policy.h"
 #include "daemon/scheduler/partition.h"
 #include "daemon/scheduler/qos.h"
 #include "daemon/scheduler/reclaim.h"
@@ -364,12 +370,6 @@ class Scheduler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckDeviceLocked(int device_index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Time PumpLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether partition `p`, in debt on its share, must let another partition of its device
-  // go first: one with work queued that its own cap does not hold, while the device has
-  // work in flight or that one is nearer to repaying.
-  // Lowers `*next` to when a partition that finished a task lately stops counting as busy.
-  bool YieldsShareLocked(PartitionState& p, absl::Time now, absl::Time* next)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Brings the device's share clock up to `now`; call before its running count changes.
   void AdvanceShareClockLocked(DeviceState& device, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -377,27 +377,41 @@ class Scheduler {
   // times the mean of 1 / (tasks running on the device) over the task's run.
   absl::Duration OwnDeviceTimeLocked(const Task& task, absl::Duration device_time, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether Guaranteed work is active on the device: admitted or running, or queued in a
-  // partition whose bandwidth cap does not hold it back.
-  bool GuaranteedActiveLocked(int device_index, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether a task of class `qos` must wait for the in-flight bound of its class.
-  bool InFlightBoundHoldsLocked(int device_index, QosClass qos, absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The in-flight bound of a class, which is also the estimate of a task name never measured.
   absl::Duration InFlightBound(QosClass qos) const;
-  // Whether a task of class `qos` at the head of `p`'s queue may start now: a free running
-  // slot, its class's in-flight bound, pacing. Lowers `*next` to when pacing would allow it.
+  // The dispatch policy's view of p's device for a task of class `qos` at the head of p's
+  // queue (dispatch_policy.h), in dispatch_ (reused, so building it allocates nothing once
+  // warm). Accrues the buckets of the device's partitions to `now`. O(partitions).
+  const DispatchSnapshot& DispatchSnapshotLocked(PartitionState& p, QosClass qos, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a task of class `qos` at the head of `p`'s queue may start now: asks
+  // DecideDispatch over DispatchSnapshotLocked. Lowers `*next` to when pacing would allow it.
   // Sets `*paced` (if given) when it is pacing that holds the task.
   bool MayAdmitLocked(PartitionState& p, QosClass qos, absl::Time now, absl::Time* next,
                       bool* paced = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void AdmitLocked(PartitionState& p, Task& task, absl::Time now)
+  // The one place a task's state changes: moves `task` to `to` if TaskTransitionAllowed
+  // (task.h) lets it, stamping the time the new state records (admitted, started,
+  // finished). Otherwise changes nothing, logs the refusal and returns INTERNAL naming both
+  // states (CheckTaskTransition): a bug, since callers check the table first where a
+  // request may race (Start, Finish, Cancel). Callers change their accounting only after
+  // it succeeded.
+  absl::Status TransitionLocked(Task& task, TaskState to, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Moves a live task to a terminal state and into the history.
-  void EndTaskLocked(Task& task, TaskState state, absl::Time now, absl::string_view error)
+  // Queued -> Admitted: takes the task out of p's queue (if it is there: Submit admits a
+  // task before queueing it), takes a running slot, charges its estimate. False (nothing
+  // changed) if TransitionLocked refused.
+  bool AdmitLocked(PartitionState& p, Task& task, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves a live task to a terminal state and into the history, undoing what its state held
+  // (its queue place, or its slot and in-flight charge). INTERNAL, changing nothing, if
+  // TransitionLocked refuses.
+  absl::Status EndTaskLocked(Task& task, TaskState state, absl::Time now, absl::string_view error)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // An admitted or running task leaves the device's in-flight sums; its charge is refunded
   // if Finish did not settle it (it never ran).
-  void ReleaseInFlightLocked(Task& task, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `was`: its state before it ended.
+  void ReleaseInFlightLocked(Task& task, TaskState was, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountLocked(PartitionState& p, RejectReason reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes room in tenants_ (see kMaxTenants). O(tenants).
   void FoldIdleTenantLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -408,6 +422,7 @@ class Scheduler {
 
   const Clock& clock_;
   const SchedulerOptions options_;
+  const DispatchLimits dispatch_limits_;  // options_'s, as the dispatch policy reads them
   mutable absl::Mutex mu_;
   std::vector<DeviceState> devices_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<PartitionState>> partitions_
@@ -417,6 +432,7 @@ class Scheduler {
   absl::flat_hash_map<uint64_t, TaskRef> live_ ABSL_GUARDED_BY(mu_);
   std::set<std::pair<absl::Time, uint64_t>> deadlines_ ABSL_GUARDED_BY(mu_);
   std::deque<TaskRef> history_ ABSL_GUARDED_BY(mu_);  // ended tasks, oldest first
+  DispatchSnapshot dispatch_ ABSL_GUARDED_BY(mu_);    // DispatchSnapshotLocked's, reused
   // Every tenant seen, never removed (a tenant's totals outlive its sessions); sessions
   // point at theirs.
   absl::flat_hash_map<std::string, std::shared_ptr<TenantUsage>> tenants_ ABSL_GUARDED_BY(mu_);

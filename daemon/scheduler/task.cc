@@ -1,6 +1,9 @@
 #include "daemon/scheduler/task.h"
 
+#include <string>
+
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 
 namespace gpukit {
 
@@ -32,6 +35,20 @@ std::optional<TaskState> ParseTaskState(absl::string_view name) {
     if (absl::EqualsIgnoreCase(name, TaskStateName(state))) return state;
   }
   return std::nullopt;
+}
+
+absl::Status CheckTaskTransition(uint64_t task_id, TaskState from, TaskState to) {
+  if (TaskTransitionAllowed(from, to)) return absl::OkStatus();
+  std::string allowed;
+  for (int i = 0; i < kTaskStateCount; ++i) {
+    const auto next = static_cast<TaskState>(i);
+    if (!TaskTransitionAllowed(from, next)) continue;
+    absl::StrAppend(&allowed, allowed.empty() ? "" : ", ", TaskStateName(next));
+  }
+  return absl::InternalError(
+      absl::StrCat("task ", task_id, ": ", TaskStateName(from), " -> ", TaskStateName(to),
+                   " is not a transition of the task state machine (from ", TaskStateName(from),
+                   ": ", allowed.empty() ? "none" : allowed, ")"));
 }
 
 absl::string_view TaskKindName(TaskKind kind) {

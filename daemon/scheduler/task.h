@@ -3,12 +3,17 @@
 //
 //   Pending -> Queued -> Admitted -> Running -> Succeeded | Failed
 //                 |          |
-//                 +----------+--> Cancelled | Expired   (Expired: its deadline passed in the queue)
+//                 |          +--> Succeeded | Failed   (the request ended before its work ran)
+//                 +----------+--> Cancelled
+//                 +--> Expired   (its deadline passed in the queue)
 //
-// Pending lasts only while Submit decides; a refused submit never becomes a task. Every
+// TaskTransitionAllowed below is the one list of these edges; Scheduler::TransitionLocked,
+// the only code that changes a task's state, refuses any other change with INTERNAL. Every
 // state change is stamped with the scheduler's clock.
 //
-// Thread safety: plain values.
+//   if (!TaskTransitionAllowed(state, TaskState::kRunning)) ...  // not Admitted: refuse Start
+//
+// Thread safety: plain values and pure functions.
 #ifndef GPUKIT_DAEMON_SCHEDULER_TASK_H_
 #define GPUKIT_DAEMON_SCHEDULER_TASK_H_
 
@@ -16,15 +21,60 @@
 #include <optional>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "daemon/scheduler/qos.h"
 
 namespace gpukit {
 
-enum class TaskState { kPending, kQueued, kAdmitted, kRunning, kSucceeded, kFailed, kCancelled,
-                       kExpired };
+enum class TaskState {
+  // Submit is deciding; lasts only under the scheduler's lock. A refused submit never
+  // becomes a task, so no one outside the scheduler sees this state.
+  kPending,
+  // Waiting in its partition's queue (or about to skip it: Submit admits a task at once
+  // when nothing waits ahead of it and it may run). Its deadline applies.
+  kQueued,
+  // Holds one of its partition's running slots and its charge in pacing and the device's
+  // in-flight sums, while the request pins its inputs and reserves its output. Its deadline
+  // no longer applies.
+  kAdmitted,
+  // Its work is on the device (Start). It can no longer be cancelled.
+  kRunning,
+  // Terminal: Finish with an OK status.
+  kSucceeded,
+  // Terminal: Finish with an error, from Running or from Admitted (the request failed
+  // before the work ran).
+  kFailed,
+  // Terminal: cancelled while Queued or Admitted, by its client, an operator or the end of
+  // its session.
+  kCancelled,
+  // Terminal: its deadline passed while it was Queued.
+  kExpired,
+};
 inline constexpr int kTaskStateCount = 8;
+
+// The state machine's edges, the one list of them: whether a task in state `from` may move
+// to `to`. A terminal state allows nothing; no state allows itself.
+constexpr bool TaskTransitionAllowed(TaskState from, TaskState to) {
+  switch (from) {
+    case TaskState::kPending:
+      return to == TaskState::kQueued;
+    case TaskState::kQueued:
+      return to == TaskState::kAdmitted || to == TaskState::kCancelled || to == TaskState::kExpired;
+    case TaskState::kAdmitted:
+      return to == TaskState::kRunning || to == TaskState::kSucceeded || to == TaskState::kFailed ||
+             to == TaskState::kCancelled;
+    case TaskState::kRunning:
+      return to == TaskState::kSucceeded || to == TaskState::kFailed;
+    case TaskState::kSucceeded:
+    case TaskState::kFailed:
+    case TaskState::kCancelled:
+    case TaskState::kExpired:
+      return false;
+  }
+  return false;
+}
 
 enum class TaskKind { kOp, kKernel, kTransfer };
 
@@ -34,6 +84,11 @@ absl::string_view TaskStateName(TaskState state);
 std::optional<TaskState> ParseTaskState(absl::string_view name);
 // "op", "kernel", "transfer".
 absl::string_view TaskKindName(TaskKind kind);
+
+// OK if TaskTransitionAllowed(from, to); otherwise INTERNAL naming both states and the
+// states `from` allows: "task 7: Cancelled -> Succeeded is not a transition of the task state
+// machine (from Cancelled: none)". An illegal transition is a bug in the scheduler.
+absl::Status CheckTaskTransition(uint64_t task_id, TaskState from, TaskState to);
 
 inline bool IsTerminal(TaskState s) {
   return s == TaskState::kSucceeded || s == TaskState::kFailed || s == TaskState::kCancelled ||
