@@ -149,9 +149,8 @@ class OpLowering {
     return temps_.Finish();
   }
 
-  // The rest is for the functions of op_lowering.h, defined below the class: no code outside
-  // this file sees the class's definition.
- public:
+  // The rest is for the functions of op_lowering.h, defined below the class. It is public
+  // because no code outside this file sees the class's definition.
   absl::Status Launch(absl::string_view module, const std::string& kernel,
                       const LaunchConfig& config, absl::Span<const KernelArg> args) {
     GPUKIT_ASSIGN_OR_RETURN(FunctionId function, runner_.Kernel(module, kernel));
