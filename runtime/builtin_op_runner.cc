@@ -15,6 +15,7 @@
 #include "kernels/cuda/op_params.h"
 #include "runtime/base/shape.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/cuda/op_lowering.h"
 #include "spdlog/spdlog.h"
 
 namespace gpukit {
@@ -37,15 +38,6 @@ constexpr int64_t kMaxReduceSlices = 4096;
 constexpr uint32_t kMatmulTile = 16;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// The element-wise math ops of kernels/cuda/unary.cu, each a kernel "gk_<op>_<dtype>".
-bool IsUnaryOp(absl::string_view op) {
-  for (absl::string_view unary : {"exp", "log", "sqrt", "rsqrt", "abs", "neg", "relu", "gelu",
-                                  "silu", "sigmoid", "tanh"}) {
-    if (op == unary) return true;
-  }
-  return false;
-}
 
 LaunchConfig Linear(int64_t count) {
   LaunchConfig config;
@@ -134,55 +126,31 @@ class Temporaries {
   std::vector<BufferId> buffers_;
 };
 
-// One op's lowering: the runner, the stream and the op's temporaries.
-class Lowering {
- public:
-  Lowering(BuiltinOpRunner& runner, Device& device, const OpLaunch& launch, StreamId stream)
-      : runner_(runner), device_(device), launch_(launch), stream_(stream), temps_(device, stream) {}
+}  // namespace
 
+// One op's lowering (runtime/cuda/op_lowering.h): the runner, the stream and the op's
+// temporaries. Outside the anonymous namespace because the header names it.
+class OpLowering {
+ public:
+  OpLowering(BuiltinOpRunner& runner, Device& device, const OpLaunch& launch, StreamId stream)
+      : runner_(runner),
+        device_(device),
+        launch_(launch),
+        stream_(stream),
+        temps_(device, stream) {}
+
+  // The op's lowering from the op table, then the wait for its temporaries.
   absl::Status Run() {
-    const std::string& op = launch_.op->name;
-    absl::Status status;
-    if (op == "add" || op == "sub" || op == "mul" || op == "div") {
-      status = Binary(op);
-    } else if (op == "astype") {
-      status = Astype();
-    } else if (op == "reshape") {
-      status = Reshape();
-    } else if (op == "transpose") {
-      status = Transpose();
-    } else if (op == "sum" || op == "mean" || op == "max" || op == "min") {
-      status = Reduce(op);
-    } else if (op == "matmul") {
-      status = Matmul();
-    } else if (IsUnaryOp(op)) {
-      status = Unary(op);
-    } else if (op == "clamp") {
-      status = Clamp();
-    } else if (op == "where") {
-      status = Where();
-    } else if (op == "argmax") {
-      status = Argmax();
-    } else if (op == "softmax") {
-      status = Softmax();
-    } else if (op == "layernorm" || op == "rmsnorm") {
-      status = Norm(op);
-    } else if (op == "rope") {
-      status = Rope();
-    } else if (op == "attention") {
-      status = Attention();
-    } else if (op == "embedding") {
-      status = Embedding();
-    } else if (op == "concat") {
-      status = Concat();
-    } else {
-      return absl::UnimplementedError(absl::StrCat("op \"", op, "\" has no device kernels"));
+    if (launch_.op->cuda == nullptr) {
+      return absl::UnimplementedError(
+          absl::StrCat("op \"", launch_.op->name, "\" has no device kernels"));
     }
-    GPUKIT_RETURN_IF_ERROR(status);
+    GPUKIT_RETURN_IF_ERROR(launch_.op->cuda(*this));
     return temps_.Finish();
   }
 
- private:
+  // The rest is for the functions of op_lowering.h, defined below the class. It is public
+  // because no code outside this file sees the class's definition.
   absl::Status Launch(absl::string_view module, const std::string& kernel,
                       const LaunchConfig& config, absl::Span<const KernelArg> args) {
     GPUKIT_ASSIGN_OR_RETURN(FunctionId function, runner_.Kernel(module, kernel));
@@ -601,6 +569,30 @@ class Lowering {
   Temporaries temps_;
 };
 
+namespace cuda_ops {
+
+// The lowerings of a family pass the op's name on: it names the family's kernels.
+absl::Status Binary(OpLowering& l) { return l.Binary(l.launch_.op->name); }
+absl::Status Astype(OpLowering& l) { return l.Astype(); }
+absl::Status Reshape(OpLowering& l) { return l.Reshape(); }
+absl::Status Transpose(OpLowering& l) { return l.Transpose(); }
+absl::Status Reduce(OpLowering& l) { return l.Reduce(l.launch_.op->name); }
+absl::Status Matmul(OpLowering& l) { return l.Matmul(); }
+absl::Status Unary(OpLowering& l) { return l.Unary(l.launch_.op->name); }
+absl::Status Clamp(OpLowering& l) { return l.Clamp(); }
+absl::Status Where(OpLowering& l) { return l.Where(); }
+absl::Status Argmax(OpLowering& l) { return l.Argmax(); }
+absl::Status Softmax(OpLowering& l) { return l.Softmax(); }
+absl::Status Norm(OpLowering& l) { return l.Norm(l.launch_.op->name); }
+absl::Status Rope(OpLowering& l) { return l.Rope(); }
+absl::Status Attention(OpLowering& l) { return l.Attention(); }
+absl::Status Embedding(OpLowering& l) { return l.Embedding(); }
+absl::Status Concat(OpLowering& l) { return l.Concat(); }
+
+}  // namespace cuda_ops
+
+namespace {
+
 // One kernel of each built-in module, for compilers that want an entry name.
 absl::string_view ModuleEntry(absl::string_view module) {
   static constexpr std::pair<absl::string_view, absl::string_view> kEntries[] = {
@@ -654,17 +646,12 @@ BuiltinOpRunner::BuiltinOpRunner(Device& device, BuiltinOpRunnerOptions options)
 BuiltinOpRunner::~BuiltinOpRunner() { StopWarmUp(); }
 
 bool BuiltinOpRunner::Supports(absl::string_view op_name) {
-  for (absl::string_view op :
-       {"add", "sub", "mul", "div", "astype", "reshape", "transpose", "sum", "mean", "max", "min",
-        "matmul", "clamp", "where", "argmax", "softmax", "layernorm", "rmsnorm", "rope",
-        "attention", "embedding", "concat"}) {
-    if (op == op_name) return true;
-  }
-  return IsUnaryOp(op_name);
+  absl::StatusOr<const OpDef*> op = OpRegistry::Builtin().Find(op_name);
+  return op.ok() && (*op)->cuda != nullptr;
 }
 
 absl::Status BuiltinOpRunner::Run(const OpLaunch& launch, StreamId stream) {
-  return Lowering(*this, device_, launch, stream).Run();
+  return OpLowering(*this, device_, launch, stream).Run();
 }
 
 absl::StatusOr<BufferId> BuiltinOpRunner::Scratch(StreamId stream) {

@@ -3,12 +3,12 @@
 //
 // It lowers a planned op (OpLaunch) onto kernel launches: inputs whose dtype is not the
 // plan's compute dtype are cast into temporary buffers first, scalars are converted on the
-// host exactly as the CPU backend converts them, and each op picks its kernel by name
-// ("gk_add_f32", "gk_reduce_rows_sum_bf16", ...) with a parameter block from
-// kernels/cuda/op_params.h. Each module is loaded once, on its first use or by the warm-up
-// (StartWarmUp): from its precompiled fatbin when it has one and the options allow it, else
-// compiled from its source through the injected compiler (NVRTC and its cache, in the CUDA
-// backend). A fatbin the device refuses (an old driver, a GPU it has no code for) is logged
+// host exactly as the CPU backend converts them, and each op's lowering (its OpDef::cuda in
+// the op table, runtime/cuda/op_lowering.h) picks its kernels by name ("gk_add_f32",
+// "gk_reduce_rows_sum_bf16", ...) with a parameter block from kernels/cuda/op_params.h.
+// Each module is loaded once, on its first use or by the warm-up (StartWarmUp): from its
+// precompiled fatbin when it has one and the options allow it, else compiled from its source
+// through the injected compiler (NVRTC and its cache, in the CUDA backend). A fatbin the device refuses (an old driver, a GPU it has no code for) is logged
 // once and the runner compiles that module and every later one instead.
 //
 //   BuiltinOpRunner runner(device, {.compile = [&](absl::string_view module,
@@ -98,12 +98,12 @@ class BuiltinOpRunner {
   // Where `module` came from, for logs and tests.
   ModuleOrigin Origin(absl::string_view module) const;
 
-  // Whether the op has device kernels.
+  // Whether the op has device kernels: a lowering in the op table (OpDef::cuda).
   static bool Supports(absl::string_view op_name);
 
-  // Enqueues the op on `stream`. UNIMPLEMENTED for an op without device kernels; errors of
-  // compiling or loading a module are returned as they are (INTERNAL for a built-in source
-  // that does not compile: that is gpukit's bug, not the caller's).
+  // Enqueues the op on `stream` through its lowering. UNIMPLEMENTED for an op without one;
+  // errors of compiling or loading a module are returned as they are (INTERNAL for a built-in
+  // source that does not compile: that is gpukit's bug, not the caller's).
   absl::Status Run(const OpLaunch& launch, StreamId stream);
 
   // The function `kernel` of built-in module `module`, compiling and loading the module on

@@ -1,5 +1,7 @@
-// Definitions (planners) of gpukit's built-in ops. Kernels live per backend: the CPU ones
-// in runtime/cpu_op_kernels.cc over kernels/cpu.
+// gpukit's built-in ops: their planners, and the table that registers each op once
+// (OpRegistry::Builtin, at the end) with its inputs, attributes, planner and kernels. The
+// kernels live per backend: the CPU ones in runtime/cpu/cpu_op_kernels.cc over kernels/cpu,
+// the CUDA lowerings in runtime/builtin_op_runner.cc over kernels/cuda.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -8,7 +10,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/cpu/cpu_op_kernels.h"
+#include "runtime/cuda/op_lowering.h"
 #include "runtime/op_registry.h"
 
 namespace gpukit {
@@ -21,6 +26,16 @@ absl::StatusOr<std::optional<T>> GetAttr(const AttrMap& attrs, absl::string_view
   if (it == attrs.end()) return std::optional<T>();
   if (const T* value = std::get_if<T>(&it->second)) return std::optional<T>(*value);
   return absl::InvalidArgumentError(absl::StrCat("attribute \"", name, "\" must be ", type_name));
+}
+
+// The value of attribute `name` when it is given. OpRegistry::Plan has checked its type
+// against the op's AttrSpec, so planners read it without checking it again.
+template <typename T>
+std::optional<T> ReadAttr(const AttrMap& attrs, absl::string_view name) {
+  auto it = attrs.find(name);
+  if (it == attrs.end()) return std::nullopt;
+  const T* value = std::get_if<T>(&it->second);
+  return value != nullptr ? std::optional<T>(*value) : std::nullopt;
 }
 
 absl::StatusOr<const TensorDesc*> ArrayOperand(absl::Span<const OperandDesc> inputs, int i,
@@ -150,10 +165,8 @@ absl::StatusOr<OpPlan> PlanMin(absl::Span<const OperandDesc> in, const AttrMap& 
 
 absl::StatusOr<OpPlan> PlanAstype(absl::Span<const OperandDesc> in, const AttrMap& attrs) {
   GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* x, ArrayOperand(in, 0, "astype"));
-  GPUKIT_ASSIGN_OR_RETURN(std::optional<DType> dtype, GetAttr<DType>(attrs, "dtype", "a dtype"));
-  if (!dtype.has_value()) {
-    return absl::InvalidArgumentError("astype needs attribute \"dtype\"");
-  }
+  const std::optional<DType> dtype = ReadAttr<DType>(attrs, "dtype");  // required
+  if (!dtype.has_value()) return absl::InvalidArgumentError("astype needs attribute \"dtype\"");
   OpPlan plan;
   plan.compute_dtype = x->dtype;
   plan.output = {*dtype, x->shape};
@@ -162,11 +175,9 @@ absl::StatusOr<OpPlan> PlanAstype(absl::Span<const OperandDesc> in, const AttrMa
 
 absl::StatusOr<OpPlan> PlanReshape(absl::Span<const OperandDesc> in, const AttrMap& attrs) {
   GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* x, ArrayOperand(in, 0, "reshape"));
-  GPUKIT_ASSIGN_OR_RETURN(std::optional<std::vector<int64_t>> shape,
-                          GetAttr<std::vector<int64_t>>(attrs, "shape", "a list of integers"));
-  if (!shape.has_value()) {
-    return absl::InvalidArgumentError("reshape needs attribute \"shape\"");
-  }
+  const std::optional<std::vector<int64_t>> shape =
+      ReadAttr<std::vector<int64_t>>(attrs, "shape");  // required
+  if (!shape.has_value()) return absl::InvalidArgumentError("reshape needs attribute \"shape\"");
   GPUKIT_ASSIGN_OR_RETURN(int64_t count, ElementCount(x->shape));
   Shape out = *shape;
   int inferred = -1;
@@ -206,8 +217,8 @@ absl::StatusOr<OpPlan> PlanReshape(absl::Span<const OperandDesc> in, const AttrM
 
 absl::StatusOr<OpPlan> PlanTranspose(absl::Span<const OperandDesc> in, const AttrMap& attrs) {
   GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* x, ArrayOperand(in, 0, "transpose"));
-  GPUKIT_ASSIGN_OR_RETURN(std::optional<std::vector<int64_t>> perm_attr,
-                          GetAttr<std::vector<int64_t>>(attrs, "perm", "a list of integers"));
+  const std::optional<std::vector<int64_t>> perm_attr =
+      ReadAttr<std::vector<int64_t>>(attrs, "perm");
   const int rank = static_cast<int>(x->shape.size());
   OpPlan plan;
   std::vector<int>& perm = plan.params.perm;
@@ -242,62 +253,41 @@ absl::StatusOr<OpPlan> PlanTranspose(absl::Span<const OperandDesc> in, const Att
 
 // ---- Element-wise math, clamp, where ----
 
-// An attribute that is a number: float_value, or int_value taken as a double.
-absl::StatusOr<std::optional<double>> GetNumber(const AttrMap& attrs, absl::string_view name) {
-  auto it = attrs.find(name);
-  if (it == attrs.end()) return std::optional<double>();
-  if (const double* value = std::get_if<double>(&it->second)) return std::optional<double>(*value);
-  if (const int64_t* value = std::get_if<int64_t>(&it->second)) {
-    return std::optional<double>(static_cast<double>(*value));
+// A kNumber attribute as a double: its float value, or its integer value converted.
+std::optional<double> ReadNumber(const AttrMap& attrs, absl::string_view name) {
+  if (std::optional<int64_t> value = ReadAttr<int64_t>(attrs, name)) {
+    return static_cast<double>(*value);
   }
-  return absl::InvalidArgumentError(absl::StrCat("attribute \"", name, "\" must be a number"));
+  return ReadAttr<double>(attrs, name);
 }
 
 // The dtype of ops that compute in floating point: floating dtypes stay, integers give
 // float32 (as true division does).
 DType FloatingOrFloat32(DType dtype) { return IsFloating(dtype) ? dtype : DType::kFloat32; }
 
-struct UnarySpec {
-  const char* name;
-  const char* summary;
-  bool keeps_integers;  // abs, neg, relu: an integer input keeps its dtype
-};
-
-constexpr UnarySpec kUnaryOps[] = {
-    {"exp", "e^x element-wise; integers give float32", false},
-    {"log", "natural logarithm element-wise (NaN below 0, -inf at 0); integers give float32",
-     false},
-    {"sqrt", "square root element-wise (NaN below 0); integers give float32", false},
-    {"rsqrt", "1 / sqrt(x) element-wise (inf at 0); integers give float32", false},
-    {"abs", "|x| element-wise; integers keep their dtype (abs of the minimum wraps)", true},
-    {"neg", "-x element-wise; integers keep their dtype and wrap", true},
-    {"relu", "max(x, 0) element-wise, NaN propagates; integers keep their dtype", true},
-    {"gelu", "x * Phi(x), the exact erf form 0.5 x (1 + erf(x / sqrt 2)); integers give float32",
-     false},
-    {"silu", "x * sigmoid(x) element-wise; integers give float32", false},
-    {"sigmoid", "1 / (1 + e^-x) element-wise; integers give float32", false},
-    {"tanh", "hyperbolic tangent element-wise; integers give float32", false},
-};
-
-template <int kIndex>
-absl::StatusOr<OpPlan> PlanUnary(absl::Span<const OperandDesc> in, const AttrMap&) {
-  const UnarySpec& spec = kUnaryOps[kIndex];
-  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* x, ArrayOperand(in, 0, spec.name));
-  const DType dtype = spec.keeps_integers ? x->dtype : FloatingOrFloat32(x->dtype);
+// The element-wise math ops. Those that compute in floating point give float32 for an
+// integer input; abs, neg and relu keep an integer input's dtype.
+absl::StatusOr<OpPlan> PlanUnaryFloat(absl::Span<const OperandDesc> in, const AttrMap&) {
+  const DType dtype = FloatingOrFloat32(in[0].tensor.dtype);  // Plan checked: an array
   OpPlan plan;
   plan.compute_dtype = dtype;
-  plan.output = {dtype, x->shape};
+  plan.output = {dtype, in[0].tensor.shape};
+  return plan;
+}
+
+absl::StatusOr<OpPlan> PlanUnaryKeepingIntegers(absl::Span<const OperandDesc> in, const AttrMap&) {
+  OpPlan plan;
+  plan.compute_dtype = in[0].tensor.dtype;  // Plan checked: an array
+  plan.output = in[0].tensor;
   return plan;
 }
 
 // A clamp bound: a number attribute, which must fit an integer input's dtype when it is an
 // integer, and must not be NaN.
-absl::StatusOr<std::optional<ScalarValue>> ClampBound(const AttrMap& attrs,
-                                                      absl::string_view name, DType x_dtype) {
-  auto it = attrs.find(name);
-  if (it == attrs.end()) return std::optional<ScalarValue>();
+absl::StatusOr<std::optional<ScalarValue>> ClampBound(const AttrMap& attrs, absl::string_view name,
+                                                      DType x_dtype) {
   ScalarValue bound;
-  if (const double* value = std::get_if<double>(&it->second)) {
+  if (const std::optional<double> value = ReadAttr<double>(attrs, name)) {
     if (std::isnan(*value)) {
       return absl::InvalidArgumentError(absl::StrCat("attribute \"", name, "\" is NaN"));
     }
@@ -305,10 +295,8 @@ absl::StatusOr<std::optional<ScalarValue>> ClampBound(const AttrMap& attrs,
     bound.float_value = *value;
     return std::optional<ScalarValue>(bound);
   }
-  const int64_t* value = std::get_if<int64_t>(&it->second);
-  if (value == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("attribute \"", name, "\" must be a number"));
-  }
+  const std::optional<int64_t> value = ReadAttr<int64_t>(attrs, name);
+  if (!value.has_value()) return std::optional<ScalarValue>();
   int64_t lo = std::numeric_limits<int64_t>::min(), hi = std::numeric_limits<int64_t>::max();
   if (x_dtype == DType::kInt32) {
     lo = std::numeric_limits<int32_t>::min();
@@ -360,8 +348,7 @@ absl::StatusOr<OpPlan> PlanArgmax(absl::Span<const OperandDesc> in, const AttrMa
 // The axis an op works along: attribute "axis" if given, else the last one.
 absl::StatusOr<int> AxisOrLast(const TensorDesc& x, const AttrMap& attrs, absl::string_view op) {
   const int rank = static_cast<int>(x.shape.size());
-  GPUKIT_ASSIGN_OR_RETURN(std::optional<int64_t> axis,
-                          GetAttr<int64_t>(attrs, "axis", "an integer"));
+  const std::optional<int64_t> axis = ReadAttr<int64_t>(attrs, "axis");
   if (rank == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, " needs an array of rank >= 1, got a 0-d array"));
@@ -399,7 +386,7 @@ absl::StatusOr<OpPlan> PlanNorm(absl::Span<const OperandDesc> in, const AttrMap&
     }
     dtype = PromoteTypes(dtype, v->dtype);
   }
-  GPUKIT_ASSIGN_OR_RETURN(std::optional<double> eps, GetNumber(attrs, "eps"));
+  const std::optional<double> eps = ReadNumber(attrs, "eps");
   OpPlan plan;
   plan.params.eps = eps.value_or(default_eps);
   if (!(plan.params.eps >= 0) || std::isinf(plan.params.eps)) {
@@ -426,9 +413,8 @@ absl::StatusOr<OpPlan> PlanRope(absl::Span<const OperandDesc> in, const AttrMap&
     return absl::InvalidArgumentError(absl::StrCat(
         "rope needs an array [..., seq, dim] with an even dim, got ", ShapeToString(x->shape)));
   }
-  GPUKIT_ASSIGN_OR_RETURN(std::optional<double> base, GetNumber(attrs, "base"));
-  GPUKIT_ASSIGN_OR_RETURN(std::optional<int64_t> offset,
-                          GetAttr<int64_t>(attrs, "offset", "an integer"));
+  const std::optional<double> base = ReadNumber(attrs, "base");
+  const std::optional<int64_t> offset = ReadAttr<int64_t>(attrs, "offset");
   OpPlan plan;
   plan.params.rope_base = base.value_or(10000.0);
   plan.params.rope_offset = offset.value_or(0);
@@ -470,8 +456,8 @@ absl::StatusOr<OpPlan> PlanAttention(absl::Span<const OperandDesc> in, const Att
     return absl::InvalidArgumentError(absl::StrCat("attention k ", ShapeToString(k), " and v ",
                                                    ShapeToString(v), " differ in seq"));
   }
-  GPUKIT_ASSIGN_OR_RETURN(std::optional<bool> causal, GetAttr<bool>(attrs, "causal", "a bool"));
-  GPUKIT_ASSIGN_OR_RETURN(std::optional<double> scale, GetNumber(attrs, "scale"));
+  const std::optional<bool> causal = ReadAttr<bool>(attrs, "causal");
+  const std::optional<double> scale = ReadNumber(attrs, "scale");
   OpPlan plan;
   plan.params.causal = causal.value_or(false);
   plan.params.scale = scale.value_or(q[2] > 0 ? 1.0 / std::sqrt(static_cast<double>(q[2])) : 1.0);
@@ -492,11 +478,7 @@ absl::StatusOr<OpPlan> PlanEmbedding(absl::Span<const OperandDesc> in, const Att
     return absl::InvalidArgumentError(absl::StrCat(
         "embedding inputs[0] (table) must be [vocab, dim], got ", ShapeToString(table->shape)));
   }
-  if (indices->dtype != DType::kInt32 && indices->dtype != DType::kInt64) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("embedding inputs[1] (indices) must be int32 or int64, got ",
-                     DTypeName(indices->dtype)));
-  }
+  // Plan checked that the indices are int32 or int64 (the op's InputSpec).
   Shape out = indices->shape;
   out.push_back(table->shape[1]);
   GPUKIT_RETURN_IF_ERROR(ValidateShape(out, "embedding output shape"));
@@ -512,10 +494,8 @@ absl::StatusOr<OpPlan> PlanConcat(absl::Span<const OperandDesc> in, const AttrMa
   if (rank == 0) {
     return absl::InvalidArgumentError("concat cannot join 0-d arrays");
   }
-  GPUKIT_ASSIGN_OR_RETURN(std::optional<int64_t> axis_attr,
-                          GetAttr<int64_t>(attrs, "axis", "an integer"));
-  GPUKIT_ASSIGN_OR_RETURN(int axis, NormalizeAxis(axis_attr.value_or(0), rank,
-                                                  "attribute \"axis\""));
+  GPUKIT_ASSIGN_OR_RETURN(int axis, NormalizeAxis(ReadAttr<int64_t>(attrs, "axis").value_or(0),
+                                                  rank, "attribute \"axis\""));
   Shape out = first->shape;
   DType dtype = first->dtype;
   for (size_t i = 1; i < in.size(); ++i) {
@@ -540,179 +520,304 @@ absl::StatusOr<OpPlan> PlanConcat(absl::Span<const OperandDesc> in, const AttrMa
   return plan;
 }
 
-template <size_t... kIndex>
-std::vector<OpDef> UnaryDefs(std::index_sequence<kIndex...>) {
-  return {OpDef{kUnaryOps[kIndex].name, kUnaryOps[kIndex].summary, 1, 1, {},
-                &PlanUnary<static_cast<int>(kIndex)>}...};
-}
+// ---- The table ----
 
 // The most inputs one concat takes.
 constexpr int kMaxConcatInputs = 64;
 
+// An input that accepts an array of any dtype.
+InputSpec Array(std::string name) { return {std::move(name), AllDTypes(), /*scalar_ok=*/false}; }
+// An input that accepts an array of any dtype or a scalar.
+InputSpec ArrayOrScalar(std::string name) {
+  return {std::move(name), AllDTypes(), /*scalar_ok=*/true};
+}
+
+AttrSpec Optional(std::string name, AttrType type, std::string default_value, std::string doc) {
+  return {std::move(name), type, /*required=*/false, std::move(default_value), std::move(doc)};
+}
+AttrSpec Required(std::string name, AttrType type, std::string doc) {
+  return {std::move(name), type, /*required=*/true, "", std::move(doc)};
+}
+
+// The attributes of the reductions: sum, mean, max, min, argmax.
+std::vector<AttrSpec> ReduceAttrs() {
+  return {Optional("axis", AttrType::kInt, "all axes", "the axis to reduce (negative counts back)"),
+          Optional("keepdims", AttrType::kBool, "false", "keep the reduced axis with extent 1")};
+}
+
+// a + b, a - b, a * b, a / b.
+OpDef Arithmetic(std::string name, std::string summary,
+                 absl::StatusOr<OpPlan> (*plan)(absl::Span<const OperandDesc>, const AttrMap&),
+                 CpuOpKernel cpu) {
+  return {.name = std::move(name),
+          .summary = std::move(summary),
+          .min_inputs = 2,
+          .max_inputs = 2,
+          .inputs = {ArrayOrScalar("a"), ArrayOrScalar("b")},
+          .plan = plan,
+          .cpu = cpu,
+          .cuda = &cuda_ops::Binary};
+}
+
+// sum, mean, max, min.
+OpDef Reduction(std::string name, std::string summary,
+                absl::StatusOr<OpPlan> (*plan)(absl::Span<const OperandDesc>, const AttrMap&),
+                CpuOpKernel cpu) {
+  return {.name = std::move(name),
+          .summary = std::move(summary),
+          .inputs = {Array("x")},
+          .attrs = ReduceAttrs(),
+          .plan = plan,
+          .cpu = cpu,
+          .cuda = &cuda_ops::Reduce};
+}
+
+// What an element-wise math op gives for an integer input.
+enum class IntegerInput { kGivesFloat32, kKeepsItsDtype };
+
+// The element-wise math ops (kernels/cuda/unary.cu's "gk_<name>_<dtype>").
+OpDef ElementWise(std::string name, std::string summary, IntegerInput integers, CpuOpKernel cpu) {
+  return {.name = std::move(name),
+          .summary = std::move(summary),
+          .inputs = {Array("x")},
+          .plan = integers == IntegerInput::kKeepsItsDtype ? &PlanUnaryKeepingIntegers
+                                                           : &PlanUnaryFloat,
+          .cpu = cpu,
+          .cuda = &cuda_ops::Unary};
+}
+
 #if GPUKIT_FAULT_INJECTION
 // The fault-injection ops (IsTestOnlyOp): one array in, an array of its shape and dtype out.
-// What they do to the device is the backend's (runtime/cpu/cpu_op_kernels.cc).
+// What they do to the device is the CPU backend's (runtime/cpu/cpu_op_kernels.h); no other
+// backend runs them.
 absl::StatusOr<OpPlan> PlanTestOnly(absl::Span<const OperandDesc> in, const AttrMap&) {
-  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* x, ArrayOperand(in, 0, "the _test_ op"));
   OpPlan plan;
-  plan.compute_dtype = x->dtype;
-  plan.output = *x;
+  plan.compute_dtype = in[0].tensor.dtype;  // Plan checked: an array
+  plan.output = in[0].tensor;
   return plan;
 }
 
-std::vector<OpDef> TestOnlyDefs() {
-  return {
-      {"_test_fault",
-       "test builds only: a simulated sticky device fault that poisons the device (as a CUDA "
-       "illegal address poisons its context)",
-       1,
-       1,
-       {},
-       PlanTestOnly},
-      {"_test_hang",
-       "test builds only: work that never finishes, blocking its stream until the process is "
-       "killed",
-       1,
-       1,
-       {},
-       PlanTestOnly},
-      {"_test_abort", "test builds only: work that aborts the process (SIGABRT)", 1, 1, {},
-       PlanTestOnly},
-  };
+OpDef TestOnlyOp(std::string name, std::string summary, CpuOpKernel cpu,
+                 bool cpu_on_stream_thread) {
+  return {.name = std::move(name),
+          .summary = std::move(summary),
+          .inputs = {Array("x")},
+          .plan = &PlanTestOnly,
+          .cpu = cpu,
+          .cpu_on_stream_thread = cpu_on_stream_thread};
 }
 #endif  // GPUKIT_FAULT_INJECTION
+
+using kernels::BinaryOp;
+using kernels::ReduceOp;
+using kernels::UnaryOp;
+
+std::vector<OpDef> BuiltinOps() {
+  std::vector<OpDef> ops = {
+      // ---- Arithmetic with broadcasting ----
+      Arithmetic("add", "a + b, NumPy broadcasting; either may be a scalar", &PlanAddSubMul,
+                 &cpu_ops::Binary<BinaryOp::kAdd>),
+      Arithmetic("sub", "a - b, NumPy broadcasting; either may be a scalar", &PlanAddSubMul,
+                 &cpu_ops::Binary<BinaryOp::kSub>),
+      Arithmetic("mul", "a * b, NumPy broadcasting; either may be a scalar", &PlanAddSubMul,
+                 &cpu_ops::Binary<BinaryOp::kMul>),
+      Arithmetic("div", "a / b (true division: integers give float32); either may be a scalar",
+                 &PlanDiv, &cpu_ops::Binary<BinaryOp::kDiv>),
+      {.name = "matmul",
+       .summary =
+           "a @ b for [..., m, k] x [..., k, n], batch dims broadcast; allow_tf32: float32 in TF32",
+       .min_inputs = 2,
+       .max_inputs = 2,
+       .inputs = {Array("a"), Array("b")},
+       .attrs = {Optional("allow_tf32", AttrType::kBool, "false",
+                          "float32 may round its inputs to TF32 on tensor cores (about 1e-3 "
+                          "relative error, several times faster)")},
+       .plan = &PlanMatmul,
+       .cpu = &cpu_ops::Matmul,
+       .cuda = &cuda_ops::Matmul,
+       .cuda_library = CudaLibrary::kCublasLtMatmul},
+
+      // ---- Reductions ----
+      Reduction("sum", "sum of all elements or along axis; integers sum into int64", &PlanSum,
+                &cpu_ops::Reduce<ReduceOp::kSum>),
+      Reduction("mean", "mean of all elements or along axis; integers give float32", &PlanMean,
+                &cpu_ops::Reduce<ReduceOp::kMean>),
+      Reduction("max", "maximum of all elements or along axis; NaN propagates", &PlanMax,
+                &cpu_ops::Reduce<ReduceOp::kMax>),
+      Reduction("min", "minimum of all elements or along axis; NaN propagates", &PlanMin,
+                &cpu_ops::Reduce<ReduceOp::kMin>),
+      // ---- Dtype and layout ----
+      {.name = "astype",
+       .summary = "convert to attribute dtype",
+       .inputs = {Array("x")},
+       .attrs = {Required("dtype", AttrType::kDType, "the output's dtype")},
+       .plan = &PlanAstype,
+       .cpu = &cpu_ops::Astype,
+       .cuda = &cuda_ops::Astype},
+      {.name = "reshape",
+       .summary = "same elements in attribute shape (one -1 is inferred)",
+       .inputs = {Array("x")},
+       .attrs = {Required("shape", AttrType::kIntList,
+                          "the output's shape, as many elements; one entry may be -1")},
+       .plan = &PlanReshape,
+       .cpu = &cpu_ops::Reshape,
+       .cuda = &cuda_ops::Reshape},
+      {.name = "transpose",
+       .summary = "permute axes by attribute perm (default: reverse them)",
+       .inputs = {Array("x")},
+       .attrs = {Optional("perm", AttrType::kIntList, "the axes reversed",
+                          "output axis i is input axis perm[i]")},
+       .plan = &PlanTranspose,
+       .cpu = &cpu_ops::Transpose,
+       .cuda = &cuda_ops::Transpose},
+      // ---- Element-wise math ----
+      ElementWise("exp", "e^x element-wise; integers give float32", IntegerInput::kGivesFloat32,
+                  &cpu_ops::Unary<UnaryOp::kExp>),
+      ElementWise("log",
+                  "natural logarithm element-wise (NaN below 0, -inf at 0); integers give "
+                  "float32",
+                  IntegerInput::kGivesFloat32, &cpu_ops::Unary<UnaryOp::kLog>),
+      ElementWise("sqrt", "square root element-wise (NaN below 0); integers give float32",
+                  IntegerInput::kGivesFloat32, &cpu_ops::Unary<UnaryOp::kSqrt>),
+      ElementWise("rsqrt", "1 / sqrt(x) element-wise (inf at 0); integers give float32",
+                  IntegerInput::kGivesFloat32, &cpu_ops::Unary<UnaryOp::kRsqrt>),
+      ElementWise("abs", "|x| element-wise; integers keep their dtype (abs of the minimum wraps)",
+                  IntegerInput::kKeepsItsDtype, &cpu_ops::Unary<UnaryOp::kAbs>),
+      ElementWise("neg", "-x element-wise; integers keep their dtype and wrap",
+                  IntegerInput::kKeepsItsDtype, &cpu_ops::Unary<UnaryOp::kNeg>),
+      ElementWise("relu", "max(x, 0) element-wise, NaN propagates; integers keep their dtype",
+                  IntegerInput::kKeepsItsDtype, &cpu_ops::Unary<UnaryOp::kRelu>),
+      ElementWise("gelu",
+                  "x * Phi(x), the exact erf form 0.5 x (1 + erf(x / sqrt 2)); integers give "
+                  "float32",
+                  IntegerInput::kGivesFloat32, &cpu_ops::Unary<UnaryOp::kGelu>),
+      ElementWise("silu", "x * sigmoid(x) element-wise; integers give float32",
+                  IntegerInput::kGivesFloat32, &cpu_ops::Unary<UnaryOp::kSilu>),
+      ElementWise("sigmoid", "1 / (1 + e^-x) element-wise; integers give float32",
+                  IntegerInput::kGivesFloat32, &cpu_ops::Unary<UnaryOp::kSigmoid>),
+      ElementWise("tanh", "hyperbolic tangent element-wise; integers give float32",
+                  IntegerInput::kGivesFloat32, &cpu_ops::Unary<UnaryOp::kTanh>),
+      {.name = "clamp",
+       .summary = "min(max(x, attribute min), attribute max), either bound optional; NaN stays NaN",
+       .inputs = {Array("x")},
+       .attrs = {Optional("min", AttrType::kNumber, "none",
+                          "lower bound; an integer one must fit an integer x's dtype"),
+                 Optional("max", AttrType::kNumber, "none",
+                          "upper bound; an integer one must fit an integer x's dtype")},
+       .plan = &PlanClamp,
+       .cpu = &cpu_ops::Clamp,
+       .cuda = &cuda_ops::Clamp},
+      {.name = "where",
+       .summary =
+           "cond ? a : b element-wise with broadcasting; cond nonzero is true; a, b may be scalars",
+       .min_inputs = 3,
+       .max_inputs = 3,
+       .inputs = {Array("cond"), ArrayOrScalar("a"), ArrayOrScalar("b")},
+       .plan = &PlanWhere,
+       .cpu = &cpu_ops::Where,
+       .cuda = &cuda_ops::Where},
+
+      // ---- Reductions to indices, normalisations, transformer building blocks ----
+      {.name = "argmax",
+       .summary =
+           "int64 index of the first maximum, of all elements or along axis; NaN counts as maximum",
+       .inputs = {Array("x")},
+       .attrs = ReduceAttrs(),
+       .plan = &PlanArgmax,
+       .cpu = &cpu_ops::Argmax,
+       .cuda = &cuda_ops::Argmax},
+      {.name = "softmax",
+       .summary = "exp(x - max) / sum along attribute axis (default -1); integers give float32",
+       .inputs = {Array("x")},
+       .attrs = {Optional("axis", AttrType::kInt, "-1", "the axis to normalise along")},
+       .plan = &PlanSoftmax,
+       .cpu = &cpu_ops::Softmax,
+       .cuda = &cuda_ops::Softmax},
+      {.name = "layernorm",
+       .summary =
+           "(x - mean) / sqrt(var + eps) * weight + bias over the last axis; weight, bias optional",
+       .min_inputs = 1,
+       .max_inputs = 3,
+       .inputs = {Array("x"), Array("weight"), Array("bias")},
+       .attrs = {Optional("eps", AttrType::kNumber, "1e-5", "added to the variance, >= 0")},
+       .plan = &PlanLayerNorm,
+       .cpu = &cpu_ops::LayerNorm,
+       .cuda = &cuda_ops::Norm},
+      {.name = "rmsnorm",
+       .summary = "x / sqrt(mean(x^2) + eps) * weight over the last axis; weight optional",
+       .min_inputs = 1,
+       .max_inputs = 2,
+       .inputs = {Array("x"), Array("weight")},
+       .attrs = {Optional("eps", AttrType::kNumber, "1e-6", "added to the mean square, >= 0")},
+       .plan = &PlanRmsNorm,
+       .cpu = &cpu_ops::RmsNorm,
+       .cuda = &cuda_ops::Norm},
+      {.name = "rope",
+       .summary = "rotary position embedding of [..., seq, dim], rotate-half (GPT-NeoX) convention",
+       .inputs = {Array("x")},
+       .attrs = {Optional("base", AttrType::kNumber, "10000",
+                          "theta_i = position * base^(-2i / dim); finite, > 0"),
+                 Optional("offset", AttrType::kInt, "0",
+                          "position of the sequence's first row, >= 0")},
+       .plan = &PlanRope,
+       .cpu = &cpu_ops::Rope,
+       .cuda = &cuda_ops::Rope},
+      {.name = "attention",
+       .summary =
+           "softmax(scale q k^T [+ causal mask]) v for q [h, sq, d], k [h, sk, d], v [h, sk, dv]",
+       .min_inputs = 3,
+       .max_inputs = 3,
+       .inputs = {Array("q"), Array("k"), Array("v")},
+       .attrs = {Optional("causal", AttrType::kBool, "false",
+                          "query i sees keys up to i + sk - sq only"),
+                 Optional("scale", AttrType::kNumber, "1/sqrt(d)", "the factor of q . k")},
+       .plan = &PlanAttention,
+       .cpu = &cpu_ops::Attention,
+       .cuda = &cuda_ops::Attention},
+      {.name = "embedding",
+       .summary =
+           "rows of table [vocab, dim] at int32/int64 indices; out-of-range indices give zeros",
+       .min_inputs = 2,
+       .max_inputs = 2,
+       .inputs = {Array("table"), {"indices", {DType::kInt32, DType::kInt64}, false}},
+       .plan = &PlanEmbedding,
+       .cpu = &cpu_ops::Embedding,
+       .cuda = &cuda_ops::Embedding},
+      {.name = "concat",
+       .summary = "join 2 or more arrays along attribute axis (default 0); dtypes promote",
+       .min_inputs = 2,
+       .max_inputs = kMaxConcatInputs,
+       .inputs = {Array("arrays")},
+       .attrs = {Optional("axis", AttrType::kInt, "0", "the axis to join along")},
+       .plan = &PlanConcat,
+       .cpu = &cpu_ops::Concat,
+       .cuda = &cuda_ops::Concat},
+  };
+#if GPUKIT_FAULT_INJECTION
+  for (OpDef& op : std::vector<OpDef>{
+           TestOnlyOp("_test_fault",
+                      "test builds only: a simulated sticky device fault that poisons the "
+                      "device (as a CUDA illegal address poisons its context)",
+                      &cpu_ops::TestFault, /*cpu_on_stream_thread=*/false),
+           TestOnlyOp("_test_hang",
+                      "test builds only: work that never finishes, blocking its stream until "
+                      "the process is killed",
+                      &cpu_ops::TestHang, /*cpu_on_stream_thread=*/true),
+           TestOnlyOp("_test_abort", "test builds only: work that aborts the process (SIGABRT)",
+                      &cpu_ops::TestAbort, /*cpu_on_stream_thread=*/true),
+       }) {
+    ops.push_back(std::move(op));
+  }
+#endif  // GPUKIT_FAULT_INJECTION
+  return ops;
+}
 
 }  // namespace
 
 bool IsTestOnlyOp(absl::string_view name) { return absl::StartsWith(name, kTestOnlyOpPrefix); }
 
 const OpRegistry& OpRegistry::Builtin() {
-  static const OpRegistry* registry = new OpRegistry([] {
-  std::vector<OpDef> ops = {
-      {"add", "a + b, NumPy broadcasting; either may be a scalar", 2, 2, {}, PlanAddSubMul},
-      {"sub", "a - b, NumPy broadcasting; either may be a scalar", 2, 2, {}, PlanAddSubMul},
-      {"mul", "a * b, NumPy broadcasting; either may be a scalar", 2, 2, {}, PlanAddSubMul},
-      {"div",
-       "a / b (true division: integers give float32); either may be a scalar",
-       2,
-       2,
-       {},
-       PlanDiv},
-      {"matmul",
-       "a @ b for [..., m, k] x [..., k, n], batch dims broadcast; allow_tf32: float32 in TF32",
-       2,
-       2,
-       {"allow_tf32"},
-       PlanMatmul},
-      {"sum",
-       "sum of all elements or along axis; integers sum into int64",
-       1,
-       1,
-       {"axis", "keepdims"},
-       PlanSum},
-      {"mean",
-       "mean of all elements or along axis; integers give float32",
-       1,
-       1,
-       {"axis", "keepdims"},
-       PlanMean},
-      {"max",
-       "maximum of all elements or along axis; NaN propagates",
-       1,
-       1,
-       {"axis", "keepdims"},
-       PlanMax},
-      {"min",
-       "minimum of all elements or along axis; NaN propagates",
-       1,
-       1,
-       {"axis", "keepdims"},
-       PlanMin},
-      {"astype", "convert to attribute dtype", 1, 1, {"dtype"}, PlanAstype},
-      {"reshape",
-       "same elements in attribute shape (one -1 is inferred)",
-       1,
-       1,
-       {"shape"},
-       PlanReshape},
-      {"transpose",
-       "permute axes by attribute perm (default: reverse them)",
-       1,
-       1,
-       {"perm"},
-       PlanTranspose},
-  };
-  for (OpDef& op : UnaryDefs(std::make_index_sequence<std::size(kUnaryOps)>())) {
-    ops.push_back(std::move(op));
-  }
-  std::vector<OpDef> more = {
-      {"clamp",
-       "min(max(x, attribute min), attribute max), either bound optional; NaN stays NaN",
-       1,
-       1,
-       {"min", "max"},
-       PlanClamp},
-      {"where",
-       "cond ? a : b element-wise with broadcasting; cond nonzero is true; a, b may be scalars",
-       3,
-       3,
-       {},
-       PlanWhere},
-      {"argmax",
-       "int64 index of the first maximum, of all elements or along axis; NaN counts as maximum",
-       1,
-       1,
-       {"axis", "keepdims"},
-       PlanArgmax},
-      {"softmax",
-       "exp(x - max) / sum along attribute axis (default -1); integers give float32",
-       1,
-       1,
-       {"axis"},
-       PlanSoftmax},
-      {"layernorm",
-       "(x - mean) / sqrt(var + eps) * weight + bias over the last axis; weight, bias optional",
-       1,
-       3,
-       {"eps"},
-       PlanLayerNorm},
-      {"rmsnorm",
-       "x / sqrt(mean(x^2) + eps) * weight over the last axis; weight optional",
-       1,
-       2,
-       {"eps"},
-       PlanRmsNorm},
-      {"rope",
-       "rotary position embedding of [..., seq, dim], rotate-half (GPT-NeoX) convention",
-       1,
-       1,
-       {"base", "offset"},
-       PlanRope},
-      {"attention",
-       "softmax(scale q k^T [+ causal mask]) v for q [h, sq, d], k [h, sk, d], v [h, sk, dv]",
-       3,
-       3,
-       {"causal", "scale"},
-       PlanAttention},
-      {"embedding",
-       "rows of table [vocab, dim] at int32/int64 indices; out-of-range indices give zeros",
-       2,
-       2,
-       {},
-       PlanEmbedding},
-      {"concat",
-       "join 2 or more arrays along attribute axis (default 0); dtypes promote",
-       2,
-       kMaxConcatInputs,
-       {"axis"},
-       PlanConcat},
-  };
-  for (OpDef& op : more) ops.push_back(std::move(op));
-#if GPUKIT_FAULT_INJECTION
-  for (OpDef& op : TestOnlyDefs()) ops.push_back(std::move(op));
-#endif
-  return ops;
-  }());
+  static const OpRegistry* registry = new OpRegistry(BuiltinOps());
   return *registry;
 }
 

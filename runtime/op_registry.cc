@@ -17,7 +17,88 @@ std::string QuoteName(absl::string_view name) {
                       name.size() > 64 ? "...\"" : "\"");
 }
 
+absl::string_view ValueTypeName(const AttrValue& value) {
+  switch (value.index()) {
+    case 0:
+      return "an integer";
+    case 1:
+      return "a float";
+    case 2:
+      return "a bool";
+    case 3:
+      return "a dtype";
+    case 4:
+      return "a list of integers";
+    default:
+      return "a string";
+  }
+}
+
+// "float32", "int32 or int64", "float32, float16 or bfloat16".
+std::string DTypeList(const std::vector<DType>& dtypes) {
+  std::string text;
+  for (size_t i = 0; i < dtypes.size(); ++i) {
+    if (i > 0) absl::StrAppend(&text, i + 1 == dtypes.size() ? " or " : ", ");
+    absl::StrAppend(&text, DTypeName(dtypes[i]));
+  }
+  return text;
+}
+
 }  // namespace
+
+absl::string_view AttrTypeName(AttrType type) {
+  switch (type) {
+    case AttrType::kInt:
+      return "an integer";
+    case AttrType::kNumber:
+      return "a number";
+    case AttrType::kBool:
+      return "a bool";
+    case AttrType::kDType:
+      return "a dtype";
+    case AttrType::kIntList:
+      return "a list of integers";
+    case AttrType::kString:
+      return "a string";
+  }
+  return "a value";
+}
+
+bool AttrHasType(const AttrValue& value, AttrType type) {
+  switch (type) {
+    case AttrType::kInt:
+      return std::holds_alternative<int64_t>(value);
+    case AttrType::kNumber:
+      return std::holds_alternative<int64_t>(value) || std::holds_alternative<double>(value);
+    case AttrType::kBool:
+      return std::holds_alternative<bool>(value);
+    case AttrType::kDType:
+      return std::holds_alternative<DType>(value);
+    case AttrType::kIntList:
+      return std::holds_alternative<std::vector<int64_t>>(value);
+    case AttrType::kString:
+      return std::holds_alternative<std::string>(value);
+  }
+  return false;
+}
+
+const std::vector<DType>& AllDTypes() {
+  static const auto* const dtypes =
+      new std::vector<DType>{DType::kFloat32, DType::kFloat16, DType::kBFloat16,
+                             DType::kInt32,   DType::kInt64,   DType::kUInt8};
+  return *dtypes;
+}
+
+const InputSpec& OpDef::input(int i) const {
+  return inputs[std::min<size_t>(static_cast<size_t>(i), inputs.size() - 1)];
+}
+
+const AttrSpec* OpDef::FindAttr(absl::string_view attr_name) const {
+  for (const AttrSpec& attr : attrs) {
+    if (attr.name == attr_name) return &attr;
+  }
+  return nullptr;
+}
 
 OpRegistry::OpRegistry(std::vector<OpDef> ops) : ops_(std::move(ops)) {
   for (size_t i = 0; i < ops_.size(); ++i) index_.emplace(ops_[i].name, i);
@@ -45,11 +126,45 @@ absl::StatusOr<OpPlan> OpRegistry::Plan(const OpDef& op, absl::Span<const Operan
                                                    expected == "1" ? " input" : " inputs", ", got ",
                                                    n));
   }
+  // In the order the planners checked before the table did: attribute names, operands,
+  // attribute values.
   for (const auto& [name, value] : attrs) {
-    if (std::find(op.attrs.begin(), op.attrs.end(), name) == op.attrs.end()) {
+    if (op.FindAttr(name) == nullptr) {
+      std::vector<absl::string_view> names;
+      for (const AttrSpec& attr : op.attrs) names.push_back(attr.name);
       return absl::InvalidArgumentError(absl::StrCat(
           "op \"", op.name, "\" has no attribute ", QuoteName(name),
-          op.attrs.empty() ? "" : absl::StrCat("; it accepts ", absl::StrJoin(op.attrs, ", "))));
+          names.empty() ? "" : absl::StrCat("; it accepts ", absl::StrJoin(names, ", "))));
+    }
+  }
+  for (int i = 0; i < n && !op.inputs.empty(); ++i) {
+    const InputSpec& spec = op.input(i);
+    if (inputs[i].is_scalar) {
+      if (!spec.scalar_ok) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("inputs[", i, "] of \"", op.name, "\" must be an array, not a scalar"));
+      }
+      continue;
+    }
+    const DType dtype = inputs[i].tensor.dtype;
+    if (std::find(spec.dtypes.begin(), spec.dtypes.end(), dtype) == spec.dtypes.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(op.name, " inputs[", i, "] (", spec.name,
+                                                     ") must be ", DTypeList(spec.dtypes), ", got ",
+                                                     DTypeName(dtype)));
+    }
+  }
+  for (const auto& [name, value] : attrs) {
+    const AttrSpec& spec = *op.FindAttr(name);
+    if (!AttrHasType(value, spec.type)) {
+      return absl::InvalidArgumentError(absl::StrCat("attribute \"", name, "\" must be ",
+                                                     AttrTypeName(spec.type), " for op \"", op.name,
+                                                     "\", got ", ValueTypeName(value)));
+    }
+  }
+  for (const AttrSpec& spec : op.attrs) {
+    if (spec.required && !attrs.contains(spec.name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op.name, " needs attribute \"", spec.name, "\""));
     }
   }
   return op.plan(inputs, attrs);

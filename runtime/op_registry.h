@@ -1,14 +1,16 @@
-// OpRegistry: the device-independent half of every built-in op.
+// OpRegistry: the table of gpukit's built-in ops, the one place where an op is defined.
 //
-// Each op is an OpDef: its name, how many operands and which attributes it takes, and a
-// planner that validates operand shapes, dtypes and attributes and decides the output
-// (shape, dtype) and the dtype the kernel computes in. Each backend then carries its own
-// kernel table keyed by op name (Device::SupportsOp / RunOp), so adding an op is one OpDef
-// here plus one kernel per backend: no new plumbing in the daemon or the API.
+// Each op is one OpDef, registered in runtime/builtin_ops.cc: its name and summary, its
+// inputs (how many, which dtypes each accepts, whether it may be a scalar), its attributes
+// (name, type, default, one-line doc), a planner that validates operand shapes and attribute
+// values and decides the output (shape, dtype) and the dtype the kernel computes in, and its
+// kernels: a CPU kernel (runtime/cpu/cpu_op_kernels.h) and a CUDA lowering
+// (runtime/cuda/op_lowering.h), each a function or none. Every backend's SupportsOp and
+// dispatch, the executor's hello and ListOps read this table; no other file names an op.
 //
 //   const OpRegistry& ops = OpRegistry::Builtin();
 //   GPUKIT_ASSIGN_OR_RETURN(const OpDef* add, ops.Find("add"));
-//   GPUKIT_ASSIGN_OR_RETURN(OpPlan plan, add->plan(operands, attrs));
+//   GPUKIT_ASSIGN_OR_RETURN(OpPlan plan, ops.Plan(*add, operands, attrs));
 //   // allocate plan.output, then device.RunOp({add, plan, inputs, out}, stream)
 //
 // Thread safety: a registry is immutable once built; Builtin() is safe from any thread.
@@ -78,15 +80,88 @@ struct OpPlan {
   OpParams params;
 };
 
+// The type of an attribute's value, checked once by OpRegistry::Plan: a planner reads the
+// value of an attribute its op declares without checking its type again.
+enum class AttrType {
+  kInt,      // int64_t
+  kNumber,   // double or int64_t (clamp tells them apart; the others read it as a double)
+  kBool,     // bool
+  kDType,    // DType
+  kIntList,  // std::vector<int64_t>
+  kString,   // std::string
+};
+
+// "an integer", "a number", "a bool", "a dtype", "a list of integers", "a string".
+absl::string_view AttrTypeName(AttrType type);
+// Whether `value` is of `type`.
+bool AttrHasType(const AttrValue& value, AttrType type);
+
+struct AttrSpec {
+  std::string name;
+  AttrType type = AttrType::kInt;
+  bool required = false;
+  // What the op does without the attribute, as text for ListOps and docs ("false", "1e-5",
+  // "all axes"); empty when `required`.
+  std::string default_value;
+  std::string doc;  // one line
+};
+
+// One input of an op. A variadic op (concat, layernorm's optional inputs) lists one spec per
+// position up to max_inputs, except that the last spec stands for every input after it.
+struct InputSpec {
+  std::string name;           // "a", "x", "indices", ...
+  std::vector<DType> dtypes;  // the dtypes it accepts as an array; checked by Plan
+  bool scalar_ok = false;     // whether it may be a scalar (a + 1); checked by Plan
+};
+
+// Every dtype gpukit has, in the order of the DType enum.
+const std::vector<DType>& AllDTypes();
+
+// Forward declarations of the kernel signatures: OpLaunch is in runtime/device.h, which
+// includes this header, and OpLowering is the CUDA backend's (runtime/cuda/op_lowering.h).
+struct OpLaunch;
+class OpLowering;
+
+// Runs `launch` on the CPU with host addresses already resolved: inputs[i] is the data of
+// launch.inputs[i] (nullptr for a scalar operand), `out` the output's.
+using CpuOpKernel = absl::Status (*)(const OpLaunch& launch, const std::vector<const void*>& inputs,
+                                     void* out);
+// Enqueues the op's kernels of kernels/cuda (runtime/cuda/op_lowering.h).
+using CudaOpLowering = absl::Status (*)(OpLowering& lowering);
+
+// A vendor library the CUDA device offers the op to before its own lowering, which runs
+// what the library declines.
+enum class CudaLibrary {
+  kNone,
+  kCublasLtMatmul,  // cuBLASLt's matmul (runtime/cuda/cublaslt.h, RouteMatmul)
+};
+
 struct OpDef {
   std::string name;
   std::string summary;  // one line for ListOps and docs
   int min_inputs = 1;
   int max_inputs = 1;
-  std::vector<std::string> attrs;  // accepted attribute names; others are rejected
-  // Validates operands (count already checked) and attributes; returns the plan or
+  // See InputSpec. Every built-in op has at least one; with none (a test's registry), Plan
+  // checks no operand's dtype.
+  std::vector<InputSpec> inputs;
+  std::vector<AttrSpec> attrs;  // the attributes it accepts; others are rejected
+  // Validates operands (count, dtypes and scalars already checked against `inputs`) and
+  // attribute values (names and types already checked against `attrs`); returns the plan or
   // INVALID_ARGUMENT naming the operand or attribute and the value.
   absl::StatusOr<OpPlan> (*plan)(absl::Span<const OperandDesc> inputs, const AttrMap& attrs);
+  CpuOpKernel cpu = nullptr;      // none: the CPU backend does not run it
+  CudaOpLowering cuda = nullptr;  // none: the CUDA backend does not run it
+  CudaLibrary cuda_library = CudaLibrary::kNone;
+  // Whether the CPU device runs the kernel on its stream's worker thread, never on the
+  // thread that enqueues it: work that does not return (_test_hang, _test_abort) must leave
+  // RunOp returning, as a GPU's launch returns before its kernel runs.
+  bool cpu_on_stream_thread = false;
+
+  // The spec of input `i` (the last one for a variadic op's later inputs); `inputs` must not
+  // be empty.
+  const InputSpec& input(int i) const;
+  // nullptr if the op has no such attribute.
+  const AttrSpec* FindAttr(absl::string_view attr_name) const;
 };
 
 // Builds with GPUKIT_FAULT_INJECTION (test builds; never a release) add fault-injection ops to
@@ -108,7 +183,10 @@ class OpRegistry {
   // INVALID_ARGUMENT "unknown op \"foo\"" if absent.
   absl::StatusOr<const OpDef*> Find(absl::string_view name) const;
 
-  // Find + operand-count and attribute-name checks + the op's planner.
+  // The checks the table states (operand count; each operand's dtype and whether it may be a
+  // scalar; attribute names, types and required ones), then the op's planner. Errors are
+  // INVALID_ARGUMENT naming the operand or attribute: "attribute \"axis\" must be an integer
+  // for op \"sum\", got a bool".
   absl::StatusOr<OpPlan> Plan(const OpDef& op, absl::Span<const OperandDesc> inputs,
                               const AttrMap& attrs) const;
 

@@ -2,8 +2,30 @@
 
 #include "daemon/service/convert.h"
 #include "daemon/service/services.h"
+#include "proto/dtype_convert.h"
 
 namespace gpukit::service {
+namespace {
+
+v1::AttrType AttrTypeToProto(AttrType type) {
+  switch (type) {
+    case AttrType::kInt:
+      return v1::ATTR_TYPE_INT;
+    case AttrType::kNumber:
+      return v1::ATTR_TYPE_NUMBER;
+    case AttrType::kBool:
+      return v1::ATTR_TYPE_BOOL;
+    case AttrType::kDType:
+      return v1::ATTR_TYPE_DTYPE;
+    case AttrType::kIntList:
+      return v1::ATTR_TYPE_INT_LIST;
+    case AttrType::kString:
+      return v1::ATTR_TYPE_STRING;
+  }
+  return v1::ATTR_TYPE_UNSPECIFIED;
+}
+
+}  // namespace
 
 grpc::Status ComputeServiceImpl::RunOp(grpc::ServerContext* context,
                                        const v1::RunOpRequest* request,
@@ -36,7 +58,21 @@ grpc::Status ComputeServiceImpl::ListOps(grpc::ServerContext* /*context*/,
     info->set_summary(op.summary);
     info->set_min_inputs(op.min_inputs);
     info->set_max_inputs(op.max_inputs);
-    for (const std::string& attr : op.attrs) info->add_attrs(attr);
+    for (const AttrSpec& attr : op.attrs) {
+      info->add_attrs(attr.name);
+      v1::OpAttrInfo* attr_info = info->add_attr_info();
+      attr_info->set_name(attr.name);
+      attr_info->set_type(AttrTypeToProto(attr.type));
+      attr_info->set_required(attr.required);
+      attr_info->set_default_value(attr.default_value);
+      attr_info->set_doc(attr.doc);
+    }
+    for (const InputSpec& input : op.inputs) {
+      v1::OpInputInfo* input_info = info->add_inputs();
+      input_info->set_name(input.name);
+      for (DType dtype : input.dtypes) input_info->add_dtypes(DTypeToProto(dtype));
+      input_info->set_scalar_ok(input.scalar_ok);
+    }
     for (int i = 0; i < core_.device_count(); ++i) {
       const Device& device = core_.device(i);
       const std::string backend(BackendName(device.properties().backend));

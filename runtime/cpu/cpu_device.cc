@@ -110,7 +110,7 @@ struct CpuDevice::Event {
 // Runs work in enqueue order. Work enqueued while the stream is idle runs at once on the
 // caller's thread (as if a GPU had finished it immediately), which saves two thread
 // hand-offs per small request; work enqueued while the stream is busy, or that must not run
-// on the caller's thread (CpuOpRunsOnStreamThread), is queued and run by the stream's worker
+// on the caller's thread (OpDef::cpu_on_stream_thread), is queued and run by the stream's worker
 // thread. Exactly one thread executes the stream's work at a time (`busy_`), so order is
 // kept. The first error since the last event is kept and handed to the next event, like a
 // stream's sticky error on a GPU. Once the device is poisoned, work is skipped (its error is
@@ -588,12 +588,14 @@ absl::Status CpuDevice::DestroyEvent(EventId event) {
 }
 
 bool CpuDevice::SupportsOp(absl::string_view op_name) const {
-  return FindCpuOpKernel(op_name) != nullptr;
+  absl::StatusOr<const OpDef*> op = OpRegistry::Builtin().Find(op_name);
+  return op.ok() && (*op)->cpu != nullptr;
 }
 
 absl::Status CpuDevice::RunOp(const OpLaunch& launch, StreamId stream) {
   GPUKIT_RETURN_IF_ERROR(health_->Check());
-  CpuOpKernel kernel = FindCpuOpKernel(launch.op->name);
+  if (launch.op == nullptr) return absl::InvalidArgumentError("RunOp without an op");
+  const CpuOpKernel kernel = launch.op->cpu;
   if (kernel == nullptr) {
     return absl::UnimplementedError(
         absl::StrCat("op \"", launch.op->name, "\" has no CPU implementation"));
@@ -615,7 +617,7 @@ absl::Status CpuDevice::RunOp(const OpLaunch& launch, StreamId stream) {
   GPUKIT_ASSIGN_OR_RETURN(Stream * s, FindStream(stream));
   s->Enqueue(
       [kernel, launch, inputs = std::move(inputs), out] { return kernel(launch, inputs, out); },
-      CpuOpRunsOnStreamThread(launch.op->name));
+      launch.op->cpu_on_stream_thread);
   return absl::OkStatus();
 }
 

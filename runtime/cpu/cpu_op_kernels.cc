@@ -5,7 +5,6 @@
 #include <memory>
 #include <optional>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/cord.h"
 #include "absl/synchronization/notification.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -74,6 +73,18 @@ HostArray Output(const OpLaunch& launch, void* out) {
   return {out, launch.plan.output.dtype, launch.plan.output.shape};
 }
 
+std::optional<kernels::ClampBound> ToBound(const std::optional<ScalarValue>& value) {
+  if (!value.has_value()) return std::nullopt;
+  return kernels::ClampBound{value->is_float, value->float_value, value->int_value};
+}
+
+// Type URL of the payload that marks a sticky fault.
+constexpr absl::string_view kStickyFaultPayload = "type.gpukit.dev/gpukit.StickyDeviceFault";
+
+}  // namespace
+
+namespace cpu_ops {
+
 template <kernels::BinaryOp kOp>
 absl::Status Binary(const OpLaunch& launch, const std::vector<const void*>& data, void* out) {
   GPUKIT_ASSIGN_OR_RETURN(PreparedInputs in, Prepare(launch, data));
@@ -118,11 +129,6 @@ absl::Status Unary(const OpLaunch& launch, const std::vector<const void*>& data,
   GPUKIT_ASSIGN_OR_RETURN(PreparedInputs in, Prepare(launch, data));
   kernels::UnaryCpu(kOp, in.arrays[0], Output(launch, out));
   return absl::OkStatus();
-}
-
-std::optional<kernels::ClampBound> ToBound(const std::optional<ScalarValue>& value) {
-  if (!value.has_value()) return std::nullopt;
-  return kernels::ClampBound{value->is_float, value->float_value, value->int_value};
 }
 
 absl::Status Clamp(const OpLaunch& launch, const std::vector<const void*>& data, void* out) {
@@ -193,9 +199,6 @@ absl::Status Concat(const OpLaunch& launch, const std::vector<const void*>& data
   return absl::OkStatus();
 }
 
-// Type URL of the payload that marks a sticky fault.
-constexpr absl::string_view kStickyFaultPayload = "type.gpukit.dev/gpukit.StickyDeviceFault";
-
 #if GPUKIT_FAULT_INJECTION
 absl::Status TestFault(const OpLaunch&, const std::vector<const void*>&, void*) {
   return StickyFault(
@@ -213,7 +216,48 @@ absl::Status TestHang(const OpLaunch&, const std::vector<const void*>&, void*) {
 absl::Status TestAbort(const OpLaunch&, const std::vector<const void*>&, void*) { std::abort(); }
 #endif  // GPUKIT_FAULT_INJECTION
 
-}  // namespace
+// The instances the op table registers.
+template absl::Status Binary<kernels::BinaryOp::kAdd>(const OpLaunch&,
+                                                      const std::vector<const void*>&, void*);
+template absl::Status Binary<kernels::BinaryOp::kSub>(const OpLaunch&,
+                                                      const std::vector<const void*>&, void*);
+template absl::Status Binary<kernels::BinaryOp::kMul>(const OpLaunch&,
+                                                      const std::vector<const void*>&, void*);
+template absl::Status Binary<kernels::BinaryOp::kDiv>(const OpLaunch&,
+                                                      const std::vector<const void*>&, void*);
+template absl::Status Reduce<kernels::ReduceOp::kSum>(const OpLaunch&,
+                                                      const std::vector<const void*>&, void*);
+template absl::Status Reduce<kernels::ReduceOp::kMean>(const OpLaunch&,
+                                                       const std::vector<const void*>&, void*);
+template absl::Status Reduce<kernels::ReduceOp::kMax>(const OpLaunch&,
+                                                      const std::vector<const void*>&, void*);
+template absl::Status Reduce<kernels::ReduceOp::kMin>(const OpLaunch&,
+                                                      const std::vector<const void*>&, void*);
+
+template absl::Status Unary<kernels::UnaryOp::kExp>(const OpLaunch&,
+                                                    const std::vector<const void*>&, void*);
+template absl::Status Unary<kernels::UnaryOp::kLog>(const OpLaunch&,
+                                                    const std::vector<const void*>&, void*);
+template absl::Status Unary<kernels::UnaryOp::kSqrt>(const OpLaunch&,
+                                                     const std::vector<const void*>&, void*);
+template absl::Status Unary<kernels::UnaryOp::kRsqrt>(const OpLaunch&,
+                                                      const std::vector<const void*>&, void*);
+template absl::Status Unary<kernels::UnaryOp::kAbs>(const OpLaunch&,
+                                                    const std::vector<const void*>&, void*);
+template absl::Status Unary<kernels::UnaryOp::kNeg>(const OpLaunch&,
+                                                    const std::vector<const void*>&, void*);
+template absl::Status Unary<kernels::UnaryOp::kRelu>(const OpLaunch&,
+                                                     const std::vector<const void*>&, void*);
+template absl::Status Unary<kernels::UnaryOp::kGelu>(const OpLaunch&,
+                                                     const std::vector<const void*>&, void*);
+template absl::Status Unary<kernels::UnaryOp::kSilu>(const OpLaunch&,
+                                                     const std::vector<const void*>&, void*);
+template absl::Status Unary<kernels::UnaryOp::kSigmoid>(const OpLaunch&,
+                                                        const std::vector<const void*>&, void*);
+template absl::Status Unary<kernels::UnaryOp::kTanh>(const OpLaunch&,
+                                                     const std::vector<const void*>&, void*);
+
+}  // namespace cpu_ops
 
 absl::Status StickyFault(absl::string_view message) {
   absl::Status status = absl::InternalError(message);
@@ -223,62 +267,6 @@ absl::Status StickyFault(absl::string_view message) {
 
 bool IsStickyFault(const absl::Status& status) {
   return !status.ok() && status.GetPayload(kStickyFaultPayload).has_value();
-}
-
-bool CpuOpRunsOnStreamThread(absl::string_view op_name) {
-#if GPUKIT_FAULT_INJECTION
-  return op_name == "_test_hang" || op_name == "_test_abort";
-#else
-  (void)op_name;
-  return false;
-#endif
-}
-
-CpuOpKernel FindCpuOpKernel(absl::string_view op_name) {
-  static const auto* table = [] {
-    auto* ops = new absl::flat_hash_map<absl::string_view, CpuOpKernel>({
-        {"add", &Binary<kernels::BinaryOp::kAdd>},
-        {"sub", &Binary<kernels::BinaryOp::kSub>},
-        {"mul", &Binary<kernels::BinaryOp::kMul>},
-        {"div", &Binary<kernels::BinaryOp::kDiv>},
-        {"matmul", &Matmul},
-        {"sum", &Reduce<kernels::ReduceOp::kSum>},
-        {"mean", &Reduce<kernels::ReduceOp::kMean>},
-        {"max", &Reduce<kernels::ReduceOp::kMax>},
-        {"min", &Reduce<kernels::ReduceOp::kMin>},
-        {"astype", &Astype},
-        {"reshape", &Reshape},
-        {"transpose", &Transpose},
-        {"exp", &Unary<kernels::UnaryOp::kExp>},
-        {"log", &Unary<kernels::UnaryOp::kLog>},
-        {"sqrt", &Unary<kernels::UnaryOp::kSqrt>},
-        {"rsqrt", &Unary<kernels::UnaryOp::kRsqrt>},
-        {"abs", &Unary<kernels::UnaryOp::kAbs>},
-        {"neg", &Unary<kernels::UnaryOp::kNeg>},
-        {"relu", &Unary<kernels::UnaryOp::kRelu>},
-        {"gelu", &Unary<kernels::UnaryOp::kGelu>},
-        {"silu", &Unary<kernels::UnaryOp::kSilu>},
-        {"sigmoid", &Unary<kernels::UnaryOp::kSigmoid>},
-        {"tanh", &Unary<kernels::UnaryOp::kTanh>},
-        {"clamp", &Clamp},
-        {"where", &Where},
-        {"argmax", &Argmax},
-        {"softmax", &Softmax},
-        {"layernorm", &LayerNorm},
-        {"rmsnorm", &RmsNorm},
-        {"rope", &Rope},
-        {"attention", &Attention},
-        {"embedding", &Embedding},
-        {"concat", &Concat},
-    });
-#if GPUKIT_FAULT_INJECTION
-    ops->insert(
-        {{"_test_fault", &TestFault}, {"_test_hang", &TestHang}, {"_test_abort", &TestAbort}});
-#endif
-    return ops;
-  }();
-  auto it = table->find(op_name);
-  return it == table->end() ? nullptr : it->second;
 }
 
 }  // namespace gpukit

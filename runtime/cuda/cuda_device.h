@@ -155,6 +155,9 @@ class CudaDevice final : public Device {
   // The CUDA priority the driver gave `stream` (cuStreamGetPriority): for diagnostics and
   // tests. NOT_FOUND for an unknown stream.
   absl::StatusOr<int> StreamPriorityValue(StreamId stream) const;
+  // Whether the device runs gpukit's own kernels of the built-in ops (precompiled or through
+  // the JIT compiler); without them SupportsOp is false for every op.
+  bool runs_builtin_ops() const { return ops_ != nullptr; }
   // Whether matmuls can go through cuBLASLt, and how many have (RunOp calls that cuBLASLt
   // ran): for tests and diagnostics.
   bool cublaslt_available() const { return blas_ != nullptr; }

@@ -165,7 +165,7 @@ absl::Status CudaDevice::RunOp(const OpLaunch& launch, StreamId stream) {
                           ByteSize(launch.plan.output.shape, launch.plan.output.dtype));
   GPUKIT_RETURN_IF_ERROR(Resolve(launch.output, 0, out_bytes).status());
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, FindStream(stream));
-  if (blas_ != nullptr && launch.op->name == "matmul") {
+  if (blas_ != nullptr && launch.op->cuda_library == CudaLibrary::kCublasLtMatmul) {
     GPUKIT_ASSIGN_OR_RETURN(const bool ran, RunMatmulOnCublasLt(launch, *s, stream));
     if (ran) return absl::OkStatus();
   }

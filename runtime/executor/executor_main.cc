@@ -75,7 +75,7 @@ absl::StatusOr<std::unique_ptr<gpukit::Device>> CreateDevice(const Flags& flags)
   // worker processes) is started at all. Only a GPU they do not cover gets one.
   absl::StatusOr<std::unique_ptr<gpukit::CudaDevice>> precompiled =
       gpukit::CudaDevice::Create(options);
-  if (!precompiled.ok() || (*precompiled)->SupportsOp("add") || flags.jit_worker.empty()) {
+  if (!precompiled.ok() || (*precompiled)->runs_builtin_ops() || flags.jit_worker.empty()) {
     return precompiled;
   }
   precompiled->reset();

@@ -196,6 +196,32 @@ TEST_F(ArrayFlowTest, ListOpsListsTheTwelveBuiltinOpsOnTheCpuBackend) {
     }
     if (op.name() == "astype") {
       EXPECT_THAT(op.attrs(), ElementsAre("dtype"));
+      ASSERT_EQ(op.attr_info_size(), 1);
+      EXPECT_EQ(op.attr_info(0).type(), v1::ATTR_TYPE_DTYPE);
+      EXPECT_TRUE(op.attr_info(0).required());
+    }
+    // Each attribute's spec, and each input's dtypes, as the op table has them.
+    ASSERT_EQ(op.attr_info_size(), op.attrs_size()) << op.name();
+    for (int i = 0; i < op.attr_info_size(); ++i) {
+      EXPECT_EQ(op.attr_info(i).name(), op.attrs(i)) << op.name();
+      EXPECT_NE(op.attr_info(i).type(), v1::ATTR_TYPE_UNSPECIFIED) << op.name();
+      EXPECT_FALSE(op.attr_info(i).doc().empty()) << op.name();
+    }
+    ASSERT_GE(op.inputs_size(), 1) << op.name();
+    if (op.name() == "sum") {
+      EXPECT_EQ(op.attr_info(0).type(), v1::ATTR_TYPE_INT);
+      EXPECT_EQ(op.attr_info(0).default_value(), "all axes");
+      EXPECT_EQ(op.attr_info(1).type(), v1::ATTR_TYPE_BOOL);
+      EXPECT_EQ(op.attr_info(1).default_value(), "false");
+    }
+    if (op.name() == "add") {
+      EXPECT_TRUE(op.inputs(1).scalar_ok());
+      EXPECT_EQ(op.inputs(0).dtypes_size(), 6);
+    }
+    if (op.name() == "embedding") {
+      ASSERT_EQ(op.inputs_size(), 2);
+      EXPECT_FALSE(op.inputs(1).scalar_ok());
+      EXPECT_THAT(op.inputs(1).dtypes(), ElementsAre(v1::DTYPE_INT32, v1::DTYPE_INT64));
     }
   }
   EXPECT_THAT(names,

@@ -104,8 +104,10 @@ def _accepts(path: Path) -> bool:
             return False
 
 
-# The daemon's backend: cpu, unless $GPUKIT_TEST_BACKEND says cuda (the GPU host runs
-# tests/python/test_cuda_interop.py so; the rest of the suite expects the CPU backend).
+# The daemon's backend: cpu, unless $GPUKIT_TEST_BACKEND says cuda. On the GPU host
+# deploy/run-gpu-tests.sh runs the whole suite so (test_cuda_interop.py needs it, and
+# test_op_conformance.py then checks every op on CUDA); tests that only hold on the CPU
+# backend skip there.
 BACKEND = os.environ.get("GPUKIT_TEST_BACKEND", "cpu")
 
 

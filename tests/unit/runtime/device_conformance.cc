@@ -704,7 +704,7 @@ TEST_P(DeviceConformanceTest, OpsSeeTheCopiesEnqueuedBeforeThemAndViceVersa) {
 }
 
 TEST_P(DeviceConformanceTest, RunOpOfAnOpWithoutAKernelIsUnimplemented) {
-  static const OpDef kUnknown = {"frobnicate", "no backend has it", 1, 1, {}, nullptr};
+  static const OpDef kUnknown = {.name = "frobnicate", .summary = "no backend has it"};
   GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId a, Upload<float>({1}));
   GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId out, Allocate(4));
   OpLaunch launch;

@@ -161,7 +161,8 @@ TEST(OpRegistryTest, RangeOfInputCountsIsSpelledInTheMessage) {
   auto planner = +[](absl::Span<const OperandDesc>, const AttrMap&) -> absl::StatusOr<OpPlan> {
     return OpPlan{};
   };
-  const OpRegistry registry({{"pair", "test op", 1, 3, {}, planner}});
+  const OpRegistry registry(
+      {{.name = "pair", .summary = "test op", .min_inputs = 1, .max_inputs = 3, .plan = planner}});
   absl::StatusOr<const OpDef*> op = registry.Find("pair");
   ASSERT_THAT(op, IsOk());
   EXPECT_THAT(registry.Plan(**op, {}, {}),
@@ -187,7 +188,11 @@ TEST(OpRegistryTest, CustomRegistryPlansThroughItsOwnPlanner) {
     plan.output = {DType::kInt64, {static_cast<int64_t>(in.size())}};
     return plan;
   };
-  const OpRegistry registry({{"count", "counts inputs", 1, 2, {}, planner}});
+  const OpRegistry registry({{.name = "count",
+                              .summary = "counts inputs",
+                              .min_inputs = 1,
+                              .max_inputs = 2,
+                              .plan = planner}});
   absl::StatusOr<const OpDef*> op = registry.Find("count");
   ASSERT_THAT(op, IsOk());
   const std::vector<OperandDesc> inputs = {IntScalar(1), IntScalar(2)};
