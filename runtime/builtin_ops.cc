@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/op_registry.h"
 
@@ -65,69 +66,109 @@ absl::StatusOr<OpPlan> PlanDiv(absl::Span<const OperandDesc> in, const AttrMap&)
   return PlanBinary(in, /*true_divide=*/true);
 }
 
+// NumPy's matmul: a 1-d a is a row [1, k] and a 1-d b a column [k, 1], and that added
+// dimension is dropped from the result; batch dimensions broadcast.
 absl::StatusOr<OpPlan> PlanMatmul(absl::Span<const OperandDesc> in, const AttrMap& attrs) {
   GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* a, ArrayOperand(in, 0, "matmul"));
   GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* b, ArrayOperand(in, 1, "matmul"));
-  if (a->shape.size() < 2 || b->shape.size() < 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("matmul needs inputs of rank >= 2, got ", ShapeToString(a->shape), " and ",
-                     ShapeToString(b->shape), " (reshape a vector to [1, n] or [n, 1])"));
+  for (const auto& [i, x] : {std::pair{0, a}, std::pair{1, b}}) {
+    if (x->shape.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("matmul: Input operand ", i,
+                       " does not have enough dimensions (has 0, gufunc core with signature "
+                       "(n?,k),(k,m?)->(n?,m?) requires 1)"));
+    }
   }
-  const int64_t m = a->shape[a->shape.size() - 2], k = a->shape.back();
-  const int64_t kb = b->shape[b->shape.size() - 2], n = b->shape.back();
+  Shape a_matrix = a->shape, b_matrix = b->shape;
+  if (a_matrix.size() == 1) a_matrix.insert(a_matrix.begin(), 1);
+  if (b_matrix.size() == 1) b_matrix.push_back(1);
+  const int64_t m = a_matrix[a_matrix.size() - 2], k = a_matrix.back();
+  const int64_t kb = b_matrix[b_matrix.size() - 2], n = b_matrix.back();
   if (k != kb) {
     return absl::InvalidArgumentError(
         absl::StrCat("matmul inner dimensions differ: inputs[0] ", ShapeToString(a->shape), " has ",
                      k, " columns, inputs[1] ", ShapeToString(b->shape), " has ", kb, " rows"));
   }
   GPUKIT_ASSIGN_OR_RETURN(
-      Shape batch, BroadcastShapes(absl::MakeConstSpan(a->shape).first(a->shape.size() - 2),
-                                   absl::MakeConstSpan(b->shape).first(b->shape.size() - 2)));
-  batch.push_back(m);
-  batch.push_back(n);
+      Shape out, BroadcastShapes(absl::MakeConstSpan(a_matrix).first(a_matrix.size() - 2),
+                                 absl::MakeConstSpan(b_matrix).first(b_matrix.size() - 2)));
+  if (a->shape.size() > 1) out.push_back(m);
+  if (b->shape.size() > 1) out.push_back(n);
   GPUKIT_ASSIGN_OR_RETURN(std::optional<bool> allow_tf32,
                           GetAttr<bool>(attrs, "allow_tf32", "a bool"));
   const DType dtype = PromoteTypes(a->dtype, b->dtype);
   OpPlan plan;
   plan.compute_dtype = dtype;
-  plan.output = {dtype, std::move(batch)};
+  plan.output = {dtype, std::move(out)};
   plan.params.allow_tf32 = allow_tf32.value_or(false);
   return plan;
 }
 
 enum class ReduceKind { kSum, kMean, kMax, kMin };
 
+// The shape of a reduction of `x` over `reduced` (one flag per axis), and whether max and
+// min may run: a reduced extent of 0 has no identity for them.
+absl::StatusOr<Shape> ReducedShape(const TensorDesc& x, const std::vector<bool>& reduced,
+                                   bool keepdims, bool needs_identity, absl::string_view op) {
+  Shape out;
+  bool empty = false;
+  for (size_t i = 0; i < x.shape.size(); ++i) {
+    if (!reduced[i]) {
+      out.push_back(x.shape[i]);
+      continue;
+    }
+    empty = empty || x.shape[i] == 0;
+    if (keepdims) out.push_back(1);
+  }
+  if (empty && needs_identity) {
+    return absl::InvalidArgumentError(absl::StrCat(op, " of an empty extent (shape ",
+                                                   ShapeToString(x.shape), ") has no identity"));
+  }
+  return out;
+}
+
+// sum, mean, max, min: attribute "axis" is absent (every axis), an integer, or a list of
+// integers (NumPy's tuple of axes: negative ones count from the end, none may repeat, and
+// the empty list reduces nothing).
 absl::StatusOr<OpPlan> PlanReduce(absl::Span<const OperandDesc> in, const AttrMap& attrs,
                                   ReduceKind kind, absl::string_view op) {
   GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* x, ArrayOperand(in, 0, op));
-  GPUKIT_ASSIGN_OR_RETURN(std::optional<int64_t> axis,
-                          GetAttr<int64_t>(attrs, "axis", "an integer"));
   GPUKIT_ASSIGN_OR_RETURN(std::optional<bool> keepdims, GetAttr<bool>(attrs, "keepdims", "a bool"));
+  const int rank = static_cast<int>(x->shape.size());
+  std::vector<bool> reduced(rank, true);
+  if (auto it = attrs.find("axis"); it != attrs.end()) {
+    std::vector<int64_t> axes;
+    std::string field = "attribute \"axis\"";
+    if (const int64_t* axis = std::get_if<int64_t>(&it->second)) {
+      axes.push_back(*axis);
+    } else if (const auto* list = std::get_if<std::vector<int64_t>>(&it->second)) {
+      axes = *list;
+    } else {
+      return absl::InvalidArgumentError(
+          "attribute \"axis\" must be an integer or a list of integers");
+    }
+    reduced.assign(rank, false);
+    for (size_t i = 0; i < axes.size(); ++i) {
+      GPUKIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(axes[i], rank,
+                                                    std::holds_alternative<int64_t>(it->second)
+                                                        ? field
+                                                        : absl::StrCat(field, "[", i, "]")));
+      if (reduced[ax]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, " = [", absl::StrJoin(axes, ", "), "] repeats axis ", ax, " (rank ", rank, ")"));
+      }
+      reduced[ax] = true;
+    }
+  }
   OpPlan plan;
   plan.compute_dtype = x->dtype;
   plan.params.keepdims = keepdims.value_or(false);
-  const int rank = static_cast<int>(x->shape.size());
-  Shape out_shape;
-  int64_t reduced = 0;
-  if (axis.has_value()) {
-    GPUKIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(*axis, rank, "attribute \"axis\""));
-    plan.params.axis = ax;
-    reduced = x->shape[ax];
-    for (int i = 0; i < rank; ++i) {
-      if (i != ax) {
-        out_shape.push_back(x->shape[i]);
-      } else if (plan.params.keepdims) {
-        out_shape.push_back(1);
-      }
-    }
-  } else {
-    GPUKIT_ASSIGN_OR_RETURN(reduced, ElementCount(x->shape));
-    if (plan.params.keepdims) out_shape.assign(rank, 1);
+  for (int i = 0; i < rank; ++i) {
+    if (reduced[i]) plan.params.reduce_axes.push_back(i);
   }
-  if (reduced == 0 && (kind == ReduceKind::kMax || kind == ReduceKind::kMin)) {
-    return absl::InvalidArgumentError(absl::StrCat(op, " of an empty extent (shape ",
-                                                   ShapeToString(x->shape), ") has no identity"));
-  }
+  const bool needs_identity = kind == ReduceKind::kMax || kind == ReduceKind::kMin;
+  GPUKIT_ASSIGN_OR_RETURN(Shape out_shape,
+                          ReducedShape(*x, reduced, plan.params.keepdims, needs_identity, op));
   DType out = x->dtype;
   if (kind == ReduceKind::kSum && !IsFloating(out)) out = DType::kInt64;
   if (kind == ReduceKind::kMean && !IsFloating(out)) out = DType::kFloat32;
@@ -350,10 +391,26 @@ absl::StatusOr<OpPlan> PlanWhere(absl::Span<const OperandDesc> in, const AttrMap
 
 // ---- Reductions to indices, normalisations ----
 
+// argmax takes one axis or none, as NumPy's does.
 absl::StatusOr<OpPlan> PlanArgmax(absl::Span<const OperandDesc> in, const AttrMap& attrs) {
-  // The shape rules, attributes and the empty-extent error are max's.
-  GPUKIT_ASSIGN_OR_RETURN(OpPlan plan, PlanReduce(in, attrs, ReduceKind::kMax, "argmax"));
-  plan.output.dtype = DType::kInt64;
+  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* x, ArrayOperand(in, 0, "argmax"));
+  GPUKIT_ASSIGN_OR_RETURN(std::optional<int64_t> axis,
+                          GetAttr<int64_t>(attrs, "axis", "an integer"));
+  GPUKIT_ASSIGN_OR_RETURN(std::optional<bool> keepdims, GetAttr<bool>(attrs, "keepdims", "a bool"));
+  const int rank = static_cast<int>(x->shape.size());
+  OpPlan plan;
+  plan.compute_dtype = x->dtype;
+  plan.params.keepdims = keepdims.value_or(false);
+  std::vector<bool> reduced(rank, true);
+  if (axis.has_value()) {
+    GPUKIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(*axis, rank, "attribute \"axis\""));
+    plan.params.axis = ax;
+    reduced.assign(rank, false);
+    reduced[ax] = true;
+  }
+  GPUKIT_ASSIGN_OR_RETURN(Shape out_shape, ReducedShape(*x, reduced, plan.params.keepdims,
+                                                        /*needs_identity=*/true, "argmax"));
+  plan.output = {DType::kInt64, std::move(out_shape)};
   return plan;
 }
 

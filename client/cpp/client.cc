@@ -869,9 +869,9 @@ absl::StatusOr<Array> Client::RunOp(absl::string_view op, const std::vector<Oper
 }
 
 absl::StatusOr<Array> Client::Reduce(absl::string_view op, const Array& a,
-                                     std::optional<int64_t> axis, bool keepdims) {
+                                     std::optional<Attr> axis, bool keepdims) {
   Attrs attrs;
-  if (axis.has_value()) attrs.emplace_back("axis", *axis);
+  if (axis.has_value()) attrs.emplace_back("axis", *std::move(axis));
   if (keepdims) attrs.emplace_back("keepdims", true);
   return RunOp(op, {a}, attrs);
 }
@@ -887,6 +887,22 @@ absl::StatusOr<Array> Client::Max(const Array& a, std::optional<int64_t> axis, b
 }
 absl::StatusOr<Array> Client::Min(const Array& a, std::optional<int64_t> axis, bool keepdims) {
   return Reduce("min", a, axis, keepdims);
+}
+absl::StatusOr<Array> Client::Sum(const Array& a, const std::vector<int64_t>& axes,
+                                  bool keepdims) {
+  return Reduce("sum", a, Attr(axes), keepdims);
+}
+absl::StatusOr<Array> Client::Mean(const Array& a, const std::vector<int64_t>& axes,
+                                   bool keepdims) {
+  return Reduce("mean", a, Attr(axes), keepdims);
+}
+absl::StatusOr<Array> Client::Max(const Array& a, const std::vector<int64_t>& axes,
+                                  bool keepdims) {
+  return Reduce("max", a, Attr(axes), keepdims);
+}
+absl::StatusOr<Array> Client::Min(const Array& a, const std::vector<int64_t>& axes,
+                                  bool keepdims) {
+  return Reduce("min", a, Attr(axes), keepdims);
 }
 
 absl::StatusOr<Array> Client::Astype(const Array& a, DType dtype) {

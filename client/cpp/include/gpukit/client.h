@@ -441,8 +441,15 @@ class Client {
   absl::StatusOr<Array> Sub(const Operand& a, const Operand& b) { return RunOp("sub", {a, b}); }
   absl::StatusOr<Array> Mul(const Operand& a, const Operand& b) { return RunOp("mul", {a, b}); }
   absl::StatusOr<Array> Div(const Operand& a, const Operand& b) { return RunOp("div", {a, b}); }
+  // a @ b with NumPy's rules, one op: [..., m, k] x [..., k, n] -> [..., m, n] with the batch
+  // dimensions broadcast; a 1-d a ([k]) is a row and a 1-d b ([k]) a column, and that
+  // dimension is left out of the result ([k] x [k, n] -> [n], [m, k] x [k] -> [m], [k] x [k]
+  // -> []). INVALID_ARGUMENT for a 0-d operand (NumPy's message), inner dimensions that
+  // differ or batch dimensions that do not broadcast.
   absl::StatusOr<Array> Matmul(const Array& a, const Array& b) { return RunOp("matmul", {a, b}); }
-  // Reductions over everything, or along `axis` when given.
+  // Reductions over everything, or along `axis` when given (negative counts from the end).
+  // keepdims keeps each reduced axis as a dimension of 1. Sums of integers are int64, means of
+  // integers float32; max and min of an empty extent are INVALID_ARGUMENT.
   absl::StatusOr<Array> Sum(const Array& a, std::optional<int64_t> axis = {},
                             bool keepdims = false);
   absl::StatusOr<Array> Mean(const Array& a, std::optional<int64_t> axis = {},
@@ -450,6 +457,19 @@ class Client {
   absl::StatusOr<Array> Max(const Array& a, std::optional<int64_t> axis = {},
                             bool keepdims = false);
   absl::StatusOr<Array> Min(const Array& a, std::optional<int64_t> axis = {},
+                            bool keepdims = false);
+  // The same over several axes at once, NumPy's tuple of axes, as one op (one round trip):
+  // `axes` in any order, negative ones from the end, none repeated (INVALID_ARGUMENT naming
+  // it); an empty list reduces nothing (each element is its own result, in the op's output
+  // dtype), as NumPy's axis=() does. Sum(a, {0, 2}) picks this overload; a single axis is
+  // the one above (Sum(a, 1); Sum(a, {1}) is ambiguous).
+  absl::StatusOr<Array> Sum(const Array& a, const std::vector<int64_t>& axes,
+                            bool keepdims = false);
+  absl::StatusOr<Array> Mean(const Array& a, const std::vector<int64_t>& axes,
+                             bool keepdims = false);
+  absl::StatusOr<Array> Max(const Array& a, const std::vector<int64_t>& axes,
+                            bool keepdims = false);
+  absl::StatusOr<Array> Min(const Array& a, const std::vector<int64_t>& axes,
                             bool keepdims = false);
   absl::StatusOr<Array> Astype(const Array& a, DType dtype);
   absl::StatusOr<Array> Reshape(const Array& a, std::vector<int64_t> shape);
@@ -519,7 +539,7 @@ class Client {
 
  private:
   explicit Client(std::shared_ptr<internal::SessionState> state) : state_(std::move(state)) {}
-  absl::StatusOr<Array> Reduce(absl::string_view op, const Array& a, std::optional<int64_t> axis,
+  absl::StatusOr<Array> Reduce(absl::string_view op, const Array& a, std::optional<Attr> axis,
                                bool keepdims);
   std::shared_ptr<internal::SessionState> state_;
 };
