@@ -869,11 +869,35 @@ absl::StatusOr<Array> Client::RunOp(absl::string_view op, const std::vector<Oper
 }
 
 absl::StatusOr<Array> Client::Reduce(absl::string_view op, const Array& a,
-                                     std::optional<Attr> axis, bool keepdims) {
+                                     std::optional<int64_t> axis, bool keepdims) {
   Attrs attrs;
-  if (axis.has_value()) attrs.emplace_back("axis", *std::move(axis));
+  if (axis.has_value()) attrs.emplace_back("axis", *axis);
   if (keepdims) attrs.emplace_back("keepdims", true);
   return RunOp(op, {a}, attrs);
+}
+
+absl::StatusOr<Array> Client::ReduceAxes(absl::string_view op, const Array& a,
+                                         const std::vector<int64_t>& axes, bool keepdims) {
+  Attrs attrs;
+  attrs.emplace_back("axis", axes);  // an int_list, even of one axis or none
+  if (keepdims) attrs.emplace_back("keepdims", true);
+  return RunOp(op, {a}, attrs);
+}
+absl::StatusOr<Array> Client::Sum(const Array& a, const std::vector<int64_t>& axes,
+                                  bool keepdims) {
+  return ReduceAxes("sum", a, axes, keepdims);
+}
+absl::StatusOr<Array> Client::Mean(const Array& a, const std::vector<int64_t>& axes,
+                                   bool keepdims) {
+  return ReduceAxes("mean", a, axes, keepdims);
+}
+absl::StatusOr<Array> Client::Max(const Array& a, const std::vector<int64_t>& axes,
+                                  bool keepdims) {
+  return ReduceAxes("max", a, axes, keepdims);
+}
+absl::StatusOr<Array> Client::Min(const Array& a, const std::vector<int64_t>& axes,
+                                  bool keepdims) {
+  return ReduceAxes("min", a, axes, keepdims);
 }
 
 absl::StatusOr<Array> Client::Sum(const Array& a, std::optional<int64_t> axis, bool keepdims) {
@@ -887,22 +911,6 @@ absl::StatusOr<Array> Client::Max(const Array& a, std::optional<int64_t> axis, b
 }
 absl::StatusOr<Array> Client::Min(const Array& a, std::optional<int64_t> axis, bool keepdims) {
   return Reduce("min", a, axis, keepdims);
-}
-absl::StatusOr<Array> Client::Sum(const Array& a, const std::vector<int64_t>& axes,
-                                  bool keepdims) {
-  return Reduce("sum", a, Attr(axes), keepdims);
-}
-absl::StatusOr<Array> Client::Mean(const Array& a, const std::vector<int64_t>& axes,
-                                   bool keepdims) {
-  return Reduce("mean", a, Attr(axes), keepdims);
-}
-absl::StatusOr<Array> Client::Max(const Array& a, const std::vector<int64_t>& axes,
-                                  bool keepdims) {
-  return Reduce("max", a, Attr(axes), keepdims);
-}
-absl::StatusOr<Array> Client::Min(const Array& a, const std::vector<int64_t>& axes,
-                                  bool keepdims) {
-  return Reduce("min", a, Attr(axes), keepdims);
 }
 
 absl::StatusOr<Array> Client::Astype(const Array& a, DType dtype) {
