@@ -309,8 +309,8 @@ class Lowering {
       if (reduced_runs == 0) {
         p = {1, 1, out_count, 0.0};  // axis = [] or axes of 1: each element is its own result
       } else if (reduced_runs == 1) {
-        p = {1, 0, 1, 0.0};
-        for (const kernels::ReduceRun& run : runs) {
+        p = {1, 0, 1, 0.0};  // kept runs before the reduced one are outer, after it inner
+        for (const kernels::ReduceRun& run : runs) {  // (every extent here is >= 2)
           if (run.reduced) {
             p.extent = run.extent;
           } else {

@@ -106,8 +106,9 @@ absl::StatusOr<OpPlan> PlanMatmul(absl::Span<const OperandDesc> in, const AttrMa
 
 enum class ReduceKind { kSum, kMean, kMax, kMin };
 
-// The shape of a reduction of `x` over `reduced` (one flag per axis), and whether max and
-// min may run: a reduced extent of 0 has no identity for them.
+// The output shape of a reduction of `x` over the axes flagged in `reduced`. With
+// `needs_identity` (max, min, argmax), a reduced extent of 0 is INVALID_ARGUMENT: those ops
+// have no identity to give for it.
 absl::StatusOr<Shape> ReducedShape(const TensorDesc& x, const std::vector<bool>& reduced,
                                    bool keepdims, bool needs_identity, absl::string_view op) {
   Shape out;
@@ -138,7 +139,7 @@ absl::StatusOr<OpPlan> PlanReduce(absl::Span<const OperandDesc> in, const AttrMa
   std::vector<bool> reduced(rank, true);
   if (auto it = attrs.find("axis"); it != attrs.end()) {
     std::vector<int64_t> axes;
-    std::string field = "attribute \"axis\"";
+    const std::string field = "attribute \"axis\"";
     if (const int64_t* axis = std::get_if<int64_t>(&it->second)) {
       axes.push_back(*axis);
     } else if (const auto* list = std::get_if<std::vector<int64_t>>(&it->second)) {
