@@ -260,18 +260,37 @@ class OpLowering {
   absl::Status Reduce(const std::string& op) {
     const OpOperand& in = launch_.inputs[0];
     GPUKIT_ASSIGN_OR_RETURN(BufferId input, Input(0));
+    GPUKIT_ASSIGN_OR_RETURN(const int64_t count, ElementCount(in.desc.shape));
+    GPUKIT_ASSIGN_OR_RETURN(const int64_t out_count, ElementCount(launch_.plan.output.shape));
+    if (out_count == 0) return absl::OkStatus();
+    // The input as in[outer][extent][inner]. The reduced axes, merged where they are adjacent
+    // (kernels::ReduceRuns), are one extent when they form one run; several runs are permuted
+    // into a temporary with the reduced ones last and reduced as rows of their product.
     GkReduceParams p{};
-    GPUKIT_ASSIGN_OR_RETURN(p.extent, ElementCount(in.desc.shape));
-    p.outer = 1;
-    p.inner = 1;
-    if (const std::optional<int> axis = launch_.plan.params.axis; axis.has_value()) {
-      const auto dims = absl::MakeConstSpan(in.desc.shape);
-      GPUKIT_ASSIGN_OR_RETURN(p.outer, ElementCount(dims.subspan(0, *axis)));
-      p.extent = in.desc.shape[*axis];
-      GPUKIT_ASSIGN_OR_RETURN(p.inner, ElementCount(dims.subspan(*axis + 1)));
+    if (count == 0) {
+      p = {out_count, 0, 1, 0.0};  // rows of nothing: each stores the empty result
+    } else {
+      const std::vector<kernels::ReduceRun> runs =
+          kernels::ReduceRuns(in.desc.shape, launch_.plan.params.reduce_axes);
+      const auto reduced_runs = std::count_if(
+          runs.begin(), runs.end(), [](const kernels::ReduceRun& run) { return run.reduced; });
+      if (reduced_runs == 0) {
+        p = {1, 1, out_count, 0.0};  // axis = [] or axes of 1: each element is its own result
+      } else if (reduced_runs == 1) {
+        p = {1, 0, 1, 0.0};  // kept runs before the reduced one are outer, after it inner
+        for (const kernels::ReduceRun& run : runs) {  // (every extent here is >= 2)
+          if (run.reduced) {
+            p.extent = run.extent;
+          } else {
+            (p.extent == 0 ? p.outer : p.inner) *= run.extent;
+          }
+        }
+      } else {
+        GPUKIT_ASSIGN_OR_RETURN(input, ReducedAxesLast(input, runs, count));
+        p = {out_count, count / out_count, 1, 0.0};
+      }
     }
     p.divisor = op == "mean" ? static_cast<double>(p.extent) : 1.0;
-    if (p.outer * p.inner == 0) return absl::OkStatus();
     const std::string suffix =
         absl::StrCat(op, "_", KernelDTypeSuffix(launch_.plan.compute_dtype));
     if (p.inner > 1) {
@@ -307,15 +326,49 @@ class OpLowering {
     return Launch("reduce", absl::StrCat("gk_reduce_partials_", suffix), finish, finish_args);
   }
 
+  // A copy of `input` (`count` elements of the compute dtype, laid out as `runs`) with the
+  // kept runs first and the reduced ones last, each group in its order: the reduction's
+  // rows, in the output's order. A temporary of the input's size (gk_permute).
+  absl::StatusOr<BufferId> ReducedAxesLast(BufferId input,
+                                           const std::vector<kernels::ReduceRun>& runs,
+                                           int64_t count) {
+    Shape dims;
+    for (const kernels::ReduceRun& run : runs) dims.push_back(run.extent);
+    const std::vector<int64_t> strides = ContiguousStrides(dims);
+    GkPermuteParams params{};
+    params.count = count;
+    params.rank = static_cast<gk_int32>(runs.size());  // <= kMaxRank: runs merge dimensions
+    int j = 0;
+    for (const bool reduced : {false, true}) {
+      for (size_t i = 0; i < runs.size(); ++i) {
+        if (runs[i].reduced != reduced) continue;
+        params.dims[j] = runs[i].extent;
+        params.in_strides[j] = strides[i];
+        ++j;
+      }
+    }
+    const int64_t element_bytes = DTypeSize(launch_.plan.compute_dtype);
+    GPUKIT_ASSIGN_OR_RETURN(BufferId permuted, temps_.Allocate(count * element_bytes));
+    const KernelArg args[] = {Buffer(permuted), Buffer(input), Block(params)};
+    GPUKIT_RETURN_IF_ERROR(
+        Launch("layout", absl::StrCat("gk_permute_", element_bytes), Linear(count), args));
+    return permuted;
+  }
+
   absl::Status Matmul() {
-    const TensorDesc& a = launch_.inputs[0].desc;
-    const TensorDesc& b = launch_.inputs[1].desc;
+    // NumPy's 1-d operands, viewed in place: a [k] is one row [1, k], b [k] one column
+    // [k, 1], and the output, which lacks that dimension, has the bytes of [..., m, n].
+    Shape a = launch_.inputs[0].desc.shape;
+    Shape b = launch_.inputs[1].desc.shape;
     const Shape& out = launch_.plan.output.shape;
+    const size_t out_matrix_rank = (a.size() == 1 ? 0 : 1) + (b.size() == 1 ? 0 : 1);
+    if (a.size() == 1) a.insert(a.begin(), 1);
+    if (b.size() == 1) b.push_back(1);
     GkMatmulParams p{};
-    p.m = a.shape[a.shape.size() - 2];
-    p.k = a.shape.back();
-    p.n = b.shape.back();
-    const auto out_batch = absl::MakeConstSpan(out).first(out.size() - 2);
+    p.m = a[a.size() - 2];
+    p.k = a.back();
+    p.n = b.back();
+    const auto out_batch = absl::MakeConstSpan(out).first(out.size() - out_matrix_rank);
     GPUKIT_ASSIGN_OR_RETURN(p.batch, ElementCount(out_batch));
     if (p.m == 0 || p.n == 0 || p.batch == 0) return absl::OkStatus();
     if (CeilDiv(p.m, kMatmulTile) > kMaxGridYZ) {
@@ -325,9 +378,9 @@ class OpLowering {
     }
     p.batch_rank = static_cast<gk_int32>(out_batch.size());
     CopyDims(out_batch, p.batch_dims);
-    CopyDims(BroadcastStrides(absl::MakeConstSpan(a.shape).first(a.shape.size() - 2), out_batch),
+    CopyDims(BroadcastStrides(absl::MakeConstSpan(a).first(a.size() - 2), out_batch),
              p.a_batch_strides);
-    CopyDims(BroadcastStrides(absl::MakeConstSpan(b.shape).first(b.shape.size() - 2), out_batch),
+    CopyDims(BroadcastStrides(absl::MakeConstSpan(b).first(b.size() - 2), out_batch),
              p.b_batch_strides);
     GPUKIT_ASSIGN_OR_RETURN(BufferId a_buffer, Input(0));
     GPUKIT_ASSIGN_OR_RETURN(BufferId b_buffer, Input(1));

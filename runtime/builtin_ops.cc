@@ -10,6 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/cpu/cpu_op_kernels.h"
@@ -18,15 +19,6 @@
 
 namespace gpukit {
 namespace {
-
-template <typename T>
-absl::StatusOr<std::optional<T>> GetAttr(const AttrMap& attrs, absl::string_view name,
-                                         absl::string_view type_name) {
-  auto it = attrs.find(name);
-  if (it == attrs.end()) return std::optional<T>();
-  if (const T* value = std::get_if<T>(&it->second)) return std::optional<T>(*value);
-  return absl::InvalidArgumentError(absl::StrCat("attribute \"", name, "\" must be ", type_name));
-}
 
 // The value of attribute `name` when it is given. OpRegistry::Plan has checked its type
 // against the op's AttrSpec, so planners read it without checking it again.
@@ -80,69 +72,106 @@ absl::StatusOr<OpPlan> PlanDiv(absl::Span<const OperandDesc> in, const AttrMap&)
   return PlanBinary(in, /*true_divide=*/true);
 }
 
+// NumPy's matmul: a 1-d a is a row [1, k] and a 1-d b a column [k, 1], and that added
+// dimension is dropped from the result; batch dimensions broadcast.
 absl::StatusOr<OpPlan> PlanMatmul(absl::Span<const OperandDesc> in, const AttrMap& attrs) {
   GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* a, ArrayOperand(in, 0, "matmul"));
   GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* b, ArrayOperand(in, 1, "matmul"));
-  if (a->shape.size() < 2 || b->shape.size() < 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("matmul needs inputs of rank >= 2, got ", ShapeToString(a->shape), " and ",
-                     ShapeToString(b->shape), " (reshape a vector to [1, n] or [n, 1])"));
+  for (const auto& [i, x] : {std::pair{0, a}, std::pair{1, b}}) {
+    if (x->shape.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("matmul: Input operand ", i,
+                       " does not have enough dimensions (has 0, gufunc core with signature "
+                       "(n?,k),(k,m?)->(n?,m?) requires 1)"));
+    }
   }
-  const int64_t m = a->shape[a->shape.size() - 2], k = a->shape.back();
-  const int64_t kb = b->shape[b->shape.size() - 2], n = b->shape.back();
+  Shape a_matrix = a->shape, b_matrix = b->shape;
+  if (a_matrix.size() == 1) a_matrix.insert(a_matrix.begin(), 1);
+  if (b_matrix.size() == 1) b_matrix.push_back(1);
+  const int64_t m = a_matrix[a_matrix.size() - 2], k = a_matrix.back();
+  const int64_t kb = b_matrix[b_matrix.size() - 2], n = b_matrix.back();
   if (k != kb) {
     return absl::InvalidArgumentError(
         absl::StrCat("matmul inner dimensions differ: inputs[0] ", ShapeToString(a->shape), " has ",
                      k, " columns, inputs[1] ", ShapeToString(b->shape), " has ", kb, " rows"));
   }
   GPUKIT_ASSIGN_OR_RETURN(
-      Shape batch, BroadcastShapes(absl::MakeConstSpan(a->shape).first(a->shape.size() - 2),
-                                   absl::MakeConstSpan(b->shape).first(b->shape.size() - 2)));
-  batch.push_back(m);
-  batch.push_back(n);
-  GPUKIT_ASSIGN_OR_RETURN(std::optional<bool> allow_tf32,
-                          GetAttr<bool>(attrs, "allow_tf32", "a bool"));
+      Shape out, BroadcastShapes(absl::MakeConstSpan(a_matrix).first(a_matrix.size() - 2),
+                                 absl::MakeConstSpan(b_matrix).first(b_matrix.size() - 2)));
+  if (a->shape.size() > 1) out.push_back(m);
+  if (b->shape.size() > 1) out.push_back(n);
+  const bool allow_tf32 = ReadAttr<bool>(attrs, "allow_tf32").value_or(false);
   const DType dtype = PromoteTypes(a->dtype, b->dtype);
   OpPlan plan;
   plan.compute_dtype = dtype;
-  plan.output = {dtype, std::move(batch)};
-  plan.params.allow_tf32 = allow_tf32.value_or(false);
+  plan.output = {dtype, std::move(out)};
+  plan.params.allow_tf32 = allow_tf32;
   return plan;
 }
 
 enum class ReduceKind { kSum, kMean, kMax, kMin };
 
+// The output shape of a reduction of `x` over the axes flagged in `reduced`. With
+// `needs_identity` (max, min, argmax), a reduced extent of 0 is INVALID_ARGUMENT: those ops
+// have no identity to give for it.
+absl::StatusOr<Shape> ReducedShape(const TensorDesc& x, const std::vector<bool>& reduced,
+                                   bool keepdims, bool needs_identity, absl::string_view op) {
+  Shape out;
+  bool empty = false;
+  for (size_t i = 0; i < x.shape.size(); ++i) {
+    if (!reduced[i]) {
+      out.push_back(x.shape[i]);
+      continue;
+    }
+    empty = empty || x.shape[i] == 0;
+    if (keepdims) out.push_back(1);
+  }
+  if (empty && needs_identity) {
+    return absl::InvalidArgumentError(absl::StrCat(op, " of an empty extent (shape ",
+                                                   ShapeToString(x.shape), ") has no identity"));
+  }
+  return out;
+}
+
+// sum, mean, max, min: attribute "axis" is absent (every axis), an integer, or a list of
+// integers (NumPy's tuple of axes: negative ones count from the end, none may repeat, and
+// the empty list reduces nothing).
 absl::StatusOr<OpPlan> PlanReduce(absl::Span<const OperandDesc> in, const AttrMap& attrs,
                                   ReduceKind kind, absl::string_view op) {
   GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* x, ArrayOperand(in, 0, op));
-  GPUKIT_ASSIGN_OR_RETURN(std::optional<int64_t> axis,
-                          GetAttr<int64_t>(attrs, "axis", "an integer"));
-  GPUKIT_ASSIGN_OR_RETURN(std::optional<bool> keepdims, GetAttr<bool>(attrs, "keepdims", "a bool"));
+  const bool keepdims = ReadAttr<bool>(attrs, "keepdims").value_or(false);
+  const int rank = static_cast<int>(x->shape.size());
+  std::vector<bool> reduced(rank, true);
+  if (auto it = attrs.find("axis"); it != attrs.end()) {
+    std::vector<int64_t> axes;
+    const std::string field = "attribute \"axis\"";
+    if (const int64_t* axis = std::get_if<int64_t>(&it->second)) {
+      axes.push_back(*axis);
+    } else {  // OpRegistry::Plan let only an integer or a list of integers through
+      axes = std::get<std::vector<int64_t>>(it->second);
+    }
+    reduced.assign(rank, false);
+    for (size_t i = 0; i < axes.size(); ++i) {
+      GPUKIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(axes[i], rank,
+                                                    std::holds_alternative<int64_t>(it->second)
+                                                        ? field
+                                                        : absl::StrCat(field, "[", i, "]")));
+      if (reduced[ax]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, " = [", absl::StrJoin(axes, ", "), "] repeats axis ", ax, " (rank ", rank, ")"));
+      }
+      reduced[ax] = true;
+    }
+  }
   OpPlan plan;
   plan.compute_dtype = x->dtype;
-  plan.params.keepdims = keepdims.value_or(false);
-  const int rank = static_cast<int>(x->shape.size());
-  Shape out_shape;
-  int64_t reduced = 0;
-  if (axis.has_value()) {
-    GPUKIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(*axis, rank, "attribute \"axis\""));
-    plan.params.axis = ax;
-    reduced = x->shape[ax];
-    for (int i = 0; i < rank; ++i) {
-      if (i != ax) {
-        out_shape.push_back(x->shape[i]);
-      } else if (plan.params.keepdims) {
-        out_shape.push_back(1);
-      }
-    }
-  } else {
-    GPUKIT_ASSIGN_OR_RETURN(reduced, ElementCount(x->shape));
-    if (plan.params.keepdims) out_shape.assign(rank, 1);
+  plan.params.keepdims = keepdims;
+  for (int i = 0; i < rank; ++i) {
+    if (reduced[i]) plan.params.reduce_axes.push_back(i);
   }
-  if (reduced == 0 && (kind == ReduceKind::kMax || kind == ReduceKind::kMin)) {
-    return absl::InvalidArgumentError(absl::StrCat(op, " of an empty extent (shape ",
-                                                   ShapeToString(x->shape), ") has no identity"));
-  }
+  const bool needs_identity = kind == ReduceKind::kMax || kind == ReduceKind::kMin;
+  GPUKIT_ASSIGN_OR_RETURN(Shape out_shape,
+                          ReducedShape(*x, reduced, plan.params.keepdims, needs_identity, op));
   DType out = x->dtype;
   if (kind == ReduceKind::kSum && !IsFloating(out)) out = DType::kInt64;
   if (kind == ReduceKind::kMean && !IsFloating(out)) out = DType::kFloat32;
@@ -338,10 +367,24 @@ absl::StatusOr<OpPlan> PlanWhere(absl::Span<const OperandDesc> in, const AttrMap
 
 // ---- Reductions to indices, normalisations ----
 
+// argmax takes one axis or none, as NumPy's does.
 absl::StatusOr<OpPlan> PlanArgmax(absl::Span<const OperandDesc> in, const AttrMap& attrs) {
-  // The shape rules, attributes and the empty-extent error are max's.
-  GPUKIT_ASSIGN_OR_RETURN(OpPlan plan, PlanReduce(in, attrs, ReduceKind::kMax, "argmax"));
-  plan.output.dtype = DType::kInt64;
+  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* x, ArrayOperand(in, 0, "argmax"));
+  const std::optional<int64_t> axis = ReadAttr<int64_t>(attrs, "axis");
+  const int rank = static_cast<int>(x->shape.size());
+  OpPlan plan;
+  plan.compute_dtype = x->dtype;
+  plan.params.keepdims = ReadAttr<bool>(attrs, "keepdims").value_or(false);
+  std::vector<bool> reduced(rank, true);
+  if (axis.has_value()) {
+    GPUKIT_ASSIGN_OR_RETURN(int ax, NormalizeAxis(*axis, rank, "attribute \"axis\""));
+    plan.params.axis = ax;
+    reduced.assign(rank, false);
+    reduced[ax] = true;
+  }
+  GPUKIT_ASSIGN_OR_RETURN(Shape out_shape, ReducedShape(*x, reduced, plan.params.keepdims,
+                                                        /*needs_identity=*/true, "argmax"));
+  plan.output = {DType::kInt64, std::move(out_shape)};
   return plan;
 }
 
@@ -539,10 +582,13 @@ AttrSpec Required(std::string name, AttrType type, std::string doc) {
   return {std::move(name), type, /*required=*/true, "", std::move(doc)};
 }
 
-// The attributes of the reductions: sum, mean, max, min, argmax.
-std::vector<AttrSpec> ReduceAttrs() {
-  return {Optional("axis", AttrType::kInt, "all axes", "the axis to reduce (negative counts back)"),
-          Optional("keepdims", AttrType::kBool, "false", "keep the reduced axis with extent 1")};
+// The attributes of the reductions sum, mean, max, min (several axes) and argmax (one).
+std::vector<AttrSpec> ReduceAttrs(AttrType axis_type) {
+  return {Optional("axis", axis_type, "all axes",
+                   axis_type == AttrType::kAxes
+                       ? "the axis or list of axes to reduce (negative count back; [] none)"
+                       : "the axis to reduce (negative counts back)"),
+          Optional("keepdims", AttrType::kBool, "false", "keep reduced axes with extent 1")};
 }
 
 // a + b, a - b, a * b, a / b.
@@ -566,7 +612,7 @@ OpDef Reduction(std::string name, std::string summary,
   return {.name = std::move(name),
           .summary = std::move(summary),
           .inputs = {Array("x")},
-          .attrs = ReduceAttrs(),
+          .attrs = ReduceAttrs(AttrType::kAxes),
           .plan = plan,
           .cpu = cpu,
           .cuda = &cuda_ops::Reduce};
@@ -638,13 +684,13 @@ std::vector<OpDef> BuiltinOps() {
        .cuda_library = CudaLibrary::kCublasLtMatmul},
 
       // ---- Reductions ----
-      Reduction("sum", "sum of all elements or along axis; integers sum into int64", &PlanSum,
+      Reduction("sum", "sum of all elements or over axis (one or a list); integers sum into int64", &PlanSum,
                 &cpu_ops::Reduce<ReduceOp::kSum>),
-      Reduction("mean", "mean of all elements or along axis; integers give float32", &PlanMean,
+      Reduction("mean", "mean of all elements or over axis (one or a list); integers give float32", &PlanMean,
                 &cpu_ops::Reduce<ReduceOp::kMean>),
-      Reduction("max", "maximum of all elements or along axis; NaN propagates", &PlanMax,
+      Reduction("max", "maximum of all elements or over axis (one or a list); NaN propagates", &PlanMax,
                 &cpu_ops::Reduce<ReduceOp::kMax>),
-      Reduction("min", "minimum of all elements or along axis; NaN propagates", &PlanMin,
+      Reduction("min", "minimum of all elements or over axis (one or a list); NaN propagates", &PlanMin,
                 &cpu_ops::Reduce<ReduceOp::kMin>),
       // ---- Dtype and layout ----
       {.name = "astype",
@@ -722,7 +768,7 @@ std::vector<OpDef> BuiltinOps() {
        .summary =
            "int64 index of the first maximum, of all elements or along axis; NaN counts as maximum",
        .inputs = {Array("x")},
-       .attrs = ReduceAttrs(),
+       .attrs = ReduceAttrs(AttrType::kInt),
        .plan = &PlanArgmax,
        .cpu = &cpu_ops::Argmax,
        .cuda = &cuda_ops::Argmax},

@@ -60,6 +60,8 @@ absl::string_view AttrTypeName(AttrType type) {
       return "a list of integers";
     case AttrType::kString:
       return "a string";
+    case AttrType::kAxes:
+      return "an integer or a list of integers";
   }
   return "a value";
 }
@@ -78,6 +80,9 @@ bool AttrHasType(const AttrValue& value, AttrType type) {
       return std::holds_alternative<std::vector<int64_t>>(value);
     case AttrType::kString:
       return std::holds_alternative<std::string>(value);
+    case AttrType::kAxes:
+      return std::holds_alternative<int64_t>(value) ||
+             std::holds_alternative<std::vector<int64_t>>(value);
   }
   return false;
 }

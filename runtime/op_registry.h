@@ -55,8 +55,13 @@ using AttrMap = absl::flat_hash_map<std::string, AttrValue>;
 
 // Attributes after validation, in the form kernels use.
 struct OpParams {
-  std::optional<int> axis;  // reductions: nullopt reduces everything
-  bool keepdims = false;
+  // argmax, softmax, concat: the axis; argmax reduces everything when nullopt.
+  std::optional<int> axis;
+  // sum, mean, max, min: the axes reduced, ascending and distinct. Every axis when the op had
+  // no "axis" attribute (none for a 0-d input); none for "axis" = [] (NumPy's axis=(): each
+  // element is its own result, in the op's output dtype).
+  std::vector<int> reduce_axes;
+  bool keepdims = false;  // sum, mean, max, min, argmax: reduced axes stay as dimensions of 1
   std::vector<int> perm;  // transpose
   // matmul: float32 may round its inputs to TF32 on the tensor cores (about 1e-3 relative
   // error, several times faster). Backends that compute exactly (CPU, gpukit's own kernel)
@@ -89,9 +94,11 @@ enum class AttrType {
   kDType,    // DType
   kIntList,  // std::vector<int64_t>
   kString,   // std::string
+  kAxes,     // int64_t or std::vector<int64_t>: one axis, or NumPy's tuple of axes
 };
 
-// "an integer", "a number", "a bool", "a dtype", "a list of integers", "a string".
+// "an integer", "a number", "a bool", "a dtype", "a list of integers", "a string",
+// "an integer or a list of integers".
 absl::string_view AttrTypeName(AttrType type);
 // Whether `value` is of `type`.
 bool AttrHasType(const AttrValue& value, AttrType type);

@@ -876,6 +876,30 @@ absl::StatusOr<Array> Client::Reduce(absl::string_view op, const Array& a,
   return RunOp(op, {a}, attrs);
 }
 
+absl::StatusOr<Array> Client::ReduceAxes(absl::string_view op, const Array& a,
+                                         const std::vector<int64_t>& axes, bool keepdims) {
+  Attrs attrs;
+  attrs.emplace_back("axis", axes);  // an int_list, even of one axis or none
+  if (keepdims) attrs.emplace_back("keepdims", true);
+  return RunOp(op, {a}, attrs);
+}
+absl::StatusOr<Array> Client::Sum(const Array& a, const std::vector<int64_t>& axes,
+                                  bool keepdims) {
+  return ReduceAxes(op_names::kSum, a, axes, keepdims);
+}
+absl::StatusOr<Array> Client::Mean(const Array& a, const std::vector<int64_t>& axes,
+                                   bool keepdims) {
+  return ReduceAxes(op_names::kMean, a, axes, keepdims);
+}
+absl::StatusOr<Array> Client::Max(const Array& a, const std::vector<int64_t>& axes,
+                                  bool keepdims) {
+  return ReduceAxes(op_names::kMax, a, axes, keepdims);
+}
+absl::StatusOr<Array> Client::Min(const Array& a, const std::vector<int64_t>& axes,
+                                  bool keepdims) {
+  return ReduceAxes(op_names::kMin, a, axes, keepdims);
+}
+
 absl::StatusOr<Array> Client::Sum(const Array& a, std::optional<int64_t> axis, bool keepdims) {
   return Reduce(op_names::kSum, a, axis, keepdims);
 }

@@ -21,6 +21,8 @@ v1::AttrType AttrTypeToProto(AttrType type) {
       return v1::ATTR_TYPE_INT_LIST;
     case AttrType::kString:
       return v1::ATTR_TYPE_STRING;
+    case AttrType::kAxes:
+      return v1::ATTR_TYPE_AXES;
   }
   return v1::ATTR_TYPE_UNSPECIFIED;
 }

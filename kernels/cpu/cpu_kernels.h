@@ -18,6 +18,7 @@
 #define GPUKIT_KERNELS_CPU_CPU_KERNELS_H_
 
 #include <optional>
+#include <vector>
 
 #include "absl/types/span.h"
 #include "runtime/base/dtype.h"
@@ -52,17 +53,35 @@ void BinaryCpu(BinaryOp op, const ConstHostArray& a, const ConstHostArray& b, co
 // integer wraps (two's complement), as a C cast does.
 void CastCpu(const ConstHostArray& in, const HostArray& out);
 
-// Reduces over every element (axis == nullopt; out has one element) or over one axis
-// (0 <= axis < rank; out has in.shape without that axis, keepdims does not change the
-// layout). in.dtype may differ from out.dtype (sum of int32 into int64, mean of int32
-// into float32). Max/min propagate NaN. The reduced extent is > 0 for max/min (the
-// registry rejects empty ones); sum of nothing is 0 and mean of nothing is NaN.
-void ReduceCpu(ReduceOp op, const ConstHostArray& in, std::optional<int> axis,
+// Reduces over `axes` (ascending, distinct, each < rank; every axis reduces everything, none
+// converts each element on its own): out has in.shape without those axes (keepdims does not
+// change the layout). in.dtype may differ from out.dtype (sum of int32 into int64, mean of
+// int32 into float32). Each output element combines its elements in memory order, in double
+// for the floating types and int64 for integers, and a mean divides by their count; so the
+// result along one axis is what reducing that axis alone gives, and over several axes it is
+// rounded once. Max/min propagate NaN. The reduced extent is > 0 for max/min (the registry
+// rejects empty ones); sum of nothing is 0 and mean of nothing is NaN. Uses a temporary of
+// 8 bytes per output element.
+void ReduceCpu(ReduceOp op, const ConstHostArray& in, absl::Span<const int> axes,
                const HostArray& out);
 
-// Batched matrix product: a [..., m, k] times b [..., k, n] into out [..., m, n], with
-// NumPy broadcasting over the batch dimensions. Rank of each input >= 2; all three share
-// one dtype.
+// A reduction's layout as runs of dimensions, outermost first: `shape` with dimensions of 1
+// dropped and neighbours that are both reduced (in `axes`, ascending) or both kept merged
+// into one run of their product. Reduced axes that are adjacent, or apart only by
+// dimensions of 1, become one run. Empty for a 0-d shape or one of 1s. Used by ReduceCpu
+// and by the CUDA lowering (runtime/builtin_op_runner.cc) alike.
+struct ReduceRun {
+  int64_t extent;
+  bool reduced;
+
+  friend bool operator==(const ReduceRun&, const ReduceRun&) = default;
+};
+std::vector<ReduceRun> ReduceRuns(absl::Span<const int64_t> shape, absl::Span<const int> axes);
+
+// Matrix product with NumPy's rules: a [..., m, k] times b [..., k, n] into out [..., m, n],
+// the batch dimensions broadcast. A 1-d a ([k]) is read as [1, k] and a 1-d b ([k]) as
+// [k, 1], and out lacks that dimension (as the registry plans it); both inputs have rank >= 1.
+// All three share one dtype.
 void MatmulCpu(const ConstHostArray& a, const ConstHostArray& b, const HostArray& out);
 
 // out[i_perm[0], ..., i_perm[r-1]] = in[i_0, ..., i_{r-1}]: out.shape[j] ==

@@ -101,7 +101,7 @@ absl::Status Matmul(const OpLaunch& launch, const std::vector<const void*>& data
 template <kernels::ReduceOp kOp>
 absl::Status Reduce(const OpLaunch& launch, const std::vector<const void*>& data, void* out) {
   GPUKIT_ASSIGN_OR_RETURN(PreparedInputs in, Prepare(launch, data));
-  kernels::ReduceCpu(kOp, in.arrays[0], launch.plan.params.axis, Output(launch, out));
+  kernels::ReduceCpu(kOp, in.arrays[0], launch.plan.params.reduce_axes, Output(launch, out));
   return absl::OkStatus();
 }
 

@@ -115,23 +115,29 @@ MatmulRoute RouteMatmul(const TensorDesc& a, const TensorDesc& b, const OpPlan& 
                        DTypeName(dtype), " (the fallback casts it)");
       return route;
     }
-    if (input->shape.size() < 2) {
-      route.reason = absl::StrCat("inputs[", i, "] has rank ", input->shape.size());
+    if (input->shape.empty()) {
+      route.reason = absl::StrCat("inputs[", i, "] is 0-d");
       return route;
     }
   }
+  // NumPy's 1-d operands, viewed in place: a [k] is one row [1, k], b [k] one column [k, 1],
+  // and the output, which lacks that dimension, has the bytes of [..., m, n].
+  Shape a_shape = a.shape, b_shape = b.shape;
+  const size_t out_matrix_rank = (a_shape.size() == 1 ? 0 : 1) + (b_shape.size() == 1 ? 0 : 1);
+  if (a_shape.size() == 1) a_shape.insert(a_shape.begin(), 1);
+  if (b_shape.size() == 1) b_shape.push_back(1);
   const Shape& out = plan.output.shape;
-  if (out.size() < 2) {
+  if (out.size() < out_matrix_rank) {
     route.reason = absl::StrCat("output has rank ", out.size());
     return route;
   }
   MatmulShape& s = route.shape;
   s.dtype = dtype;
-  s.m = a.shape[a.shape.size() - 2];
-  s.k = a.shape.back();
-  s.n = b.shape.back();
+  s.m = a_shape[a_shape.size() - 2];
+  s.k = a_shape.back();
+  s.n = b_shape.back();
   s.batch = 1;
-  for (size_t i = 0; i + 2 < out.size(); ++i) s.batch *= out[i];
+  for (size_t i = 0; i + out_matrix_rank < out.size(); ++i) s.batch *= out[i];
   s.allow_tf32 = dtype == DType::kFloat32 && plan.params.allow_tf32;
   if (s.m == 0 || s.n == 0 || s.batch == 0) {
     route.kind = MatmulRoute::Kind::kNothingToDo;
@@ -141,8 +147,8 @@ MatmulRoute RouteMatmul(const TensorDesc& a, const TensorDesc& b, const OpPlan& 
     route.reason = "k = 0 (the output is zeros; the fallback kernel writes them)";
     return route;
   }
-  const std::optional<int64_t> a_stride = BatchStride(a.shape, s.batch, s.m * s.k);
-  const std::optional<int64_t> b_stride = BatchStride(b.shape, s.batch, s.k * s.n);
+  const std::optional<int64_t> a_stride = BatchStride(a_shape, s.batch, s.m * s.k);
+  const std::optional<int64_t> b_stride = BatchStride(b_shape, s.batch, s.k * s.n);
   if (!a_stride.has_value() || !b_stride.has_value()) {
     route.reason =
         absl::StrCat("batch dims ", ShapeToString(a.shape), " x ", ShapeToString(b.shape),

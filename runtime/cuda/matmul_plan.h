@@ -137,7 +137,7 @@ struct MatmulRoute {
 // output's batch element for element or is a single matrix broadcast to all of it (stride
 // 0). Batches broadcast along some batch dimensions only ([B1, 1] against [1, B2]) have no
 // single stride and fall back. plan.params.allow_tf32 becomes the shape's allow_tf32 for
-// float32.
+// float32. A 1-d input (NumPy's vector) is viewed in place: a [k] as [1, k], b [k] as [k, 1].
 MatmulRoute RouteMatmul(const TensorDesc& a, const TensorDesc& b, const OpPlan& plan);
 
 

@@ -98,6 +98,7 @@ void EncodeRunOp(const OpLaunch& launch, StreamId stream, executor::RunOp& out) 
   params.set_has_axis(p.axis.has_value());
   params.set_axis(p.axis.value_or(0));
   params.set_keepdims(p.keepdims);
+  for (int axis : p.reduce_axes) params.add_reduce_axes(axis);
   for (int axis : p.perm) params.add_perm(axis);
   params.set_allow_tf32(p.allow_tf32);
   if (p.clamp_min) {
@@ -139,6 +140,7 @@ absl::StatusOr<OpLaunch> DecodeRunOp(
   OpParams& p = launch.plan.params;
   if (params.has_axis()) p.axis = params.axis();
   p.keepdims = params.keepdims();
+  p.reduce_axes.assign(params.reduce_axes().begin(), params.reduce_axes().end());
   p.perm.assign(params.perm().begin(), params.perm().end());
   p.allow_tf32 = params.allow_tf32();
   if (params.has_clamp_min()) p.clamp_min = DecodeScalar(params.clamp_min());

@@ -236,6 +236,8 @@ TEST_F(CublasLtMatmulTest, SizesInEveryDtype) {
     Check({Shape(dtype, 17, 33, 9)});
     Check({Shape(dtype, 256, 256, 256)});
     Check({Shape(dtype, 3, 1000, 70)});
+    Check({Shape(dtype, 1, 80, 48)});  // a 1-d a (NumPy's vector) is one row
+    Check({Shape(dtype, 64, 1, 48)});  // a 1-d b is one column: D's leading dimension is 1
   }
 }
 

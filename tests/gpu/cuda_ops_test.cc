@@ -293,6 +293,77 @@ TEST_F(CudaOpsTest, ReductionsOverEverythingRowsAndColumns) {
   }
 }
 
+// NumPy's tuple of axes, one op: one run of reduced axes reduces as one axis does (rows or
+// columns); runs apart are permuted reduced-last into a temporary and reduced as rows, sliced
+// across blocks when there are few; no reduced run (axis = [], or axes of 1) keeps each element.
+TEST_F(CudaOpsTest, ReductionsOverSeveralAxesAdjacentAndApart) {
+  struct Case {
+    Shape shape;
+    std::vector<int64_t> axes;
+    bool keepdims;
+  };
+  const Case cases[] = {
+      {{8, 300, 5}, {0, 2}, false},      // apart: permuted, 300 rows of 40
+      {{2, 3, 4, 5}, {0, 2}, true},      // apart with kept axes between and after
+      {{4, 6, 1000}, {1, 2}, false},     // adjacent, last: rows of 6000
+      {{64, 3, 50}, {0, 1}, false},      // adjacent, first: columns of 192
+      {{5, 7, 9}, {-1, -3}, true},       // negative, apart
+      {{4, 2, 1 << 16}, {0, 2}, false},  // apart, 2 rows of 2^18: sliced across blocks
+      {{3, 1, 4, 1}, {1, 3}, false},     // only axes of 1: each element its own result
+      {{3, 4, 5}, {}, false},            // axis = []
+      {{2, 1, 3}, {0, 2}, true},         // apart only by an axis of 1: one run
+  };
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    for (const Case& c : cases) {
+      SCOPED_TRACE(ShapeToString(c.shape) + " axes " + ShapeToString(c.axes));
+      const int64_t rank = static_cast<int64_t>(c.shape.size());
+      int64_t reduced = 1;
+      for (int64_t axis : c.axes) reduced *= c.shape[(axis + rank) % rank];
+      for (const char* op : {"sum", "mean", "max", "min"}) {
+        const bool accumulates = std::string(op) == "sum" || std::string(op) == "mean";
+        const double per = IsFloating(dtype) ? 2.0 : 100.0;
+        const double scale = std::string(op) == "sum" ? per * reduced : per;
+        Compare(op, {Array(dtype, c.shape)}, {{"axis", c.axes}, {"keepdims", c.keepdims}},
+                accumulates ? Tolerance::kAccumulated : Tolerance::kExact,
+                [scale](int64_t) { return scale; });
+      }
+    }
+    // An empty reduced axis: the empty sum and mean (max and min are refused when planned).
+    Compare("sum", {Array(dtype, {2, 0, 3})}, {{"axis", std::vector<int64_t>{0, 1}}},
+            Tolerance::kExact);
+    Compare("mean", {Array(dtype, {2, 0, 3})}, {{"axis", std::vector<int64_t>{0, 1}}},
+            Tolerance::kExact);
+  }
+}
+
+// NumPy's 1-d operands, viewed in place: a [k] as [1, k], b [k] as [k, 1]. Floating inputs of
+// one dtype take cuBLASLt where it is loaded; integers and mixed dtypes take gpukit's kernel.
+TEST_F(CudaOpsTest, MatmulOfVectors) {
+  struct Case {
+    Shape a, b;
+  };
+  const Case cases[] = {{{48}, {48, 80}},    {{64, 48}, {48}},    {{48}, {48}},
+                        {{3, 17, 33}, {33}}, {{33}, {3, 33, 9}},  {{2, 1, 8, 8}, {8}},
+                        {{1}, {1}},          {{300}, {2, 300, 7}}};
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const double per = IsFloating(dtype) ? 4.0 : 1e4;
+    const Tolerance tol = IsFloating(dtype) ? Tolerance::kAccumulated : Tolerance::kExact;
+    for (const Case& c : cases) {
+      SCOPED_TRACE(ShapeToString(c.a) + " x " + ShapeToString(c.b));
+      const double k = static_cast<double>(c.a.back());
+      Compare("matmul", {Array(dtype, c.a), Array(dtype, c.b)}, {}, tol,
+              [&](int64_t) { return per * k; });
+    }
+  }
+  // Mixed dtypes are cast and run on gpukit's kernel whatever the dtype.
+  Compare("matmul", {Array(DType::kFloat16, {48}), Array(DType::kFloat32, {48, 80})}, {},
+          Tolerance::kAccumulated, [](int64_t) { return 4.0 * 48; });
+  Compare("matmul", {Array(DType::kBFloat16, {3, 17, 33}), Array(DType::kFloat32, {33})}, {},
+          Tolerance::kAccumulated, [](int64_t) { return 4.0 * 33; });
+}
+
 TEST_F(CudaOpsTest, MatmulPlainBatchedAndBroadcast) {
   for (DType dtype : kAllDTypes) {
     SCOPED_TRACE(DTypeName(dtype));

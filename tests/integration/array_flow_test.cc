@@ -209,7 +209,7 @@ TEST_F(ArrayFlowTest, ListOpsListsTheTwelveBuiltinOpsOnTheCpuBackend) {
     }
     ASSERT_GE(op.inputs_size(), 1) << op.name();
     if (op.name() == "sum") {
-      EXPECT_EQ(op.attr_info(0).type(), v1::ATTR_TYPE_INT);
+      EXPECT_EQ(op.attr_info(0).type(), v1::ATTR_TYPE_AXES);
       EXPECT_EQ(op.attr_info(0).default_value(), "all axes");
       EXPECT_EQ(op.attr_info(1).type(), v1::ATTR_TYPE_BOOL);
       EXPECT_EQ(op.attr_info(1).default_value(), "false");

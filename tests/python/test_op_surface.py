@@ -55,9 +55,6 @@ def test_every_op_the_daemon_lists_is_reached_from_python(daemon):
 # Calls that take an op's name: the package's run_op helpers, Session.run_op, _gpukit's
 # run_op, the reductions' helper and Array's binary operators' one.
 OP_TAKING_CALLS = {"run_op", "reduce", "_binary"}
-# Names the helpers of the NumPy-semantics work (issue 19, item 2: _array.py's matmul() and
-# argmax() bodies) still spell themselves; they become _ops.MATMUL and _ops.ARGMAX there.
-NOT_YET_FROM_THE_TABLE = {("_array.py", "matmul"), ("_array.py", "argmax")}
 
 
 def test_the_package_spells_op_names_only_in_its_table():
@@ -74,8 +71,7 @@ def test_the_package_spells_op_names_only_in_its_table():
                 continue
             for arg in node.args:
                 if isinstance(arg, ast.Constant) and arg.value in _ops.REACH:
-                    if (path.name, arg.value) not in NOT_YET_FROM_THE_TABLE:
-                        spelled.append(f"{path.name}:{node.lineno}: {arg.value!r}")
+                    spelled.append(f"{path.name}:{node.lineno}: {arg.value!r}")
     assert spelled == [], "use gpukit._ops' constants"
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -56,63 +56,30 @@ def session_of(*values: Any) -> "Session":
     raise TypeError("at least one argument must be a gpukit.Array")
 
 
-def _normalize_axes(axis: Sequence[int], ndim: int) -> List[int]:
-    axes = []
-    for a in axis:
-        if not -ndim <= a < ndim:
-            raise ValueError(f"axis {a} is out of range for an array of rank {ndim}")
-        axes.append(a % ndim)
-    if len(set(axes)) != len(axes):
-        raise ValueError(f"axis {tuple(axis)} repeats an axis")
-    return axes
-
-
 def reduce(session: "Session", op: str, a: "Array", axis: Axis, keepdims: bool) -> "Array":
-    """sum, mean, max or min of `a` over `axis` (None: all; an int; or a tuple of ints)."""
-    if axis is None or isinstance(axis, (int, np.integer)):
-        attrs: dict = {"keepdims": True} if keepdims else {}
-        if axis is not None:
-            attrs["axis"] = int(axis)
-        return run_op(session, op, [a], attrs)
-    axes = _normalize_axes([int(x) for x in axis], a.ndim)
-    if not axes:
-        raise ValueError("axis=() reduces nothing; pass None for all axes")
-    if len(axes) == a.ndim:
-        return run_op(session, op, [a], {"keepdims": True} if keepdims else {})
-    # One axis at a time, highest first, so the lower axes keep their numbers. (Each step is
-    # one op; mean of means is exact here as every group has the same count.)
-    out = a
-    for ax in sorted(axes, reverse=True):
-        out = run_op(session, op, [out], {"axis": ax, "keepdims": keepdims})
-    return out
+    """sum, mean, max or min of `a` over `axis` (None: all; an int; or a tuple of ints), as
+    one op in the daemon, which checks the axes as NumPy does."""
+    attrs: dict = {"keepdims": True} if keepdims else {}
+    if isinstance(axis, (int, np.integer)):
+        attrs["axis"] = int(axis)
+    elif axis is not None:
+        attrs["axis"] = [int(x) for x in axis]
+    return run_op(session, op, [a], attrs)
 
 
 def argmax(session: "Session", a: "Array", axis: Optional[int], keepdims: bool) -> "Array":
     attrs: dict = {"keepdims": True} if keepdims else {}
     if axis is not None:
         attrs["axis"] = int(axis)
-    return run_op(session, "argmax", [a], attrs)
+    return run_op(session, _ops.ARGMAX, [a], attrs)
 
 
 def matmul(session: "Session", a: "Array", b: "Array") -> "Array":
-    """NumPy's matmul: 1-d operands are made [1, k] and [k, 1], as NumPy does, and the
-    added axis is dropped from the result (one reshape op each, as the daemon's matmul takes
-    rank >= 2 only)."""
+    """NumPy's matmul as one op: the daemon reads a 1-d `a` as a row and a 1-d `b` as a column
+    and drops that dimension from the result, and broadcasts the batch dimensions."""
     if not isinstance(a, Array) or not isinstance(b, Array):
         raise TypeError("matmul takes two gpukit.Arrays")
-    if a.ndim >= 2 and b.ndim >= 2:
-        return run_op(session, "matmul", [a, b])
-    if a.ndim == 0 or b.ndim == 0:
-        raise ValueError("matmul: input operand does not have enough dimensions (0-d)")
-    a2 = reshape(session, a, (1, a.shape[0])) if a.ndim == 1 else a
-    b2 = reshape(session, b, (b.shape[0], 1)) if b.ndim == 1 else b
-    out = run_op(session, "matmul", [a2, b2])
-    shape = list(out.shape)
-    if b.ndim == 1:
-        del shape[-1]  # the n = 1 column
-    if a.ndim == 1:
-        del shape[-1 if b.ndim == 1 else -2]  # the m = 1 row
-    return reshape(session, out, tuple(shape))
+    return run_op(session, _ops.MATMUL, [a, b])
 
 
 def reshape(session: "Session", a: "Array", shape: Sequence[int]) -> "Array":

@@ -12,20 +12,29 @@ if TYPE_CHECKING:
 
 
 def sum(a: Array, axis: Axis = None, keepdims: bool = False) -> Array:  # noqa: A001
-    """Sum of the elements, over all axes or over `axis`.
+    """Sum of the elements, over all axes or over `axis`: one op in the daemon, however many
+    axes.
 
     Parameters
     ----------
     a : Array
     axis : int or tuple of ints, optional
-        Axes to reduce (negative ones count from the end); None reduces all.
+        Axes to reduce, with NumPy's meaning: negative ones count from the end, the order does
+        not matter, none may repeat, and ``()`` reduces nothing (each element is its own
+        result, in the output dtype). None reduces all.
     keepdims : bool
         Keep each reduced axis as a dimension of 1.
 
     Returns
     -------
     Array
-        Floating inputs keep their dtype; integer ones give int64 (wrapping).
+        Floating inputs keep their dtype; integer ones give int64 (wrapping). On the CPU
+        backend the sum accumulates in double and is rounded once.
+
+    Raises
+    ------
+    InvalidArgument
+        An axis out of range or repeated (in a pipelined session: when the result is used).
     """
     return _array.reduce(session_of(a), _ops.SUM, a, axis, keepdims)
 
@@ -47,14 +56,16 @@ def min(a: Array, axis: Axis = None, keepdims: bool = False) -> Array:  # noqa: 
 
 
 def argmax(a: Array, axis: Optional[int] = None, keepdims: bool = False) -> Array:
-    """int64 index of the first maximum, of the flattened array or along `axis` (NaN counts
-    as the maximum, as in NumPy)."""
+    """int64 index of the first maximum, of the flattened array or along `axis` (one int, as
+    NumPy's argmax takes; NaN counts as the maximum, as in NumPy)."""
     return _array.argmax(session_of(a), a, axis, keepdims)
 
 
 def matmul(a: Array, b: Array) -> Array:
-    """Matrix product with NumPy's rules: leading (batch) dimensions broadcast, and 1-d
-    operands work as a row (left) or a column (right) vector. Same as ``a @ b``."""
+    """Matrix product with NumPy's rules, one op in the daemon: leading (batch) dimensions
+    broadcast, and a 1-d operand is a row (left) or a column (right) vector whose dimension is
+    left out of the result (``[k] @ [k, n]`` is ``[n]``, ``[k] @ [k]`` is 0-d). Same as
+    ``a @ b``. A 0-d operand raises :class:`InvalidArgument` with NumPy's message."""
     return _array.matmul(session_of(a, b), a, b)
 
 

@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/half.h"
 #include "runtime/base/dtype.h"
 #include "runtime/base/shape.h"
@@ -797,6 +798,16 @@ INSTANTIATE_TEST_SUITE_P(Seeded, CastFloatToIntRandomTest,
 
 // ================================== ReduceCpu ==================================
 
+// ReduceCpu along one axis, or over every axis (nullopt), as the registry plans an "axis"
+// attribute that is an integer or absent.
+void ReduceAlong(ReduceOp op, const ConstHostArray& in, std::optional<int> axis,
+                 const HostArray& out) {
+  std::vector<int> axes(in.shape.size());
+  std::iota(axes.begin(), axes.end(), 0);
+  if (axis.has_value()) axes = {*axis};
+  ReduceCpu(op, in, axes, out);
+}
+
 std::vector<double> Iota(int64_t count, double start = 0) {
   std::vector<double> values(static_cast<size_t>(count));
   std::iota(values.begin(), values.end(), start);
@@ -847,7 +858,7 @@ TEST_P(ReduceHandComputedTest, MatchesHandComputedValues) {
   const TestArray in(dtype, {2, 3, 4}, Iota(24));
   const DType out_dtype = ReduceOutDType(c.op, dtype);
   TestArray out(out_dtype, c.out_shape);
-  ReduceCpu(c.op, in.view(), c.axis, out.mutable_view());
+  ReduceAlong(c.op, in.view(), c.axis, out.mutable_view());
   ExpectValues(out, AsStored(out_dtype, c.expected));
 }
 
@@ -869,7 +880,7 @@ TEST_P(ReduceFloatingTest, MaxAndMinPropagateNanWherever) {
     const TestArray in(dtype, {static_cast<int64_t>(values.size())}, values);
     for (ReduceOp op : {ReduceOp::kMax, ReduceOp::kMin}) {
       TestArray out(dtype, {});
-      ReduceCpu(op, in.view(), std::nullopt, out.mutable_view());
+      ReduceAlong(op, in.view(), std::nullopt, out.mutable_view());
       EXPECT_TRUE(std::isnan(out.GetDouble(0))) << "got " << out.GetDouble(0);
     }
   }
@@ -878,8 +889,8 @@ TEST_P(ReduceFloatingTest, MaxAndMinPropagateNanWherever) {
 TEST_P(ReduceFloatingTest, MaxAndMinAlongAxisPropagateNanPerOutput) {
   const TestArray in(GetParam(), {2, 2}, {1, kNan, 3, 4});
   TestArray max0(GetParam(), {2}), min1(GetParam(), {2});
-  ReduceCpu(ReduceOp::kMax, in.view(), 0, max0.mutable_view());
-  ReduceCpu(ReduceOp::kMin, in.view(), 1, min1.mutable_view());
+  ReduceAlong(ReduceOp::kMax, in.view(), 0, max0.mutable_view());
+  ReduceAlong(ReduceOp::kMin, in.view(), 1, min1.mutable_view());
   ExpectValues(max0, {3, kNan});
   ExpectValues(min1, {kNan, 3});
 }
@@ -887,15 +898,15 @@ TEST_P(ReduceFloatingTest, MaxAndMinAlongAxisPropagateNanPerOutput) {
 TEST_P(ReduceFloatingTest, SumAndMeanOfNothingAreZeroAndNan) {
   const TestArray empty(GetParam(), {0});
   TestArray sum(GetParam(), {}), mean(GetParam(), {});
-  ReduceCpu(ReduceOp::kSum, empty.view(), std::nullopt, sum.mutable_view());
-  ReduceCpu(ReduceOp::kMean, empty.view(), std::nullopt, mean.mutable_view());
+  ReduceAlong(ReduceOp::kSum, empty.view(), std::nullopt, sum.mutable_view());
+  ReduceAlong(ReduceOp::kMean, empty.view(), std::nullopt, mean.mutable_view());
   ExpectValues(sum, {0});
   ExpectValues(mean, {kNan});
 
   const TestArray rows(GetParam(), {2, 0});
   TestArray row_sums(GetParam(), {2}), row_means(GetParam(), {2});
-  ReduceCpu(ReduceOp::kSum, rows.view(), 1, row_sums.mutable_view());
-  ReduceCpu(ReduceOp::kMean, rows.view(), 1, row_means.mutable_view());
+  ReduceAlong(ReduceOp::kSum, rows.view(), 1, row_sums.mutable_view());
+  ReduceAlong(ReduceOp::kMean, rows.view(), 1, row_means.mutable_view());
   ExpectValues(row_sums, {0, 0});
   ExpectValues(row_means, {kNan, kNan});
 }
@@ -909,7 +920,7 @@ TEST(ReduceCpuTest, ReducesZeroDimArrayToItsValue) {
     const TestArray in(dtype, {}, {5});
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin}) {
       TestArray out(ReduceOutDType(op, dtype), {});
-      ReduceCpu(op, in.view(), std::nullopt, out.mutable_view());
+      ReduceAlong(op, in.view(), std::nullopt, out.mutable_view());
       ExpectValues(out, {5});
     }
   }
@@ -918,46 +929,46 @@ TEST(ReduceCpuTest, ReducesZeroDimArrayToItsValue) {
 TEST(ReduceCpuTest, ReducingSizeZeroArrayAlongNonEmptyAxisWritesNothing) {
   const TestArray in(DType::kFloat32, {0, 3});
   TestArray out(DType::kFloat32, {0});
-  ReduceCpu(ReduceOp::kMax, in.view(), 1, out.mutable_view());
+  ReduceAlong(ReduceOp::kMax, in.view(), 1, out.mutable_view());
   EXPECT_EQ(out.size(), 0);
   TestArray sums(DType::kFloat32, {3});
-  ReduceCpu(ReduceOp::kSum, in.view(), 0, sums.mutable_view());
+  ReduceAlong(ReduceOp::kSum, in.view(), 0, sums.mutable_view());
   ExpectValues(sums, {0, 0, 0});
 }
 
 TEST(ReduceCpuTest, SumOfInt32IntoInt64DoesNotWrapAtInt32) {
   const TestArray in = TestArray::FromInt64s(DType::kInt32, {3}, {kInt32Max, kInt32Max, 2});
   TestArray out(DType::kInt64, {});
-  ReduceCpu(ReduceOp::kSum, in.view(), std::nullopt, out.mutable_view());
+  ReduceAlong(ReduceOp::kSum, in.view(), std::nullopt, out.mutable_view());
   EXPECT_EQ(out.GetInt64(0), int64_t{1} << 32);
 }
 
 TEST(ReduceCpuTest, SumOfInt64WrapsModuloTwoTo64) {
   const TestArray in = TestArray::FromInt64s(DType::kInt64, {3}, {kInt64Max, 1, 1});
   TestArray out(DType::kInt64, {});
-  ReduceCpu(ReduceOp::kSum, in.view(), std::nullopt, out.mutable_view());
+  ReduceAlong(ReduceOp::kSum, in.view(), std::nullopt, out.mutable_view());
   EXPECT_EQ(out.GetInt64(0), kInt64Min + 1);
 }
 
 TEST(ReduceCpuTest, SumOfInt32IntoInt32Wraps) {
   const TestArray in = TestArray::FromInt64s(DType::kInt32, {2, 2}, {kInt32Max, 7, 1, 8});
   TestArray out(DType::kInt32, {2});
-  ReduceCpu(ReduceOp::kSum, in.view(), 0, out.mutable_view());
+  ReduceAlong(ReduceOp::kSum, in.view(), 0, out.mutable_view());
   ExpectValues(out, {static_cast<double>(kInt32Min), 15});
 }
 
 TEST(ReduceCpuTest, MeanOfIntegersIntoFloat32) {
   const TestArray in = TestArray::FromInt64s(DType::kInt64, {2, 2}, {1, 2, -3, 4});
   TestArray out(DType::kFloat32, {2});
-  ReduceCpu(ReduceOp::kMean, in.view(), 1, out.mutable_view());
+  ReduceAlong(ReduceOp::kMean, in.view(), 1, out.mutable_view());
   ExpectValues(out, {1.5, 0.5});
 }
 
 TEST(ReduceCpuTest, MaxAndMinOfIntegersUseFullRange) {
   const TestArray in = TestArray::FromInt64s(DType::kInt64, {4}, {kInt64Min, 0, kInt64Max, -1});
   TestArray max(DType::kInt64, {}), min(DType::kInt64, {});
-  ReduceCpu(ReduceOp::kMax, in.view(), std::nullopt, max.mutable_view());
-  ReduceCpu(ReduceOp::kMin, in.view(), std::nullopt, min.mutable_view());
+  ReduceAlong(ReduceOp::kMax, in.view(), std::nullopt, max.mutable_view());
+  ReduceAlong(ReduceOp::kMin, in.view(), std::nullopt, min.mutable_view());
   EXPECT_EQ(max.GetInt64(0), kInt64Max);
   EXPECT_EQ(min.GetInt64(0), kInt64Min);
 }
@@ -966,7 +977,7 @@ TEST(ReduceCpuTest, Float32SumAccumulatesInDouble) {
   // In float, 1e8 + 1 is 1e8 again (its ulp is 8) and the sum would come out 0.
   const TestArray in(DType::kFloat32, {3}, {1e8, 1, -1e8});
   TestArray out(DType::kFloat32, {});
-  ReduceCpu(ReduceOp::kSum, in.view(), std::nullopt, out.mutable_view());
+  ReduceAlong(ReduceOp::kSum, in.view(), std::nullopt, out.mutable_view());
   ExpectValues(out, {1});
 }
 
@@ -976,14 +987,14 @@ TEST(ReduceCpuTest, Float32SumAccumulatesInDouble) {
 TEST(ReduceCpuTest, Float16SumRoundsOnceFromDouble) {
   const TestArray in(DType::kFloat16, {3}, {1, 0x1p-11, 0x1p-24});
   TestArray out(DType::kFloat16, {});
-  ReduceCpu(ReduceOp::kSum, in.view(), std::nullopt, out.mutable_view());
+  ReduceAlong(ReduceOp::kSum, in.view(), std::nullopt, out.mutable_view());
   ExpectValues(out, {1 + 0x1p-10});
 }
 
 TEST(ReduceCpuTest, BFloat16SumRoundsOnceFromDouble) {
   const TestArray in(DType::kBFloat16, {3}, {1, 0x1p-8, 0x1p-24});
   TestArray out(DType::kBFloat16, {});
-  ReduceCpu(ReduceOp::kSum, in.view(), std::nullopt, out.mutable_view());
+  ReduceAlong(ReduceOp::kSum, in.view(), std::nullopt, out.mutable_view());
   ExpectValues(out, {1 + 0x1p-7});
 }
 
@@ -1040,8 +1051,8 @@ TEST_P(ReduceRandomTest, MatchesFloat64ReferenceOverEveryAxis) {
         out_shape.erase(out_shape.begin() + axis);
       }
       TestArray out(out_dtype, out_shape);
-      ReduceCpu(op, in.view(), axis < 0 ? std::nullopt : std::optional<int>(axis),
-                out.mutable_view());
+      ReduceAlong(op, in.view(), axis < 0 ? std::nullopt : std::optional<int>(axis),
+                  out.mutable_view());
 
       std::vector<double> expected(static_cast<size_t>(outer * inner));
       double scale = 0;
@@ -1091,6 +1102,222 @@ INSTANTIATE_TEST_SUITE_P(Seeded, ReduceRandomTest,
                                                DTypeName(std::get<1>(info.param)));
                          });
 
+// ---- Several axes at once ----
+
+struct ReduceAxesCase {
+  std::string name;
+  ReduceOp op;
+  std::vector<int> axes;
+  Shape out_shape;
+  std::vector<double> expected;
+};
+
+void PrintTo(const ReduceAxesCase& c, std::ostream* os) { *os << c.name; }
+
+// Over in[i][j][k] = 12 i + 4 j + k, shape [2, 3, 4], as kReduceCases.
+// clang-format off
+const ReduceAxesCase kReduceAxesCases[] = {
+    // sum over i, k of 12 i + 4 j + k: 48 + 32 j + 12.
+    {"SumsOverAxes0And2", ReduceOp::kSum, {0, 2}, {3}, {60, 92, 124}},
+    // sum over i, j: 36 + 24 + 6 k.
+    {"SumsOverAdjacentAxes0And1", ReduceOp::kSum, {0, 1}, {4}, {60, 66, 72, 78}},
+    // sum over j, k: 144 i + 48 + 18.
+    {"SumsOverAdjacentAxes1And2", ReduceOp::kSum, {1, 2}, {2}, {66, 210}},
+    {"SumsOverEveryAxisNamed", ReduceOp::kSum, {0, 1, 2}, {}, {276}},
+    {"MeansOverAxes0And2", ReduceOp::kMean, {0, 2}, {3}, {7.5, 11.5, 15.5}},
+    {"MeansOverAxes0And1", ReduceOp::kMean, {0, 1}, {4}, {10, 11, 12, 13}},
+    {"MaxOverAxes0And2", ReduceOp::kMax, {0, 2}, {3}, {15, 19, 23}},
+    {"MaxOverAxes1And2", ReduceOp::kMax, {1, 2}, {2}, {11, 23}},
+    {"MinOverAxes0And2", ReduceOp::kMin, {0, 2}, {3}, {0, 4, 8}},
+    {"MinOverAxes0And1", ReduceOp::kMin, {0, 1}, {4}, {0, 1, 2, 3}},
+    // No axis: each element is its own result (NumPy's axis=()).
+    {"SumOverNoAxisIsTheInput", ReduceOp::kSum, {}, {2, 3, 4}, Iota(24)},
+    {"MeanOverNoAxisIsTheInput", ReduceOp::kMean, {}, {2, 3, 4}, Iota(24)},
+    {"MaxOverNoAxisIsTheInput", ReduceOp::kMax, {}, {2, 3, 4}, Iota(24)},
+};
+// clang-format on
+
+class ReduceAxesHandComputedTest
+    : public testing::TestWithParam<std::tuple<ReduceAxesCase, DType>> {};
+
+TEST_P(ReduceAxesHandComputedTest, MatchesHandComputedValues) {
+  const auto& [c, dtype] = GetParam();
+  const TestArray in(dtype, {2, 3, 4}, Iota(24));
+  const DType out_dtype = ReduceOutDType(c.op, dtype);
+  TestArray out(out_dtype, c.out_shape);
+  ReduceCpu(c.op, in.view(), c.axes, out.mutable_view());
+  ExpectValues(out, AsStored(out_dtype, c.expected));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDTypes, ReduceAxesHandComputedTest,
+                         testing::Combine(testing::ValuesIn(kReduceAxesCases),
+                                          testing::ValuesIn(kAllDTypes)),
+                         [](const testing::TestParamInfo<std::tuple<ReduceAxesCase, DType>>& info) {
+                           return absl::StrCat(std::get<0>(info.param).name, "_",
+                                               DTypeName(std::get<1>(info.param)));
+                         });
+
+TEST(ReduceCpuTest, SeveralAxesOfIntegersSumIntoInt64AndMeanIntoFloat32) {
+  // [2, 2, 2] of int32 near the top of the range: the int64 sum does not wrap at int32.
+  const TestArray in =
+      TestArray::FromInt64s(DType::kInt32, {2, 2, 2}, {kInt32Max, 1, kInt32Max, 2, 3, 4, 5, 6});
+  TestArray sums(DType::kInt64, {2}), means(DType::kFloat32, {2});
+  ReduceCpu(ReduceOp::kSum, in.view(), std::vector<int>{0, 1}, sums.mutable_view());
+  ReduceCpu(ReduceOp::kMean, in.view(), std::vector<int>{0, 2}, means.mutable_view());
+  EXPECT_EQ(sums.GetInt64(0), 2 * int64_t{kInt32Max} + 8);
+  EXPECT_EQ(sums.GetInt64(1), 13);
+  // means over i, k of j = 0: (max + 1 + 3 + 4) / 4; of j = 1: (max + 2 + 5 + 6) / 4.
+  ExpectValues(means, AsStored(DType::kFloat32, {(kInt32Max + 8.0) / 4, (kInt32Max + 13.0) / 4}));
+}
+
+TEST(ReduceCpuTest, MaxAndMinOverSeveralAxesPropagateNanPerOutput) {
+  const TestArray in(DType::kFloat32, {2, 2, 2}, {1, 2, kNan, 4, 5, 6, 7, 8});
+  TestArray max(DType::kFloat32, {2}), min(DType::kFloat32, {2});
+  ReduceCpu(ReduceOp::kMax, in.view(), std::vector<int>{0, 2}, max.mutable_view());
+  ReduceCpu(ReduceOp::kMin, in.view(), std::vector<int>{0, 1}, min.mutable_view());
+  ExpectValues(max, {6, kNan});  // j = 1 holds the NaN
+  ExpectValues(min, {kNan, 2});  // k = 0 holds it
+}
+
+TEST(ReduceCpuTest, SumAndMeanOverSeveralAxesWithAnEmptyOneAreZeroAndNan) {
+  const TestArray in(DType::kFloat32, {2, 3, 0});
+  TestArray sums(DType::kFloat32, {3}), means(DType::kFloat32, {3});
+  ReduceCpu(ReduceOp::kSum, in.view(), std::vector<int>{0, 2}, sums.mutable_view());
+  ReduceCpu(ReduceOp::kMean, in.view(), std::vector<int>{0, 2}, means.mutable_view());
+  ExpectValues(sums, {0, 0, 0});
+  ExpectValues(means, {kNan, kNan, kNan});
+}
+
+// `value` rounded once to `dtype` as the kernels store a double (float16 and bfloat16 without
+// passing through float32), widened back to double.
+double StoredOnce(DType dtype, double value) {
+  return internal::DispatchDType(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return static_cast<double>(internal::Widen(internal::ConvertTo<T>(value)));
+  });
+}
+
+// Every subset of the axes of random shapes against a reference that combines each output's
+// elements in memory order in double (int64 for integer sums) and rounds once: bit for bit.
+// Along one axis that is index order, the order ReduceCpu used before it took several axes.
+TEST(ReduceCpuTest, EverySubsetOfAxesCombinesInMemoryOrderAndRoundsOnce) {
+  Rng rng;
+  SCOPED_TRACE(testing::Message() << "seed " << rng.seed());
+  for (int trial = 0; trial < 40; ++trial) {
+    Shape shape = rng.RandomShape(static_cast<int>(rng.Int(0, 5)));
+    const int rank = static_cast<int>(shape.size());
+    for (DType dtype : kAllDTypes) {
+      TestArray in(dtype, shape);
+      rng.Fill(in, 100);
+      for (int mask = 0; mask < (1 << rank); ++mask) {
+        std::vector<int> axes;
+        Shape out_shape;
+        for (int d = 0; d < rank; ++d) {
+          if (mask & (1 << d)) {
+            axes.push_back(d);
+          } else {
+            out_shape.push_back(shape[d]);
+          }
+        }
+        SCOPED_TRACE(absl::StrCat(ShapeToString(shape), " axes [", absl::StrJoin(axes, ", "), "] ",
+                                  DTypeName(dtype)));
+        const int64_t out_count = CountOf(out_shape);
+        const int64_t per_output = out_count == 0 ? 0 : in.size() / out_count;
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin}) {
+          if ((op == ReduceOp::kMax || op == ReduceOp::kMin) && per_output == 0) continue;
+          const DType out_dtype = op == ReduceOp::kSum && !IsFloating(dtype)
+                                      ? DType::kInt64
+                                      : ReduceOutDType(op, dtype);
+          TestArray out(out_dtype, out_shape);
+          ReduceCpu(op, in.view(), axes, out.mutable_view());
+
+          std::vector<double> acc(static_cast<size_t>(out_count));
+          std::vector<int64_t> int_acc(static_cast<size_t>(out_count));
+          std::vector<bool> seen(static_cast<size_t>(out_count), false);
+          const std::vector<int64_t> out_strides = ContiguousStrides(out_shape);
+          for (int64_t flat = 0; flat < in.size(); ++flat) {
+            int64_t rest = flat, o = 0;
+            for (int d = rank - 1, od = static_cast<int>(out_shape.size()) - 1; d >= 0; --d) {
+              const int64_t index = rest % shape[d];
+              rest /= shape[d];
+              if (!(mask & (1 << d))) o += index * out_strides[od--];
+            }
+            const double x = in.GetDouble(flat);
+            const int64_t xi = IsFloating(dtype) ? 0 : in.GetInt64(flat);
+            if (!seen[o]) {
+              acc[o] = x;
+              int_acc[o] = xi;
+              seen[o] = true;
+            } else if (op == ReduceOp::kMax) {
+              acc[o] = (x > acc[o] || std::isnan(x)) ? x : acc[o];
+            } else if (op == ReduceOp::kMin) {
+              acc[o] = (x < acc[o] || std::isnan(x)) ? x : acc[o];
+            } else {
+              acc[o] += x;
+              int_acc[o] = static_cast<int64_t>(static_cast<uint64_t>(int_acc[o]) +
+                                                static_cast<uint64_t>(xi));
+            }
+          }
+          if (op == ReduceOp::kSum && !IsFloating(dtype)) {
+            for (int64_t i = 0; i < out_count; ++i) ASSERT_EQ(out.GetInt64(i), int_acc[i]);
+            continue;
+          }
+          std::vector<double> expected(static_cast<size_t>(out_count));
+          for (int64_t i = 0; i < out_count; ++i) {
+            expected[i] = StoredOnce(out_dtype, per_output == 0 ? (op == ReduceOp::kSum ? 0 : kNan)
+                                                : op == ReduceOp::kMean
+                                                    ? acc[i] / static_cast<double>(per_output)
+                                                    : acc[i]);
+          }
+          ExpectValues(out, expected);
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+struct ReduceRunsCase {
+  std::string name;
+  Shape shape;
+  std::vector<int> axes;
+  std::vector<ReduceRun> expected;
+};
+
+void PrintTo(const ReduceRunsCase& c, std::ostream* os) { *os << c.name; }
+
+class ReduceRunsTest : public testing::TestWithParam<ReduceRunsCase> {};
+
+TEST_P(ReduceRunsTest, DropsOnesAndMergesNeighboursOfAKind) {
+  const ReduceRunsCase& c = GetParam();
+  const std::vector<ReduceRun> runs = ReduceRuns(c.shape, c.axes);
+  ASSERT_EQ(runs.size(), c.expected.size());
+  for (size_t i = 0; i < runs.size(); ++i) {
+    EXPECT_EQ(runs[i].extent, c.expected[i].extent) << "run " << i;
+    EXPECT_EQ(runs[i].reduced, c.expected[i].reduced) << "run " << i;
+  }
+}
+
+constexpr bool kReduced = true, kKept = false;
+INSTANTIATE_TEST_SUITE_P(
+    Table, ReduceRunsTest,
+    testing::Values(
+        ReduceRunsCase{
+            "OneAxisInTheMiddle", {2, 3, 4}, {1}, {{2, kKept}, {3, kReduced}, {4, kKept}}},
+        ReduceRunsCase{"AdjacentAxesAreOneRun", {2, 3, 4}, {0, 1}, {{6, kReduced}, {4, kKept}}},
+        ReduceRunsCase{
+            "AxesApartAreTwoRuns", {2, 3, 4}, {0, 2}, {{2, kReduced}, {3, kKept}, {4, kReduced}}},
+        ReduceRunsCase{"AxesApartOnlyByAOneAreOneRun", {2, 1, 4}, {0, 2}, {{8, kReduced}}},
+        ReduceRunsCase{"EveryAxisIsOneRun", {2, 3, 4}, {0, 1, 2}, {{24, kReduced}}},
+        ReduceRunsCase{"NoAxisIsOneKeptRun", {2, 3, 4}, {}, {{24, kKept}}},
+        ReduceRunsCase{"ReducedOneIsDropped", {5, 1, 3}, {1}, {{15, kKept}}},
+        ReduceRunsCase{"Alternating",
+                       {2, 3, 4, 5},
+                       {1, 3},
+                       {{2, kKept}, {3, kReduced}, {4, kKept}, {5, kReduced}}},
+        ReduceRunsCase{"ZeroDim", {}, {}, {}}, ReduceRunsCase{"OnlyOnes", {1, 1}, {0, 1}, {}}),
+    [](const testing::TestParamInfo<ReduceRunsCase>& info) { return info.param.name; });
+
 // ================================== MatmulCpu ==================================
 
 class MatmulAllDTypesTest : public testing::TestWithParam<DType> {};
@@ -1130,6 +1357,36 @@ TEST_P(MatmulAllDTypesTest, MultipliesMatrixVectorShapedOperands) {
   TestArray out(GetParam(), {3, 1, 1});
   MatmulCpu(a.view(), b.view(), out.mutable_view());
   ExpectValues(out, {12, 34, 56});
+}
+
+// NumPy's 1-d operands: a [k] is a row and b [k] a column, and out lacks that dimension.
+TEST_P(MatmulAllDTypesTest, VectorOperandsAreARowOnTheLeftAndAColumnOnTheRight) {
+  const TestArray row(GetParam(), {3}, {1, 2, 3});
+  const TestArray matrix(GetParam(), {3, 2}, {7, 8, 9, 10, 11, 12});
+  TestArray row_out(GetParam(), {2});
+  MatmulCpu(row.view(), matrix.view(), row_out.mutable_view());
+  ExpectValues(row_out, {58, 64});
+
+  const TestArray wide(GetParam(), {2, 3}, {1, 2, 3, 4, 5, 6});
+  const TestArray column(GetParam(), {3}, {1, 1, 2});
+  TestArray column_out(GetParam(), {2});
+  MatmulCpu(wide.view(), column.view(), column_out.mutable_view());
+  ExpectValues(column_out, {9, 21});
+
+  TestArray dot(GetParam(), {});
+  MatmulCpu(row.view(), column.view(), dot.mutable_view());
+  ExpectValues(dot, {9});  // 1 + 2 + 6
+}
+
+TEST_P(MatmulAllDTypesTest, VectorOperandsBroadcastOverTheOthersBatch) {
+  const TestArray vector(GetParam(), {2}, {1, 2});
+  const TestArray batch(GetParam(), {2, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
+  TestArray left(GetParam(), {2, 2});  // [1 2] @ batch[b]
+  MatmulCpu(vector.view(), batch.view(), left.mutable_view());
+  ExpectValues(left, {7, 10, 19, 22});
+  TestArray right(GetParam(), {2, 2});  // batch[b] @ [1 2]^T
+  MatmulCpu(batch.view(), vector.view(), right.mutable_view());
+  ExpectValues(right, {5, 11, 17, 23});
 }
 
 TEST_P(MatmulAllDTypesTest, EmptyInnerDimensionGivesZeros) {

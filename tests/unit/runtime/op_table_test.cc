@@ -43,6 +43,8 @@ AttrValue ValueOf(AttrType type) {
       return std::vector<int64_t>{1};
     case AttrType::kString:
       return std::string("s");
+    case AttrType::kAxes:
+      return std::vector<int64_t>{0, 1};
   }
   return int64_t{0};
 }

@@ -483,6 +483,28 @@ class Client {
                             bool keepdims = false);
   absl::StatusOr<Array> Min(const Array& a, std::optional<int64_t> axis = {},
                             bool keepdims = false);
+  // NumPy's meaning, each one op (one round trip):
+  // - Matmul (above): [..., m, k] x [..., k, n] -> [..., m, n] with the batch dimensions
+  //   broadcast; a 1-d a ([k]) is a row and a 1-d b ([k]) a column, and that dimension is
+  //   left out of the result ([k] x [k, n] -> [n], [m, k] x [k] -> [m], [k] x [k] -> []).
+  //   INVALID_ARGUMENT for a 0-d operand (NumPy's message), inner dimensions that differ or
+  //   batch dimensions that do not broadcast.
+  // - Sum, Mean, Max, Min (above): a negative axis counts from the end; keepdims keeps each
+  //   reduced axis as a dimension of 1. Sums of integers are int64, means of integers
+  //   float32; max and min of an empty extent are INVALID_ARGUMENT.
+  // - The overloads below reduce several axes at once, NumPy's tuple of axes: `axes` in any
+  //   order, negative ones from the end, none repeated (INVALID_ARGUMENT naming it); an empty
+  //   list reduces nothing (each element is its own result, in the op's output dtype), as
+  //   NumPy's axis=() does. Sum(a, {0, 2}) picks this overload; for a single axis write
+  //   Sum(a, 1) (Sum(a, {1}) is ambiguous).
+  absl::StatusOr<Array> Sum(const Array& a, const std::vector<int64_t>& axes,
+                            bool keepdims = false);
+  absl::StatusOr<Array> Mean(const Array& a, const std::vector<int64_t>& axes,
+                             bool keepdims = false);
+  absl::StatusOr<Array> Max(const Array& a, const std::vector<int64_t>& axes,
+                            bool keepdims = false);
+  absl::StatusOr<Array> Min(const Array& a, const std::vector<int64_t>& axes,
+                            bool keepdims = false);
   absl::StatusOr<Array> Astype(const Array& a, DType dtype);
   absl::StatusOr<Array> Reshape(const Array& a, std::vector<int64_t> shape);
   // Reverses the axes when `perm` is empty.
@@ -553,6 +575,8 @@ class Client {
   explicit Client(std::shared_ptr<internal::SessionState> state) : state_(std::move(state)) {}
   absl::StatusOr<Array> Reduce(absl::string_view op, const Array& a, std::optional<int64_t> axis,
                                bool keepdims);
+  absl::StatusOr<Array> ReduceAxes(absl::string_view op, const Array& a,
+                                   const std::vector<int64_t>& axes, bool keepdims);
   std::shared_ptr<internal::SessionState> state_;
 };
 

@@ -1,0 +1,82 @@
+// The executor channel carries a planned op whole: what the planner decided for a reduction
+// over several axes, argmax's axis and a 1-d matmul reach the executor as they left gpukitd.
+#include "runtime/executor/executor_protocol.h"
+
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "runtime/base/status_macros.h"
+#include "runtime/op_registry.h"
+#include "tests/testing/status_matchers.h"
+
+namespace gpukit {
+namespace {
+
+using ::gpukit::testing::IsOk;
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+// Plans `op` on arrays of `shapes` (float32; buffer ids 1, 2, ...; output id 99), encodes
+// it as gpukitd does and decodes it as the executor does.
+absl::StatusOr<OpLaunch> RoundTrip(absl::string_view op, const std::vector<Shape>& shapes,
+                                   const AttrMap& attrs) {
+  const OpRegistry& registry = OpRegistry::Builtin();
+  GPUKIT_ASSIGN_OR_RETURN(const OpDef* def, registry.Find(op));
+  std::vector<OperandDesc> descs;
+  OpLaunch launch;
+  launch.op = def;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    OperandDesc desc;
+    desc.tensor = {DType::kFloat32, shapes[i]};
+    descs.push_back(desc);
+    OpOperand operand;
+    operand.buffer = BufferId{i + 1};
+    operand.desc = desc.tensor;
+    launch.inputs.push_back(operand);
+  }
+  GPUKIT_ASSIGN_OR_RETURN(launch.plan, registry.Plan(*def, descs, attrs));
+  launch.output = BufferId{99};
+  executor::RunOp message;
+  EncodeRunOp(launch, StreamId{7}, message);
+  return DecodeRunOp(message, [](uint64_t id) -> absl::StatusOr<BufferId> { return BufferId{id}; });
+}
+
+TEST(ExecutorProtocolTest, CarriesTheAxesOfAReductionOverSeveralAxes) {
+  for (const std::vector<int64_t>& axes :
+       {std::vector<int64_t>{2, 0}, std::vector<int64_t>{}, std::vector<int64_t>{-1}}) {
+    absl::StatusOr<OpLaunch> decoded =
+        RoundTrip("mean", {{2, 3, 4}}, {{"axis", axes}, {"keepdims", true}});
+    ASSERT_THAT(decoded, IsOk());
+    OperandDesc x;
+    x.tensor = {DType::kFloat32, {2, 3, 4}};
+    const absl::StatusOr<OpPlan> planned =
+        OpRegistry::Builtin().Plan(*decoded->op, {x}, {{"axis", axes}, {"keepdims", true}});
+    ASSERT_THAT(planned, IsOk());
+    EXPECT_EQ(decoded->plan.params.reduce_axes, planned->params.reduce_axes);
+    EXPECT_TRUE(decoded->plan.params.keepdims);
+    EXPECT_EQ(decoded->plan.output.shape, planned->output.shape);
+  }
+  absl::StatusOr<OpLaunch> all = RoundTrip("sum", {{2, 3}}, {});
+  ASSERT_THAT(all, IsOk());
+  EXPECT_THAT(all->plan.params.reduce_axes, ElementsAre(0, 1));
+  EXPECT_EQ(all->plan.params.axis, std::nullopt);
+}
+
+TEST(ExecutorProtocolTest, CarriesArgmaxsAxisAndA1dMatmulsShapes) {
+  absl::StatusOr<OpLaunch> argmax = RoundTrip("argmax", {{2, 3}}, {{"axis", int64_t{-1}}});
+  ASSERT_THAT(argmax, IsOk());
+  EXPECT_EQ(argmax->plan.params.axis, 1);
+  EXPECT_THAT(argmax->plan.params.reduce_axes, IsEmpty());
+
+  absl::StatusOr<OpLaunch> matmul = RoundTrip("matmul", {{3}, {5, 3, 4}}, {});
+  ASSERT_THAT(matmul, IsOk());
+  ASSERT_EQ(matmul->inputs.size(), 2u);
+  EXPECT_THAT(matmul->inputs[0].desc.shape, ElementsAre(3));
+  EXPECT_THAT(matmul->inputs[1].desc.shape, ElementsAre(5, 3, 4));
+  EXPECT_THAT(matmul->plan.output.shape, ElementsAre(5, 4));
+  EXPECT_EQ(matmul->output.value, 99u);
+}
+
+}  // namespace
+}  // namespace gpukit
