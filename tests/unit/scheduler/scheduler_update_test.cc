@@ -81,7 +81,7 @@ TEST_F(SchedulerUpdateTest, ChecksTheMergedSpecAndLeavesThePartitionOnRefusal) {
 // afterwards: a read-merge-write in two locked steps lets one thread's write carry a stale
 // copy of another's field and undo it, which this sees.
 TEST_F(SchedulerUpdateTest, ConcurrentUpdatesOfDifferentFieldsLoseNone) {
-  constexpr int kRounds = 500;
+  constexpr int kRounds = 5000;
   struct Field {
     PartitionFieldMask mask;
     void (*set)(PartitionSpec&, int);
@@ -111,9 +111,13 @@ TEST_F(SchedulerUpdateTest, ConcurrentUpdatesOfDifferentFieldsLoseNone) {
   std::atomic<int> acknowledged[kFields] = {};
   std::atomic<int> stale_reads = 0;
   std::atomic<int> failures = 0;
+  // All start together, so their updates interleave rather than run one thread after another.
+  std::atomic<int> ready = 0;
   std::vector<std::thread> threads;
   for (int f = 0; f < kFields; ++f) {
     threads.emplace_back([&, f] {
+      ++ready;
+      while (ready.load() < kFields) std::this_thread::yield();
       for (int v = 1; v <= kRounds; ++v) {
         int floor[kFields];
         for (int g = 0; g < kFields; ++g) floor[g] = acknowledged[g].load();

@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "daemon/scheduler/clock.h"
 #include "daemon/server.h"
+#include "daemon/service/convert.h"
 #include "gmock/gmock.h"
 #include "gpukit/v1/admin.grpc.pb.h"
 #include "gpukit/v1/array.grpc.pb.h"
@@ -190,18 +191,22 @@ TEST_F(ServiceEdgeTest, CallDeadlineBoundsTheQueuedTask) {
   EXPECT_EQ(reason, "REASON_DEADLINE_EXCEEDED");
 }
 
-// Four admin clients each own one field of the partition and raise it 1, 2, ..., kRounds
-// with UpdatePartition and an update_mask naming only that field. A value one has seen
-// acknowledged must be in every reply that comes after, and all must be there at the end.
+// Four writers each own one field of the partition and raise it 1, 2, 3, ...: two admin
+// clients through AdminService.UpdatePartition with an update_mask naming only their field,
+// and two callers of Core::UpdatePartition in tight loops, as a configuration reload calls
+// it, which keep the partition changing while each RPC is inside its handler. A value a
+// writer has seen acknowledged must be in every answer that comes after (to any writer),
+// and every writer's last value must be there at the end: an update made of a read and a
+// write in two locked steps would carry a stale copy of another writer's field and undo it.
 TEST_F(ServiceEdgeTest, ConcurrentPartitionUpdatesOfDifferentFieldsLoseNone) {
-  constexpr int kRounds = 100;
-  constexpr int kFields = 4;
+  constexpr int kRpcRounds = 300;
+  constexpr int kWriters = 4;
   struct Field {
     const char* mask;
     void (*set)(v1::Partition&, int);
     int64_t (*get)(const v1::Partition&);
   };
-  const Field fields[kFields] = {
+  const Field fields[kWriters] = {
       {"memory_quota_bytes",
        [](v1::Partition& p, int v) { p.set_memory_quota_bytes((int64_t{16} << 20) + v); },
        [](const v1::Partition& p) { return p.memory_quota_bytes() - (int64_t{16} << 20); }},
@@ -212,6 +217,7 @@ TEST_F(ServiceEdgeTest, ConcurrentPartitionUpdatesOfDifferentFieldsLoseNone) {
       {"max_sessions", [](v1::Partition& p, int v) { p.set_max_sessions(v); },
        [](const v1::Partition& p) { return int64_t{p.max_sessions()}; }},
   };
+  constexpr int kRpcWriters = 2;  // fields 0 and 1; the core writers have 2 and 3
   // Start every field at its value 0.
   {
     v1::UpdatePartitionRequest start;
@@ -228,15 +234,32 @@ TEST_F(ServiceEdgeTest, ConcurrentPartitionUpdatesOfDifferentFieldsLoseNone) {
     ASSERT_TRUE(started.ok()) << started.error_message();
   }
 
-  std::atomic<int64_t> acknowledged[kFields] = {};
-  std::atomic<int> stale_replies = 0;
+  std::atomic<int64_t> acknowledged[kWriters] = {};
+  std::atomic<int> stale_answers = 0;
   std::atomic<int> failures = 0;
-  std::vector<std::thread> clients;
-  for (int f = 0; f < kFields; ++f) {
-    clients.emplace_back([&, f] {
-      for (int v = 1; v <= kRounds; ++v) {
-        int64_t floor[kFields];
-        for (int g = 0; g < kFields; ++g) floor[g] = acknowledged[g].load();
+  std::atomic<int> rpc_writers_done = 0;
+  // Counts an answer that shows a field below what its writer had acknowledged before.
+  auto check = [&](const int64_t(&floor)[kWriters], const v1::Partition& answer) {
+    for (int g = 0; g < kWriters; ++g) {
+      if (fields[g].get(answer) < floor[g]) ++stale_answers;
+    }
+  };
+  auto snapshot = [&](int64_t(&floor)[kWriters]) {
+    for (int g = 0; g < kWriters; ++g) floor[g] = acknowledged[g].load();
+  };
+  // All start together, so their updates interleave rather than run one after another.
+  std::atomic<int> ready = 0;
+  auto start_together = [&] {
+    ++ready;
+    while (ready.load() < kWriters) std::this_thread::yield();
+  };
+  std::vector<std::thread> writers;
+  for (int f = 0; f < kRpcWriters; ++f) {
+    writers.emplace_back([&, f] {
+      start_together();
+      for (int v = 1; v <= kRpcRounds; ++v) {
+        int64_t floor[kWriters];
+        snapshot(floor);
         v1::UpdatePartitionRequest request;
         request.mutable_partition()->set_name("default");
         fields[f].set(*request.mutable_partition(), v);
@@ -249,21 +272,51 @@ TEST_F(ServiceEdgeTest, ConcurrentPartitionUpdatesOfDifferentFieldsLoseNone) {
           continue;
         }
         acknowledged[f].store(v);
-        for (int g = 0; g < kFields; ++g) {
-          if (fields[g].get(response.partition().partition()) < floor[g]) ++stale_replies;
+        check(floor, response.partition().partition());
+      }
+      ++rpc_writers_done;
+    });
+  }
+  for (int f = kRpcWriters; f < kWriters; ++f) {
+    writers.emplace_back([&, f] {
+      start_together();
+      for (int v = 1; rpc_writers_done.load() < kRpcWriters; ++v) {
+        int64_t floor[kWriters];
+        snapshot(floor);
+        PartitionFieldMask mask;
+        PartitionSpec values;
+        if (f == 2) {
+          mask.max_running_tasks = true;
+          values.max_running_tasks = 100 + v;
+        } else {
+          mask.max_sessions = true;
+          values.max_sessions = v;
         }
+        absl::StatusOr<PartitionSpec> updated = core_->UpdatePartition("default", mask, values);
+        if (!updated.ok()) {
+          ADD_FAILURE() << fields[f].mask << " = " << v << ": " << updated.status();
+          ++failures;
+          break;
+        }
+        acknowledged[f].store(v);
+        v1::Partition answer;
+        service::ToProto(*updated, &answer);
+        check(floor, answer);
       }
     });
   }
-  for (std::thread& client : clients) client.join();
+  for (std::thread& writer : writers) writer.join();
   EXPECT_EQ(failures.load(), 0);
-  EXPECT_EQ(stale_replies.load(), 0) << "an update undid another's acknowledged field";
+  EXPECT_EQ(stale_answers.load(), 0) << "an update undid another's acknowledged field";
   v1::ListPartitionsResponse listed;
   ASSERT_TRUE(admin_->ListPartitions(Context().get(), {}, &listed).ok());
   ASSERT_EQ(listed.partitions_size(), 1);
-  for (const Field& field : fields) {
-    EXPECT_EQ(field.get(listed.partitions(0).partition()), kRounds) << field.mask;
+  for (int f = 0; f < kWriters; ++f) {
+    EXPECT_EQ(fields[f].get(listed.partitions(0).partition()), acknowledged[f].load())
+        << fields[f].mask;
   }
+  EXPECT_EQ(acknowledged[0].load(), kRpcRounds);
+  EXPECT_EQ(acknowledged[1].load(), kRpcRounds);
 }
 
 TEST_F(ServiceEdgeTest, UpdateMaskNamingAFieldThatCannotChangeIsInvalidArgument) {
