@@ -191,6 +191,28 @@ TEST_F(ServiceEdgeTest, CallDeadlineBoundsTheQueuedTask) {
   EXPECT_EQ(reason, "REASON_DEADLINE_EXCEEDED");
 }
 
+// A call with neither a gRPC deadline nor a queue timeout gives its task no deadline: it
+// waits until a slot frees, however long that takes on any clock.
+TEST_F(ServiceEdgeTest, CallWithoutDeadlineOrQueueTimeoutWaitsForItsTurn) {
+  OpenSessionWithArray();
+  OccupyTheSlot();
+  grpc::Status status;
+  std::string reason;
+  std::thread client = RunOpInBackground(std::make_unique<grpc::ClientContext>(),
+                                         /*queue_timeout_ms=*/0, &status, &reason);
+  std::optional<TaskInfo> queued = AwaitQueuedTask();
+  ASSERT_TRUE(queued.has_value());
+  EXPECT_EQ(queued->deadline, absl::InfiniteFuture());
+  clock_.Advance(absl::Hours(2));
+  core_->scheduler().Pump();
+  EXPECT_EQ(core_->ListTasks({.state = TaskState::kQueued}).size(), 1u);
+
+  core_->scheduler().Finish(blocker_, absl::OkStatus(), {});  // the slot frees
+  blocker_ = nullptr;
+  client.join();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
 // Four writers each own one field of the partition and raise it 1, 2, 3, ...: two admin
 // clients through AdminService.UpdatePartition with an update_mask naming only their field,
 // and two callers of Core::UpdatePartition in tight loops, as a configuration reload calls
