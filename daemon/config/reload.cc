@@ -106,8 +106,8 @@ absl::StatusOr<std::string> ConfigReloader::Reload() {
   for (int i = 0; i < core_.device_count(); ++i) {
     devices.push_back({i, core_.device(i).properties().memory_total_bytes});
   }
-  absl::StatusOr<PartitionReloadPlan> plan = PlanPartitionReload(
-      core_.scheduler().ListPartitions(), file_partitions_, next->core.partitions, devices);
+  absl::StatusOr<PartitionReloadPlan> plan =
+      PlanPartitionReload(core_.ListPartitions(), file_partitions_, next->core.partitions, devices);
   if (!plan.ok()) {
     return refuse(absl::Status(plan.status().code(),
                                absl::StrCat(path, ": partitions: ", plan.status().message())));
@@ -128,17 +128,23 @@ absl::StatusOr<std::string> ConfigReloader::Reload() {
       spdlog::warn("reload: partition {} kept: {}", name, std::string(closed.status().message()));
     }
   }
+  // Each step sets only the fields the plan changes, in one call, so an operator's update of
+  // another field (AdminService) that lands between the plan and this step stays.
   for (const PartitionUpdate& update : plan->updates) {
-    if (absl::Status s = core_.scheduler().UpdatePartition(update.lowered); !s.ok()) {
+    absl::StatusOr<PartitionSpec> lowered = core_.UpdatePartition(
+        update.to.name, ChangedPartitionFields(update.from, update.lowered), update.lowered);
+    if (!lowered.ok()) {
       spdlog::error("reload: partition {} not updated: {}", update.to.name,
-                    std::string(s.message()));
+                    std::string(lowered.status().message()));
       ++failed;
     }
   }
   for (const PartitionUpdate& update : plan->updates) {
-    if (absl::Status s = core_.scheduler().UpdatePartition(update.to); !s.ok()) {
+    absl::StatusOr<PartitionSpec> spec = core_.UpdatePartition(
+        update.to.name, ChangedPartitionFields(update.from, update.to), update.to);
+    if (!spec.ok()) {
       spdlog::error("reload: partition {} not updated: {}", update.to.name,
-                    std::string(s.message()));
+                    std::string(spec.status().message()));
       ++failed;
       continue;
     }
@@ -147,7 +153,7 @@ absl::StatusOr<std::string> ConfigReloader::Reload() {
     ++updated;
   }
   for (const PartitionSpec& spec : plan->creations) {
-    if (absl::Status s = core_.scheduler().CreatePartition(spec); !s.ok()) {
+    if (absl::Status s = core_.CreatePartition(spec); !s.ok()) {
       spdlog::error("reload: partition {} not created: {}", spec.name, std::string(s.message()));
       ++failed;
       continue;

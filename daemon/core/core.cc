@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/core/op_pipeline.h"
@@ -655,6 +656,34 @@ absl::Status Core::FreeKernel(absl::string_view session_id, absl::string_view ha
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
   // The kernel drops here, unloading its module, unless a launch still holds it.
   return Conclude(*session, session->RemoveKernel(handle).status());
+}
+
+absl::Status Core::CreatePartition(const PartitionSpec& spec) {
+  return scheduler_->CreatePartition(spec);
+}
+
+absl::StatusOr<PartitionSpec> Core::UpdatePartition(absl::string_view name,
+                                                    const PartitionFieldMask& mask,
+                                                    const PartitionSpec& values) {
+  return scheduler_->UpdatePartition(name, mask, values);
+}
+
+std::vector<PartitionStatus> Core::ListPartitions() const { return scheduler_->ListPartitions(); }
+
+absl::StatusOr<PartitionStatus> Core::GetPartitionStatus(absl::string_view name) const {
+  for (PartitionStatus& status : scheduler_->ListPartitions()) {
+    if (status.spec.name == name) return std::move(status);
+  }
+  return absl::NotFoundError(
+      absl::StrCat("partition \"", absl::CHexEscape(name.substr(0, 80)), "\" does not exist"));
+}
+
+std::vector<TaskInfo> Core::ListTasks(const TaskFilter& filter) const {
+  return scheduler_->ListTasks(filter);
+}
+
+absl::Status Core::CancelTask(uint64_t task_id, absl::string_view why) {
+  return scheduler_->Cancel(task_id, why);
 }
 
 absl::StatusOr<int> Core::DeletePartition(absl::string_view name, bool force) {

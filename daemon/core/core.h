@@ -370,14 +370,40 @@ class Core {
     return jit_->cache_stats();
   }
 
-  // Partitions and tasks (the scheduler's, for operators). DeletePartition with `force`
-  // closes the partition's sessions and returns how many; the partition's streams are
-  // destroyed before it returns unless a request of a closed session still runs, in which
-  // case the last such request destroys them when it ends. Delete partitions here, not with
-  // scheduler().DeletePartition, which would leave their streams to the core's end.
+  // Partitions and tasks, for operators (AdminService, the configuration reload). Each is
+  // one call of the scheduler under its lock (DeletePartition also takes partitions_mu_),
+  // thread-safe, and costs O(partitions) or, for tasks, O(tasks live and in the history).
+  //
+  // CreatePartition: INVALID_ARGUMENT for a bad spec or device, ALREADY_EXISTS,
+  // RESOURCE_EXHAUSTED (kDeviceOvercommitted) when it does not fit beside the device's other
+  // partitions. Its streams come with its first session (see "Streams" above).
+  absl::Status CreatePartition(const PartitionSpec& spec);
+  // Sets the fields `mask` names of partition `name` to those of `values` in one step
+  // (Scheduler::UpdatePartition: concurrent updates of different fields all land) and
+  // returns its new spec. NOT_FOUND, INVALID_ARGUMENT, RESOURCE_EXHAUSTED.
+  absl::StatusOr<PartitionSpec> UpdatePartition(absl::string_view name,
+                                                const PartitionFieldMask& mask,
+                                                const PartitionSpec& values);
+  // DeletePartition with `force` closes the partition's sessions and returns how many; the
+  // partition's streams are destroyed before it returns unless a request of a closed session
+  // still runs, in which case the last such request destroys them when it ends. Without
+  // `force`, FAILED_PRECONDITION (kPartitionBusy) while it has sessions. NOT_FOUND.
+  absl::StatusOr<int> DeletePartition(absl::string_view name, bool force);
+  // Every partition with its use and counters, by device, then name.
+  std::vector<PartitionStatus> ListPartitions() const;
+  // One partition's, as ListPartitions has it. NOT_FOUND.
+  absl::StatusOr<PartitionStatus> GetPartitionStatus(absl::string_view name) const;
+  // The tasks `filter` selects: live ones first (by id), then finished ones newest first.
+  std::vector<TaskInfo> ListTasks(const TaskFilter& filter) const;
+  // Cancels a waiting or admitted task, recording `why` as its error; its request fails with
+  // CANCELLED. NOT_FOUND (unknown or finished: TaskNotFoundError), FAILED_PRECONDITION for a
+  // running one (device work cannot be stopped midway).
+  absl::Status CancelTask(uint64_t task_id, absl::string_view why);
+  // The scheduler itself, for the daemon's wiring, its metrics and tests; the services use
+  // the calls above. Delete partitions through the core, not scheduler().DeletePartition,
+  // which would leave their streams to the core's end.
   Scheduler& scheduler() { return *scheduler_; }
   const Scheduler& scheduler() const { return *scheduler_; }
-  absl::StatusOr<int> DeletePartition(absl::string_view name, bool force);
 
   // Admin.
   std::vector<SessionSummary> ListSessions() const;

@@ -13,7 +13,7 @@ absl::StatusOr<RunningTask> RunningTask::Create(Scheduler& scheduler, const Sess
   request.kind = kind;
   request.name = std::string(name);
   request.priority = options.priority;
-  request.deadline = options.deadline;
+  request.queue_timeout = options.queue_timeout;
   GPUKIT_ASSIGN_OR_RETURN(TaskRef task, scheduler.Submit(session.ticket(), request));
   RunningTask running(scheduler, std::move(task));
   GPUKIT_RETURN_IF_ERROR(scheduler.AwaitAdmission(running.task_, options.cancelled));

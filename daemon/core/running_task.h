@@ -40,7 +40,10 @@ class EnqueuedTask;
 // How a request's task waits in its partition's queue.
 struct TaskOptions {
   int priority = 0;
-  absl::Time deadline = absl::InfiniteFuture();
+  // How long it may wait, from its submission (TaskRequest::queue_timeout): the scheduler
+  // resolves it against its clock. The services pass the smaller of the request's queue
+  // timeout and the time left of its call, both durations.
+  absl::Duration queue_timeout = absl::InfiniteDuration();
   // Polled while the task waits; true cancels it (the client went away).
   std::function<bool()> cancelled = [] { return false; };
 };

@@ -57,6 +57,43 @@ absl::Status ValidatePartitionSpec(const PartitionSpec& spec) {
   return absl::OkStatus();
 }
 
+PartitionFieldMask PartitionFieldMask::All() {
+  return {.memory_quota_bytes = true,
+          .compute_share = true,
+          .bandwidth_cap = true,
+          .max_queued_tasks = true,
+          .max_running_tasks = true,
+          .max_sessions = true,
+          .spill = true,
+          .session_defaults = true};
+}
+
+bool PartitionFieldMask::empty() const { return *this == PartitionFieldMask{}; }
+
+PartitionSpec ApplyPartitionFields(PartitionSpec base, const PartitionFieldMask& mask,
+                                   const PartitionSpec& values) {
+  if (mask.memory_quota_bytes) base.memory_quota_bytes = values.memory_quota_bytes;
+  if (mask.compute_share) base.compute_share = values.compute_share;
+  if (mask.bandwidth_cap) base.bandwidth_cap = values.bandwidth_cap;
+  if (mask.max_queued_tasks) base.max_queued_tasks = values.max_queued_tasks;
+  if (mask.max_running_tasks) base.max_running_tasks = values.max_running_tasks;
+  if (mask.max_sessions) base.max_sessions = values.max_sessions;
+  if (mask.spill) base.spill = values.spill;
+  if (mask.session_defaults) base.session_defaults = values.session_defaults;
+  return base;
+}
+
+PartitionFieldMask ChangedPartitionFields(const PartitionSpec& from, const PartitionSpec& to) {
+  return {.memory_quota_bytes = from.memory_quota_bytes != to.memory_quota_bytes,
+          .compute_share = from.compute_share != to.compute_share,
+          .bandwidth_cap = from.bandwidth_cap != to.bandwidth_cap,
+          .max_queued_tasks = from.max_queued_tasks != to.max_queued_tasks,
+          .max_running_tasks = from.max_running_tasks != to.max_running_tasks,
+          .max_sessions = from.max_sessions != to.max_sessions,
+          .spill = from.spill != to.spill,
+          .session_defaults = !(from.session_defaults == to.session_defaults)};
+}
+
 Decision AdmitPartition(const PartitionSpec& spec, absl::Span<const PartitionSpec> others,
                         int64_t device_memory_bytes) {
   int64_t other_bytes = 0;

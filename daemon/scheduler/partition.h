@@ -46,6 +46,31 @@ struct PartitionSpec {
 // INVALID_ARGUMENT naming the field and value.
 absl::Status ValidatePartitionSpec(const PartitionSpec& spec);
 
+// Which fields of a PartitionSpec an update sets (Scheduler::UpdatePartition). A partition's
+// name and device never change, so they have no bit here.
+struct PartitionFieldMask {
+  bool memory_quota_bytes = false;
+  bool compute_share = false;
+  bool bandwidth_cap = false;
+  bool max_queued_tasks = false;
+  bool max_running_tasks = false;
+  bool max_sessions = false;
+  bool spill = false;
+  bool session_defaults = false;
+
+  // Every field an update may set.
+  static PartitionFieldMask All();
+  bool empty() const;
+  friend bool operator==(const PartitionFieldMask&, const PartitionFieldMask&) = default;
+};
+
+// The fields `mask` names, taken from `values`; the others (and name and device) from `base`.
+PartitionSpec ApplyPartitionFields(PartitionSpec base, const PartitionFieldMask& mask,
+                                   const PartitionSpec& values);
+
+// The fields in which `to` differs from `from` (name and device aside).
+PartitionFieldMask ChangedPartitionFields(const PartitionSpec& from, const PartitionSpec& to);
+
 // Whether `spec` fits on its device beside `others` (the device's other partitions, not
 // including an older version of `spec`): quotas and shares each sum to at most the device.
 // Refused with kDeviceOvercommitted, naming what is left.

@@ -255,15 +255,14 @@ absl::Status Scheduler::CreatePartition(const PartitionSpec& spec) {
   return absl::OkStatus();
 }
 
-absl::Status Scheduler::UpdatePartition(const PartitionSpec& spec) {
-  GPUKIT_RETURN_IF_ERROR(ValidatePartitionSpec(spec));
+absl::StatusOr<PartitionSpec> Scheduler::UpdatePartition(absl::string_view name,
+                                                         const PartitionFieldMask& mask,
+                                                         const PartitionSpec& values) {
   absl::MutexLock lock(&mu_);
-  GPUKIT_ASSIGN_OR_RETURN(PartitionState * p, FindPartitionLocked(spec.name));
-  if (spec.device_index != p->spec.device_index) {
-    return absl::InvalidArgumentError(absl::StrCat("partition \"", spec.name, "\" is on device ",
-                                                   p->spec.device_index,
-                                                   "; a partition cannot move to another device"));
-  }
+  GPUKIT_ASSIGN_OR_RETURN(PartitionState * p, FindPartitionLocked(name));
+  // Merged under the lock: what another update set in between stays.
+  const PartitionSpec spec = ApplyPartitionFields(p->spec, mask, values);
+  GPUKIT_RETURN_IF_ERROR(ValidatePartitionSpec(spec));
   const Decision fits =
       AdmitPartition(spec, OtherSpecsLocked(spec.name), devices_[spec.device_index].capacity_bytes);
   if (!fits.admitted) return fits.ToStatus();
@@ -272,7 +271,7 @@ absl::Status Scheduler::UpdatePartition(const PartitionSpec& spec) {
   p->share.SetRate(spec.compute_share, now);
   p->cap.SetRate(PartitionState::CapRate(spec), now);
   PumpLocked(now);  // a raised limit may let waiting tasks go
-  return absl::OkStatus();
+  return spec;
 }
 
 absl::StatusOr<std::vector<std::string>> Scheduler::DeletePartition(absl::string_view name,
@@ -569,7 +568,7 @@ absl::StatusOr<TaskRef> Scheduler::Submit(const SessionTicket& ticket, const Tas
   info.name = request.name;
   info.priority = std::clamp(request.priority, -kMaxPriority, kMaxPriority);
   info.submitted = now;
-  info.deadline = request.deadline;
+  info.deadline = now + request.queue_timeout;  // InfiniteFuture for an infinite timeout
   GPUKIT_RETURN_IF_ERROR(TransitionLocked(*task, TaskState::kQueued, now));
   task->key = {info.qos, info.priority, info.id};
   live_.emplace(info.id, task);

@@ -257,9 +257,17 @@ class Scheduler {
   // INVALID_ARGUMENT for a bad spec or device, ALREADY_EXISTS, RESOURCE_EXHAUSTED
   // (kDeviceOvercommitted) when it does not fit beside the device's other partitions.
   absl::Status CreatePartition(const PartitionSpec& spec);
-  // Replaces a partition's spec (not its device). A quota below current use is allowed:
-  // nothing is taken away, new allocations are refused until use falls below it.
-  absl::Status UpdatePartition(const PartitionSpec& spec);
+  // Sets the fields of partition `name` that `mask` names to those of `values` (whose name
+  // and device are ignored) and returns the partition's new spec. The read, the merge, the
+  // checks and the write are one step under the scheduler's lock, so concurrent updates of
+  // different fields all land. A quota below current use is allowed: nothing is taken away,
+  // new allocations are refused until use falls below it. Waiting tasks a raised limit lets
+  // go are admitted at once. Errors: NOT_FOUND, INVALID_ARGUMENT (the merged spec,
+  // ValidatePartitionSpec), RESOURCE_EXHAUSTED (kDeviceOvercommitted) when it no longer fits
+  // beside the device's other partitions; the partition is unchanged then. O(partitions).
+  absl::StatusOr<PartitionSpec> UpdatePartition(absl::string_view name,
+                                                const PartitionFieldMask& mask,
+                                                const PartitionSpec& values);
   // Deletes a partition. With sessions in it: FAILED_PRECONDITION (kPartitionBusy) unless
   // `force`, in which case it returns their ids for the caller to close. NOT_FOUND.
   absl::StatusOr<std::vector<std::string>> DeletePartition(absl::string_view name, bool force);
@@ -311,8 +319,9 @@ class Scheduler {
   absl::Duration device_time_total(int device_index) const;
 
   // --- Tasks --------------------------------------------------------------------------
-  // Queues a task (and admits it at once if it may run). RESOURCE_EXHAUSTED (kQueueFull),
-  // NOT_FOUND after EndSession.
+  // Queues a task (and admits it at once if it may run). Its deadline is the scheduler's
+  // clock at submission plus request.queue_timeout: every deadline is read on the one clock
+  // that judges it. RESOURCE_EXHAUSTED (kQueueFull), NOT_FOUND after EndSession.
   absl::StatusOr<TaskRef> Submit(const SessionTicket& ticket, const TaskRequest& request);
   // Admits every queued task that may run now and expires those past their deadline.
   // Returns when something may change next without a call (a deadline, a bucket refilled);

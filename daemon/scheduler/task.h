@@ -101,8 +101,11 @@ struct TaskRequest {
   std::string name;  // op or kernel name, "upload", "download"
   // Higher runs first among tasks of the same QoS class; clamped to [-100, 100].
   int priority = 0;
-  // Latest time the task may still be waiting in the queue; past it, it expires.
-  absl::Time deadline = absl::InfiniteFuture();
+  // How long the task may wait in the queue, from Submit; past it, it expires. A duration,
+  // not a time: the scheduler resolves it against its own clock (Submit), so a caller
+  // cannot hand it a time read from another one. Zero or less: it expires at once, without
+  // being admitted (a call whose deadline has passed). Infinite: it waits as long as it must.
+  absl::Duration queue_timeout = absl::InfiniteDuration();
 };
 
 // A task as operators see it.

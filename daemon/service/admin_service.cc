@@ -99,15 +99,11 @@ namespace {
 // The partition's current status, for Create/Update replies.
 grpc::Status PartitionReply(const Core& core, const std::string& name, grpc::ServerContext* context,
                             v1::PartitionStatus* out) {
-  for (const PartitionStatus& status : core.scheduler().ListPartitions()) {
-    if (status.spec.name == name) {
-      ToProto(status, out);
-      return grpc::Status::OK;
-    }
-  }
-  // Deleted by another request in between.
-  return ToGrpc(absl::NotFoundError(absl::StrCat("partition \"", name, "\" does not exist")),
-                context);
+  // NOT_FOUND if another request deleted it in between.
+  absl::StatusOr<PartitionStatus> status = core.GetPartitionStatus(name);
+  if (!status.ok()) return ToGrpc(status.status(), context);
+  ToProto(*status, out);
+  return grpc::Status::OK;
 }
 
 }  // namespace
@@ -119,9 +115,7 @@ grpc::Status AdminServiceImpl::CreatePartition(grpc::ServerContext* context,
   if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
   absl::StatusOr<PartitionSpec> spec = FromProto(request->partition());
   if (!spec.ok()) return ToGrpc(spec.status(), context);
-  if (absl::Status s = core_.scheduler().CreatePartition(*spec); !s.ok()) {
-    return ToGrpc(s, context);
-  }
+  if (absl::Status s = core_.CreatePartition(*spec); !s.ok()) return ToGrpc(s, context);
   spdlog::info("partition created: partition={} device={} memory={} compute={}", spec->name,
                spec->device_index, FormatBytes(spec->memory_quota_bytes), spec->compute_share);
   return PartitionReply(core_, spec->name, context, response->mutable_partition());
@@ -132,15 +126,19 @@ grpc::Status AdminServiceImpl::UpdatePartition(grpc::ServerContext* context,
                                                v1::UpdatePartitionResponse* response) {
   if (grpc::Status s = guard_.CheckAdmin(context, "UpdatePartition"); !s.ok()) return s;
   if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
-  absl::StatusOr<PartitionSpec> current =
-      core_.scheduler().GetPartition(request->partition().name());
-  if (!current.ok()) return ToGrpc(current.status(), context);
-  absl::StatusOr<PartitionSpec> spec =
-      ApplyPartitionUpdate(*current, request->partition(), request->update_mask());
-  if (!spec.ok()) return ToGrpc(spec.status(), context);
-  if (absl::Status s = core_.scheduler().UpdatePartition(*spec); !s.ok()) {
-    return ToGrpc(s, context);
+  const std::string& name = request->partition().name();
+  absl::StatusOr<PartitionSpec> values = FromProto(request->partition());
+  absl::StatusOr<PartitionFieldMask> mask = PartitionFieldMaskFromProto(request->update_mask());
+  if (!values.ok() || !mask.ok()) {
+    // A request that is malformed and names no partition is answered NOT_FOUND, as
+    // api.md's order of checks says.
+    if (absl::StatusOr<PartitionStatus> known = core_.GetPartitionStatus(name); !known.ok()) {
+      return ToGrpc(known.status(), context);
+    }
+    return ToGrpc(!values.ok() ? values.status() : mask.status(), context);
   }
+  absl::StatusOr<PartitionSpec> spec = core_.UpdatePartition(name, *mask, *values);
+  if (!spec.ok()) return ToGrpc(spec.status(), context);
   spdlog::info("partition updated: partition={} memory={} compute={} bandwidth={}", spec->name,
                FormatBytes(spec->memory_quota_bytes), spec->compute_share, spec->bandwidth_cap);
   return PartitionReply(core_, spec->name, context, response->mutable_partition());
@@ -161,7 +159,7 @@ grpc::Status AdminServiceImpl::DeletePartition(grpc::ServerContext* context,
 grpc::Status AdminServiceImpl::ListPartitions(grpc::ServerContext* /*context*/,
                                               const v1::ListPartitionsRequest* /*request*/,
                                               v1::ListPartitionsResponse* response) {
-  for (const PartitionStatus& status : core_.scheduler().ListPartitions()) {
+  for (const PartitionStatus& status : core_.ListPartitions()) {
     ToProto(status, response->add_partitions());
   }
   return grpc::Status::OK;
@@ -213,7 +211,7 @@ grpc::Status AdminServiceImpl::ListTasks(grpc::ServerContext* context,
   const bool admin = guard_.policy()->IsAdmin(caller);
   if (!admin) filter.limit = 0;  // the limit applies to what the caller may see
   const absl::Time now = clock_.Now();
-  for (const TaskInfo& task : core_.scheduler().ListTasks(filter)) {
+  for (const TaskInfo& task : core_.ListTasks(filter)) {
     if (!admin && !MaySeeTask(caller, task)) continue;
     if (request->limit() > 0 && response->tasks_size() >= request->limit()) break;
     ToProto(task, now, response->add_tasks());
@@ -229,7 +227,7 @@ grpc::Status AdminServiceImpl::CancelTask(grpc::ServerContext* context,
     // Only tasks of the caller's own sessions, and a foreign one reads as unknown.
     bool exists = false;
     bool visible = false;
-    for (const TaskInfo& task : core_.scheduler().ListTasks({})) {
+    for (const TaskInfo& task : core_.ListTasks({})) {
       if (task.id == request->task_id()) {
         exists = true;
         visible = MaySeeTask(caller, task);
@@ -244,7 +242,7 @@ grpc::Status AdminServiceImpl::CancelTask(grpc::ServerContext* context,
       return ToGrpc(TaskNotFoundError(request->task_id()), context);
     }
   }
-  absl::Status status = core_.scheduler().Cancel(request->task_id(), "an operator cancelled it");
+  absl::Status status = core_.CancelTask(request->task_id(), "an operator cancelled it");
   if (!status.ok()) return ToGrpc(status, context);
   spdlog::info("task cancelled by an operator: task={}", request->task_id());
   return grpc::Status::OK;

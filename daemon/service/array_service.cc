@@ -164,7 +164,7 @@ grpc::Status ArrayServiceImpl::CopyFromHostMemory(grpc::ServerContext* context,
   return ToGrpc(
       core_.CopyFromHostMemory(request->session_id(), request->handle(), request->array_offset(),
                                request->region(), request->region_offset(), request->bytes(),
-                               TaskOptionsFrom({}, context, absl::Now())),
+                               TaskOptionsFrom({}, context)),
       context);
 }
 
@@ -178,7 +178,7 @@ grpc::Status ArrayServiceImpl::CopyToHostMemory(grpc::ServerContext* context,
   return ToGrpc(
       core_.CopyToHostMemory(request->session_id(), request->handle(), request->array_offset(),
                              request->region(), request->region_offset(), request->bytes(),
-                             TaskOptionsFrom({}, context, absl::Now())),
+                             TaskOptionsFrom({}, context)),
       context);
 }
 

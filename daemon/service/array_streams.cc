@@ -5,7 +5,6 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "daemon/service/convert.h"
 #include "daemon/service/worker_pool.h"
 #include "runtime/base/status_macros.h"
@@ -86,9 +85,8 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadRequest> {
   // On a worker: writes message_'s chunk (its transfer task), then reads on or finishes.
   void WriteChunk() {
     const v1::DataChunk& chunk = message_.chunk();
-    absl::Status status =
-        core_.WriteArray(header_->session_id(), header_->handle(), chunk.offset(), chunk.data(),
-                         TaskOptionsFrom({}, context_, absl::Now()));
+    absl::Status status = core_.WriteArray(header_->session_id(), header_->handle(), chunk.offset(),
+                                           chunk.data(), TaskOptionsFrom({}, context_));
     if (absl::IsOutOfRange(status)) {
       Finish(InvalidArgument(absl::StrCat("upload exceeds the array: ", status.message())));
       return;
@@ -189,7 +187,7 @@ class DownloadReactor final : public grpc::ServerWriteReactor<v1::DownloadRespon
     std::string* data = message_.mutable_chunk()->mutable_data();
     data->resize(static_cast<size_t>(bytes));
     absl::Status status = core_.ReadArray(session_id_, handle_, offset_, absl::MakeSpan(*data),
-                                          TaskOptionsFrom({}, context_, absl::Now()));
+                                          TaskOptionsFrom({}, context_));
     if (!status.ok()) {
       Finish(ToGrpc(status, context_));
       return;

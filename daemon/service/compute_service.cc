@@ -43,9 +43,8 @@ grpc::Status ComputeServiceImpl::RunOp(grpc::ServerContext* context,
   if (absl::Status task = ValidateTaskOptions(request->task()); !task.ok()) {
     return ToGrpc(task, context);
   }
-  absl::StatusOr<ArrayView> output =
-      core_.RunOp(request->session_id(), request->op(), *inputs, *attrs,
-                  TaskOptionsFrom(request->task(), context, absl::Now()));
+  absl::StatusOr<ArrayView> output = core_.RunOp(request->session_id(), request->op(), *inputs,
+                                                 *attrs, TaskOptionsFrom(request->task(), context));
   if (!output.ok()) return ToGrpc(output.status(), context);
   ToProto(*output, response->mutable_output());
   return grpc::Status::OK;
@@ -135,7 +134,7 @@ grpc::Status ComputeServiceImpl::LaunchKernel(grpc::ServerContext* context,
   }
   absl::StatusOr<absl::Duration> device_time = core_.LaunchKernel(
       request->session_id(), request->kernel(), request->entry(), LaunchConfigFrom(*request), *args,
-      TaskOptionsFrom(request->task(), context, absl::Now()));
+      TaskOptionsFrom(request->task(), context));
   if (!device_time.ok()) return ToGrpc(device_time.status(), context);
   response->set_device_us(absl::ToDoubleMicroseconds(*device_time));
   return grpc::Status::OK;

@@ -1,5 +1,7 @@
 #include "daemon/service/convert.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <type_traits>
 
@@ -222,32 +224,27 @@ void ToProto(const TaskInfo& task, absl::Time now, v1::TaskInfo* out) {
   out->set_error(task.error);
 }
 
-absl::StatusOr<PartitionSpec> ApplyPartitionUpdate(
-    PartitionSpec base, const v1::Partition& update,
+absl::StatusOr<PartitionFieldMask> PartitionFieldMaskFromProto(
     const google::protobuf::RepeatedPtrField<std::string>& mask) {
-  GPUKIT_ASSIGN_OR_RETURN(PartitionSpec next, FromProto(update));
-  if (mask.empty()) {
-    next.name = base.name;
-    next.device_index = base.device_index;
-    return next;
-  }
+  if (mask.empty()) return PartitionFieldMask::All();
+  PartitionFieldMask out;
   for (const std::string& field : mask) {
     if (field == "memory_quota_bytes") {
-      base.memory_quota_bytes = next.memory_quota_bytes;
+      out.memory_quota_bytes = true;
     } else if (field == "compute_share") {
-      base.compute_share = next.compute_share;
+      out.compute_share = true;
     } else if (field == "bandwidth_cap") {
-      base.bandwidth_cap = next.bandwidth_cap;
+      out.bandwidth_cap = true;
     } else if (field == "max_queued_tasks") {
-      base.max_queued_tasks = next.max_queued_tasks;
+      out.max_queued_tasks = true;
     } else if (field == "max_running_tasks") {
-      base.max_running_tasks = next.max_running_tasks;
+      out.max_running_tasks = true;
     } else if (field == "max_sessions") {
-      base.max_sessions = next.max_sessions;
+      out.max_sessions = true;
     } else if (field == "spill") {
-      base.spill = next.spill;
+      out.spill = true;
     } else if (field == "session_defaults") {
-      base.session_defaults = next.session_defaults;
+      out.session_defaults = true;
     } else if (field == "name" || field == "device_index") {
       return absl::InvalidArgumentError(
           absl::StrCat("update_mask names \"", field, "\", which cannot change"));
@@ -256,19 +253,24 @@ absl::StatusOr<PartitionSpec> ApplyPartitionUpdate(
                                                      "\", which is not a Partition field"));
     }
   }
-  return base;
+  return out;
 }
 
-TaskOptions TaskOptionsFrom(const v1::TaskOptions& options, grpc::ServerContextBase* context,
-                            absl::Time now) {
+absl::Duration CallTimeRemaining(const grpc::ServerContextBase& context) {
+  const std::chrono::system_clock::time_point deadline = context.deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return absl::InfiniteDuration();
+  // gRPC keeps the deadline on the system clock; only the difference leaves this function.
+  return absl::FromChrono(deadline) - absl::FromChrono(std::chrono::system_clock::now());
+}
+
+TaskOptions TaskOptionsFrom(const v1::TaskOptions& options, grpc::ServerContextBase* context) {
   TaskOptions task;
   task.priority = options.priority();
   if (options.queue_timeout_ms() > 0) {
-    task.deadline = now + absl::Milliseconds(options.queue_timeout_ms());
+    task.queue_timeout = absl::Milliseconds(options.queue_timeout_ms());
   }
   if (context != nullptr) {
-    const absl::Time call_deadline = absl::FromChrono(context->deadline());
-    task.deadline = std::min(task.deadline, call_deadline);
+    task.queue_timeout = std::min(task.queue_timeout, CallTimeRemaining(*context));
     task.cancelled = [context] { return context->IsCancelled(); };
   }
   return task;

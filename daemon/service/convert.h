@@ -40,13 +40,19 @@ void ToProto(const TenantUsage& usage, v1::TenantUsage* out);
 void ToProto(const TaskInfo& task, absl::Time now, v1::TaskInfo* out);
 v1::TaskState ToProto(TaskState state);
 absl::StatusOr<std::optional<TaskState>> FromProto(v1::TaskState state);
-// Applies the `update_mask` fields of `update` to `base` (all but name and device when the
-// mask is empty). INVALID_ARGUMENT for unknown or immutable field names.
-absl::StatusOr<PartitionSpec> ApplyPartitionUpdate(PartitionSpec base, const v1::Partition& update,
-                                                   const google::protobuf::RepeatedPtrField<std::string>& mask);
-// The request's queueing: its TaskOptions, the call's deadline and its cancellation.
-TaskOptions TaskOptionsFrom(const v1::TaskOptions& options, grpc::ServerContextBase* context,
-                            absl::Time now);
+// The fields an UpdatePartition's `update_mask` names (every field but name and device when
+// it is empty). INVALID_ARGUMENT for unknown or immutable field names.
+absl::StatusOr<PartitionFieldMask> PartitionFieldMaskFromProto(
+    const google::protobuf::RepeatedPtrField<std::string>& mask);
+// How long the call has left: its deadline (gRPC's, on the system clock) minus the system
+// clock's now, read once; infinite for a call without a deadline, zero or less for one past
+// it. What leaves the service edge is this duration, never a time, so no time read from the
+// system clock meets the scheduler's injected one.
+absl::Duration CallTimeRemaining(const grpc::ServerContextBase& context);
+// The request's queueing: its TaskOptions, the time left of the call (`context`, may be null)
+// and its cancellation. The queue timeout is the smaller of the request's queue_timeout_ms
+// (0: none) and CallTimeRemaining.
+TaskOptions TaskOptionsFrom(const v1::TaskOptions& options, grpc::ServerContextBase* context);
 // INVALID_ARGUMENT "task.queue_timeout_ms = -1 must be >= 0".
 absl::Status ValidateTaskOptions(const v1::TaskOptions& options);
 

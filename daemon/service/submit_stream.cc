@@ -10,7 +10,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/time/clock.h"
 #include "daemon/core/op_pipeline.h"
 #include "daemon/service/convert.h"
 #include "spdlog/spdlog.h"
@@ -244,7 +243,7 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
           status = pipeline_->Refuse(index, run.op(), std::move(task));
         } else {
           absl::StatusOr<ArrayView> output = pipeline_->RunOp(
-              index, run.op(), *inputs, *attrs, TaskOptionsFrom(run.task(), context_, absl::Now()));
+              index, run.op(), *inputs, *attrs, TaskOptionsFrom(run.task(), context_));
           if (output.ok()) ToProto(*output, result->mutable_output());
           status = output.status();
         }

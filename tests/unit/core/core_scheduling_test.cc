@@ -282,7 +282,7 @@ TEST_F(CoreSchedulingTest, OpWhoseDeadlinePassedInTheQueueExpires) {
   OpInput in;
   in.handle = a;
   TaskOptions late;
-  late.deadline = clock_.Now() - absl::Milliseconds(1);
+  late.queue_timeout = -absl::Milliseconds(1);  // a call already past its deadline
   absl::StatusOr<ArrayView> result = core().RunOp(s.session_id, "sum", {in}, {}, late);
   EXPECT_THAT(result, StatusIs(absl::StatusCode::kDeadlineExceeded));
   EXPECT_EQ(ReasonOf(result.status()), RejectReason::kDeadlineExceeded);
@@ -337,7 +337,7 @@ TEST_F(CoreQueueTest, QueuedOpExpiresWhenItsDeadlinePasses) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::string a, Fill(s.session_id, 64, 3));
   OccupyTheSlot();
   TaskOptions options;
-  options.deadline = clock_.Now() + absl::Milliseconds(10);
+  options.queue_timeout = absl::Milliseconds(10);
   // Time passes only as the waiter polls: each poll is one fake millisecond.
   options.cancelled = [this] {
     clock_.Advance(absl::Milliseconds(1));
@@ -348,6 +348,29 @@ TEST_F(CoreQueueTest, QueuedOpExpiresWhenItsDeadlinePasses) {
   absl::StatusOr<ArrayView> result = core().RunOp(s.session_id, "sum", {in}, {}, options);
   EXPECT_THAT(result, StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("shared")));
   EXPECT_EQ(ReasonOf(result.status()), RejectReason::kDeadlineExceeded);
+}
+
+// The timeout is a duration that the scheduler adds to its own clock when the task is
+// submitted: the fake clock, which starts years away from the real one, is the only time
+// involved.
+TEST_F(CoreQueueTest, QueueTimeoutCountsFromSubmissionOnTheCoresClock) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SessionGrant s, Open({}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::string a, Fill(s.session_id, 64, 3));
+  OccupyTheSlot();
+  TaskOptions options;
+  options.queue_timeout = absl::Milliseconds(10);
+  options.cancelled = [this] {  // each poll is one fake millisecond
+    clock_.Advance(absl::Milliseconds(1));
+    return false;
+  };
+  OpInput in;
+  in.handle = a;
+  absl::StatusOr<ArrayView> result = core().RunOp(s.session_id, "sum", {in}, {}, options);
+  EXPECT_THAT(result, StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("waited 10ms")));
+  std::vector<TaskInfo> expired = core().ListTasks({.state = TaskState::kExpired});
+  ASSERT_EQ(expired.size(), 1u);
+  EXPECT_EQ(expired[0].deadline - expired[0].submitted, absl::Milliseconds(10));
+  EXPECT_EQ(expired[0].finished, expired[0].deadline);
 }
 
 TEST_F(CoreQueueTest, ClosingTheSessionCancelsItsQueuedOp) {

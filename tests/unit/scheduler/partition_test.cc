@@ -225,5 +225,74 @@ TEST(AdmitPartitionTest, RefusalBecomesResourceExhaustedCarryingTheReason) {
   EXPECT_EQ(ReasonOf(status), RejectReason::kDeviceOvercommitted);
 }
 
+// --- PartitionFieldMask -----------------------------------------------------------------
+
+// A spec whose every field differs from Valid()'s.
+PartitionSpec Other() {
+  return {.name = "training",
+          .device_index = 1,
+          .memory_quota_bytes = 2 * kGiB,
+          .compute_share = 0.25,
+          .bandwidth_cap = 0.5,
+          .max_queued_tasks = 7,
+          .max_running_tasks = 3,
+          .max_sessions = 2,
+          .spill = true,
+          .session_defaults = {.memory_request_bytes = 1 << 20}};
+}
+
+struct MaskCase {
+  std::string name;
+  std::function<void(PartitionFieldMask&)> set;     // one field's bit
+  std::function<bool(const PartitionSpec&)> taken;  // whether that field came from Other()
+};
+
+class PartitionFieldMaskTest : public ::testing::TestWithParam<MaskCase> {};
+
+TEST_P(PartitionFieldMaskTest, ApplyTakesExactlyTheNamedFieldAndChangedFindsIt) {
+  PartitionFieldMask mask;
+  GetParam().set(mask);
+  const PartitionSpec merged = ApplyPartitionFields(Valid(), mask, Other());
+  EXPECT_TRUE(GetParam().taken(merged));
+  // Every other field stays, and so do the name and device.
+  EXPECT_EQ(ChangedPartitionFields(Valid(), merged), mask);
+  EXPECT_EQ(merged.name, "inference");
+  EXPECT_EQ(merged.device_index, 0);
+  // Applying that field back restores Valid() exactly.
+  EXPECT_TRUE(ChangedPartitionFields(Valid(), ApplyPartitionFields(merged, mask, Valid())).empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EachField, PartitionFieldMaskTest,
+    ::testing::Values(MaskCase{"memory_quota_bytes", [](auto& m) { m.memory_quota_bytes = true; },
+                               [](const auto& s) { return s.memory_quota_bytes == 2 * kGiB; }},
+                      MaskCase{"compute_share", [](auto& m) { m.compute_share = true; },
+                               [](const auto& s) { return s.compute_share == 0.25; }},
+                      MaskCase{"bandwidth_cap", [](auto& m) { m.bandwidth_cap = true; },
+                               [](const auto& s) { return s.bandwidth_cap == 0.5; }},
+                      MaskCase{"max_queued_tasks", [](auto& m) { m.max_queued_tasks = true; },
+                               [](const auto& s) { return s.max_queued_tasks == 7; }},
+                      MaskCase{"max_running_tasks", [](auto& m) { m.max_running_tasks = true; },
+                               [](const auto& s) { return s.max_running_tasks == 3; }},
+                      MaskCase{"max_sessions", [](auto& m) { m.max_sessions = true; },
+                               [](const auto& s) { return s.max_sessions == 2; }},
+                      MaskCase{"spill", [](auto& m) { m.spill = true; },
+                               [](const auto& s) { return s.spill; }},
+                      MaskCase{"session_defaults", [](auto& m) { m.session_defaults = true; },
+                               [](const auto& s) {
+                                 return s.session_defaults.memory_request_bytes == int64_t{1} << 20;
+                               }}),
+    CaseName<MaskCase>);
+
+TEST(PartitionFieldMaskAllTest, TakesEveryFieldButNameAndDevice) {
+  const PartitionSpec merged = ApplyPartitionFields(Valid(), PartitionFieldMask::All(), Other());
+  EXPECT_EQ(ChangedPartitionFields(Valid(), merged), PartitionFieldMask::All());
+  EXPECT_EQ(merged.name, "inference");
+  EXPECT_EQ(merged.device_index, 0);
+  EXPECT_TRUE(PartitionFieldMask{}.empty());
+  EXPECT_FALSE(PartitionFieldMask::All().empty());
+  EXPECT_TRUE(ChangedPartitionFields(Valid(), ApplyPartitionFields(Valid(), {}, Other())).empty());
+}
+
 }  // namespace
 }  // namespace gpukit

@@ -275,7 +275,7 @@ TEST_F(SchedulerAccountingTest, TasksThatNeverRanAndRepeatedFinishesChargeNothin
   absl::StatusOr<TaskRef> queued = scheduler().Submit(s, {.name = "queued"});
   ASSERT_THAT(queued, IsOk());
   absl::StatusOr<TaskRef> expiring =
-      scheduler().Submit(s, {.name = "expiring", .deadline = clock_.Now() + absl::Milliseconds(1)});
+      scheduler().Submit(s, {.name = "expiring", .queue_timeout = absl::Milliseconds(1)});
   ASSERT_THAT(expiring, IsOk());
   ASSERT_THAT(scheduler().Cancel(scheduler().IdOf(*queued), "gone"), IsOk());
   clock_.Advance(absl::Milliseconds(2));

@@ -463,7 +463,7 @@ class Sequence {
     TaskRequest request;
     request.name = absl::StrCat("t", tasks_.size());
     request.priority = Uniform(-150, 150);
-    if (Chance(0.3)) request.deadline = clock_.Now() + absl::Microseconds(Uniform(0, 60000));
+    if (Chance(0.3)) request.queue_timeout = absl::Microseconds(Uniform(0, 60000));
     op_ = absl::StrCat("submit ", request.name, " (", QosName(session.qos), ", priority ",
                        request.priority, ") for ", session.id);
     SCOPED_TRACE(Where());
@@ -501,7 +501,7 @@ class Sequence {
     task.partition = session.partition;
     task.qos = session.qos;
     task.priority = std::clamp(request.priority, -100, 100);
-    task.deadline = request.deadline;
+    task.deadline = clock_.Now() + request.queue_timeout;  // Submit read the same clock
     tasks_.push_back(std::move(task));
   }
 

@@ -84,10 +84,10 @@ TaskRequest Named(std::string name, int priority = 0) {
   return request;
 }
 
-TaskRequest WithDeadline(absl::Time deadline) {
+TaskRequest WithQueueTimeout(absl::Duration queue_timeout) {
   TaskRequest request;
   request.name = "deadline";
-  request.deadline = deadline;
+  request.queue_timeout = queue_timeout;
   return request;
 }
 
@@ -114,6 +114,11 @@ class SchedulerTest : public ::testing::Test {
   }
 
   Scheduler& scheduler() { return *scheduler_; }
+
+  // Sets every field of the partition `spec` names (but its device) to spec's.
+  absl::Status Update(const PartitionSpec& spec) {
+    return scheduler_->UpdatePartition(spec.name, PartitionFieldMask::All(), spec).status();
+  }
 
   // Admits a session, failing the test (and returning null) if it is refused.
   SessionTicket Open(absl::string_view partition, const ResourceSpec& resources = {}) {
@@ -305,14 +310,15 @@ INSTANTIATE_TEST_SUITE_P(
 // UpdatePartition and DeletePartition
 // ======================================================================================
 
-TEST_F(SchedulerTest, UpdateCannotMoveAPartitionToAnotherDevice) {
+TEST_F(SchedulerTest, UpdateKeepsAPartitionOnItsDevice) {
   Build({Partition("a", kDeviceBytes, 1.0)}, {}, {{0, kDeviceBytes}, {1, kDeviceBytes}});
-  EXPECT_THAT(scheduler().UpdatePartition(Partition("a", kMiB, 0.5, /*device=*/1)),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cannot move")));
+  // The values' device is not a field an update sets.
+  EXPECT_THAT(scheduler().UpdatePartition("a", PartitionFieldMask::All(),
+                                          Partition("a", kMiB, 0.5, /*device=*/1)),
+              IsOkAndHolds(::testing::Field(&PartitionSpec::device_index, 0)));
   EXPECT_THAT(scheduler().GetPartition("a"),
               IsOkAndHolds(::testing::Field(&PartitionSpec::device_index, 0)));
-  EXPECT_THAT(scheduler().UpdatePartition(Partition("nope", kMiB, 0.5)),
-              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(Update(Partition("nope", kMiB, 0.5)), StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(SchedulerTest, UpdateChecksTheFitAgainstOtherPartitionsButNotItsOldSelf) {
@@ -320,21 +326,21 @@ TEST_F(SchedulerTest, UpdateChecksTheFitAgainstOtherPartitionsButNotItsOldSelf) 
   // Same size, other settings: fits only because its old spec is not counted.
   PartitionSpec a = Partition("a", 48 * kMiB, 0.75);
   a.max_sessions = 3;
-  EXPECT_THAT(scheduler().UpdatePartition(a), IsOk());
+  EXPECT_THAT(Update(a), IsOk());
   EXPECT_THAT(scheduler().GetPartition("a"),
               IsOkAndHolds(::testing::Field(&PartitionSpec::max_sessions, 3)));
 
-  absl::Status grown = scheduler().UpdatePartition(Partition("a", 48 * kMiB + 1, 0.75));
+  absl::Status grown = Update(Partition("a", 48 * kMiB + 1, 0.75));
   EXPECT_THAT(grown, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_EQ(ReasonOf(grown), RejectReason::kDeviceOvercommitted);
-  absl::Status more_share = scheduler().UpdatePartition(Partition("a", 48 * kMiB, 0.8));
+  absl::Status more_share = Update(Partition("a", 48 * kMiB, 0.8));
   EXPECT_EQ(ReasonOf(more_share), RejectReason::kDeviceOvercommitted);
   EXPECT_THAT(scheduler().GetPartition("a"),
               IsOkAndHolds(::testing::Field(&PartitionSpec::memory_quota_bytes, 48 * kMiB)));
 
   // Shrinking b makes room for a to grow.
-  EXPECT_THAT(scheduler().UpdatePartition(Partition("b", 8 * kMiB, 0.125)), IsOk());
-  EXPECT_THAT(scheduler().UpdatePartition(Partition("a", 56 * kMiB, 0.875)), IsOk());
+  EXPECT_THAT(Update(Partition("b", 8 * kMiB, 0.125)), IsOk());
+  EXPECT_THAT(Update(Partition("a", 56 * kMiB, 0.875)), IsOk());
 }
 
 TEST_F(SchedulerTest, RaisingMaxRunningTasksAdmitsWaitingTasksAtOnce) {
@@ -350,7 +356,7 @@ TEST_F(SchedulerTest, RaisingMaxRunningTasksAdmitsWaitingTasksAtOnce) {
   EXPECT_EQ(StateOf(third), TaskState::kQueued);
 
   p.max_running_tasks = 3;
-  ASSERT_THAT(scheduler().UpdatePartition(p), IsOk());  // no Pump: the update admits
+  ASSERT_THAT(Update(p), IsOk());  // no Pump: the update admits
   EXPECT_EQ(StateOf(second), TaskState::kAdmitted);
   EXPECT_EQ(StateOf(third), TaskState::kAdmitted);
   EXPECT_EQ(StatusOf("p").running, 3);
@@ -362,7 +368,7 @@ TEST_F(SchedulerTest, QuotaLoweredBelowUseRefusesNewAllocationsButKeepsExistingO
   SessionTicket s = Open("p");
   GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation held, scheduler().ReserveMemory(s, 8 * kMiB));
 
-  ASSERT_THAT(scheduler().UpdatePartition(Partition("p", 4 * kMiB, 1.0)), IsOk());
+  ASSERT_THAT(Update(Partition("p", 4 * kMiB, 1.0)), IsOk());
   EXPECT_EQ(held.bytes(), 8 * kMiB);
   EXPECT_EQ(StatusOf("p").memory_used_bytes, 8 * kMiB);
   EXPECT_EQ(scheduler().Usage(s).memory_used_bytes, 8 * kMiB);
@@ -712,7 +718,7 @@ TEST_F(SchedulerTest, DeviceRefusesWhenQuotaLoweredBelowUseLetAnotherPartitionIn
   Build({Partition("a", kDeviceBytes, 0.5)});
   SessionTicket a = Open("a");
   GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation held, scheduler().ReserveMemory(a, 48 * kMiB));
-  ASSERT_THAT(scheduler().UpdatePartition(Partition("a", 16 * kMiB, 0.5)), IsOk());
+  ASSERT_THAT(Update(Partition("a", 16 * kMiB, 0.5)), IsOk());
   ASSERT_THAT(scheduler().CreatePartition(Partition("b", 48 * kMiB, 0.5)), IsOk());
   SessionTicket b = Open("b", Guaranteed(32 * kMiB, 0.25));
 
@@ -983,7 +989,7 @@ TEST_F(SchedulerTest, QueuedTaskExpiresOnThePumpAfterItsDeadline) {
   TaskRef blocker = Submit(s);
   const absl::Time submitted = clock_.Now();
   const absl::Time deadline = submitted + absl::Milliseconds(100);
-  TaskRef waiting = Submit(s, WithDeadline(deadline));
+  TaskRef waiting = Submit(s, WithQueueTimeout(absl::Milliseconds(100)));
   EXPECT_EQ(scheduler().Pump(), deadline) << "the next change is the deadline";
 
   clock_.Advance(absl::Milliseconds(99));
@@ -1007,7 +1013,7 @@ TEST_F(SchedulerTest, QueuedTaskExpiresOnThePumpAfterItsDeadline) {
 TEST_F(SchedulerTest, DeadlineBindsOnlyWhileTheTaskWaits) {
   Build({WholeDevice()});
   SessionTicket s = Open("default");
-  TaskRef task = Submit(s, WithDeadline(clock_.Now() + absl::Milliseconds(10)));
+  TaskRef task = Submit(s, WithQueueTimeout(absl::Milliseconds(10)));
   EXPECT_EQ(StateOf(task), TaskState::kAdmitted);
   clock_.Advance(absl::Seconds(1));
   EXPECT_EQ(scheduler().Pump(), absl::InfiniteFuture());
@@ -1541,7 +1547,7 @@ TEST_P(BestEffortGateTest, BestEffortBeyondItsBoundWaitsWhileGuaranteedWorkIsAct
 
   TaskRef blocking = Submit(blocker);
   ASSERT_THAT(scheduler().Start(blocking), IsOk());
-  TaskRef g = Submit(guaranteed, WithDeadline(clock_.Now() + absl::Seconds(1)));
+  TaskRef g = Submit(guaranteed, WithQueueTimeout(absl::Seconds(1)));
   ASSERT_EQ(StateOf(g), TaskState::kQueued);
   TaskRef first = Submit(best_effort);
   EXPECT_EQ(StateOf(first), TaskState::kAdmitted) << "none in flight: one always goes";
@@ -2284,7 +2290,7 @@ TEST_F(AwaitAdmissionTest, ReturnsCancelledOnceTheCallbackSaysSo) {
 }
 
 TEST_F(AwaitAdmissionTest, ReturnsDeadlineExceededOnceAnotherThreadAdvancesTheClock) {
-  TaskRef waiting = Submit(session_, WithDeadline(clock_.Now() + absl::Seconds(1)));
+  TaskRef waiting = Submit(session_, WithQueueTimeout(absl::Seconds(1)));
   ASSERT_NO_FATAL_FAILURE(StartWaiting(waiting));
   clock_.Advance(absl::Seconds(2));  // no Pump: the waiter pumps as it polls
   const absl::Status status = Join();

@@ -181,7 +181,7 @@ TEST_F(SchedulerTransitionTest, CancellingARunningTaskIsRefusedAndItKeepsRunning
 TEST_F(SchedulerTransitionTest, ExpiredTaskCannotBeAdmittedOrStarted) {
   TaskRef first = Submit();  // holds the one slot
   absl::StatusOr<TaskRef> waiting =
-      scheduler_->Submit(session_, {.name = "op", .deadline = clock_.Now() + absl::Seconds(1)});
+      scheduler_->Submit(session_, {.name = "op", .queue_timeout = absl::Seconds(1)});
   ASSERT_THAT(waiting, IsOk());
   clock_.Advance(absl::Seconds(2));
   scheduler_->Pump();
