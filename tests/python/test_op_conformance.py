@@ -1,9 +1,9 @@
 """The op conformance test: every op a running gpukitd lists (ListOps), on every dtype ListOps
 says it accepts, against a NumPy reference.
 
-The ops come from the daemon itself (tests/integration/list_ops_json.cc prints its ListOps
-answer), so an op added to the table (runtime/builtin_ops.cc) is tested here without a change
-to this file's walk; but it needs an entry in REFERENCES: an op ListOps lists without one
+The ops come from the daemon itself (its ListOps answer, through DaemonProbe.ops()), so an
+op added to the table (runtime/builtin_ops.cc) is tested here without a change to this
+file's walk; but it needs an entry in REFERENCES: an op ListOps lists without one
 fails test_every_listed_op_has_a_reference. The test-only ops of fault-injection builds
 (named "_test_...") are skipped.
 
@@ -21,19 +21,15 @@ whose backends (ListOps) do not include the daemon's is skipped, and says so.
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import pytest
 
 import gpukit
-from conftest import BACKEND, BUILD_DIR, ROOT, Daemon
+from conftest import BACKEND, Daemon
 
 # ---- The daemon's op table ----------------------------------------------------------------
 
@@ -48,33 +44,10 @@ _DTYPE_NAMES = {
 FLOATS = ("float32", "float16", "bfloat16")
 
 
-def _list_ops_tool() -> Path:
-    """gpukit_list_ops_json: $GPUKIT_LIST_OPS_JSON, the build tree's, or a bundle's bin/."""
-    candidates = [
-        Path(os.environ["GPUKIT_LIST_OPS_JSON"]) if os.environ.get("GPUKIT_LIST_OPS_JSON") else None,
-        BUILD_DIR / "tests" / "integration" / "gpukit_list_ops_json",
-        ROOT / "bin" / "gpukit_list_ops_json",
-    ]
-    for path in candidates:
-        if path is not None and path.exists():
-            return path
-    pytest.fail(
-        "gpukit_list_ops_json not found (build the target, or set GPUKIT_LIST_OPS_JSON): the "
-        "conformance test reads the daemon's ListOps through it"
-    )
-
-
 @pytest.fixture(scope="module")
 def listed_ops(daemon: Daemon) -> Dict[str, dict]:
     """ListOps of the suite's daemon, by op name, less the test-only ops."""
-    out = subprocess.run(
-        [str(_list_ops_tool()), daemon.address],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    ops = json.loads(out.stdout)["ops"]
+    ops = gpukit._gpukit.DaemonProbe.connect(daemon.address).ops()
     assert ops, "ListOps listed no ops"
     return {op["name"]: op for op in ops if not op["name"].startswith("_test_")}
 
@@ -532,20 +505,20 @@ def test_every_listed_op_has_a_reference(listed_ops: Dict[str, dict]) -> None:
 
 def test_listops_reports_attribute_specs_and_input_dtypes(listed_ops: Dict[str, dict]) -> None:
     for name, info in listed_ops.items():
-        assert [a["name"] for a in info["attrInfo"]] == info["attrs"], name
-        for attr in info["attrInfo"]:
+        assert [a["name"] for a in info["attr_info"]] == info["attrs"], name
+        for attr in info["attr_info"]:
             assert attr["type"] != "ATTR_TYPE_UNSPECIFIED", (name, attr)
             assert attr["doc"], (name, attr)
-            assert attr["required"] == (attr["defaultValue"] == ""), (name, attr)
+            assert attr["required"] == (attr["default_value"] == ""), (name, attr)
         assert info["inputs"], name
         for spec in info["inputs"]:
             assert spec["dtypes"], (name, spec)
-    axis = next(a for a in listed_ops["sum"]["attrInfo"] if a["name"] == "axis")
-    assert axis["defaultValue"] == "all axes"
-    assert listed_ops["astype"]["attrInfo"][0]["required"]
+    axis = next(a for a in listed_ops["sum"]["attr_info"] if a["name"] == "axis")
+    assert axis["default_value"] == "all axes"
+    assert listed_ops["astype"]["attr_info"][0]["required"]
     assert input_dtypes(listed_ops["embedding"], 1) == ["int32", "int64"]
-    assert listed_ops["add"]["inputs"][1]["scalarOk"]
-    assert not listed_ops["matmul"]["inputs"][1]["scalarOk"]
+    assert listed_ops["add"]["inputs"][1]["scalar_ok"]
+    assert not listed_ops["matmul"]["inputs"][1]["scalar_ok"]
 
 
 def _upload(gk: gpukit.Session, value: Any) -> Any:

@@ -107,7 +107,9 @@ class DaemonProbe {
   }
 
   // ComputeService ListOps, as a list of dicts, one per built-in op in the daemon's order:
-  // name, summary, min_inputs, max_inputs, attrs (names) and backends.
+  // name, summary, min_inputs, max_inputs, attrs (names), backends, attr_info (dicts: name,
+  // type as its enum name "ATTR_TYPE_INT", required, default_value, doc) and inputs (dicts:
+  // name, dtypes as enum names "DTYPE_FLOAT32", scalar_ok).
   py::list Ops() const {
     v1::ListOpsResponse response;
     absl::Status status;
@@ -127,6 +129,28 @@ class DaemonProbe {
       entry["max_inputs"] = op.max_inputs();
       entry["attrs"] = std::vector<std::string>(op.attrs().begin(), op.attrs().end());
       entry["backends"] = std::vector<std::string>(op.backends().begin(), op.backends().end());
+      py::list attr_info;
+      for (const v1::OpAttrInfo& attr : op.attr_info()) {
+        py::dict spec;
+        spec["name"] = attr.name();
+        spec["type"] = v1::AttrType_Name(attr.type());
+        spec["required"] = attr.required();
+        spec["default_value"] = attr.default_value();
+        spec["doc"] = attr.doc();
+        attr_info.append(spec);
+      }
+      entry["attr_info"] = attr_info;
+      py::list inputs;
+      for (const v1::OpInputInfo& input : op.inputs()) {
+        py::dict spec;
+        spec["name"] = input.name();
+        std::vector<std::string> dtypes;
+        for (int dtype : input.dtypes()) dtypes.push_back(v1::DType_Name(dtype));
+        spec["dtypes"] = dtypes;
+        spec["scalar_ok"] = input.scalar_ok();
+        inputs.append(spec);
+      }
+      entry["inputs"] = inputs;
       ops.append(entry);
     }
     return ops;
@@ -153,7 +177,7 @@ void RegisterDaemonProbe(py::module_& module) {
            "The daemon's version, backend and devices (AdminService Status, ListDevices).")
       .def("ops", &DaemonProbe::Ops,
            "The daemon's built-in ops (ComputeService ListOps): a list of dicts with name, "
-           "summary, min_inputs, max_inputs, attrs and backends.");
+           "summary, min_inputs, max_inputs, attrs, backends, attr_info and inputs.");
 }
 
 }  // namespace gpukit::python
