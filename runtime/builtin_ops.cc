@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "runtime/base/matmul_shapes.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/cpu/cpu_op_kernels.h"
 #include "runtime/cuda/op_lowering.h"
@@ -69,7 +70,8 @@ absl::StatusOr<OpPlan> PlanDiv(absl::Span<const OperandDesc> in, const AttrMap&)
 }
 
 // NumPy's matmul: a 1-d a is a row [1, k] and a 1-d b a column [k, 1], and that added
-// dimension is dropped from the result; batch dimensions broadcast.
+// dimension is dropped from the result (runtime/base/matmul_shapes.h); batch dimensions
+// broadcast.
 absl::StatusOr<OpPlan> PlanMatmul(absl::Span<const OperandDesc> in, const AttrMap& attrs) {
   const TensorDesc* a = &in[0].tensor;
   const TensorDesc* b = &in[1].tensor;
@@ -81,9 +83,9 @@ absl::StatusOr<OpPlan> PlanMatmul(absl::Span<const OperandDesc> in, const AttrMa
                        "(n?,k),(k,m?)->(n?,m?) requires 1)"));
     }
   }
-  Shape a_matrix = a->shape, b_matrix = b->shape;
-  if (a_matrix.size() == 1) a_matrix.insert(a_matrix.begin(), 1);
-  if (b_matrix.size() == 1) b_matrix.push_back(1);
+  const MatmulMatrices mm = AsMatmulMatrices(a->shape, b->shape);
+  const Shape& a_matrix = mm.a;
+  const Shape& b_matrix = mm.b;
   const int64_t m = a_matrix[a_matrix.size() - 2], k = a_matrix.back();
   const int64_t kb = b_matrix[b_matrix.size() - 2], n = b_matrix.back();
   if (k != kb) {
