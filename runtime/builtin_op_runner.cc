@@ -13,6 +13,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/embedded_kernels.h"
 #include "kernels/cuda/op_params.h"
+#include "runtime/base/matmul_shapes.h"
 #include "runtime/base/shape.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/cuda/op_lowering.h"
@@ -356,19 +357,17 @@ class OpLowering {
   }
 
   absl::Status Matmul() {
-    // NumPy's 1-d operands, viewed in place: a [k] is one row [1, k], b [k] one column
-    // [k, 1], and the output, which lacks that dimension, has the bytes of [..., m, n].
-    Shape a = launch_.inputs[0].desc.shape;
-    Shape b = launch_.inputs[1].desc.shape;
+    // NumPy's 1-d operands, viewed in place (runtime/base/matmul_shapes.h).
+    const MatmulMatrices mm =
+        AsMatmulMatrices(launch_.inputs[0].desc.shape, launch_.inputs[1].desc.shape);
+    const Shape& a = mm.a;
+    const Shape& b = mm.b;
     const Shape& out = launch_.plan.output.shape;
-    const size_t out_matrix_rank = (a.size() == 1 ? 0 : 1) + (b.size() == 1 ? 0 : 1);
-    if (a.size() == 1) a.insert(a.begin(), 1);
-    if (b.size() == 1) b.push_back(1);
     GkMatmulParams p{};
     p.m = a[a.size() - 2];
     p.k = a.back();
     p.n = b.back();
-    const auto out_batch = absl::MakeConstSpan(out).first(out.size() - out_matrix_rank);
+    const auto out_batch = absl::MakeConstSpan(out).first(out.size() - mm.out_matrix_rank);
     GPUKIT_ASSIGN_OR_RETURN(p.batch, ElementCount(out_batch));
     if (p.m == 0 || p.n == 0 || p.batch == 0) return absl::OkStatus();
     if (CeilDiv(p.m, kMatmulTile) > kMaxGridYZ) {

@@ -2,6 +2,11 @@
 // (OpRegistry::Builtin, at the end) with its inputs, attributes, planner and kernels. The
 // kernels live per backend: the CPU ones in runtime/cpu/cpu_op_kernels.cc over kernels/cpu,
 // the CUDA lowerings in runtime/builtin_op_runner.cc over kernels/cuda.
+//
+// A planner runs after OpRegistry::Plan's checks of the table (operand count, each operand's
+// dtype and whether it may be a scalar, attribute names, types and required ones), so it
+// reads in[i].tensor of an input its op takes only as an array, and a required attribute's
+// value, without checking them again.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -12,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "runtime/base/matmul_shapes.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/cpu/cpu_op_kernels.h"
 #include "runtime/cuda/op_lowering.h"
@@ -28,15 +34,6 @@ std::optional<T> ReadAttr(const AttrMap& attrs, absl::string_view name) {
   if (it == attrs.end()) return std::nullopt;
   const T* value = std::get_if<T>(&it->second);
   return value != nullptr ? std::optional<T>(*value) : std::nullopt;
-}
-
-absl::StatusOr<const TensorDesc*> ArrayOperand(absl::Span<const OperandDesc> inputs, int i,
-                                               absl::string_view op) {
-  if (inputs[i].is_scalar) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("inputs[", i, "] of \"", op, "\" must be an array, not a scalar"));
-  }
-  return &inputs[i].tensor;
 }
 
 // add, sub, mul, div: NumPy broadcasting between arrays, or an array and a scalar.
@@ -73,10 +70,11 @@ absl::StatusOr<OpPlan> PlanDiv(absl::Span<const OperandDesc> in, const AttrMap&)
 }
 
 // NumPy's matmul: a 1-d a is a row [1, k] and a 1-d b a column [k, 1], and that added
-// dimension is dropped from the result; batch dimensions broadcast.
+// dimension is dropped from the result (runtime/base/matmul_shapes.h); batch dimensions
+// broadcast.
 absl::StatusOr<OpPlan> PlanMatmul(absl::Span<const OperandDesc> in, const AttrMap& attrs) {
-  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* a, ArrayOperand(in, 0, "matmul"));
-  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* b, ArrayOperand(in, 1, "matmul"));
+  const TensorDesc* a = &in[0].tensor;
+  const TensorDesc* b = &in[1].tensor;
   for (const auto& [i, x] : {std::pair{0, a}, std::pair{1, b}}) {
     if (x->shape.empty()) {
       return absl::InvalidArgumentError(
@@ -85,9 +83,9 @@ absl::StatusOr<OpPlan> PlanMatmul(absl::Span<const OperandDesc> in, const AttrMa
                        "(n?,k),(k,m?)->(n?,m?) requires 1)"));
     }
   }
-  Shape a_matrix = a->shape, b_matrix = b->shape;
-  if (a_matrix.size() == 1) a_matrix.insert(a_matrix.begin(), 1);
-  if (b_matrix.size() == 1) b_matrix.push_back(1);
+  const MatmulMatrices mm = AsMatmulMatrices(a->shape, b->shape);
+  const Shape& a_matrix = mm.a;
+  const Shape& b_matrix = mm.b;
   const int64_t m = a_matrix[a_matrix.size() - 2], k = a_matrix.back();
   const int64_t kb = b_matrix[b_matrix.size() - 2], n = b_matrix.back();
   if (k != kb) {
@@ -138,7 +136,7 @@ absl::StatusOr<Shape> ReducedShape(const TensorDesc& x, const std::vector<bool>&
 // the empty list reduces nothing).
 absl::StatusOr<OpPlan> PlanReduce(absl::Span<const OperandDesc> in, const AttrMap& attrs,
                                   ReduceKind kind, absl::string_view op) {
-  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* x, ArrayOperand(in, 0, op));
+  const TensorDesc* x = &in[0].tensor;
   const bool keepdims = ReadAttr<bool>(attrs, "keepdims").value_or(false);
   const int rank = static_cast<int>(x->shape.size());
   std::vector<bool> reduced(rank, true);
@@ -193,9 +191,8 @@ absl::StatusOr<OpPlan> PlanMin(absl::Span<const OperandDesc> in, const AttrMap& 
 }
 
 absl::StatusOr<OpPlan> PlanAstype(absl::Span<const OperandDesc> in, const AttrMap& attrs) {
-  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* x, ArrayOperand(in, 0, "astype"));
-  const std::optional<DType> dtype = ReadAttr<DType>(attrs, "dtype");  // required
-  if (!dtype.has_value()) return absl::InvalidArgumentError("astype needs attribute \"dtype\"");
+  const TensorDesc* x = &in[0].tensor;
+  const std::optional<DType> dtype = ReadAttr<DType>(attrs, "dtype");  // required: Plan checked
   OpPlan plan;
   plan.compute_dtype = x->dtype;
   plan.output = {*dtype, x->shape};
@@ -203,10 +200,9 @@ absl::StatusOr<OpPlan> PlanAstype(absl::Span<const OperandDesc> in, const AttrMa
 }
 
 absl::StatusOr<OpPlan> PlanReshape(absl::Span<const OperandDesc> in, const AttrMap& attrs) {
-  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* x, ArrayOperand(in, 0, "reshape"));
+  const TensorDesc* x = &in[0].tensor;
   const std::optional<std::vector<int64_t>> shape =
-      ReadAttr<std::vector<int64_t>>(attrs, "shape");  // required
-  if (!shape.has_value()) return absl::InvalidArgumentError("reshape needs attribute \"shape\"");
+      ReadAttr<std::vector<int64_t>>(attrs, "shape");  // required: Plan checked it is there
   GPUKIT_ASSIGN_OR_RETURN(int64_t count, ElementCount(x->shape));
   Shape out = *shape;
   int inferred = -1;
@@ -245,7 +241,7 @@ absl::StatusOr<OpPlan> PlanReshape(absl::Span<const OperandDesc> in, const AttrM
 }
 
 absl::StatusOr<OpPlan> PlanTranspose(absl::Span<const OperandDesc> in, const AttrMap& attrs) {
-  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* x, ArrayOperand(in, 0, "transpose"));
+  const TensorDesc* x = &in[0].tensor;
   const std::optional<std::vector<int64_t>> perm_attr =
       ReadAttr<std::vector<int64_t>>(attrs, "perm");
   const int rank = static_cast<int>(x->shape.size());
@@ -343,7 +339,7 @@ absl::StatusOr<std::optional<ScalarValue>> ClampBound(const AttrMap& attrs, absl
 }
 
 absl::StatusOr<OpPlan> PlanClamp(absl::Span<const OperandDesc> in, const AttrMap& attrs) {
-  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* x, ArrayOperand(in, 0, "clamp"));
+  const TensorDesc* x = &in[0].tensor;
   OpPlan plan;
   GPUKIT_ASSIGN_OR_RETURN(plan.params.clamp_min, ClampBound(attrs, "min", x->dtype));
   GPUKIT_ASSIGN_OR_RETURN(plan.params.clamp_max, ClampBound(attrs, "max", x->dtype));
@@ -358,7 +354,7 @@ absl::StatusOr<OpPlan> PlanClamp(absl::Span<const OperandDesc> in, const AttrMap
 }
 
 absl::StatusOr<OpPlan> PlanWhere(absl::Span<const OperandDesc> in, const AttrMap&) {
-  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* cond, ArrayOperand(in, 0, "where"));
+  const TensorDesc* cond = &in[0].tensor;
   // a and b follow add's rules (dtype promotion, scalars); cond only joins the broadcast.
   GPUKIT_ASSIGN_OR_RETURN(OpPlan plan, PlanBinary(in.subspan(1), /*true_divide=*/false));
   GPUKIT_ASSIGN_OR_RETURN(plan.output.shape, BroadcastShapes(cond->shape, plan.output.shape));
@@ -369,7 +365,7 @@ absl::StatusOr<OpPlan> PlanWhere(absl::Span<const OperandDesc> in, const AttrMap
 
 // argmax takes one axis or none, as NumPy's does.
 absl::StatusOr<OpPlan> PlanArgmax(absl::Span<const OperandDesc> in, const AttrMap& attrs) {
-  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* x, ArrayOperand(in, 0, "argmax"));
+  const TensorDesc* x = &in[0].tensor;
   const std::optional<int64_t> axis = ReadAttr<int64_t>(attrs, "axis");
   const int rank = static_cast<int>(x->shape.size());
   OpPlan plan;
@@ -400,7 +396,7 @@ absl::StatusOr<int> AxisOrLast(const TensorDesc& x, const AttrMap& attrs, absl::
 }
 
 absl::StatusOr<OpPlan> PlanSoftmax(absl::Span<const OperandDesc> in, const AttrMap& attrs) {
-  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* x, ArrayOperand(in, 0, "softmax"));
+  const TensorDesc* x = &in[0].tensor;
   OpPlan plan;
   GPUKIT_ASSIGN_OR_RETURN(int axis, AxisOrLast(*x, attrs, "softmax"));
   plan.params.axis = axis;
@@ -413,14 +409,14 @@ absl::StatusOr<OpPlan> PlanSoftmax(absl::Span<const OperandDesc> in, const AttrM
 // bias are vectors of the last dimension's length.
 absl::StatusOr<OpPlan> PlanNorm(absl::Span<const OperandDesc> in, const AttrMap& attrs,
                                 absl::string_view op, double default_eps) {
-  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* x, ArrayOperand(in, 0, op));
+  const TensorDesc* x = &in[0].tensor;
   if (x->shape.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, " needs an array of rank >= 1, got a 0-d array"));
   }
   DType dtype = x->dtype;
   for (size_t i = 1; i < in.size(); ++i) {
-    GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* v, ArrayOperand(in, static_cast<int>(i), op));
+    const TensorDesc* v = &in[i].tensor;
     const char* what = i == 1 ? "weight" : "bias";
     if (v->shape.size() != 1 || v->shape[0] != x->shape.back()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -451,7 +447,7 @@ absl::StatusOr<OpPlan> PlanRmsNorm(absl::Span<const OperandDesc> in, const AttrM
 // ---- Transformer building blocks ----
 
 absl::StatusOr<OpPlan> PlanRope(absl::Span<const OperandDesc> in, const AttrMap& attrs) {
-  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* x, ArrayOperand(in, 0, "rope"));
+  const TensorDesc* x = &in[0].tensor;
   if (x->shape.size() < 2 || x->shape.back() % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rope needs an array [..., seq, dim] with an even dim, got ", ShapeToString(x->shape)));
@@ -478,7 +474,7 @@ absl::StatusOr<OpPlan> PlanAttention(absl::Span<const OperandDesc> in, const Att
   const char* const names[] = {"q", "k", "v"};
   const TensorDesc* t[3];
   for (int i = 0; i < 3; ++i) {
-    GPUKIT_ASSIGN_OR_RETURN(t[i], ArrayOperand(in, i, "attention"));
+    t[i] = &in[i].tensor;
     if (t[i]->shape.size() != 3) {
       return absl::InvalidArgumentError(
           absl::StrCat("attention inputs[", i, "] (", names[i], ") must be [heads, seq, dim], got ",
@@ -515,8 +511,8 @@ absl::StatusOr<OpPlan> PlanAttention(absl::Span<const OperandDesc> in, const Att
 }
 
 absl::StatusOr<OpPlan> PlanEmbedding(absl::Span<const OperandDesc> in, const AttrMap&) {
-  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* table, ArrayOperand(in, 0, "embedding"));
-  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* indices, ArrayOperand(in, 1, "embedding"));
+  const TensorDesc* table = &in[0].tensor;
+  const TensorDesc* indices = &in[1].tensor;
   if (table->shape.size() != 2) {
     return absl::InvalidArgumentError(absl::StrCat(
         "embedding inputs[0] (table) must be [vocab, dim], got ", ShapeToString(table->shape)));
@@ -532,7 +528,7 @@ absl::StatusOr<OpPlan> PlanEmbedding(absl::Span<const OperandDesc> in, const Att
 }
 
 absl::StatusOr<OpPlan> PlanConcat(absl::Span<const OperandDesc> in, const AttrMap& attrs) {
-  GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* first, ArrayOperand(in, 0, "concat"));
+  const TensorDesc* first = &in[0].tensor;
   const int rank = static_cast<int>(first->shape.size());
   if (rank == 0) {
     return absl::InvalidArgumentError("concat cannot join 0-d arrays");
@@ -542,7 +538,7 @@ absl::StatusOr<OpPlan> PlanConcat(absl::Span<const OperandDesc> in, const AttrMa
   Shape out = first->shape;
   DType dtype = first->dtype;
   for (size_t i = 1; i < in.size(); ++i) {
-    GPUKIT_ASSIGN_OR_RETURN(const TensorDesc* x, ArrayOperand(in, static_cast<int>(i), "concat"));
+    const TensorDesc* x = &in[i].tensor;
     bool same = static_cast<int>(x->shape.size()) == rank;
     for (int d = 0; same && d < rank; ++d) same = d == axis || x->shape[d] == first->shape[d];
     if (!same) {
@@ -636,19 +632,13 @@ OpDef ElementWise(std::string name, std::string summary, IntegerInput integers, 
 // The fault-injection ops (IsTestOnlyOp): one array in, an array of its shape and dtype out.
 // What they do to the device is the CPU backend's (runtime/cpu/cpu_op_kernels.h); no other
 // backend runs them.
-absl::StatusOr<OpPlan> PlanTestOnly(absl::Span<const OperandDesc> in, const AttrMap&) {
-  OpPlan plan;
-  plan.compute_dtype = in[0].tensor.dtype;  // Plan checked: an array
-  plan.output = in[0].tensor;
-  return plan;
-}
 
 OpDef TestOnlyOp(std::string name, std::string summary, CpuOpKernel cpu,
                  bool cpu_on_stream_thread) {
   return {.name = std::move(name),
           .summary = std::move(summary),
           .inputs = {Array("x")},
-          .plan = &PlanTestOnly,
+          .plan = &PlanUnaryKeepingIntegers,  // the input's shape and dtype
           .cpu = cpu,
           .cpu_on_stream_thread = cpu_on_stream_thread};
 }

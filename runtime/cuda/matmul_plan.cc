@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "runtime/base/matmul_shapes.h"
 #include "runtime/base/shape.h"
 
 namespace gpukit {
@@ -120,12 +121,11 @@ MatmulRoute RouteMatmul(const TensorDesc& a, const TensorDesc& b, const OpPlan& 
       return route;
     }
   }
-  // NumPy's 1-d operands, viewed in place: a [k] is one row [1, k], b [k] one column [k, 1],
-  // and the output, which lacks that dimension, has the bytes of [..., m, n].
-  Shape a_shape = a.shape, b_shape = b.shape;
-  const size_t out_matrix_rank = (a_shape.size() == 1 ? 0 : 1) + (b_shape.size() == 1 ? 0 : 1);
-  if (a_shape.size() == 1) a_shape.insert(a_shape.begin(), 1);
-  if (b_shape.size() == 1) b_shape.push_back(1);
+  // NumPy's 1-d operands, viewed in place (runtime/base/matmul_shapes.h).
+  const MatmulMatrices mm = AsMatmulMatrices(a.shape, b.shape);
+  const Shape& a_shape = mm.a;
+  const Shape& b_shape = mm.b;
+  const size_t out_matrix_rank = mm.out_matrix_rank;
   const Shape& out = plan.output.shape;
   if (out.size() < out_matrix_rank) {
     route.reason = absl::StrCat("output has rank ", out.size());

@@ -14,9 +14,11 @@ bin/gpukitctl (bin/run-gpu-tests.sh runs the suite so).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -24,7 +26,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Tuple
 
 import pytest
 
@@ -111,12 +113,17 @@ def _accepts(path: Path) -> bool:
 BACKEND = os.environ.get("GPUKIT_TEST_BACKEND", "cpu")
 
 
-@pytest.fixture(scope="session")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    directory = tmp_path_factory.mktemp("gpukitd")
+@contextlib.contextmanager
+def running_gpukitd(
+    directory: Path, config: dict, *flags: str, fatal: bool = False
+) -> Iterator[Tuple[str, Path]]:
+    """The build's gpukitd in `directory`: on a unix socket there, with `config` as its
+    --config file and `flags` added. Yields (its address, its log) once it accepts, and stops
+    it after (stop_gpukitd). One that does not accept within 15 s fails the test, or with
+    `fatal` the whole run (pytest.exit, status 4)."""
     sock = directory / "gpukitd.sock"
-    config = directory / "gpukitd.json"
-    config.write_text(json.dumps({"jit": {"cacheDir": "none"}}))  # no cache in $HOME
+    config_path = directory / "gpukitd.json"
+    config_path.write_text(json.dumps(config))
     log_path = directory / "gpukitd.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
@@ -127,7 +134,8 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
                 "--backend",
                 BACKEND,
                 "--config",
-                str(config),
+                str(config_path),
+                *flags,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -136,15 +144,42 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
         deadline = time.monotonic() + 15
         while not (sock.exists() and _accepts(sock)):
             if process.poll() is not None or time.monotonic() > deadline:
-                pytest.exit(f"gpukitd did not start:\n{log_path.read_text()}", returncode=4)
+                message = f"gpukitd did not start:\n{log_path.read_text()}"
+                if fatal:
+                    pytest.exit(message, returncode=4)
+                pytest.fail(message)
             time.sleep(0.02)
-        yield Daemon(f"unix://{sock}", log_path, _binary("GPUKITCTL", "client/cpp/gpukitctl"))
+        yield f"unix://{sock}", log_path
     finally:
-        # Sessions no test holds any more let go of their channels now. (The last test's
-        # session is still referenced by pytest here; the daemon's shutdown waits a few
-        # seconds for its idle channel.)
-        gc.collect()
         stop_gpukitd(process, log_path)
+
+
+@contextlib.contextmanager
+def gpukitd_with_metrics(directory: Path, config: dict) -> Iterator[Tuple[str, str, Path]]:
+    """running_gpukitd with --metrics-address 127.0.0.1:0: yields (its address, its /metrics
+    URL, its log); the port comes from its log."""
+    flags = ("--metrics-address", "127.0.0.1:0")
+    with running_gpukitd(directory, config, *flags) as (address, log_path):
+        # Logged before the gRPC socket accepts.
+        match = re.search(
+            r"metrics: serving (http://127\.0\.0\.1:\d+/metrics)", log_path.read_text()
+        )
+        assert match, f"no metrics line in the log:\n{log_path.read_text()}"
+        yield address, match.group(1), log_path
+
+
+@pytest.fixture(scope="session")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    directory = tmp_path_factory.mktemp("gpukitd")
+    config = {"jit": {"cacheDir": "none"}}  # no cache in $HOME
+    with running_gpukitd(directory, config, fatal=True) as (address, log_path):
+        try:
+            yield Daemon(address, log_path, _binary("GPUKITCTL", "client/cpp/gpukitctl"))
+        finally:
+            # Sessions no test holds any more let go of their channels now. (The last test's
+            # session is still referenced by pytest here; the daemon's shutdown waits a few
+            # seconds for its idle channel.)
+            gc.collect()
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -27,7 +26,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import gpukit
-from conftest import BACKEND, ROOT, _accepts, _binary, stop_gpukitd
+from conftest import BACKEND, ROOT, _binary, gpukitd_with_metrics
 
 Labels = Tuple[Tuple[str, str], ...]
 
@@ -54,32 +53,12 @@ class MetricsDaemon:
 @pytest.fixture(scope="module")
 def metrics_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetricsDaemon]:
     directory = tmp_path_factory.mktemp("gpukitd-metrics")
-    sock = directory / "gpukitd.sock"
-    config = directory / "gpukitd.json"
-    config.write_text(json.dumps({
+    config = {
         "jit": {"cacheDir": "none"},
         "partitions": [{"name": "small", "memory": "8MiB", "compute": 0.25}],
-    }))
-    log_path = directory / "gpukitd.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [str(_binary("GPUKITD", "daemon/gpukitd")), "--listen", f"unix://{sock}",
-             "--backend", BACKEND, "--config", str(config),
-             "--metrics-address", "127.0.0.1:0"],
-            stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 15
-        while not (sock.exists() and _accepts(sock)):
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"gpukitd did not start:\n{log_path.read_text()}")
-            time.sleep(0.02)
-        # Logged before the gRPC socket accepts.
-        match = re.search(r"metrics: serving (http://127\.0\.0\.1:\d+/metrics)", log_path.read_text())
-        assert match, f"no metrics line in the log:\n{log_path.read_text()}"
-        yield MetricsDaemon(f"unix://{sock}", match.group(1), log_path,
-                            _binary("GPUKITCTL", "client/cpp/gpukitctl"))
-    finally:
-        stop_gpukitd(process, log_path)
+    }
+    with gpukitd_with_metrics(directory, config) as (address, url, log_path):
+        yield MetricsDaemon(address, url, log_path, _binary("GPUKITCTL", "client/cpp/gpukitctl"))
 
 
 def parse(text: str) -> Tuple[Dict[str, str], Dict[Tuple[str, Labels], float]]:

@@ -6,12 +6,8 @@ and the daemon's own count of the RPCs (its Prometheus endpoint) for a two-axis 
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import time
 import urllib.request
-from pathlib import Path
 from typing import Iterator
 
 import numpy as np
@@ -19,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import gpukit
-from conftest import BACKEND, _accepts, _binary, stop_gpukitd
+from conftest import gpukitd_with_metrics
 
 DTYPES = ["float32", "float16", "bfloat16", "int32", "int64", "uint8"]
 
@@ -183,27 +179,8 @@ def test_matmul_refuses_a_zero_dim_operand_with_numpys_message(gk):
 def counted_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
     """A gpukitd of its own with --metrics-address: (its address, its /metrics URL)."""
     directory = tmp_path_factory.mktemp("gpukitd-rpcs")
-    sock = directory / "gpukitd.sock"
-    config = directory / "gpukitd.json"
-    config.write_text(json.dumps({"jit": {"cacheDir": "none"}}))
-    log_path: Path = directory / "gpukitd.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [str(_binary("GPUKITD", "daemon/gpukitd")), "--listen", f"unix://{sock}",
-             "--backend", BACKEND, "--config", str(config), "--metrics-address", "127.0.0.1:0"],
-            stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 15
-        while not (sock.exists() and _accepts(sock)):
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"gpukitd did not start:\n{log_path.read_text()}")
-            time.sleep(0.02)
-        match = re.search(r"metrics: serving (http://127\.0\.0\.1:\d+/metrics)",
-                          log_path.read_text())
-        assert match, f"no metrics line in the log:\n{log_path.read_text()}"
-        yield f"unix://{sock}", match.group(1)
-    finally:
-        stop_gpukitd(process, log_path)
+    with gpukitd_with_metrics(directory, {"jit": {"cacheDir": "none"}}) as (address, url, _):
+        yield address, url
 
 
 def run_op_calls(url: str) -> float:

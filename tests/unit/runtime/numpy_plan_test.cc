@@ -10,11 +10,14 @@
 #include "gtest/gtest.h"
 #include "runtime/op_registry.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/unit/runtime/op_plan_helpers.h"
 
 namespace gpukit {
 namespace {
 
+using ::gpukit::testing::Array;
 using ::gpukit::testing::IsOk;
+using ::gpukit::testing::Plan;
 using ::gpukit::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
@@ -26,20 +29,6 @@ constexpr DType kF16 = DType::kFloat16;
 constexpr DType kI32 = DType::kInt32;
 constexpr DType kI64 = DType::kInt64;
 constexpr DType kU8 = DType::kUInt8;
-
-OperandDesc Array(DType dtype, Shape shape) {
-  OperandDesc d;
-  d.tensor = {dtype, std::move(shape)};
-  return d;
-}
-
-absl::StatusOr<OpPlan> Plan(absl::string_view op, std::vector<OperandDesc> inputs,
-                            const AttrMap& attrs = {}) {
-  const OpRegistry& registry = OpRegistry::Builtin();
-  absl::StatusOr<const OpDef*> def = registry.Find(op);
-  if (!def.ok()) return def.status();
-  return registry.Plan(**def, inputs, attrs);
-}
 
 // ---- Reductions over a list of axes ----
 

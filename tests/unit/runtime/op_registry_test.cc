@@ -12,11 +12,16 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/unit/runtime/op_plan_helpers.h"
 
 namespace gpukit {
 namespace {
 
+using ::gpukit::testing::Array;
+using ::gpukit::testing::FloatScalar;
+using ::gpukit::testing::IntScalar;
 using ::gpukit::testing::IsOk;
+using ::gpukit::testing::Plan;
 using ::gpukit::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
@@ -30,34 +35,6 @@ constexpr DType kBF16 = DType::kBFloat16;
 constexpr DType kI32 = DType::kInt32;
 constexpr DType kI64 = DType::kInt64;
 constexpr DType kU8 = DType::kUInt8;
-
-OperandDesc Array(DType dtype, Shape shape) {
-  OperandDesc d;
-  d.tensor = {dtype, std::move(shape)};
-  return d;
-}
-OperandDesc IntScalar(int64_t value) {
-  OperandDesc d;
-  d.is_scalar = true;
-  d.scalar.int_value = value;
-  return d;
-}
-OperandDesc FloatScalar(double value) {
-  OperandDesc d;
-  d.is_scalar = true;
-  d.scalar.is_float = true;
-  d.scalar.float_value = value;
-  return d;
-}
-
-// Finds `op` in the built-in registry and plans it, as the daemon does.
-absl::StatusOr<OpPlan> Plan(absl::string_view op, std::vector<OperandDesc> inputs,
-                            const AttrMap& attrs = {}) {
-  const OpRegistry& registry = OpRegistry::Builtin();
-  absl::StatusOr<const OpDef*> def = registry.Find(op);
-  if (!def.ok()) return def.status();
-  return registry.Plan(**def, inputs, attrs);
-}
 
 // ---- The registry itself ----
 
