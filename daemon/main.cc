@@ -224,7 +224,7 @@ int Run(int argc, char** argv) {
   gpukit::SystemClock clock;
   auto core = gpukit::Core::Create(clock, *std::move(devices), config->core, jit);
   if (!core.ok()) return Fail(core.status());
-  for (const gpukit::PartitionStatus& p : (*core)->scheduler().ListPartitions()) {
+  for (const gpukit::PartitionStatus& p : (*core)->ListPartitions()) {
     spdlog::info("partition {}: device {}, memory {}, compute {}{}{}", p.spec.name,
                  p.spec.device_index, gpukit::FormatBytes(p.spec.memory_quota_bytes),
                  p.spec.compute_share,

@@ -399,8 +399,8 @@ class Core {
   // CANCELLED. NOT_FOUND (unknown or finished: TaskNotFoundError), FAILED_PRECONDITION for a
   // running one (device work cannot be stopped midway).
   absl::Status CancelTask(uint64_t task_id, absl::string_view why);
-  // The scheduler itself, for the daemon's wiring, its metrics and tests; the services use
-  // the calls above. Delete partitions through the core, not scheduler().DeletePartition,
+  // The scheduler itself, for tests and the metrics' per-device GPU time; the services and
+  // the daemon's wiring use the calls above. Delete partitions through the core, not scheduler().DeletePartition,
   // which would leave their streams to the core's end.
   Scheduler& scheduler() { return *scheduler_; }
   const Scheduler& scheduler() const { return *scheduler_; }

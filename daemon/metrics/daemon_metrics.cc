@@ -86,7 +86,7 @@ void DaemonMetrics::WriteDevices(ExpositionWriter& out) const {
 
 void DaemonMetrics::WritePartitions(ExpositionWriter& out,
                                     const std::vector<SessionSummary>& sessions) const {
-  const std::vector<PartitionStatus> partitions = core_.scheduler().ListPartitions();
+  const std::vector<PartitionStatus> partitions = core_.ListPartitions();
   // Spilled bytes are the open sessions' (as gpukitctl sessions shows them), summed.
   std::map<std::string, int64_t> spilled;
   for (const SessionSummary& s : sessions) spilled[s.partition] += s.spilled_bytes;

@@ -7,6 +7,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/strided_loop.h"
+#include "runtime/base/matmul_shapes.h"
 
 namespace gpukit::kernels {
 namespace {
@@ -42,16 +43,13 @@ T Store(AccT<T> value) {
 template <typename T>
 void MatmulTyped(const ConstHostArray& a, const ConstHostArray& b, const HostArray& out) {
   using Acc = AccT<T>;
-  // A 1-d a is one row [1, k] and a 1-d b one column [k, 1]: the same bytes, and out, which
-  // lacks that dimension, has the bytes of [..., m, n] too.
-  const size_t a_rank = a.shape.size(), b_rank = b.shape.size(), out_rank = out.shape.size();
-  const int64_t m = a_rank == 1 ? 1 : a.shape[a_rank - 2];
-  const int64_t k = a.shape[a_rank - 1];
-  const int64_t n = b_rank == 1 ? 1 : b.shape[b_rank - 1];
-  const auto a_batch = absl::MakeConstSpan(a.shape).first(a_rank - std::min<size_t>(a_rank, 2));
-  const auto b_batch = absl::MakeConstSpan(b.shape).first(b_rank - std::min<size_t>(b_rank, 2));
-  const size_t out_matrix_rank = (a_rank == 1 ? 0 : 1) + (b_rank == 1 ? 0 : 1);
-  const auto out_batch = absl::MakeConstSpan(out.shape).first(out_rank - out_matrix_rank);
+  // A 1-d operand is viewed in place as a row or a column (runtime/base/matmul_shapes.h).
+  const MatmulMatrices mm = AsMatmulMatrices(a.shape, b.shape);
+  const int64_t m = mm.a[mm.a.size() - 2], k = mm.a.back(), n = mm.b.back();
+  const auto a_batch = absl::MakeConstSpan(mm.a).first(mm.a.size() - 2);
+  const auto b_batch = absl::MakeConstSpan(mm.b).first(mm.b.size() - 2);
+  const auto out_batch =
+      absl::MakeConstSpan(out.shape).first(out.shape.size() - mm.out_matrix_rank);
   if (m == 0 || n == 0) return;  // ForEachRun skips a batch extent of 0 itself
 
   const T* a_data = static_cast<const T*>(a.data);

@@ -1,6 +1,7 @@
 // NumPy's matmul of operands of rank >= 1 as a batch of matrix products: the one statement of
-// how a 1-d operand is viewed, for the planner (runtime/builtin_ops.cc) and the CUDA
-// backend's kernels (runtime/builtin_op_runner.cc, runtime/cuda/matmul_plan.cc).
+// how a 1-d operand is viewed, for the planner (runtime/builtin_ops.cc), the CPU kernel
+// (kernels/cpu/matmul.cc) and the CUDA backend's (runtime/builtin_op_runner.cc,
+// runtime/cuda/matmul_plan.cc).
 //
 // A 1-d a [k] is one row [1, k] and a 1-d b [k] one column [k, 1]: the same bytes, viewed in
 // place. The output lacks each such added dimension, so it has the bytes of [..., m, n] too,
