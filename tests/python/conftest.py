@@ -26,7 +26,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Tuple
+from typing import Dict, Iterator, Tuple
 
 import pytest
 
@@ -180,6 +180,15 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
             # session is still referenced by pytest here; the daemon's shutdown waits a few
             # seconds for its idle channel.)
             gc.collect()
+
+
+@pytest.fixture(scope="session")
+def listed_ops(daemon: Daemon) -> Dict[str, dict]:
+    """The daemon's ListOps (DaemonProbe.ops()) by op name, less the test-only ops that builds
+    with fault injection add."""
+    ops = gpukit._gpukit.DaemonProbe.connect(daemon.address).ops()
+    assert ops, "ListOps listed no ops"
+    return {op["name"]: op for op in ops if not op["name"].startswith("_test_")}
 
 
 @pytest.fixture

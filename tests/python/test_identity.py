@@ -8,94 +8,53 @@ nothing. This module starts its own gpukitd that also listens on loopback TCP wi
 """
 
 import hashlib
-import json
 import os
 import re
-import signal
-import subprocess
 import time
-from pathlib import Path
 from typing import Iterator, Tuple
 
 import pytest
 
 import gpukit
-from conftest import BACKEND, _binary
+from conftest import Daemon, _binary, running_gpukitd
 
 TOKEN = "python-test-token"
 
 
 @pytest.fixture(scope="module")
-def tcp_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tuple[str, str]]:
-    """(unix address, "127.0.0.1:<port>") of a gpukitd that knows TOKEN as tenant "py-team"."""
+def tcp_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tuple[Daemon, str]]:
+    """(it on its unix socket, "127.0.0.1:<port>") of a gpukitd that knows TOKEN as tenant
+    "py-team"."""
     directory = tmp_path_factory.mktemp("gpukitd-tcp")
-    sock = directory / "gpukitd.sock"
-    config = directory / "gpukitd.json"
-    config.write_text(
-        json.dumps(
-            {
-                "jit": {"cacheDir": "none"},
-                "access": {
-                    "tokens": [
-                        {"sha256": hashlib.sha256(TOKEN.encode()).hexdigest(), "tenant": "py-team"}
-                    ]
-                },
-            }
-        )
-    )
-    log_path = directory / "gpukitd.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [
-                str(_binary("GPUKITD", "daemon/gpukitd")),
-                "--listen",
-                f"unix://{sock}",
-                "--listen",
-                "127.0.0.1:0",
-                "--insecure-tcp",
-                "--backend",
-                BACKEND,
-                "--config",
-                str(config),
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
+    config = {
+        "jit": {"cacheDir": "none"},
+        "access": {
+            "tokens": [{"sha256": hashlib.sha256(TOKEN.encode()).hexdigest(), "tenant": "py-team"}]
+        },
+    }
+    flags = ("--listen", "127.0.0.1:0", "--insecure-tcp")
+    with running_gpukitd(directory, config, *flags) as (unix, log_path):
+        # The bound TCP port is logged once the server runs, which can be after the unix
+        # socket (listening since before that) accepts.
         deadline = time.monotonic() + 15
-        port = None
-        while port is None:
-            found = re.search(r"listening on 127\.0\.0\.1:(\d+)", log_path.read_text())
-            if found:
-                port = found.group(1)
-            elif process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"gpukitd did not start:\n{log_path.read_text()}")
-            else:
-                time.sleep(0.02)
-        yield f"unix://{sock}", f"127.0.0.1:{port}"
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=15)
+        while not (found := re.search(r"listening on 127\.0\.0\.1:(\d+)", log_path.read_text())):
+            if time.monotonic() > deadline:
+                pytest.fail(f"gpukitd did not log its TCP port:\n{log_path.read_text()}")
+            time.sleep(0.02)
+        gpukitctl = _binary("GPUKITCTL", "client/cpp/gpukitctl")
+        yield Daemon(unix, log_path, gpukitctl), f"127.0.0.1:{found.group(1)}"
 
 
-def _tenants(gpukitctl: Path, address: str) -> list:
-    out = subprocess.run(
-        [str(gpukitctl), "--addr", address, "-o", "json", "sessions"],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    return sorted(s["tenant"] for s in json.loads(out.stdout).get("sessions", []))
+def _tenants(daemon: Daemon) -> list:
+    return sorted(s["tenant"] for s in daemon.ctl("sessions").get("sessions", []))
 
 
 def test_a_token_is_the_tenant_over_tcp(tcp_daemon, monkeypatch):
-    unix, tcp = tcp_daemon
-    gpukitctl = _binary("GPUKITCTL", "client/cpp/gpukitctl")
+    daemon, tcp = tcp_daemon
     monkeypatch.delenv("GPUKIT_TOKEN", raising=False)
     with gpukit.connect(tcp, token=TOKEN) as gk:
         assert gk.array([1.0, 2.0, 3.0]).numpy().tolist() == [1.0, 2.0, 3.0]
-        assert _tenants(gpukitctl, unix) == ["py-team"]
+        assert _tenants(daemon) == ["py-team"]
         # Another tenant's name is refused.
         with pytest.raises(gpukit.PermissionDenied, match='acts as tenant "py-team"'):
             gpukit.connect(tcp, token=TOKEN, tenant="someone-else")
@@ -116,11 +75,10 @@ def test_a_wrong_or_missing_token_opens_nothing(tcp_daemon, monkeypatch):
 
 
 def test_on_the_unix_socket_an_empty_tenant_is_the_callers_own(tcp_daemon, monkeypatch):
-    unix, _ = tcp_daemon
-    gpukitctl = _binary("GPUKITCTL", "client/cpp/gpukitctl")
+    daemon, _ = tcp_daemon
     monkeypatch.delenv("GPUKIT_TOKEN", raising=False)
-    with gpukit.connect(unix):
-        assert _tenants(gpukitctl, unix) == [f"uid-{os.getuid()}"]
+    with gpukit.connect(daemon.address):
+        assert _tenants(daemon) == [f"uid-{os.getuid()}"]
 
 
 def test_tls_files_reach_the_client(tcp_daemon, tmp_path):

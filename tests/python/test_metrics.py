@@ -18,6 +18,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
 
@@ -26,23 +27,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import gpukit
-from conftest import BACKEND, ROOT, _binary, gpukitd_with_metrics
+from conftest import BACKEND, ROOT, Daemon, _binary, gpukitd_with_metrics
 
 Labels = Tuple[Tuple[str, str], ...]
 
 
-class MetricsDaemon:
-    def __init__(self, address: str, url: str, log_path: Path, gpukitctl: Path) -> None:
-        self.address = address
-        self.url = url
-        self.log_path = log_path
-        self.gpukitctl = gpukitctl
-
-    def ctl(self, command: str) -> dict:
-        out = subprocess.run(
-            [str(self.gpukitctl), "--addr", self.address, "-o", "json", command],
-            check=True, capture_output=True, text=True, timeout=30)
-        return json.loads(out.stdout)
+@dataclass
+class MetricsDaemon(Daemon):
+    url: str  # its /metrics
 
     def scrape(self) -> Tuple[str, str]:
         """The text of /metrics and its Content-Type."""
@@ -58,7 +50,8 @@ def metrics_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Metrics
         "partitions": [{"name": "small", "memory": "8MiB", "compute": 0.25}],
     }
     with gpukitd_with_metrics(directory, config) as (address, url, log_path):
-        yield MetricsDaemon(address, url, log_path, _binary("GPUKITCTL", "client/cpp/gpukitctl"))
+        gpukitctl = _binary("GPUKITCTL", "client/cpp/gpukitctl")
+        yield MetricsDaemon(address, log_path, gpukitctl, url=url)
 
 
 def parse(text: str) -> Tuple[Dict[str, str], Dict[Tuple[str, Labels], float]]:

@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 import gpukit
-from conftest import BACKEND, Daemon
+from conftest import BACKEND
 
 # ---- The daemon's op table ----------------------------------------------------------------
 
@@ -42,14 +42,6 @@ _DTYPE_NAMES = {
     "DTYPE_UINT8": "uint8",
 }
 FLOATS = ("float32", "float16", "bfloat16")
-
-
-@pytest.fixture(scope="module")
-def listed_ops(daemon: Daemon) -> Dict[str, dict]:
-    """ListOps of the suite's daemon, by op name, less the test-only ops."""
-    ops = gpukit._gpukit.DaemonProbe.connect(daemon.address).ops()
-    assert ops, "ListOps listed no ops"
-    return {op["name"]: op for op in ops if not op["name"].startswith("_test_")}
 
 
 def input_dtypes(info: dict, i: int) -> List[str]:
