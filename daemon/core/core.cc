@@ -23,20 +23,8 @@ std::vector<PartitionSpec> StartupPartitions(const std::vector<PartitionSpec>& c
       std::any_of(configured.begin(), configured.end(),
                   [](const PartitionSpec& p) { return p.name == kDefaultPartition; });
   if (has_default) return partitions;
-  int64_t bytes = device0_bytes;
-  double share = 1.0;
-  for (const PartitionSpec& p : configured) {
-    if (p.device_index != 0) continue;
-    bytes -= p.memory_quota_bytes;
-    share -= p.compute_share;
-  }
-  if (bytes > 0 && share > 1e-6) {
-    PartitionSpec d;
-    d.name = std::string(kDefaultPartition);
-    d.device_index = 0;
-    d.memory_quota_bytes = bytes;
-    d.compute_share = std::min(share, 1.0);
-    partitions.insert(partitions.begin(), d);
+  if (std::optional<PartitionSpec> d = ImpliedDefaultPartition(configured, device0_bytes)) {
+    partitions.insert(partitions.begin(), *std::move(d));
   }
   return partitions;
 }

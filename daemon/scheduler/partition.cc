@@ -57,6 +57,24 @@ absl::Status ValidatePartitionSpec(const PartitionSpec& spec) {
   return absl::OkStatus();
 }
 
+std::optional<PartitionSpec> ImpliedDefaultPartition(absl::Span<const PartitionSpec> others,
+                                                     int64_t device0_bytes) {
+  int64_t bytes = device0_bytes;
+  double share = 1.0;
+  for (const PartitionSpec& p : others) {
+    if (p.device_index != 0) continue;
+    bytes -= p.memory_quota_bytes;
+    share -= p.compute_share;
+  }
+  if (bytes <= 0 || share <= 1e-6) return std::nullopt;
+  PartitionSpec d;
+  d.name = std::string(kDefaultPartition);
+  d.device_index = 0;
+  d.memory_quota_bytes = bytes;
+  d.compute_share = std::min(share, 1.0);
+  return d;
+}
+
 PartitionFieldMask PartitionFieldMask::All() {
   return {.memory_quota_bytes = true,
           .compute_share = true,

@@ -16,6 +16,7 @@
 #define GPUKIT_DAEMON_SCHEDULER_PARTITION_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -45,6 +46,13 @@ struct PartitionSpec {
 
 // INVALID_ARGUMENT naming the field and value.
 absl::Status ValidatePartitionSpec(const PartitionSpec& spec);
+
+// The "default" partition that a configuration without one implies: what `others` (the
+// partitions that exist beside it; those on device 0 count) leave of device 0's
+// `device0_bytes` and of its time. nullopt when they leave no memory or almost no time (a
+// share of at most 1e-6). Used at start-up (Core) and on a reload (PartitionReload).
+std::optional<PartitionSpec> ImpliedDefaultPartition(absl::Span<const PartitionSpec> others,
+                                                     int64_t device0_bytes);
 
 // Which fields of a PartitionSpec an update sets (Scheduler::UpdatePartition). A partition's
 // name and device never change, so they have no bit here.

@@ -13,9 +13,6 @@
 namespace gpukit {
 namespace {
 
-// As core.cc's start-up: an implied "default" needs a little of the device's time left.
-constexpr double kMinDefaultShare = 1e-6;
-
 std::string Optional(const std::optional<int64_t>& bytes) {
   return bytes.has_value() ? FormatBytes(*bytes) : std::string("none");
 }
@@ -156,31 +153,23 @@ absl::StatusOr<PartitionReloadPlan> PlanPartitionReload(absl::Span<const Partiti
 
   // "default" from what the others leave of device 0, as at start-up.
   if (implied_default && (running_default != nullptr || !now.contains(kDefaultPartition))) {
-    int64_t bytes = device_bytes(0).value_or(0);
-    double share = 1.0;
-    for (const auto& [name, spec] : after) {
-      if (spec.device_index != 0) continue;
-      bytes -= spec.memory_quota_bytes;
-      share -= spec.compute_share;
-    }
-    const bool room = bytes > 0 && share > kMinDefaultShare;
-    if (running_default != nullptr && room) {
+    std::vector<PartitionSpec> others;
+    for (const auto& [name, spec] : after) others.push_back(spec);
+    const std::optional<PartitionSpec> room =
+        ImpliedDefaultPartition(others, device_bytes(0).value_or(0));
+    if (running_default != nullptr && room.has_value()) {
       PartitionSpec sized = running_default->spec;
-      sized.memory_quota_bytes = bytes;
-      sized.compute_share = std::min(share, 1.0);
+      sized.memory_quota_bytes = room->memory_quota_bytes;
+      sized.compute_share = room->compute_share;
       if (sized.bandwidth_cap != 0 && sized.bandwidth_cap < sized.compute_share) {
         sized.bandwidth_cap = sized.compute_share;
       }
       change(*running_default, sized);
     } else if (running_default != nullptr) {
       remove(*running_default, "left no room by the file's partitions");
-    } else if (room) {
-      PartitionSpec d;
-      d.name = std::string(kDefaultPartition);
-      d.memory_quota_bytes = bytes;
-      d.compute_share = std::min(share, 1.0);
-      plan.creations.push_back(d);
-      after[d.name] = d;
+    } else if (room.has_value()) {
+      plan.creations.push_back(*room);
+      after[room->name] = *room;
     }
   }
 
