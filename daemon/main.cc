@@ -23,10 +23,12 @@
 #include "daemon/metrics/metrics_server.h"
 #include "daemon/metrics/rpc_metrics.h"
 #include "daemon/server.h"
+#include "daemon/session/access_policy.h"
 #include "daemon/systemd/service_notifier.h"
 #include "daemon/systemd/watchdog.h"
 #include "grpc/grpc.h"
 #include "runtime/base/default_address.h"
+#include "runtime/base/status_macros.h"
 #include "runtime/base/units.h"
 #include "runtime/device_factory.h"
 #include "runtime/executor/executor_devices.h"
@@ -49,6 +51,14 @@ absl::StatusOr<std::string> ReadPemFile(const std::string& path) {
     return absl::NotFoundError(absl::StrCat("cannot read access.tls file ", path));
   }
   return text.str();
+}
+
+// The access policy `config` asks for: from its access block, else the default rules; gpukitd's
+// effective uid is an admin either way. Start-up and SIGHUP's reload both build it here.
+absl::StatusOr<std::shared_ptr<const gpukit::AccessPolicy>> AccessPolicyFor(
+    const gpukit::DaemonConfig& config) {
+  if (config.access.has_value()) return gpukit::AccessPolicy::Create(geteuid(), *config.access);
+  return std::make_shared<const gpukit::AccessPolicy>(static_cast<uint32_t>(geteuid()));
 }
 
 // The NVRTC JIT compiler, or null (with a warning) when NVRTC is missing: the daemon still
@@ -263,11 +273,9 @@ int Run(int argc, char** argv) {
     pem = *std::move(text);
   }
   server_options.tcp.insecure = config->tcp.insecure;
-  if (config->access.has_value()) {
-    auto policy = gpukit::AccessPolicy::Create(geteuid(), *config->access);
-    if (!policy.ok()) return Fail(policy.status());
-    server_options.access_policy = *std::move(policy);
-  }
+  auto access_policy = AccessPolicyFor(*config);
+  if (!access_policy.ok()) return Fail(access_policy.status());
+  server_options.access_policy = *std::move(access_policy);
   auto server = gpukit::Server::Start(**core, clock, server_options);
   if (!server.ok()) return Fail(server.status());
   spdlog::info("gpukitd ready");
@@ -304,14 +312,8 @@ int Run(int argc, char** argv) {
   // the new policy; open sessions keep their owners. (access.tls and insecureTcp shape the
   // listening ports: they take effect at the next start.)
   reload_targets.on_reload.push_back([&serving](const gpukit::DaemonConfig& next) -> absl::Status {
-    std::shared_ptr<const gpukit::AccessPolicy> policy =
-        std::make_shared<const gpukit::AccessPolicy>(static_cast<uint32_t>(geteuid()));
-    if (next.access.has_value()) {
-      absl::StatusOr<std::shared_ptr<const gpukit::AccessPolicy>> built =
-          gpukit::AccessPolicy::Create(geteuid(), *next.access);
-      if (!built.ok()) return built.status();
-      policy = *std::move(built);
-    }
+    GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<const gpukit::AccessPolicy> policy,
+                            AccessPolicyFor(next));
     serving.SetAccessPolicy(std::move(policy));
     spdlog::info("reload: access policy applied ({})",
                  next.access.has_value() ? "from access" : "the default: uid-<uid> per uid");

@@ -95,19 +95,20 @@ void DaemonMetrics::WritePartitions(ExpositionWriter& out,
   for (size_t i = 0; i < partitions.size(); ++i) {
     device[i] = absl::StrCat(partitions[i].spec.device_index);
   }
-  auto gauge = [&](absl::string_view name, absl::string_view help, auto value) {
-    out.Family(name, MetricType::kGauge, help);
+  // One family with a sample of `value(partition)` per partition.
+  auto per_partition = [&](absl::string_view name, MetricType type, absl::string_view help,
+                           auto value) {
+    out.Family(name, type, help);
     for (size_t i = 0; i < partitions.size(); ++i) {
       out.Sample({{"partition", partitions[i].spec.name}, {"device", device[i]}},
                  value(partitions[i]));
     }
   };
+  auto gauge = [&](absl::string_view name, absl::string_view help, auto value) {
+    per_partition(name, MetricType::kGauge, help, value);
+  };
   auto counter = [&](absl::string_view name, absl::string_view help, auto value) {
-    out.Family(name, MetricType::kCounter, help);
-    for (size_t i = 0; i < partitions.size(); ++i) {
-      out.Sample({{"partition", partitions[i].spec.name}, {"device", device[i]}},
-                 value(partitions[i]));
-    }
+    per_partition(name, MetricType::kCounter, help, value);
   };
   gauge("gpukit_partition_memory_quota_bytes", "The partition's memory quota.",
         [](const PartitionStatus& p) { return p.spec.memory_quota_bytes; });

@@ -5,6 +5,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/base/names.h"
+#include "runtime/base/status_macros.h"
 
 namespace gpukit {
 namespace {
@@ -30,23 +31,16 @@ std::string OwnTenantName(uint32_t uid) { return absl::StrCat("uid-", uid); }
 absl::StatusOr<std::shared_ptr<const AccessPolicy>> AccessPolicy::Create(uint32_t daemon_uid,
                                                                          AccessRules rules) {
   for (const auto& [uid, tenant] : rules.uid_tenants) {
-    if (absl::Status s = CheckName(tenant, absl::StrCat("access.uids[\"", uid, "\"]")); !s.ok()) {
-      return s;
-    }
+    GPUKIT_RETURN_IF_ERROR(CheckName(tenant, absl::StrCat("access.uids[\"", uid, "\"]")));
   }
   for (const auto& [gid, tenant] : rules.gid_tenants) {
-    if (absl::Status s = CheckName(tenant, absl::StrCat("access.gids[\"", gid, "\"]")); !s.ok()) {
-      return s;
-    }
+    GPUKIT_RETURN_IF_ERROR(CheckName(tenant, absl::StrCat("access.gids[\"", gid, "\"]")));
   }
   for (const auto& [tenant, partitions] : rules.tenant_partitions) {
-    if (absl::Status s = CheckName(tenant, "access.tenants[].name"); !s.ok()) return s;
+    GPUKIT_RETURN_IF_ERROR(CheckName(tenant, "access.tenants[].name"));
     for (const std::string& partition : partitions) {
-      if (absl::Status s =
-              CheckName(partition, absl::StrCat("access.tenants[\"", tenant, "\"].partitions[]"));
-          !s.ok()) {
-        return s;
-      }
+      GPUKIT_RETURN_IF_ERROR(
+          CheckName(partition, absl::StrCat("access.tenants[\"", tenant, "\"].partitions[]")));
     }
   }
   for (const auto& [hash, grant] : rules.tokens) {
@@ -57,11 +51,8 @@ absl::StatusOr<std::shared_ptr<const AccessPolicy>> AccessPolicy::Create(uint32_
           absl::StrCat("access.tokens[].sha256 = \"", absl::CHexEscape(hash.substr(0, 80)),
                        "\" must be 64 lowercase hex digits (sha256sum of the token)"));
     }
-    if (absl::Status s = CheckName(
-            grant.tenant, absl::StrCat("access.tokens[\"", hash.substr(0, 12), "...\"].tenant"));
-        !s.ok()) {
-      return s;
-    }
+    GPUKIT_RETURN_IF_ERROR(CheckName(
+        grant.tenant, absl::StrCat("access.tokens[\"", hash.substr(0, 12), "...\"].tenant")));
   }
   return std::shared_ptr<const AccessPolicy>(new AccessPolicy(daemon_uid, std::move(rules)));
 }
@@ -139,7 +130,7 @@ absl::StatusOr<std::string> AccessPolicy::SessionTenant(const Principal& caller,
 }
 
 bool AccessPolicy::MayUseSession(const Principal& caller, const Principal& owner) const {
-  if (IsAdmin(caller)) return true;
+  // Today the same rule as listing (MaySeeSession checks IsAdmin first).
   return MaySeeSession(caller, owner);
 }
 

@@ -68,6 +68,12 @@ std::shared_ptr<const AccessPolicy> Configured() {
   return policy.ok() ? *policy : std::make_shared<const AccessPolicy>(kDaemonUid);
 }
 
+// A row's test name: its `name` field.
+template <typename Case>
+std::string RowName(const ::testing::TestParamInfo<Case>& info) {
+  return info.param.name;
+}
+
 // --- Who is an admin ---------------------------------------------------------------------
 
 struct AdminCase {
@@ -103,7 +109,7 @@ INSTANTIATE_TEST_SUITE_P(
                                 Principal{Principal::Kind::kNetwork, 0, 0, 0, "ipv4:1.2.3.4:5", {}},
                                 false, false},
                       AdminCase{"Unidentified", kNobody, false, false}),
-    [](const ::testing::TestParamInfo<AdminCase>& info) { return info.param.name; });
+    RowName<AdminCase>);
 
 // --- Which tenant a caller acts as -----------------------------------------------------
 
@@ -134,7 +140,7 @@ INSTANTIATE_TEST_SUITE_P(
                       TenantCase{"TcpTokensTenant", kTcpVision, "", "vision"},
                       TenantCase{"TcpUnknownTokenHasNone", kTcpUnknown, "", ""},
                       TenantCase{"UnidentifiedHasNone", kNobody, "", ""}),
-    [](const ::testing::TestParamInfo<TenantCase>& info) { return info.param.name; });
+    RowName<TenantCase>);
 
 // --- Which tenant a new session gets ---------------------------------------------------
 
@@ -218,7 +224,7 @@ INSTANTIATE_TEST_SUITE_P(
                  absl::StatusCode::kUnauthenticated, "valid bearer token"},
         OpenCase{"UnidentifiedMayNotOpen", false, kNobody, "x", "default",
                  absl::StatusCode::kUnauthenticated, "no identity"}),
-    [](const ::testing::TestParamInfo<OpenCase>& info) { return info.param.name; });
+    RowName<OpenCase>);
 
 // --- Sessions: a configured policy keeps the uid rule --------------------------------
 
@@ -317,7 +323,7 @@ INSTANTIATE_TEST_SUITE_P(
                      "64 lowercase hex digits"},
         BadRulesCase{"TokenWithBadTenant", WithToken(std::string(64, 'a'), "a b"),
                      "access.tokens[\"aaaaaaaaaaaa...\"].tenant"}),
-    [](const ::testing::TestParamInfo<BadRulesCase>& info) { return info.param.name; });
+    RowName<BadRulesCase>);
 
 TEST(AccessPolicy, OwnTenantNamesAreValidTenantNames) {
   EXPECT_EQ(OwnTenantName(0), "uid-0");
