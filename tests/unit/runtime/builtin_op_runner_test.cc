@@ -311,6 +311,47 @@ TEST_F(BuiltinOpRunnerTest, ShortRowsAndInnerAxesTakeOneLaunch) {
   EXPECT_TRUE(device_.allocated.empty());
 }
 
+TEST_F(BuiltinOpRunnerTest, AxesApartArePermutedReducedLastIntoATemporaryAndReducedAsRows) {
+  // [2, 3, 4] over axes 0 and 2: the kept axis first, then the reduced ones; 3 rows of 8.
+  ASSERT_THAT(
+      Run("mean", {ArrayDesc(DType::kFloat32, {2, 3, 4})}, {{"axis", std::vector<int64_t>{0, 2}}}),
+      IsOk());
+  ASSERT_EQ(device_.launches.size(), 2u);
+  const RecordedLaunch& permute = device_.launches[0];
+  EXPECT_EQ(permute.kernel, "image-layout:gk_permute_4");
+  const auto q = permute.Block<GkPermuteParams>();
+  EXPECT_EQ(q.count, 24);
+  EXPECT_EQ(q.rank, 3);
+  EXPECT_THAT(std::vector<int64_t>(q.dims, q.dims + 3), ElementsAre(3, 2, 4));
+  EXPECT_THAT(std::vector<int64_t>(q.in_strides, q.in_strides + 3), ElementsAre(4, 12, 1));
+  EXPECT_THAT(device_.allocated, ElementsAre(24 * 4)) << "the permuted copy";
+  const RecordedLaunch& rows = device_.launches[1];
+  EXPECT_EQ(rows.kernel, "image-reduce:gk_reduce_rows_mean_f32");
+  const auto p = rows.Block<GkReduceParams>();
+  EXPECT_EQ(p.outer, 3);
+  EXPECT_EQ(p.extent, 8);
+  EXPECT_EQ(p.inner, 1);
+  EXPECT_DOUBLE_EQ(p.divisor, 8.0);
+  EXPECT_EQ(rows.args[1].buffer.value, permute.args[0].buffer.value) << "reads the copy";
+  EXPECT_EQ(device_.waits_with_temporaries, 1) << "the copy is freed after the work";
+}
+
+TEST_F(BuiltinOpRunnerTest, MatmulViewsA1dOperandInPlaceAsARow) {
+  ASSERT_THAT(
+      Run("matmul", {ArrayDesc(DType::kFloat32, {20}), ArrayDesc(DType::kFloat32, {3, 20, 50})}),
+      IsOk());
+  const RecordedLaunch& launch = OnlyLaunch();
+  EXPECT_EQ(launch.kernel, "image-matmul:gk_matmul_f32");
+  const auto p = launch.Block<GkMatmulParams>();
+  EXPECT_EQ(p.m, 1);
+  EXPECT_EQ(p.k, 20);
+  EXPECT_EQ(p.n, 50);
+  EXPECT_EQ(p.batch, 3);
+  EXPECT_EQ(p.a_batch_strides[0], 0) << "a is shared by every batch";
+  EXPECT_EQ(p.b_batch_strides[0], 1);
+  EXPECT_TRUE(device_.allocated.empty()) << "viewed in place, not copied";
+}
+
 TEST_F(BuiltinOpRunnerTest, MatmulTilesTheOutputAndBroadcastsTheBatch) {
   ASSERT_THAT(Run("matmul", {ArrayDesc(DType::kBFloat16, {3, 40, 20}),
                              ArrayDesc(DType::kBFloat16, {20, 50})}),
