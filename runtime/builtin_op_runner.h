@@ -8,8 +8,9 @@
 // "gk_reduce_rows_sum_bf16", ...) with a parameter block from kernels/cuda/op_params.h.
 // Each module is loaded once, on its first use or by the warm-up (StartWarmUp): from its
 // precompiled fatbin when it has one and the options allow it, else compiled from its source
-// through the injected compiler (NVRTC and its cache, in the CUDA backend). A fatbin the device refuses (an old driver, a GPU it has no code for) is logged
-// once and the runner compiles that module and every later one instead.
+// through the injected compiler (NVRTC and its cache, in the CUDA backend). A fatbin the
+// device refuses (an old driver, a GPU it has no code for) is logged once and the runner
+// compiles that module and every later one instead.
 //
 //   BuiltinOpRunner runner(device, {.compile = [&](absl::string_view module,
 //                                                  absl::string_view source,

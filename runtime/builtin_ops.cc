@@ -9,6 +9,7 @@
 // value, without checking them again.
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <numeric>
 #include <utility>
@@ -564,11 +565,15 @@ absl::StatusOr<OpPlan> PlanConcat(absl::Span<const OperandDesc> in, const AttrMa
 // The most inputs one concat takes.
 constexpr int kMaxConcatInputs = 64;
 
+// Every dtype (runtime/base/dtype.h's kAllDTypes), as an InputSpec lists them.
+std::vector<DType> AnyDType() {
+  return std::vector<DType>(std::begin(kAllDTypes), std::end(kAllDTypes));
+}
 // An input that accepts an array of any dtype.
-InputSpec Array(std::string name) { return {std::move(name), AllDTypes(), /*scalar_ok=*/false}; }
+InputSpec Array(std::string name) { return {std::move(name), AnyDType(), /*scalar_ok=*/false}; }
 // An input that accepts an array of any dtype or a scalar.
 InputSpec ArrayOrScalar(std::string name) {
-  return {std::move(name), AllDTypes(), /*scalar_ok=*/true};
+  return {std::move(name), AnyDType(), /*scalar_ok=*/true};
 }
 
 AttrSpec Optional(std::string name, AttrType type, std::string default_value, std::string doc) {
@@ -674,14 +679,14 @@ std::vector<OpDef> BuiltinOps() {
        .cuda_library = CudaLibrary::kCublasLtMatmul},
 
       // ---- Reductions ----
-      Reduction("sum", "sum of all elements or over axis (one or a list); integers sum into int64", &PlanSum,
-                &cpu_ops::Reduce<ReduceOp::kSum>),
-      Reduction("mean", "mean of all elements or over axis (one or a list); integers give float32", &PlanMean,
-                &cpu_ops::Reduce<ReduceOp::kMean>),
-      Reduction("max", "maximum of all elements or over axis (one or a list); NaN propagates", &PlanMax,
-                &cpu_ops::Reduce<ReduceOp::kMax>),
-      Reduction("min", "minimum of all elements or over axis (one or a list); NaN propagates", &PlanMin,
-                &cpu_ops::Reduce<ReduceOp::kMin>),
+      Reduction("sum", "sum of all elements or over axis (one or a list); integers sum into int64",
+                &PlanSum, &cpu_ops::Reduce<ReduceOp::kSum>),
+      Reduction("mean", "mean of all elements or over axis (one or a list); integers give float32",
+                &PlanMean, &cpu_ops::Reduce<ReduceOp::kMean>),
+      Reduction("max", "maximum of all elements or over axis (one or a list); NaN propagates",
+                &PlanMax, &cpu_ops::Reduce<ReduceOp::kMax>),
+      Reduction("min", "minimum of all elements or over axis (one or a list); NaN propagates",
+                &PlanMin, &cpu_ops::Reduce<ReduceOp::kMin>),
       // ---- Dtype and layout ----
       {.name = "astype",
        .summary = "convert to attribute dtype",

@@ -87,13 +87,6 @@ bool AttrHasType(const AttrValue& value, AttrType type) {
   return false;
 }
 
-const std::vector<DType>& AllDTypes() {
-  static const auto* const dtypes =
-      new std::vector<DType>{DType::kFloat32, DType::kFloat16, DType::kBFloat16,
-                             DType::kInt32,   DType::kInt64,   DType::kUInt8};
-  return *dtypes;
-}
-
 const InputSpec& OpDef::input(int i) const {
   return inputs[std::min<size_t>(static_cast<size_t>(i), inputs.size() - 1)];
 }

@@ -121,9 +121,6 @@ struct InputSpec {
   bool scalar_ok = false;     // whether it may be a scalar (a + 1); checked by Plan
 };
 
-// Every dtype gpukit has, in the order of the DType enum.
-const std::vector<DType>& AllDTypes();
-
 // Forward declarations of the kernel signatures: OpLaunch is in runtime/device.h, which
 // includes this header, and OpLowering is the CUDA backend's (runtime/cuda/op_lowering.h).
 struct OpLaunch;

@@ -192,6 +192,12 @@ std::string DTypeParamName(const testing::TestParamInfo<DType>& info) {
   return std::string(DTypeName(info.param));
 }
 
+// "<case name>_<dtype>" for a table of cases crossed with dtypes.
+template <typename Case>
+std::string CaseAndDTypeName(const testing::TestParamInfo<std::tuple<Case, DType>>& info) {
+  return absl::StrCat(std::get<0>(info.param).name, "_", DTypeName(std::get<1>(info.param)));
+}
+
 // ---- Index arithmetic for the references (deliberately independent of the kernels') ----
 
 std::vector<int64_t> Unravel(int64_t flat, absl::Span<const int64_t> shape) {
@@ -342,10 +348,7 @@ TEST_P(BinaryHandComputedTest, MatchesHandComputedValues) {
 INSTANTIATE_TEST_SUITE_P(AllDTypes, BinaryHandComputedTest,
                          testing::Combine(testing::ValuesIn(kBinaryCases),
                                           testing::ValuesIn(kAllDTypes)),
-                         [](const testing::TestParamInfo<std::tuple<BinaryCase, DType>>& info) {
-                           return absl::StrCat(std::get<0>(info.param).name, "_",
-                                               DTypeName(std::get<1>(info.param)));
-                         });
+                         CaseAndDTypeName<BinaryCase>);
 
 class BinaryFloatingTest : public testing::TestWithParam<DType> {};
 
@@ -865,10 +868,7 @@ TEST_P(ReduceHandComputedTest, MatchesHandComputedValues) {
 INSTANTIATE_TEST_SUITE_P(AllDTypes, ReduceHandComputedTest,
                          testing::Combine(testing::ValuesIn(kReduceCases),
                                           testing::ValuesIn(kAllDTypes)),
-                         [](const testing::TestParamInfo<std::tuple<ReduceCase, DType>>& info) {
-                           return absl::StrCat(std::get<0>(info.param).name, "_",
-                                               DTypeName(std::get<1>(info.param)));
-                         });
+                         CaseAndDTypeName<ReduceCase>);
 
 class ReduceFloatingTest : public testing::TestWithParam<DType> {};
 
@@ -1152,10 +1152,7 @@ TEST_P(ReduceAxesHandComputedTest, MatchesHandComputedValues) {
 INSTANTIATE_TEST_SUITE_P(AllDTypes, ReduceAxesHandComputedTest,
                          testing::Combine(testing::ValuesIn(kReduceAxesCases),
                                           testing::ValuesIn(kAllDTypes)),
-                         [](const testing::TestParamInfo<std::tuple<ReduceAxesCase, DType>>& info) {
-                           return absl::StrCat(std::get<0>(info.param).name, "_",
-                                               DTypeName(std::get<1>(info.param)));
-                         });
+                         CaseAndDTypeName<ReduceAxesCase>);
 
 TEST(ReduceCpuTest, SeveralAxesOfIntegersSumIntoInt64AndMeanIntoFloat32) {
   // [2, 2, 2] of int32 near the top of the range: the int64 sum does not wrap at int32.

@@ -22,10 +22,13 @@
 #include "kernels/cuda/op_params.h"
 #include "runtime/op_registry.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/unit/runtime/op_plan_helpers.h"
 
 namespace gpukit {
 namespace {
 
+using ::gpukit::testing::Array;
+using ::gpukit::testing::FloatScalar;
 using ::gpukit::testing::IsOk;
 using ::gpukit::testing::StatusIs;
 using ::testing::ElementsAre;
@@ -138,19 +141,6 @@ class RecordingDevice final : public Device {
   uint64_t next_ = 1000;
 };
 
-OperandDesc ArrayDesc(DType dtype, Shape shape) {
-  OperandDesc d;
-  d.tensor = {dtype, std::move(shape)};
-  return d;
-}
-OperandDesc FloatScalar(double value) {
-  OperandDesc d;
-  d.is_scalar = true;
-  d.scalar.is_float = true;
-  d.scalar.float_value = value;
-  return d;
-}
-
 class BuiltinOpRunnerTest : public ::testing::Test {
  protected:
   BuiltinOpRunnerTest()
@@ -195,10 +185,8 @@ class BuiltinOpRunnerTest : public ::testing::Test {
 };
 
 TEST_F(BuiltinOpRunnerTest, SameShapeAddIsOneContiguousLaunchAndTheModuleCompilesOnce) {
-  ASSERT_THAT(Run("add", {ArrayDesc(DType::kFloat32, {2, 3}), ArrayDesc(DType::kFloat32, {2, 3})}),
-              IsOk());
-  ASSERT_THAT(Run("sub", {ArrayDesc(DType::kFloat32, {4}), ArrayDesc(DType::kFloat32, {4})}),
-              IsOk());
+  ASSERT_THAT(Run("add", {Array(DType::kFloat32, {2, 3}), Array(DType::kFloat32, {2, 3})}), IsOk());
+  ASSERT_THAT(Run("sub", {Array(DType::kFloat32, {4}), Array(DType::kFloat32, {4})}), IsOk());
   EXPECT_THAT(compiled_, ElementsAre("binary"));
   EXPECT_THAT(device_.loaded, ElementsAre("image-binary"));
   ASSERT_EQ(device_.launches.size(), 2u);
@@ -218,7 +206,7 @@ TEST_F(BuiltinOpRunnerTest, SameShapeAddIsOneContiguousLaunchAndTheModuleCompile
 }
 
 TEST_F(BuiltinOpRunnerTest, ScalarTravelsInTheParameterBlockInTheComputeDtype) {
-  ASSERT_THAT(Run("mul", {ArrayDesc(DType::kFloat16, {8}), FloatScalar(2.5)}), IsOk());
+  ASSERT_THAT(Run("mul", {Array(DType::kFloat16, {8}), FloatScalar(2.5)}), IsOk());
   const RecordedLaunch& launch = OnlyLaunch();
   EXPECT_EQ(launch.kernel, "image-binary:gk_mul_f16");
   const auto p = launch.Block<GkBinaryParams>();
@@ -229,9 +217,8 @@ TEST_F(BuiltinOpRunnerTest, ScalarTravelsInTheParameterBlockInTheComputeDtype) {
 }
 
 TEST_F(BuiltinOpRunnerTest, BroadcastOperandsAreStridedOrRepeated) {
-  ASSERT_THAT(Run("add", {ArrayDesc(DType::kInt32, {2, 3}), ArrayDesc(DType::kInt32, {3})}), IsOk());
-  ASSERT_THAT(Run("add", {ArrayDesc(DType::kInt32, {2, 3}), ArrayDesc(DType::kInt32, {1, 1})}),
-              IsOk());
+  ASSERT_THAT(Run("add", {Array(DType::kInt32, {2, 3}), Array(DType::kInt32, {3})}), IsOk());
+  ASSERT_THAT(Run("add", {Array(DType::kInt32, {2, 3}), Array(DType::kInt32, {1, 1})}), IsOk());
   ASSERT_EQ(device_.launches.size(), 2u);
   const auto strided = device_.launches[0].Block<GkBinaryParams>();
   EXPECT_EQ(strided.rank, 2);
@@ -244,8 +231,7 @@ TEST_F(BuiltinOpRunnerTest, BroadcastOperandsAreStridedOrRepeated) {
 }
 
 TEST_F(BuiltinOpRunnerTest, InputOfAnotherDtypeIsCastIntoATemporaryFreedAfterTheWork) {
-  ASSERT_THAT(Run("add", {ArrayDesc(DType::kInt32, {5}), ArrayDesc(DType::kFloat32, {5})}),
-              IsOk());
+  ASSERT_THAT(Run("add", {Array(DType::kInt32, {5}), Array(DType::kFloat32, {5})}), IsOk());
   ASSERT_EQ(device_.launches.size(), 2u);
   EXPECT_EQ(device_.launches[0].kernel, "image-cast:gk_cast_i32_f32");
   EXPECT_EQ(device_.launches[0].Block<GkCastParams>().count, 5);
@@ -258,18 +244,16 @@ TEST_F(BuiltinOpRunnerTest, InputOfAnotherDtypeIsCastIntoATemporaryFreedAfterThe
 }
 
 TEST_F(BuiltinOpRunnerTest, AstypeCopiesWithinADtypeAndCastsAcross) {
-  ASSERT_THAT(Run("astype", {ArrayDesc(DType::kBFloat16, {3})}, {{"dtype", DType::kBFloat16}}),
-              IsOk());
+  ASSERT_THAT(Run("astype", {Array(DType::kBFloat16, {3})}, {{"dtype", DType::kBFloat16}}), IsOk());
   ASSERT_EQ(device_.copies.size(), 1u);
   EXPECT_EQ(device_.copies[0].bytes, 6);
   EXPECT_TRUE(device_.launches.empty());
-  ASSERT_THAT(Run("astype", {ArrayDesc(DType::kBFloat16, {3})}, {{"dtype", DType::kUInt8}}),
-              IsOk());
+  ASSERT_THAT(Run("astype", {Array(DType::kBFloat16, {3})}, {{"dtype", DType::kUInt8}}), IsOk());
   EXPECT_EQ(OnlyLaunch().kernel, "image-cast:gk_cast_bf16_u8");
 }
 
 TEST_F(BuiltinOpRunnerTest, LongFullReductionSplitsIntoSlicesAndCombinesThePartials) {
-  ASSERT_THAT(Run("sum", {ArrayDesc(DType::kFloat32, {1 << 20})}), IsOk());
+  ASSERT_THAT(Run("sum", {Array(DType::kFloat32, {1 << 20})}), IsOk());
   ASSERT_EQ(device_.launches.size(), 2u);
   const RecordedLaunch& rows = device_.launches[0];
   EXPECT_EQ(rows.kernel, "image-reduce:gk_reduce_rows_sum_f32");
@@ -288,7 +272,7 @@ TEST_F(BuiltinOpRunnerTest, LongFullReductionSplitsIntoSlicesAndCombinesTheParti
   EXPECT_EQ(device_.waits_with_temporaries, 0) << "a reduction does not wait";
   // The next reduction on the stream reuses the scratch; releasing the stream frees it.
   const uint64_t scratch = rows.args[2].buffer.value;  // `rows` dies as launches_ grows
-  ASSERT_THAT(Run("max", {ArrayDesc(DType::kFloat32, {1 << 20})}), IsOk());
+  ASSERT_THAT(Run("max", {Array(DType::kFloat32, {1 << 20})}), IsOk());
   EXPECT_EQ(device_.allocated.size(), 1u);
   EXPECT_EQ(device_.launches[2].args[2].buffer.value, scratch);
   runner_.ReleaseStream(StreamId{1});
@@ -296,8 +280,8 @@ TEST_F(BuiltinOpRunnerTest, LongFullReductionSplitsIntoSlicesAndCombinesTheParti
 }
 
 TEST_F(BuiltinOpRunnerTest, ShortRowsAndInnerAxesTakeOneLaunch) {
-  ASSERT_THAT(Run("mean", {ArrayDesc(DType::kInt32, {4, 5})}, {{"axis", int64_t{1}}}), IsOk());
-  ASSERT_THAT(Run("max", {ArrayDesc(DType::kFloat16, {4, 5})}, {{"axis", int64_t{0}}}), IsOk());
+  ASSERT_THAT(Run("mean", {Array(DType::kInt32, {4, 5})}, {{"axis", int64_t{1}}}), IsOk());
+  ASSERT_THAT(Run("max", {Array(DType::kFloat16, {4, 5})}, {{"axis", int64_t{0}}}), IsOk());
   ASSERT_EQ(device_.launches.size(), 2u);
   EXPECT_EQ(device_.launches[0].kernel, "image-reduce:gk_reduce_rows_mean_i32");
   EXPECT_EQ(device_.launches[0].config.grid[0], 1u);
@@ -311,10 +295,50 @@ TEST_F(BuiltinOpRunnerTest, ShortRowsAndInnerAxesTakeOneLaunch) {
   EXPECT_TRUE(device_.allocated.empty());
 }
 
-TEST_F(BuiltinOpRunnerTest, MatmulTilesTheOutputAndBroadcastsTheBatch) {
-  ASSERT_THAT(Run("matmul", {ArrayDesc(DType::kBFloat16, {3, 40, 20}),
-                             ArrayDesc(DType::kBFloat16, {20, 50})}),
+TEST_F(BuiltinOpRunnerTest, AxesApartArePermutedReducedLastIntoATemporaryAndReducedAsRows) {
+  // [2, 3, 4] over axes 0 and 2: the kept axis first, then the reduced ones; 3 rows of 8.
+  ASSERT_THAT(
+      Run("mean", {Array(DType::kFloat32, {2, 3, 4})}, {{"axis", std::vector<int64_t>{0, 2}}}),
+      IsOk());
+  ASSERT_EQ(device_.launches.size(), 2u);
+  const RecordedLaunch& permute = device_.launches[0];
+  EXPECT_EQ(permute.kernel, "image-layout:gk_permute_4");
+  const auto q = permute.Block<GkPermuteParams>();
+  EXPECT_EQ(q.count, 24);
+  EXPECT_EQ(q.rank, 3);
+  EXPECT_THAT(std::vector<int64_t>(q.dims, q.dims + 3), ElementsAre(3, 2, 4));
+  EXPECT_THAT(std::vector<int64_t>(q.in_strides, q.in_strides + 3), ElementsAre(4, 12, 1));
+  EXPECT_THAT(device_.allocated, ElementsAre(24 * 4)) << "the permuted copy";
+  const RecordedLaunch& rows = device_.launches[1];
+  EXPECT_EQ(rows.kernel, "image-reduce:gk_reduce_rows_mean_f32");
+  const auto p = rows.Block<GkReduceParams>();
+  EXPECT_EQ(p.outer, 3);
+  EXPECT_EQ(p.extent, 8);
+  EXPECT_EQ(p.inner, 1);
+  EXPECT_DOUBLE_EQ(p.divisor, 8.0);
+  EXPECT_EQ(rows.args[1].buffer.value, permute.args[0].buffer.value) << "reads the copy";
+  EXPECT_EQ(device_.waits_with_temporaries, 1) << "the copy is freed after the work";
+}
+
+TEST_F(BuiltinOpRunnerTest, MatmulViewsA1dOperandInPlaceAsARow) {
+  ASSERT_THAT(Run("matmul", {Array(DType::kFloat32, {20}), Array(DType::kFloat32, {3, 20, 50})}),
               IsOk());
+  const RecordedLaunch& launch = OnlyLaunch();
+  EXPECT_EQ(launch.kernel, "image-matmul:gk_matmul_f32");
+  const auto p = launch.Block<GkMatmulParams>();
+  EXPECT_EQ(p.m, 1);
+  EXPECT_EQ(p.k, 20);
+  EXPECT_EQ(p.n, 50);
+  EXPECT_EQ(p.batch, 3);
+  EXPECT_EQ(p.a_batch_strides[0], 0) << "a is shared by every batch";
+  EXPECT_EQ(p.b_batch_strides[0], 1);
+  EXPECT_TRUE(device_.allocated.empty()) << "viewed in place, not copied";
+}
+
+TEST_F(BuiltinOpRunnerTest, MatmulTilesTheOutputAndBroadcastsTheBatch) {
+  ASSERT_THAT(
+      Run("matmul", {Array(DType::kBFloat16, {3, 40, 20}), Array(DType::kBFloat16, {20, 50})}),
+      IsOk());
   const RecordedLaunch& launch = OnlyLaunch();
   EXPECT_EQ(launch.kernel, "image-matmul:gk_matmul_bf16");
   EXPECT_EQ(launch.config.grid[0], 4u);  // 50 columns in tiles of 16
@@ -332,7 +356,7 @@ TEST_F(BuiltinOpRunnerTest, MatmulTilesTheOutputAndBroadcastsTheBatch) {
 }
 
 TEST_F(BuiltinOpRunnerTest, TransposeReadsThroughPermutedStrides) {
-  ASSERT_THAT(Run("transpose", {ArrayDesc(DType::kInt64, {2, 3, 4})},
+  ASSERT_THAT(Run("transpose", {Array(DType::kInt64, {2, 3, 4})},
                   {{"perm", std::vector<int64_t>{2, 0, 1}}}),
               IsOk());
   const RecordedLaunch& launch = OnlyLaunch();
@@ -345,26 +369,26 @@ TEST_F(BuiltinOpRunnerTest, TransposeReadsThroughPermutedStrides) {
 }
 
 TEST_F(BuiltinOpRunnerTest, EmptyOutputsLaunchNothing) {
-  ASSERT_THAT(Run("add", {ArrayDesc(DType::kFloat32, {0, 3}), ArrayDesc(DType::kFloat32, {3})}),
-              IsOk());
-  ASSERT_THAT(Run("reshape", {ArrayDesc(DType::kFloat32, {0})}, {{"shape", std::vector<int64_t>{0, 2}}}),
-              IsOk());
+  ASSERT_THAT(Run("add", {Array(DType::kFloat32, {0, 3}), Array(DType::kFloat32, {3})}), IsOk());
+  ASSERT_THAT(
+      Run("reshape", {Array(DType::kFloat32, {0})}, {{"shape", std::vector<int64_t>{0, 2}}}),
+      IsOk());
   EXPECT_TRUE(device_.launches.empty());
   EXPECT_TRUE(device_.copies.empty());
 }
 
 TEST_F(BuiltinOpRunnerTest, TranscendentalOfIntegersCastsToFloat32First) {
-  ASSERT_THAT(Run("exp", {ArrayDesc(DType::kInt32, {10})}), IsOk());
+  ASSERT_THAT(Run("exp", {Array(DType::kInt32, {10})}), IsOk());
   ASSERT_EQ(device_.launches.size(), 2u);
   EXPECT_EQ(device_.launches[0].kernel, "image-cast:gk_cast_i32_f32");
   EXPECT_EQ(device_.launches[1].kernel, "image-unary:gk_exp_f32");
   EXPECT_EQ(device_.launches[1].Block<GkUnaryParams>().count, 10);
-  ASSERT_THAT(Run("neg", {ArrayDesc(DType::kUInt8, {10})}), IsOk());
+  ASSERT_THAT(Run("neg", {Array(DType::kUInt8, {10})}), IsOk());
   EXPECT_EQ(device_.launches.back().kernel, "image-unary:gk_neg_u8") << "integers stay";
 }
 
 TEST_F(BuiltinOpRunnerTest, ClampCarriesBothFormsOfEachBound) {
-  ASSERT_THAT(Run("clamp", {ArrayDesc(DType::kInt64, {4})}, {{"max", int64_t{9}}}), IsOk());
+  ASSERT_THAT(Run("clamp", {Array(DType::kInt64, {4})}, {{"max", int64_t{9}}}), IsOk());
   const RecordedLaunch& launch = OnlyLaunch();
   EXPECT_EQ(launch.kernel, "image-unary:gk_clamp_i64");
   const auto p = launch.Block<GkClampParams>();
@@ -375,9 +399,9 @@ TEST_F(BuiltinOpRunnerTest, ClampCarriesBothFormsOfEachBound) {
 }
 
 TEST_F(BuiltinOpRunnerTest, WhereReadsTheConditionInItsOwnDtype) {
-  ASSERT_THAT(Run("where", {ArrayDesc(DType::kFloat16, {2, 1}), ArrayDesc(DType::kFloat32, {3}),
-                            FloatScalar(0.5)}),
-              IsOk());
+  ASSERT_THAT(
+      Run("where", {Array(DType::kFloat16, {2, 1}), Array(DType::kFloat32, {3}), FloatScalar(0.5)}),
+      IsOk());
   const RecordedLaunch& launch = OnlyLaunch();
   EXPECT_EQ(launch.kernel, "image-unary:gk_where_f32");
   EXPECT_EQ(launch.args[1].buffer.value, 1u) << "the condition is not cast";
@@ -395,9 +419,8 @@ TEST_F(BuiltinOpRunnerTest, WhereReadsTheConditionInItsOwnDtype) {
 }
 
 TEST_F(BuiltinOpRunnerTest, ArgmaxTakesRowsOrColumns) {
-  ASSERT_THAT(Run("argmax", {ArrayDesc(DType::kBFloat16, {6, 100})}, {{"axis", int64_t{1}}}),
-              IsOk());
-  ASSERT_THAT(Run("argmax", {ArrayDesc(DType::kInt32, {6, 100})}, {{"axis", int64_t{0}}}), IsOk());
+  ASSERT_THAT(Run("argmax", {Array(DType::kBFloat16, {6, 100})}, {{"axis", int64_t{1}}}), IsOk());
+  ASSERT_THAT(Run("argmax", {Array(DType::kInt32, {6, 100})}, {{"axis", int64_t{0}}}), IsOk());
   ASSERT_EQ(device_.launches.size(), 2u);
   EXPECT_EQ(device_.launches[0].kernel, "image-nn:gk_argmax_rows_bf16");
   EXPECT_EQ(device_.launches[0].config.grid[0], 6u) << "a block per row";
@@ -409,8 +432,7 @@ TEST_F(BuiltinOpRunnerTest, ArgmaxTakesRowsOrColumns) {
 }
 
 TEST_F(BuiltinOpRunnerTest, NormsTakeABlockPerRowAndNullForAbsentOperands) {
-  ASSERT_THAT(Run("layernorm", {ArrayDesc(DType::kFloat16, {3, 5, 64}),
-                                ArrayDesc(DType::kFloat16, {64})}),
+  ASSERT_THAT(Run("layernorm", {Array(DType::kFloat16, {3, 5, 64}), Array(DType::kFloat16, {64})}),
               IsOk());
   const RecordedLaunch& launch = OnlyLaunch();
   EXPECT_EQ(launch.kernel, "image-nn:gk_layernorm_f16");
@@ -427,10 +449,8 @@ TEST_F(BuiltinOpRunnerTest, NormsTakeABlockPerRowAndNullForAbsentOperands) {
 }
 
 TEST_F(BuiltinOpRunnerTest, SoftmaxAndRopeParameters) {
-  ASSERT_THAT(Run("softmax", {ArrayDesc(DType::kFloat32, {4, 7, 3})}, {{"axis", int64_t{1}}}),
-              IsOk());
-  ASSERT_THAT(Run("rope", {ArrayDesc(DType::kBFloat16, {2, 10, 8})}, {{"offset", int64_t{5}}}),
-              IsOk());
+  ASSERT_THAT(Run("softmax", {Array(DType::kFloat32, {4, 7, 3})}, {{"axis", int64_t{1}}}), IsOk());
+  ASSERT_THAT(Run("rope", {Array(DType::kBFloat16, {2, 10, 8})}, {{"offset", int64_t{5}}}), IsOk());
   ASSERT_EQ(device_.launches.size(), 2u);
   EXPECT_EQ(device_.launches[0].kernel, "image-nn:gk_softmax_f32");
   const auto lanes = device_.launches[0].Block<GkLaneParams>();
@@ -448,9 +468,9 @@ TEST_F(BuiltinOpRunnerTest, SoftmaxAndRopeParameters) {
 }
 
 TEST_F(BuiltinOpRunnerTest, AttentionIsABlockPerQueryRowAndRefusesHugeHeadDims) {
-  ASSERT_THAT(Run("attention", {ArrayDesc(DType::kFloat16, {2, 3, 64}),
-                                ArrayDesc(DType::kFloat16, {2, 9, 64}),
-                                ArrayDesc(DType::kFloat16, {2, 9, 32})},
+  ASSERT_THAT(Run("attention",
+                  {Array(DType::kFloat16, {2, 3, 64}), Array(DType::kFloat16, {2, 9, 64}),
+                   Array(DType::kFloat16, {2, 9, 32})},
                   {{"causal", true}}),
               IsOk());
   const RecordedLaunch& launch = OnlyLaunch();
@@ -463,15 +483,14 @@ TEST_F(BuiltinOpRunnerTest, AttentionIsABlockPerQueryRowAndRefusesHugeHeadDims) 
   EXPECT_EQ(p.dv, 32);
   EXPECT_EQ(p.causal, 1);
   EXPECT_DOUBLE_EQ(p.scale, 0.125);
-  EXPECT_THAT(Run("attention", {ArrayDesc(DType::kFloat32, {1, 1, 2048}),
-                                ArrayDesc(DType::kFloat32, {1, 1, 2048}),
-                                ArrayDesc(DType::kFloat32, {1, 1, 4})}),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("limit of 1024")));
+  EXPECT_THAT(
+      Run("attention", {Array(DType::kFloat32, {1, 1, 2048}), Array(DType::kFloat32, {1, 1, 2048}),
+                        Array(DType::kFloat32, {1, 1, 4})}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("limit of 1024")));
 }
 
 TEST_F(BuiltinOpRunnerTest, EmbeddingConvertsNeitherInput) {
-  ASSERT_THAT(Run("embedding", {ArrayDesc(DType::kBFloat16, {50, 16}),
-                                ArrayDesc(DType::kInt64, {4, 3})}),
+  ASSERT_THAT(Run("embedding", {Array(DType::kBFloat16, {50, 16}), Array(DType::kInt64, {4, 3})}),
               IsOk());
   const RecordedLaunch& launch = OnlyLaunch();
   EXPECT_EQ(launch.kernel, "image-layout:gk_embedding_i64_2");
@@ -485,8 +504,9 @@ TEST_F(BuiltinOpRunnerTest, EmbeddingConvertsNeitherInput) {
 }
 
 TEST_F(BuiltinOpRunnerTest, ConcatCopiesEachInputIntoItsSlab) {
-  ASSERT_THAT(Run("concat", {ArrayDesc(DType::kFloat32, {2, 3}), ArrayDesc(DType::kFloat32, {2, 0}),
-                             ArrayDesc(DType::kInt32, {2, 5})},
+  ASSERT_THAT(Run("concat",
+                  {Array(DType::kFloat32, {2, 3}), Array(DType::kFloat32, {2, 0}),
+                   Array(DType::kInt32, {2, 5})},
                   {{"axis", int64_t{1}}}),
               IsOk());
   // The int32 input is cast to float32; the empty one launches nothing.
@@ -587,7 +607,7 @@ OpLaunch AddLaunch() {
   OpLaunch launch;
   launch.op = *OpRegistry::Builtin().Find("add");
   launch.plan = *OpRegistry::Builtin().Plan(
-      *launch.op, {ArrayDesc(DType::kFloat32, {4}), ArrayDesc(DType::kFloat32, {4})}, {});
+      *launch.op, {Array(DType::kFloat32, {4}), Array(DType::kFloat32, {4})}, {});
   launch.output = BufferId{99};
   for (uint64_t i = 1; i <= 2; ++i) {
     OpOperand operand;

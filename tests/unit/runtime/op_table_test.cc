@@ -102,6 +102,12 @@ TEST(OpTableTest, EveryOpHasASummaryInputsAPlannerAndACpuKernel) {
   }
 }
 
+TEST(OpTableTest, OnlyMatmulIsOfferedToCublasLt) {
+  for (const OpDef& op : Ops()) {
+    EXPECT_EQ(op.cuda_library == CudaLibrary::kCublasLtMatmul, op.name == "matmul") << op.name;
+  }
+}
+
 TEST(OpTableTest, AttrSpecsAreWellFormed) {
   for (const OpDef& op : Ops()) {
     std::set<std::string> names;
@@ -170,7 +176,7 @@ TEST(OpTableTest, AnInputDtypeTheTableDoesNotListIsRefusedNamingTheInput) {
   for (const OpDef& op : Ops()) {
     for (int i = 0; i < op.min_inputs; ++i) {
       const InputSpec& input = op.input(i);
-      for (DType dtype : AllDTypes()) {
+      for (DType dtype : kAllDTypes) {
         if (std::find(input.dtypes.begin(), input.dtypes.end(), dtype) != input.dtypes.end()) {
           continue;
         }
