@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/base/status_macros.h"
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -107,7 +108,17 @@ absl::StatusOr<ReceivedMessage> ReceiveMessage(int socket, size_t max_bytes,
   }
   ReceivedMessage received;
   received.bytes.resize(max_bytes);
-  iovec iov = {received.bytes.data(), max_bytes};
+  GPUKIT_ASSIGN_OR_RETURN(ReceivedInto into,
+                          ReceiveMessageInto(socket, received.bytes.data(), max_bytes, true));
+  received.bytes.resize(into.bytes);
+  received.fd = std::move(into.fd);
+  return received;
+}
+
+absl::StatusOr<ReceivedInto> ReceiveMessageInto(int socket, char* buffer, size_t capacity,
+                                                bool wait) {
+  ReceivedInto received;
+  iovec iov = {buffer, capacity};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)] = {};
   msghdr message = {};
   message.msg_iov = &iov;
@@ -116,8 +127,11 @@ absl::StatusOr<ReceivedMessage> ReceiveMessage(int socket, size_t max_bytes,
   message.msg_controllen = sizeof(control);
   ssize_t got;
   do {
-    got = ::recvmsg(socket, &message, MSG_CMSG_CLOEXEC);
+    got = ::recvmsg(socket, &message, MSG_CMSG_CLOEXEC | (wait ? 0 : MSG_DONTWAIT));
   } while (got < 0 && errno == EINTR);
+  if (got < 0 && !wait && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    return absl::DeadlineExceededError("no message waiting");
+  }
   if (got < 0) return ErrnoStatus("recvmsg", errno);
   // Take every descriptor that came, so none leaks whatever the message says.
   for (cmsghdr* header = CMSG_FIRSTHDR(&message); header != nullptr;
@@ -137,9 +151,9 @@ absl::StatusOr<ReceivedMessage> ReceiveMessage(int socket, size_t max_bytes,
   if (got == 0) return absl::UnavailableError("the peer closed the connection");
   if ((message.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("message longer than ", max_bytes, " bytes or with too many descriptors"));
+        absl::StrCat("message longer than ", capacity, " bytes or with too many descriptors"));
   }
-  received.bytes.resize(static_cast<size_t>(got));
+  received.bytes = static_cast<size_t>(got);
   return received;
 }
 

@@ -63,6 +63,18 @@ absl::Status SendMessage(int socket, const void* bytes, size_t size, int fd = -1
 absl::StatusOr<ReceivedMessage> ReceiveMessage(int socket, size_t max_bytes,
                                                absl::Duration timeout);
 
+// What ReceiveMessageInto read: the message's size (its bytes are at the buffer's start) and
+// the descriptor that came with it (if any).
+struct ReceivedInto {
+  size_t bytes = 0;
+  ScopedFd fd;
+};
+// Receives one message into `buffer` (at most `capacity` bytes), for a reader that keeps one
+// buffer for every message. With `wait` it sleeps until a message comes; without, it returns
+// at once: DEADLINE_EXCEEDED when none is waiting. Other errors as ReceiveMessage's.
+absl::StatusOr<ReceivedInto> ReceiveMessageInto(int socket, char* buffer, size_t capacity,
+                                                bool wait);
+
 // A unix SOCK_SEQPACKET socket connected to `path`. UNAVAILABLE when nothing listens there.
 absl::StatusOr<ScopedFd> ConnectUnixSocket(absl::string_view path);
 // A unix SOCK_SEQPACKET socket listening at `path` (an old socket file there is replaced).

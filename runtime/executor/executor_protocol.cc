@@ -1,5 +1,6 @@
 #include "runtime/executor/executor_protocol.h"
 
+#include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -47,16 +48,24 @@ absl::Status SendExecutorMessage(int socket, const google::protobuf::MessageLite
   return SendMessage(socket, bytes.data(), bytes.size(), fd);
 }
 
-absl::StatusOr<ScopedFd> ReceiveExecutorMessage(int socket,
-                                                google::protobuf::MessageLite& message) {
-  GPUKIT_ASSIGN_OR_RETURN(
-      ReceivedMessage received,
-      ReceiveMessage(socket, kMaxExecutorMessageBytes + 1024, absl::InfiniteDuration()));
-  if (!message.ParseFromString(received.bytes)) {
-    return absl::InternalError(
-        absl::StrCat("an executor message of ", received.bytes.size(), " bytes does not parse"));
+absl::StatusOr<ScopedFd> ReceiveExecutorMessage(int socket, google::protobuf::MessageLite& message,
+                                                const RecentActivity* activity) {
+  // One buffer per reading thread for its life: no allocation or clearing per message.
+  constexpr size_t kCapacity = kMaxExecutorMessageBytes + 1024;
+  thread_local std::unique_ptr<char[]> buffer(new char[kCapacity]);
+  absl::StatusOr<ReceivedInto> received;
+  for (;;) {
+    const bool poll = activity != nullptr && activity->Recent();
+    received = ReceiveMessageInto(socket, buffer.get(), kCapacity, /*wait=*/!poll);
+    if (!poll || received.status().code() != absl::StatusCode::kDeadlineExceeded) break;
+    for (int i = 0; i < 32; ++i) CpuRelax();
   }
-  return std::move(received.fd);
+  if (!received.ok()) return received.status();
+  if (!message.ParseFromArray(buffer.get(), static_cast<int>(received->bytes))) {
+    return absl::InternalError(
+        absl::StrCat("an executor message of ", received->bytes, " bytes does not parse"));
+  }
+  return std::move(received->fd);
 }
 
 absl::Status WireStatus(int32_t code, std::string message) {

@@ -16,6 +16,7 @@
 #include "gpukit/executor/executor.pb.h"
 #include "runtime/base/unix_fd.h"
 #include "runtime/device.h"
+#include "runtime/executor/spin_wait.h"
 
 namespace gpukit {
 
@@ -27,10 +28,11 @@ inline constexpr size_t kMaxExecutorMessageBytes = 60 * 1024;
 absl::Status SendExecutorMessage(int socket, const google::protobuf::MessageLite& message,
                                  int fd = -1);
 // Waits for the next datagram and parses it into `message`; returns its descriptor, if one
-// came. UNAVAILABLE when the peer closed the channel; INTERNAL for bytes that do not parse.
-// (Polling the socket before sleeping made large ops slower on the H100 host: the readers
-// sleep in recvmsg; docs/benchmarks.md.)
-absl::StatusOr<ScopedFd> ReceiveExecutorMessage(int socket, google::protobuf::MessageLite& message);
+// came. While `activity` (when given) is Recent(), it polls the socket without sleeping, so a
+// message that follows recent traffic is read without a wake-up; otherwise it sleeps in
+// recvmsg. UNAVAILABLE when the peer closed the channel; INTERNAL for bytes that do not parse.
+absl::StatusOr<ScopedFd> ReceiveExecutorMessage(int socket, google::protobuf::MessageLite& message,
+                                                const RecentActivity* activity = nullptr);
 
 // A status as the executor's messages carry it: an absl::StatusCode as an int32 and a
 // message. WireStatus maps a code outside absl's to UNKNOWN.
@@ -46,9 +48,9 @@ absl::Status PairStatus(const executor::Reply& reply, int i);
 // OpLaunch <-> RunOp. Buffer ids travel as they are; `decode_buffer` maps each to the
 // device's (NOT_FOUND for one it does not know).
 void EncodeRunOp(const OpLaunch& launch, StreamId stream, executor::RunOp& out);
-absl::StatusOr<OpLaunch> DecodeRunOp(const executor::RunOp& in,
-                                     const std::function<absl::StatusOr<BufferId>(uint64_t)>&
-                                         decode_buffer);
+absl::StatusOr<OpLaunch> DecodeRunOp(
+    const executor::RunOp& in,
+    const std::function<absl::StatusOr<BufferId>(uint64_t)>& decode_buffer);
 
 }  // namespace gpukit
 

@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -42,7 +44,7 @@ class WorkQueue {
     Push(nullptr);
     thread_.join();
   }
-  // Whether nothing is queued (what was pushed before has been taken; it may still run).
+  // Whether nothing is queued or running: what was pushed before has run.
   bool idle() const { return queued_.load(std::memory_order_acquire) == 0 && !running_.load(); }
   // nullptr stops the thread after what was pushed before it.
   void Push(std::function<void()> work) {
@@ -62,10 +64,11 @@ class WorkQueue {
             +[](std::deque<std::function<void()>>* q) { return !q->empty(); }, &queue_));
         work = std::move(queue_.front());
         queue_.pop_front();
+        // Running before no longer queued, so idle() never sees neither while work is taken.
+        running_.store(true);
         queued_.fetch_sub(1, std::memory_order_relaxed);
       }
       if (!work) return;
-      running_.store(true);
       work();
       running_.store(false);
     }
@@ -78,6 +81,19 @@ class WorkQueue {
   std::thread thread_;
 };
 
+// Work of a stream whose last waited-for work took less device time than this is waited for
+// by spinning (up to SpinTime()) where it was queued, instead of on the completion thread.
+constexpr int64_t kShortWorkNs = 50'000;
+
+// Whether stream work runs on the reading thread when its stream is idle: where the device
+// only queues work (a GPU); not where enqueueing runs it (the CPU device runs an idle
+// stream's work on the caller's thread, which would hold the reader for the op's whole
+// time). GPUKIT_EXECUTOR_INLINE=1 or 0 decides instead (tests run the CPU device so).
+bool RunsStreamWorkInline(const Device& device) {
+  if (const char* text = std::getenv("GPUKIT_EXECUTOR_INLINE")) return std::string(text) == "1";
+  return device.properties().backend != BackendKind::kCpu;
+}
+
 struct EventState;
 
 // One of gpukitd's streams: the device's stream, a thread that enqueues its work in order and
@@ -89,6 +105,10 @@ struct StreamState {
   // thread, read there and by a fault's report, under error_mu (as the events' are).
   absl::Mutex error_mu;
   absl::Status enqueue_error ABSL_GUARDED_BY(error_mu);
+  // The device time of the stream's last waited-for work, in ns (-1 before any): a wait for
+  // work of a stream whose work is short is spun for rather than handed to the completion
+  // thread (see kShortWorkNs).
+  std::atomic<int64_t> last_work_ns{-1};
   // The last event recorded on the stream, and its id (enqueue thread only).
   std::weak_ptr<EventState> last_event;
   uint64_t last_event_id = 0;
@@ -116,7 +136,8 @@ struct EventState {
 
 class ExecutorServer::Impl {
  public:
-  Impl(Device& device, ScopedFd socket) : device_(device), socket_(std::move(socket)) {}
+  Impl(Device& device, ScopedFd socket)
+      : device_(device), socket_(std::move(socket)), inline_work_(RunsStreamWorkInline(device)) {}
 
   ~Impl() {
     // Streams first: their threads use the tables.
@@ -177,6 +198,12 @@ class ExecutorServer::Impl {
   // the rest of the stream's work of the batch as one item (its thread wakes once).
   void PushWork(const std::shared_ptr<StreamState>& stream, std::function<void()> work);
   void PushBatchWork();
+  // Runs `works` on the reading thread at once when inline_work_ and the stream's enqueue
+  // thread has nothing queued or running (it is the reading thread that queues there, so
+  // the stream's order holds), else queues them there as one item. A GPU only queues the
+  // work, so the reader is not held; the hand-off to the stream's thread is saved.
+  void RunOrQueue(const std::shared_ptr<StreamState>& stream,
+                  std::vector<std::function<void()>> works);
 
   absl::Status MapHostSegment(const executor::MapHostSegment& map, ScopedFd fd);
   absl::Status UnmapHostSegment(uint64_t key);
@@ -198,6 +225,10 @@ class ExecutorServer::Impl {
   absl::flat_hash_map<uint64_t, std::shared_ptr<EventState>> events_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, ModuleId> modules_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, FunctionId> functions_ ABSL_GUARDED_BY(mu_);
+  // Whether stream work runs on the reading thread when its stream is idle (RunOrQueue).
+  const bool inline_work_;
+  // Traffic on the channel either way, for the reading thread's polling.
+  RecentActivity activity_;
   // The reading thread's own: whether it is handling a Batch, and the batch's stream work.
   bool in_batch_ = false;
   std::vector<std::pair<std::shared_ptr<StreamState>, std::vector<std::function<void()>>>>
@@ -247,7 +278,8 @@ absl::Status ExecutorServer::Impl::Serve() {
   bool active = false;
   for (;;) {
     executor::Request request;
-    absl::StatusOr<ScopedFd> fd = ReceiveExecutorMessage(socket_.get(), request);
+    absl::StatusOr<ScopedFd> fd = ReceiveExecutorMessage(socket_.get(), request, &activity_);
+    activity_.Touch();
     if (!fd.ok()) {
       // gpukitd closed the channel (it exits, or it let this executor go): done.
       if (fd.status().code() == absl::StatusCode::kUnavailable) return absl::OkStatus();
@@ -281,6 +313,7 @@ void ExecutorServer::Impl::Reply(uint64_t seq, const absl::Status& status, int64
   reply.set_elapsed_from(elapsed_from);
   reply.set_elapsed_ns(elapsed_ns);
   SendExecutorMessage(socket_.get(), message).IgnoreError();
+  activity_.Touch();
 }
 
 absl::StatusOr<EventId> ExecutorServer::Impl::RecordedEvent(uint64_t id) {
@@ -349,6 +382,7 @@ void ExecutorServer::Impl::ReplyPairsElapsed(uint64_t seq, const executor::Elaps
     }
   }
   SendExecutorMessage(socket_.get(), message).IgnoreError();
+  activity_.Touch();
 }
 
 void ExecutorServer::Impl::CheckFault(const absl::Status& failure, uint64_t stream,
@@ -604,7 +638,9 @@ absl::Status ExecutorServer::Impl::LoadModule(const executor::LoadModule& load, 
 void ExecutorServer::Impl::PushWork(const std::shared_ptr<StreamState>& stream,
                                     std::function<void()> work) {
   if (!in_batch_) {
-    stream->enqueues.Push(std::move(work));
+    std::vector<std::function<void()>> works;
+    works.push_back(std::move(work));
+    RunOrQueue(stream, std::move(works));
     return;
   }
   for (auto& [s, works] : batch_work_) {
@@ -618,16 +654,23 @@ void ExecutorServer::Impl::PushWork(const std::shared_ptr<StreamState>& stream,
 }
 
 void ExecutorServer::Impl::PushBatchWork() {
-  for (auto& [stream, works] : batch_work_) {
-    if (works.size() == 1) {
-      stream->enqueues.Push(std::move(works.front()));
-    } else {
-      stream->enqueues.Push([works = std::move(works)] {
-        for (const std::function<void()>& work : works) work();
-      });
-    }
-  }
+  for (auto& [stream, works] : batch_work_) RunOrQueue(stream, std::move(works));
   batch_work_.clear();
+}
+
+void ExecutorServer::Impl::RunOrQueue(const std::shared_ptr<StreamState>& stream,
+                                      std::vector<std::function<void()>> works) {
+  if (inline_work_ && stream->enqueues.idle()) {
+    for (const std::function<void()>& work : works) work();
+    return;
+  }
+  if (works.size() == 1) {
+    stream->enqueues.Push(std::move(works.front()));
+  } else {
+    stream->enqueues.Push([works = std::move(works)] {
+      for (const std::function<void()>& work : works) work();
+    });
+  }
 }
 
 void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
@@ -860,6 +903,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       // may block; a wait whose work has run already (the CPU device runs it as it is
       // enqueued, a GPU's small kernel may be done) is answered by the enqueue thread.
       PushWork(event->stream, [this, s, event, seq, request = std::move(request)]() mutable {
+        const executor::Request::BodyCase kind = request.body_case();  // before the move
         auto complete = [this, event, seq, request = std::move(request)] {
           switch (request.body_case()) {
             case executor::Request::kWaitEvent: {
@@ -879,6 +923,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
                 if (ns.ok()) {
                   elapsed_from = event->previous_id;
                   elapsed_ns = *ns;
+                  event->stream->last_work_ns.store(elapsed_ns, std::memory_order_relaxed);
                 }
               }
               Reply(seq, status, 0, elapsed_from, elapsed_ns);
@@ -909,10 +954,25 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
           }
         };
         bool done_already = false;
-        if (request.body_case() == executor::Request::kWaitEvent && s->completions.idle() &&
+        if (kind == executor::Request::kWaitEvent && s->completions.idle() &&
             event->device_event.value != 0) {
-          absl::StatusOr<bool> done = device_.QueryEvent(event->device_event);
-          done_already = done.ok() && *done;
+          // Short work is likely done within SpinTime(): answering here saves the hand-off.
+          const int64_t last_ns = s->last_work_ns.load(std::memory_order_relaxed);
+          const bool short_work = last_ns >= 0 && last_ns < kShortWorkNs;
+          bool failed = false;
+          done_already = SpinUntil(
+              [&] {
+                absl::StatusOr<bool> done = device_.QueryEvent(event->device_event);
+                failed = !done.ok();
+                return failed || *done;
+              },
+              short_work ? SpinTime() : std::chrono::microseconds(0));
+          done_already = done_already && !failed;
+        }
+        // A destroy has nothing to wait for: with no wait of the stream queued before it, it
+        // is done here too (destroying an event whose work is pending is allowed).
+        if (kind == executor::Request::kDestroyEvent && s->completions.idle()) {
+          done_already = true;
         }
         if (done_already) {
           complete();

@@ -63,8 +63,10 @@ struct Pending {
     ready.store(true, std::memory_order_release);
     done.Notify();
   }
+  // Spins for up to ChannelSpinTime() first: the answer of a round trip to the executor
+  // usually comes within it, and a sleeping waiter costs a wake-up more.
   void Wait() {
-    SpinUntil([this] { return ready.load(std::memory_order_acquire); });
+    SpinUntil([this] { return ready.load(std::memory_order_acquire); }, ChannelSpinTime());
     done.WaitForNotification();
   }
   std::atomic<bool> ready{false};  // set just before `done`, for a waiter that spins
@@ -78,6 +80,7 @@ struct Executor {
   absl::Notification hello_received;
   executor::Hello hello;  // set before hello_received
   absl::Notification closed;  // the channel ended (the process died or exits)
+  RecentActivity activity;    // traffic either way, for the reader's polling
   // Every send to this executor takes send_mu (a leaf lock), so the executor gets requests
   // in the order they were handed over. `held`: one-way requests held back (its body a
   // Batch), sent before or with the next request, at the end of a DeviceBatch, or by the
@@ -526,8 +529,10 @@ absl::Status RemoteDevice::Impl::AwaitHello(Executor& executor) {
 void RemoteDevice::Impl::ReadLoop(Executor* executor) {
   for (;;) {
     executor::FromExecutor message;
-    absl::StatusOr<ScopedFd> fd = ReceiveExecutorMessage(executor->socket.get(), message);
+    absl::StatusOr<ScopedFd> fd =
+        ReceiveExecutorMessage(executor->socket.get(), message, &executor->activity);
     if (!fd.ok()) break;
+    executor->activity.Touch();
     switch (message.body_case()) {
       case executor::FromExecutor::kHello:
         if (!executor->hello_received.HasBeenNotified()) {
@@ -602,6 +607,7 @@ bool RemoteDevice::Impl::InBatch() const { return thread_batch.device == this; }
 absl::Status RemoteDevice::Impl::SendCounted(Executor& executor, const executor::Request& request,
                                              int fd) {
   messages_.fetch_add(1, std::memory_order_relaxed);
+  executor.activity.Touch();
   return SendExecutorMessage(executor.socket.get(), request, fd);
 }
 

@@ -85,6 +85,33 @@ TEST(UnixFdTest, ReceiveReportsTimeoutsClosedPeersAndOversizedMessages) {
   EXPECT_THAT(SendMessage(pair.b.get(), "", 0), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+TEST(UnixFdTest, ReceiveIntoABufferWaitsOrAnswersAtOnce) {
+  SocketPair pair;
+  char buffer[16];
+  // Without waiting: nothing there yet is DEADLINE_EXCEEDED, at once.
+  EXPECT_THAT(ReceiveMessageInto(pair.b.get(), buffer, sizeof(buffer), /*wait=*/false).status(),
+              StatusIs(absl::StatusCode::kDeadlineExceeded));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ScopedFd memory, CreateSharedMemory("into", 4096));
+  GPUKIT_ASSERT_OK(SendMessage(pair.a.get(), "first", 5, memory.get()));
+  GPUKIT_ASSERT_OK(SendMessage(pair.a.get(), "second", 6));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ReceivedInto first,
+                              ReceiveMessageInto(pair.b.get(), buffer, sizeof(buffer), false));
+  EXPECT_EQ(std::string(buffer, first.bytes), "first");
+  ASSERT_TRUE(first.fd.valid());
+  EXPECT_THAT(FileBytes(first.fd.get()), ::gpukit::testing::IsOkAndHolds(4096));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ReceivedInto second,
+                              ReceiveMessageInto(pair.b.get(), buffer, sizeof(buffer), true));
+  EXPECT_EQ(std::string(buffer, second.bytes), "second");
+  EXPECT_FALSE(second.fd.valid());
+  // A message longer than the buffer is refused, not cut silently.
+  GPUKIT_ASSERT_OK(SendMessage(pair.a.get(), "0123456789abcdefXYZ", 19));
+  EXPECT_THAT(ReceiveMessageInto(pair.b.get(), buffer, sizeof(buffer), false).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  pair.a.Reset();
+  EXPECT_THAT(ReceiveMessageInto(pair.b.get(), buffer, sizeof(buffer), false).status(),
+              StatusIs(absl::StatusCode::kUnavailable));
+}
+
 TEST(UnixFdTest, ListenAndConnectByPath) {
   ::gpukit::testing::ScopedTempDir dir;
   const std::string path = dir.path() + "/fd.sock";

@@ -2,13 +2,18 @@
 // over several axes, argmax's axis and a 1-d matmul reach the executor as they left gpukitd.
 #include "runtime/executor/executor_protocol.h"
 
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/base/unix_fd.h"
+#include "runtime/executor/spin_wait.h"
 #include "runtime/op_registry.h"
 #include "tests/testing/status_matchers.h"
+#include <sys/socket.h>
 
 namespace gpukit {
 namespace {
@@ -76,6 +81,51 @@ TEST(ExecutorProtocolTest, CarriesArgmaxsAxisAndA1dMatmulsShapes) {
   EXPECT_THAT(matmul->inputs[1].desc.shape, ElementsAre(5, 3, 4));
   EXPECT_THAT(matmul->plan.output.shape, ElementsAre(5, 4));
   EXPECT_EQ(matmul->output.value, 99u);
+}
+
+TEST(RecentActivityTest, IsRecentOnlyWithinItsWindowAfterATouch) {
+  RecentActivity hour(std::chrono::hours(1));
+  EXPECT_FALSE(hour.Recent());  // never touched
+  hour.Touch();
+  EXPECT_TRUE(hour.Recent());
+  RecentActivity none(std::chrono::microseconds(0));  // a small host: never polls
+  none.Touch();
+  EXPECT_FALSE(none.Recent());
+  RecentActivity short_window(std::chrono::microseconds(1));
+  short_window.Touch();
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));  // past the window, not a wait
+  EXPECT_FALSE(short_window.Recent());
+}
+
+// The reader's polling receive (recent traffic) gets what the sleeping one gets: a message
+// sent later by another thread, a closed peer's end, bytes that do not parse.
+TEST(ExecutorProtocolTest, APollingReceiveGetsWhatASleepingOneGets) {
+  for (bool polling : {false, true}) {
+    SCOPED_TRACE(polling ? "polling" : "sleeping");
+    int fds[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds), 0);
+    ScopedFd a(fds[0]), b(fds[1]);
+    RecentActivity activity(polling ? std::chrono::hours(1) : std::chrono::microseconds(0));
+    activity.Touch();
+    executor::Request sent;
+    sent.set_seq(42);
+    sent.mutable_wait_event()->set_event(7);
+    std::thread sender([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      GPUKIT_EXPECT_OK(SendExecutorMessage(a.get(), sent));
+      GPUKIT_EXPECT_OK(SendMessage(a.get(), "\xff\xff\xff", 3));
+    });
+    executor::Request got;
+    GPUKIT_ASSERT_OK(ReceiveExecutorMessage(b.get(), got, &activity).status());
+    EXPECT_EQ(got.seq(), 42u);
+    EXPECT_EQ(got.wait_event().event(), 7u);
+    EXPECT_THAT(ReceiveExecutorMessage(b.get(), got, &activity).status(),
+                ::gpukit::testing::StatusIs(absl::StatusCode::kInternal));
+    sender.join();
+    a.Reset();
+    EXPECT_THAT(ReceiveExecutorMessage(b.get(), got, &activity).status(),
+                ::gpukit::testing::StatusIs(absl::StatusCode::kUnavailable));
+  }
 }
 
 }  // namespace
