@@ -101,9 +101,10 @@ Server::Server(Core& core, const Clock& clock, const ServerOptions& options)
                  ? options.access_policy
                  : std::make_shared<const AccessPolicy>(static_cast<uint32_t>(geteuid()))),
       stream_workers_(options.max_threads, options.stream_worker_idle_timeout),
-      session_service_(core, guard_),
+      unary_workers_(options.max_threads, options.stream_worker_idle_timeout),
+      session_service_(core, guard_, unary_workers_, options.inline_unary_calls),
       array_service_(core, guard_, stream_workers_),
-      compute_service_(core, guard_),
+      compute_service_(core, guard_, unary_workers_, options.inline_unary_calls),
       admin_service_(core, guard_, clock,
                      service::AdminFacts{options.version, clock.Now(), options.listen}) {}
 

@@ -73,12 +73,18 @@ struct ServerOptions {
   // request path needs (a partition runs at most 64 tasks at once by default), far below
   // what strains a host (each thread reserves an 8 MiB stack of address space and uses a
   // few pages of it). Must be >= 2. The same number caps the threads that run streams'
-  // chunk transfers (service::WorkerPool), which start only as chunks wait at once.
+  // chunk transfers (service::WorkerPool), which start only as chunks wait at once, and
+  // those that run RunOp, LaunchKernel and KeepAlive (callback methods; beyond the inline
+  // ones, see inline_unary_calls), which answer RESOURCE_EXHAUSTED with the same text.
   int max_threads = 256;
   // How long a thread of the streams' WorkerPool waits for work before it ends. A burst of
   // chunks (5000 streams each sending one at once) may start up to max_threads of them; they
   // are gone this long after it.
   absl::Duration stream_worker_idle_timeout = absl::Seconds(2);
+  // How many RunOp, LaunchKernel and KeepAlive calls may run at once on gRPC's callback
+  // threads (service::InlineUnary): the rest run on the streams' WorkerPool. Default: one per
+  // 8 cores, 0 under 8 (service::DefaultInlineUnaryLimit).
+  int inline_unary_calls = service::DefaultInlineUnaryLimit();
   // Where every call's method, status code and latency are recorded (an interceptor sees each
   // call of every service); null: none. Must outlive the server.
   RpcMetrics* rpc_metrics = nullptr;
@@ -125,6 +131,7 @@ class Server {
   // The streams' chunk transfers; outlives server_, whose Wait returns once every stream
   // has finished (each stream's last work here finishes it).
   service::WorkerPool stream_workers_;
+  service::WorkerPool unary_workers_;  // RunOp, LaunchKernel, KeepAlive beyond the inline ones
   service::SessionServiceImpl session_service_;
   service::ArrayServiceImpl array_service_;
   service::ComputeServiceImpl compute_service_;

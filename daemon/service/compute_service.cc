@@ -29,9 +29,9 @@ v1::AttrType AttrTypeToProto(AttrType type) {
 
 }  // namespace
 
-grpc::Status ComputeServiceImpl::RunOp(grpc::ServerContext* context,
-                                       const v1::RunOpRequest* request,
-                                       v1::RunOpResponse* response) {
+grpc::Status ComputeServiceImpl::RunOpNow(grpc::ServerContextBase* context,
+                                          const v1::RunOpRequest* request,
+                                          v1::RunOpResponse* response) {
   if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
   if (grpc::Status denied = guard_.CheckSession(context, request->session_id()); !denied.ok()) {
     return denied;
@@ -120,9 +120,9 @@ grpc::Status ComputeServiceImpl::GetCompileLog(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status ComputeServiceImpl::LaunchKernel(grpc::ServerContext* context,
-                                              const v1::LaunchKernelRequest* request,
-                                              v1::LaunchKernelResponse* response) {
+grpc::Status ComputeServiceImpl::LaunchKernelNow(grpc::ServerContextBase* context,
+                                                 const v1::LaunchKernelRequest* request,
+                                                 v1::LaunchKernelResponse* response) {
   if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
   if (grpc::Status denied = guard_.CheckSession(context, request->session_id()); !denied.ok()) {
     return denied;

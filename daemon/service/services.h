@@ -16,6 +16,7 @@
 #include "daemon/core/core.h"
 #include "daemon/service/access_guard.h"
 #include "daemon/service/array_streams.h"
+#include "daemon/service/inline_unary.h"
 #include "daemon/service/submit_stream.h"
 #include "gpukit/v1/admin.grpc.pb.h"
 #include "gpukit/v1/array.grpc.pb.h"
@@ -24,20 +25,31 @@
 
 namespace gpukit::service {
 
-class SessionServiceImpl final : public v1::SessionService::Service {
+// Synchronous but for KeepAlive, a callback method run inline (inline_unary.h).
+class SessionServiceImpl final
+    : public v1::SessionService::WithCallbackMethod_KeepAlive<v1::SessionService::Service> {
  public:
-  // `guard` checks who may name a session; both must outlive the service.
-  SessionServiceImpl(Core& core, const AccessGuard& guard) : core_(core), guard_(guard) {}
+  // `guard` checks who may name a session; `workers` runs the KeepAlives that do not run
+  // inline (at most `inline_limit` do at once). All must outlive the service.
+  SessionServiceImpl(Core& core, const AccessGuard& guard, WorkerPool& workers, int inline_limit)
+      : core_(core), guard_(guard), inline_(workers, inline_limit) {}
   grpc::Status Open(grpc::ServerContext* context, const v1::OpenSessionRequest* request,
                     v1::OpenSessionResponse* response) override;
-  grpc::Status KeepAlive(grpc::ServerContext* context, const v1::KeepAliveRequest* request,
-                         v1::KeepAliveResponse* response) override;
+  grpc::ServerUnaryReactor* KeepAlive(grpc::CallbackServerContext* context,
+                                      const v1::KeepAliveRequest* request,
+                                      v1::KeepAliveResponse* response) override {
+    return inline_.Serve(context, [=, this] { return KeepAliveNow(context, request, response); });
+  }
   grpc::Status Close(grpc::ServerContext* context, const v1::CloseSessionRequest* request,
                      v1::CloseSessionResponse* response) override;
 
  private:
+  grpc::Status KeepAliveNow(grpc::ServerContextBase* context, const v1::KeepAliveRequest* request,
+                            v1::KeepAliveResponse* response);
+
   Core& core_;
   const AccessGuard& guard_;
+  InlineUnary inline_;
 };
 
 // Synchronous but for Upload and Download, which are callback methods.
@@ -92,31 +104,51 @@ class ArrayServiceImpl final
 };
 
 // Synchronous but for Submit, a callback method (submit_stream.h).
+// Synchronous but for Submit (a stream) and RunOp and LaunchKernel, callback methods run
+// inline (inline_unary.h).
 class ComputeServiceImpl final
-    : public v1::ComputeService::WithCallbackMethod_Submit<v1::ComputeService::Service> {
+    : public v1::ComputeService::WithCallbackMethod_Submit<
+          v1::ComputeService::WithCallbackMethod_RunOp<
+              v1::ComputeService::WithCallbackMethod_LaunchKernel<v1::ComputeService::Service>>> {
  public:
-  // `guard` checks who may name a session; both must outlive the server's streams.
-  ComputeServiceImpl(Core& core, const AccessGuard& guard) : core_(core), guard_(guard) {}
+  // `guard` checks who may name a session; `workers` runs the unary calls that do not run
+  // inline (at most `inline_limit` do at once). All must outlive the server's streams.
+  ComputeServiceImpl(Core& core, const AccessGuard& guard, WorkerPool& workers, int inline_limit)
+      : core_(core), guard_(guard), inline_(workers, inline_limit) {}
   grpc::ServerBidiReactor<v1::SubmitRequest, v1::SubmitResponse>* Submit(
       grpc::CallbackServerContext* context) override {
     return NewSubmitReactor(core_, guard_, context);
   }
-  grpc::Status RunOp(grpc::ServerContext* context, const v1::RunOpRequest* request,
-                     v1::RunOpResponse* response) override;
+  grpc::ServerUnaryReactor* RunOp(grpc::CallbackServerContext* context,
+                                  const v1::RunOpRequest* request,
+                                  v1::RunOpResponse* response) override {
+    return inline_.Serve(context, [=, this] { return RunOpNow(context, request, response); });
+  }
   grpc::Status ListOps(grpc::ServerContext* context, const v1::ListOpsRequest* request,
                        v1::ListOpsResponse* response) override;
   grpc::Status CompileKernel(grpc::ServerContext* context, const v1::CompileKernelRequest* request,
                              v1::CompileKernelResponse* response) override;
   grpc::Status GetCompileLog(grpc::ServerContext* context, const v1::GetCompileLogRequest* request,
                              v1::GetCompileLogResponse* response) override;
-  grpc::Status LaunchKernel(grpc::ServerContext* context, const v1::LaunchKernelRequest* request,
-                            v1::LaunchKernelResponse* response) override;
+  grpc::ServerUnaryReactor* LaunchKernel(grpc::CallbackServerContext* context,
+                                         const v1::LaunchKernelRequest* request,
+                                         v1::LaunchKernelResponse* response) override {
+    return inline_.Serve(context,
+                         [=, this] { return LaunchKernelNow(context, request, response); });
+  }
   grpc::Status FreeKernel(grpc::ServerContext* context, const v1::FreeKernelRequest* request,
                           v1::FreeKernelResponse* response) override;
 
  private:
+  grpc::Status RunOpNow(grpc::ServerContextBase* context, const v1::RunOpRequest* request,
+                        v1::RunOpResponse* response);
+  grpc::Status LaunchKernelNow(grpc::ServerContextBase* context,
+                               const v1::LaunchKernelRequest* request,
+                               v1::LaunchKernelResponse* response);
+
   Core& core_;
   const AccessGuard& guard_;
+  InlineUnary inline_;
 };
 
 struct AdminFacts {

@@ -35,9 +35,9 @@ grpc::Status SessionServiceImpl::Open(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status SessionServiceImpl::KeepAlive(grpc::ServerContext* context,
-                                           const v1::KeepAliveRequest* request,
-                                           v1::KeepAliveResponse* response) {
+grpc::Status SessionServiceImpl::KeepAliveNow(grpc::ServerContextBase* context,
+                                              const v1::KeepAliveRequest* request,
+                                              v1::KeepAliveResponse* response) {
   if (grpc::Status s = ValidateStrings(*request, context); !s.ok()) return s;
   if (grpc::Status denied = guard_.CheckSession(context, request->session_id()); !denied.ok()) {
     return denied;

@@ -22,14 +22,31 @@ WorkerPool::~WorkerPool() {
 void WorkerPool::Schedule(std::function<void()> work) {
   {
     absl::MutexLock lock(&mu_);
-    queue_.push_back(std::move(work));
-    // Idle threads take the queued work first; a new thread only for what they cannot.
-    if (static_cast<int>(queue_.size()) > idle_ &&
-        static_cast<int>(threads_.size()) < max_threads_) {
-      threads_.emplace_back([this] { Loop(); });
-    }
+    PushLocked(std::move(work));
   }
   JoinEnded();
+}
+
+bool WorkerPool::TrySchedule(std::function<void()> work) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (static_cast<int>(queue_.size()) >= idle_ &&
+        static_cast<int>(threads_.size()) >= max_threads_) {
+      return false;
+    }
+    PushLocked(std::move(work));
+  }
+  JoinEnded();
+  return true;
+}
+
+void WorkerPool::PushLocked(std::function<void()> work) {
+  queue_.push_back(std::move(work));
+  // Idle threads take the queued work first; a new thread only for what they cannot.
+  if (static_cast<int>(queue_.size()) > idle_ &&
+      static_cast<int>(threads_.size()) < max_threads_) {
+    threads_.emplace_back([this] { Loop(); });
+  }
 }
 
 int WorkerPool::threads() const {

@@ -44,12 +44,17 @@ class WorkerPool {
   // Runs `work` on a pool thread: an idle one, a new one while there are fewer than
   // max_threads, else the first to become free. Never blocks (beyond a thread's start).
   void Schedule(std::function<void()> work);
+  // Schedule, unless every thread the pool may have is busy with earlier work (none idle,
+  // max_threads running): then false, and `work` is dropped unrun. For callers that refuse
+  // rather than queue (a unary call answered RESOURCE_EXHAUSTED).
+  bool TrySchedule(std::function<void()> work);
 
   // Threads running now (busy or idle).
   int threads() const;
 
  private:
   void Loop();
+  void PushLocked(std::function<void()> work) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Joins the threads that ended; called without mu_.
   void JoinEnded();
 

@@ -4,6 +4,7 @@
 // which are on the callback API and outside the cap.
 #include "daemon/server.h"
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -51,6 +52,7 @@ class ServerThreadsTest : public ::testing::Test {
     ServerOptions options;
     options.listen = {"unix://" + dir_.path() + "/gpukitd.sock"};
     options.max_threads = kMaxThreads;
+    options.inline_unary_calls = inline_calls_;  // 0: every RunOp on the capped unary pool
     options.reap_interval = absl::Hours(1);
     GPUKIT_ASSERT_OK_AND_ASSIGN(server_, Server::Start(*core_, clock_, options));
     channel_ = grpc::CreateChannel(server_->addresses()[0], grpc::InsecureChannelCredentials());
@@ -106,6 +108,7 @@ class ServerThreadsTest : public ::testing::Test {
   FakeClock clock_;
   ScopedTempDir dir_;
   ForwardingDevice* hooks_ = nullptr;
+  int inline_calls_ = 0;  // ServerOptions::inline_unary_calls
   std::unique_ptr<Core> core_;
   std::unique_ptr<Server> server_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -128,7 +131,8 @@ TEST_F(ServerThreadsTest, UnaryRequestsBeyondTheCapAreResourceExhaustedWhileStre
   ASSERT_TRUE(arrays_->Create(Context().get(), create, &created).ok());
   const std::string handle = created.array().handle();
 
-  // Ops that stay inside the device until released, each holding a server thread.
+  // Ops that stay inside the device until released, each holding a thread of the unary
+  // calls' pool (RunOp is a callback method; service::InlineUnary).
   absl::Mutex mu;
   int held = 0;
   absl::Notification release;
@@ -139,7 +143,7 @@ TEST_F(ServerThreadsTest, UnaryRequestsBeyondTheCapAreResourceExhaustedWhileStre
     }
     release.WaitForNotification();
   };
-  constexpr int kHandlers = kMaxThreads - 1;  // one thread always waits for requests
+  constexpr int kHandlers = kMaxThreads;
   std::vector<grpc::Status> results(kHandlers);
   std::vector<std::thread> clients;
   for (int i = 0; i < kHandlers; ++i) {
@@ -167,7 +171,8 @@ TEST_F(ServerThreadsTest, UnaryRequestsBeyondTheCapAreResourceExhaustedWhileStre
         << held << " of " << kHandlers << " ops reached the device";
   }
 
-  // Every thread the cap allows is busy: the next unary request is refused at once...
+  // Every thread the cap allows is busy: the next unary request is refused at once, as gRPC's
+  // synchronous server refuses its own beyond the cap (the same text)...
   const grpc::Status refused = KeepAlive(session);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(refused.error_message(), HasSubstr("Threadpool Exhausted"));
@@ -250,6 +255,60 @@ TEST_F(ServerThreadsTest, StreamsWaitingForTheDeviceDoNotStallOtherStreams) {
 
 // What systemd's watchdog probe asks (daemon/systemd/watchdog.h): the core's locks are free
 // and gRPC answers its health check through the server, until the server shuts down.
+// One RunOp may run on gRPC's callback thread itself (service::InlineUnary); while it is held
+// in the device there, other unary calls go to the pool and are answered.
+class InlineUnaryTest : public ServerThreadsTest {
+ protected:
+  InlineUnaryTest() { inline_calls_ = 1; }
+};
+
+TEST_F(InlineUnaryTest, ACallHeldInlineLeavesTheOthersServed) {
+  v1::OpenSessionRequest open;
+  open.set_tenant("inline");
+  v1::OpenSessionResponse opened;
+  ASSERT_TRUE(sessions_->Open(Context().get(), open, &opened).ok());
+  const std::string session = opened.session_id();
+  v1::CreateArrayRequest create;
+  create.set_session_id(session);
+  create.set_dtype(v1::DTYPE_UINT8);
+  create.add_shape(4);
+  v1::CreateArrayResponse created;
+  ASSERT_TRUE(arrays_->Create(Context().get(), create, &created).ok());
+  ASSERT_TRUE(Upload(session, created.array().handle(), std::string("\x01\x02\x03\x04", 4)).ok());
+  v1::RunOpRequest add;
+  add.set_session_id(session);
+  add.set_op("add");
+  add.add_inputs()->set_handle(created.array().handle());
+  add.add_inputs()->set_handle(created.array().handle());
+
+  absl::Notification held, release;
+  std::atomic<int> ops{0};
+  hooks_->before_run_op = [&](const OpLaunch&) {
+    if (ops.fetch_add(1) == 0) {  // the first op only
+      held.Notify();
+      release.WaitForNotification();
+    }
+  };
+  v1::RunOpResponse first_result;
+  grpc::Status first;
+  std::thread client([&] { first = compute_->RunOp(Context().get(), add, &first_result); });
+  held.WaitForNotification();
+  // The first RunOp holds the one inline place: these run on the pool.
+  EXPECT_TRUE(KeepAlive(session).ok());
+  v1::RunOpResponse second_result;
+  const grpc::Status second = compute_->RunOp(Context().get(), add, &second_result);
+  ASSERT_TRUE(second.ok()) << second.error_message();
+  release.Notify();
+  client.join();
+  ASSERT_TRUE(first.ok()) << first.error_message();
+  EXPECT_EQ(ops.load(), 2);
+  for (const v1::RunOpResponse* result : {&first_result, &second_result}) {
+    std::string bytes;
+    ASSERT_TRUE(Download(session, result->output().handle(), &bytes).ok());
+    EXPECT_EQ(bytes, std::string("\x02\x04\x06\x08", 4));
+  }
+}
+
 TEST_F(ServerThreadsTest, HealthProbeAnswersUntilShutdown) {
   core_->CheckLiveness();
   EXPECT_THAT(server_->CheckServing(absl::Seconds(10)), IsOk());

@@ -67,6 +67,51 @@ TEST(WorkerPoolTest, WaitingWorkNeverTakesMoreThanTheCapAndQueuedWorkRunsInTurn)
   EXPECT_EQ(most_running, kCap);
 }
 
+TEST(WorkerPoolTest, TryScheduleRefusesOnlyWhenEveryThreadIsBusy) {
+  constexpr int kCap = 2;
+  WorkerPool pool(kCap, absl::Seconds(60));
+  absl::Mutex mu;
+  int running = 0;
+  absl::Notification release;
+  for (int i = 0; i < kCap; ++i) {
+    ASSERT_TRUE(pool.TrySchedule([&] {
+      {
+        absl::MutexLock lock(&mu);
+        ++running;
+      }
+      release.WaitForNotification();
+      absl::MutexLock lock(&mu);
+      --running;
+    }));
+  }
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(
+                                        +[](int* n) { return *n == kCap; }, &running),
+                                    absl::Seconds(30)));
+  }
+  bool ran = false;
+  EXPECT_FALSE(pool.TrySchedule([&] { ran = true; }));  // dropped, never run
+  release.Notify();
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(
+                                        +[](int* n) { return *n == 0; }, &running),
+                                    absl::Seconds(30)));
+  }
+  // Threads are idle again (they may still be on their way back): taken within the deadline.
+  absl::Notification done;
+  bool accepted = false;
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(30);
+       !accepted && absl::Now() < deadline;) {
+    accepted = pool.TrySchedule([&] { done.Notify(); });
+    if (!accepted) absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_TRUE(accepted);
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_FALSE(ran);
+}
+
 TEST(WorkerPoolTest, ThreadsWithoutWorkEndAndNewWorkStartsOneAgain) {
   WorkerPool pool(4, absl::Milliseconds(10));
   for (int round = 0; round < 2; ++round) {
