@@ -94,6 +94,12 @@ bool RunsStreamWorkInline(const Device& device) {
   return device.properties().backend != BackendKind::kCpu;
 }
 
+// The most stream requests of one message the reading thread runs itself: a synchronous op's
+// (its events, the op, the wait, the previous op's event destroys). A longer run (a
+// pipelined burst) goes to the stream's thread, so the reader reads the next burst while
+// this one is enqueued.
+constexpr size_t kMostInlineWorks = 8;
+
 struct EventState;
 
 // One of gpukitd's streams: the device's stream, a thread that enqueues its work in order and
@@ -198,9 +204,10 @@ class ExecutorServer::Impl {
   // the rest of the stream's work of the batch as one item (its thread wakes once).
   void PushWork(const std::shared_ptr<StreamState>& stream, std::function<void()> work);
   void PushBatchWork();
-  // Runs `works` on the reading thread at once when inline_work_ and the stream's enqueue
-  // thread has nothing queued or running (it is the reading thread that queues there, so
-  // the stream's order holds), else queues them there as one item. A GPU only queues the
+  // Runs `works` on the reading thread at once when inline_work_, there are at most
+  // kMostInlineWorks and the stream's enqueue thread has nothing queued or running (it is
+  // the reading thread that queues there, so the stream's order holds), else queues them
+  // there as one item. A GPU only queues the
   // work, so the reader is not held; the hand-off to the stream's thread is saved.
   void RunOrQueue(const std::shared_ptr<StreamState>& stream,
                   std::vector<std::function<void()>> works);
@@ -660,7 +667,7 @@ void ExecutorServer::Impl::PushBatchWork() {
 
 void ExecutorServer::Impl::RunOrQueue(const std::shared_ptr<StreamState>& stream,
                                       std::vector<std::function<void()>> works) {
-  if (inline_work_ && stream->enqueues.idle()) {
+  if (inline_work_ && works.size() <= kMostInlineWorks && stream->enqueues.idle()) {
     for (const std::function<void()>& work : works) work();
     return;
   }
