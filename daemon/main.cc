@@ -9,9 +9,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -28,6 +26,7 @@
 #include "daemon/systemd/watchdog.h"
 #include "grpc/grpc.h"
 #include "runtime/base/default_address.h"
+#include "runtime/base/read_file.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/base/units.h"
 #include "runtime/device_factory.h"
@@ -40,17 +39,6 @@ namespace {
 int Fail(const absl::Status& status) {
   spdlog::critical("{}", std::string(status.message()));
   return 1;
-}
-
-// A PEM file of access.tls; NOT_FOUND naming it when it cannot be read.
-absl::StatusOr<std::string> ReadPemFile(const std::string& path) {
-  std::ifstream file(path);
-  std::stringstream text;
-  if (file) text << file.rdbuf();
-  if (!file || text.str().empty()) {
-    return absl::NotFoundError(absl::StrCat("cannot read access.tls file ", path));
-  }
-  return text.str();
 }
 
 // The access policy `config` asks for: from its access block, else the default rules; gpukitd's
@@ -93,8 +81,8 @@ std::shared_ptr<gpukit::JitCompiler> CreateJitCompiler(const gpukit::DaemonConfi
   absl::StatusOr<std::unique_ptr<gpukit::JitCompiler>> jit = gpukit::JitCompiler::Create(options);
   if (!jit.ok() && !options.cache_dir.empty() &&
       jit.status().code() != absl::StatusCode::kFailedPrecondition) {
-    spdlog::warn("kernel cache {}: {}; keeping compiled kernels in memory only",
-                 options.cache_dir, std::string(jit.status().message()));
+    spdlog::warn("kernel cache {}: {}; keeping compiled kernels in memory only", options.cache_dir,
+                 std::string(jit.status().message()));
     options.cache_dir.clear();
     jit = gpukit::JitCompiler::Create(options);
   }
@@ -252,8 +240,8 @@ int Run(int argc, char** argv) {
     rpc_metrics = std::make_unique<gpukit::RpcMetrics>();
     daemon_metrics = std::make_unique<gpukit::DaemonMetrics>(
         **core, rpc_metrics.get(), gpukit::DaemonMetricsFacts{GPUKIT_VERSION_STRING, clock.Now()});
-    auto metrics = gpukit::MetricsServer::Start(
-        config->metrics_address, [m = daemon_metrics.get()] { return m->Render(); });
+    auto metrics = gpukit::MetricsServer::Start(config->metrics_address,
+                                                [m = daemon_metrics.get()] { return m->Render(); });
     if (!metrics.ok()) return Fail(metrics.status());
     metrics_server = *std::move(metrics);
     spdlog::info("metrics: serving {}", metrics_server->url());
@@ -263,14 +251,20 @@ int Run(int argc, char** argv) {
   server_options.listen = config->listen;
   server_options.version = GPUKIT_VERSION_STRING;
   server_options.max_threads = config->server_max_threads;
-  for (const auto& [path, pem] : {std::pair<const std::string&, std::string&>{
-                                      config->tcp.cert_file, server_options.tcp.cert_pem},
-                                  {config->tcp.key_file, server_options.tcp.key_pem},
-                                  {config->tcp.client_ca_file, server_options.tcp.client_ca_pem}}) {
-    if (path.empty()) continue;
-    absl::StatusOr<std::string> text = ReadPemFile(path);
+  struct TlsFile {
+    const char* setting;
+    const std::string& path;
+    std::string& pem;
+  };
+  for (const TlsFile& file :
+       {TlsFile{"access.tls.certFile", config->tcp.cert_file, server_options.tcp.cert_pem},
+        TlsFile{"access.tls.keyFile", config->tcp.key_file, server_options.tcp.key_pem},
+        TlsFile{"access.tls.clientCaFile", config->tcp.client_ca_file,
+                server_options.tcp.client_ca_pem}}) {
+    if (file.path.empty()) continue;
+    absl::StatusOr<std::string> text = gpukit::ReadSettingFile(file.setting, file.path);
     if (!text.ok()) return Fail(text.status());
-    pem = *std::move(text);
+    file.pem = *std::move(text);
   }
   server_options.tcp.insecure = config->tcp.insecure;
   auto access_policy = AccessPolicyFor(*config);
