@@ -293,7 +293,7 @@ int Run(int argc, char** argv) {
     };
     watchdog_options.status_line = serving_status;
     absl::StatusOr<std::unique_ptr<gpukit::Watchdog>> started =
-        gpukit::Watchdog::Start(*notifier, watchdog_options);
+        gpukit::Watchdog::Start(*notifier, clock, watchdog_options);
     if (!started.ok()) return Fail(started.status());
     watchdog = *std::move(started);
     spdlog::info("systemd watchdog: {}, pinged every {} while healthy",
