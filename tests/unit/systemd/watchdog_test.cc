@@ -55,7 +55,7 @@ class Recorder final : public ServiceNotifier {
 // Time moves only when a test advances the fake clock, a half interval at a time, after the
 // events of the cycle before have happened: each cycle's events are then exactly those listed.
 constexpr absl::Duration kInterval = absl::Hours(1);
-constexpr absl::Duration kHalf = kInterval / 2;
+constexpr absl::Duration kHalf = absl::Minutes(30);  // the pings' period
 
 TEST(WatchdogTest, PingsOnlyAfterAHealthyProbe) {
   FakeClock clock;
