@@ -81,8 +81,8 @@ std::shared_ptr<gpukit::JitCompiler> CreateJitCompiler(const gpukit::DaemonConfi
   absl::StatusOr<std::unique_ptr<gpukit::JitCompiler>> jit = gpukit::JitCompiler::Create(options);
   if (!jit.ok() && !options.cache_dir.empty() &&
       jit.status().code() != absl::StatusCode::kFailedPrecondition) {
-    spdlog::warn("kernel cache {}: {}; keeping compiled kernels in memory only", options.cache_dir,
-                 std::string(jit.status().message()));
+    spdlog::warn("kernel cache {}: {}; keeping compiled kernels in memory only",
+                 options.cache_dir, std::string(jit.status().message()));
     options.cache_dir.clear();
     jit = gpukit::JitCompiler::Create(options);
   }
@@ -240,8 +240,8 @@ int Run(int argc, char** argv) {
     rpc_metrics = std::make_unique<gpukit::RpcMetrics>();
     daemon_metrics = std::make_unique<gpukit::DaemonMetrics>(
         **core, rpc_metrics.get(), gpukit::DaemonMetricsFacts{GPUKIT_VERSION_STRING, clock.Now()});
-    auto metrics = gpukit::MetricsServer::Start(config->metrics_address,
-                                                [m = daemon_metrics.get()] { return m->Render(); });
+    auto metrics = gpukit::MetricsServer::Start(
+        config->metrics_address, [m = daemon_metrics.get()] { return m->Render(); });
     if (!metrics.ok()) return Fail(metrics.status());
     metrics_server = *std::move(metrics);
     spdlog::info("metrics: serving {}", metrics_server->url());

@@ -3,7 +3,6 @@
 // real gRPC server whose one generic handler answers with the caller it identified.
 #include "daemon/service/unix_listener.h"
 
-#include <grp.h>
 #include <unistd.h>
 
 #include <algorithm>
