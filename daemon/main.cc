@@ -9,9 +9,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -28,6 +26,7 @@
 #include "daemon/systemd/watchdog.h"
 #include "grpc/grpc.h"
 #include "runtime/base/default_address.h"
+#include "runtime/base/read_file.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/base/units.h"
 #include "runtime/device_factory.h"
@@ -40,17 +39,6 @@ namespace {
 int Fail(const absl::Status& status) {
   spdlog::critical("{}", std::string(status.message()));
   return 1;
-}
-
-// A PEM file of access.tls; NOT_FOUND naming it when it cannot be read.
-absl::StatusOr<std::string> ReadPemFile(const std::string& path) {
-  std::ifstream file(path);
-  std::stringstream text;
-  if (file) text << file.rdbuf();
-  if (!file || text.str().empty()) {
-    return absl::NotFoundError(absl::StrCat("cannot read access.tls file ", path));
-  }
-  return text.str();
 }
 
 // The access policy `config` asks for: from its access block, else the default rules; gpukitd's
@@ -263,14 +251,20 @@ int Run(int argc, char** argv) {
   server_options.listen = config->listen;
   server_options.version = GPUKIT_VERSION_STRING;
   server_options.max_threads = config->server_max_threads;
-  for (const auto& [path, pem] : {std::pair<const std::string&, std::string&>{
-                                      config->tcp.cert_file, server_options.tcp.cert_pem},
-                                  {config->tcp.key_file, server_options.tcp.key_pem},
-                                  {config->tcp.client_ca_file, server_options.tcp.client_ca_pem}}) {
-    if (path.empty()) continue;
-    absl::StatusOr<std::string> text = ReadPemFile(path);
+  struct TlsFile {
+    const char* setting;
+    const std::string& path;
+    std::string& pem;
+  };
+  for (const TlsFile& file :
+       {TlsFile{"access.tls.certFile", config->tcp.cert_file, server_options.tcp.cert_pem},
+        TlsFile{"access.tls.keyFile", config->tcp.key_file, server_options.tcp.key_pem},
+        TlsFile{"access.tls.clientCaFile", config->tcp.client_ca_file,
+                server_options.tcp.client_ca_pem}}) {
+    if (file.path.empty()) continue;
+    absl::StatusOr<std::string> text = gpukit::ReadSettingFile(file.setting, file.path);
     if (!text.ok()) return Fail(text.status());
-    pem = *std::move(text);
+    file.pem = *std::move(text);
   }
   server_options.tcp.insecure = config->tcp.insecure;
   auto access_policy = AccessPolicyFor(*config);
@@ -299,7 +293,7 @@ int Run(int argc, char** argv) {
     };
     watchdog_options.status_line = serving_status;
     absl::StatusOr<std::unique_ptr<gpukit::Watchdog>> started =
-        gpukit::Watchdog::Start(*notifier, watchdog_options);
+        gpukit::Watchdog::Start(*notifier, clock, watchdog_options);
     if (!started.ok()) return Fail(started.status());
     watchdog = *std::move(started);
     spdlog::info("systemd watchdog: {}, pinged every {} while healthy",

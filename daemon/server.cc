@@ -106,7 +106,8 @@ Server::Server(Core& core, const Clock& clock, const ServerOptions& options)
       array_service_(core, guard_, stream_workers_),
       compute_service_(core, guard_, unary_workers_, options.inline_unary_calls),
       admin_service_(core, guard_, clock,
-                     service::AdminFacts{options.version, clock.Now(), options.listen}) {}
+                     service::AdminFacts{options.version, clock.Now(), options.listen}),
+      clock_(clock) {}
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(Core& core, const Clock& clock,
                                                       const ServerOptions& options) {
@@ -236,7 +237,9 @@ absl::Status Server::CheckServing(absl::Duration deadline) {
 }
 
 void Server::ReapLoop(absl::Duration interval) {
-  while (!stop_reaper_.WaitForNotificationWithTimeout(interval)) core_.ExpireLeases();
+  while (!clock_.AwaitUntil(reaper_mu_, absl::Condition(&stop_reaper_), clock_.Now() + interval)) {
+    core_.ExpireLeases();
+  }
 }
 
 void Server::Shutdown(absl::Duration grace) {
@@ -247,7 +250,10 @@ void Server::Shutdown(absl::Duration grace) {
     server_->Wait();
     server_.reset();
   }
-  if (!stop_reaper_.HasBeenNotified()) stop_reaper_.Notify();
+  {
+    absl::MutexLock lock(&reaper_mu_);
+    stop_reaper_ = true;
+  }
   if (reaper_.joinable()) reaper_.join();
   fd_channel_.reset();
   for (const std::string& path : socket_paths_) unlink(path.c_str());

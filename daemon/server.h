@@ -22,8 +22,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/notification.h"
+#include "absl/synchronization/mutex.h"
 #include "daemon/core/core.h"
 #include "daemon/metrics/rpc_metrics.h"
 #include "daemon/service/access_guard.h"
@@ -38,8 +39,8 @@ namespace gpukit {
 struct ServerOptions {
   std::vector<std::string> listen;  // must not be empty
   std::string version;
-  // How often lapsed leases are collected; a dead client's memory is free within
-  // lease + this.
+  // How often lapsed leases are collected, on the server's Clock; a dead client's memory is
+  // free within lease + this.
   absl::Duration reap_interval = absl::Seconds(1);
   // Most threads of gRPC's synchronous server that wait for requests at once (the
   // handlers run on them); gRPC's default is 2. With 2, every gpukit handler costs more
@@ -137,7 +138,9 @@ class Server {
   service::ComputeServiceImpl compute_service_;
   service::AdminServiceImpl admin_service_;
   std::unique_ptr<grpc::Server> server_;
-  absl::Notification stop_reaper_;
+  const Clock& clock_;
+  absl::Mutex reaper_mu_;
+  bool stop_reaper_ ABSL_GUARDED_BY(reaper_mu_) = false;
   std::thread reaper_;
 };
 

@@ -358,8 +358,9 @@ class OpLowering {
 
   absl::Status Matmul() {
     // NumPy's 1-d operands, viewed in place (runtime/base/matmul_shapes.h).
-    const MatmulMatrices mm =
-        AsMatmulMatrices(launch_.inputs[0].desc.shape, launch_.inputs[1].desc.shape);
+    GPUKIT_ASSIGN_OR_RETURN(
+        const MatmulMatrices mm,
+        AsMatmulMatrices(launch_.inputs[0].desc.shape, launch_.inputs[1].desc.shape));
     const Shape& a = mm.a;
     const Shape& b = mm.b;
     const Shape& out = launch_.plan.output.shape;

@@ -76,24 +76,12 @@ absl::StatusOr<OpPlan> PlanDiv(absl::Span<const OperandDesc> in, const AttrMap&)
 absl::StatusOr<OpPlan> PlanMatmul(absl::Span<const OperandDesc> in, const AttrMap& attrs) {
   const TensorDesc* a = &in[0].tensor;
   const TensorDesc* b = &in[1].tensor;
-  for (const auto& [i, x] : {std::pair{0, a}, std::pair{1, b}}) {
-    if (x->shape.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("matmul: Input operand ", i,
-                       " does not have enough dimensions (has 0, gufunc core with signature "
-                       "(n?,k),(k,m?)->(n?,m?) requires 1)"));
-    }
-  }
-  const MatmulMatrices mm = AsMatmulMatrices(a->shape, b->shape);
+  // Refuses 0-d operands and inner dimensions that differ, in NumPy's words.
+  GPUKIT_ASSIGN_OR_RETURN(const MatmulMatrices mm, AsMatmulMatrices(a->shape, b->shape));
   const Shape& a_matrix = mm.a;
   const Shape& b_matrix = mm.b;
-  const int64_t m = a_matrix[a_matrix.size() - 2], k = a_matrix.back();
-  const int64_t kb = b_matrix[b_matrix.size() - 2], n = b_matrix.back();
-  if (k != kb) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("matmul inner dimensions differ: inputs[0] ", ShapeToString(a->shape), " has ",
-                     k, " columns, inputs[1] ", ShapeToString(b->shape), " has ", kb, " rows"));
-  }
+  const int64_t m = a_matrix[a_matrix.size() - 2];
+  const int64_t n = b_matrix.back();
   GPUKIT_ASSIGN_OR_RETURN(
       Shape out, BroadcastShapes(absl::MakeConstSpan(a_matrix).first(a_matrix.size() - 2),
                                  absl::MakeConstSpan(b_matrix).first(b_matrix.size() - 2)));

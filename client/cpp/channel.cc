@@ -3,8 +3,6 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/cord.h"
@@ -12,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/support/client_interceptor.h"
 #include "runtime/base/default_address.h"
+#include "runtime/base/read_file.h"
+#include "runtime/base/status_macros.h"
 
 namespace gpukit {
 
@@ -64,6 +64,22 @@ std::string DefaultClientToken() {
 absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectChannel(const std::string& target,
                                                               absl::Duration timeout,
                                                               const ChannelSecurity& security) {
+  // The options are checked before the address is tried: a wrong option is the same mistake
+  // whether or not a daemon is there.
+  if (security.tls_cert_file.empty() != security.tls_key_file.empty() ||
+      (!security.tls_cert_file.empty() && security.tls_ca_file.empty())) {
+    return absl::InvalidArgumentError(
+        "a client certificate needs its key and the daemon's CA (tls_ca_file)");
+  }
+  // "unix:path", "unix:///path" and "unix-abstract:name" alike: gpukitd serves no TLS on a
+  // unix socket (the socket tells it the caller's uid), so a handshake there could only time
+  // out.
+  if (!security.tls_ca_file.empty() &&
+      (absl::StartsWith(target, "unix:") || absl::StartsWith(target, "unix-abstract:"))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a TLS CA is for TCP addresses; ", target,
+        " is a unix socket (drop the TLS files, or connect to gpukitd's TCP address)"));
+  }
   // A socket file that does not exist will not appear by waiting: say so at once instead of
   // retrying until the timeout.
   if (absl::StartsWith(target, "unix://") && access(target.c_str() + 7, F_OK) != 0) {
@@ -72,29 +88,14 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectChannel(const std::string&
                      ": no such socket (is gpukitd running? pass --addr or set GPUKIT_ADDR)"));
   }
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
-  if (security.tls_cert_file.empty() != security.tls_key_file.empty() ||
-      (!security.tls_cert_file.empty() && security.tls_ca_file.empty())) {
-    return absl::InvalidArgumentError(
-        "a client certificate needs its key and the daemon's CA (tls_ca_file)");
-  }
   if (!security.tls_ca_file.empty()) {
-    if (absl::StartsWith(target, "unix://")) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("a TLS CA is for TCP addresses; ", target, " is a unix socket"));
-    }
     grpc::SslCredentialsOptions ssl;
     for (const auto& [path, pem] :
          {std::pair<const std::string&, std::string&>{security.tls_ca_file, ssl.pem_root_certs},
           {security.tls_cert_file, ssl.pem_cert_chain},
           {security.tls_key_file, ssl.pem_private_key}}) {
       if (path.empty()) continue;
-      std::ifstream file(path);
-      std::stringstream text;
-      if (file) text << file.rdbuf();
-      if (!file || text.str().empty()) {
-        return absl::InvalidArgumentError(absl::StrCat("cannot read the TLS file ", path));
-      }
-      pem = text.str();
+      GPUKIT_ASSIGN_OR_RETURN(pem, ReadSettingFile("the TLS file", path));
     }
     credentials = grpc::SslCredentials(ssl);
   }

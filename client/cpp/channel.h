@@ -44,8 +44,10 @@ std::string DefaultClientToken();
 
 // A channel to `target` that is connected, or UNAVAILABLE naming the address when no
 // daemon accepts within `timeout`. `security` adds TLS and the bearer token; INVALID_ARGUMENT
-// when a file of it cannot be read, a certificate comes without its key (or without
-// tls_ca_file), or TLS is asked for a unix socket.
+// when a file of it cannot be read or is empty (naming the file), a certificate comes without
+// its key (or without tls_ca_file), or a TLS CA is given for a unix socket target ("unix:...",
+// "unix-abstract:...": gpukitd serves no TLS there). The options are checked before the
+// address is tried, so a wrong one is reported whether or not a daemon is listening.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectChannel(const std::string& target,
                                                               absl::Duration timeout,
                                                               const ChannelSecurity& security = {});

@@ -32,10 +32,13 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(absl::string
                                                                     Render render) {
   const size_t colon = address.rfind(':');
   int port = 0;
-  if (colon == absl::string_view::npos || colon == 0 ||
+  // As the configuration's check (daemon/config/config.cc): "unix:9400" would otherwise be
+  // host "unix", and fail later as an unknown host.
+  if (colon == absl::string_view::npos || colon == 0 || absl::StartsWith(address, "unix:") ||
       !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 || port > 65535) {
     return absl::InvalidArgumentError(
-        absl::StrCat("metrics address \"", address, "\" is not host:port"));
+        absl::StrCat("metrics address \"", address,
+                     "\" is not host:port (e.g. 127.0.0.1:9400, port 0 for any)"));
   }
   absl::string_view host = address.substr(0, colon);
   const std::string url_host(host);

@@ -30,7 +30,8 @@ class MetricsServer {
 
   // Binds `address` ("host:port", "[::1]:port"; port 0 takes a free one) and serves until
   // Stop. UNAVAILABLE when the address cannot be bound (in use, no permission, unknown
-  // host); INVALID_ARGUMENT when it is not host:port.
+  // host); INVALID_ARGUMENT naming it when it is not host:port (no colon, no host, a port
+  // that is not 0-65535, a unix: address).
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(absl::string_view address,
                                                               Render render);
   ~MetricsServer();  // Stop()

@@ -2,30 +2,15 @@
 
 #include <algorithm>
 
+#include "absl/status/status.h"
 #include "absl/strings/strip.h"
 
 namespace gpukit {
 
-absl::string_view RpcMetrics::CodeName(int code) {
-  static constexpr std::array<absl::string_view, kCodeCount> kNames = {"OK",
-                                                                       "CANCELLED",
-                                                                       "UNKNOWN",
-                                                                       "INVALID_ARGUMENT",
-                                                                       "DEADLINE_EXCEEDED",
-                                                                       "NOT_FOUND",
-                                                                       "ALREADY_EXISTS",
-                                                                       "PERMISSION_DENIED",
-                                                                       "RESOURCE_EXHAUSTED",
-                                                                       "FAILED_PRECONDITION",
-                                                                       "ABORTED",
-                                                                       "OUT_OF_RANGE",
-                                                                       "UNIMPLEMENTED",
-                                                                       "INTERNAL",
-                                                                       "UNAVAILABLE",
-                                                                       "DATA_LOSS",
-                                                                       "UNAUTHENTICATED"};
-  if (code < 0 || code >= kCodeCount) return "UNKNOWN";
-  return kNames[code];
+std::string RpcMetrics::CodeName(int code) {
+  // gRPC's codes are abseil's, number for number, and abseil spells each as gRPC does.
+  if (code < 0 || code >= kCodeCount) code = 2;  // UNKNOWN
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
 }
 
 RpcMetrics::Counters& RpcMetrics::CountersFor(absl::string_view method) {

@@ -70,8 +70,9 @@ class RpcMetrics {
   // method has ended with) and gpukit_rpc_duration_seconds{method} (a histogram).
   void WriteTo(ExpositionWriter& out) const;
 
-  // "OK", "CANCELLED", ..., "UNAUTHENTICATED" (gRPC's names); "UNKNOWN" outside 0..16.
-  static absl::string_view CodeName(int code);
+  // The code's name as a metric label: "OK", "CANCELLED", ..., "UNAUTHENTICATED" (gRPC's
+  // names, which absl::StatusCodeToString spells the same); "UNKNOWN" outside 0..16.
+  static std::string CodeName(int code);
 
  private:
   struct Counters {

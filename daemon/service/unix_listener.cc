@@ -21,11 +21,10 @@ absl::Status SystemError(absl::string_view what, const std::string& path) {
   return absl::UnavailableError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
 }
 
-// The peer's supplementary groups as they were at connect (SO_PEERGROUPS, Linux 4.13);
-// empty if the kernel cannot tell, in which case only the primary gid counts for group
-// rules (access.gids, access.adminGids).
-std::vector<uint32_t> PeerGroups(int fd) {
-  std::vector<gid_t> groups(64);
+}  // namespace
+
+std::vector<uint32_t> PeerGroups(int fd, size_t initial_capacity) {
+  std::vector<gid_t> groups(initial_capacity);
   for (int attempt = 0; attempt < 2; ++attempt) {
     socklen_t length = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
     if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &length) == 0) {
@@ -33,12 +32,12 @@ std::vector<uint32_t> PeerGroups(int fd) {
       return std::vector<uint32_t>(groups.begin(), groups.end());
     }
     if (errno != ERANGE) break;
-    groups.resize(length / sizeof(gid_t));  // the kernel said how much room it needs
+    // The kernel said how much room it needs; the groups were fixed at connect, so the second
+    // try fits.
+    groups.resize(length / sizeof(gid_t));
   }
   return {};
 }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Bind(const std::string& path) {
   sockaddr_un address{};

@@ -23,9 +23,12 @@
 #ifndef GPUKIT_DAEMON_SERVICE_UNIX_LISTENER_H_
 #define GPUKIT_DAEMON_SERVICE_UNIX_LISTENER_H_
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "daemon/service/peer_table.h"
@@ -63,6 +66,14 @@ class UnixListener {
   ScopedFd stop_fd_;    // an eventfd: readable once Stop wants the thread to end
   std::thread thread_;
 };
+
+// The supplementary groups of the process at the other end of the unix socket `fd`, as they
+// were when it connected (SO_PEERGROUPS, Linux 4.13); empty if the kernel cannot tell, in
+// which case only the primary gid counts for group rules (access.gids, access.adminGids).
+// The first getsockopt has room for `initial_capacity` groups; for a peer with more, the
+// kernel answers ERANGE with the room it needs and a second call reads them all (tests pass
+// a small capacity to take that path). Cost: one or two system calls.
+std::vector<uint32_t> PeerGroups(int fd, size_t initial_capacity = 64);
 
 }  // namespace gpukit::service
 

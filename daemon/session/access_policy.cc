@@ -10,12 +10,11 @@
 namespace gpukit {
 namespace {
 
-constexpr size_t kMaxTenantLength = 63;  // as OpenSession's rule (session_manager.cc)
-
 absl::Status CheckName(absl::string_view name, absl::string_view where) {
   if (IsValidName(name, kMaxTenantLength)) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(where, " = \"", absl::CHexEscape(name), "\" must be 1 to 63 of [A-Za-z0-9._-]"));
+  return absl::InvalidArgumentError(absl::StrCat(where, " = \"", absl::CHexEscape(name),
+                                                 "\" must be 1 to ", kMaxTenantLength,
+                                                 " of [A-Za-z0-9._-]"));
 }
 
 bool InGroups(const Principal& caller, const absl::flat_hash_set<uint32_t>& gids) {

@@ -42,6 +42,7 @@
 #ifndef GPUKIT_DAEMON_SESSION_ACCESS_POLICY_H_
 #define GPUKIT_DAEMON_SESSION_ACCESS_POLICY_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -76,6 +77,10 @@ struct AccessRules {
   };
   absl::flat_hash_map<std::string, TokenGrant> tokens;
 };
+
+// The longest tenant name, in characters: OpenSession's rule (ValidateOpenSessionParams) and
+// the access rules' (AccessPolicy::Create) for tenants and partitions.
+inline constexpr size_t kMaxTenantLength = 63;
 
 // The tenant name of an unmapped uid: "uid-1000".
 std::string OwnTenantName(uint32_t uid);

@@ -6,6 +6,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/session/access_policy.h"
 #include "runtime/base/names.h"
 #include "runtime/base/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -14,7 +15,6 @@
 namespace gpukit {
 namespace {
 
-constexpr size_t kMaxTenantLength = 63;
 constexpr size_t kMaxNameLength = 253;  // client names, host names
 
 absl::Status RegionNotFound(absl::string_view handle) {

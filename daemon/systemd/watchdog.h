@@ -12,11 +12,15 @@
 //   WatchdogOptions options;
 //   options.interval = *SystemdNotifier::WatchdogInterval();
 //   options.probe = [&] { return CheckHealth(); };
-//   std::unique_ptr<Watchdog> watchdog = Watchdog::Start(notifier, options);
+//   std::unique_ptr<Watchdog> watchdog = Watchdog::Start(notifier, clock, options);
 //   ... serve ...
 //   watchdog->Stop();
 //
 // Each ping may carry a STATUS= line (`status_line`), sent when it differs from the last.
+//
+// The half intervals are measured on the injected Clock (daemon/scheduler/clock.h), from the
+// start of one probe to the start of the next, so a slow probe does not stretch the period;
+// tests drive it with FakeClock.
 //
 // Thread safety: Start and Stop from one thread. The probe and status_line run on the
 // watchdog's thread. Stop waits for a probe in progress: a probe blocked forever blocks Stop
@@ -29,10 +33,12 @@
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/notification.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/scheduler/clock.h"
 #include "daemon/systemd/service_notifier.h"
 
 namespace gpukit {
@@ -48,9 +54,11 @@ struct WatchdogOptions {
 
 class Watchdog {
  public:
-  // Starts the thread; the first probe and ping happen at once. INVALID_ARGUMENT for a
-  // non-positive interval or a missing probe.
+  // Starts the thread; the first probe and ping happen at once, the next ones each half
+  // interval later on `clock` (which, like `notifier`, must outlive the watchdog).
+  // INVALID_ARGUMENT for a non-positive interval or a missing probe.
   static absl::StatusOr<std::unique_ptr<Watchdog>> Start(ServiceNotifier& notifier,
+                                                         const Clock& clock,
                                                          WatchdogOptions options);
   ~Watchdog();  // Stop()
 
@@ -58,13 +66,20 @@ class Watchdog {
   void Stop();
 
  private:
-  Watchdog(ServiceNotifier& notifier, WatchdogOptions options);
+  Watchdog(ServiceNotifier& notifier, const Clock& clock, WatchdogOptions options);
   void Loop();
+  // One probe, and the ping when it is healthy.
+  void ProbeAndPing();
 
   ServiceNotifier& notifier_;
+  const Clock& clock_;
   const WatchdogOptions options_;
-  absl::Notification stop_;
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
+  // The watchdog thread's own.
+  bool healthy_ = true;
+  std::string last_status_;
 };
 
 }  // namespace gpukit

@@ -116,16 +116,16 @@ MatmulRoute RouteMatmul(const TensorDesc& a, const TensorDesc& b, const OpPlan& 
                        DTypeName(dtype), " (the fallback casts it)");
       return route;
     }
-    if (input->shape.empty()) {
-      route.reason = absl::StrCat("inputs[", i, "] is 0-d");
-      return route;
-    }
   }
   // NumPy's 1-d operands, viewed in place (runtime/base/matmul_shapes.h).
-  const MatmulMatrices mm = AsMatmulMatrices(a.shape, b.shape);
-  const Shape& a_shape = mm.a;
-  const Shape& b_shape = mm.b;
-  const size_t out_matrix_rank = mm.out_matrix_rank;
+  absl::StatusOr<MatmulMatrices> mm = AsMatmulMatrices(a.shape, b.shape);
+  if (!mm.ok()) {
+    route.reason = std::string(mm.status().message());
+    return route;
+  }
+  const Shape& a_shape = mm->a;
+  const Shape& b_shape = mm->b;
+  const size_t out_matrix_rank = mm->out_matrix_rank;
   const Shape& out = plan.output.shape;
   if (out.size() < out_matrix_rank) {
     route.reason = absl::StrCat("output has rank ", out.size());

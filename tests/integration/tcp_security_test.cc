@@ -257,5 +257,28 @@ TEST_F(TcpStartUpTest, TcpWithoutTlsOrOffLoopbackIsRefused) {
               HasSubstr("serves loopback addresses only, not 0.0.0.0:0"));
 }
 
+TEST_F(TcpStartUpTest, AnUnreadableOrEmptyTlsFileStopsStartUpNamingIt) {
+  const std::string missing = dir_.path() + "/missing.pem";
+  const std::string empty = dir_.WriteFile("empty.key", "");
+  const std::string cert = dir_.WriteFile("server.pem", "-----BEGIN CERTIFICATE-----\n");
+  auto config = [&](const std::string& cert_file, const std::string& key_file) {
+    return dir_.WriteFile(
+        "gpukitd.json",
+        absl::StrCat(R"({"jit": {"cacheDir": "none"}, "access": {"tls": )", R"({"certFile": ")",
+                     cert_file, R"(", "keyFile": ")", key_file, R"("}}})"));
+  };
+  const ProgramResult no_cert =
+      StartDaemon({"--config", config(missing, empty), "--listen", "127.0.0.1:0"});
+  EXPECT_EQ(no_cert.exit_code, 1);
+  EXPECT_THAT(
+      no_cert.stderr_text + no_cert.stdout_text,
+      HasSubstr("cannot read access.tls.certFile " + missing + ": No such file or directory"));
+  const ProgramResult empty_key =
+      StartDaemon({"--config", config(cert, empty), "--listen", "127.0.0.1:0"});
+  EXPECT_EQ(empty_key.exit_code, 1);
+  EXPECT_THAT(empty_key.stderr_text + empty_key.stdout_text,
+              HasSubstr("access.tls.keyFile " + empty + " is empty"));
+}
+
 }  // namespace
 }  // namespace gpukit::testing

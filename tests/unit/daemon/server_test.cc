@@ -253,6 +253,23 @@ TEST_F(ServerThreadsTest, StreamsWaitingForTheDeviceDoNotStallOtherStreams) {
   }
 }
 
+// Lapsed leases are collected on the server's clock: an hour of FakeClock time (the reap
+// interval) collects a session whose 10 s lease lapsed, though no real time passes.
+TEST_F(ServerThreadsTest, TheLeaseReaperRunsOnTheServersClock) {
+  v1::OpenSessionRequest open;
+  open.set_tenant("leased");
+  open.set_lease_ms(10'000);
+  v1::OpenSessionResponse opened;
+  ASSERT_TRUE(sessions_->Open(Context().get(), open, &opened).ok());
+  ASSERT_EQ(core_->session_count(), 1);
+  clock_.Advance(absl::Hours(1));
+  // Waits for the reaper (an event), bounded only so that a broken reaper fails the test.
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (core_->session_count() > 0 && absl::Now() < give_up) std::this_thread::yield();
+  EXPECT_EQ(core_->session_count(), 0) << "the reaper did not run on the server's clock";
+  EXPECT_EQ(KeepAlive(opened.session_id()).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
 // What systemd's watchdog probe asks (daemon/systemd/watchdog.h): the core's locks are free
 // and gRPC answers its health check through the server, until the server shuts down.
 // One RunOp may run on gRPC's callback thread itself (service::InlineUnary); while it is held

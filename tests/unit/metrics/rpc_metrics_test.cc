@@ -57,9 +57,39 @@ TEST(RpcMetricsTest, CodesOutsideGrpcsRangeCountAsUnknown) {
   rpc.Record("m", 99, absl::Microseconds(1));
   rpc.Record("m", -1, absl::Microseconds(1));
   EXPECT_EQ(rpc.Snapshot()[0].calls_by_code[2], 2);
-  EXPECT_EQ(RpcMetrics::CodeName(2), "UNKNOWN");
-  EXPECT_EQ(RpcMetrics::CodeName(5), "NOT_FOUND");
-  EXPECT_EQ(RpcMetrics::CodeName(16), "UNAUTHENTICATED");
+  EXPECT_EQ(RpcMetrics::CodeName(99), "UNKNOWN");
+  EXPECT_EQ(RpcMetrics::CodeName(-1), "UNKNOWN");
+}
+
+// The code label's values are what dashboards and alerts match on: each code keeps gRPC's
+// name, whichever library spells it.
+TEST(RpcMetricsTest, CodeLabelsAreGrpcsNamesForEveryCode) {
+  const std::vector<std::string> expected = {"OK",
+                                             "CANCELLED",
+                                             "UNKNOWN",
+                                             "INVALID_ARGUMENT",
+                                             "DEADLINE_EXCEEDED",
+                                             "NOT_FOUND",
+                                             "ALREADY_EXISTS",
+                                             "PERMISSION_DENIED",
+                                             "RESOURCE_EXHAUSTED",
+                                             "FAILED_PRECONDITION",
+                                             "ABORTED",
+                                             "OUT_OF_RANGE",
+                                             "UNIMPLEMENTED",
+                                             "INTERNAL",
+                                             "UNAVAILABLE",
+                                             "DATA_LOSS",
+                                             "UNAUTHENTICATED"};
+  ASSERT_EQ(expected.size(), static_cast<size_t>(RpcMetrics::kCodeCount));
+  for (int code = 0; code < RpcMetrics::kCodeCount; ++code) {
+    EXPECT_EQ(RpcMetrics::CodeName(code), expected[code]) << "code " << code;
+  }
+  // The numbering is gRPC's: the interceptor passes grpc::StatusCode values.
+  EXPECT_EQ(RpcMetrics::CodeName(static_cast<int>(grpc::StatusCode::UNAUTHENTICATED)),
+            "UNAUTHENTICATED");
+  EXPECT_EQ(RpcMetrics::CodeName(static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED)),
+            "RESOURCE_EXHAUSTED");
 }
 
 TEST(RpcMetricsTest, LatencyGoesToTheFirstBucketWhoseBoundItDoesNotExceed) {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -293,6 +294,59 @@ TEST(PartitionFieldMaskAllTest, TakesEveryFieldButNameAndDevice) {
   EXPECT_FALSE(PartitionFieldMask::All().empty());
   EXPECT_TRUE(ChangedPartitionFields(Valid(), ApplyPartitionFields(Valid(), {}, Other())).empty());
 }
+
+// --- ImpliedDefaultPartition ------------------------------------------------------------
+
+PartitionSpec On(int device_index, int64_t bytes, double share) {
+  return {.name = "p",
+          .device_index = device_index,
+          .memory_quota_bytes = bytes,
+          .compute_share = share};
+}
+
+struct ImpliedCase {
+  std::string name;
+  std::vector<PartitionSpec> others;
+  int64_t device0_bytes;
+  std::optional<std::pair<int64_t, double>> expected;  // bytes and share; nullopt: none
+};
+
+class ImpliedDefaultPartitionTest : public ::testing::TestWithParam<ImpliedCase> {};
+
+TEST_P(ImpliedDefaultPartitionTest, TakesWhatTheOthersOnDeviceZeroLeave) {
+  const ImpliedCase& c = GetParam();
+  const std::optional<PartitionSpec> d = ImpliedDefaultPartition(c.others, c.device0_bytes);
+  ASSERT_EQ(d.has_value(), c.expected.has_value());
+  if (!d.has_value()) return;
+  EXPECT_EQ(d->name, kDefaultPartition);
+  EXPECT_EQ(d->device_index, 0);
+  EXPECT_EQ(d->memory_quota_bytes, c.expected->first);
+  EXPECT_NEAR(d->compute_share, c.expected->second, 1e-12);
+  EXPECT_THAT(ValidatePartitionSpec(*d), IsOk()) << "the implied partition is a valid one";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Rows, ImpliedDefaultPartitionTest,
+    ::testing::Values(
+        ImpliedCase{"AloneItTakesTheWholeDevice", {}, 8 * kGiB, {{8 * kGiB, 1.0}}},
+        ImpliedCase{"ItTakesWhatTheOthersLeave",
+                    {On(0, 3 * kGiB, 0.25), On(0, kGiB, 0.25)},
+                    8 * kGiB,
+                    {{4 * kGiB, 0.5}}},
+        ImpliedCase{"PartitionsOfOtherDevicesDoNotCount",
+                    {On(1, 8 * kGiB, 1.0), On(0, kGiB, 0.5)},
+                    8 * kGiB,
+                    {{7 * kGiB, 0.5}}},
+        ImpliedCase{"NoMemoryLeftMeansNone", {On(0, 8 * kGiB, 0.5)}, 8 * kGiB, std::nullopt},
+        ImpliedCase{"OvercommittedMemoryMeansNone", {On(0, 9 * kGiB, 0.1)}, 8 * kGiB, std::nullopt},
+        ImpliedCase{
+            "NoTimeLeftMeansNone", {On(0, kGiB, 0.5), On(0, kGiB, 0.5)}, 8 * kGiB, std::nullopt},
+        ImpliedCase{"ASliverOfTimeMeansNone", {On(0, kGiB, 1.0 - 1e-7)}, 8 * kGiB, std::nullopt},
+        ImpliedCase{
+            "AThousandthOfTheTimeIsKept", {On(0, kGiB, 0.999)}, 8 * kGiB, {{7 * kGiB, 0.001}}},
+        ImpliedCase{"OneByteLeftIsKept", {On(0, 8 * kGiB - 1, 0.5)}, 8 * kGiB, {{1, 0.5}}},
+        ImpliedCase{"ADeviceWithoutMemoryMeansNone", {}, 0, std::nullopt}),
+    CaseName<ImpliedCase>);
 
 }  // namespace
 }  // namespace gpukit

@@ -6,28 +6,35 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/server.h"
 #include "daemon/service/access_guard.h"
 #include "daemon/service/peer_table.h"
 #include "gmock/gmock.h"
+#include "grpcpp/create_channel_posix.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "runtime/base/unix_fd.h"
 #include "runtime/jit/sha256.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 
 namespace gpukit::service {
 namespace {
@@ -59,9 +66,8 @@ class WhoAmIService : public grpc::CallbackGenericService {
   const PeerTable& peers_;
 };
 
-// One unary call on a fresh channel to `address`; returns the status.
-grpc::Status CallOnce(const std::string& address) {
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+// One unary call on `channel`; returns the status.
+grpc::Status CallOnce(const std::shared_ptr<grpc::Channel>& channel) {
   grpc::GenericStub stub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
@@ -76,6 +82,88 @@ grpc::Status CallOnce(const std::string& address) {
   bool ok = false;
   EXPECT_TRUE(queue.Next(&tag, &ok));
   return status;
+}
+
+// One unary call on a fresh channel to `address`; returns the status.
+grpc::Status CallOnce(const std::string& address) {
+  return CallOnce(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+}
+
+// The connection's entry in `peers`, from a WhoAmI answer "fd:<n>|...".
+std::optional<Principal> PeerOfAnswer(const grpc::Status& answer, const PeerTable& peers) {
+  const std::string& message = answer.error_message();
+  int fd = -1;
+  if (!absl::StartsWith(message, "fd:") ||
+      !absl::SimpleAtoi(message.substr(3, message.find('|') - 3), &fd)) {
+    ADD_FAILURE() << "not a WhoAmI answer: " << message;
+    return std::nullopt;
+  }
+  return peers.Lookup(fd);
+}
+
+// Supplementary groups for a connecting process, more than PeerGroups' first try has room for
+// (64), so that reading them takes its ERANGE path too.
+std::vector<gid_t> KnownGroups() {
+  std::vector<gid_t> groups;
+  for (gid_t g = 54000; g < 54070; ++g) groups.push_back(g);
+  return groups;
+}
+
+// A process with `groups` as its supplementary groups connects to the unix socket at `path`:
+// a forked child sets them (setgroups needs root; the test checks first), connects, hands
+// the connected descriptor back over a socketpair and exits. Returns that descriptor; the
+// peer the server sees is the child (its pid in `child_pid`), with exactly these groups.
+ScopedFd ConnectFromChildWithGroups(const std::string& path, const std::vector<gid_t>& groups,
+                                    pid_t* child_pid) {
+  int pair[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
+    ADD_FAILURE() << "socketpair: " << std::strerror(errno);
+    return ScopedFd();
+  }
+  ScopedFd mine(pair[0]), theirs(pair[1]);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    // The child of a threaded process: system calls only, then _exit. The raw setgroups
+    // changes this (only) thread's credentials, which are what connect records.
+    if (syscall(SYS_setgroups, groups.size(), groups.data()) != 0) _exit(2);
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
+      _exit(3);
+    }
+    char byte = 'c';
+    iovec data{&byte, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr message{};
+    message.msg_iov = &data;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof(control);
+    cmsghdr* header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
+    _exit(sendmsg(theirs.get(), &message, 0) == 1 ? 0 : 4);
+  }
+  theirs.Reset();
+  if (pid < 0) {
+    ADD_FAILURE() << "fork: " << std::strerror(errno);
+    return ScopedFd();
+  }
+  *child_pid = pid;
+  absl::StatusOr<ReceivedMessage> received = ReceiveMessage(mine.get(), 1, absl::Seconds(30));
+  int status = 0;
+  EXPECT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the child failed at step " << WEXITSTATUS(status) << " (2 setgroups, 3 connect, 4 send)";
+  if (!received.ok()) {
+    ADD_FAILURE() << received.status();
+    return ScopedFd();
+  }
+  return std::move(received->fd);
 }
 
 class UnixListenerTest : public ::testing::Test {
@@ -152,21 +240,54 @@ TEST(UnixListenerBind, RefusesAPathInUse) {
 }
 
 TEST_F(UnixListenerTest, RecordsTheConnectingProcessesSupplementaryGroups) {
-  const grpc::Status status = CallOnce("unix://" + path_);
+  // The connecting side needs supplementary groups the test knows: a process without any
+  // (as in many containers) would pass a check that the listener records none.
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to give the connecting process known groups";
+  pid_t child = -1;
+  ScopedFd connection = ConnectFromChildWithGroups(path_, KnownGroups(), &child);
+  ASSERT_TRUE(connection.valid());
+  const grpc::Status status =
+      CallOnce(grpc::CreateInsecureChannelFromFd("child", connection.release()));
   ASSERT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED) << status.error_message();
-  // "fd:<n>|..." names the connection's entry in the table.
-  const std::string message = status.error_message();
-  int fd = -1;
-  ASSERT_TRUE(absl::SimpleAtoi(message.substr(3, message.find('|') - 3), &fd)) << message;
-  const std::optional<Principal> peer = peers_.Lookup(fd);
+  const std::optional<Principal> peer = PeerOfAnswer(status, peers_);
   ASSERT_TRUE(peer.has_value());
-  std::vector<gid_t> mine(static_cast<size_t>(getgroups(0, nullptr)));
-  ASSERT_EQ(getgroups(static_cast<int>(mine.size()), mine.data()), static_cast<int>(mine.size()));
-  std::vector<uint32_t> expected(mine.begin(), mine.end());
+  EXPECT_EQ(peer->pid, static_cast<int64_t>(child)) << "the connecting child, not this process";
   std::vector<uint32_t> recorded = peer->groups;
-  std::sort(expected.begin(), expected.end());
   std::sort(recorded.begin(), recorded.end());
-  EXPECT_EQ(recorded, expected) << "SO_PEERGROUPS: this process's supplementary groups";
+  const std::vector<gid_t> known = KnownGroups();
+  EXPECT_EQ(recorded, std::vector<uint32_t>(known.begin(), known.end()))
+      << "SO_PEERGROUPS: the connecting process's supplementary groups";
+}
+
+// PeerGroups' second try: the first has less room than the peer's groups need.
+TEST(PeerGroupsTest, ReadsEveryGroupWhenTheFirstTryHasTooLittleRoom) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to give the connecting process known groups";
+  ScopedTempDir dir;
+  const std::string path = dir.path() + "/groups.sock";
+  ScopedFd listening(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+  ASSERT_EQ(bind(listening.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(listen(listening.get(), 4), 0);
+  const std::vector<gid_t> groups = {54001, 54002, 54003};
+  pid_t child = -1;
+  ScopedFd client = ConnectFromChildWithGroups(path, groups, &child);
+  ASSERT_TRUE(client.valid());
+  ScopedFd server(accept4(listening.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  ASSERT_TRUE(server.valid()) << std::strerror(errno);
+  const std::vector<uint32_t> expected(groups.begin(), groups.end());
+  for (size_t capacity : {0, 1, 2, 3, 64}) {
+    std::vector<uint32_t> read = PeerGroups(server.get(), capacity);
+    std::sort(read.begin(), read.end());
+    EXPECT_EQ(read, expected) << "first try with room for " << capacity;
+  }
+}
+
+TEST(PeerGroupsTest, NotASocketHasNoGroups) {
+  ScopedFd not_a_socket(eventfd(0, EFD_CLOEXEC));
+  ASSERT_TRUE(not_a_socket.valid());
+  EXPECT_TRUE(PeerGroups(not_a_socket.get()).empty());
 }
 
 TEST(PrincipalOfPeer, MapsEachTransportsPeerString) {

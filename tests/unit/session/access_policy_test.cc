@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/session/session_manager.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
@@ -330,6 +331,18 @@ TEST(AccessPolicy, OwnTenantNamesAreValidTenantNames) {
   EXPECT_EQ(OwnTenantName(4294967294u), "uid-4294967294");
   // The longest is well inside the tenant rule, so the default can never be refused.
   EXPECT_TRUE(AccessPolicy::Create(kDaemonUid, WithUidTenant(OwnTenantName(4294967295u))).ok());
+}
+
+// A tenant the access rules may name is one a session may open for, and no longer one.
+TEST(AccessPolicy, RulesAndOpenSessionAgreeOnTheLongestTenant) {
+  for (size_t length : {kMaxTenantLength, kMaxTenantLength + 1}) {
+    const std::string tenant(length, 't');
+    OpenSessionParams params;
+    params.tenant = tenant;
+    const bool opens = ValidateOpenSessionParams(params).ok();
+    EXPECT_EQ(opens, length <= 63) << length;
+    EXPECT_EQ(AccessPolicy::Create(kDaemonUid, WithUidTenant(tenant)).ok(), opens) << length;
+  }
 }
 
 }  // namespace
