@@ -21,12 +21,15 @@
 // Exempt: CompileKernelRequest.source (program text, with newlines; the kernel compiler has
 // its own bounds). Bytes fields (array data) are not strings and are not looked at.
 //
-// Cost: one walk of the message's set fields through protobuf reflection and one pass over
-// each string's bytes; a field's path is spelled out only for an error. 1.0-1.6 us for a RunOp
-// `add` request, 1.6-2.2 us with two attributes (reflection copies a map into entries), on the
-// loaded 2-core build machine; nothing per upload chunk (only the Upload header is checked).
+// Cost: one walk of the message's set fields that may hold a string, through protobuf
+// reflection, over a list of those fields made once per message type (a lock taken once per
+// call finds it); one pass over each string's bytes, which decodes UTF-8 only where a byte is
+// not printable ASCII; a field's path is spelled out only for an error. 1.0-1.6 us for a
+// RunOp `add` request, 1.6-2.2 us with two attributes (reflection copies a map into entries),
+// on the loaded 2-core build machine before the per-type lists; nothing per upload chunk (only
+// the Upload header is checked).
 //
-// Thread safety: pure functions.
+// Thread safety: safe from any thread (the per-type lists are built under a lock).
 #ifndef GPUKIT_DAEMON_SERVICE_REQUEST_STRINGS_H_
 #define GPUKIT_DAEMON_SERVICE_REQUEST_STRINGS_H_
 

@@ -40,6 +40,22 @@ TEST_P(ValidateRequestStringTest, AcceptsPrintableUtf8UpTo256BytesOnly) {
   }
 }
 
+// The walk over a request decides as the check of one value does (it takes a shortcut for
+// printable ASCII), and names the field by its path.
+TEST_P(ValidateRequestStringTest, TheRequestWalkDecidesTheSame) {
+  v1::SubmitRequest submit;
+  submit.add_ops()->set_free("a-0.1");
+  submit.add_ops()->set_free(GetParam().value);
+  const absl::Status status = ValidateRequestStrings(submit);
+  if (GetParam().error.empty()) {
+    EXPECT_THAT(status, IsOk());
+    return;
+  }
+  std::string error = GetParam().error;
+  if (error.rfind("f ", 0) == 0) error.replace(0, 1, "ops[1].free");
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(error)));
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Cases, ValidateRequestStringTest,
     ::testing::Values(
@@ -94,6 +110,25 @@ TEST(ValidateRequestStringsTest, NamesNestedFieldsByTheirPath) {
   update.add_update_mask("x\n");
   EXPECT_THAT(ValidateRequestStrings(update),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("update_mask[1] holds")));
+}
+
+TEST(ValidateRequestStringsTest, WalksPipelinedOpsAndReportsTheFirstFieldByNumber) {
+  v1::SubmitRequest submit;
+  submit.set_session_id("s-1");
+  v1::PipelinedRunOp& run = *submit.add_ops()->mutable_run();
+  run.set_op("add");
+  run.add_inputs()->set_handle("a-0.0");
+  run.add_inputs()->mutable_scalar()->set_float_value(1.0);
+  submit.add_ops()->mutable_run()->set_op("mul");
+  EXPECT_THAT(ValidateRequestStrings(submit), IsOk());
+  submit.mutable_ops(1)->mutable_run()->add_inputs()->set_handle("a\x1b");
+  EXPECT_THAT(ValidateRequestStrings(submit),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("ops[1].run.inputs[0].handle holds control character U+001B")));
+  // session_id (field 1) is looked at before ops (field 2).
+  submit.set_session_id("s\n");
+  EXPECT_THAT(ValidateRequestStrings(submit),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("session_id holds")));
 }
 
 TEST(ValidateRequestStringsTest, ChecksMapKeysAndValues) {
