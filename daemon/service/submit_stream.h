@@ -16,6 +16,10 @@
 // named an open session the caller may use; then one per request that carries ops or a
 // sync point (a request with neither gets none).
 //
+// Memory: a stream keeps the request and response messages it is done with (up to a few of
+// each) and reads or builds the next ones into them, so that a long stream reuses their
+// parts (ops, results, strings) instead of allocating and freeing them for every request.
+//
 // Flow control: the reactor reads ahead at most kMaxQueuedRequests requests and the worker
 // leaves requests unread while kMaxQueuedResponses answers wait to be sent, so a client that
 // sends faster than the device runs (OpPipeline caps the ops in flight), or that does not
@@ -42,10 +46,12 @@ namespace gpukit::service {
 
 // Most ops one SubmitRequest may carry; more is INVALID_ARGUMENT for the stream.
 inline constexpr int kMaxOpsPerSubmitRequest = 1024;
-// Most ops whose work a stream holds back to send to a device executor together: enough to
-// share the messages' cost, few enough that the device starts soon (each op's preparation
-// is some microseconds).
-inline constexpr int kOpsPerDeviceBatch = 8;
+// Most ops whose work a stream holds back to send to a device executor together: the first
+// batch of a burst (requests read while the worker was busy) holds few, so that the device
+// starts soon (each op's preparation is some microseconds); later batches of the burst hold
+// more, sharing the messages' cost further, while the device runs the earlier ones.
+inline constexpr int kOpsInFirstDeviceBatch = 8;
+inline constexpr int kOpsPerDeviceBatch = 32;
 // Requests read ahead of the worker, and answers waiting to be sent, per stream.
 inline constexpr int kMaxQueuedRequests = 4;
 inline constexpr int kMaxQueuedResponses = 4;
