@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/core/op_pipeline.h"
+#include "daemon/service/burst_batcher.h"
 #include "daemon/service/convert.h"
 #include "spdlog/spdlog.h"
 
@@ -31,35 +32,6 @@ template <typename M>
 void Keep(std::vector<M>& spares, M&& message) {
   if (spares.size() < kSpareMessages) spares.push_back(std::move(message));
 }
-
-// The DeviceBatch that a burst of ops is held in: kOpsInFirstDeviceBatch ops in the burst's
-// first batch, kOpsPerDeviceBatch in each later one (submit_stream.h says why).
-class BurstBatcher {
- public:
-  // Before an op on `device`: opens a batch, or sends the full one and opens the next.
-  void BeforeOp(Device& device) {
-    const int cap = batches_sent_ == 0 ? kOpsInFirstDeviceBatch : kOpsPerDeviceBatch;
-    if (batch_ != nullptr && ops_ >= cap) {
-      batch_.reset();
-      ++batches_sent_;
-    }
-    if (batch_ == nullptr) {
-      batch_ = std::make_unique<DeviceBatch>(device);
-      ops_ = 0;
-    }
-    ++ops_;
-  }
-  // Sends what is held; the next op begins a new burst.
-  void EndBurst() {
-    batch_.reset();
-    batches_sent_ = 0;
-  }
-
- private:
-  std::unique_ptr<DeviceBatch> batch_;
-  int ops_ = 0;           // held in batch_
-  int batches_sent_ = 0;  // of this burst, before batch_
-};
 
 class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1::SubmitResponse> {
  public:

@@ -7,7 +7,8 @@
 // processing a request may block (admission in the partition's queue, the in-flight cap,
 // a sync point waiting for the device), which neither gRPC's few callback threads nor the
 // shared WorkerPool may do for long. OnReadDone hands each request to the worker; it runs the
-// request's ops in order through the session's OpPipeline (op_pipeline.h), builds one
+// request's ops in order through the session's OpPipeline (op_pipeline.h), their work held
+// in batches for the device (burst_batcher.h), builds one
 // SubmitResponse of their OpResults (with `synced` and `error` when the request ends with a
 // sync point, after OpPipeline::Sync) and queues it for writing; one write is outstanding at
 // a time, and OnWriteDone starts the next.
@@ -46,12 +47,6 @@ namespace gpukit::service {
 
 // Most ops one SubmitRequest may carry; more is INVALID_ARGUMENT for the stream.
 inline constexpr int kMaxOpsPerSubmitRequest = 1024;
-// Most ops whose work a stream holds back to send to a device executor together: the first
-// batch of a burst (requests read while the worker was busy) holds few, so that the device
-// starts soon (each op's preparation is some microseconds); later batches of the burst hold
-// more, sharing the messages' cost further, while the device runs the earlier ones.
-inline constexpr int kOpsInFirstDeviceBatch = 8;
-inline constexpr int kOpsPerDeviceBatch = 32;
 // Requests read ahead of the worker, and answers waiting to be sent, per stream.
 inline constexpr int kMaxQueuedRequests = 4;
 inline constexpr int kMaxQueuedResponses = 4;

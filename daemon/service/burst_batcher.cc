@@ -1,0 +1,23 @@
+#include "daemon/service/burst_batcher.h"
+
+namespace gpukit::service {
+
+void BurstBatcher::BeforeOp(Device& device) {
+  const int cap = batches_ended_ == 0 ? kOpsInFirstDeviceBatch : kOpsPerDeviceBatch;
+  if (batch_ != nullptr && ops_in_batch_ >= cap) {
+    batch_.reset();
+    ++batches_ended_;
+  }
+  if (batch_ == nullptr) {
+    batch_ = std::make_unique<DeviceBatch>(device);
+    ops_in_batch_ = 0;
+  }
+  ++ops_in_batch_;
+}
+
+void BurstBatcher::EndBurst() {
+  batch_.reset();
+  batches_ended_ = 0;
+}
+
+}  // namespace gpukit::service
