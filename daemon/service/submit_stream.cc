@@ -122,8 +122,9 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
     // The ops queued run to their end whatever happened; their tasks end and pins drop.
     if (pipeline_ != nullptr) {
       pipeline_->Close();
-      spdlog::debug("submit stream closed: session={} ops={} status={}", pipeline_->session_id(),
-                    next_index_, static_cast<int>(status.error_code()));
+      spdlog::debug("submit stream closed: session={} requests={} ops={} status={}",
+                    pipeline_->session_id(), requests_read_, next_index_,
+                    static_cast<int>(status.error_code()));
       pipeline_.reset();
     }
     {
@@ -184,6 +185,7 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
         if (read_on) read_outstanding_ = true;
       }
       if (read_on) StartRead(&reading_);
+      ++requests_read_;
       if (grpc::Status status = Answer(request, batcher, response); !status.ok()) return status;
     }
   }
@@ -308,6 +310,7 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
   // The worker's own.
   std::unique_ptr<OpPipeline> pipeline_;
   uint64_t next_index_ = 0;
+  uint64_t requests_read_ = 0;  // for the closing log line
 
   absl::Mutex mu_;
   v1::SubmitRequest reading_;  // the read outstanding, if read_outstanding_
