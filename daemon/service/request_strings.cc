@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "google/protobuf/descriptor.h"
+#include "gpukit/v1/compute.pb.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/base/utf8.h"
 
@@ -225,7 +226,64 @@ absl::Status ValidateMessage(const Message& message, const TypePlan& plan, const
   return absl::OkStatus();
 }
 
+// The fields of SubmitRequest and below that ValidateSubmitRequestStrings reads through the
+// generated accessors, for naming a value's path in an error.
+struct SubmitFields {
+  const FieldDescriptor* session_id = nullptr;
+  const FieldDescriptor* ops = nullptr;
+  const FieldDescriptor* run = nullptr;
+  const FieldDescriptor* free = nullptr;
+  const FieldDescriptor* op = nullptr;
+  const FieldDescriptor* inputs = nullptr;
+  const FieldDescriptor* handle = nullptr;
+  const TypePlan* run_plan = nullptr;  // for a run op with attributes
+};
+
+const SubmitFields& SubmitFieldsOnce() {
+  static const SubmitFields* fields = [] {
+    auto* f = new SubmitFields();  // never destroyed: used until exit
+    f->session_id = v1::SubmitRequest::descriptor()->FindFieldByName("session_id");
+    f->ops = v1::SubmitRequest::descriptor()->FindFieldByName("ops");
+    f->run = v1::PipelinedOp::descriptor()->FindFieldByName("run");
+    f->free = v1::PipelinedOp::descriptor()->FindFieldByName("free");
+    f->op = v1::PipelinedRunOp::descriptor()->FindFieldByName("op");
+    f->inputs = v1::PipelinedRunOp::descriptor()->FindFieldByName("inputs");
+    f->handle = v1::Operand::descriptor()->FindFieldByName("handle");
+    f->run_plan = &TypePlans::Get().For(v1::PipelinedRunOp::descriptor());
+    return f;
+  }();
+  return *fields;
+}
+
 }  // namespace
+
+absl::Status ValidateSubmitRequestStrings(const v1::SubmitRequest& request) {
+  const SubmitFields& f = SubmitFieldsOnce();
+  GPUKIT_RETURN_IF_ERROR(CheckString(PathStep{nullptr, f.session_id}, request.session_id()));
+  for (int i = 0; i < request.ops_size(); ++i) {
+    const v1::PipelinedOp& op = request.ops(i);
+    const PathStep op_step{nullptr, f.ops, i};
+    if (op.has_free()) {
+      GPUKIT_RETURN_IF_ERROR(CheckString(PathStep{&op_step, f.free}, op.free()));
+      continue;
+    }
+    if (!op.has_run()) continue;
+    const v1::PipelinedRunOp& run = op.run();
+    const PathStep run_step{&op_step, f.run};
+    if (run.attrs_size() > 0) {
+      // Maps go through reflection, as in every other request: the whole op, in field order.
+      GPUKIT_RETURN_IF_ERROR(ValidateMessage(run, *f.run_plan, &run_step));
+      continue;
+    }
+    GPUKIT_RETURN_IF_ERROR(CheckString(PathStep{&run_step, f.op}, run.op()));
+    for (int j = 0; j < run.inputs_size(); ++j) {
+      if (!run.inputs(j).has_handle()) continue;
+      const PathStep input_step{&run_step, f.inputs, j};
+      GPUKIT_RETURN_IF_ERROR(CheckString(PathStep{&input_step, f.handle}, run.inputs(j).handle()));
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ValidateRequestString(absl::string_view field, absl::string_view value) {
   if (value.size() > kMaxRequestStringBytes) {

@@ -14,6 +14,7 @@
 #include "daemon/core/op_pipeline.h"
 #include "daemon/service/burst_batcher.h"
 #include "daemon/service/convert.h"
+#include "daemon/service/request_strings.h"
 #include "spdlog/spdlog.h"
 
 namespace gpukit::service {
@@ -199,7 +200,9 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
   // building the answer in `response` (which it clears first, and sends).
   grpc::Status Answer(const v1::SubmitRequest& request, BurstBatcher& batcher,
                       v1::SubmitResponse& response) {
-    if (grpc::Status s = ValidateStrings(request, context_); !s.ok()) return s;
+    if (absl::Status s = ValidateSubmitRequestStrings(request); !s.ok()) {
+      return ToGrpc(s, context_);
+    }
     if (pipeline_ == nullptr) {
       if (request.session_id().empty()) {
         return InvalidArgument("the first Submit request must name the session (session_id)");
