@@ -5,7 +5,7 @@ namespace gpukit::service {
 void BurstBatcher::BeforeOp(Device& device) {
   const int cap = batches_ended_ == 0 ? kOpsInFirstDeviceBatch : kOpsPerDeviceBatch;
   if (batch_ != nullptr && ops_in_batch_ >= cap) {
-    batch_.reset();
+    EndBatch();
     ++batches_ended_;
   }
   if (batch_ == nullptr) {
@@ -16,8 +16,13 @@ void BurstBatcher::BeforeOp(Device& device) {
 }
 
 void BurstBatcher::EndBurst() {
-  batch_.reset();
+  if (batch_ != nullptr) EndBatch();
   batches_ended_ = 0;
+}
+
+void BurstBatcher::EndBatch() {
+  batch_.reset();
+  if (after_batch_) after_batch_();
 }
 
 }  // namespace gpukit::service

@@ -9,36 +9,43 @@
 // kOpsPerDeviceBatch, sharing the messages' cost further while the device runs the earlier
 // ones.
 //
-//   BurstBatcher batcher;
+//   BurstBatcher batcher([&] { pipeline.ReleaseCompletions(); });  // after each batch
 //   for (const Op& op : burst) {
 //     batcher.BeforeOp(device);
 //     ... RecordEvent, RunOp, RecordEvent on `device` ...
 //   }
 //   batcher.EndBurst();  // before waiting for the device or for the client
 //
-// Cost: a DeviceBatch (Device::BeginBatch/EndBatch) per batch; nothing else per op.
+// Cost: a DeviceBatch (Device::BeginBatch/EndBatch) and a call of `after_batch` per batch;
+// nothing else per op.
 //
 // Thread safety: one thread at a time (the stream's worker).
 #ifndef GPUKIT_DAEMON_SERVICE_BURST_BATCHER_H_
 #define GPUKIT_DAEMON_SERVICE_BURST_BATCHER_H_
 
+#include <functional>
 #include <memory>
+#include <utility>
 
 #include "runtime/device.h"
 
 namespace gpukit::service {
 
-// Most ops in the first batch of a burst, and in each later one.
+// Most ops in the first batch of a burst, and in each later one: half the default cap of ops
+// in flight per pipeline (CoreOptions::max_ops_in_flight, 32), so that one batch fills while
+// the one before it runs, and the stream does not stop at the cap with a batch unsent.
 inline constexpr int kOpsInFirstDeviceBatch = 8;
-inline constexpr int kOpsPerDeviceBatch = 32;
+inline constexpr int kOpsPerDeviceBatch = 16;
 
 class BurstBatcher {
  public:
-  BurstBatcher() = default;
+  // `after_batch`, when set, runs after each batch ended (its work was sent).
+  explicit BurstBatcher(std::function<void()> after_batch = nullptr)
+      : after_batch_(std::move(after_batch)) {}
   BurstBatcher(const BurstBatcher&) = delete;
   BurstBatcher& operator=(const BurstBatcher&) = delete;
   // EndBurst.
-  ~BurstBatcher() = default;
+  ~BurstBatcher() { EndBurst(); }
 
   // Before an op whose work goes to `device`: opens a batch, or ends the full one (its work
   // is sent) and opens the next.
@@ -47,6 +54,10 @@ class BurstBatcher {
   void EndBurst();
 
  private:
+  // Ends batch_ (there is one) and runs after_batch_.
+  void EndBatch();
+
+  const std::function<void()> after_batch_;
   std::unique_ptr<DeviceBatch> batch_;
   int ops_in_batch_ = 0;
   int batches_ended_ = 0;  // of this burst

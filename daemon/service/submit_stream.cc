@@ -156,7 +156,10 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
   grpc::Status Serve() {
     // Held while more requests wait to be answered: their ops' work goes to a device
     // executor together (a few messages per batch, not several per op).
-    BurstBatcher batcher;
+    // The completion thread gets each batch's ops once it was sent (OpPipeline::HoldCompletions).
+    BurstBatcher batcher([this] {
+      if (pipeline_ != nullptr) pipeline_->ReleaseCompletions();
+    });
     // The request being answered and the response being built: each a message done with,
     // when there is one (their parts are reused).
     v1::SubmitRequest request;
@@ -214,6 +217,7 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
           core_.OpenPipeline(request.session_id());
       if (!pipeline.ok()) return ToGrpc(pipeline.status(), context_);
       pipeline_ = *std::move(pipeline);
+      pipeline_->HoldCompletions(true);
       spdlog::debug("submit stream opened: session={} prefix={}", pipeline_->session_id(),
                     pipeline_->handle_prefix());
       v1::SubmitResponse opened;
