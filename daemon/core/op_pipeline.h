@@ -42,8 +42,8 @@
 //
 // Thread safety: RunOp, Free and Sync are called by one thread at a time (the stream's
 // owner), with increasing indices; Close and the destructor by that thread, or by another
-// once it has stopped calling. handle_prefix, session_id and in_flight may be called from
-// any thread. One completion thread per pipeline, started by OpenPipeline, joined by Close.
+// once it has stopped calling. handle_prefix, session_id, in_flight, HoldCompletions and
+// ReleaseCompletions may be called from any thread. One completion thread per pipeline, started by OpenPipeline, joined by Close.
 #ifndef GPUKIT_DAEMON_CORE_OP_PIPELINE_H_
 #define GPUKIT_DAEMON_CORE_OP_PIPELINE_H_
 
