@@ -22,10 +22,29 @@ void OpPipeline::Close() {
   closed_ = true;
   {
     absl::MutexLock lock(&mu_);
+    HandOverLocked();
     closing_ = true;
   }
   completion_.join();
   core_.ClosePipeline(session_->id());
+}
+
+void OpPipeline::HoldCompletions(bool hold) {
+  absl::MutexLock lock(&mu_);
+  holding_ = hold;
+  if (!hold) HandOverLocked();
+}
+
+void OpPipeline::ReleaseCompletions() {
+  absl::MutexLock lock(&mu_);
+  HandOverLocked();
+}
+
+void OpPipeline::HandOverLocked() {
+  if (held_.empty()) return;
+  records_queued_ += held_.size();
+  for (Record& record : held_) queued_.push_back(std::move(record));
+  held_.clear();
 }
 
 int OpPipeline::in_flight() const {
@@ -94,6 +113,8 @@ absl::StatusOr<ArrayView> OpPipeline::Queue(uint64_t index, absl::string_view op
     auto has_room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return in_flight_ < max_ops_in_flight_ || closing_;
     };
+    // The oldest ops complete only once handed over to the completion thread.
+    if (in_flight_ >= max_ops_in_flight_) HandOverLocked();
     mu_.Await(absl::Condition(&has_room));
     GPUKIT_RETURN_IF_ERROR(CheckOpen());
     ++in_flight_;
@@ -122,9 +143,14 @@ absl::StatusOr<ArrayView> OpPipeline::Queue(uint64_t index, absl::string_view op
       session->AddArray(std::move(op->output), core_.options_.limits.max_arrays_per_session);
   {
     absl::MutexLock lock(&mu_);
-    queued_.push_back(Record{index, std::string(op_name), std::move(op->pins),
-                             std::move(op->output_pin), *std::move(work)});
-    ++records_queued_;
+    Record record{index, std::string(op_name), std::move(op->pins), std::move(op->output_pin),
+                  *std::move(work)};
+    if (holding_) {
+      held_.push_back(std::move(record));
+    } else {
+      queued_.push_back(std::move(record));
+      ++records_queued_;
+    }
   }
   GPUKIT_RETURN_IF_ERROR(core_.Conclude(*session, std::move(added)));
   return view;
@@ -143,6 +169,7 @@ absl::Status OpPipeline::Free(uint64_t index, absl::string_view handle) {
 
 std::optional<OpPipeline::Failure> OpPipeline::Sync() {
   absl::MutexLock lock(&mu_);
+  HandOverLocked();
   const uint64_t target = records_queued_;
   auto done = [this, target]()
                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return records_completed_ >= target; };

@@ -42,8 +42,8 @@
 //
 // Thread safety: RunOp, Free and Sync are called by one thread at a time (the stream's
 // owner), with increasing indices; Close and the destructor by that thread, or by another
-// once it has stopped calling. handle_prefix, session_id and in_flight may be called from
-// any thread. One completion thread per pipeline, started by OpenPipeline, joined by Close.
+// once it has stopped calling. handle_prefix, session_id, in_flight, HoldCompletions and
+// ReleaseCompletions may be called from any thread. One completion thread per pipeline, started by OpenPipeline, joined by Close.
 #ifndef GPUKIT_DAEMON_CORE_OP_PIPELINE_H_
 #define GPUKIT_DAEMON_CORE_OP_PIPELINE_H_
 
@@ -112,6 +112,16 @@ class OpPipeline {
   // joins the completion thread and frees the session's pipeline slot. Idempotent.
   void Close();
 
+  // For a caller that holds its ops' work in a DeviceBatch: while `hold` is on, each op
+  // queued waits to be handed to the completion thread until ReleaseCompletions. Its wait
+  // would otherwise send the work held at once (a device executor sends what a thread holds
+  // before another thread's message), and a batch would end after a few ops, with one more
+  // round trip to the executor per few ops. Sync, Close, a RunOp at the in-flight cap and
+  // HoldCompletions(false) hand over what is held. Cost: a lock each.
+  void HoldCompletions(bool hold);
+  // Hands the ops held to the completion thread; call it once their batch has ended.
+  void ReleaseCompletions();
+
   // Ops queued and not yet completed (plus one being queued).
   int in_flight() const;
 
@@ -138,6 +148,8 @@ class OpPipeline {
   void NoteFailure(uint64_t index, absl::string_view op, const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseSlot();
+  // held_ to queued_.
+  void HandOverLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The completion thread: takes every record queued, completes them, and again.
   void CompletionLoop();
   // Waits for a batch (in queue order, one stream) and ends each op's task with its device
@@ -151,6 +163,8 @@ class OpPipeline {
 
   mutable absl::Mutex mu_;
   std::vector<Record> queued_ ABSL_GUARDED_BY(mu_);  // not yet taken by the completion thread
+  bool holding_ ABSL_GUARDED_BY(mu_) = false;        // HoldCompletions
+  std::vector<Record> held_ ABSL_GUARDED_BY(mu_);    // queued while holding, not handed over
   // Slots taken: ops being queued plus records not yet completed (<= max_ops_in_flight_).
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t records_queued_ ABSL_GUARDED_BY(mu_) = 0;

@@ -6,12 +6,15 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/core/op_pipeline.h"
+#include "daemon/service/burst_batcher.h"
 #include "daemon/service/convert.h"
+#include "daemon/service/request_strings.h"
 #include "spdlog/spdlog.h"
 
 namespace gpukit::service {
@@ -19,6 +22,16 @@ namespace {
 
 grpc::Status InvalidArgument(std::string message) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::move(message));
+}
+
+// Messages a stream keeps for reuse, of each kind (see Memory in the header).
+constexpr size_t kSpareMessages = 2;
+
+// Keeps `message` (done with) in `spares` for the next one to be read or built into, unless
+// enough are kept already.
+template <typename M>
+void Keep(std::vector<M>& spares, M&& message) {
+  if (spares.size() < kSpareMessages) spares.push_back(std::move(message));
 }
 
 class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1::SubmitResponse> {
@@ -44,8 +57,11 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
         reads_ended_ = true;
         return;
       }
-      inbox_.push_back(std::move(reading_));
-      reading_.Clear();
+      inbox_.push_back(std::move(reading_));  // leaves reading_ empty
+      if (!spare_requests_.empty()) {
+        reading_ = std::move(spare_requests_.back());  // cleared by the worker
+        spare_requests_.pop_back();
+      }
       read_on = MayReadLocked();
       if (read_on) read_outstanding_ = true;
     }
@@ -66,7 +82,8 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
         writing_ = false;
         return;
       }
-      sending_ = std::move(outbox_.front());
+      sending_.Swap(&outbox_.front());
+      Keep(spare_responses_, std::move(outbox_.front()));  // the one just sent
       outbox_.pop_front();
     }
     StartWrite(&sending_);
@@ -106,8 +123,9 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
     // The ops queued run to their end whatever happened; their tasks end and pins drop.
     if (pipeline_ != nullptr) {
       pipeline_->Close();
-      spdlog::debug("submit stream closed: session={} ops={} status={}", pipeline_->session_id(),
-                    next_index_, static_cast<int>(status.error_code()));
+      spdlog::debug("submit stream closed: session={} requests={} ops={} status={}",
+                    pipeline_->session_id(), requests_read_, next_index_,
+                    static_cast<int>(status.error_code()));
       pipeline_.reset();
     }
     {
@@ -137,13 +155,19 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
   // Answers requests until the stream ends; returns its status.
   grpc::Status Serve() {
     // Held while more requests wait to be answered: their ops' work goes to a device
-    // executor together (a few messages per batch, not several per op), at most
-    // kOpsPerDeviceBatch ops at a time so that the device starts on them soon.
-    std::unique_ptr<DeviceBatch> batch;
+    // executor together (a few messages per batch, not several per op).
+    // The completion thread gets each batch's ops once it was sent (OpPipeline::HoldCompletions).
+    BurstBatcher batcher([this] {
+      if (pipeline_ != nullptr) pipeline_->ReleaseCompletions();
+    });
+    // The request being answered and the response being built: each a message done with,
+    // when there is one (their parts are reused).
+    v1::SubmitRequest request;
+    v1::SubmitResponse response;
     for (;;) {
-      v1::SubmitRequest request;
       bool read_on = false;
-      if (!MoreQueued()) batch.reset();
+      if (!MoreQueued()) batcher.EndBurst();
+      request.Clear();
       {
         absl::MutexLock lock(&mu_);
         auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -154,13 +178,19 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
         mu_.Await(absl::Condition(&ready));
         if (cancelled_ || write_failed_) return grpc::Status::CANCELLED;
         if (inbox_.empty()) return grpc::Status::OK;  // half-closed, all answered
-        request = std::move(inbox_.front());
+        Keep(spare_requests_, std::move(request));    // leaves request empty
+        request.Swap(&inbox_.front());
         inbox_.pop_front();
+        if (!spare_responses_.empty()) {
+          response = std::move(spare_responses_.back());
+          spare_responses_.pop_back();
+        }
         read_on = MayReadLocked();
         if (read_on) read_outstanding_ = true;
       }
       if (read_on) StartRead(&reading_);
-      if (grpc::Status status = Answer(request, batch); !status.ok()) return status;
+      ++requests_read_;
+      if (grpc::Status status = Answer(request, batcher, response); !status.ok()) return status;
     }
   }
 
@@ -169,9 +199,13 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
     return !inbox_.empty();
   }
 
-  // One request: opens the pipeline on the first, runs the ops, answers the sync point.
-  grpc::Status Answer(const v1::SubmitRequest& request, std::unique_ptr<DeviceBatch>& batch) {
-    if (grpc::Status s = ValidateStrings(request, context_); !s.ok()) return s;
+  // One request: opens the pipeline on the first, runs the ops, answers the sync point,
+  // building the answer in `response` (which it clears first, and sends).
+  grpc::Status Answer(const v1::SubmitRequest& request, BurstBatcher& batcher,
+                      v1::SubmitResponse& response) {
+    if (absl::Status s = ValidateSubmitRequestStrings(request); !s.ok()) {
+      return ToGrpc(s, context_);
+    }
     if (pipeline_ == nullptr) {
       if (request.session_id().empty()) {
         return InvalidArgument("the first Submit request must name the session (session_id)");
@@ -183,6 +217,7 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
           core_.OpenPipeline(request.session_id());
       if (!pipeline.ok()) return ToGrpc(pipeline.status(), context_);
       pipeline_ = *std::move(pipeline);
+      pipeline_->HoldCompletions(true);
       spdlog::debug("submit stream opened: session={} prefix={}", pipeline_->session_id(),
                     pipeline_->handle_prefix());
       v1::SubmitResponse opened;
@@ -198,20 +233,16 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
                                           kMaxOpsPerSubmitRequest, " per request"));
     }
     if (request.ops_size() == 0 && request.sync() == 0) return grpc::Status::OK;
-    v1::SubmitResponse response;
+    response.Clear();
     for (const v1::PipelinedOp& op : request.ops()) {
       // A client that went away gets no more of its ops queued (the request may hold 1024).
       if (context_->IsCancelled()) return grpc::Status::CANCELLED;
-      if (batch != nullptr && ++ops_in_batch_ > kOpsPerDeviceBatch) batch.reset();
-      if (batch == nullptr) {
-        batch = std::make_unique<DeviceBatch>(pipeline_->device());
-        ops_in_batch_ = 1;
-      }
+      batcher.BeforeOp(pipeline_->device());
       v1::OpResult* result = response.add_results();
       RunOne(op, next_index_++, result);
     }
     if (request.sync() > 0) {
-      batch.reset();
+      batcher.EndBurst();
       std::optional<OpPipeline::Failure> failure = pipeline_->Sync();
       response.set_synced(request.sync());
       if (failure.has_value()) {
@@ -273,7 +304,8 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
         return;
       }
       writing_ = true;
-      sending_ = std::move(response);
+      sending_.Swap(&response);
+      Keep(spare_responses_, std::move(response));  // the one sent before
     }
     StartWrite(&sending_);
   }
@@ -285,7 +317,7 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
   // The worker's own.
   std::unique_ptr<OpPipeline> pipeline_;
   uint64_t next_index_ = 0;
-  int ops_in_batch_ = 0;  // queued in the current DeviceBatch
+  uint64_t requests_read_ = 0;  // for the closing log line
 
   absl::Mutex mu_;
   v1::SubmitRequest reading_;  // the read outstanding, if read_outstanding_
@@ -296,6 +328,9 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool write_failed_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<v1::SubmitResponse> outbox_ ABSL_GUARDED_BY(mu_);
+  // Messages done with, kept for reuse (Keep): requests cleared, responses not yet.
+  std::vector<v1::SubmitRequest> spare_requests_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::SubmitResponse> spare_responses_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;

@@ -7,7 +7,8 @@
 // processing a request may block (admission in the partition's queue, the in-flight cap,
 // a sync point waiting for the device), which neither gRPC's few callback threads nor the
 // shared WorkerPool may do for long. OnReadDone hands each request to the worker; it runs the
-// request's ops in order through the session's OpPipeline (op_pipeline.h), builds one
+// request's ops in order through the session's OpPipeline (op_pipeline.h), their work held
+// in batches for the device (burst_batcher.h), builds one
 // SubmitResponse of their OpResults (with `synced` and `error` when the request ends with a
 // sync point, after OpPipeline::Sync) and queues it for writing; one write is outstanding at
 // a time, and OnWriteDone starts the next.
@@ -15,6 +16,10 @@
 // Responses: the first is the stream's `handle_prefix` alone, sent once the first request
 // named an open session the caller may use; then one per request that carries ops or a
 // sync point (a request with neither gets none).
+//
+// Memory: a stream keeps the request and response messages it is done with (up to a few of
+// each) and reads or builds the next ones into them, so that a long stream reuses their
+// parts (ops, results, strings) instead of allocating and freeing them for every request.
 //
 // Flow control: the reactor reads ahead at most kMaxQueuedRequests requests and the worker
 // leaves requests unread while kMaxQueuedResponses answers wait to be sent, so a client that
@@ -42,10 +47,6 @@ namespace gpukit::service {
 
 // Most ops one SubmitRequest may carry; more is INVALID_ARGUMENT for the stream.
 inline constexpr int kMaxOpsPerSubmitRequest = 1024;
-// Most ops whose work a stream holds back to send to a device executor together: enough to
-// share the messages' cost, few enough that the device starts soon (each op's preparation
-// is some microseconds).
-inline constexpr int kOpsPerDeviceBatch = 8;
 // Requests read ahead of the worker, and answers waiting to be sent, per stream.
 inline constexpr int kMaxQueuedRequests = 4;
 inline constexpr int kMaxQueuedResponses = 4;

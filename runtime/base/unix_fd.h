@@ -59,7 +59,8 @@ absl::Status SendMessage(int socket, const void* bytes, size_t size, int fd = -1
 // Receives one message of at most `max_bytes`, waiting at most `timeout` (forever when it is
 // absl::InfiniteDuration()). DEADLINE_EXCEEDED
 // when nothing comes in time, UNAVAILABLE when the peer closed the connection. Descriptors
-// beyond the first that a peer attached are closed.
+// beyond the first that a peer attached are closed. Costs a copy of the message out of a
+// buffer of max_bytes that each calling thread keeps (the largest it asked for) until it ends.
 absl::StatusOr<ReceivedMessage> ReceiveMessage(int socket, size_t max_bytes,
                                                absl::Duration timeout);
 

@@ -3,7 +3,7 @@
 // an empty custom kernel (CompileKernel once, then LaunchKernel through the C++ client).
 //
 //   gpukit_rpc_bench --gpukitd build/daemon/gpukitd [--iterations 20000] [--starts 5]
-//                    [--backend cpu|cuda] [--only ping|keepalive|runop|add|launch]
+//                    [--backend cpu|cuda] [--only ping|keepalive|runop|add|launch|chain]
 //   gpukit_rpc_bench --addr unix:///path.sock --only NAME [--iterations N] [--warmup N]
 //                    [--samples-out FILE]
 //
@@ -21,7 +21,9 @@
 // (default 0, so a profiler's counts stay exact) and --samples-out FILE writes every call's
 // time in microseconds, one a line. --addr (with --only) uses a gpukitd that runs already
 // instead of starting one: tests/bench/python_overhead_bench.py times the C++ client so,
-// against the daemon its Python client uses.
+// against the daemon its Python client uses. --only chain runs the pipelined chain alone
+// (`iterations` adds after a tenth as many untimed) and prints its ops per second: with
+// --addr, a driver for reading the daemon's CPU time per pipelined op.
 //
 // The full run (without --only) ends with one line of JSON, for scripts and CI
 // (tests/python/test_rpc_latency_bench.py checks its shape): ping_p50_us, ping_p99_us,
@@ -287,6 +289,15 @@ int main(int argc, char** argv) {
     daemon.address = addr;
   }
 
+  if (only == "chain") {
+    std::printf("%d x chain: %.1f ops/s\n", iterations,
+                PipelinedOpsPerSecond(daemon.address, iterations));
+    if (spawns) {
+      Stop(daemon);
+      rmdir(dir.c_str());
+    }
+    return 0;
+  }
   auto channel = gpukit::ConnectChannel(daemon.address, absl::Seconds(5));
   if (!channel.ok()) return 1;
   gpukit::ClientOptions options;

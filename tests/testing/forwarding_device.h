@@ -78,6 +78,9 @@ class ForwardingDevice final : public Device {
   // Called at the start of RegisterHostMemory (a client's shared memory being mapped for the
   // device), before the call is passed on.
   std::function<void(void* data, int64_t bytes)> before_register_host_memory;
+  // Called at BeginBatch and EndBatch, before the call is passed on.
+  std::function<void()> on_begin_batch;
+  std::function<void()> on_end_batch;
   // When set, answers ExportBuffer in place of the wrapped device (the CPU device exports
   // nothing).
   std::function<absl::StatusOr<ExportedBuffer>(BufferId, ExportForm)> export_buffer;
@@ -197,6 +200,14 @@ class ForwardingDevice final : public Device {
     std::vector<EventPairOutcome> outcomes = inner_->WaitEventPairs(pairs);
     if (after_wait_event_pairs) after_wait_event_pairs(pairs, outcomes);
     return outcomes;
+  }
+  void BeginBatch() override {
+    if (on_begin_batch) on_begin_batch();
+    inner_->BeginBatch();
+  }
+  void EndBatch() override {
+    if (on_end_batch) on_end_batch();
+    inner_->EndBatch();
   }
   bool SupportsOp(absl::string_view op_name) const override {
     return supports_op ? supports_op(op_name) : inner_->SupportsOp(op_name);

@@ -266,6 +266,62 @@ TEST_F(OpPipelineTest, TasksInFlightNeverExceedTheCap) {
   EXPECT_THAT(Read(last, 4096), Each(201.0f));
 }
 
+// Held ops go to the completion thread together, on release: one wait for all of them.
+TEST_F(OpPipelineTest, HeldOpsAreWaitedForTogetherOnceReleased) {
+  const std::string x = Floats(std::vector<float>(16, 1.0f));
+  absl::Mutex mu;
+  std::vector<size_t> waits;  // pairs per WaitEventPairs
+  hooks_->after_wait_event_pairs = [&](absl::Span<const EventPair> pairs,
+                                       const std::vector<EventPairOutcome>&) {
+    absl::MutexLock lock(&mu);
+    waits.push_back(pairs.size());
+  };
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> pipeline, core().OpenPipeline(session_));
+  pipeline->HoldCompletions(true);
+  std::string last = x;
+  for (uint64_t i = 0; i < 5; ++i) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView out,
+                                pipeline->RunOp(i, "add", {Handle(last), Handle(x)}, {}));
+    last = out.handle;
+  }
+  pipeline->ReleaseCompletions();
+  EXPECT_EQ(pipeline->Sync(), std::nullopt);
+  EXPECT_EQ(pipeline->in_flight(), 0);
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_THAT(waits, ::testing::ElementsAre(5u));
+  }
+  hooks_->after_wait_event_pairs = nullptr;
+  EXPECT_THAT(Read(last, 16), Each(6.0f));
+}
+
+// Holding never blocks a pipeline at its in-flight cap (the oldest are handed over there),
+// and Sync and Close hand over what is held.
+TEST_F(OpPipelineTest, HoldingNeitherBlocksAtTheCapNorKeepsOpsFromSyncAndClose) {
+  CoreOptions options;
+  options.max_ops_in_flight = 2;
+  MakeCore(options);
+  const std::string x = Floats(std::vector<float>(16, 1.0f));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> pipeline, core().OpenPipeline(session_));
+  pipeline->HoldCompletions(true);
+  std::string last = x;
+  uint64_t index = 0;
+  for (int i = 0; i < 10; ++i) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView out,
+                                pipeline->RunOp(index++, "add", {Handle(last), Handle(x)}, {}));
+    EXPECT_LE(pipeline->in_flight(), 2);
+    last = out.handle;
+  }
+  EXPECT_EQ(pipeline->Sync(), std::nullopt);
+  EXPECT_EQ(pipeline->in_flight(), 0);
+  EXPECT_THAT(Read(last, 16), Each(11.0f));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView out,
+                              pipeline->RunOp(index++, "add", {Handle(last), Handle(x)}, {}));
+  pipeline->Close();  // waits for the held op to run
+  EXPECT_EQ(RunningTasks(), 0);
+  EXPECT_THAT(Read(out.handle, 16), Each(12.0f));
+}
+
 TEST_F(OpPipelineTest, SessionClosedWithOpsInFlightLeavesNothingBehind) {
   const std::string x = Floats(std::vector<float>(4096, 1.0f));
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> pipeline, core().OpenPipeline(session_));

@@ -2,7 +2,11 @@
 // reaches nested, repeated and map fields and leaves the kernel source alone.
 #include "daemon/service/request_strings.h"
 
+#include <functional>
+#include <random>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gpukit/v1/admin.pb.h"
@@ -10,6 +14,7 @@
 #include "gpukit/v1/compute.pb.h"
 #include "gpukit/v1/session.pb.h"
 #include "gtest/gtest.h"
+#include "tests/testing/random_seed.h"
 #include "tests/testing/status_matchers.h"
 
 namespace gpukit::service {
@@ -38,6 +43,22 @@ TEST_P(ValidateRequestStringTest, AcceptsPrintableUtf8UpTo256BytesOnly) {
     // The refusal never carries the value itself.
     EXPECT_THAT(std::string(status.message()), Not(HasSubstr(GetParam().value)));
   }
+}
+
+// The walk over a request decides as the check of one value does (it takes a shortcut for
+// printable ASCII), and names the field by its path.
+TEST_P(ValidateRequestStringTest, TheRequestWalkDecidesTheSame) {
+  v1::SubmitRequest submit;
+  submit.add_ops()->set_free("a-0.1");
+  submit.add_ops()->set_free(GetParam().value);
+  const absl::Status status = ValidateRequestStrings(submit);
+  if (GetParam().error.empty()) {
+    EXPECT_THAT(status, IsOk());
+    return;
+  }
+  std::string error = GetParam().error;
+  if (error.rfind("f ", 0) == 0) error.replace(0, 1, "ops[1].free");
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(error)));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -96,6 +117,25 @@ TEST(ValidateRequestStringsTest, NamesNestedFieldsByTheirPath) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("update_mask[1] holds")));
 }
 
+TEST(ValidateRequestStringsTest, WalksPipelinedOpsAndReportsTheFirstFieldByNumber) {
+  v1::SubmitRequest submit;
+  submit.set_session_id("s-1");
+  v1::PipelinedRunOp& run = *submit.add_ops()->mutable_run();
+  run.set_op("add");
+  run.add_inputs()->set_handle("a-0.0");
+  run.add_inputs()->mutable_scalar()->set_float_value(1.0);
+  submit.add_ops()->mutable_run()->set_op("mul");
+  EXPECT_THAT(ValidateRequestStrings(submit), IsOk());
+  submit.mutable_ops(1)->mutable_run()->add_inputs()->set_handle("a\x1b");
+  EXPECT_THAT(ValidateRequestStrings(submit),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("ops[1].run.inputs[0].handle holds control character U+001B")));
+  // session_id (field 1) is looked at before ops (field 2).
+  submit.set_session_id("s\n");
+  EXPECT_THAT(ValidateRequestStrings(submit),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("session_id holds")));
+}
+
 TEST(ValidateRequestStringsTest, ChecksMapKeysAndValues) {
   v1::RunOpRequest run;
   (*run.mutable_attrs())["axis"].set_int_value(1);
@@ -126,6 +166,95 @@ TEST(ValidateRequestStringsTest, LeavesBytesFieldsAlone) {
   v1::UploadRequest chunk;
   chunk.mutable_chunk()->set_data(std::string(size_t{1} << 20, '\x1b'));
   EXPECT_THAT(ValidateRequestStrings(chunk), IsOk());
+}
+
+// Every string field under SubmitRequest, by its full name: the ones
+// ValidateSubmitRequestStrings reads itself, and those under attrs, which it sends through the
+// reflective walk.
+TEST(ValidateSubmitRequestStringsTest, KnowsEveryStringFieldUnderSubmitRequest) {
+  std::set<std::string> found;
+  std::set<const google::protobuf::Descriptor*> seen;
+  std::function<void(const google::protobuf::Descriptor*)> visit =
+      [&](const google::protobuf::Descriptor* type) {
+        if (!seen.insert(type).second) return;
+        for (int i = 0; i < type->field_count(); ++i) {
+          const google::protobuf::FieldDescriptor* field = type->field(i);
+          if (field->type() == google::protobuf::FieldDescriptor::TYPE_STRING) {
+            found.insert(field->full_name());
+          } else if (field->message_type() != nullptr) {
+            visit(field->message_type());
+          }
+        }
+      };
+  visit(v1::SubmitRequest::descriptor());
+  EXPECT_EQ(found,
+            (std::set<std::string>{
+                "gpukit.v1.SubmitRequest.session_id", "gpukit.v1.PipelinedOp.free",
+                "gpukit.v1.PipelinedRunOp.op", "gpukit.v1.Operand.handle",
+                "gpukit.v1.PipelinedRunOp.AttrsEntry.key", "gpukit.v1.AttrValue.string_value"}))
+      << "a string field under SubmitRequest changed: ValidateSubmitRequestStrings must read "
+         "it (or leave it to the reflective walk, as it does attrs)";
+}
+
+// Random requests with good and bad strings anywhere: the direct check answers as the
+// reflective walk does, to the message.
+TEST(ValidateSubmitRequestStringsTest, AnswersAsTheReflectiveWalk) {
+  const uint32_t seed = ::gpukit::testing::TestSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed << " (GPUKIT_TEST_SEED)");
+  std::mt19937 rng(seed);
+  const std::vector<std::string> values = {"",
+                                           "a-0123456789abcdef0123456789abcdef.17",
+                                           "add",
+                                           "caf\xc3\xa9",
+                                           std::string(257, 'a'),
+                                           "x\x1b",
+                                           "a\tb",
+                                           "\x7f",
+                                           "a\x9b",
+                                           "\xe2\x80\xae"};
+  auto value = [&] {
+    // Mostly good values, so that an error often sits deep in the request.
+    const size_t i = rng() % 4 == 0 ? rng() % values.size() : rng() % 4;
+    return values[i];
+  };
+  int refused = 0;
+  for (int round = 0; round < 2000; ++round) {
+    v1::SubmitRequest request;
+    if (rng() % 2 == 0) request.set_session_id(value());
+    const int ops = static_cast<int>(rng() % 5);
+    for (int i = 0; i < ops; ++i) {
+      v1::PipelinedOp& op = *request.add_ops();
+      switch (rng() % 3) {
+        case 0:
+          op.set_free(value());
+          break;
+        case 1: {
+          v1::PipelinedRunOp& run = *op.mutable_run();
+          run.set_op(value());
+          const int inputs = static_cast<int>(rng() % 3);
+          for (int j = 0; j < inputs; ++j) {
+            if (rng() % 3 == 0) {
+              run.add_inputs()->mutable_scalar()->set_float_value(1.0);
+            } else {
+              run.add_inputs()->set_handle(value());
+            }
+          }
+          if (rng() % 4 == 0) (*run.mutable_attrs())[value()].set_string_value(value());
+          if (rng() % 4 == 0) run.mutable_task()->set_priority(1);
+          break;
+        }
+        default:
+          break;  // an op of no kind
+      }
+    }
+    const absl::Status walked = ValidateRequestStrings(request);
+    const absl::Status direct = ValidateSubmitRequestStrings(request);
+    ASSERT_EQ(direct, walked) << request.ShortDebugString();
+    if (!walked.ok()) ++refused;
+  }
+  // Both outcomes were seen many times.
+  EXPECT_GT(refused, 200);
+  EXPECT_LT(refused, 1800);
 }
 
 }  // namespace
