@@ -526,8 +526,13 @@ class Core {
   PendingTokens<PendingImport> pending_imports_;
   // Orders session opening against partition deletion (see the top of this file). Taken
   // before the scheduler's and the session manager's locks, never after.
-  absl::Mutex partitions_mu_;
+  mutable absl::Mutex partitions_mu_;
   PartitionStreams streams_ ABSL_GUARDED_BY(partitions_mu_);
+  // The SM placement of `partition` now, from the partitions of its device (PlaceSms).
+  SmPlacement PlacementOf(absl::string_view partition, int device_index) const;
+  // `statuses` with each partition's sm_count from its streams.
+  std::vector<PartitionStatus> WithSmCounts(std::vector<PartitionStatus> statuses) const
+      ABSL_LOCKS_EXCLUDED(partitions_mu_);
   // Sessions with an open pipeline (one each).
   absl::Mutex pipelines_mu_;
   absl::flat_hash_set<std::string> pipelines_ ABSL_GUARDED_BY(pipelines_mu_);
