@@ -140,9 +140,9 @@ absl::StatusOr<int> StreamSmCountFor(const SmLayout& layout, const StreamOptions
 }
 
 absl::StatusOr<int> Device::StreamSmCount(StreamId) const {
-  return absl::FailedPreconditionError(
-      absl::StrCat(BackendName(properties().backend), " device ", properties().index,
-                   " does not report the SMs of its streams"));
+  return absl::FailedPreconditionError(absl::StrCat(BackendName(properties().backend), " device ",
+                                                    properties().index,
+                                                    " does not report the SMs of its streams"));
 }
 
 absl::Status CheckImportedRange(const ImportedMemory& memory) {

@@ -39,7 +39,8 @@ const std::vector<std::string>& ValueFlags() {
 }
 
 const std::vector<std::string>& BoolFlags() {
-  static const auto* const kFlags = new std::vector<std::string>{"--spill", "--reserve-sms", "--force"};
+  static const auto* const kFlags =
+      new std::vector<std::string>{"--spill", "--reserve-sms", "--force"};
   return *kFlags;
 }
 

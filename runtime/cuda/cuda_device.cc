@@ -376,7 +376,7 @@ absl::StatusOr<const CudaDevice::GreenContext*> CudaDevice::GreenContextFor(doub
 }
 
 absl::StatusOr<const CudaDevice::GreenContext*> CudaDevice::PlacedGreenContext(double first,
-                                                                              double share) {
+                                                                               double share) {
   absl::MutexLock lock(&green_mu_);
   if (!GreenAvailableLocked()) return nullptr;
   const int total = static_cast<int>(sm_resource_->sm.smCount);
@@ -386,8 +386,7 @@ absl::StatusOr<const CudaDevice::GreenContext*> CudaDevice::PlacedGreenContext(d
                                       static_cast<int>(sm_resource_->sm.smCoscheduledAlignment));
     unsigned int count = 0;
     GPUKIT_RETURN_IF_ERROR(CheckCu(
-        cu_.cuDevSmResourceSplitByCount(nullptr, &count, sm_resource_.get(), nullptr, 0,
-                                        group_sms),
+        cu_.cuDevSmResourceSplitByCount(nullptr, &count, sm_resource_.get(), nullptr, 0, group_sms),
         absl::StrCat("cuDevSmResourceSplitByCount(groups of ", group_sms, " of ", total,
                      " SMs, counting)")));
     if (count == 0) {
@@ -399,8 +398,7 @@ absl::StatusOr<const CudaDevice::GreenContext*> CudaDevice::PlacedGreenContext(d
     GPUKIT_RETURN_IF_ERROR(CheckCu(
         cu_.cuDevSmResourceSplitByCount(groups.get(), &count, sm_resource_.get(), &rest, 0,
                                         group_sms),
-        absl::StrCat("cuDevSmResourceSplitByCount(groups of ", group_sms, " of ", total,
-                     " SMs)")));
+        absl::StrCat("cuDevSmResourceSplitByCount(groups of ", group_sms, " of ", total, " SMs)")));
     sm_groups_ = std::move(groups);
     group_layout_ = SmLayout{.sm_count = total,
                              .group_sms = static_cast<int>(sm_groups_[0].sm.smCount),
@@ -414,10 +412,10 @@ absl::StatusOr<const CudaDevice::GreenContext*> CudaDevice::PlacedGreenContext(d
   if (auto it = placed_contexts_.find(key); it != placed_contexts_.end()) return &it->second;
 
   CUdevResourceDesc desc = nullptr;  // the driver has no call to free it: one per range
-  GPUKIT_RETURN_IF_ERROR(CheckCu(
-      cu_.cuDevResourceGenerateDesc(&desc, &sm_groups_[range.first], range.count),
-      absl::StrCat("cuDevResourceGenerateDesc(groups ", range.first, "..",
-                   range.first + range.count - 1, ")")));
+  GPUKIT_RETURN_IF_ERROR(
+      CheckCu(cu_.cuDevResourceGenerateDesc(&desc, &sm_groups_[range.first], range.count),
+              absl::StrCat("cuDevResourceGenerateDesc(groups ", range.first, "..",
+                           range.first + range.count - 1, ")")));
   GreenContext green;
   GPUKIT_RETURN_IF_ERROR(
       CheckCu(cu_.cuGreenCtxCreate(&green.green, desc, device_, CU_GREEN_CTX_DEFAULT_STREAM),

@@ -345,8 +345,7 @@ TEST_F(GpukitctlTest, PartitionCreateListUpdateDeleteRoundTrip) {
   EXPECT_THAT(
       Cells(lines[0]),
       ElementsAre("NAME", "DEVICE", "MEMORY(used/quota)", "COMPUTE(requested/share)", "BANDWIDTH",
-                  "SESSIONS", "QUEUED", "RUNNING", "SPILL", "GPU-TIME", "BY-QOS(G/B/BE)",
-                  "SMS"));
+                  "SESSIONS", "QUEUED", "RUNNING", "SPILL", "GPU-TIME", "BY-QOS(G/B/BE)", "SMS"));
   EXPECT_THAT(Cells(lines[1]), ElementsAre("batch", "0", "0B/512MiB", "0/0.25", "0.5", "0/3", "0",
                                            "0", "yes", "0us", "0us/0us/0us", "-"));
   EXPECT_THAT(Cells(lines[2]), ElementsAre("default", "0", "0B/1GiB", "0/0.5", "-", "0", "0", "0",

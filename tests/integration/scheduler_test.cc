@@ -141,8 +141,7 @@ TEST_F(SchedulerTest, PartitionsTableListsTheConfiguredPartitions) {
   EXPECT_THAT(
       Cells(lines[0]),
       ElementsAre("NAME", "DEVICE", "MEMORY(used/quota)", "COMPUTE(requested/share)", "BANDWIDTH",
-                  "SESSIONS", "QUEUED", "RUNNING", "SPILL", "GPU-TIME", "BY-QOS(G/B/BE)",
-                  "SMS"));
+                  "SESSIONS", "QUEUED", "RUNNING", "SPILL", "GPU-TIME", "BY-QOS(G/B/BE)", "SMS"));
   // By name; default has the memory and share the others leave.
   EXPECT_THAT(Cells(lines[1]), ElementsAre("bronze", "0", "0B/64MiB", "0/0.2", "-", "0", "0", "0",
                                            "no", "0us", "0us/0us/0us", "-"));
