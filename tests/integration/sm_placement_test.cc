@@ -34,8 +34,9 @@ class SmPlacementTest : public DaemonTest {
     v1::OpenSessionRequest request;
     request.set_tenant(absl::StrCat("tenant-", partition));
     request.set_partition(partition);
-    GPUKIT_ASSIGN_OR_RETURN(v1::OpenSessionResponse response, api().Open(request));
-    return response.session_id();
+    absl::StatusOr<v1::OpenSessionResponse> response = api().Open(request);
+    if (!response.ok()) return response.status();
+    return response->session_id();
   }
 
   int SmCount(const std::string& partition) {
