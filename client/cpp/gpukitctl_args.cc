@@ -252,12 +252,6 @@ absl::StatusOr<PartitionFlags> ParsePartitionFlags(const std::string& name, cons
     p.set_spill(*spill);
     out.fields.push_back("spill");
   }
-  if (const std::string* v = get("--reserve-sms")) {
-    absl::StatusOr<bool> reserve = Bool("--reserve-sms", *v);
-    if (!reserve.ok()) return reserve.status();
-    p.set_reserve_sms(*reserve);
-    out.fields.push_back("reserve_sms");
-  }
   v1::ResourceRequirements& d = out.session_defaults;
   bool any_default = false;
   if (const std::string* v = get("--default-memory-request")) {
@@ -287,6 +281,12 @@ absl::StatusOr<PartitionFlags> ParsePartitionFlags(const std::string& name, cons
   if (any_default) {
     *p.mutable_session_defaults() = d;
     out.fields.push_back("session_defaults");
+  }
+  if (const std::string* v = get("--reserve-sms")) {
+    absl::StatusOr<bool> reserve = Bool("--reserve-sms", *v);
+    if (!reserve.ok()) return reserve.status();
+    p.set_reserve_sms(*reserve);
+    out.fields.push_back("reserve_sms");
   }
   return out;
 }

@@ -24,7 +24,9 @@
 // through the scheduler, which knows no devices, so session opening is the one place that
 // sees a partition together with its device, and a class no session uses costs no streams
 // (no threads on the CPU backend). They stay while the partition exists, for its later
-// sessions. DeletePartition forgets them, and they are destroyed once no session uses them
+// sessions, unless its SM placement changes (sm_placement.h: computed from its device's
+// partitions when a session opens): then later sessions get new streams, made in the new
+// placement, and open sessions keep theirs until they close. DeletePartition forgets them, and they are destroyed once no session uses them
 // any more: sessions hold their streams until the Session object goes, which is after the
 // last request still running on it. The device's spill stream stays per device.
 //
@@ -389,7 +391,9 @@ class Core {
   // still runs, in which case the last such request destroys them when it ends. Without
   // `force`, FAILED_PRECONDITION (kPartitionBusy) while it has sessions. NOT_FOUND.
   absl::StatusOr<int> DeletePartition(absl::string_view name, bool force);
-  // Every partition with its use and counters, by device, then name.
+  // Every partition with its use and counters, by device, then name, and the SMs its streams
+  // of its current placement run on (sm_count; 0 before a session made them). Takes
+  // partitions_mu_, so it waits while a session's streams are being made.
   std::vector<PartitionStatus> ListPartitions() const;
   // One partition's, as ListPartitions has it. NOT_FOUND.
   absl::StatusOr<PartitionStatus> GetPartitionStatus(absl::string_view name) const;

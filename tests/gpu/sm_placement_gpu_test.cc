@@ -21,6 +21,7 @@
 #include "daemon/core/sm_placement.h"
 #include "gtest/gtest.h"
 #include "runtime/cuda/cuda_device.h"
+#include "runtime/base/status_macros.h"
 #include "runtime/jit/jit_compiler.h"
 #include "tests/gpu/gpu_host.h"
 #include "tests/testing/status_matchers.h"
