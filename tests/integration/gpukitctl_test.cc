@@ -781,9 +781,10 @@ TEST_F(GpukitctlTest, PartitionsSplitGpuTimeByQosAndTopShowsGpuPercentFromTheSec
   GPUKIT_ASSERT_OK_AND_ASSIGN(ProgramResult table, Ctl({"partitions"}));
   ASSERT_EQ(table.exit_code, 0) << table.stderr_text;
   const std::vector<std::string> row = RowOf(table.stdout_text, "default");
-  ASSERT_EQ(row.size(), 11u) << table.stdout_text;
+  ASSERT_EQ(row.size(), 12u) << table.stdout_text;
   EXPECT_NE(row[9], "0us");
   EXPECT_EQ(row[10], absl::StrCat(row[9], "/0us/0us"));  // all of it Guaranteed
+  EXPECT_EQ(row[11], "132");  // SMS: every SM of the CPU backend's nominal H100
 
   // top: a tenants table, and per session GPU time and GPU% ("-" until a second frame).
   GPUKIT_ASSERT_OK_AND_ASSIGN(ProgramResult top,
