@@ -26,9 +26,10 @@
 // (no threads on the CPU backend). They stay while the partition exists, for its later
 // sessions, unless its SM placement changes (sm_placement.h: computed from its device's
 // partitions when a session opens): then later sessions get new streams, made in the new
-// placement, and open sessions keep theirs until they close. DeletePartition forgets them, and they are destroyed once no session uses them
-// any more: sessions hold their streams until the Session object goes, which is after the
-// last request still running on it. The device's spill stream stays per device.
+// placement, and open sessions keep theirs until they close. DeletePartition forgets them,
+// and they are destroyed once no session uses them any more: sessions hold their streams
+// until the Session object goes, which is after the last request still running on it. The
+// device's spill stream stays per device.
 //
 // Thread safety: every method is thread-safe; requests of one session may run concurrently
 // (their device work is ordered on the session's stream). Opening a session (admission,
