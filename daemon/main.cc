@@ -223,12 +223,12 @@ int Run(int argc, char** argv) {
   auto core = gpukit::Core::Create(clock, *std::move(devices), config->core, jit);
   if (!core.ok()) return Fail(core.status());
   for (const gpukit::PartitionStatus& p : (*core)->ListPartitions()) {
-    spdlog::info("partition {}: device {}, memory {}, compute {}{}{}", p.spec.name,
-                 p.spec.device_index, gpukit::FormatBytes(p.spec.memory_quota_bytes),
-                 p.spec.compute_share,
-                 p.spec.bandwidth_cap > 0 ? absl::StrCat(", bandwidth cap ", p.spec.bandwidth_cap)
-                                          : std::string(),
-                 p.spec.spill ? ", spills to host" : "");
+    spdlog::info(
+        "partition {}: device {}, memory {}, compute {}{}{}{}", p.spec.name, p.spec.device_index,
+        gpukit::FormatBytes(p.spec.memory_quota_bytes), p.spec.compute_share,
+        p.spec.bandwidth_cap > 0 ? absl::StrCat(", bandwidth cap ", p.spec.bandwidth_cap)
+                                 : std::string(),
+        p.spec.spill ? ", spills to host" : "", p.spec.reserve_sms ? ", SMs reserved" : "");
   }
   // Prometheus metrics (metricsAddress, --metrics-address): served before the gRPC server
   // starts, so the port is in the log by the time clients can connect. The RPC counters are

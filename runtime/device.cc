@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/sm_layout.h"
 
 namespace gpukit {
 
@@ -121,7 +122,27 @@ absl::Status ValidateStreamOptions(const StreamOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("stream sm_share = ", options.sm_share, " must be in (0, 1]"));
   }
+  if (options.sm_first.has_value()) {
+    // Any layout answers the same errors; its groups do not matter here.
+    return PlaceSmGroups(SmLayout{.sm_count = 1, .group_sms = 1}, *options.sm_first,
+                         options.sm_share)
+        .status();
+  }
   return absl::OkStatus();
+}
+
+absl::StatusOr<int> StreamSmCountFor(const SmLayout& layout, const StreamOptions& options) {
+  GPUKIT_RETURN_IF_ERROR(ValidateStreamOptions(options));
+  if (!options.sm_first.has_value()) return SharedSmCount(layout, options.sm_share);
+  GPUKIT_ASSIGN_OR_RETURN(SmGroupRange groups,
+                          PlaceSmGroups(layout, *options.sm_first, options.sm_share));
+  return PlacedSmCount(layout, groups);
+}
+
+absl::StatusOr<int> Device::StreamSmCount(StreamId) const {
+  return absl::FailedPreconditionError(absl::StrCat(BackendName(properties().backend), " device ",
+                                                    properties().index,
+                                                    " does not report the SMs of its streams"));
 }
 
 absl::Status CheckImportedRange(const ImportedMemory& memory) {

@@ -25,6 +25,7 @@
 #define GPUKIT_RUNTIME_DEVICE_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,7 @@
 #include "runtime/base/unix_fd.h"
 #include "runtime/host_buffer.h"
 #include "runtime/op_registry.h"
+#include "runtime/sm_layout.h"
 
 namespace gpukit {
 
@@ -146,12 +148,20 @@ struct MatmulSliceLengths {
 // How a stream is made (see ValidateStreamOptions).
 struct StreamOptions {
   StreamPriority priority = StreamPriority::kNormal;
-  // The share of the device's SMs its kernels may run on, in (0, 1]; 1: all of them. A CUDA
-  // device puts a stream with a share below 1 in a green context of that share of its SMs
-  // (rounded down to the GPU's granularity, at least its minimum; one green context per SM
-  // count, shared by every stream that asks for it). It confines that stream's kernels only:
-  // kernels of other streams still use every SM. Other backends ignore it.
+  // The share of the device's SMs its kernels may run on, in (0, 1]; 1: all of them. Without
+  // `sm_first`, a CUDA device puts a stream with a share below 1 in a green context of that
+  // share of its SMs (rounded down to the GPU's granularity, at least its minimum; one green
+  // context per SM count, shared by every stream that asks for it, so two such streams get the
+  // same SMs whatever their shares). It confines that stream's kernels only: kernels of other
+  // streams still use every SM.
   double sm_share = 1;
+  // Where the stream's SMs start, as a fraction of the device's SM groups, in [0, 1) with
+  // sm_first + sm_share <= 1: the stream gets the groups of [sm_first, sm_first + sm_share)
+  // (PlaceSmGroups in runtime/sm_layout.h), so that streams whose placements do not overlap
+  // run on disjoint SMs, and streams of one placement share them (one green context per
+  // distinct group range on CUDA). Placements may overlap: what overlaps shares SMs. Unset:
+  // `sm_share` alone, as above.
+  std::optional<double> sm_first;
 };
 
 struct LaunchConfig {
@@ -260,13 +270,20 @@ class Device {
   // backend; every form by default).
   virtual absl::StatusOr<BufferId> ImportBuffer(ImportedMemory memory);
 
-  // INVALID_ARGUMENT for an sm_share outside (0, 1].
+  // INVALID_ARGUMENT for options ValidateStreamOptions refuses.
   virtual absl::StatusOr<StreamId> CreateStream(const StreamOptions& options) = 0;
   absl::StatusOr<StreamId> CreateStream(StreamPriority priority) {
     return CreateStream(StreamOptions{.priority = priority});
   }
   // Waits for the stream's queued work, then destroys it.
   virtual absl::Status DestroyStream(StreamId stream) = 0;
+  // The SMs `stream`'s kernels may run on, as its StreamOptions gave them (SmLayout's
+  // arithmetic over the device's SM groups; every SM for a plain stream): on CUDA its green
+  // context's count, on the CPU backend the same arithmetic over a nominal GPU's SMs
+  // (CpuDeviceOptions). For status and tests; no device call. NOT_FOUND for an unknown
+  // stream; UNAVAILABLE where the device could not tell (a stream a RemoteDevice made while
+  // its executor restarted); FAILED_PRECONDITION by default.
+  virtual absl::StatusOr<int> StreamSmCount(StreamId stream) const;
 
   // Copies enqueue on `stream`; the host memory must stay valid until an event recorded
   // after the copy completes. OUT_OF_RANGE if the range exceeds the buffer.
@@ -361,8 +378,15 @@ std::vector<EventPairOutcome> WaitEventPairsOneByOne(Device& device,
                                                      absl::Span<const EventPair> pairs,
                                                      absl::Status last);
 
-// INVALID_ARGUMENT naming the value when `options.sm_share` is not in (0, 1].
+// INVALID_ARGUMENT naming the value when `options.sm_share` is not in (0, 1], or, with
+// `sm_first`, when sm_first is not in [0, 1) or sm_first + sm_share exceeds 1 (by more than
+// rounding).
 absl::Status ValidateStreamOptions(const StreamOptions& options);
+
+// The SMs a stream made with `options` gets on a device of `layout` (StreamSmCount): the
+// placement's groups with `sm_first` (PlacedSmCount), else SharedSmCount. The errors of
+// ValidateStreamOptions.
+absl::StatusOr<int> StreamSmCountFor(const SmLayout& layout, const StreamOptions& options);
 
 // Enqueues an event on `stream` and waits for it: the synchronous tail of most requests.
 absl::Status SynchronizeStream(Device& device, StreamId stream);

@@ -68,6 +68,9 @@ Partition flags:
   --max-running N              tasks that may run at once (default 64)
   --max-sessions N             sessions that may be open at once (0: no limit)
   --spill, --no-spill          spill reclaimed memory to host memory, or refuse allocations
+  --reserve-sms, --no-reserve-sms
+                               reserve about its compute share of the SMs for its kernels
+                               alone, or share the SMs no partition reserves
   --default-memory-request SIZE, --default-memory-limit SIZE,
   --default-compute-request SHARE, --default-compute-limit SHARE
                                requests and limits of sessions that open without any

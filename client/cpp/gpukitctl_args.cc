@@ -39,7 +39,8 @@ const std::vector<std::string>& ValueFlags() {
 }
 
 const std::vector<std::string>& BoolFlags() {
-  static const auto* const kFlags = new std::vector<std::string>{"--spill", "--force"};
+  static const auto* const kFlags =
+      new std::vector<std::string>{"--spill", "--reserve-sms", "--force"};
   return *kFlags;
 }
 
@@ -148,6 +149,8 @@ absl::StatusOr<CommandLine> ParseCommandLine(int argc, const char* const* argv) 
       line.flags[arg] = inline_value ? value : "true";
     } else if (arg == "--no-spill" && !inline_value) {
       line.flags["--spill"] = "false";
+    } else if (arg == "--no-reserve-sms" && !inline_value) {
+      line.flags["--reserve-sms"] = "false";
     } else if (arg.size() > 1 && arg[0] == '-') {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown flag ", arg, " (see gpukitctl --help)"));
@@ -181,6 +184,7 @@ const std::vector<std::string>& PartitionFlagNames() {
       "--max-running",
       "--max-sessions",
       "--spill",
+      "--reserve-sms",
       "--default-memory-request",
       "--default-memory-limit",
       "--default-compute-request",
@@ -277,6 +281,12 @@ absl::StatusOr<PartitionFlags> ParsePartitionFlags(const std::string& name, cons
   if (any_default) {
     *p.mutable_session_defaults() = d;
     out.fields.push_back("session_defaults");
+  }
+  if (const std::string* v = get("--reserve-sms")) {
+    absl::StatusOr<bool> reserve = Bool("--reserve-sms", *v);
+    if (!reserve.ok()) return reserve.status();
+    p.set_reserve_sms(*reserve);
+    out.fields.push_back("reserve_sms");
   }
   return out;
 }

@@ -249,9 +249,17 @@ Table SessionsTable(const v1::ListSessionsResponse& response) {
   return rows;
 }
 
+// The SMs a partition's streams run on and whether they are reserved for it: "64 reserved",
+// "132"; "-" (or "reserved") before its first session has streams of its placement.
+std::string SmsCell(const v1::PartitionStatus& s) {
+  const std::string sms = s.sm_count() > 0 ? absl::StrCat(s.sm_count()) : "";
+  if (!s.partition().reserve_sms()) return sms.empty() ? "-" : sms;
+  return sms.empty() ? "reserved" : absl::StrCat(sms, " reserved");
+}
+
 Table PartitionsTable(const v1::ListPartitionsResponse& response) {
   Table rows = {{"NAME", "DEVICE", "MEMORY(used/quota)", "COMPUTE(requested/share)", "BANDWIDTH",
-                 "SESSIONS", "QUEUED", "RUNNING", "SPILL", "GPU-TIME", "BY-QOS(G/B/BE)"}};
+                 "SESSIONS", "QUEUED", "RUNNING", "SPILL", "GPU-TIME", "BY-QOS(G/B/BE)", "SMS"}};
   for (const v1::PartitionStatus& s : response.partitions()) {
     const v1::Partition& p = s.partition();
     rows.push_back({p.name(), absl::StrCat(p.device_index()),
@@ -261,7 +269,7 @@ Table PartitionsTable(const v1::ListPartitionsResponse& response) {
                                          : absl::StrCat(s.sessions()),
                     absl::StrCat(s.queued_tasks()), absl::StrCat(s.running_tasks()),
                     p.spill() ? "yes" : "no", DeviceTimeCell(s.device_time_ns()),
-                    QosSplitCell(s.device_time_by_qos())});
+                    QosSplitCell(s.device_time_by_qos()), SmsCell(s)});
   }
   return rows;
 }

@@ -105,6 +105,7 @@ absl::StatusOr<PartitionSpec> PartitionFromConfig(
   if (in.max_running_tasks() != 0) spec.max_running_tasks = in.max_running_tasks();
   spec.max_sessions = in.max_sessions();
   spec.spill = in.spill();
+  spec.reserve_sms = in.reserve_sms();
   ResourceSpec& defaults = spec.session_defaults;
   GPUKIT_ASSIGN_OR_RETURN(defaults.memory_request_bytes,
                           OptionalBytes(in.default_requests().memory(), "defaultRequests.memory"));

@@ -72,7 +72,7 @@ std::string Describe(const PartitionSpec& p) {
   return absl::StrCat("device ", p.device_index, ", memory ", FormatBytes(p.memory_quota_bytes),
                       ", compute ", p.compute_share,
                       p.bandwidth_cap > 0 ? absl::StrCat(", bandwidth cap ", p.bandwidth_cap) : "",
-                      p.spill ? ", spills to host" : "");
+                      p.spill ? ", spills to host" : "", p.reserve_sms ? ", SMs reserved" : "");
 }
 
 }  // namespace

@@ -178,6 +178,8 @@ absl::StatusOr<SessionGrant> Core::OpenSession(OpenSessionParams params) {
   // Declared before the lock, so dropped after it: if a racing close makes this the last
   // reference, destroying the session may destroy its streams, which waits for the device.
   std::shared_ptr<Session> session;
+  // Stream sets of an older SM placement, likewise dropped after the lock.
+  std::vector<std::shared_ptr<const void>> replaced;
   {
     // Admission, the stream and registration are one step with respect to DeletePartition
     // (see core.h), so the session either is refused or is registered when the partition's
@@ -187,7 +189,8 @@ absl::StatusOr<SessionGrant> Core::OpenSession(OpenSessionParams params) {
         SessionAdmission admission,
         scheduler_->AdmitSession(id, params.partition, params.resources, params.tenant));
     absl::StatusOr<StreamLease> stream = streams_.Acquire(
-        admission.partition, *devices_[admission.device_index].device, admission.qos);
+        admission.partition, *devices_[admission.device_index].device, admission.qos,
+        PlacementOf(admission.partition, admission.device_index), &replaced);
     if (!stream.ok()) {
       scheduler_->EndSession(admission.ticket);
       return stream.status();
@@ -656,10 +659,39 @@ absl::StatusOr<PartitionSpec> Core::UpdatePartition(absl::string_view name,
   return scheduler_->UpdatePartition(name, mask, values);
 }
 
-std::vector<PartitionStatus> Core::ListPartitions() const { return scheduler_->ListPartitions(); }
+SmPlacement Core::PlacementOf(absl::string_view partition, int device_index) const {
+  std::vector<PartitionSpec> on_device;
+  for (PartitionStatus& status : scheduler_->ListPartitions()) {
+    if (status.spec.device_index == device_index) on_device.push_back(std::move(status.spec));
+  }
+  const absl::flat_hash_map<std::string, SmPlacement> placed = PlaceSms(on_device);
+  auto it = placed.find(partition);
+  return it != placed.end() ? it->second : SmPlacement{};
+}
+
+std::vector<PartitionStatus> Core::WithSmCounts(std::vector<PartitionStatus> statuses) const {
+  absl::flat_hash_map<int, std::vector<PartitionSpec>> by_device;
+  for (const PartitionStatus& status : statuses) {
+    by_device[status.spec.device_index].push_back(status.spec);
+  }
+  absl::flat_hash_map<int, absl::flat_hash_map<std::string, SmPlacement>> placed;
+  for (const auto& [index, specs] : by_device) placed[index] = PlaceSms(specs);
+  absl::MutexLock lock(&partitions_mu_);
+  for (PartitionStatus& status : statuses) {
+    const int index = status.spec.device_index;
+    if (index < 0 || index >= static_cast<int>(devices_.size())) continue;
+    status.sm_count = streams_.SmCount(status.spec.name, *devices_[index].device,
+                                       placed[index][status.spec.name]);
+  }
+  return statuses;
+}
+
+std::vector<PartitionStatus> Core::ListPartitions() const {
+  return WithSmCounts(scheduler_->ListPartitions());
+}
 
 absl::StatusOr<PartitionStatus> Core::GetPartitionStatus(absl::string_view name) const {
-  for (PartitionStatus& status : scheduler_->ListPartitions()) {
+  for (PartitionStatus& status : ListPartitions()) {
     if (status.spec.name == name) return std::move(status);
   }
   return absl::NotFoundError(

@@ -24,9 +24,12 @@
 // through the scheduler, which knows no devices, so session opening is the one place that
 // sees a partition together with its device, and a class no session uses costs no streams
 // (no threads on the CPU backend). They stay while the partition exists, for its later
-// sessions. DeletePartition forgets them, and they are destroyed once no session uses them
-// any more: sessions hold their streams until the Session object goes, which is after the
-// last request still running on it. The device's spill stream stays per device.
+// sessions, unless its SM placement changes (sm_placement.h: computed from its device's
+// partitions when a session opens): then later sessions get new streams, made in the new
+// placement, and open sessions keep theirs until they close. DeletePartition forgets them,
+// and they are destroyed once no session uses them any more: sessions hold their streams
+// until the Session object goes, which is after the last request still running on it. The
+// device's spill stream stays per device.
 //
 // Thread safety: every method is thread-safe; requests of one session may run concurrently
 // (their device work is ordered on the session's stream). Opening a session (admission,
@@ -389,7 +392,9 @@ class Core {
   // still runs, in which case the last such request destroys them when it ends. Without
   // `force`, FAILED_PRECONDITION (kPartitionBusy) while it has sessions. NOT_FOUND.
   absl::StatusOr<int> DeletePartition(absl::string_view name, bool force);
-  // Every partition with its use and counters, by device, then name.
+  // Every partition with its use and counters, by device, then name, and the SMs its streams
+  // of its current placement run on (sm_count; 0 before a session made them). Takes
+  // partitions_mu_, so it waits while a session's streams are being made.
   std::vector<PartitionStatus> ListPartitions() const;
   // One partition's, as ListPartitions has it. NOT_FOUND.
   absl::StatusOr<PartitionStatus> GetPartitionStatus(absl::string_view name) const;
@@ -526,8 +531,13 @@ class Core {
   PendingTokens<PendingImport> pending_imports_;
   // Orders session opening against partition deletion (see the top of this file). Taken
   // before the scheduler's and the session manager's locks, never after.
-  absl::Mutex partitions_mu_;
+  mutable absl::Mutex partitions_mu_;
   PartitionStreams streams_ ABSL_GUARDED_BY(partitions_mu_);
+  // The SM placement of `partition` now, from the partitions of its device (PlaceSms).
+  SmPlacement PlacementOf(absl::string_view partition, int device_index) const;
+  // `statuses` with each partition's sm_count from its streams.
+  std::vector<PartitionStatus> WithSmCounts(std::vector<PartitionStatus> statuses) const
+      ABSL_LOCKS_EXCLUDED(partitions_mu_);
   // Sessions with an open pipeline (one each).
   absl::Mutex pipelines_mu_;
   absl::flat_hash_set<std::string> pipelines_ ABSL_GUARDED_BY(pipelines_mu_);

@@ -1,22 +1,12 @@
 #include "daemon/core/partition_streams.h"
 
+#include <algorithm>
+
 #include "absl/status/status.h"
 #include "runtime/base/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace gpukit {
-
-StreamPriority PriorityOf(QosClass qos) {
-  switch (qos) {
-    case QosClass::kGuaranteed:
-      return StreamPriority::kHigh;
-    case QosClass::kBurstable:
-      return StreamPriority::kNormal;
-    case QosClass::kBestEffort:
-      return StreamPriority::kLow;
-  }
-  return StreamPriority::kNormal;
-}
 
 // The streams of one partition and class: owns them and destroys them with itself.
 class PartitionStreams::StreamSet {
@@ -42,35 +32,55 @@ class PartitionStreams::StreamSet {
       GPUKIT_ASSIGN_OR_RETURN(StreamId stream, device_.CreateStream(options));
       streams_.push_back(stream);
     }
+    if (!streams_.empty()) sm_count_ = device_.StreamSmCount(streams_.front()).value_or(0);
     return absl::OkStatus();
   }
+
+  // SMs its streams may run on; 0 when the device cannot tell.
+  int sm_count() const { return sm_count_; }
 
   StreamId stream(uint64_t index) const { return streams_[index % streams_.size()]; }
 
  private:
   Device& device_;
   std::vector<StreamId> streams_;
+  int sm_count_ = 0;
 };
 
 PartitionStreams::PartitionStreams(int streams_per_class, double best_effort_sm_share)
     : streams_per_class_(streams_per_class), best_effort_sm_share_(best_effort_sm_share) {}
 
-absl::StatusOr<StreamLease> PartitionStreams::Acquire(absl::string_view partition, Device& device,
-                                                      QosClass qos) {
+absl::StatusOr<StreamLease> PartitionStreams::Acquire(
+    absl::string_view partition, Device& device, QosClass qos, const SmPlacement& placement,
+    std::vector<std::shared_ptr<const void>>* replaced) {
   Entry& entry = entries_[Key(std::string(partition), &device)];
+  if (!(entry.placement == placement)) {
+    std::vector<std::shared_ptr<const void>> old;
+    for (std::shared_ptr<StreamSet>& set : entry.by_qos) {
+      if (set != nullptr) old.push_back(std::move(set));
+    }
+    if (!old.empty()) {
+      spdlog::info(
+          "partition {} on device {}: SM placement changed; its new sessions get new "
+          "streams, open ones keep theirs",
+          std::string(partition), device.properties().index);
+    }
+    entry = Entry{.placement = placement};
+    if (replaced != nullptr) {
+      for (std::shared_ptr<const void>& set : old) replaced->push_back(std::move(set));
+    }
+  }
   const int c = static_cast<int>(qos);
   if (entry.by_qos[c] == nullptr) {
     // Created under the caller's lock: creating a stream waits for no device work, and a
     // set that failed half way holds only idle streams, so destroying it waits for nothing.
     auto set = std::make_shared<StreamSet>(device);
-    StreamOptions options;
-    options.priority = PriorityOf(qos);
-    if (qos == QosClass::kBestEffort) options.sm_share = best_effort_sm_share_;
+    const StreamOptions options = StreamOptionsFor(placement, qos, best_effort_sm_share_);
     GPUKIT_RETURN_IF_ERROR(set->Fill(streams_per_class_, options));
     entry.by_qos[c] = std::move(set);
-    spdlog::debug("streams created: partition={} device={} qos={} streams={}",
+    spdlog::debug("streams created: partition={} device={} qos={} streams={} sms={}",
                   std::string(partition), device.properties().index, std::string(QosName(qos)),
-                  streams_per_class_);
+                  streams_per_class_, entry.by_qos[c]->sm_count());
   }
   return StreamLease{entry.by_qos[c]->stream(entry.next[c]++), entry.by_qos[c]};
 }
@@ -99,6 +109,17 @@ std::vector<std::shared_ptr<const void>> PartitionStreams::RemoveAll() {
   }
   entries_.clear();
   return dropped;
+}
+
+int PartitionStreams::SmCount(absl::string_view partition, const Device& device,
+                              const SmPlacement& placement) const {
+  auto it = entries_.find(Key(std::string(partition), &device));
+  if (it == entries_.end() || !(it->second.placement == placement)) return 0;
+  int sms = 0;
+  for (const std::shared_ptr<StreamSet>& set : it->second.by_qos) {
+    if (set != nullptr) sms = std::max(sms, set->sm_count());
+  }
+  return sms;
 }
 
 int PartitionStreams::set_count() const {

@@ -8,7 +8,12 @@
 // partition and class asks for one; Acquire then hands out its streams round robin.
 // BestEffort streams may also be confined to a share of the device's SMs
 // (`best_effort_sm_share`, StreamOptions::sm_share: a green context on a GPU), so that the
-// other SMs are always free of BestEffort work when Guaranteed or Burstable work arrives. A
+// other SMs are always free of BestEffort work when Guaranteed or Burstable work arrives.
+// Each partition's streams are made in its SM placement (sm_placement.h: every SM unless
+// partitions of its device reserve SMs), BestEffort's share taken within it; when the
+// placement Acquire is given differs from the one the partition's sets were made with, the
+// sets are replaced: later sessions get streams of the new placement, while sessions that
+// hold the old ones keep them (and their SMs) until they close. A
 // lease keeps its set alive: the table holds one reference per set until the partition is
 // removed, every session holds another (OpenSessionParams::stream_owner), and whoever drops
 // the last one destroys the set's streams.
@@ -39,13 +44,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "daemon/core/sm_placement.h"
 #include "daemon/scheduler/qos.h"
 #include "runtime/device.h"
 
 namespace gpukit {
-
-// The priority a QoS class's streams are created with.
-StreamPriority PriorityOf(QosClass qos);
 
 // One stream of a partition's set, and a reference that keeps the set alive. The holder
 // of the last reference destroys the set's streams when it drops it, which waits for their
@@ -68,7 +71,18 @@ class PartitionStreams {
   // set on first use. A partition is told apart by its name and its device, so a partition
   // deleted and made again on another device never gets the old device's streams. Errors:
   // the device's, from CreateStream (the streams created before the failure are destroyed).
-  absl::StatusOr<StreamLease> Acquire(absl::string_view partition, Device& device, QosClass qos);
+  // `placement` is the partition's SM placement now: sets made in another are forgotten
+  // first, their table references moved to `replaced` for the caller to drop outside its
+  // locks (dropped here when it is null).
+  absl::StatusOr<StreamLease> Acquire(absl::string_view partition, Device& device, QosClass qos,
+                                      const SmPlacement& placement = {},
+                                      std::vector<std::shared_ptr<const void>>* replaced = nullptr);
+
+  // The most SMs any stream of `partition`'s sets on `device` may run on (Device::
+  // StreamSmCount of each set's first stream); 0 when it has no set made in `placement`, or
+  // the device cannot tell. O(1).
+  int SmCount(absl::string_view partition, const Device& device,
+              const SmPlacement& placement) const;
 
   // Forgets `partition`'s sets on every device and returns the table's references to them,
   // for the caller to drop outside its locks: the streams are destroyed when the last
@@ -85,6 +99,7 @@ class PartitionStreams {
   struct Entry {
     std::shared_ptr<StreamSet> by_qos[3];  // by QosClass; null until first used
     uint64_t next[3] = {0, 0, 0};          // round robin position, by QosClass
+    SmPlacement placement;                 // what its sets were made in
   };
   using Key = std::pair<std::string, const Device*>;
 

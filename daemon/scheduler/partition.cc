@@ -83,6 +83,7 @@ PartitionFieldMask PartitionFieldMask::All() {
           .max_running_tasks = true,
           .max_sessions = true,
           .spill = true,
+          .reserve_sms = true,
           .session_defaults = true};
 }
 
@@ -97,6 +98,7 @@ PartitionSpec ApplyPartitionFields(PartitionSpec base, const PartitionFieldMask&
   if (mask.max_running_tasks) base.max_running_tasks = values.max_running_tasks;
   if (mask.max_sessions) base.max_sessions = values.max_sessions;
   if (mask.spill) base.spill = values.spill;
+  if (mask.reserve_sms) base.reserve_sms = values.reserve_sms;
   if (mask.session_defaults) base.session_defaults = values.session_defaults;
   return base;
 }
@@ -109,6 +111,7 @@ PartitionFieldMask ChangedPartitionFields(const PartitionSpec& from, const Parti
           .max_running_tasks = from.max_running_tasks != to.max_running_tasks,
           .max_sessions = from.max_sessions != to.max_sessions,
           .spill = from.spill != to.spill,
+          .reserve_sms = from.reserve_sms != to.reserve_sms,
           .session_defaults = !(from.session_defaults == to.session_defaults)};
 }
 

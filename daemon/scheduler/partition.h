@@ -40,6 +40,10 @@ struct PartitionSpec {
   // Reclaimed arrays of this partition's sessions go to host memory and come back on next
   // use; without it, memory pressure refuses allocations instead.
   bool spill = false;
+  // Whether its SMs are reserved: its streams run on a range of about compute_share of the
+  // device's SMs that no other partition's streams use, idle while it is idle
+  // (daemon/core/sm_placement.h). False: shared, on every SM no partition reserves.
+  bool reserve_sms = false;
   // Requests and limits of sessions that open without any.
   ResourceSpec session_defaults;
 };
@@ -64,6 +68,7 @@ struct PartitionFieldMask {
   bool max_running_tasks = false;
   bool max_sessions = false;
   bool spill = false;
+  bool reserve_sms = false;
   bool session_defaults = false;
 
   // Every field an update may set.

@@ -56,6 +56,7 @@ std::vector<std::string> DescribePartitionChanges(const PartitionSpec& from,
   Compare(changes, "maxRunningTasks", from.max_running_tasks, to.max_running_tasks);
   Compare(changes, "maxSessions", from.max_sessions, to.max_sessions);
   Compare(changes, "spill", from.spill, to.spill);
+  Compare(changes, "reserveSms", from.reserve_sms, to.reserve_sms);
   const ResourceSpec& a = from.session_defaults;
   const ResourceSpec& b = to.session_defaults;
   Compare(changes, "defaultRequests.memory", a.memory_request_bytes, b.memory_request_bytes);

@@ -237,6 +237,9 @@ struct PartitionStatus {
   // How long the partition has had work queued that pacing held back (its share bucket in
   // debt while it yields to another partition, or its bandwidth cap), in total; only grows.
   absl::Duration throttled_total;
+  // SMs its streams may run on (Core fills it from its streams; the scheduler knows no
+  // devices): see Core::ListPartitions. 0: no streams of its current placement yet.
+  int sm_count = 0;
 };
 
 struct TaskFilter {

@@ -131,6 +131,7 @@ absl::StatusOr<PartitionSpec> FromProto(const v1::Partition& in) {
   if (in.max_running_tasks() != 0) spec.max_running_tasks = in.max_running_tasks();
   spec.max_sessions = in.max_sessions();
   spec.spill = in.spill();
+  spec.reserve_sms = in.reserve_sms();
   GPUKIT_ASSIGN_OR_RETURN(spec.session_defaults, FromProto(in.session_defaults()));
   return spec;
 }
@@ -145,6 +146,7 @@ void ToProto(const PartitionSpec& spec, v1::Partition* out) {
   out->set_max_running_tasks(spec.max_running_tasks);
   out->set_max_sessions(spec.max_sessions);
   out->set_spill(spec.spill);
+  out->set_reserve_sms(spec.reserve_sms);
   ToProto(spec.session_defaults, out->mutable_session_defaults());
 }
 
@@ -167,6 +169,7 @@ void ToProto(const PartitionStatus& status, v1::PartitionStatus* out) {
     }
   }
   out->set_pacing_balance_ns(absl::ToInt64Nanoseconds(status.pacing_balance));
+  out->set_sm_count(status.sm_count);
   ToProto(status.device_time_by_qos, out->mutable_device_time_by_qos());
 }
 
@@ -243,6 +246,8 @@ absl::StatusOr<PartitionFieldMask> PartitionFieldMaskFromProto(
       out.max_sessions = true;
     } else if (field == "spill") {
       out.spill = true;
+    } else if (field == "reserve_sms") {
+      out.reserve_sms = true;
     } else if (field == "session_defaults") {
       out.session_defaults = true;
     } else if (field == "name" || field == "device_index") {

@@ -218,10 +218,16 @@ absl::StatusOr<std::unique_ptr<CpuDevice>> CpuDevice::Create(const CpuDeviceOpti
     return absl::InvalidArgumentError(
         absl::StrCat("CPU device memory_bytes = ", options.memory_bytes, " must be > 0"));
   }
+  if (options.nominal_sms.group_sms < 1 || options.nominal_sms.group_count() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CPU device nominal_sms = ", options.nominal_sms.sm_count, " SMs in groups of ",
+        options.nominal_sms.group_sms, " must hold at least one group"));
+  }
   return std::unique_ptr<CpuDevice>(new CpuDevice(options));
 }
 
-CpuDevice::CpuDevice(const CpuDeviceOptions& options) : health_(std::make_unique<Health>()) {
+CpuDevice::CpuDevice(const CpuDeviceOptions& options)
+    : nominal_sms_(options.nominal_sms), health_(std::make_unique<Health>()) {
   properties_.index = options.index;
   properties_.name = "CPU simulation device";
   properties_.backend = BackendKind::kCpu;
@@ -421,11 +427,21 @@ absl::StatusOr<std::byte*> CpuDevice::Resolve(BufferId buffer, int64_t offset,
 }
 
 absl::StatusOr<StreamId> CpuDevice::CreateStream(const StreamOptions& options) {
-  GPUKIT_RETURN_IF_ERROR(ValidateStreamOptions(options));
+  GPUKIT_ASSIGN_OR_RETURN(const int sms, StreamSmCountFor(nominal_sms_, options));
   absl::MutexLock lock(&mu_);
   const uint64_t id = next_id_++;
   streams_.emplace(id, std::make_unique<Stream>(*health_));
+  stream_sms_[id] = sms;
   return StreamId{id};
+}
+
+absl::StatusOr<int> CpuDevice::StreamSmCount(StreamId stream) const {
+  absl::MutexLock lock(&mu_);
+  auto it = stream_sms_.find(stream.value);
+  if (it == stream_sms_.end()) {
+    return absl::NotFoundError(absl::StrCat("stream ", stream.value, " not found"));
+  }
+  return it->second;
 }
 
 absl::Status CpuDevice::DestroyStream(StreamId stream) {
@@ -438,6 +454,7 @@ absl::Status CpuDevice::DestroyStream(StreamId stream) {
     }
     doomed = std::move(it->second);
     streams_.erase(it);
+    stream_sms_.erase(stream.value);
   }
   return absl::OkStatus();
 }

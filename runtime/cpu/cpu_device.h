@@ -46,6 +46,10 @@ struct CpuDeviceOptions {
   int index = 0;
   // Memory the simulated device offers; allocations beyond it are RESOURCE_EXHAUSTED.
   int64_t memory_bytes = int64_t{4} << 30;
+  // The GPU whose SMs StreamSmCount pretends the streams run on, so that SM placements
+  // (StreamOptions::sm_first) are checked and counted here as on a GPU: an H100's 132 SMs in
+  // green context groups of 8. Streams run on host threads whatever it says.
+  SmLayout nominal_sms{.sm_count = 132, .group_sms = 8};
 };
 
 class CpuDevice final : public Device {
@@ -77,9 +81,12 @@ class CpuDevice final : public Device {
   absl::Status CheckHealth() override;
 
   using Device::CreateStream;
-  // Every stream is a thread of its own: priority and SM share change nothing here.
+  // Every stream is a thread of its own: priority and SMs change nothing here, but the
+  // options are validated and the SMs counted over CpuDeviceOptions::nominal_sms.
   absl::StatusOr<StreamId> CreateStream(const StreamOptions& options) override;
   absl::Status DestroyStream(StreamId stream) override;
+  // StreamSmCountFor(nominal_sms, the stream's options).
+  absl::StatusOr<int> StreamSmCount(StreamId stream) const override;
 
   absl::Status CopyHostToDevice(BufferId dst, int64_t dst_offset, const void* src, int64_t bytes,
                                 StreamId stream) override;
@@ -119,6 +126,7 @@ class CpuDevice final : public Device {
   absl::StatusOr<std::shared_ptr<Event>> FindEvent(EventId event) const;
 
   DeviceProperties properties_;
+  const SmLayout nominal_sms_;
   // Before streams_: their threads report faults to it until they are joined.
   std::unique_ptr<Health> health_;
 
@@ -128,6 +136,7 @@ class CpuDevice final : public Device {
   absl::flat_hash_map<uint64_t, std::unique_ptr<Buffer>> buffers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::unique_ptr<Segment>> segments_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::unique_ptr<Stream>> streams_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, int> stream_sms_ ABSL_GUARDED_BY(mu_);  // by stream id
   absl::flat_hash_map<uint64_t, std::shared_ptr<Event>> events_ ABSL_GUARDED_BY(mu_);
 };
 

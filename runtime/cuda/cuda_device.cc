@@ -190,6 +190,10 @@ CudaDevice::~CudaDevice() {
       LogQuietlyIfFailed(cu_.cuGreenCtxDestroy(green.green), "cuGreenCtxDestroy");
     }
     green_contexts_.clear();
+    for (auto& [groups, green] : placed_contexts_) {
+      LogQuietlyIfFailed(cu_.cuGreenCtxDestroy(green.green), "cuGreenCtxDestroy");
+    }
+    placed_contexts_.clear();
   }
   if (!Bind().ok())
     spdlog::warn("{}: cannot bind its context to unmap imported memory", Describe());
@@ -273,8 +277,11 @@ absl::StatusOr<StreamId> CudaDevice::CreateStream(const StreamOptions& options) 
   GPUKIT_RETURN_IF_ERROR(Bind());
   CUstream handle = nullptr;
   int sm_count = 0;
-  if (options.sm_share < 1) {
-    GPUKIT_ASSIGN_OR_RETURN(const GreenContext* green, GreenContextFor(options.sm_share));
+  if (options.sm_first.has_value() || options.sm_share < 1) {
+    GPUKIT_ASSIGN_OR_RETURN(const GreenContext* green,
+                            options.sm_first.has_value()
+                                ? PlacedGreenContext(*options.sm_first, options.sm_share)
+                                : GreenContextFor(options.sm_share));
     if (green != nullptr) {
       GPUKIT_RETURN_IF_ERROR(CheckCu(
           cu_.cuGreenCtxStreamCreate(&handle, green->green, CU_STREAM_NON_BLOCKING, value),
@@ -298,8 +305,7 @@ absl::StatusOr<StreamId> CudaDevice::CreateStream(const StreamOptions& options) 
   return StreamId{id};
 }
 
-absl::StatusOr<const CudaDevice::GreenContext*> CudaDevice::GreenContextFor(double sm_share) {
-  absl::MutexLock lock(&green_mu_);
+bool CudaDevice::GreenAvailableLocked() {
   if (!green_available_.has_value()) {
     green_available_ = cu_.cuDeviceGetDevResource != nullptr &&
                        cu_.cuDevSmResourceSplitByCount != nullptr &&
@@ -324,7 +330,12 @@ absl::StatusOr<const CudaDevice::GreenContext*> CudaDevice::GreenContextFor(doub
                    Describe(), cu_.driver_version);
     }
   }
-  if (!*green_available_) return nullptr;
+  return *green_available_;
+}
+
+absl::StatusOr<const CudaDevice::GreenContext*> CudaDevice::GreenContextFor(double sm_share) {
+  absl::MutexLock lock(&green_mu_);
+  if (!GreenAvailableLocked()) return nullptr;
   const CUdevResource& device_sms = *sm_resource_;
   const int total = static_cast<int>(device_sms.sm.smCount);
   const int align = std::max(1, static_cast<int>(device_sms.sm.smCoscheduledAlignment));
@@ -362,6 +373,65 @@ absl::StatusOr<const CudaDevice::GreenContext*> CudaDevice::GreenContextFor(doub
   // Made current again: the calls above may leave the green context current on this thread.
   GPUKIT_RETURN_IF_ERROR(Bind());
   return &green_contexts_.emplace(sms, green).first->second;
+}
+
+absl::StatusOr<const CudaDevice::GreenContext*> CudaDevice::PlacedGreenContext(double first,
+                                                                               double share) {
+  absl::MutexLock lock(&green_mu_);
+  if (!GreenAvailableLocked()) return nullptr;
+  const int total = static_cast<int>(sm_resource_->sm.smCount);
+  if (group_layout_.groups == 0) {
+    // One split for every placement: green contexts may combine groups of one split only.
+    const int group_sms = GroupSmsFor(static_cast<int>(sm_resource_->sm.minSmPartitionSize),
+                                      static_cast<int>(sm_resource_->sm.smCoscheduledAlignment));
+    unsigned int count = 0;
+    GPUKIT_RETURN_IF_ERROR(CheckCu(
+        cu_.cuDevSmResourceSplitByCount(nullptr, &count, sm_resource_.get(), nullptr, 0, group_sms),
+        absl::StrCat("cuDevSmResourceSplitByCount(groups of ", group_sms, " of ", total,
+                     " SMs, counting)")));
+    if (count == 0) {
+      return absl::InternalError(absl::StrCat("cuDevSmResourceSplitByCount makes no group of ",
+                                              group_sms, " of ", total, " SMs"));
+    }
+    auto groups = std::make_unique<CUdevResource[]>(count);
+    CUdevResource rest = {};
+    GPUKIT_RETURN_IF_ERROR(CheckCu(
+        cu_.cuDevSmResourceSplitByCount(groups.get(), &count, sm_resource_.get(), &rest, 0,
+                                        group_sms),
+        absl::StrCat("cuDevSmResourceSplitByCount(groups of ", group_sms, " of ", total, " SMs)")));
+    sm_groups_ = std::move(groups);
+    group_layout_ = SmLayout{.sm_count = total,
+                             .group_sms = static_cast<int>(sm_groups_[0].sm.smCount),
+                             .groups = static_cast<int>(count)};
+    spdlog::info("{}: SMs split for placed streams into {} groups of {} (of {} SMs)", Describe(),
+                 group_layout_.groups, group_layout_.group_sms, total);
+  }
+  GPUKIT_ASSIGN_OR_RETURN(SmGroupRange range, PlaceSmGroups(group_layout_, first, share));
+  if (range.first == 0 && range.count >= group_layout_.groups) return nullptr;  // every SM
+  const std::pair<int, int> key(range.first, range.count);
+  if (auto it = placed_contexts_.find(key); it != placed_contexts_.end()) return &it->second;
+
+  CUdevResourceDesc desc = nullptr;  // the driver has no call to free it: one per range
+  GPUKIT_RETURN_IF_ERROR(
+      CheckCu(cu_.cuDevResourceGenerateDesc(&desc, &sm_groups_[range.first], range.count),
+              absl::StrCat("cuDevResourceGenerateDesc(groups ", range.first, "..",
+                           range.first + range.count - 1, ")")));
+  GreenContext green;
+  GPUKIT_RETURN_IF_ERROR(
+      CheckCu(cu_.cuGreenCtxCreate(&green.green, desc, device_, CU_GREEN_CTX_DEFAULT_STREAM),
+              "cuGreenCtxCreate"));
+  CUdevResource own = {};
+  if (cu_.cuGreenCtxGetDevResource(green.green, &own, CU_DEV_RESOURCE_TYPE_SM) == CUDA_SUCCESS) {
+    green.sm_count = static_cast<int>(own.sm.smCount);
+  } else {
+    green.sm_count = PlacedSmCount(group_layout_, range);
+  }
+  spdlog::info("{}: green context of SM groups {}..{} ({} SMs; asked for [{:.3f}, {:.3f}))",
+               Describe(), range.first, range.first + range.count - 1, green.sm_count, first,
+               first + share);
+  // Made current again: the calls above may leave the green context current on this thread.
+  GPUKIT_RETURN_IF_ERROR(Bind());
+  return &placed_contexts_.emplace(key, green).first->second;
 }
 
 absl::StatusOr<int> CudaDevice::StreamSmCount(StreamId stream) const {

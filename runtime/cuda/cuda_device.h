@@ -149,9 +149,9 @@ class CudaDevice final : public Device {
   ~CudaDevice() override;
 
   const CudaDeviceInfo& cuda_info() const { return info_; }
-  // SMs `stream`'s kernels may run on: its green context's count, or the GPU's. NOT_FOUND
-  // for an unknown stream. For diagnostics and tests.
-  absl::StatusOr<int> StreamSmCount(StreamId stream) const;
+  // SMs `stream`'s kernels may run on: its green context's count (as the driver reports
+  // it), or the GPU's. NOT_FOUND for an unknown stream. For diagnostics and tests.
+  absl::StatusOr<int> StreamSmCount(StreamId stream) const override;
   // The CUDA priority the driver gave `stream` (cuStreamGetPriority): for diagnostics and
   // tests. NOT_FOUND for an unknown stream.
   absl::StatusOr<int> StreamPriorityValue(StreamId stream) const;
@@ -376,10 +376,20 @@ class CudaDevice final : public Device {
     int sm_count = 0;
   };
   absl::StatusOr<const GreenContext*> GreenContextFor(double sm_share);
+  // Placed streams (StreamOptions::sm_first): the device's SMs are split once into groups of
+  // the GPU's granularity (`sm_groups_`, `group_layout_`), and each distinct range of groups
+  // gets one green context made of them (`placed_contexts_`, by first group and count).
+  // Null where a plain stream serves (every group, or no green contexts on this driver).
+  absl::StatusOr<const GreenContext*> PlacedGreenContext(double first, double share);
+  // Whether green contexts can be made; decides it (and reads sm_resource_) on first call.
+  bool GreenAvailableLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(green_mu_);
   absl::Mutex green_mu_;
   std::optional<bool> green_available_ ABSL_GUARDED_BY(green_mu_);
   std::unique_ptr<CUdevResource_st> sm_resource_ ABSL_GUARDED_BY(green_mu_);  // the device's SMs
   absl::flat_hash_map<int, GreenContext> green_contexts_ ABSL_GUARDED_BY(green_mu_);
+  std::unique_ptr<CUdevResource_st[]> sm_groups_ ABSL_GUARDED_BY(green_mu_);
+  SmLayout group_layout_ ABSL_GUARDED_BY(green_mu_);  // groups 0 until split
+  std::map<std::pair<int, int>, GreenContext> placed_contexts_ ABSL_GUARDED_BY(green_mu_);
   // Where buffers come from; set by Create, destroyed before the context is released.
   std::unique_ptr<MemoryPool> pool_;
   std::string memory_source_;

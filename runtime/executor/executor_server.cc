@@ -754,7 +754,12 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       StreamOptions options;
       options.priority = static_cast<StreamPriority>(request.create_stream().priority());
       if (request.create_stream().sm_share() > 0) options.sm_share = request.create_stream().sm_share();
+      if (request.create_stream().has_sm_first()) {
+        options.sm_first = request.create_stream().sm_first();
+      }
       absl::StatusOr<StreamId> created = device_.CreateStream(options);
+      absl::StatusOr<int> sms =
+          created.ok() ? device_.StreamSmCount(*created) : absl::StatusOr<int>(0);
       if (created.ok()) {
         stream->device_stream = *created;
       } else {
@@ -764,7 +769,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
         absl::MutexLock lock(&mu_);
         streams_[request.create_stream().stream()] = stream;
       }
-      Reply(seq, created.status());
+      Reply(seq, created.status(), sms.value_or(0));  // 0: the device cannot tell
       return;
     }
     case executor::Request::kDestroyStream: {

@@ -265,6 +265,7 @@ class RemoteDevice::Impl {
   };
   struct Stream {
     StreamOptions options;
+    int sm_count = 0;  // the executor's StreamSmCount, from CreateStream's reply; 0: unknown
     uint64_t next_seq = 1;
     uint64_t completed_seq = 0;
     uint64_t launch_seq = 0;  // the last launch's seq
@@ -1098,6 +1099,9 @@ absl::Status RemoteDevice::Impl::Replay(Executor& executor) {
     request.mutable_create_stream()->set_stream(id);
     request.mutable_create_stream()->set_priority(static_cast<int32_t>(stream.options.priority));
     request.mutable_create_stream()->set_sm_share(stream.options.sm_share);
+    if (stream.options.sm_first) {
+      request.mutable_create_stream()->set_sm_first(*stream.options.sm_first);
+    }
     GPUKIT_RETURN_IF_ERROR(SendOn(executor, request));
     // Nothing of the old executor's is in flight. Its staged copies are settled by the
     // stream's next wait: copied out only by a wait of the executor that made them. A wait of
@@ -1552,19 +1556,51 @@ absl::StatusOr<BufferId> RemoteDevice::ImportBuffer(ImportedMemory memory) {
 absl::StatusOr<StreamId> RemoteDevice::CreateStream(const StreamOptions& options) {
   GPUKIT_RETURN_IF_ERROR(ValidateStreamOptions(options));
   Impl& d = *impl_;
-  absl::ReaderMutexLock gen(&d.gen_mu_);
   uint64_t id;
+  uint64_t generation;
   {
+    // Registered before it is sent: a restart from here on replays it, and the call below
+    // then sends nothing (its generation is stale).
+    absl::ReaderMutexLock gen(&d.gen_mu_);
     absl::MutexLock lock(&d.mu_);
     id = d.next_id_++;
     d.streams_[id].options = options;
+    generation = d.generation_;
   }
   executor::Request request;
   request.mutable_create_stream()->set_stream(id);
   request.mutable_create_stream()->set_priority(static_cast<int32_t>(options.priority));
   request.mutable_create_stream()->set_sm_share(options.sm_share);
-  if (d.active_ != nullptr) d.SendOn(*d.active_, request).IgnoreError();
+  if (options.sm_first) request.mutable_create_stream()->set_sm_first(*options.sm_first);
+  // A round trip, for the SMs the executor's device gave it (StreamSmCount) and its error.
+  absl::StatusOr<int64_t> sms = d.Call(request, -1, nullptr, generation);
+  if (sms.ok()) {
+    absl::MutexLock lock(&d.mu_);
+    if (auto it = d.streams_.find(id); it != d.streams_.end()) it->second.sm_count = *sms;
+  } else if (!sms.status().GetPayload(kExecutorFaultPayload).has_value() &&
+             sms.status().code() != absl::StatusCode::kUnavailable) {
+    // The executor's device refused it: forget it there and here.
+    DestroyStream(StreamId{id}).IgnoreError();
+    return sms.status();
+  }
+  // Else the executor is gone or restarting: the restart replays the stream, and its SMs
+  // stay unknown here.
   return StreamId{id};
+}
+
+absl::StatusOr<int> RemoteDevice::StreamSmCount(StreamId stream) const {
+  const Impl& d = *impl_;
+  absl::MutexLock lock(&d.mu_);
+  auto it = d.streams_.find(stream.value);
+  if (it == d.streams_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown stream ", stream.value));
+  }
+  if (it->second.sm_count <= 0) {
+    return absl::UnavailableError(absl::StrCat("the SMs of stream ", stream.value,
+                                               " are unknown: it was made while the device "
+                                               "executor restarted"));
+  }
+  return it->second.sm_count;
 }
 
 absl::Status RemoteDevice::DestroyStream(StreamId stream) {

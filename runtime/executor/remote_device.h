@@ -123,6 +123,8 @@ class RemoteDevice final : public Device {
   using Device::CreateStream;
   absl::StatusOr<StreamId> CreateStream(const StreamOptions& options) override;
   absl::Status DestroyStream(StreamId stream) override;
+  // What the executor's device answered when the stream was made (CreateStream waits for it).
+  absl::StatusOr<int> StreamSmCount(StreamId stream) const override;
 
   absl::Status CopyHostToDevice(BufferId dst, int64_t dst_offset, const void* src, int64_t bytes,
                                 StreamId stream) override;

@@ -345,11 +345,11 @@ TEST_F(GpukitctlTest, PartitionCreateListUpdateDeleteRoundTrip) {
   EXPECT_THAT(
       Cells(lines[0]),
       ElementsAre("NAME", "DEVICE", "MEMORY(used/quota)", "COMPUTE(requested/share)", "BANDWIDTH",
-                  "SESSIONS", "QUEUED", "RUNNING", "SPILL", "GPU-TIME", "BY-QOS(G/B/BE)"));
+                  "SESSIONS", "QUEUED", "RUNNING", "SPILL", "GPU-TIME", "BY-QOS(G/B/BE)", "SMS"));
   EXPECT_THAT(Cells(lines[1]), ElementsAre("batch", "0", "0B/512MiB", "0/0.25", "0.5", "0/3", "0",
-                                           "0", "yes", "0us", "0us/0us/0us"));
+                                           "0", "yes", "0us", "0us/0us/0us", "-"));
   EXPECT_THAT(Cells(lines[2]), ElementsAre("default", "0", "0B/1GiB", "0/0.5", "-", "0", "0", "0",
-                                           "no", "0us", "0us/0us/0us"));
+                                           "no", "0us", "0us/0us/0us", "-"));
 
   // The JSON: every setting as given.
   v1::PartitionStatus batch;
@@ -781,9 +781,10 @@ TEST_F(GpukitctlTest, PartitionsSplitGpuTimeByQosAndTopShowsGpuPercentFromTheSec
   GPUKIT_ASSERT_OK_AND_ASSIGN(ProgramResult table, Ctl({"partitions"}));
   ASSERT_EQ(table.exit_code, 0) << table.stderr_text;
   const std::vector<std::string> row = RowOf(table.stdout_text, "default");
-  ASSERT_EQ(row.size(), 11u) << table.stdout_text;
+  ASSERT_EQ(row.size(), 12u) << table.stdout_text;
   EXPECT_NE(row[9], "0us");
   EXPECT_EQ(row[10], absl::StrCat(row[9], "/0us/0us"));  // all of it Guaranteed
+  EXPECT_EQ(row[11], "132");  // SMS: every SM of the CPU backend's nominal H100
 
   // top: a tenants table, and per session GPU time and GPU% ("-" until a second frame).
   GPUKIT_ASSERT_OK_AND_ASSIGN(ProgramResult top,

@@ -141,18 +141,18 @@ TEST_F(SchedulerTest, PartitionsTableListsTheConfiguredPartitions) {
   EXPECT_THAT(
       Cells(lines[0]),
       ElementsAre("NAME", "DEVICE", "MEMORY(used/quota)", "COMPUTE(requested/share)", "BANDWIDTH",
-                  "SESSIONS", "QUEUED", "RUNNING", "SPILL", "GPU-TIME", "BY-QOS(G/B/BE)"));
+                  "SESSIONS", "QUEUED", "RUNNING", "SPILL", "GPU-TIME", "BY-QOS(G/B/BE)", "SMS"));
   // By name; default has the memory and share the others leave.
   EXPECT_THAT(Cells(lines[1]), ElementsAre("bronze", "0", "0B/64MiB", "0/0.2", "-", "0", "0", "0",
-                                           "no", "0us", "0us/0us/0us"));
+                                           "no", "0us", "0us/0us/0us", "-"));
   EXPECT_THAT(Cells(lines[2]), ElementsAre("default", "0", "0B/2.4GiB", "0/0.199", "-", "0", "0",
-                                           "0", "no", "0us", "0us/0us/0us"));
+                                           "0", "no", "0us", "0us/0us/0us", "-"));
   EXPECT_THAT(Cells(lines[3]), ElementsAre("gold", "0", "0B/1GiB", "0/0.5", "-", "0", "0", "0",
-                                           "no", "0us", "0us/0us/0us"));
+                                           "no", "0us", "0us/0us/0us", "-"));
   EXPECT_THAT(Cells(lines[4]), ElementsAre("narrow", "0", "0B/256MiB", "0/0.1", "-", "0", "0", "0",
-                                           "no", "0us", "0us/0us/0us"));
+                                           "no", "0us", "0us/0us/0us", "-"));
   EXPECT_THAT(Cells(lines[5]), ElementsAre("slow", "0", "0B/256MiB", "0/0.001", "0.001", "0", "0",
-                                           "0", "no", "0us", "0us/0us/0us"));
+                                           "0", "no", "0us", "0us/0us/0us", "-"));
 
   // A gold session takes the partition's Guaranteed defaults, which the table counts.
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> gold, ConnectTo("gold"));
@@ -163,7 +163,7 @@ TEST_F(SchedulerTest, PartitionsTableListsTheConfiguredPartitions) {
   // Its GPU time is Create's zeroing of the array (how long it took is the machine's).
   EXPECT_THAT(RowOf(after.stdout_text, "gold"),
               ElementsAre("gold", "0", "4MiB/1GiB", "0.05/0.5", "-", "1", "0", "0", "no",
-                          ::testing::_, ::testing::EndsWith("/0us/0us")));
+                          ::testing::_, ::testing::EndsWith("/0us/0us"), "132"));
 }
 
 TEST_F(SchedulerTest, WorkersInSeveralPartitionsAllSucceedAtOnce) {

@@ -40,6 +40,7 @@ struct StreamRecord {
   StreamPriority priority = StreamPriority::kNormal;
   bool destroyed = false;
   double sm_share = 1;
+  std::optional<double> sm_first;
 };
 
 class ForwardingDevice final : public Device {
@@ -152,9 +153,12 @@ class ForwardingDevice final : public Device {
     absl::StatusOr<StreamId> stream = inner_->CreateStream(options);
     if (stream.ok()) {
       absl::MutexLock lock(&records_mu_);
-      streams_.push_back({*stream, priority, false, options.sm_share});
+      streams_.push_back({*stream, priority, false, options.sm_share, options.sm_first});
     }
     return stream;
+  }
+  absl::StatusOr<int> StreamSmCount(StreamId stream) const override {
+    return inner_->StreamSmCount(stream);
   }
   absl::Status DestroyStream(StreamId stream) override {
     if (before_destroy_stream) before_destroy_stream(stream);

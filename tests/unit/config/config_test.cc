@@ -538,6 +538,7 @@ TEST(PartitionConfigTest, ParsesEveryPartitionField) {
     "partitions": [
       {"name": "gold", "device": 0, "memory": "1GiB", "compute": 0.5, "bandwidth": 0.75,
        "maxQueuedTasks": 8, "maxRunningTasks": 2, "maxSessions": 3, "spill": true,
+       "reserveSms": true,
        "defaultRequests": {"memory": "64MiB", "compute": 0.1},
        "defaultLimits": {"memory": "128MiB", "compute": 0.2}},
       {"name": "bronze", "memory": "512MiB", "compute": 0.25}
@@ -557,6 +558,7 @@ TEST(PartitionConfigTest, ParsesEveryPartitionField) {
   EXPECT_EQ(gold.max_running_tasks, 2);
   EXPECT_EQ(gold.max_sessions, 3);
   EXPECT_TRUE(gold.spill);
+  EXPECT_TRUE(gold.reserve_sms);
   EXPECT_EQ(gold.session_defaults.memory_request_bytes, 64 * kMiB);
   EXPECT_EQ(gold.session_defaults.memory_limit_bytes, 128 * kMiB);
   EXPECT_EQ(gold.session_defaults.compute_request, 0.1);
@@ -566,6 +568,7 @@ TEST(PartitionConfigTest, ParsesEveryPartitionField) {
   EXPECT_EQ(bronze.max_queued_tasks, 1024);  // defaults
   EXPECT_EQ(bronze.max_running_tasks, 64);
   EXPECT_FALSE(bronze.spill);
+  EXPECT_FALSE(bronze.reserve_sms);
   EXPECT_TRUE(bronze.session_defaults.empty());
   EXPECT_EQ(config->core.pacing_burst, absl::Milliseconds(5));
   EXPECT_EQ(config->core.best_effort_in_flight, absl::Microseconds(500));

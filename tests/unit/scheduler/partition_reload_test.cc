@@ -144,10 +144,11 @@ TEST(PartitionReloadTest, DescribesEveryChangedField) {
   to.bandwidth_cap = 0.75;
   to.max_queued_tasks = 8;
   to.spill = true;
+  to.reserve_sms = true;
   to.session_defaults.memory_limit_bytes = kGiB;
   EXPECT_THAT(DescribePartitionChanges(from, to),
               ElementsAre("bandwidth 0 -> 0.75", "maxQueuedTasks 1024 -> 8", "spill false -> true",
-                          "defaultLimits.memory none -> 1 GiB"));
+                          "reserveSms false -> true", "defaultLimits.memory none -> 1 GiB"));
   EXPECT_THAT(DescribePartitionChanges(from, from), IsEmpty());
 }
 

@@ -239,6 +239,7 @@ PartitionSpec Other() {
           .max_running_tasks = 3,
           .max_sessions = 2,
           .spill = true,
+          .reserve_sms = true,
           .session_defaults = {.memory_request_bytes = 1 << 20}};
 }
 
@@ -279,6 +280,8 @@ INSTANTIATE_TEST_SUITE_P(
                                [](const auto& s) { return s.max_sessions == 2; }},
                       MaskCase{"spill", [](auto& m) { m.spill = true; },
                                [](const auto& s) { return s.spill; }},
+                      MaskCase{"reserve_sms", [](auto& m) { m.reserve_sms = true; },
+                               [](const auto& s) { return s.reserve_sms; }},
                       MaskCase{"session_defaults", [](auto& m) { m.session_defaults = true; },
                                [](const auto& s) {
                                  return s.session_defaults.memory_request_bytes == int64_t{1} << 20;

@@ -1,0 +1,177 @@
+// SM placements on a real GPU (issue 16): the streams two partitions with reserved SMs get
+// (PlaceSms, PartitionStreams, CudaDevice's placed green contexts) run their kernels on
+// disjoint sets of SMs, each as large as the device says the stream's placement is, in about
+// the ratio of the partitions' compute shares; a BestEffort stream of a partition runs inside
+// that partition's SMs. Kernels read %smid.
+//
+// It prints "FACT: ..." lines with the SM counts it saw. Skipped, visibly, without a GPU that
+// gpukitd serves, without NVRTC, or where the driver has no green contexts (every stream then
+// gets every SM, which the test detects and reports).
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/core/partition_streams.h"
+#include "daemon/core/sm_placement.h"
+#include "gtest/gtest.h"
+#include "runtime/base/status_macros.h"
+#include "runtime/cuda/cuda_device.h"
+#include "runtime/jit/jit_compiler.h"
+#include "tests/gpu/gpu_host.h"
+#include "tests/testing/status_matchers.h"
+
+namespace gpukit {
+namespace {
+
+// Thread 0 of each block writes the SM it runs on and spins, so that a grid of many blocks
+// spreads over every SM its stream may use.
+constexpr char kSource[] = R"(
+extern "C" __global__ void record_smid(unsigned int* smids, long long spin_cycles) {
+  if (threadIdx.x == 0) {
+    unsigned int smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    smids[blockIdx.x] = smid;
+    const long long start = clock64();
+    while (clock64() - start < spin_cycles) {
+    }
+  }
+  __syncthreads();
+}
+)";
+
+// 1024 threads a block: at most two blocks fit an SM, so four blocks per SM of the whole
+// device cannot all be placed at once and every SM a stream may use receives some.
+constexpr uint32_t kThreadsPerBlock = 1024;
+constexpr int kBlocksPerSm = 4;
+constexpr long long kSpinCycles = 200'000;  // about 100 us at 2 GHz
+
+void Fact(const std::string& line) {
+  std::printf("FACT: %s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+PartitionSpec Reserved(std::string name, double share) {
+  return PartitionSpec{.name = std::move(name),
+                       .memory_quota_bytes = 1 << 20,
+                       .compute_share = share,
+                       .reserve_sms = true};
+}
+
+class SmPlacementGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::optional<std::string> why = testing::WhyNoCudaBackend()) GTEST_SKIP() << *why;
+    absl::StatusOr<std::unique_ptr<CudaDevice>> device = CudaDevice::Create({});
+    ASSERT_TRUE(device.ok()) << device.status();
+    device_ = *std::move(device);
+    absl::StatusOr<std::unique_ptr<JitCompiler>> jit = JitCompiler::Create({});
+    if (!jit.ok()) GTEST_SKIP() << "no NVRTC JIT compiler: " << jit.status();
+    CompileRequest request;
+    request.source = kSource;
+    request.entries = {"record_smid"};
+    absl::StatusOr<JitResult> compiled =
+        (*jit)->Compile(request, device_->properties().kernel_arch);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    GPUKIT_ASSERT_OK_AND_ASSIGN(module_, device_->LoadModule(compiled->kernel->cubin));
+    GPUKIT_ASSERT_OK_AND_ASSIGN(function_, device_->GetFunction(module_, "record_smid"));
+    device_sms_ = device_->cuda_info().multiprocessor_count;
+  }
+
+  void TearDown() override {
+    if (device_ != nullptr && module_.value != 0) device_->UnloadModule(module_).IgnoreError();
+  }
+
+  // Launches record_smid on `stream` into a new buffer; Collect gives the SMs it ran on.
+  struct Launched {
+    BufferId smids;
+    uint32_t blocks = 0;
+  };
+  absl::StatusOr<Launched> Launch(StreamId stream) {
+    Launched launched;
+    launched.blocks = static_cast<uint32_t>(kBlocksPerSm * device_sms_);
+    GPUKIT_ASSIGN_OR_RETURN(launched.smids, device_->Allocate(int64_t{4} * launched.blocks));
+    LaunchConfig config;
+    config.grid[0] = launched.blocks;
+    config.block[0] = kThreadsPerBlock;
+    KernelArg smids;
+    smids.kind = KernelArg::Kind::kBuffer;
+    smids.buffer = launched.smids;
+    KernelArg spin;
+    spin.kind = KernelArg::Kind::kScalar;
+    const long long cycles = kSpinCycles;
+    std::memcpy(spin.bytes, &cycles, sizeof(cycles));
+    spin.size_bytes = sizeof(cycles);
+    const KernelArg args[] = {smids, spin};
+    GPUKIT_RETURN_IF_ERROR(device_->Launch(function_, config, args, stream));
+    return launched;
+  }
+  absl::StatusOr<std::set<uint32_t>> Collect(const Launched& launched, StreamId stream) {
+    std::vector<uint32_t> smids(launched.blocks);
+    GPUKIT_RETURN_IF_ERROR(device_->CopyDeviceToHost(smids.data(), launched.smids, 0,
+                                                     int64_t{4} * launched.blocks, stream));
+    GPUKIT_RETURN_IF_ERROR(SynchronizeStream(*device_, stream));
+    GPUKIT_RETURN_IF_ERROR(device_->Free(launched.smids));
+    return std::set<uint32_t>(smids.begin(), smids.end());
+  }
+
+  std::unique_ptr<CudaDevice> device_;
+  ModuleId module_;
+  FunctionId function_;
+  int device_sms_ = 0;
+};
+
+TEST_F(SmPlacementGpuTest, ReservedPartitionsRunOnDisjointSmsOfTheirSizes) {
+  const std::vector<PartitionSpec> partitions = {Reserved("big", 0.75), Reserved("small", 0.25)};
+  const absl::flat_hash_map<std::string, SmPlacement> placed = PlaceSms(partitions);
+  PartitionStreams table(/*streams_per_class=*/1, /*best_effort_sm_share=*/0.5);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(
+      StreamLease big, table.Acquire("big", *device_, QosClass::kGuaranteed, placed.at("big")));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(
+      StreamLease small,
+      table.Acquire("small", *device_, QosClass::kGuaranteed, placed.at("small")));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(
+      StreamLease big_be, table.Acquire("big", *device_, QosClass::kBestEffort, placed.at("big")));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(int big_sms, device_->StreamSmCount(big.stream));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(int small_sms, device_->StreamSmCount(small.stream));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(int big_be_sms, device_->StreamSmCount(big_be.stream));
+  Fact(
+      absl::StrCat("placed streams of shares 0.75 / 0.25 (and BestEffort at 0.5 of the "
+                   "first) get ",
+                   big_sms, " / ", small_sms, " (", big_be_sms, ") of ", device_sms_, " SMs"));
+  if (big_sms == device_sms_) GTEST_SKIP() << "no green contexts here: every stream has every SM";
+
+  // Both at once: neither may spill onto the other's SMs, busy or not.
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Launched on_big, Launch(big.stream));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Launched on_small, Launch(small.stream));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::set<uint32_t> seen_big, Collect(on_big, big.stream));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::set<uint32_t> seen_small, Collect(on_small, small.stream));
+  // Then the BestEffort stream alone.
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Launched on_be, Launch(big_be.stream));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::set<uint32_t> seen_be, Collect(on_be, big_be.stream));
+  Fact(absl::StrCat("kernels ran on ", seen_big.size(), " / ", seen_small.size(), " (",
+                    seen_be.size(), ") distinct SMs"));
+
+  std::vector<uint32_t> both;
+  std::set_intersection(seen_big.begin(), seen_big.end(), seen_small.begin(), seen_small.end(),
+                        std::back_inserter(both));
+  EXPECT_TRUE(both.empty()) << both.size() << " SMs ran kernels of both partitions";
+  EXPECT_EQ(static_cast<int>(seen_big.size()), big_sms);
+  EXPECT_EQ(static_cast<int>(seen_small.size()), small_sms);
+  EXPECT_LE(big_sms + small_sms, device_sms_);
+  // About the shares: within a group's rounding (at most an eighth of the device on any GPU
+  // of SM 80 and newer).
+  EXPECT_NEAR(static_cast<double>(big_sms) / (big_sms + small_sms), 0.75, 0.125);
+  EXPECT_TRUE(std::includes(seen_big.begin(), seen_big.end(), seen_be.begin(), seen_be.end()))
+      << "the BestEffort stream left its partition's SMs";
+  EXPECT_EQ(static_cast<int>(seen_be.size()), big_be_sms);
+  EXPECT_LT(big_be_sms, big_sms);
+}
+
+}  // namespace
+}  // namespace gpukit
