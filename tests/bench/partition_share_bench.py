@@ -71,7 +71,8 @@ def _run(args: argparse.Namespace, partitions: Optional[List[dict]], placement: 
     sock = work / "gpukitd.sock"
     config: dict = {"jit": {"cacheDir": "none"}, **json.loads(args.daemon_config)}
     if partitions:
-        config["partitions"] = partitions
+        extra = json.loads(args.partition_config)
+        config["partitions"] = [{**p, **extra} for p in partitions]
     (work / "config.json").write_text(json.dumps(config))
     with open(work / "gpukitd.log", "w") as log:
         daemon = subprocess.Popen(
@@ -118,6 +119,9 @@ def main() -> int:
     parser.add_argument("--memory", default="16GiB", help="each partition's memory quota")
     parser.add_argument("--daemon-config", default="{}",
                         help="JSON object of more config keys, e.g. '{\"scheduler\": {...}}'")
+    parser.add_argument("--partition-config", default="{}",
+                        help="JSON object merged into both partitions of the two-partition "
+                        "layouts, e.g. '{\"reserveSms\": true}' (each its share of the SMs)")
     args = parser.parse_args()
     half = args.sessions // 2
     layouts = {
@@ -133,6 +137,7 @@ def main() -> int:
           f"{args.seconds:g} s per layout, backend {args.backend}", flush=True)
     out = {"size": args.size, "dtype": args.dtype, "sessions": args.sessions,
            "daemon_config": json.loads(args.daemon_config),
+           "partition_config": json.loads(args.partition_config),
            "seconds": args.seconds, "backend": args.backend, "layouts": {}}
     for name, (partitions, placement) in layouts.items():
         r = _run(args, partitions, placement)
