@@ -333,6 +333,21 @@ bool CudaDevice::GreenAvailableLocked() {
   return *green_available_;
 }
 
+absl::StatusOr<CudaDevice::GreenContext> CudaDevice::CreateGreenContext(CUdevResourceDesc desc,
+                                                                      int expected_sms) {
+  GreenContext green;
+  GPUKIT_RETURN_IF_ERROR(
+      CheckCu(cu_.cuGreenCtxCreate(&green.green, desc, device_, CU_GREEN_CTX_DEFAULT_STREAM),
+              "cuGreenCtxCreate"));
+  CUdevResource own = {};
+  if (cu_.cuGreenCtxGetDevResource(green.green, &own, CU_DEV_RESOURCE_TYPE_SM) == CUDA_SUCCESS) {
+    green.sm_count = static_cast<int>(own.sm.smCount);
+  } else {
+    green.sm_count = expected_sms;
+  }
+  return green;
+}
+
 absl::StatusOr<const CudaDevice::GreenContext*> CudaDevice::GreenContextFor(double sm_share) {
   absl::MutexLock lock(&green_mu_);
   if (!GreenAvailableLocked()) return nullptr;
@@ -358,16 +373,7 @@ absl::StatusOr<const CudaDevice::GreenContext*> CudaDevice::GreenContextFor(doub
   CUdevResourceDesc desc = nullptr;  // the driver has no call to free it: one per SM count
   GPUKIT_RETURN_IF_ERROR(
       CheckCu(cu_.cuDevResourceGenerateDesc(&desc, &group, 1), "cuDevResourceGenerateDesc"));
-  GreenContext green;
-  GPUKIT_RETURN_IF_ERROR(
-      CheckCu(cu_.cuGreenCtxCreate(&green.green, desc, device_, CU_GREEN_CTX_DEFAULT_STREAM),
-              "cuGreenCtxCreate"));
-  CUdevResource own = {};
-  if (cu_.cuGreenCtxGetDevResource(green.green, &own, CU_DEV_RESOURCE_TYPE_SM) == CUDA_SUCCESS) {
-    green.sm_count = static_cast<int>(own.sm.smCount);
-  } else {
-    green.sm_count = sms;
-  }
+  GPUKIT_ASSIGN_OR_RETURN(GreenContext green, CreateGreenContext(desc, sms));
   spdlog::info("{}: green context of {} of its {} SMs (asked for {:.2f} of them)", Describe(),
                green.sm_count, total, sm_share);
   // Made current again: the calls above may leave the green context current on this thread.
@@ -416,16 +422,8 @@ absl::StatusOr<const CudaDevice::GreenContext*> CudaDevice::PlacedGreenContext(d
       CheckCu(cu_.cuDevResourceGenerateDesc(&desc, &sm_groups_[range.first], range.count),
               absl::StrCat("cuDevResourceGenerateDesc(groups ", range.first, "..",
                            range.first + range.count - 1, ")")));
-  GreenContext green;
-  GPUKIT_RETURN_IF_ERROR(
-      CheckCu(cu_.cuGreenCtxCreate(&green.green, desc, device_, CU_GREEN_CTX_DEFAULT_STREAM),
-              "cuGreenCtxCreate"));
-  CUdevResource own = {};
-  if (cu_.cuGreenCtxGetDevResource(green.green, &own, CU_DEV_RESOURCE_TYPE_SM) == CUDA_SUCCESS) {
-    green.sm_count = static_cast<int>(own.sm.smCount);
-  } else {
-    green.sm_count = PlacedSmCount(group_layout_, range);
-  }
+  GPUKIT_ASSIGN_OR_RETURN(GreenContext green,
+                          CreateGreenContext(desc, PlacedSmCount(group_layout_, range)));
   spdlog::info("{}: green context of SM groups {}..{} ({} SMs; asked for [{:.3f}, {:.3f}))",
                Describe(), range.first, range.first + range.count - 1, green.sm_count, first,
                first + share);

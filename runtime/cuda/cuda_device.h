@@ -70,6 +70,7 @@
 
 struct CUctx_st;          // cuda.h's CUcontext, kept opaque here
 struct CUgreenCtx_st;     // cuda.h's CUgreenCtx
+struct CUdevResourceDesc_st;  // cuda.h's CUdevResourceDesc
 struct CUdevResource_st;  // cuda.h's CUdevResource
 
 namespace gpukit {
@@ -376,6 +377,9 @@ class CudaDevice final : public Device {
     int sm_count = 0;
   };
   absl::StatusOr<const GreenContext*> GreenContextFor(double sm_share);
+  // A green context of the SMs `desc` describes, with its SM count as the driver reports it
+  // (`expected_sms` where it cannot say).
+  absl::StatusOr<GreenContext> CreateGreenContext(CUdevResourceDesc_st* desc, int expected_sms);
   // Placed streams (StreamOptions::sm_first): the device's SMs are split once into groups of
   // the GPU's granularity (`sm_groups_`, `group_layout_`), and each distinct range of groups
   // gets one green context made of them (`placed_contexts_`, by first group and count).

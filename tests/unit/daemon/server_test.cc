@@ -109,6 +109,21 @@ class ServerThreadsTest : public ::testing::Test {
   ScopedTempDir dir_;
   ForwardingDevice* hooks_ = nullptr;
   int inline_calls_ = 0;  // ServerOptions::inline_unary_calls
+  // Opens a session of `tenant` and creates a 4-byte uint8 array in it: {session, handle}.
+  std::pair<std::string, std::string> SessionWithArray(const std::string& tenant) {
+    v1::OpenSessionRequest open;
+    open.set_tenant(tenant);
+    v1::OpenSessionResponse opened;
+    EXPECT_TRUE(sessions_->Open(Context().get(), open, &opened).ok());
+    v1::CreateArrayRequest create;
+    create.set_session_id(opened.session_id());
+    create.set_dtype(v1::DTYPE_UINT8);
+    create.add_shape(4);
+    v1::CreateArrayResponse created;
+    EXPECT_TRUE(arrays_->Create(Context().get(), create, &created).ok());
+    return {opened.session_id(), created.array().handle()};
+  }
+
   std::unique_ptr<Core> core_;
   std::unique_ptr<Server> server_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -118,18 +133,8 @@ class ServerThreadsTest : public ::testing::Test {
 };
 
 TEST_F(ServerThreadsTest, UnaryRequestsBeyondTheCapAreResourceExhaustedWhileStreamsRun) {
-  v1::OpenSessionRequest open;
-  open.set_tenant("capped");
-  v1::OpenSessionResponse opened;
-  ASSERT_TRUE(sessions_->Open(Context().get(), open, &opened).ok());
-  const std::string session = opened.session_id();
-  v1::CreateArrayRequest create;
-  create.set_session_id(session);
-  create.set_dtype(v1::DTYPE_UINT8);
-  create.add_shape(4);
-  v1::CreateArrayResponse created;
-  ASSERT_TRUE(arrays_->Create(Context().get(), create, &created).ok());
-  const std::string handle = created.array().handle();
+  const auto [session, handle] = SessionWithArray("capped");
+  ASSERT_FALSE(handle.empty());
 
   // Ops that stay inside the device until released, each holding a thread of the unary
   // calls' pool (RunOp is a callback method; service::InlineUnary).
@@ -280,23 +285,14 @@ class InlineUnaryTest : public ServerThreadsTest {
 };
 
 TEST_F(InlineUnaryTest, ACallHeldInlineLeavesTheOthersServed) {
-  v1::OpenSessionRequest open;
-  open.set_tenant("inline");
-  v1::OpenSessionResponse opened;
-  ASSERT_TRUE(sessions_->Open(Context().get(), open, &opened).ok());
-  const std::string session = opened.session_id();
-  v1::CreateArrayRequest create;
-  create.set_session_id(session);
-  create.set_dtype(v1::DTYPE_UINT8);
-  create.add_shape(4);
-  v1::CreateArrayResponse created;
-  ASSERT_TRUE(arrays_->Create(Context().get(), create, &created).ok());
-  ASSERT_TRUE(Upload(session, created.array().handle(), std::string("\x01\x02\x03\x04", 4)).ok());
+  const auto [session, handle] = SessionWithArray("inline");
+  ASSERT_FALSE(handle.empty());
+  ASSERT_TRUE(Upload(session, handle, std::string("\x01\x02\x03\x04", 4)).ok());
   v1::RunOpRequest add;
   add.set_session_id(session);
   add.set_op("add");
-  add.add_inputs()->set_handle(created.array().handle());
-  add.add_inputs()->set_handle(created.array().handle());
+  add.add_inputs()->set_handle(handle);
+  add.add_inputs()->set_handle(handle);
 
   absl::Notification held, release;
   std::atomic<int> ops{0};
