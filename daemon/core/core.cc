@@ -735,6 +735,11 @@ absl::StatusOr<Principal> Core::SessionOwner(absl::string_view session_id) const
   return session->owner();
 }
 
+absl::StatusOr<bool> Core::HigherClassSessionOpen(absl::string_view session_id) const {
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<const Session> session, sessions_.Find(session_id));
+  return scheduler_->HigherClassSessionOpen(session->ticket());
+}
+
 std::vector<SessionSummary> Core::ListSessions() const {
   const absl::Time now = clock_.Now();
   std::vector<SessionSummary> list;

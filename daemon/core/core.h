@@ -237,6 +237,10 @@ class Core {
   // the services check it against the caller before any request touches the session.
   // NOT_FOUND (SessionNotFoundError) for unknown and closed sessions.
   absl::StatusOr<Principal> SessionOwner(absl::string_view session_id) const;
+  // Whether a session of a higher QoS class than this one's is open on its device (its work
+  // may have to give way: Scheduler::HigherClassSessionOpen), likewise without renewing its
+  // lease. NOT_FOUND as SessionOwner.
+  absl::StatusOr<bool> HigherClassSessionOpen(absl::string_view session_id) const;
   // Closes sessions whose lease lapsed; returns how many.
   int ExpireLeases();
   void CloseAllSessions();

@@ -29,6 +29,11 @@ v1::AttrType AttrTypeToProto(AttrType type) {
 
 }  // namespace
 
+bool ComputeServiceImpl::MayRunInline(const std::string& session_id) const {
+  absl::StatusOr<bool> higher = core_.HigherClassSessionOpen(session_id);
+  return higher.ok() && !*higher;
+}
+
 grpc::Status ComputeServiceImpl::RunOpNow(grpc::ServerContextBase* context,
                                           const v1::RunOpRequest* request,
                                           v1::RunOpResponse* response) {

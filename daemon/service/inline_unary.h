@@ -8,12 +8,16 @@
 // reply goes out from there: no hand-off. But gRPC's callback threads are few and shared by
 // every stream and the health service, and a handler may block (a RunOp waits for admission
 // and for its work), so at most `limit` handlers run inline at once; the others go to a
-// WorkerPool of their own; when all of its threads are busy, a call is refused at once with
+// WorkerPool of their own, as do those the caller keeps off gRPC's threads (RunOps of a
+// session of a lower QoS class than another open on its device: a BestEffort flood's long
+// ops must not take the places a Guaranteed tenant's calls need); when all of its threads
+// are busy, a call is refused at once with
 // RESOURCE_EXHAUSTED, as gRPC's synchronous server refuses one beyond server.maxThreads.
 //
 //   grpc::ServerUnaryReactor* RunOp(grpc::CallbackServerContext* context, const Req* request,
 //                                   Resp* response) override {
-//     return inline_.Serve(context, [=] { return RunOpNow(context, request, response); });
+//     return inline_.Serve(context, /*may_inline=*/true,
+//                          [=] { return RunOpNow(context, request, response); });
 //   }
 //
 // Thread safety: Serve may be called from any thread at once.
@@ -39,11 +43,18 @@ class InlineUnary {
   // outlive every call.
   InlineUnary(WorkerPool& workers, int limit) : workers_(workers), limit_(limit) {}
 
-  // Runs `handler` (returning the call's grpc::Status; copyable) inline when fewer than
-  // `limit` do now, else on the pool, and finishes the call with its status.
+  // Runs `handler` (returning the call's grpc::Status; copyable) inline when `may_inline`
+  // and fewer than `limit` do now, else on the pool, and finishes the call with its status.
   template <typename Handler>
-  grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* context, Handler handler) {
+  grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* context, bool may_inline,
+                                  Handler handler) {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    if (!may_inline) {
+      if (!workers_.TrySchedule([reactor, handler]() mutable { reactor->Finish(handler()); })) {
+        reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, kBusy));
+      }
+      return reactor;
+    }
     if (running_.fetch_add(1, std::memory_order_acq_rel) < limit_) {
       grpc::Status status = handler();
       running_.fetch_sub(1, std::memory_order_acq_rel);

@@ -38,7 +38,8 @@ class SessionServiceImpl final
   grpc::ServerUnaryReactor* KeepAlive(grpc::CallbackServerContext* context,
                                       const v1::KeepAliveRequest* request,
                                       v1::KeepAliveResponse* response) override {
-    return inline_.Serve(context, [=, this] { return KeepAliveNow(context, request, response); });
+    return inline_.Serve(context, /*may_inline=*/true,
+                         [=, this] { return KeepAliveNow(context, request, response); });
   }
   grpc::Status Close(grpc::ServerContext* context, const v1::CloseSessionRequest* request,
                      v1::CloseSessionResponse* response) override;
@@ -122,7 +123,8 @@ class ComputeServiceImpl final
   grpc::ServerUnaryReactor* RunOp(grpc::CallbackServerContext* context,
                                   const v1::RunOpRequest* request,
                                   v1::RunOpResponse* response) override {
-    return inline_.Serve(context, [=, this] { return RunOpNow(context, request, response); });
+    return inline_.Serve(context, MayRunInline(request->session_id()),
+                         [=, this] { return RunOpNow(context, request, response); });
   }
   grpc::Status ListOps(grpc::ServerContext* context, const v1::ListOpsRequest* request,
                        v1::ListOpsResponse* response) override;
@@ -133,7 +135,7 @@ class ComputeServiceImpl final
   grpc::ServerUnaryReactor* LaunchKernel(grpc::CallbackServerContext* context,
                                          const v1::LaunchKernelRequest* request,
                                          v1::LaunchKernelResponse* response) override {
-    return inline_.Serve(context,
+    return inline_.Serve(context, MayRunInline(request->session_id()),
                          [=, this] { return LaunchKernelNow(context, request, response); });
   }
   grpc::Status FreeKernel(grpc::ServerContext* context, const v1::FreeKernelRequest* request,
@@ -142,6 +144,10 @@ class ComputeServiceImpl final
  private:
   grpc::Status RunOpNow(grpc::ServerContextBase* context, const v1::RunOpRequest* request,
                         v1::RunOpResponse* response);
+  // Whether a call of this session may run on gRPC's thread: not where a session of a higher
+  // QoS class is open on its device (a BestEffort flood's long ops must not take the places
+  // a Guaranteed tenant's calls need), nor an unknown session's (the handler refuses it).
+  bool MayRunInline(const std::string& session_id) const;
   grpc::Status LaunchKernelNow(grpc::ServerContextBase* context,
                                const v1::LaunchKernelRequest* request,
                                v1::LaunchKernelResponse* response);

@@ -109,12 +109,19 @@ class ServerThreadsTest : public ::testing::Test {
   ScopedTempDir dir_;
   ForwardingDevice* hooks_ = nullptr;
   int inline_calls_ = 0;  // ServerOptions::inline_unary_calls
-  // Opens a session of `tenant` and creates a 4-byte uint8 array in it: {session, handle}.
-  std::pair<std::string, std::string> SessionWithArray(const std::string& tenant) {
+  // Opens a session of `tenant` (BestEffort, or Guaranteed with a 64 KiB and 0.25 compute
+  // limit) and creates a 4-byte uint8 array in it: {session, handle}.
+  std::pair<std::string, std::string> SessionWithArray(const std::string& tenant,
+                                                       bool guaranteed = false) {
     v1::OpenSessionRequest open;
     open.set_tenant(tenant);
+    if (guaranteed) {
+      open.mutable_resources()->mutable_limits()->set_memory_bytes(64 << 10);
+      open.mutable_resources()->mutable_limits()->set_compute(0.25);
+    }
     v1::OpenSessionResponse opened;
     EXPECT_TRUE(sessions_->Open(Context().get(), open, &opened).ok());
+    EXPECT_EQ(opened.qos_class(), guaranteed ? v1::QOS_CLASS_GUARANTEED : v1::QOS_CLASS_BEST_EFFORT);
     v1::CreateArrayRequest create;
     create.set_session_id(opened.session_id());
     create.set_dtype(v1::DTYPE_UINT8);
@@ -277,15 +284,17 @@ TEST_F(ServerThreadsTest, TheLeaseReaperRunsOnTheServersClock) {
 
 // What systemd's watchdog probe asks (daemon/systemd/watchdog.h): the core's locks are free
 // and gRPC answers its health check through the server, until the server shuts down.
-// One RunOp may run on gRPC's callback thread itself (service::InlineUnary); while it is held
-// in the device there, other unary calls go to the pool and are answered.
+// One RunOp of a Guaranteed or Burstable session may run on gRPC's callback thread itself
+// (service::InlineUnary); while it is held in the device there, other unary calls go to the
+// pool and are answered. A BestEffort session's does not while a session of a higher class
+// is open on the device.
 class InlineUnaryTest : public ServerThreadsTest {
  protected:
   InlineUnaryTest() { inline_calls_ = 1; }
 };
 
 TEST_F(InlineUnaryTest, ACallHeldInlineLeavesTheOthersServed) {
-  const auto [session, handle] = SessionWithArray("inline");
+  const auto [session, handle] = SessionWithArray("inline", /*guaranteed=*/true);
   ASSERT_FALSE(handle.empty());
   ASSERT_TRUE(Upload(session, handle, std::string("\x01\x02\x03\x04", 4)).ok());
   v1::RunOpRequest add;
@@ -320,6 +329,69 @@ TEST_F(InlineUnaryTest, ACallHeldInlineLeavesTheOthersServed) {
     ASSERT_TRUE(Download(session, result->output().handle(), &bytes).ok());
     EXPECT_EQ(bytes, std::string("\x02\x04\x06\x08", 4));
   }
+}
+
+// With a Guaranteed session open, BestEffort RunOps fill the pool (kMaxThreads) and the next
+// is refused: none took the inline place, which the Guaranteed session's RunOp still finds.
+TEST_F(InlineUnaryTest, BestEffortCallsNeverTakeTheInlinePlace) {
+  const auto [flood, flood_array] = SessionWithArray("flood");
+  const auto [victim, victim_array] = SessionWithArray("victim", /*guaranteed=*/true);
+  ASSERT_FALSE(flood_array.empty());
+  ASSERT_FALSE(victim_array.empty());
+  absl::Mutex mu;
+  int held = 0;
+  absl::Notification release;
+  hooks_->before_run_op = [&](const OpLaunch&) {
+    {
+      absl::MutexLock lock(&mu);
+      ++held;
+    }
+    release.WaitForNotification();
+  };
+  auto add = [](const std::string& session, const std::string& handle) {
+    v1::RunOpRequest request;
+    request.set_session_id(session);
+    request.set_op("add");
+    request.add_inputs()->set_handle(handle);
+    request.add_inputs()->set_handle(handle);
+    return request;
+  };
+  std::vector<grpc::Status> results(kMaxThreads);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kMaxThreads; ++i) {
+    clients.emplace_back([&, i] {
+      v1::RunOpResponse response;
+      results[i] = compute_->RunOp(Context().get(), add(flood, flood_array), &response);
+    });
+  }
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(
+                                        +[](int* n) { return *n == kMaxThreads; }, &held),
+                                    absl::Seconds(30)));
+  }
+  v1::RunOpResponse refused_response;
+  const grpc::Status refused =
+      compute_->RunOp(Context().get(), add(flood, flood_array), &refused_response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  // The Guaranteed session's RunOp runs inline (it, too, waits in the device until released).
+  v1::RunOpResponse victim_response;
+  grpc::Status victim_status;
+  std::thread victim_client([&] {
+    victim_status =
+        compute_->RunOp(Context().get(), add(victim, victim_array), &victim_response);
+  });
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_TRUE(mu.AwaitWithTimeout(absl::Condition(
+                                        +[](int* n) { return *n == kMaxThreads + 1; }, &held),
+                                    absl::Seconds(30)));
+  }
+  release.Notify();
+  victim_client.join();
+  for (std::thread& client : clients) client.join();
+  EXPECT_TRUE(victim_status.ok()) << victim_status.error_message();
+  for (const grpc::Status& result : results) EXPECT_TRUE(result.ok()) << result.error_message();
 }
 
 TEST_F(ServerThreadsTest, HealthProbeAnswersUntilShutdown) {
