@@ -49,21 +49,13 @@ class InlineUnary {
   grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* context, bool may_inline,
                                   Handler handler) {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    if (!may_inline) {
-      if (!workers_.TrySchedule([reactor, handler]() mutable { reactor->Finish(handler()); })) {
-        reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, kBusy));
-      }
-      return reactor;
-    }
-    if (running_.fetch_add(1, std::memory_order_acq_rel) < limit_) {
+    if (may_inline && TakeInlinePlace()) {
       grpc::Status status = handler();
       running_.fetch_sub(1, std::memory_order_acq_rel);
       reactor->Finish(std::move(status));
-    } else {
-      running_.fetch_sub(1, std::memory_order_acq_rel);
-      if (!workers_.TrySchedule([reactor, handler]() mutable { reactor->Finish(handler()); })) {
-        reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, kBusy));
-      }
+    } else if (!workers_.TrySchedule(
+                   [reactor, handler]() mutable { reactor->Finish(handler()); })) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, kBusy));
     }
     return reactor;
   }
@@ -74,10 +66,14 @@ class InlineUnary {
       "Server Threadpool Exhausted: every request thread of gpukitd is busy "
       "(server.maxThreads); retry later";
 
-  // Handlers running inline now, for tests.
-  int running() const { return running_.load(); }
-
  private:
+  // Counts one more handler inline if fewer than limit_ run now; else counts nothing.
+  bool TakeInlinePlace() {
+    if (running_.fetch_add(1, std::memory_order_acq_rel) < limit_) return true;
+    running_.fetch_sub(1, std::memory_order_acq_rel);
+    return false;
+  }
+
   WorkerPool& workers_;
   const int limit_;
   std::atomic<int> running_{0};

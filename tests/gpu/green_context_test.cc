@@ -56,26 +56,15 @@
 #include "runtime/cuda/cuda_driver.h"
 #include "runtime/jit/jit_compiler.h"
 #include "runtime/jit/library_search.h"
+#include "tests/gpu/record_smid_kernel.h"
 #include "tests/testing/random_seed.h"
 #include "tests/testing/status_matchers.h"
 
 namespace gpukit {
 namespace {
 
-// record_smid: thread 0 of each block writes the SM it runs on and spins, so that a grid of
-// many blocks must spread over every SM it may use. triple_plus_index: reads and writes.
-constexpr char kSource[] = R"(
-extern "C" __global__ void record_smid(unsigned int* smids, long long spin_cycles) {
-  if (threadIdx.x == 0) {
-    unsigned int smid;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-    smids[blockIdx.x] = smid;
-    const long long start = clock64();
-    while (clock64() - start < spin_cycles) {
-    }
-  }
-  __syncthreads();
-}
+// record_smid (record_smid_kernel.h), and triple_plus_index: reads and writes.
+constexpr char kTriplePlusIndexSource[] = R"(
 extern "C" __global__ void triple_plus_index(unsigned int* values, unsigned int n) {
   const unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) values[i] = values[i] * 3u + i;
@@ -355,7 +344,7 @@ class GreenContextTest : public ::testing::Test {
     absl::StatusOr<std::unique_ptr<JitCompiler>> jit = JitCompiler::Create({});
     if (!jit.ok()) return Skip(absl::StrCat("no NVRTC JIT compiler: ", jit.status().message()));
     CompileRequest request;
-    request.source = kSource;
+    request.source = std::string(::gpukit::testing::kRecordSmidSource) + kTriplePlusIndexSource;
     request.entries = {"record_smid", "triple_plus_index"};
     absl::StatusOr<JitResult> compiled =
         (*jit)->Compile(request, absl::StrCat("sm_", major * 10 + minor));

@@ -24,26 +24,12 @@
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/jit/jit_compiler.h"
 #include "tests/gpu/gpu_host.h"
+#include "tests/gpu/record_smid_kernel.h"
 #include "tests/testing/status_matchers.h"
 
 namespace gpukit {
 namespace {
 
-// Thread 0 of each block writes the SM it runs on and spins, so that a grid of many blocks
-// spreads over every SM its stream may use.
-constexpr char kSource[] = R"(
-extern "C" __global__ void record_smid(unsigned int* smids, long long spin_cycles) {
-  if (threadIdx.x == 0) {
-    unsigned int smid;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-    smids[blockIdx.x] = smid;
-    const long long start = clock64();
-    while (clock64() - start < spin_cycles) {
-    }
-  }
-  __syncthreads();
-}
-)";
 
 // 1024 threads a block: at most two blocks fit an SM, so four blocks per SM of the whole
 // device cannot all be placed at once and every SM a stream may use receives some.
@@ -73,7 +59,7 @@ class SmPlacementGpuTest : public ::testing::Test {
     absl::StatusOr<std::unique_ptr<JitCompiler>> jit = JitCompiler::Create({});
     if (!jit.ok()) GTEST_SKIP() << "no NVRTC JIT compiler: " << jit.status();
     CompileRequest request;
-    request.source = kSource;
+    request.source = ::gpukit::testing::kRecordSmidSource;
     request.entries = {"record_smid"};
     absl::StatusOr<JitResult> compiled =
         (*jit)->Compile(request, device_->properties().kernel_arch);

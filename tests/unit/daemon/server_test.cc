@@ -121,7 +121,8 @@ class ServerThreadsTest : public ::testing::Test {
     }
     v1::OpenSessionResponse opened;
     EXPECT_TRUE(sessions_->Open(Context().get(), open, &opened).ok());
-    EXPECT_EQ(opened.qos_class(), guaranteed ? v1::QOS_CLASS_GUARANTEED : v1::QOS_CLASS_BEST_EFFORT);
+    EXPECT_EQ(opened.qos_class(),
+              guaranteed ? v1::QOS_CLASS_GUARANTEED : v1::QOS_CLASS_BEST_EFFORT);
     v1::CreateArrayRequest create;
     create.set_session_id(opened.session_id());
     create.set_dtype(v1::DTYPE_UINT8);
@@ -130,6 +131,36 @@ class ServerThreadsTest : public ::testing::Test {
     EXPECT_TRUE(arrays_->Create(Context().get(), create, &created).ok());
     return {opened.session_id(), created.array().handle()};
   }
+
+  // Makes every RunOp wait in the device until release_ is notified; held_ counts them.
+  void HoldRunOps() {
+    hooks_->before_run_op = [this](const OpLaunch&) {
+      {
+        absl::MutexLock lock(&held_mu_);
+        ++held_;
+      }
+      release_.WaitForNotification();
+    };
+  }
+  // Waits (up to 30 s) until `n` RunOps are held.
+  bool AwaitHeld(int n) {
+    absl::MutexLock lock(&held_mu_);
+    auto reached = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(held_mu_) { return held_ == n; };
+    return held_mu_.AwaitWithTimeout(absl::Condition(&reached), absl::Seconds(30));
+  }
+
+  static v1::RunOpRequest AddRequest(const std::string& session, const std::string& handle) {
+    v1::RunOpRequest request;
+    request.set_session_id(session);
+    request.set_op("add");
+    request.add_inputs()->set_handle(handle);
+    request.add_inputs()->set_handle(handle);
+    return request;
+  }
+
+  absl::Mutex held_mu_;
+  int held_ ABSL_GUARDED_BY(held_mu_) = 0;
+  absl::Notification release_;
 
   std::unique_ptr<Core> core_;
   std::unique_ptr<Server> server_;
@@ -145,26 +176,13 @@ TEST_F(ServerThreadsTest, UnaryRequestsBeyondTheCapAreResourceExhaustedWhileStre
 
   // Ops that stay inside the device until released, each holding a thread of the unary
   // calls' pool (RunOp is a callback method; service::InlineUnary).
-  absl::Mutex mu;
-  int held = 0;
-  absl::Notification release;
-  hooks_->before_run_op = [&](const OpLaunch&) {
-    {
-      absl::MutexLock lock(&mu);
-      ++held;
-    }
-    release.WaitForNotification();
-  };
+  HoldRunOps();
   constexpr int kHandlers = kMaxThreads;
   std::vector<grpc::Status> results(kHandlers);
   std::vector<std::thread> clients;
   for (int i = 0; i < kHandlers; ++i) {
     clients.emplace_back([&, i] {
-      v1::RunOpRequest request;
-      request.set_session_id(session);
-      request.set_op("add");
-      request.add_inputs()->set_handle(handle);
-      request.add_inputs()->set_handle(handle);
+      const v1::RunOpRequest request = AddRequest(session, handle);
       v1::RunOpResponse response;
       // gRPC's sync server may refuse a request while its threads are between requests (a
       // loaded machine shows it): such a refusal comes before the handler, so try again.
@@ -175,13 +193,7 @@ TEST_F(ServerThreadsTest, UnaryRequestsBeyondTheCapAreResourceExhaustedWhileStre
       }
     });
   }
-  {
-    absl::MutexLock lock(&mu);
-    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(
-                                        +[](int* n) { return *n == kHandlers; }, &held),
-                                    absl::Seconds(30)))
-        << held << " of " << kHandlers << " ops reached the device";
-  }
+  ASSERT_TRUE(AwaitHeld(kHandlers)) << "not all " << kHandlers << " ops reached the device";
 
   // Every thread the cap allows is busy: the next unary request is refused at once, as gRPC's
   // synchronous server refuses its own beyond the cap (the same text)...
@@ -195,7 +207,7 @@ TEST_F(ServerThreadsTest, UnaryRequestsBeyondTheCapAreResourceExhaustedWhileStre
   EXPECT_TRUE(download.ok()) << download.error_message();
   EXPECT_EQ(downloaded, "abcd");
 
-  release.Notify();
+  release_.Notify();
   for (std::thread& client : clients) client.join();
   for (const grpc::Status& result : results) {
     EXPECT_TRUE(result.ok()) << result.error_code() << ": " << result.error_message();
@@ -297,11 +309,7 @@ TEST_F(InlineUnaryTest, ACallHeldInlineLeavesTheOthersServed) {
   const auto [session, handle] = SessionWithArray("inline", /*guaranteed=*/true);
   ASSERT_FALSE(handle.empty());
   ASSERT_TRUE(Upload(session, handle, std::string("\x01\x02\x03\x04", 4)).ok());
-  v1::RunOpRequest add;
-  add.set_session_id(session);
-  add.set_op("add");
-  add.add_inputs()->set_handle(handle);
-  add.add_inputs()->set_handle(handle);
+  const v1::RunOpRequest add = AddRequest(session, handle);
 
   absl::Notification held, release;
   std::atomic<int> ops{0};
@@ -338,56 +346,29 @@ TEST_F(InlineUnaryTest, BestEffortCallsNeverTakeTheInlinePlace) {
   const auto [victim, victim_array] = SessionWithArray("victim", /*guaranteed=*/true);
   ASSERT_FALSE(flood_array.empty());
   ASSERT_FALSE(victim_array.empty());
-  absl::Mutex mu;
-  int held = 0;
-  absl::Notification release;
-  hooks_->before_run_op = [&](const OpLaunch&) {
-    {
-      absl::MutexLock lock(&mu);
-      ++held;
-    }
-    release.WaitForNotification();
-  };
-  auto add = [](const std::string& session, const std::string& handle) {
-    v1::RunOpRequest request;
-    request.set_session_id(session);
-    request.set_op("add");
-    request.add_inputs()->set_handle(handle);
-    request.add_inputs()->set_handle(handle);
-    return request;
-  };
+  HoldRunOps();
   std::vector<grpc::Status> results(kMaxThreads);
   std::vector<std::thread> clients;
   for (int i = 0; i < kMaxThreads; ++i) {
     clients.emplace_back([&, i] {
       v1::RunOpResponse response;
-      results[i] = compute_->RunOp(Context().get(), add(flood, flood_array), &response);
+      results[i] = compute_->RunOp(Context().get(), AddRequest(flood, flood_array), &response);
     });
   }
-  {
-    absl::MutexLock lock(&mu);
-    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(
-                                        +[](int* n) { return *n == kMaxThreads; }, &held),
-                                    absl::Seconds(30)));
-  }
+  ASSERT_TRUE(AwaitHeld(kMaxThreads));
   v1::RunOpResponse refused_response;
   const grpc::Status refused =
-      compute_->RunOp(Context().get(), add(flood, flood_array), &refused_response);
+      compute_->RunOp(Context().get(), AddRequest(flood, flood_array), &refused_response);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
   // The Guaranteed session's RunOp runs inline (it, too, waits in the device until released).
   v1::RunOpResponse victim_response;
   grpc::Status victim_status;
   std::thread victim_client([&] {
     victim_status =
-        compute_->RunOp(Context().get(), add(victim, victim_array), &victim_response);
+        compute_->RunOp(Context().get(), AddRequest(victim, victim_array), &victim_response);
   });
-  {
-    absl::MutexLock lock(&mu);
-    EXPECT_TRUE(mu.AwaitWithTimeout(absl::Condition(
-                                        +[](int* n) { return *n == kMaxThreads + 1; }, &held),
-                                    absl::Seconds(30)));
-  }
-  release.Notify();
+  EXPECT_TRUE(AwaitHeld(kMaxThreads + 1));
+  release_.Notify();
   victim_client.join();
   for (std::thread& client : clients) client.join();
   EXPECT_TRUE(victim_status.ok()) << victim_status.error_message();

@@ -133,20 +133,8 @@ ScopedFd ConnectFromChildWithGroups(const std::string& path, const std::vector<g
     if (fd < 0 || connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
       _exit(3);
     }
-    char byte = 'c';
-    iovec data{&byte, 1};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr message{};
-    message.msg_iov = &data;
-    message.msg_iovlen = 1;
-    message.msg_control = control;
-    message.msg_controllen = sizeof(control);
-    cmsghdr* header = CMSG_FIRSTHDR(&message);
-    header->cmsg_level = SOL_SOCKET;
-    header->cmsg_type = SCM_RIGHTS;
-    header->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
-    _exit(sendmsg(theirs.get(), &message, 0) == 1 ? 0 : 4);
+    // SendMessage's success path is one sendmsg, fit for a forked child.
+    _exit(SendMessage(theirs.get(), "c", 1, fd).ok() ? 0 : 4);
   }
   theirs.Reset();
   if (pid < 0) {
