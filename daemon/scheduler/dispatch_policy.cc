@@ -15,9 +15,10 @@ bool CapHolds(const DispatchPartition& p, absl::Time now) {
   return p.capped && p.cap_ready_at > now;
 }
 
-bool DeviceBusy(const DispatchSnapshot& s) {
-  for (int n : s.in_flight) {
-    if (n > 0) return true;
+// Whether the SMs that no partition reserves have work in flight.
+bool SharedSmsBusy(const DispatchSnapshot& s) {
+  for (const DispatchPartition& p : s.partitions) {
+    if (!p.reserved_sms && p.running > 0) return true;
   }
   return false;
 }
@@ -48,11 +49,14 @@ std::optional<DispatchDecision> ShareYield(const DispatchSnapshot& s) {
   // work in flight is a claim: what the candidate adds beside it would take the device's
   // time from it. While the device has work in flight, holding the candidate leaves it no
   // less busy; on an idle device one partition must go: the one nearest to repaying.
+  // Partitions that reserve SMs contend with nobody for them: they neither yield nor claim.
   const DispatchPartition& self = s.partitions[s.candidate];
-  const bool busy = DeviceBusy(s);
+  if (self.reserved_sms) return std::nullopt;
+  const bool busy = SharedSmsBusy(s);
   for (size_t i = 0; i < s.partitions.size(); ++i) {
     if (i == s.candidate) continue;
     const DispatchPartition& other = s.partitions[i];
+    if (other.reserved_sms) continue;
     if (other.running > 0) {
       return Wait(DispatchReason::kYieldsToInFlight, self.share_ready_at);
     }

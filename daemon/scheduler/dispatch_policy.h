@@ -53,6 +53,9 @@
 //           earlier share_ready_at, or the same one and a smaller name (kYieldsToNearer).
 //      A partition with no claim (idle, or queued work held by its cap) does not count; a
 //      partition alone with work runs at full speed whatever its share bucket says.
+//      Partitions that reserve SMs take no part: a reserved candidate never yields (holding
+//      it back would only leave its SMs idle), a reserved other has no claim (its work is not
+//      on the candidate's SMs), and "work in flight" in c and d means on the shared SMs.
 //   5. Otherwise -> admit (kAdmit).
 //
 // Thread safety: pure functions over values.
@@ -97,6 +100,8 @@ struct DispatchPartition {
   absl::Time share_ready_at;
   // When it last finished a task (InfinitePast: never).
   absl::Time last_finish = absl::InfinitePast();
+  // Its streams run on SMs of its own (PartitionSpec::reserve_sms): rule 4 leaves it out.
+  bool reserved_sms = false;
 };
 
 struct DispatchSnapshot {

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/scheduler/device_time_estimate.h"
+#include "daemon/scheduler/sm_ranges.h"
 #include "daemon/scheduler/task_queue.h"
 #include "daemon/scheduler/token_bucket.h"
 #include "runtime/base/status_macros.h"
@@ -40,8 +42,11 @@ struct Task {
   // partition's buckets from admission; `settled` once Finish replaced the charge.
   absl::Duration estimate;
   bool settled = false;
-  // Its device's share clock when it started (DeviceState::share_clock_ns).
-  double share_clock_at_start = 0;
+  // The share clock of the SMs it ran on (its partition's or its device's), its reading
+  // when the task started, and the fraction of the device's SMs those are.
+  ShareClock* clock = nullptr;
+  double clock_at_start = 0;
+  double sm_fraction = 1;
 };
 
 struct PartitionState {
@@ -68,6 +73,10 @@ struct PartitionState {
 
   PartitionSpec spec;
   bool deleted = false;
+  // The fraction of its device's SMs its streams run on (PlaceSms), and, when it reserves
+  // them, the tasks running there (no other partition's run on them).
+  double sm_fraction = 1;
+  ShareClock own_clock;
   absl::flat_hash_set<std::string> sessions;
   int64_t memory_used_bytes = 0;
   int64_t memory_requested_bytes = 0;
@@ -252,6 +261,7 @@ absl::Status Scheduler::CreatePartition(const PartitionSpec& spec) {
   if (!fits.admitted) return fits.ToStatus();
   partitions_.emplace(spec.name,
                       std::make_shared<PartitionState>(spec, options_.pacing_burst, clock_.Now()));
+  PlaceSmsLocked(spec.device_index);
   return absl::OkStatus();
 }
 
@@ -270,6 +280,7 @@ absl::StatusOr<PartitionSpec> Scheduler::UpdatePartition(absl::string_view name,
   p->spec = spec;
   p->share.SetRate(spec.compute_share, now);
   p->cap.SetRate(PartitionState::CapRate(spec), now);
+  PlaceSmsLocked(spec.device_index);
   PumpLocked(now);  // a raised limit may let waiting tasks go
   return spec;
 }
@@ -290,7 +301,9 @@ absl::StatusOr<std::vector<std::string>> Scheduler::DeletePartition(absl::string
         RejectReason::kPartitionBusy);
   }
   p.deleted = true;
+  const int device_index = p.spec.device_index;
   partitions_.erase(it);
+  PlaceSmsLocked(device_index);
   return sessions;
 }
 
@@ -659,6 +672,7 @@ const DispatchSnapshot& Scheduler::DispatchSnapshotLocked(PartitionState& p, Qos
         .cap_ready_at = q.spec.bandwidth_cap > 0 ? q.cap.ReadyAt(now) : now,
         .share_ready_at = q.share.ReadyAt(now),
         .last_finish = q.last_finish,
+        .reserved_sms = q.spec.reserve_sms,
     });
   };
   for (const auto& [name, holder] : partitions_) {
@@ -729,35 +743,49 @@ bool Scheduler::AdmitLocked(PartitionState& p, Task& task, absl::Time now) {
   return true;
 }
 
-void Scheduler::AdvanceShareClockLocked(DeviceState& device, absl::Time now) {
-  if (device.running == 0) {
-    device.share_clock_ns = 0;  // no task holds a reading: start again, exactly
-  } else if (now > device.share_clock_last) {
-    device.share_clock_ns += absl::ToDoubleNanoseconds(now - device.share_clock_last) /
-                             static_cast<double>(device.running);
+void ShareClock::Advance(absl::Time now) {
+  if (running == 0) {
+    ns = 0;  // no task holds a reading: start again, exactly
+  } else if (now > last) {
+    ns += absl::ToDoubleNanoseconds(now - last) / static_cast<double>(running);
   }
-  device.share_clock_last = std::max(device.share_clock_last, now);
+  last = std::max(last, now);
+}
+
+ShareClock& Scheduler::ClockOfLocked(PartitionState& p) {
+  return p.spec.reserve_sms ? p.own_clock : devices_[p.spec.device_index].shared_clock;
+}
+
+void Scheduler::PlaceSmsLocked(int device_index) {
+  std::vector<PartitionSpec> specs;
+  for (const auto& [name, p] : partitions_) {
+    if (p->spec.device_index == device_index) specs.push_back(p->spec);
+  }
+  const absl::flat_hash_map<std::string, SmPlacement> placed = PlaceSms(specs);
+  for (const auto& [name, p] : partitions_) {
+    if (p->spec.device_index != device_index) continue;
+    auto it = placed.find(name);
+    p->sm_fraction = it != placed.end() ? it->second.share : 1;
+  }
 }
 
 absl::Duration Scheduler::OwnDeviceTimeLocked(const Task& task, absl::Duration device_time,
                                               absl::Time now) {
-  DeviceState& device = devices_[task.partition->spec.device_index];
-  AdvanceShareClockLocked(device, now);
+  task.clock->Advance(now);
   const absl::Duration span = now - task.info.started;
   // A run that took no time on the scheduler's clock says nothing about sharing.
-  if (span <= absl::ZeroDuration()) return device_time;
+  if (span <= absl::ZeroDuration()) return device_time * task.sm_fraction;
   const double mean_share = std::clamp(
-      (device.share_clock_ns - task.share_clock_at_start) / absl::ToDoubleNanoseconds(span), 0.0,
-      1.0);
-  return device_time * mean_share;
+      (task.clock->ns - task.clock_at_start) / absl::ToDoubleNanoseconds(span), 0.0, 1.0);
+  return device_time * (mean_share * task.sm_fraction);
 }
 
 void Scheduler::ReleaseInFlightLocked(Task& task, TaskState was, absl::Time now) {
   PartitionState& p = *task.partition;
   DeviceState& device = devices_[p.spec.device_index];
   if (was == TaskState::kRunning) {
-    AdvanceShareClockLocked(device, now);
-    --device.running;
+    task.clock->Advance(now);
+    --task.clock->running;
   }
   const int c = static_cast<int>(task.info.qos);
   --device.in_flight[c];
@@ -864,10 +892,13 @@ absl::Status Scheduler::Start(const TaskRef& task) {
   }
   const absl::Time now = clock_.Now();
   GPUKIT_RETURN_IF_ERROR(TransitionLocked(*task, TaskState::kRunning, now));
-  DeviceState& device = devices_[task->partition->spec.device_index];
-  AdvanceShareClockLocked(device, now);
-  ++device.running;
-  task->share_clock_at_start = device.share_clock_ns;
+  PartitionState& p = *task->partition;
+  ShareClock& clock = ClockOfLocked(p);
+  clock.Advance(now);
+  ++clock.running;
+  task->clock = &clock;
+  task->clock_at_start = clock.ns;
+  task->sm_fraction = p.sm_fraction;
   return absl::OkStatus();
 }
 

@@ -42,10 +42,14 @@
 // that was quiet (nothing queued or in flight, no finish within the anticipation) gets a
 // task, the others of its device have their share debt cut to `pacing_burst`: debt run up
 // while nobody else wanted the device is forgiven, so nobody is held for long after running
-// alone. So under contention each busy partition gets its share of the device's time (the
-// shares of a device sum to at most 1; what idle partitions leave goes in proportion), a
-// lone busy partition gets the whole device (work-conserving: shares are guarantees under
-// contention), and a Guaranteed task waits for no other partition's debt.
+// alone. A partition that reserves SMs (PartitionSpec::reserve_sms, PlaceSms) takes no part
+// in the share rule, either way (its SMs are its own), and its tasks' clock counts only its
+// own tasks running, scaled by its fraction of the device's SMs; the other partitions' count
+// the tasks on the SMs left to them, scaled likewise. So under contention each busy
+// partition gets its share of the device's time (the shares of a device sum to at most 1;
+// what idle partitions leave goes in proportion), a lone busy partition gets the whole
+// device (work-conserving: shares are guarantees under contention), and a Guaranteed task
+// waits for no other partition's debt.
 //
 //   GPUKIT_ASSIGN_OR_RETURN(auto scheduler, Scheduler::Create(clock, devices, partitions, {}));
 //   GPUKIT_ASSIGN_OR_RETURN(SessionAdmission s, scheduler->AdmitSession("s-1", "default", {}));
@@ -133,6 +137,17 @@ class Scheduler;
 struct SessionAccount;
 struct PartitionState;
 struct Task;
+
+// The scheduler's record of the tasks running (started, not finished) on one range of a
+// device's SMs, and the integral over time of 1 / running while any runs: a task's share of
+// the range between two readings is their difference over the time between them.
+struct ShareClock {
+  int running = 0;
+  double ns = 0;
+  absl::Time last = absl::InfinitePast();
+  // Brings the integral up to `now`; call before `running` changes.
+  void Advance(absl::Time now);
+};
 using SessionTicket = std::shared_ptr<SessionAccount>;
 using TaskRef = std::shared_ptr<Task>;
 
@@ -364,12 +379,8 @@ class Scheduler {
     std::array<int, kQosClassCount> in_flight{};
     std::array<int64_t, kQosClassCount> in_flight_estimate_ns{};
     bool busy() const { return in_flight[0] + in_flight[1] + in_flight[2] > 0; }
-    // Tasks running (started, not finished), and the integral over time of 1 / running
-    // while any runs: a task's share of the device between two readings is their
-    // difference over the time between them (see AdvanceShareClockLocked).
-    int running = 0;
-    double share_clock_ns = 0;
-    absl::Time share_clock_last = absl::InfinitePast();
+    // The tasks running on the SMs no partition reserves (every SM when none does).
+    ShareClock shared_clock;
     absl::Duration device_time_total;  // device_time_total(): every finished task's
   };
 
@@ -382,11 +393,14 @@ class Scheduler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckDeviceLocked(int device_index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Time PumpLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Brings the device's share clock up to `now`; call before its running count changes.
-  void AdvanceShareClockLocked(DeviceState& device, absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The share clock a task of `p` runs under: p's own when it reserves SMs, else its
+  // device's shared one.
+  ShareClock& ClockOfLocked(PartitionState& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets the SM fraction (PlaceSms) of every partition of the device. O(p log p).
+  void PlaceSmsLocked(int device_index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The part of a finishing task's measured device time that was its own: `device_time`
-  // times the mean of 1 / (tasks running on the device) over the task's run.
+  // times the mean of 1 / (tasks running on its SMs) over the task's run, times the fraction
+  // of the device's SMs those are.
   absl::Duration OwnDeviceTimeLocked(const Task& task, absl::Duration device_time, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The in-flight bound of a class, which is also the estimate of a task name never measured.

@@ -244,6 +244,37 @@ const std::vector<Row>& Rows() {
        Device({{.name = "b", .running = 1}, {.name = "a", .share_ready_at = kNow + 3 * kMs}}, kBE,
               {0, 0, 1}, {}, /*candidate=*/1),
        false, DispatchReason::kYieldsToInFlight, kNow + 3 * kMs},
+      // Reserved SMs: a partition whose streams run on SMs of its own neither yields for
+      // its share nor holds anyone back with its own work.
+      {"AReservedDebtorGoesBesideOthersWorkInFlight",
+       Device({{.name = "a", .share_ready_at = kNow + 3 * kMs, .reserved_sms = true},
+               {.name = "b", .running = 1, .queued = 2}},
+              kBE, {0, 0, 1}),
+       true, DispatchReason::kAdmit, kNever},
+      {"AReservedPartitionsWorkInFlightIsNoClaim",
+       Device({{.name = "a", .share_ready_at = kNow + 3 * kMs},
+               {.name = "b", .running = 1, .queued = 2, .reserved_sms = true}},
+              kBE, {0, 0, 1}),
+       true, DispatchReason::kAdmit, kNever},
+      {"AReservedPartitionsRecentFinishIsNoClaim",
+       Device({{.name = "a", .share_ready_at = kNow + 3 * kMs},
+               {.name = "b", .last_finish = kNow - 100 * kUs, .reserved_sms = true}}),
+       true, DispatchReason::kAdmit, kNever},
+      // b's queued work claims the shared SMs: they are idle (only reserved c runs), so the
+      // partition nearer to repaying goes first, as on an idle device.
+      {"WorkOnReservedSmsLeavesTheSharedOnesIdle",
+       Device({{.name = "a", .share_ready_at = kNow + 3 * kMs},
+               {.name = "b", .queued = 1, .share_ready_at = kNow + 5 * kMs},
+               {.name = "c", .running = 2, .reserved_sms = true}},
+              kBE, {0, 0, 2}),
+       true, DispatchReason::kAdmit, kNever},
+      {"SharedPartitionsStillYieldToEachOtherBesideAReservedOne",
+       Device({{.name = "a", .share_ready_at = kNow + 3 * kMs},
+               {.name = "c", .running = 2, .reserved_sms = true},
+               {.name = "b", .running = 1}},
+              kBE, {0, 0, 3}),
+       false, DispatchReason::kYieldsToInFlight, kNow + 3 * kMs},
+
       // Which claim is reported is the first in the snapshot's order; the wait is the same.
       {"FirstClaimInOrderIsReportedAnticipationFirst",
        Device({{.name = "a", .share_ready_at = kNow + 3 * kMs},

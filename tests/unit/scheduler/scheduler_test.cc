@@ -1384,6 +1384,61 @@ TEST_F(PacingTest, ConcurrentTasksAreChargedTheirOwnPartOfTheDevicesTime) {
       << "10 ms alone, 20 ms shared with a";
 }
 
+// A partition that reserves SMs runs on its own range of them (PlaceSms): its tasks share
+// that range only with each other, and each is charged its share of the range times the
+// range's fraction of the device. The shared partitions' tasks share the rest likewise.
+TEST_F(PacingTest, TasksOnReservedSmsAreChargedTheSmsTheyCouldUse) {
+  PartitionSpec a = Partition("a", 16 * kMiB, 0.25);
+  a.reserve_sms = true;
+  Build({a, Partition("b", 48 * kMiB, 0.75)}, Burst(kBurst));
+  SessionTicket sa = Open("a");
+  SessionTicket sb = Open("b");
+  TaskRef a1 = Submit(sa, Named("a-op"));
+  TaskRef a2 = Submit(sa, Named("a-op"));
+  TaskRef b1 = Submit(sb, Named("b-op"));
+  ASSERT_THAT(scheduler().Start(a1), IsOk());
+  ASSERT_THAT(scheduler().Start(b1), IsOk());
+  clock_.Advance(absl::Milliseconds(20));  // a1 alone on a's SMs, b1 alone on the rest
+  ASSERT_THAT(scheduler().Start(a2), IsOk());
+  clock_.Advance(absl::Milliseconds(20));  // a1 and a2 share a's SMs; b1 is still alone
+  const absl::Duration a_before = StatusOf("a").pacing_balance;
+  const absl::Duration b_before = StatusOf("b").pacing_balance;
+  scheduler().Finish(a1, absl::OkStatus(), absl::Milliseconds(40));
+  // a1's estimate (1 ms) comes back; its own part: (20 + 20 / 2) ms of a's SMs, a quarter
+  // of the device.
+  EXPECT_EQ(StatusOf("a").pacing_balance,
+            a_before + absl::Milliseconds(1) - absl::Microseconds(7500));
+  scheduler().Finish(b1, absl::OkStatus(), absl::Milliseconds(40));
+  EXPECT_EQ(StatusOf("b").pacing_balance, b_before + absl::Milliseconds(1) - absl::Milliseconds(30))
+      << "40 ms alone on the three quarters no partition reserves";
+  EXPECT_EQ(StatusOf("b").device_time_total, absl::Milliseconds(40))
+      << "accounting keeps the measured device time";
+}
+
+// A reserved partition in debt is not held for other partitions' work (its SMs would only
+// idle), and its own work holds nobody back on the shared SMs.
+TEST_F(PacingTest, ReservedSmsTakeNoPartInTheShareRule) {
+  PartitionSpec a = Partition("a", 16 * kMiB, 0.25);
+  a.reserve_sms = true;
+  Build({a, Partition("b", 24 * kMiB, 0.25), Partition("c", 24 * kMiB, 0.5)}, Burst(kBurst));
+  SessionTicket sa = Open("a");
+  SessionTicket sb = Open("b");
+  SessionTicket sc = Open("c");
+  ASSERT_NO_FATAL_FAILURE(RunToCompletion(sa, absl::Milliseconds(400)));  // a: in debt
+  ASSERT_NO_FATAL_FAILURE(RunToCompletion(sb, absl::Milliseconds(400)));  // b: in debt
+  ASSERT_LT(StatusOf("a").pacing_balance, absl::ZeroDuration());
+  ASSERT_LT(StatusOf("b").pacing_balance, absl::ZeroDuration());
+  clock_.Advance(absl::Milliseconds(1));  // past the anticipation of both finishes
+  TaskRef c_running = Submit(sc);
+  ASSERT_EQ(StateOf(c_running), TaskState::kAdmitted);
+  EXPECT_EQ(StateOf(Submit(sa)), TaskState::kAdmitted) << "a's SMs are its own";
+  EXPECT_EQ(StateOf(Submit(sb)), TaskState::kQueued) << "b shares c's SMs and owes them";
+  ASSERT_THAT(scheduler().UpdatePartition("a", PartitionFieldMask{.reserve_sms = true},
+                                          PartitionSpec{.reserve_sms = false}),
+              IsOk());
+  EXPECT_EQ(StateOf(Submit(sa)), TaskState::kQueued) << "shared again: a yields to c too";
+}
+
 // A partition in debt yields to another of its device that has work queued, also when that
 // one waits only for its own running slot: the device is busy with its work, and holding the
 // debtor is what keeps the other's share. The debtor goes once its debt is repaid, or once
