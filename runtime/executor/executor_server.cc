@@ -234,8 +234,11 @@ class ExecutorServer::Impl {
   absl::flat_hash_map<uint64_t, FunctionId> functions_ ABSL_GUARDED_BY(mu_);
   // Whether stream work runs on the reading thread when its stream is idle (RunOrQueue).
   const bool inline_work_;
-  // Traffic on the channel either way, for the reading thread's polling.
-  RecentActivity activity_;
+  // Waits queued to a completion thread whose replies have not gone yet.
+  std::atomic<int> waits_owed_{0};
+  // The reading thread's polling: while waits are owed, and ExecutorReaderPollTime() after
+  // the channel's last traffic either way.
+  RecentActivity activity_{ExecutorReaderPollTime(), &waits_owed_};
   // The reading thread's own: whether it is handling a Batch, and the batch's stream work.
   bool in_batch_ = false;
   std::vector<std::pair<std::shared_ptr<StreamState>, std::vector<std::function<void()>>>>
@@ -988,6 +991,14 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
         }
         if (done_already) {
           complete();
+        } else if (kind == executor::Request::kWaitEvent) {
+          // Its reply comes when the work ends: the reader polls until then (and its window
+          // after), so the next request finds it awake.
+          waits_owed_.fetch_add(1, std::memory_order_relaxed);
+          s->completions.Push([this, complete = std::move(complete)]() mutable {
+            complete();
+            waits_owed_.fetch_sub(1, std::memory_order_relaxed);
+          });
         } else {
           s->completions.Push(std::move(complete));
         }

@@ -64,11 +64,20 @@ struct Pending {
     done.Notify();
   }
   // Spins for up to ChannelSpinTime() first: the answer of a round trip to the executor
-  // usually comes within it, and a sleeping waiter costs a wake-up more.
+  // usually comes within it, and a sleeping waiter costs a wake-up more. A wait's reply comes
+  // when the device's work ends: with a free SpinSlots slot the waiter spins through the work
+  // (up to kLongSpin), as a CUDA context's synchronous wait does, rather than pay a wake-up
+  // at its end (40-70 us on the H200 host).
   void Wait() {
-    SpinUntil([this] { return ready.load(std::memory_order_acquire); }, ChannelSpinTime());
+    auto ready_now = [this] { return ready.load(std::memory_order_acquire); };
+    if (!SpinUntil(ready_now, ChannelSpinTime()) && is_wait &&
+        SpinSlots::ForWaits().TryAcquire()) {
+      SpinUntil(ready_now, kLongSpin);
+      SpinSlots::ForWaits().Release();
+    }
     done.WaitForNotification();
   }
+  static constexpr std::chrono::microseconds kLongSpin{20'000};
   std::atomic<bool> ready{false};  // set just before `done`, for a waiter that spins
 };
 
@@ -80,7 +89,10 @@ struct Executor {
   absl::Notification hello_received;
   executor::Hello hello;  // set before hello_received
   absl::Notification closed;  // the channel ended (the process died or exits)
-  RecentActivity activity;    // traffic either way, for the reader's polling
+  // Traffic either way, and the replies gpukitd is owed, for the reader's polling.
+  explicit Executor(const std::atomic<int>* replies_owed)
+      : activity(ChannelSpinTime(), replies_owed) {}
+  RecentActivity activity;
   // Every send to this executor takes send_mu (a leaf lock), so the executor gets requests
   // in the order they were handed over. `held`: one-way requests held back (its body a
   // Batch), sent before or with the next request, at the end of a DeviceBatch, or by the
@@ -330,6 +342,8 @@ class RemoteDevice::Impl {
   absl::Mutex pending_mu_;
   uint64_t next_seq_ ABSL_GUARDED_BY(pending_mu_) = 1;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Pending>> pending_ ABSL_GUARDED_BY(pending_mu_);
+  // pending_.size(), stored after each change: while replies are owed the readers poll.
+  std::atomic<int> replies_owed_{0};
 
   // The supervisor: restarts, the standby, the hang watchdog.
   absl::Mutex supervisor_mu_;
@@ -472,6 +486,7 @@ RemoteDevice::Impl::~Impl() {
     absl::MutexLock lock(&pending_mu_);
     for (auto& [seq, pending] : pending_) pending->Complete(absl::CancelledError("shutting down"));
     pending_.clear();
+    replies_owed_.store(static_cast<int>(pending_.size()), std::memory_order_relaxed);
   }
   host_pool_.reset();
   device_pool_.reset();
@@ -505,7 +520,7 @@ absl::StatusOr<std::shared_ptr<Executor>> RemoteDevice::Impl::Spawn() {
     return absl::FailedPreconditionError(absl::StrCat(
         "cannot start the device executor ", options_.executor_path, ": ", std::strerror(error)));
   }
-  auto executor = std::make_shared<Executor>();
+  auto executor = std::make_shared<Executor>(&replies_owed_);
   executor->pid = pid;
   executor->socket = std::move(ours);
   Executor* raw = executor.get();
@@ -549,6 +564,7 @@ void RemoteDevice::Impl::ReadLoop(Executor* executor) {
           if (it != pending_.end()) {
             pending = std::move(it->second);
             pending_.erase(it);
+            replies_owed_.store(static_cast<int>(pending_.size()), std::memory_order_relaxed);
           }
         }
         if (pending != nullptr) {
@@ -683,12 +699,14 @@ std::shared_ptr<Pending> RemoteDevice::Impl::Register(uint64_t* seq) {
   absl::MutexLock lock(&pending_mu_);
   *seq = next_seq_++;
   pending_[*seq] = pending;
+  replies_owed_.store(static_cast<int>(pending_.size()), std::memory_order_relaxed);
   return pending;
 }
 
 void RemoteDevice::Impl::Unregister(uint64_t seq) {
   absl::MutexLock lock(&pending_mu_);
   pending_.erase(seq);
+  replies_owed_.store(static_cast<int>(pending_.size()), std::memory_order_relaxed);
 }
 
 absl::StatusOr<int64_t> RemoteDevice::Impl::Call(executor::Request& request, int fd,
@@ -701,6 +719,7 @@ absl::StatusOr<int64_t> RemoteDevice::Impl::Call(executor::Request& request, int
     absl::MutexLock lock(&pending_mu_);
     seq = next_seq_++;
     pending_[seq] = pending;
+    replies_owed_.store(static_cast<int>(pending_.size()), std::memory_order_relaxed);
   }
   request.set_seq(seq);
   {
@@ -879,6 +898,7 @@ void RemoteDevice::Impl::Recover(const std::string& kind, const std::string& err
     absl::MutexLock lock(&pending_mu_);
     for (auto& [seq, pending] : pending_) owed.push_back(std::move(pending));
     pending_.clear();
+    replies_owed_.store(static_cast<int>(pending_.size()), std::memory_order_relaxed);
   }
   // The culprit: the event whose work faulted, hung or was running when the executor died.
   // Its wait (now or, if it has not come yet, later) gets the fault's own error.

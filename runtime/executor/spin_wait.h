@@ -44,6 +44,44 @@ inline std::chrono::microseconds SpinTime() {
 // busy channel while traffic keeps coming, none once it has been quiet for that long.
 inline std::chrono::microseconds ChannelSpinTime() { return 4 * SpinTime(); }
 
+// How long the executor's reader keeps polling after the channel's last traffic: 20 x
+// SpinTime() (1 ms on big hosts). A synchronous client's next request follows a reply by
+// the client's whole cycle, which for large ops was 0.4-0.5 ms on the H200 host (gRPC's and
+// the client's threads wake from their own sleep); a reader asleep by then costs the next
+// request 40-70 us to wake (measured there, "Where a large synchronous op's time goes").
+inline std::chrono::microseconds ExecutorReaderPollTime() { return 20 * SpinTime(); }
+
+// A thread waiting for device work it knows to be long (a wait's reply) may spin through it
+// only while it holds one of a few slots: the others sleep after the usual spin. A slot costs
+// a core for as long as the work runs, as a CUDA context's own synchronous waits do;
+// max(1, cores / 8) slots on hosts that spin at all (2 on 16 cores), none on small hosts.
+class SpinSlots {
+ public:
+  explicit SpinSlots(int slots) : slots_(slots) {}
+  // Takes a slot if one is free.
+  bool TryAcquire() {
+    int used = used_.load(std::memory_order_relaxed);
+    while (used < slots_) {
+      if (used_.compare_exchange_weak(used, used + 1, std::memory_order_acquire)) return true;
+    }
+    return false;
+  }
+  void Release() { used_.fetch_sub(1, std::memory_order_release); }
+
+  // The process's slots for waits on the executor channel.
+  static SpinSlots& ForWaits() {
+    static SpinSlots slots(
+        SpinTime().count() > 0
+            ? std::max(1, static_cast<int>(std::thread::hardware_concurrency() / 8))
+            : 0);
+    return slots;
+  }
+
+ private:
+  const int slots_;
+  std::atomic<int> used_{0};
+};
+
 inline void CpuRelax() {
 #if defined(__x86_64__)
   __builtin_ia32_pause();
@@ -65,18 +103,23 @@ bool SpinUntil(const Ready& ready, std::chrono::microseconds budget = SpinTime()
   return ready();
 }
 
-// When a channel last carried a message either way, for its reader: polling pays while
-// traffic is recent (a reply is due, or a synchronous client's next call), sleeping once it
-// has been quiet for ChannelSpinTime().
+// When a channel last carried a message either way, and how many answers its reader is
+// owed: polling pays while traffic is recent (a synchronous client's next call) or an answer
+// is owed (a reply to a wait comes when the device's work ends, however long it runs),
+// sleeping once it has been quiet for the window with nothing owed.
 class RecentActivity {
  public:
-  explicit RecentActivity(std::chrono::microseconds window = ChannelSpinTime())
-      : window_ns_(std::chrono::nanoseconds(window).count()) {}
+  // `owed` (if given, outliving this) counts the answers the reader is owed.
+  explicit RecentActivity(std::chrono::microseconds window = ChannelSpinTime(),
+                          const std::atomic<int>* owed = nullptr)
+      : window_ns_(std::chrono::nanoseconds(window).count()), owed_(owed) {}
   void Touch() { last_ns_.store(NowNs(), std::memory_order_relaxed); }
-  // Whether the last Touch was less than the window ago (never with a window of 0, as on
-  // small hosts; never before the first Touch).
+  // Whether an answer is owed or the last Touch was less than the window ago (never with a
+  // window of 0, as on small hosts; never before the first Touch with nothing owed).
   bool Recent() const {
-    return window_ns_ > 0 && NowNs() - last_ns_.load(std::memory_order_relaxed) < window_ns_;
+    if (window_ns_ <= 0) return false;
+    return (owed_ != nullptr && owed_->load(std::memory_order_relaxed) > 0) ||
+           NowNs() - last_ns_.load(std::memory_order_relaxed) < window_ns_;
   }
 
  private:
@@ -87,6 +130,7 @@ class RecentActivity {
   }
   const int64_t window_ns_;
   std::atomic<int64_t> last_ns_{std::numeric_limits<int64_t>::min() / 2};
+  const std::atomic<int>* const owed_;
 };
 
 }  // namespace gpukit

@@ -97,6 +97,32 @@ TEST(RecentActivityTest, IsRecentOnlyWithinItsWindowAfterATouch) {
   EXPECT_FALSE(short_window.Recent());
 }
 
+// While answers are owed the reader polls whatever the time since the last traffic: a
+// wait's reply comes when the device's work ends, however long it runs.
+TEST(RecentActivityTest, IsRecentWhileAnswersAreOwed) {
+  std::atomic<int> owed{0};
+  RecentActivity activity(std::chrono::microseconds(1), &owed);
+  EXPECT_FALSE(activity.Recent()) << "never touched, nothing owed";
+  owed = 2;
+  EXPECT_TRUE(activity.Recent());
+  owed = 0;
+  EXPECT_FALSE(activity.Recent());
+  RecentActivity small_host(std::chrono::microseconds(0), &owed);  // never polls
+  owed = 1;
+  EXPECT_FALSE(small_host.Recent());
+}
+
+TEST(SpinSlotsTest, HandsOutAtMostItsSlotsAndTakesThemBack) {
+  SpinSlots slots(2);
+  EXPECT_TRUE(slots.TryAcquire());
+  EXPECT_TRUE(slots.TryAcquire());
+  EXPECT_FALSE(slots.TryAcquire()) << "both taken";
+  slots.Release();
+  EXPECT_TRUE(slots.TryAcquire());
+  SpinSlots none(0);  // a small host: nobody spins for long
+  EXPECT_FALSE(none.TryAcquire());
+}
+
 // The reader's polling receive (recent traffic) gets what the sleeping one gets: a message
 // sent later by another thread, a closed peer's end, bytes that do not parse.
 TEST(ExecutorProtocolTest, APollingReceiveGetsWhatASleepingOneGets) {
