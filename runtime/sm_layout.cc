@@ -82,8 +82,7 @@ absl::StatusOr<SmGroupRange> PlaceSmGroups(const SmLayout& layout, double first,
   if (end > range.first) {
     range.count = end - range.first;
   } else {
-    // Less than half a group: the one its start is placed before (the last when it is placed
-    // past it).
+    // Both ends at one boundary: the group that starts there (the last at the device's end).
     range.first = std::min(range.first, groups - 1);
     range.count = 1;
   }

@@ -13,9 +13,10 @@
 // every SM with a last group) takes the groups between two group boundaries: each end goes
 // to the boundary whose count of SMs before it is nearest to its fraction of those SMs, a tie
 // to the later one. Two placements that meet at a fraction never share a group, because both
-// place their common boundary the same way; a placement too small to reach half a group
-// still gets one (the group its start is placed before, or the last), and only such a
-// placement may share a group with its neighbour. A placement of every group gets every SM
+// place their common boundary the same way. A placement whose two ends go to the same
+// boundary (narrower than half a group, or than half the last group near the device's end)
+// still gets one group, the one that starts there (the last at the device's end), and only
+// such a placement may share a group with its neighbour. A placement of every group gets every SM
 // of the device, the ungrouped ones included (a plain stream on CUDA). Without a last group
 // this is the nearest whole group of the fraction x equal_groups(), halves rounding up.
 //
