@@ -422,14 +422,17 @@ absl::StatusOr<const CudaDevice::GreenContext*> CudaDevice::PlacedGreenContext(d
       rest_unused = absl::StrCat("its co-scheduling alignment ", rest.sm.smCoscheduledAlignment,
                                  " is not the groups' ", groups[0].sm.smCoscheduledAlignment);
     } else if (rest_sms > 0) {
+      // A driver that will not combine them answers CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION;
+      // any error leaves the layout as it was without the remainder, rather than failing
+      // every placed stream.
       CUdevResourceDesc probe = nullptr;  // the driver has no call to free it: one per device
-      const CUresult combined = cu_.cuDevResourceGenerateDesc(&probe, &groups[count - 1], 2);
-      if (combined == CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION) {
-        rest_unused = "the driver does not combine it with a group";
-      } else {
-        GPUKIT_RETURN_IF_ERROR(
-            CheckCu(combined, "cuDevResourceGenerateDesc(the last group and the remainder)"));
+      const absl::Status combined =
+          CheckCu(cu_.cuDevResourceGenerateDesc(&probe, &groups[count - 1], 2),
+                  "cuDevResourceGenerateDesc(the last group and the remainder)");
+      if (combined.ok()) {
         layout.rest_sms = rest_sms;
+      } else {
+        rest_unused = std::string(combined.message());
       }
     }
     GPUKIT_RETURN_IF_ERROR(CheckSmLayout(layout));
