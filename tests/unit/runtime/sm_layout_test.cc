@@ -5,6 +5,7 @@
 #include "runtime/sm_layout.h"
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <random>
 #include <string>
@@ -123,7 +124,7 @@ void ExpectConsecutiveCoverEverySm(const SmLayout& layout, const std::vector<dou
   EXPECT_EQ(got, expected_sms);
 }
 
-TEST(PlaceSmGroupsWithRestTest, PlacementsMeetingAtFractionsShareNoSmAndCoverEveryOne) {
+TEST(PlaceSmGroupsLastGroupTest, PlacementsMeetingAtFractionsShareNoSmAndCoverEveryOne) {
   // 0.8 / 0.2 and 0.5 / 0.5 of the H200, where the 12 SMs of no group once idled.
   ExpectConsecutiveCoverEverySm(kH200WithRest, {0, 0.8, 1}, {104, 28});
   ExpectConsecutiveCoverEverySm(kH200WithRest, {0, 0.5, 1}, {64, 68});
@@ -137,7 +138,7 @@ TEST(PlaceSmGroupsWithRestTest, PlacementsMeetingAtFractionsShareNoSmAndCoverEve
   ExpectConsecutiveCoverEverySm(kH100WithRest, {0, 0.3, 0.6, 1}, {40, 40, 52});
 }
 
-TEST(PlaceSmGroupsWithRestTest, H100SliversAndTheWholeDevice) {
+TEST(PlaceSmGroupsLastGroupTest, H100SliversAndTheWholeDevice) {
   EXPECT_THAT(PlaceSmGroups(kH100WithRest, 0, 1), IsOkAndHolds(SmGroupRange{0, 17}));
   EXPECT_EQ(PlacedSmCount(kH100WithRest, SmGroupRange{0, 17}), 132);
   EXPECT_THAT(PlaceSmGroups(kH100WithRest, 0.25, 0.01), IsOkAndHolds(SmGroupRange{4, 1}));
@@ -237,6 +238,42 @@ TEST(PlaceSmGroupsPropertyTest, ConsecutivePlacementsGetDisjointGroups) {
     EXPECT_EQ(next, groups) << "round " << round;
     // Every SM: the whole device when one placement has it all, else every grouped SM.
     EXPECT_EQ(sms, placed.size() == 1 ? layout.sm_count : grouped_sms) << "round " << round;
+  }
+}
+
+// Without a last group, placements are what they were before the remainder became one: each
+// boundary the nearest whole group of fraction x groups, halves rounding up, and a sliver
+// the group its start rounds to.
+TEST(PlaceSmGroupsPropertyTest, WithoutALastGroupRoundsFractionsOfGroupsAsBefore) {
+  const uint32_t seed = testing::TestSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed << " (GPUKIT_TEST_SEED)");
+  std::mt19937 rng(seed);
+  const auto before = [](double fraction, int groups) {
+    return static_cast<int>(
+        std::clamp(std::floor(fraction * groups + 0.5 + 1e-9), 0.0, static_cast<double>(groups)));
+  };
+  for (int round = 0; round < 5000; ++round) {
+    const int group_sms = std::uniform_int_distribution<int>(1, 9)(rng);
+    // SMs of no group too, fewer than a group: sm_count / group_sms groups.
+    const int groups = std::uniform_int_distribution<int>(1, 40)(rng);
+    const SmLayout layout{.sm_count = groups * group_sms + round % group_sms,
+                          .group_sms = group_sms};
+    // Fractions on group halves too, where the rounding rule shows.
+    const double first =
+        round % 2 == 0
+            ? std::uniform_real_distribution<double>(0, 1)(rng) * 0.999
+            : std::uniform_int_distribution<int>(0, 2 * groups - 1)(rng) / (2.0 * groups);
+    const double share = std::uniform_real_distribution<double>(0, 1)(rng) * (1 - first);
+    if (share <= 0) continue;
+    SmGroupRange expected{before(first, groups), 0};
+    const int end = before(first + share, groups);
+    if (end > expected.first) {
+      expected.count = end - expected.first;
+    } else {
+      expected = {std::min(expected.first, groups - 1), 1};
+    }
+    EXPECT_THAT(PlaceSmGroups(layout, first, share), IsOkAndHolds(expected))
+        << "round " << round << ": [" << first << ", +" << share << ") of " << groups;
   }
 }
 
