@@ -155,12 +155,13 @@ struct StreamOptions {
   // same SMs whatever their shares). It confines that stream's kernels only: kernels of other
   // streams still use every SM.
   double sm_share = 1;
-  // Where the stream's SMs start, as a fraction of the device's SM groups, in [0, 1) with
-  // sm_first + sm_share <= 1: the stream gets the groups of [sm_first, sm_first + sm_share)
-  // (PlaceSmGroups in runtime/sm_layout.h), so that streams whose placements do not overlap
-  // run on disjoint SMs, and streams of one placement share them (one green context per
-  // distinct group range on CUDA). Placements may overlap: what overlaps shares SMs. Unset:
-  // `sm_share` alone, as above.
+  // Where the stream's SMs start, as a fraction of the SMs the device's groups hold (every SM
+  // where the split's remainder is a group), in [0, 1) with sm_first + sm_share <= 1: the
+  // stream gets the groups of [sm_first, sm_first + sm_share) (PlaceSmGroups in
+  // runtime/sm_layout.h), so that streams whose placements do not overlap run on disjoint
+  // SMs, and streams of one placement share them (one green context per distinct group range
+  // on CUDA). Placements may overlap: what overlaps shares SMs. Unset: `sm_share` alone, as
+  // above.
   std::optional<double> sm_first;
 };
 

@@ -218,10 +218,9 @@ absl::StatusOr<std::unique_ptr<CpuDevice>> CpuDevice::Create(const CpuDeviceOpti
     return absl::InvalidArgumentError(
         absl::StrCat("CPU device memory_bytes = ", options.memory_bytes, " must be > 0"));
   }
-  if (options.nominal_sms.group_sms < 1 || options.nominal_sms.group_count() < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "CPU device nominal_sms = ", options.nominal_sms.sm_count, " SMs in groups of ",
-        options.nominal_sms.group_sms, " must hold at least one group"));
+  if (absl::Status layout = CheckSmLayout(options.nominal_sms); !layout.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CPU device nominal_sms: ", layout.message()));
   }
   return std::unique_ptr<CpuDevice>(new CpuDevice(options));
 }

@@ -48,8 +48,9 @@ struct CpuDeviceOptions {
   int64_t memory_bytes = int64_t{4} << 30;
   // The GPU whose SMs StreamSmCount pretends the streams run on, so that SM placements
   // (StreamOptions::sm_first) are checked and counted here as on a GPU: an H100's 132 SMs in
-  // green context groups of 8. Streams run on host threads whatever it says.
-  SmLayout nominal_sms{.sm_count = 132, .group_sms = 8};
+  // green context groups of 8 and the split's remainder of 4 as a last group, as CudaDevice
+  // lays them out. Streams run on host threads whatever it says.
+  SmLayout nominal_sms{.sm_count = 132, .group_sms = 8, .rest_sms = 4};
 };
 
 class CpuDevice final : public Device {

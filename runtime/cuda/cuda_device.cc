@@ -399,21 +399,56 @@ absl::StatusOr<const CudaDevice::GreenContext*> CudaDevice::PlacedGreenContext(d
       return absl::InternalError(absl::StrCat("cuDevSmResourceSplitByCount makes no group of ",
                                               group_sms, " of ", total, " SMs"));
     }
-    auto groups = std::make_unique<CUdevResource[]>(count);
-    CUdevResource rest = {};
+    // The split's remainder lands after the groups, so that a range reaching it is one span.
+    const unsigned int counted = count;
+    auto groups = std::make_unique<CUdevResource[]>(count + 1);
+    CUdevResource& rest = groups[count];
     GPUKIT_RETURN_IF_ERROR(CheckCu(
         cu_.cuDevSmResourceSplitByCount(groups.get(), &count, sm_resource_.get(), &rest, 0,
                                         group_sms),
         absl::StrCat("cuDevSmResourceSplitByCount(groups of ", group_sms, " of ", total, " SMs)")));
+    SmLayout layout{.sm_count = total,
+                    .group_sms = static_cast<int>(groups[0].sm.smCount),
+                    .groups = static_cast<int>(count)};
+    // The remainder is the last group, of its own size, where the driver combines it with the
+    // groups: tried once on the last group and it, the combination a range reaching it needs.
+    const int rest_sms = static_cast<int>(rest.sm.smCount);
+    std::string rest_unused;  // why not, where not
+    if (rest_sms > 0 && count != counted) {
+      rest_unused = absl::StrCat("the split made ", count, " groups, not the ", counted,
+                                 " it counted, so the remainder does not follow them");
+    } else if (rest_sms > 0 &&
+               rest.sm.smCoscheduledAlignment != groups[0].sm.smCoscheduledAlignment) {
+      rest_unused = absl::StrCat("its co-scheduling alignment ", rest.sm.smCoscheduledAlignment,
+                                 " is not the groups' ", groups[0].sm.smCoscheduledAlignment);
+    } else if (rest_sms > 0) {
+      // A driver that will not combine them answers CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION;
+      // any error leaves the layout as it was without the remainder, rather than failing
+      // every placed stream.
+      CUdevResourceDesc probe = nullptr;  // the driver has no call to free it: one per device
+      const absl::Status combined =
+          CheckCu(cu_.cuDevResourceGenerateDesc(&probe, &groups[count - 1], 2),
+                  "cuDevResourceGenerateDesc(the last group and the remainder)");
+      if (combined.ok()) {
+        layout.rest_sms = rest_sms;
+      } else {
+        rest_unused = std::string(combined.message());
+      }
+    }
+    GPUKIT_RETURN_IF_ERROR(CheckSmLayout(layout));
     sm_groups_ = std::move(groups);
-    group_layout_ = SmLayout{.sm_count = total,
-                             .group_sms = static_cast<int>(sm_groups_[0].sm.smCount),
-                             .groups = static_cast<int>(count)};
-    spdlog::info("{}: SMs split for placed streams into {} groups of {} (of {} SMs)", Describe(),
-                 group_layout_.groups, group_layout_.group_sms, total);
+    group_layout_ = layout;
+    spdlog::info(
+        "{}: SMs split for placed streams into {} groups of {} and a last group of {} "
+        "(of {} SMs)",
+        Describe(), layout.equal_groups(), layout.group_sms, layout.rest_sms, total);
+    if (!rest_unused.empty()) {
+      spdlog::info("{}: the split's remaining {} SMs run only unplaced streams: {}", Describe(),
+                   rest_sms, rest_unused);
+    }
   }
   GPUKIT_ASSIGN_OR_RETURN(SmGroupRange range, PlaceSmGroups(group_layout_, first, share));
-  if (range.first == 0 && range.count >= group_layout_.groups) return nullptr;  // every SM
+  if (range.first == 0 && range.count >= group_layout_.group_count()) return nullptr;  // all
   const std::pair<int, int> key(range.first, range.count);
   if (auto it = placed_contexts_.find(key); it != placed_contexts_.end()) return &it->second;
 

@@ -381,9 +381,12 @@ class CudaDevice final : public Device {
   // (`expected_sms` where it cannot say).
   absl::StatusOr<GreenContext> CreateGreenContext(CUdevResourceDesc_st* desc, int expected_sms);
   // Placed streams (StreamOptions::sm_first): the device's SMs are split once into groups of
-  // the GPU's granularity (`sm_groups_`, `group_layout_`), and each distinct range of groups
-  // gets one green context made of them (`placed_contexts_`, by first group and count).
-  // Null where a plain stream serves (every group, or no green contexts on this driver).
+  // the GPU's granularity and the split's remainder (`sm_groups_`, the remainder last), laid
+  // out in `group_layout_`: the remainder is its last group (rest_sms) where the driver
+  // combines it with the groups, else unused by placed streams (logged once, at info). Each
+  // distinct range of groups gets one green context made of them (`placed_contexts_`, by
+  // first group and count). Null where a plain stream serves (every group, or no green
+  // contexts on this driver).
   absl::StatusOr<const GreenContext*> PlacedGreenContext(double first, double share);
   // Whether green contexts can be made; decides it (and reads sm_resource_) on first call.
   bool GreenAvailableLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(green_mu_);
@@ -391,7 +394,7 @@ class CudaDevice final : public Device {
   std::optional<bool> green_available_ ABSL_GUARDED_BY(green_mu_);
   std::unique_ptr<CUdevResource_st> sm_resource_ ABSL_GUARDED_BY(green_mu_);  // the device's SMs
   absl::flat_hash_map<int, GreenContext> green_contexts_ ABSL_GUARDED_BY(green_mu_);
-  std::unique_ptr<CUdevResource_st[]> sm_groups_ ABSL_GUARDED_BY(green_mu_);
+  std::unique_ptr<CUdevResource_st[]> sm_groups_ ABSL_GUARDED_BY(green_mu_);  // groups + 1
   SmLayout group_layout_ ABSL_GUARDED_BY(green_mu_);  // groups 0 until split
   std::map<std::pair<int, int>, GreenContext> placed_contexts_ ABSL_GUARDED_BY(green_mu_);
   // Where buffers come from; set by Create, destroyed before the context is released.

@@ -1,8 +1,8 @@
 // SM placements of partitions through the real daemon (CPU backend, device executor): two
 // partitions with reserved SMs and the shared rest get streams on disjoint SM groups of the
-// CPU device's nominal H100 (16 groups of 8 SMs), as GetPartitionStatus's sm_count and
-// `gpukitctl partitions` show; a share changed by UpdatePartition places later sessions anew
-// while an open session keeps its streams and goes on working.
+// CPU device's nominal H100 (16 groups of 8 SMs and a last of 4), as GetPartitionStatus's
+// sm_count and `gpukitctl partitions` show; a share changed by UpdatePartition places later
+// sessions anew while an open session keeps its streams and goes on working.
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,7 +20,7 @@ using ::testing::HasSubstr;
 class SmPlacementTest : public DaemonTest {
  protected:
   // big [0, 0.5) = groups 0..7, small [0.5, 0.75) = groups 8..11, and the implied "default"
-  // partition (shared, 0.25 of the time) on the rest, groups 12..15.
+  // partition (shared, 0.25 of the time) on the rest, groups 12..15 and the last group of 4.
   std::string DaemonConfigJson() const override {
     return R"({
       "partitions": [
@@ -73,7 +73,7 @@ TEST_F(SmPlacementTest, ReservedPartitionsGetDisjointSmsAndTheSharedOneTheRest) 
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::string rest, OpenIn("default"));
   EXPECT_EQ(SmCount("big"), 64);
   EXPECT_EQ(SmCount("small"), 32);
-  EXPECT_EQ(SmCount("default"), 32);
+  EXPECT_EQ(SmCount("default"), 36);
   ExpectWorks(big);
   ExpectWorks(small);
   ExpectWorks(rest);

@@ -1,6 +1,7 @@
 // PartitionStreams in SM placements: a partition's sets are made in the placement Acquire is
 // given, replaced when it changes (open sessions keep the old streams), and report the SMs
-// the device gave them (the CPU device counts over its nominal H100: 16 groups of 8 SMs).
+// the device gave them (the CPU device counts over its nominal H100: 16 groups of 8 SMs and
+// a last group of 4).
 #include <memory>
 #include <vector>
 
@@ -38,7 +39,7 @@ TEST_F(PartitionStreamsPlacementTest, ReservedPartitionsGetDisjointSmCounts) {
   StreamLease a = Acquire("big", QosClass::kGuaranteed, big);
   StreamLease b = Acquire("small", QosClass::kBurstable, small);
   EXPECT_EQ(table_.SmCount("big", device_, big), 104);     // groups 0..12
-  EXPECT_EQ(table_.SmCount("small", device_, small), 24);  // groups 13..15
+  EXPECT_EQ(table_.SmCount("small", device_, small), 28);  // groups 13..15 and the last, of 4
   const std::vector<StreamRecord> made = device_.streams();
   ASSERT_EQ(made.size(), 2u);
   EXPECT_THAT(made[0].sm_first, Optional(0.0));
@@ -49,13 +50,13 @@ TEST_F(PartitionStreamsPlacementTest, BestEffortTakesItsShareOfThePlacement) {
   const SmPlacement placed{.first = 0.5, .share = 0.5};
   StreamLease g = Acquire("p", QosClass::kGuaranteed, placed);
   StreamLease be = Acquire("p", QosClass::kBestEffort, placed);
-  EXPECT_THAT(device_.StreamSmCount(g.stream), testing::IsOkAndHolds(64));
+  EXPECT_THAT(device_.StreamSmCount(g.stream), testing::IsOkAndHolds(68));  // 8 x 8 + 4
   EXPECT_THAT(device_.StreamSmCount(be.stream), testing::IsOkAndHolds(32));
   const std::vector<StreamRecord> made = device_.streams();
   ASSERT_EQ(made.size(), 2u);
   EXPECT_THAT(made[1].sm_first, Optional(0.5));
   EXPECT_DOUBLE_EQ(made[1].sm_share, 0.25);
-  EXPECT_EQ(table_.SmCount("p", device_, placed), 64) << "the most of its classes";
+  EXPECT_EQ(table_.SmCount("p", device_, placed), 68) << "the most of its classes";
 }
 
 TEST_F(PartitionStreamsPlacementTest, NewPlacementReplacesTheSetsAndOpenLeasesKeepTheirs) {
