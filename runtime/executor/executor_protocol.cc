@@ -56,6 +56,14 @@ absl::StatusOr<ScopedFd> ReceiveExecutorMessage(int socket, google::protobuf::Me
   absl::StatusOr<ReceivedInto> received;
   for (;;) {
     const bool poll = activity != nullptr && activity->Recent();
+    if (!poll && activity != nullptr && activity->has_bell()) {
+      // Sleeps on the socket and the bell, then looks without waiting (and again if the bell
+      // woke it: an answer is owed now, so it polls).
+      activity->SleepUntilReadable(socket);
+      received = ReceiveMessageInto(socket, buffer.get(), kCapacity, /*wait=*/false);
+      if (received.status().code() != absl::StatusCode::kDeadlineExceeded) break;
+      continue;
+    }
     received = ReceiveMessageInto(socket, buffer.get(), kCapacity, /*wait=*/!poll);
     if (!poll || received.status().code() != absl::StatusCode::kDeadlineExceeded) break;
     for (int i = 0; i < 32; ++i) CpuRelax();

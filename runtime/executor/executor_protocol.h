@@ -30,7 +30,8 @@ absl::Status SendExecutorMessage(int socket, const google::protobuf::MessageLite
 // Waits for the next datagram and parses it into `message`; returns its descriptor, if one
 // came. While `activity` (when given) is Recent(), it polls the socket without sleeping, so a
 // message that follows recent traffic is read without a wake-up; otherwise it sleeps in
-// recvmsg. UNAVAILABLE when the peer closed the channel; INTERNAL for bytes that do not parse.
+// recvmsg, or, when `activity` has a bell, on the socket and the bell (a Ring makes it poll).
+// UNAVAILABLE when the peer closed the channel; INTERNAL for bytes that do not parse.
 absl::StatusOr<ScopedFd> ReceiveExecutorMessage(int socket, google::protobuf::MessageLite& message,
                                                 const RecentActivity* activity = nullptr);
 

@@ -744,6 +744,7 @@ absl::StatusOr<int64_t> RemoteDevice::Impl::Call(executor::Request& request, int
       }
     }
     absl::Status sent = SendOn(*active_, request, fd);
+    active_->activity.Ring();  // its reader polls for the reply, if it had gone to sleep
     round_trips_.fetch_add(1, std::memory_order_relaxed);
     if (!sent.ok() && sent.code() != absl::StatusCode::kUnavailable) {
       Unregister(seq);

@@ -14,6 +14,10 @@
 #ifndef GPUKIT_RUNTIME_EXECUTOR_SPIN_WAIT_H_
 #define GPUKIT_RUNTIME_EXECUTOR_SPIN_WAIT_H_
 
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -106,14 +110,49 @@ bool SpinUntil(const Ready& ready, std::chrono::microseconds budget = SpinTime()
 // When a channel last carried a message either way, and how many answers its reader is
 // owed: polling pays while traffic is recent (a synchronous client's next call) or an answer
 // is owed (a reply to a wait comes when the device's work ends, however long it runs),
-// sleeping once it has been quiet for the window with nothing owed.
+// sleeping once it has been quiet for the window with nothing owed. With `owed`, a reader
+// that fell asleep before an answer became owed is woken by Ring (a bell: an eventfd it
+// sleeps on beside its socket), so it polls for the answer instead of paying a wake-up when
+// the answer comes: the ring's wake-up falls while the device works.
 class RecentActivity {
  public:
   // `owed` (if given, outliving this) counts the answers the reader is owed.
   explicit RecentActivity(std::chrono::microseconds window = ChannelSpinTime(),
                           const std::atomic<int>* owed = nullptr)
-      : window_ns_(std::chrono::nanoseconds(window).count()), owed_(owed) {}
+      : window_ns_(std::chrono::nanoseconds(window).count()),
+        owed_(owed),
+        bell_(owed != nullptr && window_ns_ > 0 ? ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC) : -1) {}
+  ~RecentActivity() {
+    if (bell_ >= 0) ::close(bell_);
+  }
+  RecentActivity(const RecentActivity&) = delete;
+  RecentActivity& operator=(const RecentActivity&) = delete;
+
   void Touch() { last_ns_.store(NowNs(), std::memory_order_relaxed); }
+
+  // Wakes the reader if it sleeps (call after making an answer owed); a write to an eventfd
+  // then, nothing while it polls. Safe from any thread.
+  void Ring() {
+    if (bell_ < 0 || !sleeping_.load(std::memory_order_seq_cst)) return;
+    const uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = ::write(bell_, &one, sizeof(one));
+  }
+
+  // The reader's sleep: returns once `socket` is readable (or closed) or the bell rang, or at
+  // once when Recent() holds after all. The caller then receives without waiting, and sleeps
+  // again if nothing came. Without a bell it returns at once (the caller's receive waits).
+  void SleepUntilReadable(int socket) const {
+    if (bell_ < 0) return;
+    sleeping_.store(true, std::memory_order_seq_cst);
+    if (!Recent()) {  // an answer made owed before the flag was seen rings nothing: look again
+      pollfd fds[2] = {{socket, POLLIN, 0}, {bell_, POLLIN, 0}};
+      ::poll(fds, 2, -1);  // EINTR: the caller looks again
+    }
+    sleeping_.store(false, std::memory_order_seq_cst);
+    uint64_t rung = 0;
+    [[maybe_unused]] const ssize_t n = ::read(bell_, &rung, sizeof(rung));
+  }
+  bool has_bell() const { return bell_ >= 0; }
   // Whether an answer is owed or the last Touch was less than the window ago (never with a
   // window of 0, as on small hosts; never before the first Touch with nothing owed).
   bool Recent() const {
@@ -131,6 +170,8 @@ class RecentActivity {
   const int64_t window_ns_;
   std::atomic<int64_t> last_ns_{std::numeric_limits<int64_t>::min() / 2};
   const std::atomic<int>* const owed_;
+  const int bell_;
+  mutable std::atomic<bool> sleeping_{false};
 };
 
 }  // namespace gpukit

@@ -2,6 +2,7 @@
 // over several axes, argmax's axis and a 1-d matmul reach the executor as they left gpukitd.
 #include "runtime/executor/executor_protocol.h"
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -152,6 +153,42 @@ TEST(ExecutorProtocolTest, APollingReceiveGetsWhatASleepingOneGets) {
     EXPECT_THAT(ReceiveExecutorMessage(b.get(), got, &activity).status(),
                 ::gpukit::testing::StatusIs(absl::StatusCode::kUnavailable));
   }
+}
+
+// A reader asleep on its socket and its bell: rings with nothing owed wake it to nothing (it
+// sleeps again), a ring with an answer owed makes it poll, and whichever way it waits it gets
+// every message whole and the peer's close.
+TEST(ExecutorProtocolTest, ARungReaderGetsWhatASleepingOneGets) {
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds), 0);
+  ScopedFd a(fds[0]), b(fds[1]);
+  std::atomic<int> owed{0};
+  RecentActivity activity(std::chrono::microseconds(1), &owed);
+  ASSERT_TRUE(activity.has_bell());
+  executor::Request sent;
+  sent.set_seq(42);
+  sent.mutable_wait_event()->set_event(7);
+  std::thread sender([&] {
+    for (int i = 0; i < 3; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      activity.Ring();  // nothing owed: the reader looks and sleeps again
+    }
+    owed = 1;
+    activity.Ring();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    GPUKIT_EXPECT_OK(SendExecutorMessage(a.get(), sent));
+  });
+  executor::Request got;
+  GPUKIT_ASSERT_OK(ReceiveExecutorMessage(b.get(), got, &activity).status());
+  sender.join();
+  EXPECT_EQ(got.seq(), 42u);
+  EXPECT_EQ(got.wait_event().event(), 7u);
+  owed = 0;
+  a.Reset();
+  EXPECT_THAT(ReceiveExecutorMessage(b.get(), got, &activity).status(),
+              ::gpukit::testing::StatusIs(absl::StatusCode::kUnavailable));
+  RecentActivity small_host(std::chrono::microseconds(0), &owed);
+  EXPECT_FALSE(small_host.has_bell()) << "no polling there, so nothing to ring for";
 }
 
 }  // namespace
