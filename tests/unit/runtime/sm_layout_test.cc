@@ -38,15 +38,16 @@ struct PlaceCase {
   double share;
   SmGroupRange groups;
   int sms;
+  SmLayout layout = kH100;
 };
 
 class PlaceSmGroupsTest : public ::testing::TestWithParam<PlaceCase> {};
 
 TEST_P(PlaceSmGroupsTest, RoundsEachBoundaryToTheNearestGroup) {
   const PlaceCase& c = GetParam();
-  GPUKIT_ASSERT_OK_AND_ASSIGN(SmGroupRange groups, PlaceSmGroups(kH100, c.first, c.share));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SmGroupRange groups, PlaceSmGroups(c.layout, c.first, c.share));
   EXPECT_EQ(groups, c.groups) << groups.first << "+" << groups.count;
-  EXPECT_EQ(PlacedSmCount(kH100, groups), c.sms);
+  EXPECT_EQ(PlacedSmCount(c.layout, groups), c.sms);
 }
 
 // Without a last group (rest_sms 0): the layout as it always was.
@@ -69,37 +70,29 @@ INSTANTIATE_TEST_SUITE_P(
 
 // The remainder as a last group: boundaries go to the group boundary whose SMs before it are
 // nearest to the fraction of all 132 SMs.
-class PlaceSmGroupsWithRestTest : public ::testing::TestWithParam<PlaceCase> {};
-
-TEST_P(PlaceSmGroupsWithRestTest, PlacesEachBoundaryAtTheNearestSmCount) {
-  const PlaceCase& c = GetParam();
-  GPUKIT_ASSERT_OK_AND_ASSIGN(SmGroupRange groups, PlaceSmGroups(kH200WithRest, c.first, c.share));
-  EXPECT_EQ(groups, c.groups) << groups.first << "+" << groups.count;
-  EXPECT_EQ(PlacedSmCount(kH200WithRest, groups), c.sms);
-}
-
 INSTANTIATE_TEST_SUITE_P(
-    H200, PlaceSmGroupsWithRestTest,
+    H200, PlaceSmGroupsTest,
     ::testing::Values(
         // 0.8 x 132 = 105.6 SMs: 104 (group 13) is nearer than 112.
-        PlaceCase{"EightTenthsFromTheStart", 0, 0.8, {0, 13}, 104},
+        PlaceCase{"EightTenthsFromTheStart", 0, 0.8, {0, 13}, 104, kH200WithRest},
         // Groups 13, 14 and the last: 8 + 8 + 12.
-        PlaceCase{"TwoTenthsAtTheEndTakesTheLastGroup", 0.8, 0.2, {13, 3}, 28},
+        PlaceCase{"TwoTenthsAtTheEndTakesTheLastGroup", 0.8, 0.2, {13, 3}, 28, kH200WithRest},
         // 66 SMs: 64 is nearer than 72.
-        PlaceCase{"HalfFromTheStart", 0, 0.5, {0, 8}, 64},
-        PlaceCase{"HalfToTheEnd", 0.5, 0.5, {8, 8}, 68},
-        PlaceCase{"ThreeQuartersFromTheStart", 0, 0.75, {0, 12}, 96},  // 99 SMs
-        PlaceCase{"QuarterAtTheEnd", 0.75, 0.25, {12, 4}, 36},
-        PlaceCase{"EveryGroupIsTheWholeDevice", 0, 1, {0, 16}, 132},
-        PlaceCase{"SliverGetsOneGroup", 0.25, 0.01, {4, 1}, 8},
+        PlaceCase{"HalfFromTheStart", 0, 0.5, {0, 8}, 64, kH200WithRest},
+        PlaceCase{"HalfToTheEnd", 0.5, 0.5, {8, 8}, 68, kH200WithRest},
+        PlaceCase{"ThreeQuartersFromTheStart", 0, 0.75, {0, 12}, 96, kH200WithRest},  // 99 SMs
+        PlaceCase{"QuarterAtTheEnd", 0.75, 0.25, {12, 4}, 36, kH200WithRest},
+        PlaceCase{"EveryGroupIsTheWholeDevice", 0, 1, {0, 16}, 132, kH200WithRest},
+        PlaceCase{"SliverGetsOneGroup", 0.25, 0.01, {4, 1}, 8, kH200WithRest},
         // Its start is placed at the very end: it gets the last group, of 12.
-        PlaceCase{"SliverAtTheEndGetsTheLastGroup", 0.995, 0.005, {15, 1}, 12},
+        PlaceCase{"SliverAtTheEndGetsTheLastGroup", 0.995, 0.005, {15, 1}, 12, kH200WithRest},
         // A tie goes to the later boundary, the same way for both neighbours: 68 SMs lie
         // half way between 64 and 72; 126 half way between 120 and 132.
-        PlaceCase{"TieBetweenEqualGroupsGoesLater", 0, 68.0 / 132, {0, 9}, 72},
-        PlaceCase{"NeighbourOfATieStartsAfterIt", 68.0 / 132, 64.0 / 132, {9, 7}, 60},
-        PlaceCase{"TieBeforeTheLastGroupGoesLater", 0.5, 60.0 / 132, {8, 8}, 68},
-        PlaceCase{"NearerTheLastGroupsStart", 0.5, 57.0 / 132, {8, 7}, 56}),
+        PlaceCase{"TieBetweenEqualGroupsGoesLater", 0, 68.0 / 132, {0, 9}, 72, kH200WithRest},
+        PlaceCase{
+            "NeighbourOfATieStartsAfterIt", 68.0 / 132, 64.0 / 132, {9, 7}, 60, kH200WithRest},
+        PlaceCase{"TieBeforeTheLastGroupGoesLater", 0.5, 60.0 / 132, {8, 8}, 68, kH200WithRest},
+        PlaceCase{"NearerTheLastGroupsStart", 0.5, 57.0 / 132, {8, 7}, 56, kH200WithRest}),
     [](const ::testing::TestParamInfo<PlaceCase>& info) { return info.param.name; });
 
 // Consecutive placements [0, a), [a, b), [b, 1) on `layout`: the groups they get, checked to
