@@ -240,32 +240,39 @@ def test_last_compile_log_holds_what_the_error_message_cut(gk, daemon):
 
 
 def test_blocking_calls_release_the_gil(gk):
-    """A thread waits in one long daemon call while the main thread keeps running Python.
+    """A thread waits in long daemon calls while the main thread keeps running Python.
 
     A C call that holds the GIL is never preempted, so while it runs the main thread could
     not run at all: its ticks would show a gap as long as the call. Released, the main thread
     ticks throughout, and no gap comes near the call's length.
     """
-    n = 768  # a matmul of about 0.01 to 0.5 s on the CPU backend, by the machine
-    a = gk.ones((n, n))
     # As many matmuls as make the wait last about 0.2 s on this machine (at most 1024), timed
-    # as the worker runs them: queued at once, so a GPU's request path (tens of microseconds an
-    # op) sets their pace, not one synchronous call's round trip.
-    begin = time.monotonic()
-    probe = [gpukit.matmul(a, a) for _ in range(4)]
-    gk.sync()
-    per_op = (time.monotonic() - begin) / len(probe)
-    for c in probe:
-        c.free()
-    count = min(1024, max(1, math.ceil(0.2 / max(per_op, 1e-5))))
+    # as the worker runs them: queued at once. The GPU must be the one busy, not the request
+    # path: where a 768^2 matmul goes faster than 2 ms a queued op (a GPU), 4096^2 ones do.
+    def per_op(n):
+        a = gk.ones((n, n))
+        begin = time.monotonic()
+        probe = [gpukit.matmul(a, a) for _ in range(4)]
+        gk.sync()
+        took = (time.monotonic() - begin) / len(probe)
+        for c in probe:
+            c.free()
+        return a, took
+
+    a, each = per_op(768)  # about 0.01 to 0.5 s on the CPU backend, by the machine
+    if each < 0.002:
+        a, each = per_op(4096)
+    count = min(1024, max(1, math.ceil(0.2 / max(each, 1e-5))))
     window = {}
     started = threading.Event()
 
     def worker():
-        results = [gpukit.matmul(a, a) for _ in range(count)]  # pipelined: queued at once
         started.set()
         window["start"] = time.monotonic()
-        gk.sync()  # the one long call: waits for them all to run
+        # Pipelined; a client with its window of ops in flight full waits in the submit, so
+        # the waiting is split between the submits and the sync: both must release the GIL.
+        results = [gpukit.matmul(a, a) for _ in range(count)]
+        gk.sync()
         window["end"] = time.monotonic()
         for c in results:
             c.free()
