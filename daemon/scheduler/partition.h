@@ -42,7 +42,7 @@ struct PartitionSpec {
   bool spill = false;
   // Whether its SMs are reserved: its streams run on a range of about compute_share of the
   // device's SMs that no other partition's streams use, idle while it is idle
-  // (daemon/core/sm_placement.h). False: shared, on every SM no partition reserves.
+  // (daemon/scheduler/sm_ranges.h). False: shared, on every SM no partition reserves.
   bool reserve_sms = false;
   // Requests and limits of sessions that open without any.
   ResourceSpec session_defaults;
