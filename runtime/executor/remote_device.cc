@@ -172,7 +172,12 @@ class RemoteDevice::Impl {
   absl::StatusOr<int64_t> Call(executor::Request& request, int fd = -1,
                                std::shared_ptr<Pending> pending = nullptr, uint64_t generation = 0)
       ABSL_LOCKS_EXCLUDED(gen_mu_);
-  std::shared_ptr<Pending> Register(uint64_t* seq);
+  // Registers `pending` (a new one when null) for the reply to the next seq, which it returns.
+  std::shared_ptr<Pending> Register(uint64_t* seq, std::shared_ptr<Pending> pending = nullptr);
+  // Keeps replies_owed_ equal to pending_.size(); call after each change of pending_.
+  void NoteOwedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pending_mu_) {
+    replies_owed_.store(static_cast<int>(pending_.size()), std::memory_order_relaxed);
+  }
   void Unregister(uint64_t seq);
 
   // --- Executors ---------------------------------------------------------------------------
@@ -486,7 +491,7 @@ RemoteDevice::Impl::~Impl() {
     absl::MutexLock lock(&pending_mu_);
     for (auto& [seq, pending] : pending_) pending->Complete(absl::CancelledError("shutting down"));
     pending_.clear();
-    replies_owed_.store(static_cast<int>(pending_.size()), std::memory_order_relaxed);
+    NoteOwedLocked();
   }
   host_pool_.reset();
   device_pool_.reset();
@@ -564,7 +569,7 @@ void RemoteDevice::Impl::ReadLoop(Executor* executor) {
           if (it != pending_.end()) {
             pending = std::move(it->second);
             pending_.erase(it);
-            replies_owed_.store(static_cast<int>(pending_.size()), std::memory_order_relaxed);
+            NoteOwedLocked();
           }
         }
         if (pending != nullptr) {
@@ -694,33 +699,27 @@ void RemoteDevice::Impl::Hold(executor::Request& request) {
   if (active_ != nullptr) HoldOn(*active_, request);
 }
 
-std::shared_ptr<Pending> RemoteDevice::Impl::Register(uint64_t* seq) {
-  auto pending = std::make_shared<Pending>();
+std::shared_ptr<Pending> RemoteDevice::Impl::Register(uint64_t* seq,
+                                                      std::shared_ptr<Pending> pending) {
+  if (pending == nullptr) pending = std::make_shared<Pending>();
   absl::MutexLock lock(&pending_mu_);
   *seq = next_seq_++;
   pending_[*seq] = pending;
-  replies_owed_.store(static_cast<int>(pending_.size()), std::memory_order_relaxed);
+  NoteOwedLocked();
   return pending;
 }
 
 void RemoteDevice::Impl::Unregister(uint64_t seq) {
   absl::MutexLock lock(&pending_mu_);
   pending_.erase(seq);
-  replies_owed_.store(static_cast<int>(pending_.size()), std::memory_order_relaxed);
+  NoteOwedLocked();
 }
 
 absl::StatusOr<int64_t> RemoteDevice::Impl::Call(executor::Request& request, int fd,
                                                  std::shared_ptr<Pending> pending,
                                                  uint64_t generation) {
   uint64_t seq = 0;
-  if (pending == nullptr) {
-    pending = Register(&seq);
-  } else {
-    absl::MutexLock lock(&pending_mu_);
-    seq = next_seq_++;
-    pending_[seq] = pending;
-    replies_owed_.store(static_cast<int>(pending_.size()), std::memory_order_relaxed);
-  }
+  pending = Register(&seq, std::move(pending));
   request.set_seq(seq);
   {
     absl::ReaderMutexLock lock(&gen_mu_);
@@ -899,7 +898,7 @@ void RemoteDevice::Impl::Recover(const std::string& kind, const std::string& err
     absl::MutexLock lock(&pending_mu_);
     for (auto& [seq, pending] : pending_) owed.push_back(std::move(pending));
     pending_.clear();
-    replies_owed_.store(static_cast<int>(pending_.size()), std::memory_order_relaxed);
+    NoteOwedLocked();
   }
   // The culprit: the event whose work faulted, hung or was running when the executor died.
   // Its wait (now or, if it has not come yet, later) gets the fault's own error.
