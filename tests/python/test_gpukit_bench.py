@@ -85,7 +85,7 @@ def test_quick_run_saves_every_suite_with_positive_figures(quick_run) -> None:
     assert report["suites"] == list(bench.SUITES)
     expected = {
         "ping_p50_us": ("us", False), "ping_p99_us": ("us", False),
-        "runop_p50_us": ("us", False), "runop_p99_us": ("us", False),
+        "ping_after_idle_p50_us": ("us", False), "runop_p50_us": ("us", False), "runop_p99_us": ("us", False),
         "free_p50_us": ("us", False), "runop_p50_vs_ping": ("x", False),
         "chain_sync_ops_per_s": ("ops/s", True),
         "matmul_64_float32_ms": ("ms", False), "matmul_128_bfloat16_tflops": ("TFLOP/s", True),
@@ -129,7 +129,8 @@ def test_run_against_a_gpukitd_it_starts_with_only_some_suites(tmp_path: Path) -
     report = json.loads(saved.read_text())
     figures = check_schema(report)
     assert report["suites"] == ["ping", "transfer"]
-    assert set(figures) == {"ping_p50_us", "ping_p99_us", "upload_4MiB_gbps",
+    assert set(figures) == {"ping_p50_us", "ping_p99_us", "ping_after_idle_p50_us",
+                            "upload_4MiB_gbps",
                             "download_4MiB_gbps"}
 
 

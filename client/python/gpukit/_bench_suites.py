@@ -142,6 +142,21 @@ class Context:
     pipelined_reason: str = ""
 
 
+# The pause before each "ping after idle": about the device time of a synchronous 8192^3
+# bf16 matmul, during which the client's connection carries nothing. On the GPU hosts a
+# round trip after such a pause took about twice as long as one back to back
+# (docs/benchmarks.md, "Where a synchronous op's time goes outside the daemon").
+IDLE_BEFORE_PING_S = 0.0015
+
+
+def _busy_wait(seconds: float) -> None:
+    """Waits `seconds` on this thread's core without sleeping, so that only the transport
+    and the daemon go idle, not the caller."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def run_latency(ctx: Context, suites: Sequence[str]) -> None:
     """ping and runop, interleaved in rounds so that load from elsewhere falls on both alike."""
     s, gk = ctx.settings, ctx.session
@@ -173,11 +188,20 @@ def run_latency(ctx: Context, suites: Sequence[str]) -> None:
         if "runop" in suites:
             for _ in range(count):
                 add_and_free()
+    idle_ping_s: List[float] = []
+    if "ping" in suites:
+        for _ in range(max(10, s.iterations // 20)):
+            _busy_wait(IDLE_BEFORE_PING_S)
+            idle_ping_s += time_calls(ctx.probe.ping, 1)
     us = 1e6
     if ping_s:
         ctx.report.add(Figure("ping_p50_us", percentile(ping_s, 50) * us, "us", False),
                        "grpc.health.v1 Check, bare channel")
         ctx.report.add(Figure("ping_p99_us", percentile(ping_s, 99) * us, "us", False))
+        ctx.report.add(Figure("ping_after_idle_p50_us", percentile(idle_ping_s, 50) * us, "us",
+                              False),
+                       f"after {IDLE_BEFORE_PING_S * 1e3:g} ms without calls: what a synchronous "
+                       "large op's round trip costs")
     if runop_s:
         ctx.report.add(Figure("runop_p50_us", percentile(runop_s, 50) * us, "us", False),
                        "c = a + b, synchronous")

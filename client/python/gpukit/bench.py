@@ -10,7 +10,9 @@ this run is the new one); ``--fail-on-regression`` makes a figure that got worse
 The suites (``--only a,b`` picks some):
 
 ping
-    grpc.health.v1 Health/Check through a bare channel: the floor of any call (p50, p99).
+    grpc.health.v1 Health/Check through a bare channel: the floor of any call (p50, p99),
+    and its p50 after 1.5 ms without calls (the pause a synchronous large op leaves the
+    transport), what a synchronous large op's round trip costs on top of its device time.
 runop
     ``c = a + b`` on 16 float32 elements, synchronous (p50, p99; and its ratio to the ping),
     then ``c.free()``, timed on its own.
