@@ -91,7 +91,7 @@ struct Executor {
   absl::Notification closed;  // the channel ended (the process died or exits)
   // Traffic either way, and the replies gpukitd is owed, for the reader's polling.
   explicit Executor(const std::atomic<int>* replies_owed)
-      : activity(ChannelSpinTime(), replies_owed) {}
+      : activity(ChannelSpinTime(), replies_owed, /*bell=*/true) {}
   RecentActivity activity;
   // Every send to this executor takes send_mu (a leaf lock), so the executor gets requests
   // in the order they were handed over. `held`: one-way requests held back (its body a

@@ -110,18 +110,21 @@ bool SpinUntil(const Ready& ready, std::chrono::microseconds budget = SpinTime()
 // When a channel last carried a message either way, and how many answers its reader is
 // owed: polling pays while traffic is recent (a synchronous client's next call) or an answer
 // is owed (a reply to a wait comes when the device's work ends, however long it runs),
-// sleeping once it has been quiet for the window with nothing owed. With `owed`, a reader
-// that fell asleep before an answer became owed is woken by Ring (a bell: an eventfd it
-// sleeps on beside its socket), so it polls for the answer instead of paying a wake-up when
-// the answer comes: the ring's wake-up falls while the device works.
+// sleeping once it has been quiet for the window with nothing owed. With a bell, a reader
+// that fell asleep before an answer became owed is woken by Ring (an eventfd it sleeps on
+// beside its socket), so it polls for the answer instead of paying a wake-up when the answer
+// comes: the ring's wake-up falls while the device works. Only a channel whose answers are
+// made owed by other threads than its reader needs one (gpukitd's side).
 class RecentActivity {
  public:
-  // `owed` (if given, outliving this) counts the answers the reader is owed.
+  // `owed` (if given, outliving this) counts the answers the reader is owed; `bell` (with
+  // `owed`, and a window above 0) gives the reader a bell for Ring.
   explicit RecentActivity(std::chrono::microseconds window = ChannelSpinTime(),
-                          const std::atomic<int>* owed = nullptr)
+                          const std::atomic<int>* owed = nullptr, bool bell = false)
       : window_ns_(std::chrono::nanoseconds(window).count()),
         owed_(owed),
-        bell_(owed != nullptr && window_ns_ > 0 ? ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC) : -1) {}
+        bell_(bell && owed != nullptr && window_ns_ > 0 ? ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)
+                                                        : -1) {}
   ~RecentActivity() {
     if (bell_ >= 0) ::close(bell_);
   }

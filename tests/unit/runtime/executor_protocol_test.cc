@@ -163,7 +163,7 @@ TEST(ExecutorProtocolTest, ARungReaderGetsWhatASleepingOneGets) {
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds), 0);
   ScopedFd a(fds[0]), b(fds[1]);
   std::atomic<int> owed{0};
-  RecentActivity activity(std::chrono::microseconds(1), &owed);
+  RecentActivity activity(std::chrono::microseconds(1), &owed, /*bell=*/true);
   ASSERT_TRUE(activity.has_bell());
   executor::Request sent;
   sent.set_seq(42);
