@@ -251,6 +251,7 @@ int Run(int argc, char** argv) {
   server_options.listen = config->listen;
   server_options.version = GPUKIT_VERSION_STRING;
   server_options.max_threads = config->server_max_threads;
+  server_options.submit_socket = config->server_submit_socket;
   struct TlsFile {
     const char* setting;
     const std::string& path;

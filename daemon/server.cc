@@ -163,6 +163,17 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(Core& core, const Clock& c
                    std::string(channel.status().message()));
     }
   }
+  if (!server->socket_paths_.empty() && options.submit_socket) {
+    absl::StatusOr<std::unique_ptr<service::SubmitSocket>> submit = service::SubmitSocket::Start(
+        server->socket_paths_.front() + ".submit", core, server->guard_);
+    if (submit.ok()) {
+      server->submit_socket_ = *std::move(submit);
+      server->session_service_.set_submit_socket(server->submit_socket_->path());
+    } else {
+      spdlog::warn("no submit socket, so local clients submit over gRPC: {}",
+                   std::string(submit.status().message()));
+    }
+  }
   builder.RegisterService(&server->session_service_);
   builder.RegisterService(&server->array_service_);
   builder.RegisterService(&server->compute_service_);
@@ -256,6 +267,7 @@ void Server::Shutdown(absl::Duration grace) {
   }
   if (reaper_.joinable()) reaper_.join();
   fd_channel_.reset();
+  submit_socket_.reset();
   for (const std::string& path : socket_paths_) unlink(path.c_str());
   socket_paths_.clear();
 }

@@ -31,6 +31,7 @@
 #include "daemon/service/fd_channel.h"
 #include "daemon/service/peer_table.h"
 #include "daemon/service/services.h"
+#include "daemon/service/submit_socket.h"
 #include "daemon/service/unix_listener.h"
 #include "grpcpp/grpcpp.h"
 
@@ -89,6 +90,9 @@ struct ServerOptions {
   // Where every call's method, status code and latency are recorded (an interceptor sees each
   // call of every service); null: none. Must outlive the server.
   RpcMetrics* rpc_metrics = nullptr;
+  // Whether to serve the submit socket ("<first unix socket>.submit", submit_socket.h), the
+  // fast path of local synchronous clients (config key server.submitSocket).
+  bool submit_socket = true;
 };
 
 class Server {
@@ -129,6 +133,9 @@ class Server {
   service::AccessGuard guard_;
   // Beside the first unix socket ("<path>.fd"); null when gpukitd listens on TCP only.
   std::unique_ptr<FdChannel> fd_channel_;
+  // Beside the first unix socket ("<path>.submit"); null when gpukitd listens on TCP only or
+  // ServerOptions::submit_socket is off.
+  std::unique_ptr<service::SubmitSocket> submit_socket_;
   // The streams' chunk transfers; outlives server_, whose Wait returns once every stream
   // has finished (each stream's last work here finishes it).
   service::WorkerPool stream_workers_;

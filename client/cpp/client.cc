@@ -16,6 +16,7 @@
 #include "client/cpp/channel.h"
 #include "client/cpp/device_import.h"
 #include "client/cpp/staging_area.h"
+#include "client/cpp/submit_socket_client.h"
 #include "client/cpp/submit_stream.h"
 #include "gpukit/v1/array.grpc.pb.h"
 #include "gpukit/v1/compute.grpc.pb.h"
@@ -33,6 +34,8 @@ namespace {
 
 // The daemon's largest upload chunk: 4 MiB - 64 KiB, so each message stays within 4 MiB.
 constexpr int64_t kChunkBytes = (int64_t{4} << 20) - (int64_t{64} << 10);
+// The largest op sent on the submit socket; a larger one (long attributes) goes over gRPC.
+constexpr size_t kMaxSubmitSocketOpBytes = 32 << 10;
 
 // `text` with every byte outside printable ASCII as '?': gpukitd refuses control characters
 // and text that is not UTF-8 in any request string, and the kernel's 15-byte comm can end in
@@ -107,6 +110,9 @@ class SessionState final : public HostMemoryCalls {
     lease_ = absl::Milliseconds(response.lease_ms());
     partition_ = response.partition();
     device_index_ = response.device_index();
+    if (options_.use_submit_socket && !options_.pipeline) {
+      submit_socket_path_ = response.submit_socket();
+    }
     switch (response.qos_class()) {
       case v1::QOS_CLASS_GUARANTEED:
         qos_class_ = "Guaranteed";
@@ -137,6 +143,12 @@ class SessionState final : public HostMemoryCalls {
       closed_ = true;
     }
     StopKeepAlive();
+    {
+      // Closing the connection lets the daemon apply the frees sent on it; the session's
+      // close frees the rest.
+      absl::MutexLock lock(&socket_mu_);
+      socket_.reset();
+    }
     std::shared_ptr<SubmitStream> stream;
     {
       absl::MutexLock lock(&stream_mu_);
@@ -342,6 +354,23 @@ class SessionState final : public HostMemoryCalls {
     return stream;
   }
 
+  // The session's connection to gpukitd's submit socket (connected at the first use), or null
+  // where ops and frees go over gRPC: a pipelined session, a daemon that offers none (TCP, or
+  // server.submitSocket off), ClientOptions::use_submit_socket off, a socket that did not
+  // connect, or one whose stream ended.
+  std::shared_ptr<SubmitSocketClient> Socket() {
+    if (submit_socket_path_.empty()) return nullptr;
+    absl::MutexLock lock(&socket_mu_);
+    if (socket_ == nullptr && !socket_tried_ && !closed()) {
+      socket_tried_ = true;
+      absl::StatusOr<std::unique_ptr<SubmitSocketClient>> connected =
+          SubmitSocketClient::Connect(submit_socket_path_, session_id_);
+      if (connected.ok()) socket_ = *std::move(connected);
+    }
+    if (socket_ != nullptr && socket_->broken()) return nullptr;
+    return socket_;
+  }
+
   // The open stream, or null (opens none).
   std::shared_ptr<SubmitStream> CurrentStream() {
     absl::MutexLock lock(&stream_mu_);
@@ -372,16 +401,26 @@ class SessionState final : public HostMemoryCalls {
   template <typename Call>
   absl::Status AfterPendingFrees(const Call& call) {
     std::shared_ptr<SubmitStream> stream = CurrentStream();
-    const bool frees_in_flight = stream != nullptr && stream->HasUnanswered();
+    std::shared_ptr<SubmitSocketClient> socket = CurrentSocket();
+    const bool stream_frees = stream != nullptr && stream->HasUnanswered();
+    const bool socket_frees = socket != nullptr && socket->HasUnanswered();
     absl::Status result = call();
-    if (!frees_in_flight || !RefusedForMemory(result)) return result;
-    stream->WaitForAllAnswers();
+    if (!(stream_frees || socket_frees) || !RefusedForMemory(result)) return result;
+    if (stream_frees) stream->WaitForAllAnswers();
+    // A failed free is Sync's to report.
+    if (socket_frees) KeepFreeFailure(socket->Settle(options_.call_timeout));
     return call();
   }
 
   absl::Status Sync() {
+    absl::Status socket_status;
+    if (std::shared_ptr<SubmitSocketClient> socket = CurrentSocket()) {
+      KeepFreeFailure(socket->Settle(options_.call_timeout));
+      absl::MutexLock lock(&socket_mu_);
+      socket_status = std::exchange(socket_free_failure_, absl::OkStatus());
+    }
     std::shared_ptr<SubmitStream> stream = CurrentStream();
-    if (stream == nullptr) return absl::OkStatus();
+    if (stream == nullptr) return socket_status;
     absl::Status status = stream->Sync();
     if (stream->ended()) {  // its end was reported: the next op opens a new stream
       std::vector<std::string> lost_frees;
@@ -391,12 +430,15 @@ class SessionState final : public HostMemoryCalls {
       }
       for (const std::string& handle : lost_frees) UnaryFree(handle).IgnoreError();
     }
-    return status;
+    return socket_status.ok() ? status : socket_status;
   }
 
-  // Queues the free of `handle` on the stream; without one (a daemon that has no Submit, or
-  // a stream that cannot start), a unary Free.
+  // Queues the free of `handle` on the submit socket or the stream; without either (a daemon
+  // that has no Submit, or a stream that cannot start), a unary Free.
   absl::Status Free(const std::string& handle) {
+    if (std::shared_ptr<SubmitSocketClient> socket = Socket()) {
+      if (socket->Free(handle).ok()) return absl::OkStatus();
+    }
     if (!submit_unimplemented_.load(std::memory_order_relaxed)) {
       absl::StatusOr<std::shared_ptr<SubmitStream>> stream = Stream();
       if (stream.ok() && (*stream)->Free(handle).ok()) return absl::OkStatus();
@@ -460,8 +502,25 @@ class SessionState final : public HostMemoryCalls {
     return lost;
   }
 
+  // The submit socket as it is now (null if none was connected); connects none.
+  std::shared_ptr<SubmitSocketClient> CurrentSocket() {
+    absl::MutexLock lock(&socket_mu_);
+    return socket_;
+  }
+  // Keeps the first failed free the socket reported until Sync returns it.
+  void KeepFreeFailure(absl::Status status) {
+    absl::MutexLock lock(&socket_mu_);
+    if (socket_free_failure_.ok()) socket_free_failure_ = std::move(status);
+  }
+
   mutable absl::Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  // OpenSessionResponse.submit_socket, when this session may use it; written by Open only.
+  std::string submit_socket_path_;
+  absl::Mutex socket_mu_;  // taken before mu_ where both are
+  std::shared_ptr<SubmitSocketClient> socket_ ABSL_GUARDED_BY(socket_mu_);
+  bool socket_tried_ ABSL_GUARDED_BY(socket_mu_) = false;
+  absl::Status socket_free_failure_ ABSL_GUARDED_BY(socket_mu_);
   absl::Mutex stream_mu_;  // taken before mu_ where both are
   std::shared_ptr<SubmitStream> stream_ ABSL_GUARDED_BY(stream_mu_);
   std::atomic<bool> submit_unimplemented_{false};
@@ -842,12 +901,30 @@ void FillOp(absl::string_view op, const std::vector<Operand>& inputs, const Attr
 
 absl::StatusOr<Array> Client::RunOp(absl::string_view op, const std::vector<Operand>& inputs,
                                     const Attrs& attrs, const TaskOptions& task) {
+  // The array a synchronous op made, as the daemon described it.
+  auto array_of = [this](const v1::ArrayInfo& info) -> absl::StatusOr<Array> {
+    absl::StatusOr<DType> dtype = DTypeFromProto(info.dtype(), "output.dtype");
+    if (!dtype.ok()) return dtype.status();
+    return Array(state_, info.handle(),
+                 ArrayResult::Known({std::vector<int64_t>(info.shape().begin(), info.shape().end()),
+                                     *dtype, info.size_bytes()}));
+  };
   if (state_->options_.pipeline) {
     v1::PipelinedRunOp pipelined;
     FillOp(op, inputs, attrs, task, pipelined);
     GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<SubmitStream> stream, state_->Stream());
     GPUKIT_ASSIGN_OR_RETURN(SubmitStream::Submitted submitted, stream->Run(pipelined));
     return Array(state_, std::move(submitted.handle), std::move(submitted.result));
+  }
+  if (std::shared_ptr<internal::SubmitSocketClient> socket = state_->Socket()) {
+    v1::PipelinedRunOp submitted;
+    FillOp(op, inputs, attrs, task, submitted);
+    // An op too large for one datagram goes over gRPC (a unary call has room for it).
+    if (submitted.ByteSizeLong() <= kMaxSubmitSocketOpBytes) {
+      absl::StatusOr<v1::ArrayInfo> info = socket->Run(submitted, state_->options_.call_timeout);
+      if (!info.ok()) return info.status();
+      return array_of(*info);
+    }
   }
   v1::RunOpRequest request;
   request.set_session_id(state_->session_id_);
@@ -860,12 +937,7 @@ absl::StatusOr<Array> Client::RunOp(absl::string_view op, const std::vector<Oper
     return FromGrpc(state_->compute_->RunOp(&context, request, &response), context);
   });
   if (!status.ok()) return status;
-  const v1::ArrayInfo& info = response.output();
-  absl::StatusOr<DType> dtype = DTypeFromProto(info.dtype(), "output.dtype");
-  if (!dtype.ok()) return dtype.status();
-  return Array(state_, info.handle(),
-               ArrayResult::Known({std::vector<int64_t>(info.shape().begin(), info.shape().end()),
-                                   *dtype, info.size_bytes()}));
+  return array_of(response.output());
 }
 
 absl::StatusOr<Array> Client::Reduce(absl::string_view op, const Array& a,

@@ -31,7 +31,7 @@ constexpr absl::string_view kDefaultConfig = R"json({
   "scheduler": {"pacingBurst": "20ms", "taskHistory": 1000, "bestEffortInFlight": "1ms",
                 "burstableInFlight": "4ms", "pacingAnticipation": "0s"},
   "jit": {"cacheDir": "", "memoryCache": "256MiB", "compileTimeout": "30s", "cpuArch": "sm_90"},
-  "server": {"maxThreads": 256},
+  "server": {"maxThreads": 256, "submitSocket": true},
   "executor": {"mode": "process", "launchDeadline": "30s", "standby": true},
   "qos": {"bestEffortSlice": "100us", "burstableSlice": "500us", "bestEffortSmShare": 1}
 }
@@ -428,6 +428,8 @@ absl::StatusOr<DaemonConfig> ApplyConfigJson(absl::string_view json, DaemonConfi
     }
     config.server_max_threads = file.server().max_threads();
   }
+  if (file.server().has_submit_socket())
+    config.server_submit_socket = file.server().submit_socket();
   if (file.has_access()) {
     GPUKIT_ASSIGN_OR_RETURN(config.access, AccessFromConfig(file.access()));
     const auto& tls = file.access().tls();

@@ -33,6 +33,8 @@ struct DaemonConfig {
   JitCompilerOptions jit;
   // server.maxThreads: the gRPC server's thread cap (ServerOptions::max_threads).
   int server_max_threads = 256;
+  // server.submitSocket: whether to serve the submit socket (ServerOptions::submit_socket).
+  bool server_submit_socket = true;
   // metricsAddress: "host:port" of the Prometheus metrics server; empty: none.
   std::string metrics_address;
   // executor.*: how devices run (runtime/executor/executor_devices.h).

@@ -35,6 +35,7 @@ std::vector<std::string> RestartOnlyChanges(const DaemonConfig& a, const DaemonC
   note(a.backend != b.backend, "backend");
   note(a.cpu_memory_bytes != b.cpu_memory_bytes, "cpu.memory");
   note(a.server_max_threads != b.server_max_threads, "server.maxThreads");
+  note(a.server_submit_socket != b.server_submit_socket, "server.submitSocket");
   note(a.executor.in_process != b.executor.in_process || a.executor.path != b.executor.path ||
            a.executor.launch_deadline != b.executor.launch_deadline ||
            a.executor.standby != b.executor.standby,

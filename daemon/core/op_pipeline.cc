@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/executor/spin_wait.h"
 
 namespace gpukit {
 
@@ -168,9 +169,20 @@ absl::Status OpPipeline::Free(uint64_t index, absl::string_view handle) {
 }
 
 std::optional<OpPipeline::Failure> OpPipeline::Sync() {
+  uint64_t target = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    HandOverLocked();
+    target = records_queued_;
+  }
+  // The answer a synchronous client waits for: spin through the ops' run rather than pay a
+  // wake-up at its end, as the executor channel's waits do (a SpinSlots slot for long ones).
+  auto completed = [this, target] { return completed_.load(std::memory_order_acquire) >= target; };
+  if (!SpinUntil(completed, ChannelSpinTime()) && SpinSlots::ForWaits().TryAcquire()) {
+    SpinUntil(completed, kLongSpin);
+    SpinSlots::ForWaits().Release();
+  }
   absl::MutexLock lock(&mu_);
-  HandOverLocked();
-  const uint64_t target = records_queued_;
   auto done = [this, target]()
                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return records_completed_ >= target; };
   mu_.Await(absl::Condition(&done));
@@ -199,6 +211,7 @@ void OpPipeline::CompletionLoop() {
     batch.clear();
     absl::MutexLock lock(&mu_);
     records_completed_ += completed;
+    completed_.store(records_completed_, std::memory_order_release);
     in_flight_ -= completed;
   }
 }

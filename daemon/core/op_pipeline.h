@@ -47,6 +47,8 @@
 #ifndef GPUKIT_DAEMON_CORE_OP_PIPELINE_H_
 #define GPUKIT_DAEMON_CORE_OP_PIPELINE_H_
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -106,7 +108,9 @@ class OpPipeline {
   absl::Status Refuse(uint64_t index, absl::string_view op, absl::Status status);
   // Waits until every op queued so far has run; returns the first failure (lowest index)
   // since the previous Sync, refused or failed on the device, if any, and makes the
-  // pipeline clean again.
+  // pipeline clean again. It spins for ChannelSpinTime() first, and through ops that run long
+  // while it holds a SpinSlots slot (as the executor channel's waits), before it sleeps: a
+  // synchronous client waits for this answer, and a wake-up at the end would be on its path.
   std::optional<Failure> Sync();
   // Waits for the ops queued to run (they run to their end even if the session closed),
   // joins the completion thread and frees the session's pipeline slot. Idempotent.
@@ -169,6 +173,10 @@ class OpPipeline {
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t records_queued_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t records_completed_ ABSL_GUARDED_BY(mu_) = 0;
+  // records_completed_, for a Sync that spins before it waits on mu_.
+  std::atomic<uint64_t> completed_{0};
+  // The longest a Sync spins (with a SpinSlots slot) for ops that run long.
+  static constexpr std::chrono::microseconds kLongSpin{20'000};
   std::optional<Failure> first_failure_ ABSL_GUARDED_BY(mu_);
   std::optional<Failure> refused_ ABSL_GUARDED_BY(mu_);  // set: the pipeline is failed
   bool closing_ ABSL_GUARDED_BY(mu_) = false;

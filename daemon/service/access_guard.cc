@@ -48,22 +48,25 @@ Principal AccessGuard::Caller(const grpc::ServerContextBase& context) const {
 
 grpc::Status AccessGuard::CheckSession(grpc::ServerContextBase* context,
                                        absl::string_view session_id) const {
-  const Principal caller = Caller(*context);
+  return ToGrpc(CheckSessionOf(Caller(*context), session_id), context);
+}
+
+absl::Status AccessGuard::CheckSessionOf(const Principal& caller,
+                                         absl::string_view session_id) const {
   const std::shared_ptr<const AccessPolicy> policy = this->policy();
   if (caller.network() && !policy->Authenticated(caller)) {
     // Before the look-up, whatever the id: an unauthenticated caller learns nothing of it.
     spdlog::warn("session access refused, no valid token: caller=\"{}\"", caller.Describe());
-    return ToGrpc(absl::UnauthenticatedError(
-                      "over TCP a session needs a valid bearer token (metadata authorization: "
-                      "Bearer <token>, a token that access.tokens lists)"),
-                  context);
+    return absl::UnauthenticatedError(
+        "over TCP a session needs a valid bearer token (metadata authorization: Bearer <token>, "
+        "a token that access.tokens lists)");
   }
   absl::StatusOr<Principal> owner = core_.SessionOwner(session_id);
-  if (!owner.ok()) return ToGrpc(owner.status(), context);
-  if (policy->MayUseSession(caller, *owner)) return grpc::Status::OK;
+  if (!owner.ok()) return owner.status();
+  if (policy->MayUseSession(caller, *owner)) return absl::OkStatus();
   spdlog::warn("session access refused: session={} caller=\"{}\" owner=\"{}\"",
                absl::CHexEscape(session_id.substr(0, 80)), caller.Describe(), owner->Describe());
-  return ToGrpc(SessionNotFoundError(session_id), context);
+  return SessionNotFoundError(session_id);
 }
 
 grpc::Status AccessGuard::CheckAdmin(grpc::ServerContextBase* context,

@@ -62,6 +62,9 @@ class AccessGuard {
   // token (whatever the id); NOT_FOUND as for an unknown session otherwise (and for an
   // unknown, closed or expired one). Does not renew the session's lease. O(1).
   grpc::Status CheckSession(grpc::ServerContextBase* context, absl::string_view session_id) const;
+  // The same check for a caller known otherwise (the submit socket's peer), as an
+  // absl::Status.
+  absl::Status CheckSessionOf(const Principal& caller, absl::string_view session_id) const;
   // OK if the caller is an admin; PERMISSION_DENIED naming `rpc` ("CreatePartition")
   // otherwise, logged with the caller. O(1).
   grpc::Status CheckAdmin(grpc::ServerContextBase* context, absl::string_view rpc) const;

@@ -43,6 +43,9 @@ class SessionServiceImpl final
   }
   grpc::Status Close(grpc::ServerContext* context, const v1::CloseSessionRequest* request,
                      v1::CloseSessionResponse* response) override;
+  // The submit socket's path, told to local callers in OpenSessionResponse (set before the
+  // server starts).
+  void set_submit_socket(std::string path) { submit_socket_ = std::move(path); }
 
  private:
   grpc::Status KeepAliveNow(grpc::ServerContextBase* context, const v1::KeepAliveRequest* request,
@@ -51,6 +54,7 @@ class SessionServiceImpl final
   Core& core_;
   const AccessGuard& guard_;
   InlineUnary inline_;
+  std::string submit_socket_;
 };
 
 // Synchronous but for Upload and Download, which are callback methods.

@@ -18,6 +18,7 @@ grpc::Status SessionServiceImpl::Open(grpc::ServerContext* context,
   params.client = {request->client().name(), request->client().library_version(),
                    request->client().hostname(), request->client().pid()};
   params.owner = guard_.Caller(*context);
+  const bool owner_is_local = params.owner.local();
   params.lease = absl::Milliseconds(request->lease_ms());
   absl::StatusOr<ResourceSpec> resources = FromProto(request->resources());
   if (!resources.ok()) return ToGrpc(resources.status(), context);
@@ -32,6 +33,8 @@ grpc::Status SessionServiceImpl::Open(grpc::ServerContext* context,
   ToProto(grant->resources, response->mutable_resources());
   response->set_device_index(grant->device_index);
   response->set_tenant(params_tenant);
+  // Only a caller on a unix socket can reach the submit socket (and prove who it is there).
+  if (owner_is_local) response->set_submit_socket(submit_socket_);
   return grpc::Status::OK;
 }
 

@@ -11,18 +11,12 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "daemon/core/op_pipeline.h"
-#include "daemon/service/burst_batcher.h"
 #include "daemon/service/convert.h"
-#include "daemon/service/request_strings.h"
+#include "daemon/service/submit_session.h"
 #include "spdlog/spdlog.h"
 
 namespace gpukit::service {
 namespace {
-
-grpc::Status InvalidArgument(std::string message) {
-  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::move(message));
-}
 
 // Messages a stream keeps for reuse, of each kind (see Memory in the header).
 constexpr size_t kSpareMessages = 2;
@@ -37,7 +31,13 @@ void Keep(std::vector<M>& spares, M&& message) {
 class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1::SubmitResponse> {
  public:
   SubmitReactor(Core& core, const AccessGuard& guard, grpc::CallbackServerContext* context)
-      : core_(core), guard_(guard), context_(context) {
+      : context_(context),
+        session_(
+            core,
+            [&guard, context](absl::string_view session_id) {
+              return guard.CheckSessionOf(guard.Caller(*context), session_id);
+            },
+            context) {
     {
       absl::MutexLock lock(&mu_);
       read_outstanding_ = true;
@@ -120,14 +120,10 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
   // The worker: takes the requests in order and answers them, then ends the stream.
   void Work() {
     grpc::Status status = Serve();
-    // The ops queued run to their end whatever happened; their tasks end and pins drop.
-    if (pipeline_ != nullptr) {
-      pipeline_->Close();
-      spdlog::debug("submit stream closed: session={} requests={} ops={} status={}",
-                    pipeline_->session_id(), requests_read_, next_index_,
-                    static_cast<int>(status.error_code()));
-      pipeline_.reset();
-    }
+    spdlog::debug("submit stream ends: session={} requests={} ops={} status={}",
+                  session_.session_id(), requests_read_, session_.ops(),
+                  static_cast<int>(status.error_code()));
+    session_.Close();
     {
       absl::MutexLock lock(&mu_);
       // What was answered goes out before the status (unless the client is gone).
@@ -154,19 +150,15 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
 
   // Answers requests until the stream ends; returns its status.
   grpc::Status Serve() {
-    // Held while more requests wait to be answered: their ops' work goes to a device
-    // executor together (a few messages per batch, not several per op).
-    // The completion thread gets each batch's ops once it was sent (OpPipeline::HoldCompletions).
-    BurstBatcher batcher([this] {
-      if (pipeline_ != nullptr) pipeline_->ReleaseCompletions();
-    });
     // The request being answered and the response being built: each a message done with,
     // when there is one (their parts are reused).
     v1::SubmitRequest request;
     v1::SubmitResponse response;
     for (;;) {
       bool read_on = false;
-      if (!MoreQueued()) batcher.EndBurst();
+      // Work is held while more requests wait to be answered: their ops' work goes to a
+      // device executor together (a few messages per batch, not several per op).
+      if (!MoreQueued()) session_.EndBurst();
       request.Clear();
       {
         absl::MutexLock lock(&mu_);
@@ -190,108 +182,16 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
       }
       if (read_on) StartRead(&reading_);
       ++requests_read_;
-      if (grpc::Status status = Answer(request, batcher, response); !status.ok()) return status;
+      absl::StatusOr<bool> answer =
+          session_.Answer(request, response, [this](v1::SubmitResponse r) { Send(std::move(r)); });
+      if (!answer.ok()) return ToGrpc(answer.status(), context_);
+      if (*answer) Send(std::move(response));
     }
   }
 
   bool MoreQueued() {
     absl::MutexLock lock(&mu_);
     return !inbox_.empty();
-  }
-
-  // One request: opens the pipeline on the first, runs the ops, answers the sync point,
-  // building the answer in `response` (which it clears first, and sends).
-  grpc::Status Answer(const v1::SubmitRequest& request, BurstBatcher& batcher,
-                      v1::SubmitResponse& response) {
-    if (absl::Status s = ValidateSubmitRequestStrings(request); !s.ok()) {
-      return ToGrpc(s, context_);
-    }
-    if (pipeline_ == nullptr) {
-      if (request.session_id().empty()) {
-        return InvalidArgument("the first Submit request must name the session (session_id)");
-      }
-      if (grpc::Status denied = guard_.CheckSession(context_, request.session_id()); !denied.ok()) {
-        return denied;
-      }
-      absl::StatusOr<std::unique_ptr<OpPipeline>> pipeline =
-          core_.OpenPipeline(request.session_id());
-      if (!pipeline.ok()) return ToGrpc(pipeline.status(), context_);
-      pipeline_ = *std::move(pipeline);
-      pipeline_->HoldCompletions(true);
-      spdlog::debug("submit stream opened: session={} prefix={}", pipeline_->session_id(),
-                    pipeline_->handle_prefix());
-      v1::SubmitResponse opened;
-      opened.set_handle_prefix(pipeline_->handle_prefix());
-      Send(std::move(opened));
-    } else if (!request.session_id().empty() && request.session_id() != pipeline_->session_id()) {
-      return InvalidArgument(absl::StrCat("session_id \"", request.session_id(),
-                                          "\" differs from the stream's session \"",
-                                          pipeline_->session_id(), "\""));
-    }
-    if (request.ops_size() > kMaxOpsPerSubmitRequest) {
-      return InvalidArgument(absl::StrCat("ops has ", request.ops_size(), " ops; at most ",
-                                          kMaxOpsPerSubmitRequest, " per request"));
-    }
-    if (request.ops_size() == 0 && request.sync() == 0) return grpc::Status::OK;
-    response.Clear();
-    for (const v1::PipelinedOp& op : request.ops()) {
-      // A client that went away gets no more of its ops queued (the request may hold 1024).
-      if (context_->IsCancelled()) return grpc::Status::CANCELLED;
-      batcher.BeforeOp(pipeline_->device());
-      v1::OpResult* result = response.add_results();
-      RunOne(op, next_index_++, result);
-    }
-    if (request.sync() > 0) {
-      batcher.EndBurst();
-      std::optional<OpPipeline::Failure> failure = pipeline_->Sync();
-      response.set_synced(request.sync());
-      if (failure.has_value()) {
-        v1::OpResult* error = response.mutable_error();
-        error->set_index(failure->index);
-        error->set_op(failure->op);
-        ToProto(failure->status, error);
-      }
-    }
-    Send(std::move(response));
-    return grpc::Status::OK;
-  }
-
-  // Op `index`: queued (the result's layout) or refused (its status).
-  void RunOne(const v1::PipelinedOp& op, uint64_t index, v1::OpResult* result) {
-    result->set_index(index);
-    absl::Status status;
-    switch (op.kind_case()) {
-      case v1::PipelinedOp::kRun: {
-        const v1::PipelinedRunOp& run = op.run();
-        result->set_op(run.op());
-        absl::StatusOr<std::vector<OpInput>> inputs = FromProto(run.inputs());
-        absl::StatusOr<AttrMap> attrs = FromProto(run.attrs());
-        if (!inputs.ok()) {
-          status = pipeline_->Refuse(index, run.op(), inputs.status());
-        } else if (!attrs.ok()) {
-          status = pipeline_->Refuse(index, run.op(), attrs.status());
-        } else if (absl::Status task = ValidateTaskOptions(run.task()); !task.ok()) {
-          status = pipeline_->Refuse(index, run.op(), std::move(task));
-        } else {
-          absl::StatusOr<ArrayView> output = pipeline_->RunOp(
-              index, run.op(), *inputs, *attrs, TaskOptionsFrom(run.task(), context_));
-          if (output.ok()) ToProto(*output, result->mutable_output());
-          status = output.status();
-        }
-        break;
-      }
-      case v1::PipelinedOp::kFree:
-        result->set_op("free");
-        status = pipeline_->Free(index, op.free());
-        break;
-      case v1::PipelinedOp::KIND_NOT_SET:
-        // Named in later ops' ABORTED messages as "op #i (unset)".
-        status = pipeline_->Refuse(
-            index, "unset",
-            absl::InvalidArgumentError(absl::StrCat("op #", index, " has no kind (run or free)")));
-        break;
-    }
-    ToProto(status, result);
   }
 
   // Queues `response` for sending; starts the write when none is outstanding.
@@ -310,13 +210,10 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
     StartWrite(&sending_);
   }
 
-  Core& core_;
-  const AccessGuard& guard_;
   grpc::CallbackServerContext* const context_;
   std::thread worker_ ABSL_GUARDED_BY(mu_);
   // The worker's own.
-  std::unique_ptr<OpPipeline> pipeline_;
-  uint64_t next_index_ = 0;
+  SubmitSession session_;
   uint64_t requests_read_ = 0;  // for the closing log line
 
   absl::Mutex mu_;

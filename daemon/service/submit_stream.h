@@ -40,13 +40,12 @@
 
 #include "daemon/core/core.h"
 #include "daemon/service/access_guard.h"
+#include "daemon/service/submit_session.h"
 #include "gpukit/v1/compute.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 
 namespace gpukit::service {
 
-// Most ops one SubmitRequest may carry; more is INVALID_ARGUMENT for the stream.
-inline constexpr int kMaxOpsPerSubmitRequest = 1024;
 // Requests read ahead of the worker, and answers waiting to be sent, per stream.
 inline constexpr int kMaxQueuedRequests = 4;
 inline constexpr int kMaxQueuedResponses = 4;

@@ -82,6 +82,7 @@ def test_quick_run_saves_every_suite_with_positive_figures(quick_run) -> None:
     run, report = quick_run
     figures = check_schema(report)
     assert report["quick"] is True
+    assert report["submit_socket"] is True
     assert report["suites"] == list(bench.SUITES)
     expected = {
         "ping_p50_us": ("us", False), "ping_p99_us": ("us", False),
@@ -132,6 +133,18 @@ def test_run_against_a_gpukitd_it_starts_with_only_some_suites(tmp_path: Path) -
     assert set(figures) == {"ping_p50_us", "ping_p99_us", "ping_after_idle_p50_us",
                             "upload_4MiB_gbps",
                             "download_4MiB_gbps"}
+
+
+def test_no_submit_socket_runs_the_synchronous_rows_over_grpc_and_says_so(
+        daemon, tmp_path: Path) -> None:
+    saved = tmp_path / "grpc.json"
+    run = gpukit_bench(["--address", daemon.address, "--only", "runop", "--quick",
+                        "--iterations", "20", "--no-submit-socket", "--save", str(saved)])
+    assert run.returncode == 0, f"stdout:\n{run.stdout}\nstderr:\n{run.stderr}"
+    report = json.loads(saved.read_text())
+    assert report["submit_socket"] is False
+    assert "synchronous calls over gRPC" in run.stdout
+    assert "runop_p50_us" in check_schema(report)
 
 
 def test_a_gpukitd_that_does_not_answer_exits_3_with_the_reason(tmp_path: Path) -> None:

@@ -73,6 +73,7 @@ class Report:
             f"gpukit-bench: gpukit {h['gpukit_version']}, gpukitd {h['daemon_version']} "
             f"({h['backend']}: {h['device']}) at {h['address']}"
             f"{', quick' if h['quick'] else ''}"
+            f"{', synchronous calls over gRPC' if h.get('submit_socket') is False else ''}"
         )
         self._print(f"{'figure':<40} {'value':>12} {'unit':<8} better")
 
@@ -185,9 +186,10 @@ def print_comparison(changes: Sequence[Change], threshold: float, old_label: str
                      new_label: str, old_header: Dict[str, Any], new_header: Dict[str, Any],
                      out: Optional[TextIO] = None) -> List[Change]:
     """Prints old, new and the change of each figure (after a note for each of backend,
-    device and --quick where the runs differ); returns the regressions."""
+    device, --quick and the synchronous transport where the runs differ); returns the
+    regressions."""
     out = out or sys.stdout
-    for key in ("backend", "device", "quick"):
+    for key in ("backend", "device", "quick", "submit_socket"):
         if old_header.get(key) != new_header.get(key):
             print(f"note: {key} differs: old {old_header.get(key)!r}, new "
                   f"{new_header.get(key)!r}", file=out)

@@ -134,6 +134,7 @@ class Client:
         tls_ca: str = "",
         tls_cert: str = "",
         tls_key: str = "",
+        submit_socket: bool = True,
     ) -> "Client": ...
     @property
     def session_id(self) -> str: ...

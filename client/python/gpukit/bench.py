@@ -148,6 +148,8 @@ def run_suite(args: argparse.Namespace, address: str, suites: Sequence[str]) -> 
     info = probe.info()
     # Synchronous, also where a client's sessions pipeline by default: runop times the reply.
     sync_only = {"pipeline": False} if _has_pipeline_parameter(gpukit) else {}
+    if args.no_submit_socket:
+        sync_only["submit_socket"] = False
     session = gpukit.connect(address or None, tenant=args.tenant, client_name="gpukit-bench",
                              **sync_only)
     ctx: Optional[Context] = None
@@ -165,6 +167,7 @@ def run_suite(args: argparse.Namespace, address: str, suites: Sequence[str]) -> 
             "device": device["name"],
             "address": probe.address,
             "quick": bool(args.quick),
+            "submit_socket": not args.no_submit_socket,
             "suites": list(suites),
             "host": platform.node(),
             "python": platform.python_version(),
@@ -222,6 +225,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--matmul-dtypes", type=lambda v: v.split(","), metavar="D,D",
                         help="of " + ", ".join(MATMUL_DTYPES) + " (default: all)")
     parser.add_argument("--tenant", default="gpukit-bench", help="tenant of the sessions")
+    parser.add_argument("--no-submit-socket", action="store_true",
+                        help="synchronous calls over gRPC, not the daemon's submit socket (to "
+                             "compare the two)")
     parser.add_argument("--connect-timeout", type=float, default=5.0, metavar="S")
     parser.add_argument("--save", metavar="FILE", help="write the figures as JSON")
     parser.add_argument("--compare", nargs="+", metavar="FILE",

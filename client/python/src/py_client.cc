@@ -32,7 +32,8 @@ std::shared_ptr<PyClient> Connect(
     std::optional<double> compute_request, std::optional<double> compute_limit, double lease_s,
     int priority, double queue_timeout_s, double call_timeout_s, double connect_timeout_s,
     const std::string& client_name, bool use_shared_memory, bool pipeline, const std::string& token,
-    const std::string& tls_ca, const std::string& tls_cert, const std::string& tls_key) {
+    const std::string& tls_ca, const std::string& tls_cert, const std::string& tls_key,
+    bool submit_socket) {
   ClientOptions options;
   options.address = address;
   options.tenant = tenant;
@@ -53,6 +54,7 @@ std::shared_ptr<PyClient> Connect(
   options.client_name = client_name;
   options.use_shared_memory = use_shared_memory;
   options.pipeline = pipeline;
+  options.use_submit_socket = submit_socket;
   absl::StatusOr<std::unique_ptr<Client>> client;
   WithoutGil([&] { client = Client::Connect(options); });
   return std::make_shared<PyClient>(std::shared_ptr<Client>(ValueOrThrow(std::move(client))));
@@ -199,17 +201,18 @@ void PyClient::Sync() const {
 void RegisterClient(py::module_& module) {
   py::class_<PyClient, std::shared_ptr<PyClient>>(module, "Client",
                                                   "One session with gpukitd (gpukit::Client).")
-      .def_static(
-          "connect", &Connect, py::arg("address") = "", py::arg("tenant") = "",
-          py::arg("partition") = "", py::arg("memory_request_bytes") = py::none(),
-          py::arg("memory_limit_bytes") = py::none(), py::arg("compute_request") = py::none(),
-          py::arg("compute_limit") = py::none(), py::arg("lease_s") = 0.0, py::arg("priority") = 0,
-          py::arg("queue_timeout_s") = 0.0, py::arg("call_timeout_s") = 60.0,
-          py::arg("connect_timeout_s") = 5.0, py::arg("client_name") = "",
-          py::arg("use_shared_memory") = true, py::arg("pipeline") = false, py::arg("token") = "",
-          py::arg("tls_ca") = "", py::arg("tls_cert") = "", py::arg("tls_key") = "",
-          "Connects and opens a session (gpukit::Client::Connect); with `pipeline`, "
-          "ops go through the session's Submit stream and return at once.")
+      .def_static("connect", &Connect, py::arg("address") = "", py::arg("tenant") = "",
+                  py::arg("partition") = "", py::arg("memory_request_bytes") = py::none(),
+                  py::arg("memory_limit_bytes") = py::none(),
+                  py::arg("compute_request") = py::none(), py::arg("compute_limit") = py::none(),
+                  py::arg("lease_s") = 0.0, py::arg("priority") = 0,
+                  py::arg("queue_timeout_s") = 0.0, py::arg("call_timeout_s") = 60.0,
+                  py::arg("connect_timeout_s") = 5.0, py::arg("client_name") = "",
+                  py::arg("use_shared_memory") = true, py::arg("pipeline") = false,
+                  py::arg("token") = "", py::arg("tls_ca") = "", py::arg("tls_cert") = "",
+                  py::arg("tls_key") = "", py::arg("submit_socket") = true,
+                  "Connects and opens a session (gpukit::Client::Connect); with `pipeline`, "
+                  "ops go through the session's Submit stream and return at once.")
       .def_property_readonly("session_id",
                              [](const PyClient& self) { return self.client()->session_id(); })
       .def_property_readonly("address",

@@ -146,6 +146,13 @@ struct ClientOptions {
   // once, their errors surfacing at Client::Sync (see the top of this file). False: each op
   // is one round trip that returns the result or its error. Frees use the stream either way.
   bool pipeline = false;
+  // Whether a synchronous session's ops and frees go through gpukitd's submit socket, a unix
+  // socket beside its gRPC socket that carries them without gRPC (the daemon offers it to
+  // callers on its unix socket; docs/api.md, "The submit socket"). The op's result and
+  // errors are the same; the caller's thread polls for the answer for a while instead of
+  // sleeping (GPUKIT_CLIENT_SPIN_US, 20 ms by default on hosts of 8 or more cores). False:
+  // gRPC, as for a daemon that offers no socket.
+  bool use_submit_socket = true;
 };
 
 namespace internal {

@@ -1,0 +1,246 @@
+#include "daemon/service/submit_socket.h"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/service/convert.h"
+#include "daemon/service/submit_session.h"
+#include "daemon/service/unix_listener.h"
+#include "gpukit/v1/compute.pb.h"
+#include "runtime/base/status_macros.h"
+#include "runtime/executor/spin_wait.h"
+#include "spdlog/spdlog.h"
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+
+namespace gpukit::service {
+
+namespace {
+
+// Reads the next request into `request`. While `activity` is Recent() it polls the socket
+// without sleeping (a synchronous client's next request follows its reply within
+// microseconds); otherwise it sleeps in recvmsg. OK, or the end: UNAVAILABLE when the client
+// closed its end, INVALID_ARGUMENT for a datagram that is too long, carries a descriptor or
+// does not parse.
+absl::Status ReceiveRequest(int socket, char* buffer, size_t capacity,
+                            const RecentActivity& activity, v1::SubmitRequest& request) {
+  absl::StatusOr<ReceivedInto> received;
+  for (;;) {
+    const bool poll = activity.Recent();
+    received = ReceiveMessageInto(socket, buffer, capacity, /*wait=*/!poll);
+    if (!poll || received.status().code() != absl::StatusCode::kDeadlineExceeded) break;
+    for (int i = 0; i < 32; ++i) CpuRelax();
+  }
+  if (!received.ok()) {
+    if (absl::IsUnavailable(received.status())) return received.status();
+    return absl::InvalidArgumentError(
+        absl::StrCat("the submit socket takes SubmitRequest datagrams of at most ",
+                     kMaxSubmitSocketMessageBytes, " bytes: ", received.status().message()));
+  }
+  if (received->fd.valid()) {
+    return absl::InvalidArgumentError("the submit socket takes no descriptors");
+  }
+  if (!request.ParseFromArray(buffer, static_cast<int>(received->bytes))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a datagram of ", received->bytes, " bytes is not a SubmitRequest"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SendWhole(int socket, const v1::SubmitResponse& response, std::string& bytes) {
+  bytes.clear();
+  response.SerializeToString(&bytes);
+  return SendMessage(socket, bytes.data(), bytes.size());
+}
+
+// Sends `response`, split into datagrams of at most kMaxSubmitSocketMessageBytes: the
+// results in order, `synced` and `error` with the last. UNAVAILABLE once the client is gone.
+absl::Status SendResponse(int socket, v1::SubmitResponse& response, std::string& bytes) {
+  if (response.ByteSizeLong() <= kMaxSubmitSocketMessageBytes) {
+    return SendWhole(socket, response, bytes);
+  }
+  // A part's results stay well under the limit (an OpResult's message is capped far below).
+  constexpr size_t kPartBytes = kMaxSubmitSocketMessageBytes / 2;
+  v1::SubmitResponse part;
+  for (v1::OpResult& result : *response.mutable_results()) {
+    if (part.results_size() > 0 && part.ByteSizeLong() + result.ByteSizeLong() > kPartBytes) {
+      GPUKIT_RETURN_IF_ERROR(SendWhole(socket, part, bytes));
+      part.clear_results();
+    }
+    part.add_results()->Swap(&result);
+  }
+  part.set_synced(response.synced());
+  if (response.has_error()) part.mutable_error()->Swap(response.mutable_error());
+  return SendWhole(socket, part, bytes);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SubmitSocket>> SubmitSocket::Start(std::string path, Core& core,
+                                                                  const AccessGuard& guard,
+                                                                  SubmitSocketOptions options) {
+  if (options.max_connections < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("submit socket max_connections = ", options.max_connections, " must be >= 1"));
+  }
+  GPUKIT_ASSIGN_OR_RETURN(ScopedFd listening, ListenUnixSocket(path, 64));
+  ScopedFd wake(::eventfd(0, EFD_CLOEXEC));
+  if (!wake.valid()) return absl::InternalError("eventfd failed");
+  std::unique_ptr<SubmitSocket> socket(new SubmitSocket(std::move(path), std::move(listening),
+                                                        std::move(wake), core, guard, options));
+  socket->acceptor_ = std::thread([raw = socket.get()] { raw->AcceptLoop(); });
+  spdlog::info("submit socket on {}", socket->path_);
+  return socket;
+}
+
+SubmitSocket::SubmitSocket(std::string path, ScopedFd listening, ScopedFd wake, Core& core,
+                           const AccessGuard& guard, SubmitSocketOptions options)
+    : path_(std::move(path)),
+      listening_(std::move(listening)),
+      wake_(std::move(wake)),
+      core_(core),
+      guard_(guard),
+      options_(options) {}
+
+SubmitSocket::~SubmitSocket() {
+  const uint64_t one = 1;
+  if (::write(wake_.get(), &one, sizeof(one)) != sizeof(one)) {
+    spdlog::warn("submit socket: cannot wake its accept thread");
+  }
+  if (acceptor_.joinable()) acceptor_.join();
+  std::list<std::unique_ptr<Connection>> connections;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    connections.swap(connections_);
+  }
+  // A connection's thread waits in recvmsg or sendmsg, or for the device: shutdown ends the
+  // first two at once, and the device's work ends by itself.
+  for (const auto& connection : connections) ::shutdown(connection->socket.get(), SHUT_RDWR);
+  for (const auto& connection : connections) connection->thread.join();
+  ::unlink(path_.c_str());
+}
+
+int SubmitSocket::connections() const {
+  absl::MutexLock lock(&mu_);
+  int open = 0;
+  for (const auto& connection : connections_) open += connection->done.load() ? 0 : 1;
+  return open;
+}
+
+void SubmitSocket::ReapLocked() {
+  for (auto it = connections_.begin(); it != connections_.end();) {
+    if ((*it)->done.load(std::memory_order_acquire)) {
+      (*it)->thread.join();
+      it = connections_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void SubmitSocket::AcceptLoop() {
+  pollfd fds[2] = {{listening_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
+  for (;;) {
+    fds[0].revents = fds[1].revents = 0;
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      spdlog::error("submit socket: poll failed ({}); it accepts no more", std::strerror(errno));
+      return;
+    }
+    if (fds[1].revents != 0) return;
+    if (fds[0].revents == 0) continue;
+    ScopedFd socket(::accept4(listening_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!socket.valid()) {
+      if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
+      // Out of descriptors or memory: the connection stays in the backlog. Wait a little (or
+      // for the stop) instead of spinning on it.
+      spdlog::warn("submit socket: cannot accept a connection: {}", std::strerror(errno));
+      pollfd stop = {wake_.get(), POLLIN, 0};
+      if (::poll(&stop, 1, 100) > 0) return;
+      continue;
+    }
+    ucred cred{};
+    socklen_t length = sizeof(cred);
+    if (::getsockopt(socket.get(), SOL_SOCKET, SO_PEERCRED, &cred, &length) != 0) {
+      spdlog::warn("submit socket: refusing a connection without peer credentials: {}",
+                   std::strerror(errno));
+      continue;
+    }
+    absl::MutexLock lock(&mu_);
+    ReapLocked();
+    if (static_cast<int>(connections_.size()) >= options_.max_connections) {
+      spdlog::warn("submit socket: {} connections open; refusing one from pid {}",
+                   connections_.size(), cred.pid);
+      continue;  // closed: the client uses gRPC instead
+    }
+    auto connection = std::make_unique<Connection>();
+    connection->peer = Principal::Local(cred.uid, cred.gid, cred.pid, PeerGroups(socket.get()));
+    connection->socket = std::move(socket);
+    Connection& raw = *connection;
+    connections_.push_back(std::move(connection));
+    raw.thread = std::thread([this, &raw] {
+      Serve(raw);
+      raw.done.store(true, std::memory_order_release);
+    });
+  }
+}
+
+void SubmitSocket::Serve(Connection& connection) {
+  const int socket = connection.socket.get();
+  // Polls for the next request while the last message either way is recent: what a
+  // synchronous client sends next follows its reply by its own cycle (the executor channel's
+  // window, ChannelSpinTime; none on small hosts).
+  RecentActivity activity;
+  SubmitSession session(core_, [this, &connection](absl::string_view session_id) {
+    return guard_.CheckSessionOf(connection.peer, session_id);
+  });
+  std::unique_ptr<char[]> buffer(new char[kMaxSubmitSocketMessageBytes + 1]);
+  std::string bytes;  // a response's serialization
+  bool client_gone = false;
+  auto send = [&](v1::SubmitResponse response) {
+    if (client_gone) return;
+    client_gone = !SendResponse(socket, response, bytes).ok();
+    activity.Touch();
+  };
+  v1::SubmitRequest request;
+  v1::SubmitResponse response;
+  absl::Status end;
+  for (;;) {
+    // Work is held while more requests wait: their ops go to a device executor together.
+    pollfd readable = {socket, POLLIN, 0};
+    if (::poll(&readable, 1, 0) == 0) session.EndBurst();
+    request.Clear();
+    end = ReceiveRequest(socket, buffer.get(), kMaxSubmitSocketMessageBytes + 1, activity, request);
+    if (!end.ok()) break;
+    activity.Touch();
+    absl::StatusOr<bool> answer = session.Answer(request, response, send);
+    if (!answer.ok()) {
+      end = answer.status();
+      break;
+    }
+    if (*answer) send(std::move(response));
+    if (client_gone) break;
+  }
+  const std::string session_id = session.session_id();
+  session.Close();
+  if (absl::IsUnavailable(end) || client_gone) {
+    spdlog::debug("submit socket: pid {} closed its stream (session {})", connection.peer.pid,
+                  session_id);
+  } else {
+    spdlog::debug("submit socket: the stream of pid {} ends: {}", connection.peer.pid,
+                  end.ToString());
+    v1::SubmitResponse last;
+    ToProto(end, last.mutable_ended());
+    send(std::move(last));
+  }
+  ::shutdown(socket, SHUT_RDWR);
+}
+
+}  // namespace gpukit::service
