@@ -165,7 +165,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(Core& core, const Clock& c
   }
   if (!server->socket_paths_.empty() && options.submit_socket) {
     absl::StatusOr<std::unique_ptr<service::SubmitSocket>> submit = service::SubmitSocket::Start(
-        server->socket_paths_.front() + ".submit", core, server->guard_);
+        server->socket_paths_.front() + ".submit", core, server->guard_,
+        service::SubmitSocketOptions{.metrics = options.rpc_metrics});
     if (submit.ok()) {
       server->submit_socket_ = *std::move(submit);
       server->session_service_.set_submit_socket(server->submit_socket_->path());

@@ -437,7 +437,11 @@ class SessionState final : public HostMemoryCalls {
   // that has no Submit, or a stream that cannot start), a unary Free.
   absl::Status Free(const std::string& handle) {
     if (std::shared_ptr<SubmitSocketClient> socket = Socket()) {
-      if (socket->Free(handle).ok()) return absl::OkStatus();
+      std::optional<absl::Status> sent = socket->TryFree(handle);
+      if (sent.has_value() && sent->ok()) return absl::OkStatus();
+      // Another thread's op holds the socket (or it ended): no wait behind it, and no Submit
+      // stream either (the socket holds the session's pipeline).
+      if (!socket->broken()) return UnaryFree(handle);
     }
     if (!submit_unimplemented_.load(std::memory_order_relaxed)) {
       absl::StatusOr<std::shared_ptr<SubmitStream>> stream = Stream();
@@ -921,9 +925,12 @@ absl::StatusOr<Array> Client::RunOp(absl::string_view op, const std::vector<Oper
     FillOp(op, inputs, attrs, task, submitted);
     // An op too large for one datagram goes over gRPC (a unary call has room for it).
     if (submitted.ByteSizeLong() <= kMaxSubmitSocketOpBytes) {
-      absl::StatusOr<v1::ArrayInfo> info = socket->Run(submitted, state_->options_.call_timeout);
-      if (!info.ok()) return info.status();
-      return array_of(*info);
+      std::optional<absl::StatusOr<v1::ArrayInfo>> info =
+          socket->TryRun(submitted, state_->options_.call_timeout);
+      if (info.has_value()) {  // else another thread's op holds the socket: over gRPC
+        if (!info->ok()) return info->status();
+        return array_of(**info);
+      }
     }
   }
   v1::RunOpRequest request;

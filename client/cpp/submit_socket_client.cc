@@ -58,14 +58,10 @@ absl::StatusOr<std::unique_ptr<SubmitSocketClient>> SubmitSocketClient::Connect(
 SubmitSocketClient::SubmitSocketClient(ScopedFd socket, std::string session_id)
     : socket_(std::move(socket)), session_id_(std::move(session_id)) {}
 
-bool SubmitSocketClient::broken() const {
-  absl::MutexLock lock(&mu_);
-  return !broken_.ok();
-}
-
 absl::Status SubmitSocketClient::BreakLocked(absl::Status status) {
   if (broken_.ok()) {
     broken_ = status;
+    broken_flag_.store(true, std::memory_order_release);
     // gpukitd sees the end at once and lets the ops sent run.
     ::shutdown(socket_.get(), SHUT_RDWR);
   }
@@ -149,6 +145,7 @@ absl::Status SubmitSocketClient::ReadOneLocked(absl::Time deadline, bool wait,
   }
   const uint64_t token = response.synced();
   unanswered_.erase(token);
+  unanswered_count_.store(static_cast<int64_t>(unanswered_.size()), std::memory_order_release);
   if (frees_.erase(token) > 0 && response.error().code() != 0 && free_failure_.ok()) {
     free_failure_ = OpStatus(response.error());
   }
@@ -174,10 +171,17 @@ absl::Status SubmitSocketClient::AwaitLocked(uint64_t token, absl::Time deadline
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::ArrayInfo> SubmitSocketClient::Run(const v1::PipelinedRunOp& op,
-                                                      absl::Duration timeout) {
+std::optional<absl::StatusOr<v1::ArrayInfo>> SubmitSocketClient::TryRun(
+    const v1::PipelinedRunOp& op, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
-  absl::MutexLock lock(&mu_);
+  if (!mu_.TryLock()) return std::nullopt;
+  absl::StatusOr<v1::ArrayInfo> result = RunLocked(op, deadline);
+  mu_.Unlock();
+  return result;
+}
+
+absl::StatusOr<v1::ArrayInfo> SubmitSocketClient::RunLocked(const v1::PipelinedRunOp& op,
+                                                            absl::Time deadline) {
   if (!broken_.ok()) return broken_;
   v1::SubmitRequest request;
   *request.add_ops()->mutable_run() = op;
@@ -188,6 +192,7 @@ absl::StatusOr<v1::ArrayInfo> SubmitSocketClient::Run(const v1::PipelinedRunOp& 
   ++next_index_;
   ++next_token_;
   unanswered_.insert(token);
+  unanswered_count_.store(static_cast<int64_t>(unanswered_.size()), std::memory_order_release);
   v1::SubmitResponse answer;
   GPUKIT_RETURN_IF_ERROR(AwaitLocked(token, deadline, &answer));
   for (const v1::OpResult& result : answer.results()) {
@@ -200,8 +205,14 @@ absl::StatusOr<v1::ArrayInfo> SubmitSocketClient::Run(const v1::PipelinedRunOp& 
       absl::StrCat("gpukitd's submit socket answered sync point ", token, " without op #", index)));
 }
 
-absl::Status SubmitSocketClient::Free(const std::string& handle) {
-  absl::MutexLock lock(&mu_);
+std::optional<absl::Status> SubmitSocketClient::TryFree(const std::string& handle) {
+  if (!mu_.TryLock()) return std::nullopt;
+  absl::Status status = FreeLocked(handle);
+  mu_.Unlock();
+  return status;
+}
+
+absl::Status SubmitSocketClient::FreeLocked(const std::string& handle) {
   if (!broken_.ok()) return broken_;
   // Answers nobody waits for are read here now and then, so they never fill the socket.
   while (unanswered_.size() > 64) {
@@ -217,13 +228,9 @@ absl::Status SubmitSocketClient::Free(const std::string& handle) {
   ++next_index_;
   ++next_token_;
   unanswered_.insert(token);
+  unanswered_count_.store(static_cast<int64_t>(unanswered_.size()), std::memory_order_release);
   frees_.insert(token);
   return absl::OkStatus();
-}
-
-bool SubmitSocketClient::HasUnanswered() const {
-  absl::MutexLock lock(&mu_);
-  return !unanswered_.empty() && broken_.ok();
 }
 
 absl::Status SubmitSocketClient::Settle(absl::Duration timeout) {

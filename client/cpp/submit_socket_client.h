@@ -21,14 +21,16 @@
 // wait passed its deadline), the call fails and the client is broken(): every later call
 // fails at once, and the owner goes back to gRPC.
 //
-// Thread safety: thread-safe; calls run one at a time (a Run holds the others until its op
-// has run).
+// Thread safety: thread-safe; calls run one at a time: TryRun and TryFree return at once while
+// another is in progress (a TryRun is until its op has run), Settle waits for it.
 #ifndef GPUKIT_CLIENT_CPP_SUBMIT_SOCKET_CLIENT_H_
 #define GPUKIT_CLIENT_CPP_SUBMIT_SOCKET_CLIENT_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,21 +63,30 @@ class SubmitSocketClient {
 
   // Runs `op` and waits, at most `timeout`, until it ran: the result's handle and layout, or
   // why it was refused or failed (see the top). DEADLINE_EXCEEDED past `timeout` (the client
-  // is broken then: the answer would come out of order).
-  absl::StatusOr<v1::ArrayInfo> Run(const v1::PipelinedRunOp& op, absl::Duration timeout);
+  // is broken then: the answer would come out of order). nullopt at once, without sending
+  // anything, while another thread's call is in progress on the socket: the caller sends the
+  // op another way (gRPC), so that the calls of a session's threads still overlap (one may
+  // wait in its partition's queue while another is refused at once).
+  std::optional<absl::StatusOr<v1::ArrayInfo>> TryRun(const v1::PipelinedRunOp& op,
+                                                      absl::Duration timeout);
   // Sends the free of `handle` and returns without waiting for its answer. Errors: the
-  // stream's end only.
-  absl::Status Free(const std::string& handle);
-  // Whether a request has no answer yet (a free); never blocks.
-  bool HasUnanswered() const;
+  // stream's end only. nullopt, as TryRun, while another call is in progress.
+  std::optional<absl::Status> TryFree(const std::string& handle);
+  // Whether a request has no answer read yet (a free); never blocks.
+  bool HasUnanswered() const {
+    return unanswered_count_.load(std::memory_order_acquire) > 0 && !broken();
+  }
   // Waits, at most `timeout`, until every request sent has its answer (the frees were
   // applied); returns the first free that failed since the last call, and forgets it.
   absl::Status Settle(absl::Duration timeout);
-  // Whether the stream ended (every call fails; use gRPC).
-  bool broken() const;
+  // Whether the stream ended (every call fails; use gRPC). Never blocks.
+  bool broken() const { return broken_flag_.load(std::memory_order_acquire); }
 
  private:
   SubmitSocketClient(ScopedFd socket, std::string session_id);
+  absl::StatusOr<v1::ArrayInfo> RunLocked(const v1::PipelinedRunOp& op, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status FreeLocked(const std::string& handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends `request` (its session_id set on the first), reading answers meanwhile when the
   // socket is full. Errors end the stream.
   absl::Status SendLocked(v1::SubmitRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -101,6 +112,9 @@ class SubmitSocketClient {
   // Sync tokens of requests without an answer yet, and those of frees among them.
   absl::flat_hash_set<uint64_t> unanswered_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint64_t> frees_ ABSL_GUARDED_BY(mu_);
+  // unanswered_.size() and !broken_.ok(), for readers that must not wait behind a call.
+  std::atomic<int64_t> unanswered_count_{0};
+  std::atomic<bool> broken_flag_{false};
   absl::Status free_failure_ ABSL_GUARDED_BY(mu_);
   // Results of a response split over several datagrams, until its last one (with synced).
   std::vector<v1::OpResult> partial_ ABSL_GUARDED_BY(mu_);

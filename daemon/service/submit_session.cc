@@ -13,10 +13,12 @@
 
 namespace gpukit::service {
 
-SubmitSession::SubmitSession(Core& core, Authorize authorize, grpc::ServerContextBase* context)
+SubmitSession::SubmitSession(Core& core, Authorize authorize, grpc::ServerContextBase* context,
+                             std::function<bool()> cancelled)
     : core_(core),
       authorize_(std::move(authorize)),
       context_(context),
+      cancelled_(std::move(cancelled)),
       // The completion thread gets each batch's ops once it was sent
       // (OpPipeline::HoldCompletions).
       batcher_([this] {
@@ -68,8 +70,8 @@ absl::StatusOr<bool> SubmitSession::Answer(const v1::SubmitRequest& request,
   response.Clear();
   for (const v1::PipelinedOp& op : request.ops()) {
     // A client that went away gets no more of its ops queued (the request may hold 1024).
-    if (context_ != nullptr && context_->IsCancelled()) {
-      return absl::CancelledError("the client went away");
+    if ((context_ != nullptr && context_->IsCancelled()) || (cancelled_ && cancelled_())) {
+      return absl::CancelledError("the stream was cancelled");
     }
     batcher_.BeforeOp(pipeline_->device());
     RunOne(op, next_index_++, response.add_results());
@@ -104,8 +106,10 @@ void SubmitSession::RunOne(const v1::PipelinedOp& op, uint64_t index, v1::OpResu
       } else if (absl::Status task = ValidateTaskOptions(run.task()); !task.ok()) {
         status = pipeline_->Refuse(index, run.op(), std::move(task));
       } else {
-        absl::StatusOr<ArrayView> output = pipeline_->RunOp(index, run.op(), *inputs, *attrs,
-                                                            TaskOptionsFrom(run.task(), context_));
+        TaskOptions options = TaskOptionsFrom(run.task(), context_);
+        if (context_ == nullptr && cancelled_) options.cancelled = cancelled_;
+        absl::StatusOr<ArrayView> output =
+            pipeline_->RunOp(index, run.op(), *inputs, *attrs, options);
         if (output.ok()) ToProto(*output, result->mutable_output());
         status = output.status();
       }

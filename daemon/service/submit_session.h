@@ -51,8 +51,11 @@ class SubmitSession {
   // OK when the stream's caller may use the session `session_id` names.
   using Authorize = std::function<absl::Status(absl::string_view session_id)>;
   // `core` must outlive the session. `context` (may be null) is the gRPC call's: its deadline
-  // bounds the ops' queue waits, and a cancelled call stops a request's ops from being queued.
-  SubmitSession(Core& core, Authorize authorize, grpc::ServerContextBase* context = nullptr);
+  // bounds the ops' queue waits, and a cancelled call stops a request's ops from being queued
+  // and cancels the one waiting for admission. Without a context, `cancelled` (may be null)
+  // plays that part (the submit socket's shutdown).
+  SubmitSession(Core& core, Authorize authorize, grpc::ServerContextBase* context = nullptr,
+                std::function<bool()> cancelled = nullptr);
   // Close().
   ~SubmitSession();
   SubmitSession(const SubmitSession&) = delete;
@@ -82,6 +85,7 @@ class SubmitSession {
   Core& core_;
   const Authorize authorize_;
   grpc::ServerContextBase* const context_;
+  const std::function<bool()> cancelled_;
   std::unique_ptr<OpPipeline> pipeline_;
   // Declared after pipeline_, so destroyed (its held work sent) before it.
   BurstBatcher batcher_;

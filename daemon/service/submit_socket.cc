@@ -117,7 +117,7 @@ SubmitSocket::~SubmitSocket() {
   std::list<std::unique_ptr<Connection>> connections;
   {
     absl::MutexLock lock(&mu_);
-    stopping_ = true;
+    stopping_.store(true, std::memory_order_release);
     connections.swap(connections_);
   }
   // A connection's thread waits in recvmsg or sendmsg, or for the device: shutdown ends the
@@ -198,9 +198,12 @@ void SubmitSocket::Serve(Connection& connection) {
   // synchronous client sends next follows its reply by its own cycle (the executor channel's
   // window, ChannelSpinTime; none on small hosts).
   RecentActivity activity;
-  SubmitSession session(core_, [this, &connection](absl::string_view session_id) {
-    return guard_.CheckSessionOf(connection.peer, session_id);
-  });
+  SubmitSession session(
+      core_,
+      [this, &connection](absl::string_view session_id) {
+        return guard_.CheckSessionOf(connection.peer, session_id);
+      },
+      /*context=*/nullptr, [this] { return stopping_.load(std::memory_order_acquire); });
   std::unique_ptr<char[]> buffer(new char[kMaxSubmitSocketMessageBytes + 1]);
   std::string bytes;  // a response's serialization
   bool client_gone = false;
@@ -220,12 +223,17 @@ void SubmitSocket::Serve(Connection& connection) {
     end = ReceiveRequest(socket, buffer.get(), kMaxSubmitSocketMessageBytes + 1, activity, request);
     if (!end.ok()) break;
     activity.Touch();
+    const absl::Time read_at = absl::Now();
     absl::StatusOr<bool> answer = session.Answer(request, response, send);
+    if (answer.ok() && *answer) send(std::move(response));
+    if (options_.metrics != nullptr) {
+      options_.metrics->Record(kSubmitSocketMethod, static_cast<int>(answer.status().code()),
+                               absl::Now() - read_at);
+    }
     if (!answer.ok()) {
       end = answer.status();
       break;
     }
-    if (*answer) send(std::move(response));
     if (client_gone) break;
   }
   const std::string session_id = session.session_id();

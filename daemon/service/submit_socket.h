@@ -45,6 +45,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/core/core.h"
+#include "daemon/metrics/rpc_metrics.h"
 #include "daemon/service/access_guard.h"
 #include "daemon/session/principal.h"
 #include "runtime/base/unix_fd.h"
@@ -54,9 +55,15 @@ namespace gpukit::service {
 // The largest datagram either side of the submit socket sends.
 inline constexpr size_t kMaxSubmitSocketMessageBytes = 60 * 1024;
 
+// The method name under which each request of the socket is counted in RpcMetrics (its code:
+// OK, or the stream's end; its latency: from its datagram read to its answer sent).
+inline constexpr absl::string_view kSubmitSocketMethod = "gpukit.v1.SubmitSocket/Request";
+
 struct SubmitSocketOptions {
   // Connections served at once (a thread each); more are refused.
   int max_connections = 1024;
+  // Where requests are counted (as kSubmitSocketMethod), or null. Must outlive the socket.
+  RpcMetrics* metrics = nullptr;
 };
 
 class SubmitSocket {
@@ -103,7 +110,9 @@ class SubmitSocket {
 
   mutable absl::Mutex mu_;
   std::list<std::unique_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Set by the destructor: an op waiting for admission is cancelled, so no connection's thread
+  // holds the shutdown up.
+  std::atomic<bool> stopping_{false};
 };
 
 }  // namespace gpukit::service

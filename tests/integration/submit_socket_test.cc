@@ -4,7 +4,8 @@
 // an answer above the datagram limit comes in parts; every kind of bad input (garbage bytes,
 // a datagram too long, a descriptor, an unknown or foreign session, a second stream of the
 // session, a protocol break) ends that connection only, with `ended` saying why, and the
-// daemon serves on; a client that hangs up with ops in flight leaves nothing running.
+// daemon serves on; a client that hangs up with ops in flight leaves nothing running; gpukitd
+// stops with a connection open.
 #include <unistd.h>
 
 #include <cstring>
@@ -144,6 +145,8 @@ class SubmitSocketTest : public DaemonTest {
 
   std::string session_;
   std::string socket_path_;
+  // A connection left open while TearDown stops the daemon (a member outlives TearDown).
+  ScopedFd held_;
 };
 
 TEST_F(SubmitSocketTest, LocalCallerIsToldThePathBesideTheGrpcSocket) {
@@ -302,6 +305,16 @@ TEST_F(SubmitSocketTest, ASecondStreamOfTheSessionIsRefused) {
   std::optional<v1::SubmitResponse> response = Read(first.get());
   ASSERT_TRUE(response.has_value());
   EXPECT_EQ(response->results(0).code(), kOk) << response->results(0).message();
+}
+
+TEST_F(SubmitSocketTest, TheDaemonStopsWithAConnectionOpenAndOpsSent) {
+  const std::string x = Array(std::vector<float>(1 << 16, 1.0f));
+  held_ = Connect();
+  ASSERT_THAT(OpenStream(held_.get(), session_), StartsWith("a-"));
+  std::vector<v1::PipelinedOp> ops;
+  for (int i = 0; i < 100; ++i) ops.push_back(Op("add", {x, x}));
+  Send(held_.get(), Request(ops));
+  // TearDown stops the daemon with the connection open: it must exit 0 within its timeout.
 }
 
 TEST_F(SubmitSocketTest, AClientThatHangsUpWithOpsInFlightLeavesNothingRunning) {

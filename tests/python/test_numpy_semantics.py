@@ -184,14 +184,16 @@ def counted_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
 
 
 def run_op_calls(url: str) -> float:
-    """ComputeService/RunOp calls the daemon has answered, whatever their code."""
+    """Ops calls the daemon has answered, whatever their code: ComputeService/RunOp calls and
+    requests on the submit socket, where a synchronous session sends its ops."""
     with urllib.request.urlopen(url, timeout=10) as response:
         text = response.read().decode("utf-8")
     total = 0.0
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if (sample.name == "gpukit_rpc_requests_total"
-                    and sample.labels.get("method") == "gpukit.v1.ComputeService/RunOp"):
+                    and sample.labels.get("method") in ("gpukit.v1.ComputeService/RunOp",
+                                                        "gpukit.v1.SubmitSocket/Request")):
                 total += sample.value
     return total
 
