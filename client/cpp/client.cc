@@ -364,7 +364,7 @@ class SessionState final : public HostMemoryCalls {
     if (socket_ == nullptr && !socket_tried_ && !closed()) {
       socket_tried_ = true;
       absl::StatusOr<std::unique_ptr<SubmitSocketClient>> connected =
-          SubmitSocketClient::Connect(submit_socket_path_, session_id_);
+          SubmitSocketClient::Connect(submit_socket_path_, session_id_, options_.call_timeout);
       if (connected.ok()) socket_ = *std::move(connected);
     }
     if (socket_ != nullptr && socket_->broken()) return nullptr;

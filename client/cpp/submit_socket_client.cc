@@ -49,10 +49,21 @@ std::chrono::microseconds ClientSpinTime() {
 }
 
 absl::StatusOr<std::unique_ptr<SubmitSocketClient>> SubmitSocketClient::Connect(
-    const std::string& path, std::string session_id) {
+    const std::string& path, std::string session_id, absl::Duration timeout) {
   GPUKIT_ASSIGN_OR_RETURN(ScopedFd socket, ConnectUnixSocket(path));
-  return std::unique_ptr<SubmitSocketClient>(
+  std::unique_ptr<SubmitSocketClient> client(
       new SubmitSocketClient(std::move(socket), std::move(session_id)));
+  // The stream opens before the first op: a refusal (a connection gpukitd closed, past its
+  // limit; a session it does not let this process use) fails Connect, and the owner stays on
+  // gRPC, instead of failing an op that never ran.
+  absl::MutexLock lock(&client->mu_);
+  v1::SubmitRequest first;
+  GPUKIT_RETURN_IF_ERROR(client->SendLocked(first));
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!client->handle_prefix_seen_) {
+    GPUKIT_RETURN_IF_ERROR(client->ReadOneLocked(deadline, /*wait=*/true, nullptr, 0));
+  }
+  return client;
 }
 
 SubmitSocketClient::SubmitSocketClient(ScopedFd socket, std::string session_id)
@@ -140,6 +151,7 @@ absl::Status SubmitSocketClient::ReadOneLocked(absl::Time deadline, bool wait,
     return BreakLocked(OpStatus(response.ended()));
   }
   if (response.synced() == 0) {  // the handle prefix, or the first part of a split answer
+    if (!response.handle_prefix().empty()) handle_prefix_seen_ = true;
     for (v1::OpResult& result : *response.mutable_results()) partial_.push_back(std::move(result));
     return absl::OkStatus();
   }

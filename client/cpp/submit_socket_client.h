@@ -52,10 +52,13 @@ std::chrono::microseconds ClientSpinTime();
 
 class SubmitSocketClient {
  public:
-  // Connects to the submit socket at `path` for the session `session_id` (sent with the first
-  // request). UNAVAILABLE when nothing accepts there (the owner uses gRPC then).
+  // Connects to the submit socket at `path` and opens the stream of the session `session_id`,
+  // waiting at most `timeout` for gpukitd's first answer. UNAVAILABLE when nothing accepts
+  // there or gpukitd closes the connection (past its connection limit); the stream's refusal
+  // (NOT_FOUND for a session this process may not use). The owner uses gRPC then.
   static absl::StatusOr<std::unique_ptr<SubmitSocketClient>> Connect(const std::string& path,
-                                                                     std::string session_id);
+                                                                     std::string session_id,
+                                                                     absl::Duration timeout);
   // Closes the connection; gpukitd lets the ops sent run (the frees are applied).
   ~SubmitSocketClient() = default;
   SubmitSocketClient(const SubmitSocketClient&) = delete;
@@ -106,6 +109,7 @@ class SubmitSocketClient {
   const ScopedFd socket_;
   const std::string session_id_;
   bool named_ ABSL_GUARDED_BY(mu_) = false;  // the session_id went out
+  bool handle_prefix_seen_ ABSL_GUARDED_BY(mu_) = false;  // the stream's first answer came
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
   uint64_t next_index_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_token_ ABSL_GUARDED_BY(mu_) = 1;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/cpp/submit_socket_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/base/unix_fd.h"
@@ -428,6 +429,19 @@ TEST_F(SubmitSocketClientTest, AFailedFreeIsReportedBySync) {
   // ...and Sync reports it once.
   EXPECT_THAT(client->Sync(), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(client->Sync(), IsOk());
+}
+
+TEST(SubmitSocketClientConnectTest, AConnectionClosedAtOnceFailsConnectNotAnOp) {
+  // What a client past gpukitd's connection limit meets: accepted, then closed.
+  ScopedTempDir dir;
+  const std::string path = dir.path() + "/closing.submit";
+  absl::StatusOr<ScopedFd> listening = ListenUnixSocket(path, 4);
+  ASSERT_THAT(listening, IsOk());
+  std::thread closer([&] { ScopedFd accepted(::accept(listening->get(), nullptr, nullptr)); });
+  absl::StatusOr<std::unique_ptr<gpukit::internal::SubmitSocketClient>> client =
+      gpukit::internal::SubmitSocketClient::Connect(path, "s-any", absl::Seconds(10));
+  closer.join();
+  EXPECT_THAT(client, StatusIs(absl::StatusCode::kUnavailable));
 }
 
 class SubmitSocketOffTest : public SubmitSocketClientTest {
