@@ -255,8 +255,10 @@ void Server::ReapLoop(absl::Duration interval) {
 }
 
 void Server::Shutdown(absl::Duration grace) {
-  // No connection may be handed to the server once it shuts down.
+  // No connection may be handed to the server once it shuts down; the submit socket's
+  // connections end now too (an op of theirs waiting for admission is cancelled).
   for (const auto& listener : listeners_) listener->Stop();
+  submit_socket_.reset();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
     server_->Wait();
@@ -268,7 +270,6 @@ void Server::Shutdown(absl::Duration grace) {
   }
   if (reaper_.joinable()) reaper_.join();
   fd_channel_.reset();
-  submit_socket_.reset();
   for (const std::string& path : socket_paths_) unlink(path.c_str());
   socket_paths_.clear();
 }

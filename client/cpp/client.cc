@@ -437,12 +437,12 @@ class SessionState final : public HostMemoryCalls {
   // that has no Submit, or a stream that cannot start), a unary Free.
   absl::Status Free(const std::string& handle) {
     if (std::shared_ptr<SubmitSocketClient> socket = Socket()) {
-      std::optional<absl::Status> sent = socket->TryFree(handle);
+      std::optional<absl::Status> sent = socket->TryFree(handle, options_.call_timeout);
       if (sent.has_value() && sent->ok()) return absl::OkStatus();
-      // Another thread's op holds the socket (or it ended): no wait behind it, and no Submit
-      // stream either (the socket holds the session's pipeline).
-      if (!socket->broken()) return UnaryFree(handle);
     }
+    // Another thread's op holds the socket, or it ended: no wait behind it, and no Submit
+    // stream either (the socket's stream may hold the session's pipeline a while longer).
+    if (CurrentSocket() != nullptr) return UnaryFree(handle);
     if (!submit_unimplemented_.load(std::memory_order_relaxed)) {
       absl::StatusOr<std::shared_ptr<SubmitStream>> stream = Stream();
       if (stream.ok() && (*stream)->Free(handle).ok()) return absl::OkStatus();
@@ -923,6 +923,11 @@ absl::StatusOr<Array> Client::RunOp(absl::string_view op, const std::vector<Oper
   if (std::shared_ptr<internal::SubmitSocketClient> socket = state_->Socket()) {
     v1::PipelinedRunOp submitted;
     FillOp(op, inputs, attrs, task, submitted);
+    // A wait in the partition's queue ends with the call's deadline, as a gRPC call's does.
+    const int64_t call_ms = absl::ToInt64Milliseconds(state_->options_.call_timeout);
+    const int64_t queue_ms = submitted.task().queue_timeout_ms();
+    submitted.mutable_task()->set_queue_timeout_ms(queue_ms > 0 ? std::min(queue_ms, call_ms)
+                                                                : call_ms);
     // An op too large for one datagram goes over gRPC (a unary call has room for it).
     if (submitted.ByteSizeLong() <= kMaxSubmitSocketOpBytes) {
       std::optional<absl::StatusOr<v1::ArrayInfo>> info =

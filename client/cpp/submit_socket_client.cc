@@ -50,16 +50,16 @@ std::chrono::microseconds ClientSpinTime() {
 
 absl::StatusOr<std::unique_ptr<SubmitSocketClient>> SubmitSocketClient::Connect(
     const std::string& path, std::string session_id, absl::Duration timeout) {
-  GPUKIT_ASSIGN_OR_RETURN(ScopedFd socket, ConnectUnixSocket(path));
+  GPUKIT_ASSIGN_OR_RETURN(ScopedFd socket, ConnectUnixSocket(path, /*wait_for_room=*/false));
   std::unique_ptr<SubmitSocketClient> client(
       new SubmitSocketClient(std::move(socket), std::move(session_id)));
   // The stream opens before the first op: a refusal (a connection gpukitd closed, past its
   // limit; a session it does not let this process use) fails Connect, and the owner stays on
   // gRPC, instead of failing an op that never ran.
   absl::MutexLock lock(&client->mu_);
-  v1::SubmitRequest first;
-  GPUKIT_RETURN_IF_ERROR(client->SendLocked(first));
   const absl::Time deadline = absl::Now() + timeout;
+  v1::SubmitRequest first;
+  GPUKIT_RETURN_IF_ERROR(client->SendLocked(first, deadline));
   while (!client->handle_prefix_seen_) {
     GPUKIT_RETURN_IF_ERROR(client->ReadOneLocked(deadline, /*wait=*/true, nullptr, 0));
   }
@@ -79,7 +79,7 @@ absl::Status SubmitSocketClient::BreakLocked(absl::Status status) {
   return status;
 }
 
-absl::Status SubmitSocketClient::SendLocked(v1::SubmitRequest& request) {
+absl::Status SubmitSocketClient::SendLocked(v1::SubmitRequest& request, absl::Time deadline) {
   if (!named_) request.set_session_id(session_id_);
   std::string bytes = request.SerializeAsString();
   if (bytes.size() > kMaxDatagramBytes) {
@@ -95,8 +95,14 @@ absl::Status SubmitSocketClient::SendLocked(v1::SubmitRequest& request) {
     if (sent < 0 && errno == EINTR) continue;
     if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       // gpukitd reads no more until its answers are read: read them while waiting for room.
+      const absl::Duration left = deadline - absl::Now();
+      if (left <= absl::ZeroDuration()) {
+        return BreakLocked(absl::DeadlineExceededError(
+            "gpukitd's submit socket took no request in time (the call's timeout)"));
+      }
       pollfd fds = {socket_.get(), POLLIN | POLLOUT, 0};
-      ::poll(&fds, 1, -1);
+      ::poll(&fds, 1,
+             static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30)));
       if ((fds.revents & POLLIN) != 0) {
         absl::Status read = ReadOneLocked(absl::InfiniteFuture(), /*wait=*/false, nullptr, 0);
         if (!read.ok() && !absl::IsDeadlineExceeded(read)) return read;
@@ -187,6 +193,10 @@ std::optional<absl::StatusOr<v1::ArrayInfo>> SubmitSocketClient::TryRun(
     const v1::PipelinedRunOp& op, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   if (!mu_.TryLock()) return std::nullopt;
+  if (!broken_.ok()) {  // another thread's call ended the stream: this op goes another way
+    mu_.Unlock();
+    return std::nullopt;
+  }
   absl::StatusOr<v1::ArrayInfo> result = RunLocked(op, deadline);
   mu_.Unlock();
   return result;
@@ -200,7 +210,7 @@ absl::StatusOr<v1::ArrayInfo> SubmitSocketClient::RunLocked(const v1::PipelinedR
   const uint64_t index = next_index_;
   const uint64_t token = next_token_;
   request.set_sync(token);
-  GPUKIT_RETURN_IF_ERROR(SendLocked(request));
+  GPUKIT_RETURN_IF_ERROR(SendLocked(request, deadline));
   ++next_index_;
   ++next_token_;
   unanswered_.insert(token);
@@ -217,14 +227,19 @@ absl::StatusOr<v1::ArrayInfo> SubmitSocketClient::RunLocked(const v1::PipelinedR
       absl::StrCat("gpukitd's submit socket answered sync point ", token, " without op #", index)));
 }
 
-std::optional<absl::Status> SubmitSocketClient::TryFree(const std::string& handle) {
+std::optional<absl::Status> SubmitSocketClient::TryFree(const std::string& handle,
+                                                        absl::Duration timeout) {
   if (!mu_.TryLock()) return std::nullopt;
-  absl::Status status = FreeLocked(handle);
+  if (!broken_.ok()) {
+    mu_.Unlock();
+    return std::nullopt;
+  }
+  absl::Status status = FreeLocked(handle, timeout);
   mu_.Unlock();
   return status;
 }
 
-absl::Status SubmitSocketClient::FreeLocked(const std::string& handle) {
+absl::Status SubmitSocketClient::FreeLocked(const std::string& handle, absl::Duration timeout) {
   if (!broken_.ok()) return broken_;
   // Answers nobody waits for are read here now and then, so they never fill the socket.
   while (unanswered_.size() > 64) {
@@ -236,7 +251,7 @@ absl::Status SubmitSocketClient::FreeLocked(const std::string& handle) {
   request.add_ops()->set_free(handle);
   const uint64_t token = next_token_;
   request.set_sync(token);
-  GPUKIT_RETURN_IF_ERROR(SendLocked(request));
+  GPUKIT_RETURN_IF_ERROR(SendLocked(request, absl::Now() + timeout));
   ++next_index_;
   ++next_token_;
   unanswered_.insert(token);
@@ -249,9 +264,9 @@ absl::Status SubmitSocketClient::Settle(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   absl::MutexLock lock(&mu_);
   while (broken_.ok() && !unanswered_.empty()) {
-    GPUKIT_RETURN_IF_ERROR(ReadOneLocked(deadline, /*wait=*/true, nullptr, 0));
+    // A break was reported to the call it failed; here only the frees' outcome is.
+    if (!ReadOneLocked(deadline, /*wait=*/true, nullptr, 0).ok()) break;
   }
-  if (!broken_.ok()) return broken_;
   return std::exchange(free_failure_, absl::OkStatus());
 }
 

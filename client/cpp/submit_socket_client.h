@@ -74,13 +74,14 @@ class SubmitSocketClient {
                                                       absl::Duration timeout);
   // Sends the free of `handle` and returns without waiting for its answer. Errors: the
   // stream's end only. nullopt, as TryRun, while another call is in progress.
-  std::optional<absl::Status> TryFree(const std::string& handle);
+  std::optional<absl::Status> TryFree(const std::string& handle, absl::Duration timeout);
   // Whether a request has no answer read yet (a free); never blocks.
   bool HasUnanswered() const {
     return unanswered_count_.load(std::memory_order_acquire) > 0 && !broken();
   }
   // Waits, at most `timeout`, until every request sent has its answer (the frees were
-  // applied); returns the first free that failed since the last call, and forgets it.
+  // applied); returns the first free that failed since the last call, and forgets it. The
+  // stream's end is not a free's failure: a broken client returns OK here.
   absl::Status Settle(absl::Duration timeout);
   // Whether the stream ended (every call fails; use gRPC). Never blocks.
   bool broken() const { return broken_flag_.load(std::memory_order_acquire); }
@@ -89,10 +90,12 @@ class SubmitSocketClient {
   SubmitSocketClient(ScopedFd socket, std::string session_id);
   absl::StatusOr<v1::ArrayInfo> RunLocked(const v1::PipelinedRunOp& op, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status FreeLocked(const std::string& handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status FreeLocked(const std::string& handle, absl::Duration timeout)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends `request` (its session_id set on the first), reading answers meanwhile when the
-  // socket is full. Errors end the stream.
-  absl::Status SendLocked(v1::SubmitRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // socket is full, until `deadline`. Errors end the stream.
+  absl::Status SendLocked(v1::SubmitRequest& request, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads answers until the one of sync token `token` came (its response into `*answer`, when
   // given) or `deadline` passed.
   absl::Status AwaitLocked(uint64_t token, absl::Time deadline, v1::SubmitResponse* answer)

@@ -22,13 +22,17 @@
 // `error`). Where the gRPC call would end with an error status, gpukitd sends a last
 // response with `ended` set and closes the connection: a request that breaks the protocol or
 // does not parse (INVALID_ARGUMENT), a refused session (NOT_FOUND), a second stream of it
-// (FAILED_PRECONDITION). The client closing its end is the stream's half-close: the ops
-// queued run to their end. Datagrams carry at most kMaxSubmitSocketMessageBytes.
+// (FAILED_PRECONDITION). The client closing its end is its going away, as a cancelled gRPC
+// stream: the ops queued run to their end, an op waiting for admission is cancelled, requests
+// not yet read are dropped. Datagrams carry at most kMaxSubmitSocketMessageBytes.
 //
 // Failure: a client that dies or hangs up ends its connection only; one that sends garbage
 // gets `ended` and is dropped; one that never reads its answers blocks its own connection's
-// thread only. Past `max_connections` open at once a new connection is refused (closed at
-// once; the client falls back to gRPC). The socket file has the gRPC socket's permissions.
+// thread only; one that names no session within kFirstRequestTimeout is closed. Past
+// `max_connections` open at once (bounded by a quarter of RLIMIT_NOFILE), or a quarter of
+// that for one uid, a new connection is refused (closed at once; the client falls back to
+// gRPC). A thread that cannot be started refuses its connection. Ended connections are joined
+// and closed at once (the thread rings `reap_`). The socket file has the gRPC socket's mode.
 //
 // Thread safety: Start and the destructor from one thread; one thread per connection.
 #ifndef GPUKIT_DAEMON_SERVICE_SUBMIT_SOCKET_H_
@@ -44,6 +48,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "daemon/core/core.h"
 #include "daemon/metrics/rpc_metrics.h"
 #include "daemon/service/access_guard.h"
@@ -54,6 +59,8 @@ namespace gpukit::service {
 
 // The largest datagram either side of the submit socket sends.
 inline constexpr size_t kMaxSubmitSocketMessageBytes = 60 * 1024;
+// How long a new connection may take to send its first request (naming its session).
+inline constexpr absl::Duration kFirstRequestTimeout = absl::Seconds(5);
 
 // The method name under which each request of the socket is counted in RpcMetrics (its code:
 // OK, or the stream's end; its latency: from its datagram read to its answer sent).
@@ -92,9 +99,11 @@ class SubmitSocket {
     std::atomic<bool> done{false};
   };
 
-  SubmitSocket(std::string path, ScopedFd listening, ScopedFd wake, Core& core,
+  SubmitSocket(std::string path, ScopedFd listening, ScopedFd wake, ScopedFd reap, Core& core,
                const AccessGuard& guard, SubmitSocketOptions options);
   void AcceptLoop();
+  // Takes one connection waiting on the listening socket, or refuses it (closes it at once).
+  void Accept();
   // One connection's stream, until it ends.
   void Serve(Connection& connection);
   // Joins the threads of connections that ended.
@@ -103,9 +112,13 @@ class SubmitSocket {
   const std::string path_;
   const ScopedFd listening_;
   const ScopedFd wake_;  // an eventfd: written to stop the accept loop
+  const ScopedFd reap_;  // an eventfd: a connection's thread ended, join it
   Core& core_;
   const AccessGuard& guard_;
   const SubmitSocketOptions options_;
+  // options_.max_connections within a quarter of RLIMIT_NOFILE, and a quarter of that per uid.
+  const int max_connections_;
+  const int max_connections_per_uid_;
   std::thread acceptor_;
 
   mutable absl::Mutex mu_;

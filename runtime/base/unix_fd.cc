@@ -161,14 +161,21 @@ absl::StatusOr<ReceivedInto> ReceiveMessageInto(int socket, char* buffer, size_t
   return received;
 }
 
-absl::StatusOr<ScopedFd> ConnectUnixSocket(absl::string_view path) {
+absl::StatusOr<ScopedFd> ConnectUnixSocket(absl::string_view path, bool wait_for_room) {
   absl::StatusOr<sockaddr_un> address = UnixAddress(path);
   if (!address.ok()) return address.status();
-  ScopedFd socket(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  ScopedFd socket(
+      ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | (wait_for_room ? 0 : SOCK_NONBLOCK), 0));
   if (!socket.valid()) return ErrnoStatus("socket", errno);
   if (::connect(socket.get(), reinterpret_cast<const sockaddr*>(&*address), sizeof(*address)) !=
       0) {
     return ErrnoStatus(absl::StrCat("connect(", path, ")"), errno);
+  }
+  if (!wait_for_room) {  // blocking from here on, as the other sockets
+    const int flags = ::fcntl(socket.get(), F_GETFL);
+    if (flags < 0 || ::fcntl(socket.get(), F_SETFL, flags & ~O_NONBLOCK) != 0) {
+      return ErrnoStatus("fcntl", errno);
+    }
   }
   return socket;
 }

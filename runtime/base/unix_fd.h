@@ -77,7 +77,9 @@ absl::StatusOr<ReceivedInto> ReceiveMessageInto(int socket, char* buffer, size_t
                                                 bool wait);
 
 // A unix SOCK_SEQPACKET socket connected to `path`. UNAVAILABLE when nothing listens there.
-absl::StatusOr<ScopedFd> ConnectUnixSocket(absl::string_view path);
+// Without `wait_for_room`, a listener whose backlog is full fails the connect at once
+// (UNAVAILABLE) instead of making it wait until the listener accepts.
+absl::StatusOr<ScopedFd> ConnectUnixSocket(absl::string_view path, bool wait_for_room = true);
 // A unix SOCK_SEQPACKET socket listening at `path` (an old socket file there is replaced).
 absl::StatusOr<ScopedFd> ListenUnixSocket(absl::string_view path, int backlog);
 

@@ -9,7 +9,10 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -308,6 +311,71 @@ TEST_F(SubmitSocketTest, ASecondStreamOfTheSessionIsRefused) {
   EXPECT_EQ(response->results(0).code(), kOk) << response->results(0).message();
 }
 
+// The daemon's descriptors now, from /proc.
+int DescriptorsOf(pid_t pid) {
+  int count = 0;
+  std::error_code error;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/fd"), error)) {
+    (void)entry;
+    ++count;
+  }
+  return count;
+}
+
+TEST_F(SubmitSocketTest, AConnectionThatNamesNoSessionIsClosedAfterFiveSeconds) {
+  ScopedFd idle = Connect();
+  const absl::Time start = absl::Now();
+  EXPECT_FALSE(Read(idle.get()).has_value());  // the end, not an answer
+  const absl::Duration waited = absl::Now() - start;
+  EXPECT_GE(waited, absl::Seconds(4));
+  EXPECT_LT(waited, absl::Seconds(20));
+}
+
+TEST_F(SubmitSocketTest, EndedConnectionsGiveTheirDescriptorsBackAtOnce) {
+  const int before = DescriptorsOf(daemon().pid());
+  ASSERT_GT(before, 0);
+  for (int i = 0; i < 40; ++i) {
+    ScopedFd socket = Connect();
+    v1::SubmitRequest first;
+    first.set_session_id("s-not-a-session");
+    Send(socket.get(), first);
+    ReadEnd(socket.get());  // NOT_FOUND, then the end
+  }
+  // No further connection comes to make gpukitd reap them: it does so by itself.
+  EXPECT_TRUE(
+      PollUntil([&] { return DescriptorsOf(daemon().pid()) <= before + 2; }, absl::Seconds(10)))
+      << DescriptorsOf(daemon().pid()) << " descriptors, " << before << " before";
+}
+
+TEST_F(SubmitSocketTest, OneUidMayHoldAQuarterOfTheConnections) {
+  // gpukitd's limits follow its RLIMIT_NOFILE: connections at most min(1024, soft / 4), a
+  // quarter of those per uid (and this test's uid is the only one here).
+  std::ifstream limits(absl::StrCat("/proc/", daemon().pid(), "/limits"));
+  std::string line;
+  int64_t soft = -1;
+  while (std::getline(limits, line)) {
+    if (line.rfind("Max open files", 0) == 0) {
+      std::istringstream fields(line.substr(std::string("Max open files").size()));
+      std::string value;
+      fields >> value;
+      soft = value == "unlimited" ? -1 : std::stoll(value);
+    }
+  }
+  const int max_connections = soft < 0 ? 1024 : std::max<int>(1, std::min<int64_t>(1024, soft / 4));
+  const int per_uid = std::max(1, max_connections / 4);
+  if (per_uid > 300) GTEST_SKIP() << "a per-uid cap of " << per_uid << " is too many to open";
+  std::vector<ScopedFd> held;
+  for (int i = 0; i < per_uid; ++i) held.push_back(Connect());
+  // Each is served (it would be closed after 5 s without a request); one more is closed at once.
+  ScopedFd refused = Connect();
+  const absl::Time start = absl::Now();
+  EXPECT_FALSE(Read(refused.get()).has_value());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  // A connection of the cap is still served: it opens its stream.
+  EXPECT_THAT(OpenStream(held.back().get(), session_), StartsWith("a-"));
+}
+
 TEST_F(SubmitSocketTest, TheDaemonStopsWithAConnectionOpenAndOpsSent) {
   const std::string x = Array(std::vector<float>(1 << 16, 1.0f));
   held_ = Connect();
@@ -442,6 +510,35 @@ TEST(SubmitSocketClientConnectTest, AConnectionClosedAtOnceFailsConnectNotAnOp) 
       gpukit::internal::SubmitSocketClient::Connect(path, "s-any", absl::Seconds(10));
   closer.join();
   EXPECT_THAT(client, StatusIs(absl::StatusCode::kUnavailable));
+}
+
+TEST_F(SubmitSocketClientTest, AfterACallPastItsDeadlineTheSessionGoesOnOverGrpc) {
+  ClientOptions options = ClientOptionsFor("submit-socket-client");
+  options.call_timeout = absl::Milliseconds(200);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(options));
+  // A matmul that takes the CPU backend well over 200 ms.
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Array big, client->Empty({1536, 1536}, DType::kFloat32));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Array small, client->FromVector<float>({1, 2}, {2}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Array warm, client->Add(small, small));
+  ASSERT_TRUE(CameThroughTheSocket(warm));
+  absl::StatusOr<Array> late = client->Matmul(big, big);
+  if (late.ok()) GTEST_SKIP() << "the matmul took less than 200 ms here";
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kDeadlineExceeded);
+  // The broken socket is not a failed free, and later ops go over gRPC.
+  EXPECT_THAT(client->Sync(), IsOk());
+  // (The device still runs the matmul for a while: the next op waits behind it.)
+  std::optional<Array> later;
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        absl::StatusOr<Array> added = client->Add(small, 1);
+        if (added.ok()) later = *std::move(added);
+        return added.ok();
+      },
+      absl::Seconds(60), absl::Milliseconds(100)));
+  Array after = *std::move(later);
+  EXPECT_FALSE(CameThroughTheSocket(after));
+  EXPECT_THAT(after.ToVector<float>(), IsOkAndHolds(::testing::ElementsAre(2, 3)));
+  EXPECT_THAT(client->Sync(), IsOk());
 }
 
 class SubmitSocketOffTest : public SubmitSocketClientTest {
