@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "runtime/base/unix_fd.h"
 #include "tests/integration/daemon_fixture.h"
+#include "tests/integration/submit_requests.h"
 #include "tests/testing/status_matchers.h"
 #include <sys/socket.h>
 
@@ -35,34 +36,6 @@ constexpr int kOk = 0;
 constexpr int kInvalidArgument = static_cast<int>(absl::StatusCode::kInvalidArgument);
 constexpr int kNotFound = static_cast<int>(absl::StatusCode::kNotFound);
 constexpr int kFailedPrecondition = static_cast<int>(absl::StatusCode::kFailedPrecondition);
-
-std::string FloatBytes(const std::vector<float>& values) {
-  std::string bytes(values.size() * sizeof(float), '\0');
-  std::memcpy(bytes.data(), values.data(), bytes.size());
-  return bytes;
-}
-
-std::vector<float> Floats(const std::string& bytes) {
-  std::vector<float> values(bytes.size() / sizeof(float));
-  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
-  return values;
-}
-
-v1::PipelinedOp Op(const std::string& op, const std::vector<std::string>& handles) {
-  v1::PipelinedOp pipelined;
-  pipelined.mutable_run()->set_op(op);
-  for (const std::string& handle : handles) {
-    *pipelined.mutable_run()->add_inputs() = HandleOperand(handle);
-  }
-  return pipelined;
-}
-
-v1::SubmitRequest Request(const std::vector<v1::PipelinedOp>& ops, uint64_t sync = 0) {
-  v1::SubmitRequest request;
-  for (const v1::PipelinedOp& op : ops) *request.add_ops() = op;
-  request.set_sync(sync);
-  return request;
-}
 
 class SubmitSocketTest : public DaemonTest {
  protected:
@@ -134,12 +107,21 @@ class SubmitSocketTest : public DaemonTest {
   }
 
   // The session still runs ops over a new connection (the stream before it ended).
+  // (A stream that ended holds the session's pipeline until its thread has closed it, a
+  // moment later: a new one is refused with FAILED_PRECONDITION until then.)
   void ExpectSessionServesANewConnection() {
     const std::string x = Array({1, 2});
-    ScopedFd socket = Connect();
-    const std::string prefix = OpenStream(socket.get(), session_);
+    ScopedFd socket;
+    std::string prefix;
+    EXPECT_TRUE(PollUntil(
+        [&] {
+          socket = Connect();
+          prefix = OpenStream(socket.get(), session_);
+          return !prefix.empty();
+        },
+        absl::Seconds(10)));
     ASSERT_THAT(prefix, StartsWith("a-"));
-    Send(socket.get(), Request({Op("add", {x, x})}, 1));
+    Send(socket.get(), SubmitRequestOf({RunOf("add", {x, x})}, 1));
     std::optional<v1::SubmitResponse> response = Read(socket.get());
     ASSERT_TRUE(response.has_value());
     ASSERT_EQ(response->results_size(), 1);
@@ -165,7 +147,8 @@ TEST_F(SubmitSocketTest, RunsTheSubmitProtocol) {
   ASSERT_THAT(prefix, StartsWith("a-"));
 
   // Each op names the one before it; the sync point's answer comes once they ran.
-  Send(socket.get(), Request({Op("add", {x, x}), Op("mul", {prefix + "0", x})}, /*sync=*/5));
+  Send(socket.get(),
+       SubmitRequestOf({RunOf("add", {x, x}), RunOf("mul", {prefix + "0", x})}, /*sync=*/5));
   std::optional<v1::SubmitResponse> response = Read(socket.get());
   ASSERT_TRUE(response.has_value());
   ASSERT_EQ(response->results_size(), 2);
@@ -179,14 +162,14 @@ TEST_F(SubmitSocketTest, RunsTheSubmitProtocol) {
 
   // A refused op is answered with its index and code; the sync point names it; the stream
   // goes on.
-  Send(socket.get(), Request({Op("add", {x, y})}, /*sync=*/6));
+  Send(socket.get(), SubmitRequestOf({RunOf("add", {x, y})}, /*sync=*/6));
   response = Read(socket.get());
   ASSERT_TRUE(response.has_value());
   ASSERT_EQ(response->results_size(), 1);
   EXPECT_EQ(response->results(0).index(), 2u);
   EXPECT_EQ(response->results(0).code(), kInvalidArgument);
   EXPECT_EQ(response->error().index(), 2u);
-  Send(socket.get(), Request({Op("add", {x, x})}, /*sync=*/7));
+  Send(socket.get(), SubmitRequestOf({RunOf("add", {x, x})}, /*sync=*/7));
   response = Read(socket.get());
   ASSERT_TRUE(response.has_value());
   EXPECT_EQ(response->results(0).code(), kOk) << response->results(0).message();
@@ -202,9 +185,9 @@ TEST_F(SubmitSocketTest, AnAnswerAboveTheDatagramLimitComesInPartsInOrder) {
   ASSERT_THAT(OpenStream(socket.get(), session_), StartsWith("a-"));
   // An unknown op with a 250-byte name, then 400 ops that each get ABORTED "not run: op #0
   // (<that name>) failed before it": about 120 KiB of results for a request of 20.
-  std::vector<v1::PipelinedOp> ops = {Op(std::string(250, 'q'), {x})};
-  for (int i = 0; i < 400; ++i) ops.push_back(Op("add", {x}));
-  Send(socket.get(), Request(ops, /*sync=*/9));
+  std::vector<v1::PipelinedOp> ops = {RunOf(std::string(250, 'q'), {x})};
+  for (int i = 0; i < 400; ++i) ops.push_back(RunOf("add", {x}));
+  Send(socket.get(), SubmitRequestOf(ops, /*sync=*/9));
   uint64_t next = 0;
   int parts = 0;
   for (;;) {
@@ -274,7 +257,7 @@ TEST_F(SubmitSocketTest, UnknownSessionIsNotFoundAndAMissingOneInvalid) {
   }
   {
     ScopedFd socket = Connect();
-    Send(socket.get(), Request({Op("add", {"x", "x"})}, 1));  // no session named
+    Send(socket.get(), SubmitRequestOf({RunOf("add", {"x", "x"})}, 1));  // no session named
     v1::OpResult ended = ReadEnd(socket.get());
     EXPECT_EQ(ended.code(), kInvalidArgument);
     EXPECT_THAT(ended.message(), HasSubstr("must name the session"));
@@ -286,7 +269,7 @@ TEST_F(SubmitSocketTest, AnotherSessionsIdLaterBreaksTheProtocol) {
   const std::string other = OpenSession(nullptr);
   ScopedFd socket = Connect();
   OpenStream(socket.get(), session_);
-  v1::SubmitRequest request = Request({}, 1);
+  v1::SubmitRequest request = SubmitRequestOf({}, 1);
   request.set_session_id(other);
   Send(socket.get(), request);
   v1::OpResult ended = ReadEnd(socket.get());
@@ -305,7 +288,7 @@ TEST_F(SubmitSocketTest, ASecondStreamOfTheSessionIsRefused) {
   EXPECT_EQ(ended.code(), kFailedPrecondition);
   // The first goes on.
   const std::string x = Array({3});
-  Send(first.get(), Request({Op("add", {x, x})}, 2));
+  Send(first.get(), SubmitRequestOf({RunOf("add", {x, x})}, 2));
   std::optional<v1::SubmitResponse> response = Read(first.get());
   ASSERT_TRUE(response.has_value());
   EXPECT_EQ(response->results(0).code(), kOk) << response->results(0).message();
@@ -381,8 +364,8 @@ TEST_F(SubmitSocketTest, TheDaemonStopsWithAConnectionOpenAndOpsSent) {
   held_ = Connect();
   ASSERT_THAT(OpenStream(held_.get(), session_), StartsWith("a-"));
   std::vector<v1::PipelinedOp> ops;
-  for (int i = 0; i < 100; ++i) ops.push_back(Op("add", {x, x}));
-  Send(held_.get(), Request(ops));
+  for (int i = 0; i < 100; ++i) ops.push_back(RunOf("add", {x, x}));
+  Send(held_.get(), SubmitRequestOf(ops));
   // TearDown stops the daemon with the connection open: it must exit 0 within its timeout.
 }
 
@@ -392,8 +375,8 @@ TEST_F(SubmitSocketTest, AClientThatHangsUpWithOpsInFlightLeavesNothingRunning) 
     ScopedFd socket = Connect();
     OpenStream(socket.get(), session_);
     std::vector<v1::PipelinedOp> ops;
-    for (int i = 0; i < 200; ++i) ops.push_back(Op("add", {x, x}));
-    Send(socket.get(), Request(ops));
+    for (int i = 0; i < 200; ++i) ops.push_back(RunOf("add", {x, x}));
+    Send(socket.get(), SubmitRequestOf(ops));
   }  // gone without reading an answer
   ASSERT_TRUE(PollUntil(
       [&] {

@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/daemon_fixture.h"
+#include "tests/integration/submit_requests.h"
 #include "tests/testing/random_seed.h"
 #include "tests/testing/status_matchers.h"
 
@@ -29,40 +30,6 @@ using SubmitStream = grpc::ClientReaderWriter<v1::SubmitRequest, v1::SubmitRespo
 constexpr int kOk = 0;
 constexpr int kInvalidArgument = static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT);
 constexpr int kAborted = static_cast<int>(grpc::StatusCode::ABORTED);
-
-std::string FloatBytes(const std::vector<float>& values) {
-  std::string bytes(values.size() * sizeof(float), '\0');
-  std::memcpy(bytes.data(), values.data(), bytes.size());
-  return bytes;
-}
-
-std::vector<float> Floats(const std::string& bytes) {
-  std::vector<float> values(bytes.size() / sizeof(float));
-  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
-  return values;
-}
-
-v1::PipelinedOp Op(const std::string& op, const std::vector<std::string>& handles) {
-  v1::PipelinedOp pipelined;
-  pipelined.mutable_run()->set_op(op);
-  for (const std::string& handle : handles) {
-    *pipelined.mutable_run()->add_inputs() = HandleOperand(handle);
-  }
-  return pipelined;
-}
-
-v1::PipelinedOp Free(const std::string& handle) {
-  v1::PipelinedOp pipelined;
-  pipelined.set_free(handle);
-  return pipelined;
-}
-
-v1::SubmitRequest Request(const std::vector<v1::PipelinedOp>& ops, uint64_t sync = 0) {
-  v1::SubmitRequest request;
-  for (const v1::PipelinedOp& op : ops) *request.add_ops() = op;
-  request.set_sync(sync);
-  return request;
-}
 
 class SubmitTest : public DaemonTest {
  protected:
@@ -130,7 +97,7 @@ TEST_F(SubmitTest, ResultsAreNamedPrefixPlusIndexAndRunInOrder) {
   grpc::ClientContext context;
   std::unique_ptr<SubmitStream> stream = Open(context);
   // The first request may carry ops already; the prefix comes first, alone.
-  v1::SubmitRequest first = Request({Op("add", {x, x})});
+  v1::SubmitRequest first = SubmitRequestOf({RunOf("add", {x, x})});
   first.set_session_id(session_);
   ASSERT_TRUE(stream->Write(first));
   v1::SubmitResponse opened;
@@ -146,9 +113,9 @@ TEST_F(SubmitTest, ResultsAreNamedPrefixPlusIndexAndRunInOrder) {
 
   // Each op names the one before it by prefix + index, in the same request; op 3 frees
   // op 1's result, which op 2 still reads.
-  ASSERT_TRUE(stream->Write(
-      Request({Op("add", {prefix + "0", x}), Op("mul", {prefix + "1", x}), Free(prefix + "1")},
-              /*sync=*/7)));
+  ASSERT_TRUE(stream->Write(SubmitRequestOf(
+      {RunOf("add", {prefix + "0", x}), RunOf("mul", {prefix + "1", x}), FreeOf(prefix + "1")},
+      /*sync=*/7)));
   ASSERT_TRUE(stream->Read(&response));
   ASSERT_EQ(response.results_size(), 3);
   for (int i = 0; i < 3; ++i) {
@@ -179,8 +146,9 @@ TEST_F(SubmitTest, RefusedOpIsReportedWithItsIndexThenTheStreamIsCleanAfterTheSy
   grpc::ClientContext context;
   std::unique_ptr<SubmitStream> stream = Open(context);
   const std::string prefix = OpenAndReadPrefix(*stream);
-  ASSERT_TRUE(stream->Write(Request({Op("add", {x, x}), Op("add", {x, y}), Op("add", {x, x})},
-                                    /*sync=*/1)));
+  ASSERT_TRUE(stream->Write(
+      SubmitRequestOf({RunOf("add", {x, x}), RunOf("add", {x, y}), RunOf("add", {x, x})},
+                      /*sync=*/1)));
   v1::SubmitResponse response;
   ASSERT_TRUE(stream->Read(&response));
   ASSERT_EQ(response.results_size(), 3);
@@ -193,7 +161,7 @@ TEST_F(SubmitTest, RefusedOpIsReportedWithItsIndexThenTheStreamIsCleanAfterTheSy
   EXPECT_EQ(response.error().op(), "add");
   EXPECT_EQ(response.error().code(), kInvalidArgument);
 
-  ASSERT_TRUE(stream->Write(Request({Op("add", {x, x})}, /*sync=*/2)));
+  ASSERT_TRUE(stream->Write(SubmitRequestOf({RunOf("add", {x, x})}, /*sync=*/2)));
   ASSERT_TRUE(stream->Read(&response));
   ASSERT_EQ(response.results_size(), 1);
   EXPECT_EQ(response.results(0).index(), 3u);
@@ -211,7 +179,7 @@ TEST_F(SubmitTest, OpWithoutKindIsRefused) {
   grpc::ClientContext context;
   std::unique_ptr<SubmitStream> stream = Open(context);
   OpenAndReadPrefix(*stream);
-  ASSERT_TRUE(stream->Write(Request({v1::PipelinedOp(), Free("a-unknown")}, /*sync=*/3)));
+  ASSERT_TRUE(stream->Write(SubmitRequestOf({v1::PipelinedOp(), FreeOf("a-unknown")}, /*sync=*/3)));
   v1::SubmitResponse response;
   ASSERT_TRUE(stream->Read(&response));
   ASSERT_EQ(response.results_size(), 2);
@@ -236,7 +204,8 @@ TEST_F(SubmitTest, RefusalCarriesItsReason) {
   grpc::ClientContext context;
   std::unique_ptr<SubmitStream> stream = Open(context);
   OpenAndReadPrefix(*stream);
-  ASSERT_TRUE(stream->Write(Request({Op("add", {column->handle(), row->handle()})}, /*sync=*/5)));
+  ASSERT_TRUE(stream->Write(
+      SubmitRequestOf({RunOf("add", {column->handle(), row->handle()})}, /*sync=*/5)));
   v1::SubmitResponse response;
   ASSERT_TRUE(stream->Read(&response));
   ASSERT_EQ(response.results_size(), 1);
@@ -256,10 +225,10 @@ TEST_F(SubmitTest, HalfCloseEndsTheStreamOkOnceItsOpsHaveRun) {
   std::vector<v1::PipelinedOp> ops;
   std::string last = x;
   for (int i = 0; i < 100; ++i) {
-    ops.push_back(Op("add", {last, x}));
+    ops.push_back(RunOf("add", {last, x}));
     last = prefix + std::to_string(i);
   }
-  ASSERT_TRUE(stream->Write(Request(ops)));  // no sync point
+  ASSERT_TRUE(stream->Write(SubmitRequestOf(ops)));  // no sync point
   stream->WritesDone();
   v1::SubmitResponse response;
   ASSERT_TRUE(stream->Read(&response));
@@ -304,12 +273,12 @@ TEST_F(SubmitTest, StreamErrors) {
     grpc::StatusCode code;
   };
   std::vector<Case> cases;
-  cases.push_back(
-      {"no session_id", Request({Op("add", {"a-x", "a-x"})}), grpc::StatusCode::INVALID_ARGUMENT});
+  cases.push_back({"no session_id", SubmitRequestOf({RunOf("add", {"a-x", "a-x"})}),
+                   grpc::StatusCode::INVALID_ARGUMENT});
   v1::SubmitRequest unknown;
   unknown.set_session_id("s-00000000000000000000000000000000");
   cases.push_back({"unknown session", unknown, grpc::StatusCode::NOT_FOUND});
-  v1::SubmitRequest too_many = Request(std::vector<v1::PipelinedOp>(1025, Free("a-x")));
+  v1::SubmitRequest too_many = SubmitRequestOf(std::vector<v1::PipelinedOp>(1025, FreeOf("a-x")));
   too_many.set_session_id(session_);
   cases.push_back({"1025 ops", too_many, grpc::StatusCode::INVALID_ARGUMENT});
   v1::SubmitRequest control;
@@ -357,10 +326,10 @@ TEST_F(SubmitTest, CancelledStreamWithOpsInFlightLeavesNothingRunning) {
   auto chain = [&] {
     std::vector<v1::PipelinedOp> ops;
     for (int i = 0; i < 200; ++i, ++index) {
-      ops.push_back(Op("add", {last, x}));
+      ops.push_back(RunOf("add", {last, x}));
       last = prefix + std::to_string(index);
     }
-    return Request(ops);
+    return SubmitRequestOf(ops);
   };
   ASSERT_TRUE(stream->Write(chain()));
   v1::SubmitResponse response;
@@ -403,10 +372,10 @@ TEST_F(SubmitTest, DaemonStopsCleanlyWithAStreamOpenAndOpsInFlight) {
   std::vector<v1::PipelinedOp> ops;
   std::string last = x;
   for (int i = 0; i < 200; ++i) {
-    ops.push_back(Op("add", {last, x}));
+    ops.push_back(RunOf("add", {last, x}));
     last = prefix + std::to_string(i);
   }
-  ASSERT_TRUE(held_stream_->Write(Request(ops)));
+  ASSERT_TRUE(held_stream_->Write(SubmitRequestOf(ops)));
   // TearDown sends SIGTERM now: the server cancels the stream after its grace period, the
   // ops drain, and gpukitd exits 0 (which TearDown checks).
 }
@@ -465,18 +434,18 @@ TEST_F(SubmitTest, ConcurrentStreamsEndingAnyWayLeaveNothingBehind) {
         for (int k = 0; k < count; ++k) {
           const int kind = std::uniform_int_distribution<int>(0, 9)(local);
           if (kind == 0) {
-            ops.push_back(Free("a-unknown"));  // refused: fails the stream until the sync
+            ops.push_back(FreeOf("a-unknown"));  // refused: fails the stream until the sync
           } else if (kind == 1 && last != inputs[i]) {
-            ops.push_back(Free(last));
+            ops.push_back(FreeOf(last));
             last = inputs[i];
           } else {
-            ops.push_back(Op("add", {last, inputs[i]}));
+            ops.push_back(RunOf("add", {last, inputs[i]}));
             last = prefix + std::to_string(index);
           }
           ++index;
         }
         const bool sync = std::bernoulli_distribution(0.5)(local);
-        if (!stream->Write(Request(ops, sync ? r + 1 : 0))) break;
+        if (!stream->Write(SubmitRequestOf(ops, sync ? r + 1 : 0))) break;
         if (plans[i].cancel_after == r) {
           context.TryCancel();
           break;
