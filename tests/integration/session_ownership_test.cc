@@ -374,7 +374,14 @@ class TcpSessionOwnershipTest : public SessionOwnershipTest {
 
   // "127.0.0.1:<port>" from the daemon's "listening on" line.
   std::string TcpAddress() {
-    const std::string log = daemon().Log();
+    // gpukitd accepts on its unix socket a moment before it logs its TCP address.
+    std::string log;
+    PollUntil(
+        [&] {
+          log = daemon().Log();
+          return log.find("listening on 127.0.0.1:") != std::string::npos;
+        },
+        absl::Seconds(10));
     const size_t at = log.find("listening on 127.0.0.1:");
     if (at == std::string::npos) return "";
     const size_t start = at + std::string("listening on ").size();

@@ -101,6 +101,8 @@ class TlsTest : public DaemonTest {
     ASSERT_NO_FATAL_FAILURE(MakeCertificates(certs_.path(), "ca", "server"));
     ASSERT_NO_FATAL_FAILURE(MakeCertificates(certs_.path(), "other-ca", ""));
     ASSERT_NO_FATAL_FAILURE(DaemonTest::SetUp());
+    // gpukitd accepts on its unix socket a moment before it logs its TCP address.
+    PollUntil([&] { return !TcpAddress(daemon().Log()).empty(); }, absl::Seconds(10));
     tcp_ = TcpAddress(daemon().Log());
     ASSERT_FALSE(tcp_.empty()) << daemon().Log();
   }
