@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/cpp/channel.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/executor/spin_wait.h"
 #include <sys/socket.h>
 
 namespace gpukit::internal {
@@ -21,12 +22,6 @@ namespace {
 // The largest datagram gpukitd's submit socket sends or takes (kMaxSubmitSocketMessageBytes
 // there).
 constexpr size_t kMaxDatagramBytes = 60 * 1024;
-
-void CpuRelax() {
-#if defined(__x86_64__)
-  __builtin_ia32_pause();
-#endif
-}
 
 // An op's outcome as the unary RunOp would give it: its code, the daemon's message, its
 // reason.

@@ -167,13 +167,6 @@ SubmitSocket::~SubmitSocket() {
   ::unlink(path_.c_str());
 }
 
-int SubmitSocket::connections() const {
-  absl::MutexLock lock(&mu_);
-  int open = 0;
-  for (const auto& connection : connections_) open += connection->done.load() ? 0 : 1;
-  return open;
-}
-
 void SubmitSocket::ReapLocked() {
   for (auto it = connections_.begin(); it != connections_.end();) {
     if ((*it)->done.load(std::memory_order_acquire)) {

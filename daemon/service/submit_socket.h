@@ -88,8 +88,6 @@ class SubmitSocket {
   SubmitSocket& operator=(const SubmitSocket&) = delete;
 
   const std::string& path() const { return path_; }
-  // Connections open now.
-  int connections() const;
 
  private:
   struct Connection {

@@ -56,6 +56,22 @@ ClientOptions DaemonTest::ClientOptionsFor(const std::string& tenant, absl::Dura
   return options;
 }
 
+std::string DaemonTest::TcpAddress() {
+  const std::string listening = "listening on 127.0.0.1:";
+  std::string log;
+  PollUntil(
+      [&] {
+        log = daemon_->Log();
+        return log.find(listening) != std::string::npos;
+      },
+      absl::Seconds(10));
+  const size_t at = log.find(listening);
+  if (at == std::string::npos) return "";
+  const size_t start = at + std::string("listening on ").size();
+  const size_t end = log.find_first_not_of("0123456789", at + listening.size());
+  return log.substr(start, end - start);
+}
+
 void DaemonTest::ExpectDaemonServesAnotherClient() {
   SCOPED_TRACE("the daemon still serves another client");
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Connect("another-client"));

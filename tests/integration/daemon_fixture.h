@@ -63,6 +63,10 @@ class DaemonTest : public ::testing::Test {
   ClientOptions ClientOptionsFor(const std::string& tenant,
                                  absl::Duration lease = absl::ZeroDuration());
 
+  // "127.0.0.1:<port>" from the daemon's "listening on" line, waiting up to 10 s for it (gpukitd
+  // accepts on its unix socket a moment before it logs its TCP address); "" if none came.
+  std::string TcpAddress();
+
   // Opens a fresh client and runs an op on it, checking the result: the daemon still serves.
   void ExpectDaemonServesAnotherClient();
 

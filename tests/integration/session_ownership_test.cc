@@ -371,24 +371,6 @@ class TcpSessionOwnershipTest : public SessionOwnershipTest {
   void ConfigureDaemon(DaemonOptions& options) const override {
     options.extra_args = {"--listen", "127.0.0.1:0", "--insecure-tcp"};
   }
-
-  // "127.0.0.1:<port>" from the daemon's "listening on" line.
-  std::string TcpAddress() {
-    // gpukitd accepts on its unix socket a moment before it logs its TCP address.
-    std::string log;
-    PollUntil(
-        [&] {
-          log = daemon().Log();
-          return log.find("listening on 127.0.0.1:") != std::string::npos;
-        },
-        absl::Seconds(10));
-    const size_t at = log.find("listening on 127.0.0.1:");
-    if (at == std::string::npos) return "";
-    const size_t start = at + std::string("listening on ").size();
-    const size_t end =
-        log.find_first_not_of("0123456789", start + std::string("127.0.0.1:").size());
-    return log.substr(start, end - start);
-  }
 };
 
 TEST_F(TcpSessionOwnershipTest, OverTcpTheTokenIsTheIdentityAndLocalSessionsAreOffLimits) {

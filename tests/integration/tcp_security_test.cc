@@ -84,15 +84,6 @@ void MakeClientCertificate(const std::string& dir, const std::string& ca, const 
       dir));
 }
 
-// "127.0.0.1:<port>" from a daemon's "listening on" line; "" if there is none yet.
-std::string TcpAddress(const std::string& log) {
-  const size_t at = log.find("listening on 127.0.0.1:");
-  if (at == std::string::npos) return "";
-  const size_t start = at + std::string("listening on ").size();
-  const size_t end = log.find_first_not_of("0123456789", start + std::string("127.0.0.1:").size());
-  return log.substr(start, end - start);
-}
-
 // gpukitd on its unix socket and, with TLS, on 127.0.0.1; one token of tenant "tls-team".
 class TlsTest : public DaemonTest {
  protected:
@@ -101,9 +92,7 @@ class TlsTest : public DaemonTest {
     ASSERT_NO_FATAL_FAILURE(MakeCertificates(certs_.path(), "ca", "server"));
     ASSERT_NO_FATAL_FAILURE(MakeCertificates(certs_.path(), "other-ca", ""));
     ASSERT_NO_FATAL_FAILURE(DaemonTest::SetUp());
-    // gpukitd accepts on its unix socket a moment before it logs its TCP address.
-    PollUntil([&] { return !TcpAddress(daemon().Log()).empty(); }, absl::Seconds(10));
-    tcp_ = TcpAddress(daemon().Log());
+    tcp_ = TcpAddress();
     ASSERT_FALSE(tcp_.empty()) << daemon().Log();
   }
 
