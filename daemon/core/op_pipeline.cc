@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/base/thread_name.h"
 #include "runtime/executor/spin_wait.h"
 
 namespace gpukit {
@@ -13,7 +14,10 @@ OpPipeline::OpPipeline(Core& core, std::shared_ptr<Session> session, int max_ops
       session_(std::move(session)),
       max_ops_in_flight_(max_ops_in_flight),
       handle_prefix_(NewOpaqueId("a-") + ".") {
-  completion_ = std::thread([this] { CompletionLoop(); });
+  completion_ = std::thread([this] {
+    NameThisThread("gk-op-done");
+    CompletionLoop();
+  });
 }
 
 OpPipeline::~OpPipeline() { Close(); }

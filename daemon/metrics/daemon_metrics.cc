@@ -82,6 +82,20 @@ void DaemonMetrics::WriteDevices(ExpositionWriter& out) const {
     if (!devices[i].executor.has_value()) continue;
     out.Sample({{"device", index[i]}}, devices[i].executor->standby_ready ? 1 : 0);
   }
+  out.Family("gpukit_executor_messages_total", MetricType::kCounter,
+             "Datagrams gpukitd sent to the device's executor (work and requests; one-way "
+             "requests ride with the next).");
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (!devices[i].executor.has_value()) continue;
+    out.Sample({{"device", index[i]}}, devices[i].executor->messages);
+  }
+  out.Family("gpukit_executor_round_trips_total", MetricType::kCounter,
+             "Requests to the device's executor that waited for its reply (waits, device "
+             "times, loads).");
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (!devices[i].executor.has_value()) continue;
+    out.Sample({{"device", index[i]}}, devices[i].executor->round_trips);
+  }
 }
 
 void DaemonMetrics::WritePartitions(ExpositionWriter& out,

@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "runtime/base/fd_channel_protocol.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/base/thread_name.h"
 #include "spdlog/spdlog.h"
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -30,7 +31,10 @@ absl::StatusOr<std::unique_ptr<FdChannel>> FdChannel::Start(std::string path, De
   std::unique_ptr<FdChannel> channel(new FdChannel(std::move(path), std::move(listening),
                                                    std::move(wake), std::move(deliver),
                                                    std::move(fetch), options));
-  channel->thread_ = std::thread([raw = channel.get()] { raw->Loop(); });
+  channel->thread_ = std::thread([raw = channel.get()] {
+    NameThisThread("gk-fd-channel");
+    raw->Loop();
+  });
   spdlog::info("descriptor channel on {}", channel->path_);
   return channel;
 }

@@ -15,6 +15,7 @@
 #include "daemon/service/unix_listener.h"
 #include "gpukit/v1/compute.pb.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/base/thread_name.h"
 #include "runtime/executor/spin_wait.h"
 #include "spdlog/spdlog.h"
 #include <sys/eventfd.h>
@@ -116,7 +117,10 @@ absl::StatusOr<std::unique_ptr<SubmitSocket>> SubmitSocket::Start(std::string pa
   std::unique_ptr<SubmitSocket> socket(new SubmitSocket(std::move(path), std::move(listening),
                                                         std::move(wake), std::move(reap), core,
                                                         guard, options));
-  socket->acceptor_ = std::thread([raw = socket.get()] { raw->AcceptLoop(); });
+  socket->acceptor_ = std::thread([raw = socket.get()] {
+    NameThisThread("gk-sock-accept");
+    raw->AcceptLoop();
+  });
   spdlog::info("submit socket on {} (at most {} connections, {} per uid)", socket->path_,
                socket->max_connections_, socket->max_connections_per_uid_);
   return socket;
@@ -238,6 +242,7 @@ void SubmitSocket::Accept() {
   connections_.push_back(std::move(connection));
   try {
     raw.thread = std::thread([this, &raw] {
+      NameThisThread("gk-sock-conn");
       Serve(raw);
       raw.done.store(true, std::memory_order_release);
       const uint64_t one = 1;

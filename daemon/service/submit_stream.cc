@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "daemon/service/convert.h"
 #include "daemon/service/submit_session.h"
+#include "runtime/base/thread_name.h"
 #include "spdlog/spdlog.h"
 
 namespace gpukit::service {
@@ -42,7 +43,10 @@ class SubmitReactor final : public grpc::ServerBidiReactor<v1::SubmitRequest, v1
       absl::MutexLock lock(&mu_);
       read_outstanding_ = true;
       // Under the lock: the worker reads worker_ (to detach itself) under it too.
-      worker_ = std::thread([this] { Work(); });
+      worker_ = std::thread([this] {
+        NameThisThread("gk-submit");
+        Work();
+      });
     }
     StartRead(&reading_);
   }

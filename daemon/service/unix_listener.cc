@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/server_posix.h"
+#include "runtime/base/thread_name.h"
 #include "spdlog/spdlog.h"
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -68,7 +69,10 @@ UnixListener::UnixListener(std::string path, ScopedFd listen_fd, ScopedFd stop_f
 UnixListener::~UnixListener() { Stop(); }
 
 void UnixListener::Start(grpc::Server& server, PeerTable& peers) {
-  thread_ = std::thread([this, s = &server, p = &peers] { AcceptLoop(s, p); });
+  thread_ = std::thread([this, s = &server, p = &peers] {
+    NameThisThread("gk-listen");
+    AcceptLoop(s, p);
+  });
 }
 
 void UnixListener::Stop() {

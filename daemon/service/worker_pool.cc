@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "runtime/base/thread_name.h"
+
 namespace gpukit::service {
 
 WorkerPool::WorkerPool(int max_threads, absl::Duration idle_timeout)
@@ -45,7 +47,10 @@ void WorkerPool::PushLocked(std::function<void()> work) {
   // Idle threads take the queued work first; a new thread only for what they cannot.
   if (static_cast<int>(queue_.size()) > idle_ &&
       static_cast<int>(threads_.size()) < max_threads_) {
-    threads_.emplace_back([this] { Loop(); });
+    threads_.emplace_back([this] {
+      NameThisThread("gk-worker");
+      Loop();
+    });
   }
 }
 

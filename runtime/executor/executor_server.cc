@@ -1,6 +1,5 @@
 #include "runtime/executor/executor_server.h"
 
-#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -23,6 +22,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/base/thread_name.h"
 #include "runtime/executor/executor_protocol.h"
 #include "runtime/executor/spin_wait.h"
 #include "spdlog/spdlog.h"
@@ -37,7 +37,7 @@ class WorkQueue {
  public:
   explicit WorkQueue(const char* name)
       : thread_([this, name] {
-          pthread_setname_np(pthread_self(), name);
+          NameThisThread(name);
           Run();
         }) {}
   ~WorkQueue() {

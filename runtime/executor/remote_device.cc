@@ -3,9 +3,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,10 +24,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/base/thread_name.h"
 #include "runtime/base/units.h"
 #include "runtime/executor/executor_protocol.h"
 #include "runtime/executor/spin_wait.h"
 #include "spdlog/spdlog.h"
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 
 extern char** environ;
 
@@ -462,7 +463,10 @@ absl::Status RemoteDevice::Impl::Start() {
     absl::MutexLock lock(&supervisor_mu_);
     state_.pid = first->pid;
   }
-  supervisor_ = std::thread([this] { Supervise(); });
+  supervisor_ = std::thread([this] {
+    NameThisThread("gk-exec-watch");
+    Supervise();
+  });
   return absl::OkStatus();
 }
 
@@ -529,7 +533,10 @@ absl::StatusOr<std::shared_ptr<Executor>> RemoteDevice::Impl::Spawn() {
   executor->pid = pid;
   executor->socket = std::move(ours);
   Executor* raw = executor.get();
-  executor->reader = std::thread([this, raw] { ReadLoop(raw); });
+  executor->reader = std::thread([this, raw] {
+    NameThisThread("gk-exec-reply");
+    ReadLoop(raw);
+  });
   return executor;
 }
 

@@ -159,6 +159,9 @@ TEST_F(MetricsTest, ScrapeAgreesWithTheAdminRpcsForTheSameState) {
     EXPECT_EQ(value("gpukit_device_memory_total_bytes", device), d.memory_total_bytes());
     EXPECT_EQ(value("gpukit_device_memory_used_bytes", device), d.memory_used_bytes());
     EXPECT_EQ(value("gpukit_executor_restarts_total", device), d.executor().restarts());
+    EXPECT_GT(value("gpukit_executor_messages_total", device), 0) << "the ops went to the executor";
+    EXPECT_GT(value("gpukit_executor_round_trips_total", device), 0)
+        << "their ends were waited for";
     EXPECT_NEAR(value("gpukit_device_busy_seconds_total", device), partitions_ns / 1e9, 1e-9)
         << "no partition was deleted: the device's busy time is theirs";
   }
