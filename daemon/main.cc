@@ -26,6 +26,7 @@
 #include "daemon/systemd/watchdog.h"
 #include "grpc/grpc.h"
 #include "runtime/base/default_address.h"
+#include "runtime/base/mutex_mode.h"
 #include "runtime/base/read_file.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/base/units.h"
@@ -125,6 +126,7 @@ void ReturnLargeBlocksToTheSystem() {
 }
 
 int Run(int argc, char** argv) {
+  gpukit::UseFastMutexes();
   absl::StatusOr<gpukit::CommandLine> flags = gpukit::ParseCommandLine(argc, argv);
   if (!flags.ok()) {
     std::fprintf(stderr, "gpukitd: %s\n", std::string(flags.status().message()).c_str());

@@ -8,11 +8,13 @@
 #include "daemon/device_plugin/device_plugin.h"
 #include "daemon/device_plugin/partition_source.h"
 #include "daemon/device_plugin/plugin_flags.h"
+#include "runtime/base/mutex_mode.h"
 #include "spdlog/spdlog.h"
 
 namespace {
 
 int Run(int argc, char** argv) {
+  gpukit::UseFastMutexes();
   using namespace gpukit::device_plugin;
   absl::StatusOr<PluginCommandLine> flags = ParsePluginCommandLine(argc, argv);
   if (!flags.ok()) {

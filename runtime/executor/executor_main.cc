@@ -4,7 +4,6 @@
 //   gpukit-executor --backend=cpu|cuda --index=N [--jit-worker=PATH] [--jit-cache-dir=DIR]
 // Exit codes: 0 when gpukitd closed the channel, 2 for a bad command line or a device that
 // could not be created (said in the Hello first), 3 when the device faulted.
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -15,12 +14,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/time/time.h"
+#include "runtime/base/mutex_mode.h"
 #include "runtime/base/unix_fd.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/executor/executor_server.h"
 #include "runtime/jit/jit_compiler.h"
 #include "spdlog/spdlog.h"
+#include <sys/prctl.h>
 
 namespace {
 
@@ -101,6 +102,7 @@ int main(int argc, char** argv) {
   // Dies with gpukitd, whatever kills it.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() == 1) return 0;
+  gpukit::UseFastMutexes();
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [executor %P] [%l] %v");
   gpukit::ScopedFd channel(kChannelFd);
   Flags flags;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/strip.h"
+#include "runtime/base/mutex_mode.h"
 #include "runtime/jit/compile_worker.h"
 #include "spdlog/spdlog.h"
 #include <linux/close_range.h>
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   // Nothing of gpukitd's but the socket stays open here (descriptors it did not mark
   // close-on-exec included); stderr stays for a fatal message.
   syscall(SYS_close_range, 4, ~0U, 0);
+  gpukit::UseFastMutexes();
   gpukit::CompileWorkerOptions options;
   for (int i = 1; i < argc; ++i) {
     absl::string_view arg = argv[i];

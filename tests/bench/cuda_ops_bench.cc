@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/base/mutex_mode.h"
 #include "runtime/base/shape.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/cuda/cuda_driver.h"
@@ -338,6 +339,7 @@ int Run(const Options& options) {
 }  // namespace gpukit
 
 int main(int argc, char** argv) {
+  gpukit::UseFastMutexes();
   gpukit::Options options;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];

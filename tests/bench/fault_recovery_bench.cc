@@ -54,6 +54,7 @@
 #include "absl/time/time.h"
 #include "client/cpp/channel.h"
 #include "gpukit/v1/compute.grpc.pb.h"
+#include "runtime/base/mutex_mode.h"
 #include "runtime/base/status_macros.h"
 #include "tests/integration/daemon_process.h"
 #include "tests/integration/raw_api.h"
@@ -535,6 +536,7 @@ int Usage(const char* argv0) {
 }  // namespace gpukit
 
 int main(int argc, char** argv) {
+  gpukit::UseFastMutexes();
   gpukit::Flags flags;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];

@@ -24,8 +24,6 @@
 //     close         cuIpcCloseMemHandle
 //     round trip    as above
 #include <cuda.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,9 +37,12 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/base/mutex_mode.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/base/unix_fd.h"
 #include "runtime/cuda/cuda_driver.h"
+#include <sys/socket.h>
+#include <sys/wait.h>
 
 namespace gpukit {
 namespace {
@@ -271,6 +272,7 @@ absl::Status Exporter(int socket, size_t bytes, int rounds) {
 }  // namespace gpukit
 
 int main(int argc, char** argv) {
+  gpukit::UseFastMutexes();
   int rounds = 200;
   int64_t mib = 4;
   for (int i = 1; i + 1 < argc; i += 2) {

@@ -28,6 +28,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "runtime/base/mutex_mode.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/op_registry.h"
 
@@ -224,6 +225,7 @@ int Run(const Options& options) {
 }  // namespace gpukit
 
 int main(int argc, char** argv) {
+  gpukit::UseFastMutexes();
   gpukit::Options options;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];

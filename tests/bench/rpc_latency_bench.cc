@@ -55,6 +55,7 @@
 #include "gpukit/v1/session.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/codegen/client_unary_call.h"
+#include "runtime/base/mutex_mode.h"
 #include <sys/wait.h>
 
 extern char** environ;
@@ -239,6 +240,7 @@ std::string SummaryJson(const std::vector<std::pair<std::string, Stats>>& calls,
 }  // namespace
 
 int main(int argc, char** argv) {
+  gpukit::UseFastMutexes();
   std::string gpukitd;
   int iterations = 20000, starts = 5;
   int warmup = 0;

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "gpukit/client.h"
+#include "runtime/base/mutex_mode.h"
 #include "tests/integration/daemon_process.h"
 #include "tests/testing/temp_dir.h"
 
@@ -82,6 +83,7 @@ bool SweepRow(int64_t bytes, int reps, gpukit::Client& grpc, gpukit::Client& shm
 }  // namespace
 
 int main(int argc, char** argv) {
+  gpukit::UseFastMutexes();
   std::string gpukitd;
   std::string backend = "cpu";
   int64_t mib = 256;

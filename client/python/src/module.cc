@@ -19,6 +19,7 @@
 #include "client/python/src/py_kernel.h"
 #include "pybind11/pybind11.h"
 #include "runtime/base/dtype.h"
+#include "runtime/base/mutex_mode.h"
 
 namespace gpukit::python {
 namespace py = pybind11;
@@ -41,6 +42,8 @@ void RegisterDType(py::module_& module) {
 // Classes come before the functions that name them, so that docstrings' signatures show
 // their Python names.
 PYBIND11_MODULE(_gpukit, m) {
+  // The process's absl mutexes without Debian's lock-order check (runtime/base/mutex_mode.h).
+  gpukit::UseFastMutexes();
   m.doc() =
       "Thin bindings of libgpukit, the C++ client of gpukitd. Use the `gpukit` package; this "
       "module is its implementation.";
