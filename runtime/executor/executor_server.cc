@@ -165,8 +165,9 @@ class ExecutorServer::Impl {
   void Handle(executor::Request& request, ScopedFd fd);
   void Reply(uint64_t seq, const absl::Status& status, int64_t value = 0,
              uint64_t elapsed_from = 0, int64_t elapsed_ns = 0);
-  // Answers an ElapsedNs with pairs on the reading thread, without waiting for any stream:
-  // each pair's end event's status (EndEventStatus) and, where OK, its device time.
+  // Answers an ElapsedNs with pairs without waiting for any stream (on the completion thread
+  // of its first pair's stream): each pair's end event's status (EndEventStatus) and, where
+  // OK, its device time.
   void ReplyPairsElapsed(uint64_t seq, const executor::ElapsedNs& request);
   // What a WaitEvent of gpukitd's completed event `id` answers (its enqueue_error, else the
   // device's WaitEvent), without blocking: FAILED_PRECONDITION for an event whose RecordEvent
@@ -358,7 +359,8 @@ absl::Status ExecutorServer::Impl::EndEventStatus(uint64_t id) {
     }
     device_event = event->device_event;
   }
-  // The reading thread must not block: only a completed event is waited for (at once).
+  // Nothing here may block (the completion thread's next wait, or the reader, would wait):
+  // only a completed event is waited for (at once).
   GPUKIT_ASSIGN_OR_RETURN(bool done, device_.QueryEvent(device_event));
   if (!done) return absl::FailedPreconditionError(absl::StrCat("event ", id, " has not completed"));
   return device_.WaitEvent(device_event);
@@ -885,7 +887,19 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
     }
     case executor::Request::kElapsedNs:
       if (request.elapsed_ns().pairs_size() > 0) {
-        ReplyPairsElapsed(seq, request.elapsed_ns());
+        // Three device calls per pair (a query, a wait that returns at once, the elapsed
+        // time), which contend with the launches for the device's locks: on the completion
+        // thread of the first pair's stream, so the reader goes on reading (the reader when
+        // that event is unknown, to answer its error).
+        std::shared_ptr<EventState> first = FindEvent(request.elapsed_ns().pairs(0).end());
+        if (first == nullptr || first->stream == nullptr) {
+          ReplyPairsElapsed(seq, request.elapsed_ns());
+          return;
+        }
+        first->stream->completions.Push(
+            [this, seq, pairs = std::move(*request.mutable_elapsed_ns())] {
+              ReplyPairsElapsed(seq, pairs);
+            });
         return;
       }
       [[fallthrough]];
