@@ -94,14 +94,19 @@ struct Executor {
   explicit Executor(const std::atomic<int>* replies_owed)
       : activity(ChannelSpinTime(), replies_owed, /*bell=*/true) {}
   RecentActivity activity;
-  // Every send to this executor takes send_mu (a leaf lock), so the executor gets requests
-  // in the order they were handed over. `held`: one-way requests held back (its body a
+  // The executor gets requests in the order they were handed over: each datagram takes a
+  // ticket under send_mu, in that order, and is sent in its ticket's turn (under turn_mu)
+  // after send_mu is released, so threads that hold requests back never wait for another
+  // thread's serializing and sendmsg. `held`: one-way requests held back (its body a
   // Batch), sent before or with the next request, at the end of a DeviceBatch, or by the
   // supervisor's tick. They die with the executor, as requests in flight do.
-  absl::Mutex send_mu;
+  absl::Mutex send_mu ABSL_ACQUIRED_BEFORE(turn_mu);
   executor::Request held ABSL_GUARDED_BY(send_mu);
   size_t held_bytes ABSL_GUARDED_BY(send_mu) = 0;
   bool held_work ABSL_GUARDED_BY(send_mu) = false;  // stream work among `held`
+  uint64_t tickets ABSL_GUARDED_BY(send_mu) = 0;    // datagrams handed over
+  absl::Mutex turn_mu;
+  uint64_t sent ABSL_GUARDED_BY(turn_mu) = 0;  // of them, sent (or failed), in ticket order
 
   ~Executor() {
     if (pid > 0) {
@@ -219,8 +224,16 @@ class RemoteDevice::Impl {
   void SendWork(Executor& executor, executor::Request& request)
       ABSL_LOCKS_EXCLUDED(executor.send_mu);
   // Sends what is held, if anything (`only_work`: only if stream work is among it).
+  // Returns once what was handed over before it has been sent.
   void FlushHeld(Executor& executor, bool only_work = false) ABSL_LOCKS_EXCLUDED(executor.send_mu);
-  absl::Status FlushHeldLocked(Executor& executor) ABSL_EXCLUSIVE_LOCKS_REQUIRED(executor.send_mu);
+  // Takes what is held into `out` (empty before) as the next datagram, with its ticket;
+  // nothing when nothing is held.
+  std::optional<uint64_t> TakeHeldLocked(Executor& executor, executor::Request& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(executor.send_mu);
+  // Sends datagram `ticket` once every earlier ticket's has gone. Every ticket taken must
+  // come here (a failed send still ends its turn).
+  absl::Status SendInTurn(Executor& executor, uint64_t ticket, const executor::Request& request,
+                          int fd = -1) ABSL_LOCKS_EXCLUDED(executor.send_mu, executor.turn_mu);
   absl::Status SendCounted(Executor& executor, const executor::Request& request, int fd = -1);
   bool InBatch() const;
 
@@ -640,46 +653,88 @@ absl::Status RemoteDevice::Impl::SendCounted(Executor& executor, const executor:
   return SendExecutorMessage(executor.socket.get(), request, fd);
 }
 
-absl::Status RemoteDevice::Impl::FlushHeldLocked(Executor& executor) {
-  if (executor.held.batch().requests_size() == 0) return absl::OkStatus();
-  absl::Status sent = SendCounted(executor, executor.held);
-  executor.held.Clear();
+std::optional<uint64_t> RemoteDevice::Impl::TakeHeldLocked(Executor& executor,
+                                                           executor::Request& out) {
+  if (executor.held.batch().requests_size() == 0) return std::nullopt;
+  out.Swap(&executor.held);  // leaves `held` empty
   executor.held_bytes = 0;
   executor.held_work = false;
-  return sent;
+  return executor.tickets++;
+}
+
+absl::Status RemoteDevice::Impl::SendInTurn(Executor& executor, uint64_t ticket,
+                                            const executor::Request& request, int fd) {
+  absl::MutexLock lock(&executor.turn_mu);
+  auto my_turn = [&executor, ticket]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(executor.turn_mu) {
+    return executor.sent == ticket;
+  };
+  executor.turn_mu.Await(absl::Condition(&my_turn));
+  absl::Status status = SendCounted(executor, request, fd);
+  ++executor.sent;
+  return status;
 }
 
 void RemoteDevice::Impl::FlushHeld(Executor& executor, bool only_work) {
-  absl::MutexLock lock(&executor.send_mu);
-  if (only_work && !executor.held_work) return;
-  FlushHeldLocked(executor).IgnoreError();
+  executor::Request batch;
+  std::optional<uint64_t> ticket;
+  uint64_t handed_over;
+  {
+    absl::MutexLock lock(&executor.send_mu);
+    if (only_work && !executor.held_work) return;
+    ticket = TakeHeldLocked(executor, batch);
+    handed_over = executor.tickets;
+  }
+  if (ticket.has_value()) {
+    SendInTurn(executor, *ticket, batch).IgnoreError();
+    return;
+  }
+  // Nothing held, but another thread may be sending what it took: wait for that.
+  absl::MutexLock lock(&executor.turn_mu);
+  auto all_sent = [&executor, handed_over]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(executor.turn_mu) {
+    return executor.sent >= handed_over;
+  };
+  executor.turn_mu.Await(absl::Condition(&all_sent));
 }
 
 absl::Status RemoteDevice::Impl::SendOn(Executor& executor, executor::Request& request, int fd) {
-  absl::MutexLock lock(&executor.send_mu);
-  const int held = executor.held.batch().requests_size();
-  if (held == 0) return SendCounted(executor, request, fd);
-  if (fd < 0 && held < kMaxHeldRequests &&
-      executor.held_bytes + request.ByteSizeLong() <= kMaxHeldBytes) {
-    // One datagram: what was held, then the request.
-    *executor.held.mutable_batch()->add_requests() = request;
-    return FlushHeldLocked(executor);
+  executor::Request batch;
+  std::optional<uint64_t> batch_ticket;
+  std::optional<uint64_t> request_ticket;
+  {
+    absl::MutexLock lock(&executor.send_mu);
+    const int held = executor.held.batch().requests_size();
+    if (held > 0 && fd < 0 && held < kMaxHeldRequests &&
+        executor.held_bytes + request.ByteSizeLong() <= kMaxHeldBytes) {
+      // One datagram: what was held, then the request.
+      *executor.held.mutable_batch()->add_requests() = request;
+      batch_ticket = TakeHeldLocked(executor, batch);
+    } else {
+      batch_ticket = TakeHeldLocked(executor, batch);
+      request_ticket = executor.tickets++;
+    }
   }
   // A send failing here means the executor is gone: the restart settles what was held.
-  FlushHeldLocked(executor).IgnoreError();
-  return SendCounted(executor, request, fd);
+  absl::Status sent = absl::OkStatus();
+  if (batch_ticket.has_value()) sent = SendInTurn(executor, *batch_ticket, batch);
+  if (request_ticket.has_value()) sent = SendInTurn(executor, *request_ticket, request, fd);
+  return sent;
 }
 
 void RemoteDevice::Impl::HoldOn(Executor& executor, executor::Request& request, bool work) {
   const size_t bytes = request.ByteSizeLong();
-  absl::MutexLock lock(&executor.send_mu);
-  if (executor.held.batch().requests_size() >= kMaxHeldRequests ||
-      executor.held_bytes + bytes > kMaxHeldBytes) {
-    FlushHeldLocked(executor).IgnoreError();
+  executor::Request full;
+  std::optional<uint64_t> ticket;
+  {
+    absl::MutexLock lock(&executor.send_mu);
+    if (executor.held.batch().requests_size() >= kMaxHeldRequests ||
+        executor.held_bytes + bytes > kMaxHeldBytes) {
+      ticket = TakeHeldLocked(executor, full);
+    }
+    *executor.held.mutable_batch()->add_requests() = request;
+    executor.held_bytes += bytes;
+    executor.held_work = executor.held_work || work;
   }
-  *executor.held.mutable_batch()->add_requests() = request;
-  executor.held_bytes += bytes;
-  executor.held_work = executor.held_work || work;
+  if (ticket.has_value()) SendInTurn(executor, *ticket, full).IgnoreError();
 }
 
 void RemoteDevice::Impl::SendWork(Executor& executor, executor::Request& request) {
@@ -1172,6 +1227,12 @@ absl::Status RemoteDevice::Impl::Replay(Executor& executor) {
 // --- Memory -------------------------------------------------------------------------------------
 
 absl::Status RemoteDevice::Impl::EnsureSegmentMapped(const Segment& segment) {
+  {
+    // Every allocation asks; nearly every segment is mapped already, and the answer must not
+    // wait behind another thread's mapping (map_mu_ serializes those).
+    absl::MutexLock lock(&mu_);
+    if (mapped_segments_.contains(segment.handle)) return absl::OkStatus();
+  }
   absl::MutexLock serial(&map_mu_);
   uint64_t generation;
   {
