@@ -71,13 +71,15 @@ void SubmitStream::WriteLoop() {
     {
       absl::MutexLock lock(&mu_);
       auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !outbox_.empty() || closing_ || read_done_;
+        return closing_ || read_done_ ||
+               (!outbox_.empty() && sent_ < answered_ + kMaxUnansweredOps);
       };
       mu_.Await(absl::Condition(&work));
       if (read_done_) break;  // the stream ended: nothing more goes out
       batch.clear();
       batch.swap(outbox_);
       outbox_ops_ = 0;
+      sent_ = written_;
       // Close refuses new ops: once this batch is out, the writes are done.
       half_close = closing_;
     }

@@ -5,9 +5,10 @@
 // A session opens one stream, lazily, and sends its pipelined ops and its frees on it. Run()
 // and Free() queue the op and return without waiting for the daemon: the result of the op at
 // index i is the array `handle_prefix + i`, known as soon as the stream is open. A writer
-// thread sends what is queued: every op queued while it was writing goes out in its next
-// request (up to 1024 ops), so a fast caller's ops travel in batches and an idle stream
-// sends each op at once. A reader thread matches the daemon's OpResults to the ops by index
+// thread sends what is queued: every op queued while it was writing, or while
+// kMaxUnansweredOps ops it sent had no answer yet, goes out in its next request (up to 1024
+// ops), so a fast caller's ops travel in batches and an idle stream sends each op at once. A
+// reader thread matches the daemon's OpResults to the ops by index
 // and resolves each ArrayResult (the layout, or the refusal as a status naming the op). Sync()
 // sends a sync point and waits for its answer; WaitForResults() waits until every run op already
 // written has its OpResult (the daemon has then queued it on the session's stream), which orders a
@@ -56,6 +57,12 @@ namespace gpukit::internal {
 inline constexpr int kMaxOpsPerRequest = 1024;
 // Most ops queued and not yet sent; Run and Free wait beyond it.
 inline constexpr int kMaxQueuedOps = 4 * kMaxOpsPerRequest;
+// Most ops sent and not yet answered before the writer waits for answers: while the daemon
+// is behind, later ops gather into one request instead of one each, so a fast caller's
+// chain costs the daemon a message per batch rather than per op (its reads, not its ops,
+// were the limit of one session: docs/benchmarks.md). Twice the daemon's default
+// limits.maxOpsInFlight, so the daemon never runs dry while the writer waits.
+inline constexpr int kMaxUnansweredOps = 64;
 
 // Shape, dtype and size of an array.
 struct ArrayLayout {
@@ -189,7 +196,8 @@ class SubmitStream {
     std::string freed_handle;
   };
   std::map<uint64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
-  uint64_t written_ ABSL_GUARDED_BY(mu_) = 0;   // ops written (their indexes are below)
+  uint64_t written_ ABSL_GUARDED_BY(mu_) = 0;   // ops queued (their indexes are below)
+  uint64_t sent_ ABSL_GUARDED_BY(mu_) = 0;      // of them, handed to gRPC by the writer
   uint64_t answered_ ABSL_GUARDED_BY(mu_) = 0;  // ops with an OpResult (they come in order)
   // One past the index of the last run op written (0: none).
   uint64_t run_ops_end_ ABSL_GUARDED_BY(mu_) = 0;

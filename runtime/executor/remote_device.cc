@@ -168,7 +168,8 @@ class RemoteDevice::Impl {
   // --- Sending -----------------------------------------------------------------------------
   // Sends on the serving executor. Holds gen_mu_ shared only while sending.
   absl::Status Send(executor::Request& request, int fd = -1) ABSL_LOCKS_EXCLUDED(gen_mu_);
-  // HoldOn the serving executor (none: dropped, as a send to none would be).
+  // HoldOn the serving executor (none: dropped, as a send to none would be); `request` may
+  // be left empty.
   void Hold(executor::Request& request) ABSL_LOCKS_EXCLUDED(gen_mu_);
   // Sends with a seq and waits for the reply (never holding a lock while it waits).
   // `generation`, when not 0, is the executor generation the request is about (its events'):
@@ -215,12 +216,13 @@ class RemoteDevice::Impl {
   absl::Status SendOn(Executor& executor, executor::Request& request, int fd = -1)
       ABSL_LOCKS_EXCLUDED(executor.send_mu);
   // Holds one-way `request` back, to go with the next send (sends what is held first when
-  // it would not fit in one datagram). For requests nothing waits on by themselves:
-  // defining and freeing buffers, destroying events, and stream work inside a DeviceBatch.
+  // it would not fit in one datagram); takes its content (`request` is left empty). For
+  // requests nothing waits on by themselves: defining and freeing buffers, destroying
+  // events, and stream work inside a DeviceBatch.
   void HoldOn(Executor& executor, executor::Request& request, bool work = false)
       ABSL_LOCKS_EXCLUDED(executor.send_mu);
   // Stream work (a copy, fill, op, launch or event record): held while this thread is in a
-  // DeviceBatch of this device, else sent.
+  // DeviceBatch of this device, else sent; `request` may be left empty.
   void SendWork(Executor& executor, executor::Request& request)
       ABSL_LOCKS_EXCLUDED(executor.send_mu);
   // Sends what is held, if anything (`only_work`: only if stream work is among it).
@@ -730,7 +732,7 @@ void RemoteDevice::Impl::HoldOn(Executor& executor, executor::Request& request, 
         executor.held_bytes + bytes > kMaxHeldBytes) {
       ticket = TakeHeldLocked(executor, full);
     }
-    *executor.held.mutable_batch()->add_requests() = request;
+    executor.held.mutable_batch()->add_requests()->Swap(&request);  // no copy under the lock
     executor.held_bytes += bytes;
     executor.held_work = executor.held_work || work;
   }

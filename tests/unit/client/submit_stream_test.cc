@@ -6,6 +6,9 @@
 // stream with UNAVAILABLE; a free of "missing" is refused with NOT_FOUND.
 #include "client/cpp/submit_stream.h"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -13,6 +16,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "client/cpp/channel.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -46,6 +50,7 @@ class FakeCompute final : public v1::ComputeService::Service {
     v1::OpResult first_failure;
     bool holding = false;  // after "hold": nothing is answered any more
     do {
+      requests_read.fetch_add(1);
       if (request.ops_size() > 1024) {
         return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "more than 1024 ops");
       }
@@ -85,9 +90,13 @@ class FakeCompute final : public v1::ComputeService::Service {
         first_failure.Clear();
       }
       if (response.results_size() > 0 || response.synced() != 0) stream->Write(response);
+      absl::SleepFor(answer_delay);
     } while (stream->Read(&request));
     return grpc::Status::OK;
   }
+
+  std::atomic<int> requests_read{0};
+  absl::Duration answer_delay;  // before reading the next request: a daemon that is behind
 };
 
 class SubmitStreamTest : public ::testing::Test {
@@ -134,6 +143,40 @@ TEST_F(SubmitStreamTest, ResultHandlesAreThePrefixAndTheIndexCountingFrees) {
   GPUKIT_EXPECT_OK(stream->Sync());
   GPUKIT_EXPECT_OK(stream->Close());
   EXPECT_TRUE(stream->ended());
+}
+
+TEST_F(SubmitStreamTest, OpsGatherIntoFewRequestsWhileTheDaemonIsBehind) {
+  // Over a unix socket, where gRPC takes writes ahead of the daemon's reads (in process it
+  // does not), as with gpukitd.
+  FakeCompute fake;
+  fake.answer_delay = absl::Milliseconds(1);
+  const std::string path = absl::StrCat(::testing::TempDir(), "/submit-", ::getpid(), ".sock");
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + path, grpc::InsecureServerCredentials());
+  builder.RegisterService(&fake);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  std::unique_ptr<v1::ComputeService::Stub> stub = v1::ComputeService::NewStub(
+      grpc::CreateChannel("unix:" + path, grpc::InsecureChannelCredentials()));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<SubmitStream> stream,
+                              SubmitStream::Open(*stub, "s-1", absl::Seconds(10)));
+  // A caller a little faster than one request per op allows (a Python loop, say): alone,
+  // each op would go out as a request of its own.
+  constexpr int kOps = 1000;
+  std::vector<SubmitStream::Submitted> submitted;
+  for (int i = 0; i < kOps; ++i) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(SubmitStream::Submitted op, stream->Run(Op("add")));
+    submitted.push_back(std::move(op));
+    absl::SleepFor(absl::Microseconds(20));
+  }
+  GPUKIT_ASSERT_OK(stream->Sync());
+  for (const SubmitStream::Submitted& op : submitted) GPUKIT_ASSERT_OK(op.result->Wait().status());
+  // About kMaxUnansweredOps ops go out one by one before the writer waits for answers;
+  // then each answer (one a millisecond) lets out the ops gathered meanwhile, together.
+  EXPECT_LE(fake.requests_read.load(), 400) << "one request per op would be " << kOps;
+  GPUKIT_EXPECT_OK(stream->Close());
+  stream.reset();
+  server->Shutdown();
 }
 
 TEST_F(SubmitStreamTest, ABurstOfOpsFromSeveralThreadsIsAnsweredOpByOp) {
