@@ -28,7 +28,10 @@ function(gpukit_cc_test)
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
   target_compile_options(${ARG_NAME} PRIVATE ${GPUKIT_WARNING_FLAGS})
   add_test(NAME ${ARG_NAME} COMMAND ${ARG_NAME})
-  set_tests_properties(${ARG_NAME} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT 300)
+  # The daemons and executors a test starts keep absl's lock-order check, which releases
+  # turn off (runtime/base/mutex_mode.h): a lock-order cycle fails the test.
+  set_tests_properties(${ARG_NAME} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT 300
+                       ENVIRONMENT "GPUKIT_MUTEX_DEADLOCK_CHECK=1")
   if("gpu" IN_LIST ARG_LABELS)
     # GoogleTest's skip marker makes CTest report the binary as skipped ("Not Run"), so GPU
     # tests on a machine without a GPU show up as skipped instead of passed.

@@ -31,7 +31,8 @@ BUILD_DIR="$BUILD_DIR" "$ROOT/deploy/build.sh" -DGPUKIT_WERROR=ON \
 
 status=0
 # Every gpukitd, executor and Python module the suites start keeps absl's lock-order check,
-# which releases turn off (runtime/base/mutex_mode.h): a lock-order cycle fails its test.
+# which releases turn off (runtime/base/mutex_mode.h): a lock-order cycle fails its test
+# (ctest and tests/python set it too; this covers the package and wheel checks).
 export GPUKIT_MUTEX_DEADLOCK_CHECK=1
 if [ "${SKIP_SANITIZE:-0}" != "1" ]; then
   echo "==> unit tests under ASan + UBSan ($ASAN_BUILD_DIR)"

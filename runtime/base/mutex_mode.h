@@ -9,10 +9,13 @@
 // program using libgpukit decides for itself (absl::SetMutexDeadlockDetectionMode).
 //
 // GPUKIT_MUTEX_DEADLOCK_CHECK=1 keeps the check (it aborts the process on a lock-order
-// cycle, naming the locks): tests/run_all.sh sets it, so the suites run every daemon they
-// start with it.
+// cycle, naming the locks): ctest's tests, tests/python and tests/run_all.sh set it, so the
+// suites run every daemon they start with it.
 //
-// Thread safety: call before the process starts threads.
+// Thread safety: call before the process starts threads where it can (a main). The mode is
+// one atomic, so a later call (the Python module's import) is safe too: mutexes held across
+// the switch only leave the check's bookkeeping stale, which matters only if it is turned
+// on again.
 #ifndef GPUKIT_RUNTIME_BASE_MUTEX_MODE_H_
 #define GPUKIT_RUNTIME_BASE_MUTEX_MODE_H_
 

@@ -166,8 +166,8 @@ class ExecutorServer::Impl {
   void Reply(uint64_t seq, const absl::Status& status, int64_t value = 0,
              uint64_t elapsed_from = 0, int64_t elapsed_ns = 0);
   // Answers an ElapsedNs with pairs without waiting for any stream (on the completion thread
-  // of its first pair's stream): each pair's end event's status (EndEventStatus) and, where
-  // OK, its device time.
+  // of its first pair's stream when idle, else the reader): each pair's end event's status
+  // (EndEventStatus) and, where OK, its device time.
   void ReplyPairsElapsed(uint64_t seq, const executor::ElapsedNs& request);
   // What a WaitEvent of gpukitd's completed event `id` answers (its enqueue_error, else the
   // device's WaitEvent), without blocking: FAILED_PRECONDITION for an event whose RecordEvent
@@ -889,10 +889,11 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       if (request.elapsed_ns().pairs_size() > 0) {
         // Three device calls per pair (a query, a wait that returns at once, the elapsed
         // time), which contend with the launches for the device's locks: on the completion
-        // thread of the first pair's stream, so the reader goes on reading (the reader when
-        // that event is unknown, to answer its error).
+        // thread of the first pair's stream when it is idle, so the reader goes on reading.
+        // The reader answers when that thread has waits queued (the answer must not wait
+        // behind them) or the event is unknown (to answer its error).
         std::shared_ptr<EventState> first = FindEvent(request.elapsed_ns().pairs(0).end());
-        if (first == nullptr || first->stream == nullptr) {
+        if (first == nullptr || first->stream == nullptr || !first->stream->completions.idle()) {
           ReplyPairsElapsed(seq, request.elapsed_ns());
           return;
         }

@@ -8,8 +8,8 @@
 // (proto/gpukit/executor/executor.proto) on a Device:
 //   - table requests (segments, buffers, streams, modules) run on the reading thread, in
 //     order; an ElapsedNs with pairs goes to the completion thread of its first pair's stream
-//     (answered there at once: an event its stream's thread has not recorded yet has not
-//     completed), so the reader never calls the device for it;
+//     when that thread is idle (answered there at once: an event its stream's thread has not
+//     recorded yet has not completed), so the reader rarely calls the device for it;
 //   - stream work (copies, ops, launches, events) goes to the stream's own thread, so that one
 //     stream's work never waits for another's (the CPU device runs work on the enqueueing
 //     thread), and a wait goes on to the stream's completion thread, so that waiting never

@@ -100,7 +100,7 @@ struct Executor {
   // thread's serializing and sendmsg. `held`: one-way requests held back (its body a
   // Batch), sent before or with the next request, at the end of a DeviceBatch, or by the
   // supervisor's tick. They die with the executor, as requests in flight do.
-  absl::Mutex send_mu ABSL_ACQUIRED_BEFORE(turn_mu);
+  absl::Mutex send_mu;  // never held with turn_mu
   executor::Request held ABSL_GUARDED_BY(send_mu);
   size_t held_bytes ABSL_GUARDED_BY(send_mu) = 0;
   bool held_work ABSL_GUARDED_BY(send_mu) = false;  // stream work among `held`
@@ -226,7 +226,8 @@ class RemoteDevice::Impl {
   void SendWork(Executor& executor, executor::Request& request)
       ABSL_LOCKS_EXCLUDED(executor.send_mu);
   // Sends what is held, if anything (`only_work`: only if stream work is among it).
-  // Returns once what was handed over before it has been sent.
+  // Returns once what was handed over before it has been sent (except when `only_work` finds
+  // no stream work held: it returns at once, and later sends still go after what was taken).
   void FlushHeld(Executor& executor, bool only_work = false) ABSL_LOCKS_EXCLUDED(executor.send_mu);
   // Takes what is held into `out` (empty before) as the next datagram, with its ticket;
   // nothing when nothing is held.

@@ -37,6 +37,10 @@ if (BUILD_DIR / "python" / "gpukit" / "__init__.py").exists():
 elif (ROOT / "python" / "gpukit" / "__init__.py").exists():  # a bundle's
     sys.path.insert(0, str(ROOT / "python"))
 
+# This process and every gpukitd it starts keep absl's lock-order check, which releases turn
+# off (runtime/base/mutex_mode.h): a lock-order cycle fails the test that made it.
+os.environ.setdefault("GPUKIT_MUTEX_DEADLOCK_CHECK", "1")
+
 import gpukit  # noqa: E402
 
 
