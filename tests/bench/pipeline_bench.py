@@ -20,6 +20,14 @@ Measured in one run, against one gpukitd:
 
 It finds gpukitd and the gpukit package beside itself in a bundle (bin/, python/), else in the
 build tree ($GPUKIT_BUILD_DIR, default build/), or uses a running daemon (``--address``).
+With ``--threads`` (gpukitd started here) each pipelined chain also reports where its CPU
+went: every thread of gpukitd and of its children (the executor), by thread name, in
+microseconds of CPU per op (``/proc/PID/task/*/schedstat``, sampled every 50 ms so threads
+that end with the chain count too), and the executor channel's datagrams and round trips
+per op (gpukitd's metrics). Polling threads count as busy while they poll: run with
+``GPUKIT_EXECUTOR_SPIN_US=0`` to see work alone (docs/benchmarks.md, "Pipelined sessions
+together").
+
 Nothing here asserts a timing: it prints the figures, the ratios and, last, one JSON line.
 """
 
@@ -29,11 +37,14 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -56,6 +67,104 @@ def import_gpukit():
     import gpukit  # noqa: PLC0415
 
     return gpukit
+
+
+class ThreadCpu:
+    """CPU time of every thread of a process and of its children, sampled until stop()."""
+
+    def __init__(self, pid: int):
+        self.pids = [pid] + children_of(pid)
+        self.start_totals = {p: process_cpu_ns(p) for p in self.pids}
+        self.start = self._sample()
+        self.last = dict(self.start)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> dict:
+        """(pid, tid) -> (process name, thread name, CPU ns) for the threads alive now."""
+        seen = {}
+        for pid in self.pids:
+            try:
+                process = Path(f"/proc/{pid}/comm").read_text().strip()
+                tids = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            for tid in tids:
+                try:
+                    name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+                    ns = int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+                except (OSError, ValueError, IndexError):
+                    continue
+                seen[(pid, tid)] = (process, name, ns)
+        return seen
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.05):
+            self.last.update(self._sample())
+
+    def stop(self, ops: int) -> dict:
+        """Stops sampling; returns "process/thread" -> microseconds of CPU per op."""
+        self._stop.set()
+        self._thread.join()
+        self.last.update(self._sample())
+        per_name: dict = {}
+        per_pid: dict = {}
+        for key, (process, name, ns) in self.last.items():
+            used = ns - self.start.get(key, (process, name, 0))[2]
+            label = f"{process}/{name}"
+            per_name[label] = per_name.get(label, 0) + used
+            per_pid[key[0]] = (process, per_pid.get(key[0], (process, 0))[1] + used)
+        # A thread that started and ended between two samples, and a thread's last CPU before
+        # it ended, show only in its process's total (clock ticks: coarse for short runs).
+        for pid, (process, sampled) in per_pid.items():
+            ended = process_cpu_ns(pid) - self.start_totals.get(pid, 0) - sampled
+            if ended > 0:
+                label = f"{process}/(threads that ended)"
+                per_name[label] = per_name.get(label, 0) + ended
+        return {k: round(v / 1e3 / ops, 2) for k, v in sorted(per_name.items(), key=lambda x: -x[1])
+                if v > 0}
+
+
+def process_cpu_ns(pid: int) -> int:
+    """A process's CPU time, its ended threads' included (/proc/PID/stat, clock ticks)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+
+
+def children_of(pid: int) -> list:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def executor_counters(metrics_address: str) -> dict:
+    """gpukitd's executor-channel counters (summed over devices)."""
+    text = urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=10).read().decode()
+    counts = {"messages": 0.0, "round_trips": 0.0}
+    for line in text.splitlines():
+        for key in counts:
+            if line.startswith(f"gpukit_executor_{key}_total{{"):
+                counts[key] += float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def chain_worker(address: str, pipeline: bool, ops: int, start, results) -> None:
@@ -182,8 +291,12 @@ def main() -> None:
     parser.add_argument("--dtypes", default="tf32,float16,bfloat16")
     parser.add_argument("--reps", type=int, default=20, help="matmuls in a row per round")
     parser.add_argument("--only", default="chain,matmul")
+    parser.add_argument("--threads", action="store_true",
+                        help="per-thread CPU and executor messages per op of the pipelined chains")
     args = parser.parse_args()
     only = set(args.only.split(","))
+    if args.threads and args.address:
+        parser.error("--threads reads the gpukitd it starts (no --address)")
 
     daemon = None
     workdir = tempfile.TemporaryDirectory(prefix="gpukit-pipeline-bench-")
@@ -191,8 +304,10 @@ def main() -> None:
     if address is None:
         sock = Path(workdir.name) / "gpukitd.sock"
         log = open(Path(workdir.name) / "gpukitd.log", "w")
+        metrics = f"127.0.0.1:{free_port()}"
+        flags = [f"--metrics-address={metrics}"] if args.threads else []
         daemon = subprocess.Popen([str(layout()["gpukitd"]), f"--listen=unix://{sock}",
-                                   f"--backend={args.backend}", "--log-level=warn"],
+                                   f"--backend={args.backend}", "--log-level=warn", *flags],
                                   stdout=log, stderr=subprocess.STDOUT)
         if not wait_for_gpukitd(daemon, sock, timeout_s=120):
             daemon.kill()
@@ -205,9 +320,28 @@ def main() -> None:
                 mode = "pipelined" if pipeline else "synchronous"
                 for n in sorted({1, args.sessions}):
                     ops = args.ops if pipeline else max(args.ops // 10, 100)
+                    probe = args.threads and pipeline
+                    if probe:
+                        before = executor_counters(metrics)
+                        cpu = ThreadCpu(daemon.pid)
                     rate = chain_ops_per_s(address, pipeline, n, ops)
                     out[f"chain_{mode}_{n}_sessions_ops_per_s"] = round(rate)
                     print(f"chain of adds, {mode}, {n} session(s): {rate:,.0f} ops/s", flush=True)
+                    if probe:
+                        # The sessions' warm-up ops (200 each) ran meanwhile too.
+                        total = n * (ops + 200)
+                        threads = cpu.stop(total)
+                        after = executor_counters(metrics)
+                        key = f"chain_{mode}_{n}_sessions"
+                        out[f"{key}_cpu_us_per_op"] = threads
+                        for name in ("messages", "round_trips"):
+                            out[f"{key}_executor_{name}_per_op"] = round(
+                                (after[name] - before[name]) / total, 3)
+                        print("  CPU per op (us): " + ", ".join(
+                            f"{k} {v}" for k, v in list(threads.items())[:12]), flush=True)
+                        print(f"  executor datagrams / round trips per op: "
+                              f"{out[f'{key}_executor_messages_per_op']} / "
+                              f"{out[f'{key}_executor_round_trips_per_op']}", flush=True)
             ref = torch_chain_ops_per_s(args.ops)
             if ref is not None:
                 out["chain_torch_ops_per_s"] = round(ref)

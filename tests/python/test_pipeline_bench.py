@@ -33,3 +33,30 @@ def test_short_cpu_run_reports_chains_and_matmuls():
         for n in (1, 2):
             assert result[f"chain_{mode}_{n}_sessions_ops_per_s"] > 0, (mode, n)
         assert result[f"matmul_64_float32_{mode}_ms"] > 0, mode
+
+
+def test_threads_report_cpu_per_thread_and_executor_messages():
+    run = subprocess.run(
+        [sys.executable, str(BENCH), "--backend", "cpu", "--ops", "5000", "--sessions", "2",
+         "--only", "chain", "--threads"],
+        capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    for n in (1, 2):
+        key = f"chain_pipelined_{n}_sessions"
+        cpu = result[f"{key}_cpu_us_per_op"]
+        # The Submit stream's worker (alive through the chain: sampled at least once) and the
+        # executor's reader did the ops' work.
+        assert cpu.get("gpukitd/gk-submit", 0) > 0, cpu
+        assert cpu.get("gpukit-executor/gpukit-executor", 0) > 0, cpu
+        assert result[f"{key}_executor_messages_per_op"] > 0, result
+        assert result[f"{key}_executor_round_trips_per_op"] > 0, result
+    assert "chain_synchronous_1_sessions_cpu_us_per_op" not in result
+
+
+def test_threads_needs_its_own_gpukitd():
+    run = subprocess.run(
+        [sys.executable, str(BENCH), "--address", "unix:///nonexistent.sock", "--threads"],
+        capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2
+    assert "--threads reads the gpukitd it starts" in run.stderr
