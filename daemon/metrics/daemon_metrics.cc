@@ -70,32 +70,31 @@ void DaemonMetrics::WriteDevices(ExpositionWriter& out) const {
     out.Sample({{"device", index[i]}},
                Seconds(core_.scheduler().device_time_total(devices[i].properties.index)));
   }
-  out.Family("gpukit_executor_restarts_total", MetricType::kCounter,
-             "Restarts of the device's executor process (after a fault, a hang or its death).");
-  for (size_t i = 0; i < devices.size(); ++i) {
-    if (!devices[i].executor.has_value()) continue;  // in-process: no executor
-    out.Sample({{"device", index[i]}}, devices[i].executor->restarts);
-  }
-  out.Family("gpukit_executor_standby_ready", MetricType::kGauge,
-             "1 while the device's standby executor is started and ready to take over.");
-  for (size_t i = 0; i < devices.size(); ++i) {
-    if (!devices[i].executor.has_value()) continue;
-    out.Sample({{"device", index[i]}}, devices[i].executor->standby_ready ? 1 : 0);
-  }
-  out.Family("gpukit_executor_messages_total", MetricType::kCounter,
-             "Datagrams gpukitd sent to the device's executor (work and requests; one-way "
-             "requests ride with the next).");
-  for (size_t i = 0; i < devices.size(); ++i) {
-    if (!devices[i].executor.has_value()) continue;
-    out.Sample({{"device", index[i]}}, devices[i].executor->messages);
-  }
-  out.Family("gpukit_executor_round_trips_total", MetricType::kCounter,
-             "Requests to the device's executor that waited for its reply (waits, device "
-             "times, loads).");
-  for (size_t i = 0; i < devices.size(); ++i) {
-    if (!devices[i].executor.has_value()) continue;
-    out.Sample({{"device", index[i]}}, devices[i].executor->round_trips);
-  }
+  // One family with a sample of `value(state)` per device that runs an executor (none runs
+  // in-process).
+  auto per_executor = [&](absl::string_view name, MetricType type, absl::string_view help,
+                          auto value) {
+    out.Family(name, type, help);
+    for (size_t i = 0; i < devices.size(); ++i) {
+      if (devices[i].executor.has_value()) {
+        out.Sample({{"device", index[i]}}, value(*devices[i].executor));
+      }
+    }
+  };
+  per_executor("gpukit_executor_restarts_total", MetricType::kCounter,
+               "Restarts of the device's executor process (after a fault, a hang or its death).",
+               [](const ExecutorState& e) { return e.restarts; });
+  per_executor("gpukit_executor_standby_ready", MetricType::kGauge,
+               "1 while the device's standby executor is started and ready to take over.",
+               [](const ExecutorState& e) { return e.standby_ready ? 1 : 0; });
+  per_executor("gpukit_executor_messages_total", MetricType::kCounter,
+               "Datagrams gpukitd sent to the device's executor (work and requests; one-way "
+               "requests ride with the next).",
+               [](const ExecutorState& e) { return e.messages; });
+  per_executor("gpukit_executor_round_trips_total", MetricType::kCounter,
+               "Requests to the device's executor that waited for its reply (waits, device "
+               "times, loads).",
+               [](const ExecutorState& e) { return e.round_trips; });
 }
 
 void DaemonMetrics::WritePartitions(ExpositionWriter& out,

@@ -703,11 +703,12 @@ absl::Status RemoteDevice::Impl::SendOn(Executor& executor, executor::Request& r
   executor::Request batch;
   std::optional<uint64_t> batch_ticket;
   std::optional<uint64_t> request_ticket;
+  // Whether it may join what is held (measured before the lock, as HoldOn does).
+  const size_t bytes = fd < 0 ? request.ByteSizeLong() : kMaxHeldBytes + 1;
   {
     absl::MutexLock lock(&executor.send_mu);
     const int held = executor.held.batch().requests_size();
-    if (held > 0 && fd < 0 && held < kMaxHeldRequests &&
-        executor.held_bytes + request.ByteSizeLong() <= kMaxHeldBytes) {
+    if (held > 0 && held < kMaxHeldRequests && executor.held_bytes + bytes <= kMaxHeldBytes) {
       // One datagram: what was held, then the request.
       *executor.held.mutable_batch()->add_requests() = request;
       batch_ticket = TakeHeldLocked(executor, batch);

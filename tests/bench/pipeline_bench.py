@@ -109,16 +109,15 @@ class ThreadCpu:
         self._thread.join()
         self.last.update(self._sample())
         per_name: dict = {}
-        per_pid: dict = {}
-        for key, (process, name, ns) in self.last.items():
-            used = ns - self.start.get(key, (process, name, 0))[2]
-            label = f"{process}/{name}"
-            per_name[label] = per_name.get(label, 0) + used
-            per_pid[key[0]] = (process, per_pid.get(key[0], (process, 0))[1] + used)
+        sampled: dict = {}  # pid -> (process name, CPU ns of its sampled threads)
+        for (pid, tid), (process, name, ns) in self.last.items():
+            used = ns - self.start.get((pid, tid), (process, name, 0))[2]
+            per_name[f"{process}/{name}"] = per_name.get(f"{process}/{name}", 0) + used
+            sampled[pid] = (process, sampled.get(pid, (process, 0))[1] + used)
         # A thread that started and ended between two samples, and a thread's last CPU before
         # it ended, show only in its process's total (clock ticks: coarse for short runs).
-        for pid, (process, sampled) in per_pid.items():
-            ended = process_cpu_ns(pid) - self.start_totals.get(pid, 0) - sampled
+        for pid, (process, used) in sampled.items():
+            ended = process_cpu_ns(pid) - self.start_totals.get(pid, 0) - used
             if ended > 0:
                 label = f"{process}/(threads that ended)"
                 per_name[label] = per_name.get(label, 0) + ended
@@ -126,28 +125,26 @@ class ThreadCpu:
                 if v > 0}
 
 
-def process_cpu_ns(pid: int) -> int:
-    """A process's CPU time, its ended threads' included (/proc/PID/stat, clock ticks)."""
+def stat_fields(pid) -> list:
+    """/proc/PID/stat's fields after the command name (state first); [] for a process gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
+        return []
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def process_cpu_ns(pid: int) -> int:
+    """A process's CPU time, its ended threads' included (utime + stime, clock ticks)."""
+    fields = stat_fields(pid)
+    if not fields:
         return 0
-    fields = stat[stat.rindex(")") + 2:].split()
     return (int(fields[11]) + int(fields[12])) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 
 
 def children_of(pid: int) -> list:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
-            found.append(int(entry))
-    return found
+    return [int(e) for e in os.listdir("/proc")
+            if e.isdigit() and stat_fields(e)[1:2] == [str(pid)]]
 
 
 def executor_counters(metrics_address: str) -> dict:
