@@ -40,7 +40,10 @@ class WorkQueue {
           NameThisThread(name);
           Run();
         }) {}
-  ~WorkQueue() {
+  ~WorkQueue() { Stop(); }
+  // Runs what was pushed before and joins the thread; call it from another thread.
+  void Stop() {
+    if (!thread_.joinable()) return;
     Push(nullptr);
     thread_.join();
   }
@@ -118,15 +121,36 @@ struct StreamState {
   // The last event recorded on the stream, and its id (enqueue thread only).
   std::weak_ptr<EventState> last_event;
   uint64_t last_event_id = 0;
+  // Whether work was enqueued since last_event (enqueue thread only): while not, the next
+  // event marks the same point of the stream and shares last_event's device event.
+  bool work_since_last_event = true;
   // Declared last: destroyed (joined) first, while the fields above are still there.
   WorkQueue completions{"gk-exec-done"};
   WorkQueue enqueues{"gk-exec-enqueue"};
+};
+
+// A device event, destroyed with the last of gpukitd's events that share it.
+class DeviceEventOwner {
+ public:
+  DeviceEventOwner(Device& device, EventId event) : device_(device), event_(event) {}
+  DeviceEventOwner(const DeviceEventOwner&) = delete;
+  DeviceEventOwner& operator=(const DeviceEventOwner&) = delete;
+  ~DeviceEventOwner() { device_.DestroyEvent(event_).IgnoreError(); }
+
+ private:
+  Device& device_;
+  const EventId event_;
 };
 
 struct EventState {
   std::shared_ptr<StreamState> stream;
   uint64_t stream_id = 0;  // gpukitd's
   EventId device_event;        // set by the enqueue thread; 0 once destroyed
+  // Holds device_event. A pipelined op's start event follows the previous op's end event
+  // with no work between: it shares that event's device event instead of recording one (a
+  // driver call and a destroy fewer per op; the device time between them is zero either way).
+  std::shared_ptr<DeviceEventOwner> owner;
+  bool shared = false;         // device_event is the previous event's
   absl::Status enqueue_error;  // what enqueueing the work before it returned
   // Set by the enqueue thread once it has recorded the event (or failed to). It, and
   // device_event and enqueue_error, are written under the stream's error_mu, so the reading
@@ -154,6 +178,11 @@ class ExecutorServer::Impl {
       streams.swap(streams_);
       events.swap(events_);
     }
+    // Work still queued holds events, and through them their streams: it runs out here, so
+    // that no stream's last reference goes on the stream's own thread (which cannot join
+    // itself). The enqueue threads first: they push to the completion threads.
+    for (auto& [id, stream] : streams) stream->enqueues.Stop();
+    for (auto& [id, stream] : streams) stream->completions.Stop();
     events.clear();
     streams.clear();
   }
@@ -427,7 +456,8 @@ void ExecutorServer::Impl::CheckFault(const absl::Status& failure, uint64_t stre
     // behind this one in a queue. (A GPU's errors never match: no need to look.)
     if (device_.properties().backend == BackendKind::kCpu) {
       for (const auto& [id, e] : events_) {
-        if (e->device_event.value == 0) continue;
+        // A shared device event is its first event's: the one after the culprit's work.
+        if (e->device_event.value == 0 || e->shared) continue;
         absl::StatusOr<bool> done = device_.QueryEvent(e->device_event);
         if (done.ok() && !*done) continue;
         if (device_.WaitEvent(e->device_event).message() == health.message()) {
@@ -847,6 +877,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
               break;
           }
         }
+        s->work_since_last_event = true;
         if (!status.ok()) {
           absl::MutexLock lock(&s->error_mu);
           if (s->enqueue_error.ok()) s->enqueue_error = status;
@@ -870,18 +901,36 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       }
       StreamState* s = stream.get();
       PushWork(stream, [this, s, event, id = request.record_event().event()] {
+        std::shared_ptr<EventState> previous = s->last_event.lock();
         event->previous = std::exchange(s->last_event, event);
         event->previous_id = std::exchange(s->last_event_id, id);
-        absl::StatusOr<EventId> recorded =
-            s->create_error.ok() ? device_.RecordEvent(s->device_stream) : s->create_error;
+        std::shared_ptr<DeviceEventOwner> owner;
+        EventId device_event;
+        if (!s->work_since_last_event && previous != nullptr) {
+          absl::MutexLock lock(&s->error_mu);  // a destroy of `previous` takes its owner
+          owner = previous->owner;
+          device_event = previous->device_event;
+        }
+        s->work_since_last_event = false;
+        const bool shared = owner != nullptr;
+        absl::Status record_error;
+        if (!shared) {
+          absl::StatusOr<EventId> recorded =
+              s->create_error.ok() ? device_.RecordEvent(s->device_stream) : s->create_error;
+          if (recorded.ok()) {
+            device_event = *recorded;
+            owner = std::make_shared<DeviceEventOwner>(device_, device_event);
+          } else {
+            record_error = recorded.status();
+          }
+        }
         absl::MutexLock lock(&s->error_mu);
         event->recorded = true;
         event->enqueue_error = std::exchange(s->enqueue_error, absl::OkStatus());
-        if (recorded.ok()) {
-          event->device_event = *recorded;
-        } else if (event->enqueue_error.ok()) {
-          event->enqueue_error = recorded.status();
-        }
+        if (event->enqueue_error.ok()) event->enqueue_error = record_error;
+        event->device_event = device_event;
+        event->owner = std::move(owner);
+        event->shared = shared;
       });
       return;
     }
@@ -960,12 +1009,13 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
               break;
             }
             case executor::Request::kDestroyEvent: {
-              EventId device_event;
+              std::shared_ptr<DeviceEventOwner> owner;  // released after the lock
               {
                 absl::MutexLock lock(&event->stream->error_mu);  // see EventState::recorded
-                device_event = std::exchange(event->device_event, EventId{});
+                event->device_event = EventId{};
+                owner = std::move(event->owner);
               }
-              if (device_event.value != 0) device_.DestroyEvent(device_event).IgnoreError();
+              owner.reset();  // destroys the device event unless a later event shares it
               absl::MutexLock lock(&mu_);
               events_.erase(request.destroy_event().event());
               break;

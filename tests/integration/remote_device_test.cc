@@ -417,6 +417,41 @@ TEST_F(RemoteDeviceTest, AFaultIsBlamedOnItsStreamOnly) {
   EXPECT_THAT(out, ::testing::ElementsAre(-1, -2, -3, -4));
 }
 
+// Pipelined ops: each op's start event is recorded right after the previous op's end event,
+// so the executor gives both one device event. The fault is still blamed on the op that
+// faulted (its end event), not on the next op, whose start shares that device event.
+TEST_F(RemoteDeviceTest, AFaultIsBlamedOnItsOpWhenTheNextOpStartsAtItsEnd) {
+  Start();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
+  MakeOpBuffers(stream);
+  constexpr int kRounds = 10;
+  for (int round = 0; round < kRounds; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    std::vector<EventId> events;
+    for (absl::string_view op : {"_test_fault", "neg", "neg"}) {
+      GPUKIT_ASSERT_OK_AND_ASSIGN(EventId start, device_->RecordEvent(stream));
+      GPUKIT_ASSERT_OK(RunOp(op, stream));
+      GPUKIT_ASSERT_OK_AND_ASSIGN(EventId end, device_->RecordEvent(stream));
+      events.push_back(start);
+      events.push_back(end);
+    }
+    // The last op's wait first in odd rounds: the executor sees the fault there and looks
+    // for the event that carries it, where the two sharing a device event both do.
+    const absl::Status last = round % 2 == 1 ? device_->WaitEvent(events[5]) : absl::Status();
+    const absl::Status fault = device_->WaitEvent(events[1]);
+    EXPECT_THAT(fault, StatusIs(absl::StatusCode::kAborted));
+    EXPECT_EQ(KindOf(fault), "fault") << fault;
+    for (const absl::Status& later :
+         {device_->WaitEvent(events[3]), round % 2 == 1 ? last : device_->WaitEvent(events[5])}) {
+      EXPECT_THAT(later, StatusIs(absl::StatusCode::kUnavailable));
+      EXPECT_EQ(KindOf(later), "restart") << later;
+    }
+    for (EventId event : events) GPUKIT_ASSERT_OK(device_->DestroyEvent(event));
+    AwaitServing(stream);
+    ASSERT_EQ(device_->executor_state().restarts, round + 1);
+  }
+}
+
 TEST_F(RemoteDeviceTest, WorkPastTheLaunchDeadlineIsAHang) {
   RemoteDeviceOptions options = CpuOptions();
   options.launch_deadline = absl::Seconds(1);

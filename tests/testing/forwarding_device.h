@@ -23,6 +23,8 @@
 #ifndef GPUKIT_TESTS_TESTING_FORWARDING_DEVICE_H_
 #define GPUKIT_TESTS_TESTING_FORWARDING_DEVICE_H_
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -91,7 +93,12 @@ class ForwardingDevice final : public Device {
   std::function<void(absl::Span<const EventPair>, std::vector<EventPairOutcome>&)>
       after_wait_event_pairs;
 
+  // Events recorded and destroyed through this device (successful calls).
+  int64_t events_recorded() const { return events_recorded_.load(); }
+  int64_t events_destroyed() const { return events_destroyed_.load(); }
+
   // Every stream created through this device so far, in order of creation.
+
   std::vector<StreamRecord> streams() const {
     absl::MutexLock lock(&records_mu_);
     return streams_;
@@ -192,11 +199,17 @@ class ForwardingDevice final : public Device {
     return inner_->CopyDeviceToDevice(dst, dst_offset, src, src_offset, bytes, stream);
   }
   absl::StatusOr<EventId> RecordEvent(StreamId stream) override {
-    return inner_->RecordEvent(stream);
+    absl::StatusOr<EventId> event = inner_->RecordEvent(stream);
+    if (event.ok()) events_recorded_.fetch_add(1);
+    return event;
   }
   absl::Status WaitEvent(EventId event) override { return inner_->WaitEvent(event); }
   absl::StatusOr<bool> QueryEvent(EventId event) override { return inner_->QueryEvent(event); }
-  absl::Status DestroyEvent(EventId event) override { return inner_->DestroyEvent(event); }
+  absl::Status DestroyEvent(EventId event) override {
+    absl::Status status = inner_->DestroyEvent(event);
+    if (status.ok()) events_destroyed_.fetch_add(1);
+    return status;
+  }
   absl::StatusOr<int64_t> EventElapsedNs(EventId start, EventId end) override {
     return inner_->EventElapsedNs(start, end);
   }
@@ -240,6 +253,8 @@ class ForwardingDevice final : public Device {
  private:
   std::unique_ptr<Device> inner_;
   std::optional<DeviceProperties> properties_;
+  std::atomic<int64_t> events_recorded_{0};
+  std::atomic<int64_t> events_destroyed_{0};
   mutable absl::Mutex records_mu_;
   std::vector<StreamRecord> streams_ ABSL_GUARDED_BY(records_mu_);
 };

@@ -1,0 +1,215 @@
+// ExecutorServer (runtime/executor/executor_server.h) in this process, on a CPU device behind a
+// ForwardingDevice that counts the device events, driven over a socket pair with the
+// executor protocol's own messages: what gpukitd's RemoteDevice sends, written out by hand.
+#include "runtime/executor/executor_server.h"
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gtest/gtest.h"
+#include "runtime/base/status_macros.h"
+#include "runtime/base/unix_fd.h"
+#include "runtime/cpu/cpu_device.h"
+#include "runtime/executor/executor_protocol.h"
+#include "tests/testing/forwarding_device.h"
+#include "tests/testing/status_matchers.h"
+#include <sys/mman.h>
+#include <sys/socket.h>
+
+namespace gpukit {
+namespace {
+
+using ::gpukit::testing::StatusIs;
+
+constexpr uint64_t kStream = 1;
+constexpr uint64_t kBuffer = 1;
+constexpr uint64_t kSegment = 7;
+constexpr int64_t kBytes = 4096;
+
+class ExecutorServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int fds[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds), 0);
+    peer_ = ScopedFd(fds[0]);
+    GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<CpuDevice> cpu, CpuDevice::Create({}));
+    device_ = std::make_unique<::gpukit::testing::ForwardingDevice>(std::move(cpu));
+    server_ = std::make_unique<ExecutorServer>(*device_, ScopedFd(fds[1]));
+    serving_ = std::thread([this] { served_ = server_->Serve(); });
+    executor::FromExecutor hello;
+    GPUKIT_ASSERT_OK(ReceiveExecutorMessage(peer_.get(), hello).status());
+    ASSERT_TRUE(hello.has_hello());
+    executor::Request activate;
+    activate.mutable_activate();
+    GPUKIT_ASSERT_OK(SendExecutorMessage(peer_.get(), activate));
+
+    // A stream and a buffer in a memfd segment, for work between the events.
+    executor::Request stream;
+    stream.mutable_create_stream()->set_stream(kStream);
+    GPUKIT_ASSERT_OK(Call(stream));
+    const int memfd = ::memfd_create("executor_server_test", MFD_CLOEXEC);
+    ASSERT_GE(memfd, 0);
+    ASSERT_EQ(::ftruncate(memfd, kBytes), 0);
+    executor::Request map;
+    map.mutable_map_segment()->set_key(kSegment);
+    map.mutable_map_segment()->set_bytes(kBytes);
+    GPUKIT_ASSERT_OK(Call(map, memfd));
+    ::close(memfd);
+    executor::Request define;
+    define.mutable_define_buffer()->set_buffer(kBuffer);
+    define.mutable_define_buffer()->set_segment(kSegment);
+    define.mutable_define_buffer()->set_bytes(kBytes);
+    GPUKIT_ASSERT_OK(Call(define));
+  }
+
+  void TearDown() override {
+    peer_ = ScopedFd();  // the server's Serve returns when gpukitd hangs up
+    serving_.join();
+    GPUKIT_EXPECT_OK(served_);
+    server_.reset();
+    device_.reset();
+  }
+
+  // Sends a one-way request (no reply comes).
+  void Send(const executor::Request& request) {
+    GPUKIT_ASSERT_OK(SendExecutorMessage(peer_.get(), request));
+  }
+  void Record(uint64_t event) {
+    executor::Request request;
+    request.mutable_record_event()->set_stream(kStream);
+    request.mutable_record_event()->set_event(event);
+    Send(request);
+  }
+  // Zeroes the buffer (or `buffer`): work on the stream.
+  void Fill(uint64_t buffer = kBuffer) {
+    executor::Request request;
+    request.mutable_fill()->set_stream(kStream);
+    request.mutable_fill()->set_buffer(buffer);
+    request.mutable_fill()->set_bytes(64);
+    Send(request);
+  }
+  void Destroy(uint64_t event) {
+    executor::Request request;
+    request.mutable_destroy_event()->set_event(event);
+    Send(request);
+  }
+
+  // Sends `request` with a sequence number and returns its reply's status; the reply itself
+  // in `reply` when given.
+  absl::Status Call(executor::Request request, int fd = -1, executor::Reply* reply = nullptr) {
+    request.set_seq(++seq_);
+    GPUKIT_RETURN_IF_ERROR(SendExecutorMessage(peer_.get(), request, fd));
+    for (;;) {
+      executor::FromExecutor message;
+      GPUKIT_RETURN_IF_ERROR(ReceiveExecutorMessage(peer_.get(), message).status());
+      if (!message.has_reply() || message.reply().seq() != seq_) continue;
+      if (reply != nullptr) *reply = message.reply();
+      return ReplyStatus(message.reply());
+    }
+  }
+  absl::Status Wait(uint64_t event, executor::Reply* reply = nullptr) {
+    executor::Request request;
+    request.mutable_wait_event()->set_event(event);
+    return Call(request, -1, reply);
+  }
+  // The device time between pairs of events, as gpukitd asks for a batch's: each pair's
+  // status, the time in `elapsed` when given.
+  std::vector<absl::Status> Elapsed(const std::vector<std::pair<uint64_t, uint64_t>>& pairs,
+                                    std::vector<int64_t>* elapsed = nullptr) {
+    executor::Request request;
+    for (const auto& [start, end] : pairs) {
+      executor::EventPair& pair = *request.mutable_elapsed_ns()->add_pairs();
+      pair.set_start(start);
+      pair.set_end(end);
+    }
+    executor::Reply reply;
+    std::vector<absl::Status> statuses;
+    absl::Status status = Call(request, -1, &reply);
+    for (int i = 0; i < static_cast<int>(pairs.size()); ++i) {
+      statuses.push_back(status.ok() ? PairStatus(reply, i) : status);
+    }
+    if (elapsed != nullptr)
+      elapsed->assign(reply.pair_elapsed_ns().begin(), reply.pair_elapsed_ns().end());
+    return statuses;
+  }
+
+  ScopedFd peer_;
+  std::unique_ptr<::gpukit::testing::ForwardingDevice> device_;
+  std::unique_ptr<ExecutorServer> server_;
+  std::thread serving_;
+  absl::Status served_;
+  uint64_t seq_ = 0;
+};
+
+// A pipelined op's start event follows the previous op's end event with nothing between: the
+// two share one device event (one record, one destroy), which lives until both are destroyed,
+// and every pair still measures its own op.
+TEST_F(ExecutorServerTest, BackToBackEventsShareOneDeviceEvent) {
+  Record(10);
+  Fill();
+  Record(11);  // op 1 ends...
+  Record(12);  // ... and op 2 starts at the same point of the stream
+  Fill();
+  Record(13);
+  Destroy(11);  // before op 2's pair is measured: 12 keeps the device event
+  executor::Reply reply;
+  GPUKIT_ASSERT_OK(Wait(13, &reply));
+  EXPECT_EQ(reply.elapsed_from(), 12u);  // the wait measured op 2 from its own start
+  std::vector<int64_t> elapsed;
+  const std::vector<absl::Status> statuses = Elapsed({{12, 13}, {10, 13}, {10, 11}}, &elapsed);
+  GPUKIT_EXPECT_OK(statuses[0]);
+  GPUKIT_EXPECT_OK(statuses[1]);
+  EXPECT_THAT(statuses[2], StatusIs(absl::StatusCode::kNotFound));  // 11 was destroyed
+  EXPECT_EQ(elapsed[0], reply.elapsed_ns());
+  EXPECT_GE(elapsed[1], elapsed[0]);
+  EXPECT_EQ(device_->events_recorded(), 3);  // 10, 11 and 12, 13
+
+  Record(14);  // right after 13: shares its device event too
+  Destroy(10);
+  Destroy(12);
+  Destroy(13);
+  Record(15);
+  Fill();
+  Record(16);
+  GPUKIT_ASSERT_OK(Wait(16));  // after the destroys (a stream's waits and destroys keep order)
+  EXPECT_EQ(device_->events_recorded(), 4);  // 15 shares 14's: no work between them either
+  // 10's and 11-12's device events are gone; 13-14-15's lives on with 14 and 15.
+  EXPECT_EQ(device_->events_destroyed(), 2);
+  GPUKIT_ASSERT_OK(Wait(14));
+  for (uint64_t event : {14, 15, 16}) Destroy(event);
+  Record(17);
+  Fill();
+  Record(18);
+  GPUKIT_ASSERT_OK(Wait(18));
+  EXPECT_EQ(device_->events_destroyed(), 4);
+  Destroy(17);
+  Destroy(18);
+}
+
+// Work between two events, even work that failed to enqueue, means a record of its own; the
+// error goes to the event after the failed work only, not to the one that shares it.
+TEST_F(ExecutorServerTest, FailedWorkBetweenEventsIsItsEndEventsOnly) {
+  Record(20);
+  Fill(/*buffer=*/99);  // no such buffer: the enqueue fails
+  Record(21);
+  Record(22);
+  Fill();
+  Record(23);
+  EXPECT_THAT(Wait(21), StatusIs(absl::StatusCode::kNotFound));
+  GPUKIT_EXPECT_OK(Wait(22));
+  GPUKIT_EXPECT_OK(Wait(23));
+  EXPECT_EQ(device_->events_recorded(), 3);  // 20, 21 and 22, 23
+  const std::vector<absl::Status> statuses = Elapsed({{20, 21}, {22, 23}});
+  EXPECT_THAT(statuses[0], StatusIs(absl::StatusCode::kNotFound));
+  GPUKIT_EXPECT_OK(statuses[1]);
+  for (uint64_t event : {20, 21, 22, 23}) Destroy(event);
+}
+
+}  // namespace
+}  // namespace gpukit
