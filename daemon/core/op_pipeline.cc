@@ -180,12 +180,9 @@ std::optional<OpPipeline::Failure> OpPipeline::Sync() {
     target = records_queued_;
   }
   // The answer a synchronous client waits for: spin through the ops' run rather than pay a
-  // wake-up at its end, as the executor channel's waits do (a SpinSlots slot for long ones).
+  // wake-up at its end, as the executor channel's waits do.
   auto completed = [this, target] { return completed_.load(std::memory_order_acquire) >= target; };
-  if (!SpinUntil(completed, ChannelSpinTime()) && SpinSlots::ForWaits().TryAcquire()) {
-    SpinUntil(completed, kLongSpin);
-    SpinSlots::ForWaits().Release();
-  }
+  SpinForAnswer(completed, /*long_work=*/true, kLongSpin);
   absl::MutexLock lock(&mu_);
   auto done = [this, target]()
                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return records_completed_ >= target; };

@@ -108,9 +108,9 @@ class OpPipeline {
   absl::Status Refuse(uint64_t index, absl::string_view op, absl::Status status);
   // Waits until every op queued so far has run; returns the first failure (lowest index)
   // since the previous Sync, refused or failed on the device, if any, and makes the
-  // pipeline clean again. It spins for ChannelSpinTime() first, and through ops that run long
-  // while it holds a SpinSlots slot (as the executor channel's waits), before it sleeps: a
-  // synchronous client waits for this answer, and a wake-up at the end would be on its path.
+  // pipeline clean again. It spins before it sleeps, as the executor channel's waits do
+  // (SpinForAnswer, while slots are free): a synchronous client waits for this answer, and a
+  // wake-up at the end would be on its path.
   std::optional<Failure> Sync();
   // Waits for the ops queued to run (they run to their end even if the session closed),
   // joins the completion thread and frees the session's pipeline slot. Idempotent.

@@ -64,18 +64,13 @@ struct Pending {
     ready.store(true, std::memory_order_release);
     done.Notify();
   }
-  // Spins for up to ChannelSpinTime() first: the answer of a round trip to the executor
-  // usually comes within it, and a sleeping waiter costs a wake-up more. A wait's reply comes
-  // when the device's work ends: with a free SpinSlots slot the waiter spins through the work
-  // (up to kLongSpin), as a CUDA context's synchronous wait does, rather than pay a wake-up
-  // at its end (40-70 us on the H200 host).
+  // Spins first (SpinForAnswer): the answer of a round trip to the executor usually comes
+  // within ChannelSpinTime(), and a sleeping waiter costs a wake-up more. A wait's reply comes
+  // when the device's work ends: with a free slot the waiter spins through the work (up to
+  // kLongSpin), as a CUDA context's synchronous wait does, rather than pay a wake-up at its
+  // end (40-70 us on the H200 host).
   void Wait() {
-    auto ready_now = [this] { return ready.load(std::memory_order_acquire); };
-    if (!SpinUntil(ready_now, ChannelSpinTime()) && is_wait &&
-        SpinSlots::ForWaits().TryAcquire()) {
-      SpinUntil(ready_now, kLongSpin);
-      SpinSlots::ForWaits().Release();
-    }
+    SpinForAnswer([this] { return ready.load(std::memory_order_acquire); }, is_wait, kLongSpin);
     done.WaitForNotification();
   }
   static constexpr std::chrono::microseconds kLongSpin{20'000};
