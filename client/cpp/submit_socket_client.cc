@@ -12,6 +12,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "client/cpp/channel.h"
+#include "runtime/base/host_load.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/executor/spin_wait.h"
 #include <sys/socket.h>
@@ -117,11 +118,12 @@ absl::Status SubmitSocketClient::ReadOneLocked(absl::Time deadline, bool wait,
   absl::StatusOr<ReceivedInto> received =
       ReceiveMessageInto(socket_.get(), buffer_.data(), buffer_.size(), /*wait=*/false);
   if (wait && absl::IsDeadlineExceeded(received.status())) {
-    // Polls for ClientSpinTime() (never past the deadline), then sleeps until the socket is
-    // readable.
+    // Polls for ClientSpinTime() (never past the deadline, and while the host has a core to
+    // spare: HostLoad), then sleeps until the socket is readable.
     const auto spin_end = std::chrono::steady_clock::now() + ClientSpinTime();
     while (absl::IsDeadlineExceeded(received.status()) &&
-           std::chrono::steady_clock::now() < spin_end && absl::Now() < deadline) {
+           std::chrono::steady_clock::now() < spin_end && absl::Now() < deadline &&
+           HostLoad::Process().SpareCore()) {
       for (int i = 0; i < 32; ++i) CpuRelax();
       received = ReceiveMessageInto(socket_.get(), buffer_.data(), buffer_.size(), false);
     }

@@ -8,14 +8,14 @@
 // docs/benchmarks.md, "Where a synchronous RunOp's time goes"). Where the host has cores to
 // spare (8 or more), a thread that expects its next message within microseconds spins for a
 // while first; on small hosts (CI's two cores) it sleeps at once, as spinning would take the
-// core the sender needs.
+// core the sender needs; and on a busy host (runtime/base/host_load.h: no core to spare) it
+// stops spinning and sleeps, as its spin would take a core from the threads it waits for.
 //
 // Thread safety: SpinUntil is stateless; RecentActivity is safe for concurrent use.
 #ifndef GPUKIT_RUNTIME_EXECUTOR_SPIN_WAIT_H_
 #define GPUKIT_RUNTIME_EXECUTOR_SPIN_WAIT_H_
 
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +25,9 @@
 #include <cstdlib>
 #include <limits>
 #include <thread>
+
+#include "runtime/base/host_load.h"
+#include <sys/eventfd.h>
 
 namespace gpukit {
 
@@ -104,18 +107,21 @@ inline void CpuRelax() {
 #endif
 }
 
-// Spins until `ready()` or `budget` has passed (at once when it is 0); returns ready().
+// Spins until `ready()` or `budget` has passed (at once when it is 0), or until `load` has no
+// core to spare (HostLoad); returns ready().
 template <typename Ready>
-bool SpinUntil(const Ready& ready, std::chrono::microseconds budget = SpinTime()) {
+bool SpinUntil(const Ready& ready, std::chrono::microseconds budget = SpinTime(),
+               HostLoad& load = HostLoad::Process()) {
   if (ready()) return true;
   if (budget.count() == 0) return false;
   const auto end = std::chrono::steady_clock::now() + budget;
-  do {
+  while (load.SpareCore()) {
     for (int i = 0; i < 64; ++i) {
       if (ready()) return true;
       CpuRelax();
     }
-  } while (std::chrono::steady_clock::now() < end);
+    if (std::chrono::steady_clock::now() >= end) break;
+  }
   return ready();
 }
 
@@ -147,11 +153,14 @@ bool SpinForAnswer(const Ready& ready, bool long_work, std::chrono::microseconds
 class RecentActivity {
  public:
   // `owed` (if given, outliving this) counts the answers the reader is owed; `bell` (with
-  // `owed`, and a window above 0) gives the reader a bell for Ring.
+  // `owed`, and a window above 0) gives the reader a bell for Ring; `load` (outliving this)
+  // says whether the host has a core to spare for polling.
   explicit RecentActivity(std::chrono::microseconds window = ChannelSpinTime(),
-                          const std::atomic<int>* owed = nullptr, bool bell = false)
+                          const std::atomic<int>* owed = nullptr, bool bell = false,
+                          HostLoad& load = HostLoad::Process())
       : window_ns_(std::chrono::nanoseconds(window).count()),
         owed_(owed),
+        load_(load),
         bell_(bell && owed != nullptr && window_ns_ > 0 ? ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)
                                                         : -1) {}
   ~RecentActivity() {
@@ -186,11 +195,13 @@ class RecentActivity {
   }
   bool has_bell() const { return bell_ >= 0; }
   // Whether an answer is owed or the last Touch was less than the window ago (never with a
-  // window of 0, as on small hosts; never before the first Touch with nothing owed).
+  // window of 0, as on small hosts; never before the first Touch with nothing owed), and the
+  // host has a core to spare for polling (HostLoad).
   bool Recent() const {
     if (window_ns_ <= 0) return false;
-    return (owed_ != nullptr && owed_->load(std::memory_order_relaxed) > 0) ||
-           NowNs() - last_ns_.load(std::memory_order_relaxed) < window_ns_;
+    return ((owed_ != nullptr && owed_->load(std::memory_order_relaxed) > 0) ||
+            NowNs() - last_ns_.load(std::memory_order_relaxed) < window_ns_) &&
+           load_.SpareCore();
   }
 
  private:
@@ -202,6 +213,7 @@ class RecentActivity {
   const int64_t window_ns_;
   std::atomic<int64_t> last_ns_{std::numeric_limits<int64_t>::min() / 2};
   const std::atomic<int>* const owed_;
+  HostLoad& load_;
   const int bell_;
   mutable std::atomic<bool> sleeping_{false};
 };

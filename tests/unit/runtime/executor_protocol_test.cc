@@ -4,11 +4,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/base/host_load.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/base/unix_fd.h"
 #include "runtime/executor/spin_wait.h"
@@ -84,15 +87,27 @@ TEST(ExecutorProtocolTest, CarriesArgmaxsAxisAndA1dMatmulsShapes) {
   EXPECT_EQ(matmul->output.value, 99u);
 }
 
+// A host with cores to spare, or none, whatever this one's load (HostLoad).
+HostLoad& IdleHost() {
+  static HostLoad load(
+      16, [] { return std::optional<int>(0); }, [] { return int64_t{0}; });
+  return load;
+}
+HostLoad& BusyHost() {
+  static HostLoad load(
+      16, [] { return std::optional<int>(16); }, [] { return int64_t{0}; });
+  return load;
+}
+
 TEST(RecentActivityTest, IsRecentOnlyWithinItsWindowAfterATouch) {
-  RecentActivity hour(std::chrono::hours(1));
+  RecentActivity hour(std::chrono::hours(1), nullptr, false, IdleHost());
   EXPECT_FALSE(hour.Recent());  // never touched
   hour.Touch();
   EXPECT_TRUE(hour.Recent());
   RecentActivity none(std::chrono::microseconds(0));  // a small host: never polls
   none.Touch();
   EXPECT_FALSE(none.Recent());
-  RecentActivity short_window(std::chrono::microseconds(1));
+  RecentActivity short_window(std::chrono::microseconds(1), nullptr, false, IdleHost());
   short_window.Touch();
   std::this_thread::sleep_for(std::chrono::milliseconds(2));  // past the window, not a wait
   EXPECT_FALSE(short_window.Recent());
@@ -102,7 +117,7 @@ TEST(RecentActivityTest, IsRecentOnlyWithinItsWindowAfterATouch) {
 // wait's reply comes when the device's work ends, however long it runs.
 TEST(RecentActivityTest, IsRecentWhileAnswersAreOwed) {
   std::atomic<int> owed{0};
-  RecentActivity activity(std::chrono::microseconds(1), &owed);
+  RecentActivity activity(std::chrono::microseconds(1), &owed, false, IdleHost());
   EXPECT_FALSE(activity.Recent()) << "never touched, nothing owed";
   owed = 2;
   EXPECT_TRUE(activity.Recent());
@@ -111,6 +126,30 @@ TEST(RecentActivityTest, IsRecentWhileAnswersAreOwed) {
   RecentActivity small_host(std::chrono::microseconds(0), &owed);  // never polls
   owed = 1;
   EXPECT_FALSE(small_host.Recent());
+}
+
+// A host with no core to spare polls for nothing: its threads sleep, leaving the cores to the
+// threads they wait for.
+TEST(RecentActivityTest, IsNeverRecentOnABusyHost) {
+  std::atomic<int> owed{1};
+  RecentActivity activity(std::chrono::hours(1), &owed, false, BusyHost());
+  activity.Touch();
+  EXPECT_FALSE(activity.Recent());
+}
+
+TEST(SpinUntilTest, StopsAtOnceOnABusyHostAndSpinsOnAnIdleOne) {
+  std::atomic<bool> ready{false};
+  auto is_ready = [&] { return ready.load(); };
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(SpinUntil(is_ready, std::chrono::seconds(30), BusyHost()));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10))
+      << "spun on although the host had no core to spare";
+  std::thread setter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ready = true;
+  });
+  EXPECT_TRUE(SpinUntil(is_ready, std::chrono::seconds(30), IdleHost()));
+  setter.join();
 }
 
 TEST(SpinSlotsTest, HandsOutAtMostItsSlotsAndTakesThemBack) {
@@ -132,7 +171,8 @@ TEST(ExecutorProtocolTest, APollingReceiveGetsWhatASleepingOneGets) {
     int fds[2];
     ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds), 0);
     ScopedFd a(fds[0]), b(fds[1]);
-    RecentActivity activity(polling ? std::chrono::hours(1) : std::chrono::microseconds(0));
+    RecentActivity activity(polling ? std::chrono::hours(1) : std::chrono::microseconds(0), nullptr,
+                            false, IdleHost());
     activity.Touch();
     executor::Request sent;
     sent.set_seq(42);
@@ -163,7 +203,7 @@ TEST(ExecutorProtocolTest, ARungReaderGetsWhatASleepingOneGets) {
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds), 0);
   ScopedFd a(fds[0]), b(fds[1]);
   std::atomic<int> owed{0};
-  RecentActivity activity(std::chrono::microseconds(1), &owed, /*bell=*/true);
+  RecentActivity activity(std::chrono::microseconds(1), &owed, /*bell=*/true, IdleHost());
   ASSERT_TRUE(activity.has_bell());
   executor::Request sent;
   sent.set_seq(42);
