@@ -16,7 +16,7 @@ namespace gpukit {
 
 HostLoad::HostLoad(int cores, std::function<std::optional<int>()> runnable,
                    std::function<int64_t()> now_ns)
-    : spinning_limit_(std::max(1, cores - cores / 4)),
+    : spinning_limit_(std::max(1, cores / 2)),
       runnable_(std::move(runnable)),
       now_ns_(std::move(now_ns)) {}
 

@@ -84,10 +84,9 @@ class SpinSlots {
     return slots;
   }
   // The process's slots for spinning for an answer at all: max(1, cores / 4) (4 on 16
-  // cores). Without a cap every waiting session spun, and 8 synchronous sessions of one
-  // gpukitd kept 8 cores busy waiting: the executor's and the clients' threads, which do the
-  // work they wait for, then queued for cores (8 sessions ran at 12-15k ops/s in all on an
-  // H200 host, 34k with no spinning at all).
+  // cores), so that gpukitd's waiting sessions cost it a few cores, not one each. (What the
+  // whole host can spare, the clients' and the executor's spinning included, is HostLoad's
+  // to say: on its own this cap did not change 8 synchronous sessions' 14-16k ops/s.)
   static SpinSlots& ForAnswers() {
     static SpinSlots slots(
         SpinTime().count() > 0

@@ -21,14 +21,14 @@ TEST(HostLoadTest, ParsesTheRunningCountOfLoadavg) {
   EXPECT_EQ(HostLoad::ParseRunnable("0.51 0.42 0.30 -1/812 1"), std::nullopt);
 }
 
-// A core is spare while fewer threads are runnable than three quarters of the cores.
-TEST(HostLoadTest, HasACoreToSpareBelowThreeQuartersOfItsCores) {
-  std::optional<int> runnable = 11;
+// A core is spare while fewer threads are runnable than half the cores.
+TEST(HostLoadTest, HasACoreToSpareBelowHalfItsCores) {
+  std::optional<int> runnable = 7;
   int64_t now = 0;
   HostLoad load(
       16, [&] { return runnable; }, [&] { return now; });
   EXPECT_TRUE(load.SpareCore());
-  runnable = 12;
+  runnable = 8;
   now += HostLoad::kLookEveryNs;
   EXPECT_FALSE(load.SpareCore());
   runnable = std::nullopt;  // cannot tell: spinning is allowed, as without the check
@@ -46,7 +46,7 @@ TEST(HostLoadTest, LooksAtMostOnceAMillisecond) {
       8,
       [&] {
         ++looks;
-        return std::optional<int>(looks == 1 ? 0 : 8);
+        return std::optional<int>(looks == 1 ? 0 : 4);
       },
       [&] { return now; });
   for (int i = 0; i < 100; ++i) EXPECT_TRUE(load.SpareCore());
@@ -55,7 +55,7 @@ TEST(HostLoadTest, LooksAtMostOnceAMillisecond) {
   EXPECT_TRUE(load.SpareCore());
   EXPECT_EQ(looks, 1);
   now += 1;
-  EXPECT_FALSE(load.SpareCore()) << "looked again: 8 runnable of 8 cores";
+  EXPECT_FALSE(load.SpareCore()) << "looked again: 4 runnable, half of 8 cores";
   EXPECT_EQ(looks, 2);
 }
 
