@@ -201,9 +201,6 @@ class ExecutorServer::Impl {
     {
       absl::MutexLock lock(&mu_);
       streams.swap(streams_);
-    }
-    {
-      absl::MutexLock lock(&events_mu_);
       events.swap(events_);
     }
     // Work still queued holds events, and through them their streams: it runs out here, so
@@ -230,11 +227,11 @@ class ExecutorServer::Impl {
   // device's WaitEvent), without blocking: FAILED_PRECONDITION for an event whose RecordEvent
   // its stream has not reached or whose work has not run, NOT_FOUND for an unknown or
   // destroyed one.
-  absl::Status EndEventStatus(uint64_t id) ABSL_LOCKS_EXCLUDED(events_mu_);
+  absl::Status EndEventStatus(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   // The device's event for gpukitd's `id`, once its stream's enqueue thread has recorded it:
   // FAILED_PRECONDITION before, NOT_FOUND for an unknown or destroyed event, the error of its
   // recording when that failed.
-  absl::StatusOr<EventId> RecordedEvent(uint64_t id) ABSL_LOCKS_EXCLUDED(events_mu_);
+  absl::StatusOr<EventId> RecordedEvent(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   // A wait failed: if the device took a sticky fault, says so to gpukitd (naming the wait's
   // event, definitely the culprit when its enqueue failed with the fault) and ends the
   // process. Returns when the device is healthy.
@@ -248,11 +245,11 @@ class ExecutorServer::Impl {
   std::vector<std::shared_ptr<StreamState>> DrainOtherStreams(uint64_t stream)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  absl::StatusOr<BufferId> FindBuffer(uint64_t id) ABSL_LOCKS_EXCLUDED(buffers_mu_);
+  absl::StatusOr<BufferId> FindBuffer(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<char*> FindHost(const executor::HostRange& range, int64_t bytes)
       ABSL_LOCKS_EXCLUDED(mu_);
   std::shared_ptr<StreamState> FindStream(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
-  std::shared_ptr<EventState> FindEvent(uint64_t id) ABSL_LOCKS_EXCLUDED(events_mu_);
+  std::shared_ptr<EventState> FindEvent(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Stream work, on the stream's enqueue thread.
   absl::Status EnqueueCopy(const executor::Copy& copy, const StreamState& stream);
@@ -283,17 +280,11 @@ class ExecutorServer::Impl {
     bool registered = false;
   };
 
-  // The tables, each under its own lock: the reader adds and the completion threads remove
-  // events, the enqueue threads look buffers up, all of them per request, and under one lock
-  // they queued for each other (28% of the reader's samples in Mutex::Lock with 8 pipelined
-  // sessions on an H200 host).
   absl::Mutex mu_;
-  absl::Mutex buffers_mu_;
-  absl::Mutex events_mu_;
-  absl::flat_hash_map<uint64_t, BufferId> buffers_ ABSL_GUARDED_BY(buffers_mu_);
+  absl::flat_hash_map<uint64_t, BufferId> buffers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, HostSegment> host_segments_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::shared_ptr<StreamState>> streams_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, std::shared_ptr<EventState>> events_ ABSL_GUARDED_BY(events_mu_);
+  absl::flat_hash_map<uint64_t, std::shared_ptr<EventState>> events_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, ModuleId> modules_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, FunctionId> functions_ ABSL_GUARDED_BY(mu_);
   // Whether stream work runs on the reading thread when its stream is idle (RunOrQueue).
@@ -485,7 +476,7 @@ void ExecutorServer::Impl::CheckFault(const absl::Status& failure, uint64_t stre
   bool definite = failure.message() == health.message();
   if (!definite) {
     fault.set_event(0);  // where it was seen, not where it lies
-    absl::MutexLock events_lock(&events_mu_);
+    absl::MutexLock lock(&mu_);
     // A device that knows which work faulted (the CPU backend) fails it with the fault
     // itself and later work with a mention of it: the culprit's event, done already, may be
     // behind this one in a queue. (A GPU's errors never match: no need to look.)
@@ -510,7 +501,6 @@ void ExecutorServer::Impl::CheckFault(const absl::Status& failure, uint64_t stre
         definite = true;
       }
     }
-    absl::MutexLock streams_lock(&mu_);  // after events_mu_, as nowhere else takes both
     for (const auto& [id, s] : streams_) {
       absl::MutexLock error_lock(&s->error_mu);
       if (s->enqueue_error.message() == health.message()) {
@@ -547,7 +537,7 @@ std::vector<std::shared_ptr<StreamState>> ExecutorServer::Impl::DrainOtherStream
 }
 
 absl::StatusOr<BufferId> ExecutorServer::Impl::FindBuffer(uint64_t id) {
-  absl::MutexLock lock(&buffers_mu_);
+  absl::MutexLock lock(&mu_);
   auto it = buffers_.find(id);
   if (it == buffers_.end()) return absl::NotFoundError(absl::StrCat("executor: no buffer ", id));
   return it->second;
@@ -576,7 +566,7 @@ std::shared_ptr<StreamState> ExecutorServer::Impl::FindStream(uint64_t id) {
 }
 
 std::shared_ptr<EventState> ExecutorServer::Impl::FindEvent(uint64_t id) {
-  absl::MutexLock lock(&events_mu_);
+  absl::MutexLock lock(&mu_);
   auto it = events_.find(id);
   return it == events_.end() ? nullptr : it->second;
 }
@@ -777,7 +767,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       if (buffer.ok()) {
         std::optional<BufferId> replaced;
         {
-          absl::MutexLock lock(&buffers_mu_);
+          absl::MutexLock lock(&mu_);
           auto [it, added] = buffers_.try_emplace(define.buffer(), *buffer);
           if (!added) {
             replaced = it->second;
@@ -799,7 +789,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       memory.bytes = import.bytes();
       absl::StatusOr<BufferId> buffer = device_.ImportBuffer(std::move(memory));
       if (buffer.ok()) {
-        absl::MutexLock lock(&buffers_mu_);
+        absl::MutexLock lock(&mu_);
         buffers_[import.buffer()] = *buffer;
       }
       Reply(seq, buffer.status());
@@ -808,7 +798,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
     case executor::Request::kFreeBuffer: {
       std::optional<BufferId> buffer;
       {
-        absl::MutexLock lock(&buffers_mu_);
+        absl::MutexLock lock(&mu_);
         auto it = buffers_.find(request.free_buffer().buffer());
         if (it != buffers_.end()) {
           buffer = it->second;
@@ -927,7 +917,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       event->stream = stream;
       event->stream_id = request.record_event().stream();
       {
-        absl::MutexLock lock(&events_mu_);
+        absl::MutexLock lock(&mu_);
         events_[request.record_event().event()] = event;
       }
       if (stream == nullptr) {
@@ -1052,7 +1042,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
                 owner = std::move(event->owner);
               }
               owner.reset();  // destroys the device event unless a later event shares it
-              absl::MutexLock lock(&events_mu_);
+              absl::MutexLock lock(&mu_);
               events_.erase(request.destroy_event().event());
               break;
             }
