@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 #include <utility>
 
@@ -14,20 +15,19 @@
 
 namespace gpukit {
 
-HostLoad::HostLoad(int cores, std::function<std::optional<int>()> runnable,
+HostLoad::HostLoad(int limit, std::function<std::optional<int>()> runnable,
                    std::function<int64_t()> now_ns)
-    : spinning_limit_(std::max(1, cores / 2)),
-      runnable_(std::move(runnable)),
-      now_ns_(std::move(now_ns)) {}
+    : limit_(limit), runnable_(std::move(runnable)), now_ns_(std::move(now_ns)) {}
 
 bool HostLoad::SpareCore() {
+  if (limit_ <= 0) return true;
   const int64_t now = now_ns_();
   int64_t next = next_look_ns_.load(std::memory_order_relaxed);
   // One thread looks; the others go by the last look meanwhile.
   if (now >= next &&
       next_look_ns_.compare_exchange_strong(next, now + kLookEveryNs, std::memory_order_relaxed)) {
     const std::optional<int> runnable = runnable_();
-    spare_.store(!runnable.has_value() || *runnable < spinning_limit_, std::memory_order_relaxed);
+    spare_.store(!runnable.has_value() || *runnable < limit_, std::memory_order_relaxed);
   }
   return spare_.load(std::memory_order_relaxed);
 }
@@ -63,7 +63,11 @@ HostLoad& HostLoad::Process() {
                  std::chrono::steady_clock::now().time_since_epoch())
           .count();
     };
-    return new HostLoad(std::max(1, cores), runnable, now_ns);
+    int limit = std::max(1, cores / 2);
+    if (const char* text = std::getenv("GPUKIT_SPIN_RUNNABLE_LIMIT")) {
+      limit = std::max(0, std::atoi(text));
+    }
+    return new HostLoad(limit, runnable, now_ns);
   }();
   return *load;
 }

@@ -17,10 +17,11 @@
 //
 // The count is the whole host's (a container limited to some of its cores sees all of the
 // host's runnable threads, so spins less than it could). Where it cannot be read, spinning
-// is allowed, as before.
+// is allowed, as before. GPUKIT_SPIN_RUNNABLE_LIMIT=<n> sets the limit (0: spin whatever the
+// load, as before this check; the tests that run a GPU host's polling on CI's two cores).
 //
-// Thread safety: SpareCore may be called from any thread; the reader is called by one thread
-// at a time.
+// Thread safety: SpareCore may be called from any thread; the reader must be thread-safe (a
+// look that outlasts the interval may overlap the next one).
 #ifndef GPUKIT_RUNTIME_BASE_HOST_LOAD_H_
 #define GPUKIT_RUNTIME_BASE_HOST_LOAD_H_
 
@@ -36,15 +37,17 @@ namespace gpukit {
 class HostLoad {
  public:
   // `runnable`: the threads runnable on the host now (nullopt: cannot tell); `now_ns`: a
-  // monotonic clock.
-  HostLoad(int cores, std::function<std::optional<int>()> runnable,
+  // monotonic clock; `limit`: the runnable threads from which no core is spare (0: none is
+  // ever too many).
+  HostLoad(int limit, std::function<std::optional<int>()> runnable,
            std::function<int64_t()> now_ns);
 
-  // Whether fewer threads than max(1, cores / 2) were runnable at the last look
-  // (true when unknown); looks again when the last look is 1 ms old.
+  // Whether fewer threads than the limit were runnable at the last look (true when unknown);
+  // looks again when the last look is 1 ms old.
   bool SpareCore();
 
-  // This process's: the cores it may run on, /proc/loadavg, the steady clock.
+  // This process's: a limit of half the cores it may run on (at least 1) or
+  // GPUKIT_SPIN_RUNNABLE_LIMIT, /proc/loadavg, the steady clock.
   static HostLoad& Process();
 
   // The running count of /proc/loadavg's text ("0.51 0.42 0.30 3/812 4242" -> 3).
@@ -53,7 +56,7 @@ class HostLoad {
   static constexpr int64_t kLookEveryNs = 1'000'000;
 
  private:
-  const int spinning_limit_;
+  const int limit_;
   const std::function<std::optional<int>()> runnable_;
   const std::function<int64_t()> now_ns_;
   std::atomic<int64_t> next_look_ns_{0};

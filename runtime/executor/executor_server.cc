@@ -18,6 +18,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -34,16 +35,16 @@ namespace {
 
 class WorkQueue;
 
-// What the thread running stream work serves besides: the reader's socket (-1 elsewhere) and
-// an enqueue thread's queue (null elsewhere). See OthersWaiting.
+// What the thread serves: the reader's socket (-1 elsewhere) and a stream thread's queue (its
+// enqueue or completion queue; null elsewhere). See OthersWaiting and NewStreamState.
 thread_local int t_reader_socket = -1;
 thread_local const WorkQueue* t_queue = nullptr;
 
 // Whether a request for anyone else waits on this thread: a message on the reader's socket,
-// work pushed to this enqueue thread's queue. A wait spun for here stops at once then and goes
-// to its stream's completion thread, so that one session's wait never holds up another's
-// requests (8 synchronous sessions ran at 10-15k ops/s in all on an H200 host while the
-// reader and the enqueue threads spun for each op's end in turn).
+// work pushed to this stream thread's queue. A wait spun for here stops at once then and goes
+// to its stream's completion thread, so that one session's short wait does not hold up
+// another's requests. (Work of other streams in the same message, not yet handed over, is not
+// seen.)
 bool OthersWaiting();
 
 // A queue served by one thread, in order. `name` (at most 15 characters) names the thread,
@@ -167,6 +168,19 @@ class DeviceEventOwner {
   const EventId event_;
 };
 
+// A new stream's state. Its last reference may go on one of its own threads (the destroy of
+// its last event, after the stream was destroyed, runs there): it is then deleted on a thread
+// of its own, as a thread cannot join itself.
+std::shared_ptr<StreamState> NewStreamState() {
+  return std::shared_ptr<StreamState>(new StreamState(), [](StreamState* s) {
+    if (t_queue == &s->enqueues || t_queue == &s->completions) {
+      std::thread([s] { delete s; }).detach();
+    } else {
+      delete s;
+    }
+  });
+}
+
 struct EventState {
   std::shared_ptr<StreamState> stream;
   uint64_t stream_id = 0;  // gpukitd's
@@ -203,11 +217,17 @@ class ExecutorServer::Impl {
       streams.swap(streams_);
       events.swap(events_);
     }
-    // Work still queued holds events, and through them their streams: it runs out here, so
-    // that no stream's last reference goes on the stream's own thread (which cannot join
-    // itself). The enqueue threads first: they push to the completion threads.
-    for (auto& [id, stream] : streams) stream->enqueues.Stop();
-    for (auto& [id, stream] : streams) stream->completions.Stop();
+    // Work still queued holds events, and through them their streams: it runs out here,
+    // while the device is there for it, on the streams of the table and those destroyed
+    // already whose events live on. The enqueue threads first: they push to the completion
+    // threads.
+    absl::flat_hash_set<StreamState*> all;
+    for (auto& [id, stream] : streams) all.insert(stream.get());
+    for (auto& [id, event] : events) {
+      if (event->stream != nullptr) all.insert(event->stream.get());
+    }
+    for (StreamState* stream : all) stream->enqueues.Stop();
+    for (StreamState* stream : all) stream->completions.Stop();
     events.clear();
     streams.clear();
   }
@@ -228,6 +248,9 @@ class ExecutorServer::Impl {
   // its stream has not reached or whose work has not run, NOT_FOUND for an unknown or
   // destroyed one.
   absl::Status EndEventStatus(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  // The device's wait for `event`'s device event, as it would be for an event of its own: a
+  // shared one answers OK after the earlier work failed (not the earlier work's error).
+  absl::Status WaitDeviceEvent(EventId device_event, bool shared);
   // The device's event for gpukitd's `id`, once its stream's enqueue thread has recorded it:
   // FAILED_PRECONDITION before, NOT_FOUND for an unknown or destroyed event, the error of its
   // recording when that failed.
@@ -402,11 +425,13 @@ absl::Status ExecutorServer::Impl::EndEventStatus(uint64_t id) {
   if (event == nullptr) return absl::NotFoundError(absl::StrCat("executor: no event ", id));
   if (event->stream == nullptr) return event->enqueue_error;  // recorded on no stream
   EventId device_event;
+  bool shared = false;
   {
     absl::MutexLock lock(&event->stream->error_mu);
     if (!event->recorded) {
       return absl::FailedPreconditionError(absl::StrCat("event ", id, " has not completed"));
     }
+    shared = event->shared;
     // Recorded fine after failed work, the event carries that work's error all the same.
     if (!event->enqueue_error.ok()) return event->enqueue_error;
     if (event->device_event.value == 0) {
@@ -418,7 +443,20 @@ absl::Status ExecutorServer::Impl::EndEventStatus(uint64_t id) {
   // only a completed event is waited for (at once).
   GPUKIT_ASSIGN_OR_RETURN(bool done, device_.QueryEvent(device_event));
   if (!done) return absl::FailedPreconditionError(absl::StrCat("event ", id, " has not completed"));
-  return device_.WaitEvent(device_event);
+  return WaitDeviceEvent(device_event, shared);
+}
+
+absl::Status ExecutorServer::Impl::WaitDeviceEvent(EventId device_event, bool shared) {
+  absl::Status status = device_.WaitEvent(device_event);
+  if (status.ok() || !shared) return status;
+  // The device event is the previous event's, and its error (a device that reports the work
+  // before an event with it: the CPU device) that work's. No work lies before this one: it
+  // has only what a fresh event would have, the device's health, said to be an earlier
+  // fault's (not the fault itself, so it is not taken for the culprit).
+  const absl::Status health = device_.CheckHealth();
+  if (health.ok()) return absl::OkStatus();
+  return absl::Status(health.code(),
+                      absl::StrCat("the device faulted before this event: ", health.message()));
 }
 
 void ExecutorServer::Impl::ReplyPairsElapsed(uint64_t seq, const executor::ElapsedNs& request) {
@@ -482,11 +520,17 @@ void ExecutorServer::Impl::CheckFault(const absl::Status& failure, uint64_t stre
     // behind this one in a queue. (A GPU's errors never match: no need to look.)
     if (device_.properties().backend == BackendKind::kCpu) {
       for (const auto& [id, e] : events_) {
-        // A shared device event is its first event's: the one after the culprit's work.
-        if (e->device_event.value == 0 || e->shared) continue;
-        absl::StatusOr<bool> done = device_.QueryEvent(e->device_event);
+        if (e->stream == nullptr) continue;
+        EventId device_event;
+        {
+          absl::MutexLock error_lock(&e->stream->error_mu);  // see EventState::recorded
+          // A shared device event is its first event's: the one after the culprit's work.
+          if (!e->shared) device_event = e->device_event;
+        }
+        if (device_event.value == 0) continue;
+        absl::StatusOr<bool> done = device_.QueryEvent(device_event);
         if (done.ok() && !*done) continue;
-        if (device_.WaitEvent(e->device_event).message() == health.message()) {
+        if (device_.WaitEvent(device_event).message() == health.message()) {
           fault.set_stream(e->stream_id);
           fault.set_event(id);
           definite = true;
@@ -811,7 +855,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       return;
     }
     case executor::Request::kCreateStream: {
-      auto stream = std::make_shared<StreamState>();
+      std::shared_ptr<StreamState> stream = NewStreamState();
       StreamOptions options;
       options.priority = static_cast<StreamPriority>(request.create_stream().priority());
       if (request.create_stream().sm_share() > 0) options.sm_share = request.create_stream().sm_share();
@@ -1013,7 +1057,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
           switch (request.body_case()) {
             case executor::Request::kWaitEvent: {
               absl::Status status = event->enqueue_error;
-              if (status.ok()) status = device_.WaitEvent(event->device_event);
+              if (status.ok()) status = WaitDeviceEvent(event->device_event, event->shared);
               // A sticky fault shows as an error of the work, at enqueue (a device that runs
               // work as it is enqueued) or at the wait.
               if (!status.ok()) {

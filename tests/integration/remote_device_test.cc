@@ -452,6 +452,30 @@ TEST_F(RemoteDeviceTest, AFaultIsBlamedOnItsOpWhenTheNextOpStartsAtItsEnd) {
   }
 }
 
+// A stream synchronized right after a pipelined op that faults (an event recorded and waited
+// for with no work after the op's end event: the two share a device event) is not blamed,
+// even when its wait is the first to see the fault; the op is.
+TEST_F(RemoteDeviceTest, AWaitRightAfterAFaultingOpIsNotBlamedForIt) {
+  Start();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
+  MakeOpBuffers(stream);
+  for (int round = 0; round < 5; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    GPUKIT_ASSERT_OK_AND_ASSIGN(EventId start, device_->RecordEvent(stream));
+    GPUKIT_ASSERT_OK(RunOp("_test_fault", stream));
+    GPUKIT_ASSERT_OK_AND_ASSIGN(EventId end, device_->RecordEvent(stream));
+    GPUKIT_ASSERT_OK_AND_ASSIGN(EventId sync, device_->RecordEvent(stream));
+    const absl::Status synced = device_->WaitEvent(sync);
+    EXPECT_THAT(synced, StatusIs(absl::StatusCode::kUnavailable));
+    EXPECT_EQ(KindOf(synced), "restart") << synced;
+    const absl::Status fault = device_->WaitEvent(end);
+    EXPECT_THAT(fault, StatusIs(absl::StatusCode::kAborted));
+    EXPECT_EQ(KindOf(fault), "fault") << fault;
+    for (EventId event : {start, end, sync}) GPUKIT_ASSERT_OK(device_->DestroyEvent(event));
+    AwaitServing(stream);
+  }
+}
+
 TEST_F(RemoteDeviceTest, WorkPastTheLaunchDeadlineIsAHang) {
   RemoteDeviceOptions options = CpuOptions();
   options.launch_deadline = absl::Seconds(1);

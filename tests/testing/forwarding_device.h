@@ -98,7 +98,6 @@ class ForwardingDevice final : public Device {
   int64_t events_destroyed() const { return events_destroyed_.load(); }
 
   // Every stream created through this device so far, in order of creation.
-
   std::vector<StreamRecord> streams() const {
     absl::MutexLock lock(&records_mu_);
     return streams_;

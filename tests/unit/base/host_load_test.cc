@@ -21,12 +21,13 @@ TEST(HostLoadTest, ParsesTheRunningCountOfLoadavg) {
   EXPECT_EQ(HostLoad::ParseRunnable("0.51 0.42 0.30 -1/812 1"), std::nullopt);
 }
 
-// A core is spare while fewer threads are runnable than half the cores.
-TEST(HostLoadTest, HasACoreToSpareBelowHalfItsCores) {
+// A core is spare while fewer threads are runnable than the limit (this process's: half its
+// cores).
+TEST(HostLoadTest, HasACoreToSpareBelowItsLimit) {
   std::optional<int> runnable = 7;
   int64_t now = 0;
   HostLoad load(
-      16, [&] { return runnable; }, [&] { return now; });
+      8, [&] { return runnable; }, [&] { return now; });
   EXPECT_TRUE(load.SpareCore());
   runnable = 8;
   now += HostLoad::kLookEveryNs;
@@ -34,16 +35,26 @@ TEST(HostLoadTest, HasACoreToSpareBelowHalfItsCores) {
   runnable = std::nullopt;  // cannot tell: spinning is allowed, as without the check
   now += HostLoad::kLookEveryNs;
   EXPECT_TRUE(load.SpareCore());
-  HostLoad one_core(
+  HostLoad one(
       1, [] { return std::optional<int>(1); }, [] { return int64_t{0}; });
-  EXPECT_FALSE(one_core.SpareCore()) << "the caller itself takes the only core";
+  EXPECT_FALSE(one.SpareCore()) << "the caller itself is the one runnable thread";
+  int looks = 0;
+  HostLoad unlimited(
+      0,
+      [&] {
+        ++looks;
+        return std::optional<int>(1000);
+      },
+      [] { return int64_t{0}; });
+  EXPECT_TRUE(unlimited.SpareCore()) << "limit 0: spins whatever the load";
+  EXPECT_EQ(looks, 0);
 }
 
 TEST(HostLoadTest, LooksAtMostOnceAMillisecond) {
   int looks = 0;
   int64_t now = 5;
   HostLoad load(
-      8,
+      4,
       [&] {
         ++looks;
         return std::optional<int>(looks == 1 ? 0 : 4);
@@ -55,7 +66,7 @@ TEST(HostLoadTest, LooksAtMostOnceAMillisecond) {
   EXPECT_TRUE(load.SpareCore());
   EXPECT_EQ(looks, 1);
   now += 1;
-  EXPECT_FALSE(load.SpareCore()) << "looked again: 4 runnable, half of 8 cores";
+  EXPECT_FALSE(load.SpareCore()) << "looked again: 4 runnable, the limit";
   EXPECT_EQ(looks, 2);
 }
 

@@ -134,8 +134,9 @@ class ExecutorServerTest : public ::testing::Test {
     for (int i = 0; i < static_cast<int>(pairs.size()); ++i) {
       statuses.push_back(status.ok() ? PairStatus(reply, i) : status);
     }
-    if (elapsed != nullptr)
+    if (elapsed != nullptr) {
       elapsed->assign(reply.pair_elapsed_ns().begin(), reply.pair_elapsed_ns().end());
+    }
     return statuses;
   }
 
