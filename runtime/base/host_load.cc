@@ -65,7 +65,8 @@ HostLoad& HostLoad::Process() {
     };
     int limit = std::max(1, cores / 2);
     if (const char* text = std::getenv("GPUKIT_SPIN_RUNNABLE_LIMIT")) {
-      limit = std::max(0, std::atoi(text));
+      int parsed = 0;
+      if (absl::SimpleAtoi(text, &parsed) && parsed >= 0) limit = parsed;
     }
     return new HostLoad(limit, runnable, now_ns);
   }();

@@ -36,7 +36,7 @@ namespace {
 class WorkQueue;
 
 // What the thread serves: the reader's socket (-1 elsewhere) and a stream thread's queue (its
-// enqueue or completion queue; null elsewhere). See OthersWaiting and NewStreamState.
+// enqueue or completion queue; null elsewhere). See OthersWaiting and Impl::NewStream.
 thread_local int t_reader_socket = -1;
 thread_local const WorkQueue* t_queue = nullptr;
 
@@ -88,7 +88,7 @@ class WorkQueue {
         queue_.pop_front();
         // Running before no longer queued, so idle() never sees neither while work is taken.
         running_.store(true);
-        queued_.fetch_sub(1, std::memory_order_relaxed);
+        queued_.fetch_sub(1, std::memory_order_release);
       }
       if (!work) return;
       work();
@@ -168,19 +168,6 @@ class DeviceEventOwner {
   const EventId event_;
 };
 
-// A new stream's state. Its last reference may go on one of its own threads (the destroy of
-// its last event, after the stream was destroyed, runs there): it is then deleted on a thread
-// of its own, as a thread cannot join itself.
-std::shared_ptr<StreamState> NewStreamState() {
-  return std::shared_ptr<StreamState>(new StreamState(), [](StreamState* s) {
-    if (t_queue == &s->enqueues || t_queue == &s->completions) {
-      std::thread([s] { delete s; }).detach();
-    } else {
-      delete s;
-    }
-  });
-}
-
 struct EventState {
   std::shared_ptr<StreamState> stream;
   uint64_t stream_id = 0;  // gpukitd's
@@ -230,10 +217,21 @@ class ExecutorServer::Impl {
     for (StreamState* stream : all) stream->completions.Stop();
     events.clear();
     streams.clear();
+    // Streams destroyed already may still run out their last items (a DestroyStream's
+    // reply), which use this object: they are deleted once done.
+    absl::MutexLock lock(&alive_mu_);
+    alive_mu_.Await(absl::Condition(
+        +[](int* alive) { return *alive == 0; }, &streams_alive_));
   }
 
   absl::Status Serve();
   void SendHello();
+
+  // A new stream's state, counted in streams_alive_ until it is deleted. Its last reference
+  // may go on one of its own threads (the destroy of its last event, after the stream was
+  // destroyed, runs there): it is then deleted on a thread of its own, as a thread cannot
+  // join itself.
+  std::shared_ptr<StreamState> NewStream();
 
  private:
   void Handle(executor::Request& request, ScopedFd fd);
@@ -321,6 +319,8 @@ class ExecutorServer::Impl {
   bool in_batch_ = false;
   std::vector<std::pair<std::shared_ptr<StreamState>, std::vector<std::function<void()>>>>
       batch_work_;
+  absl::Mutex alive_mu_;
+  int streams_alive_ ABSL_GUARDED_BY(alive_mu_) = 0;
   // Held by the thread that reports a fault until the process ends; set with it.
   absl::Mutex fault_mu_;
   std::atomic<bool> faulted_{false};
@@ -338,6 +338,25 @@ void ExecutorServer::SendStartFailure(int socket, const absl::Status& status) {
   message.mutable_hello()->set_error_code(static_cast<int32_t>(status.code()));
   message.mutable_hello()->set_error(std::string(status.message()));
   SendExecutorMessage(socket, message).IgnoreError();
+}
+
+std::shared_ptr<StreamState> ExecutorServer::Impl::NewStream() {
+  {
+    absl::MutexLock lock(&alive_mu_);
+    ++streams_alive_;
+  }
+  return std::shared_ptr<StreamState>(new StreamState(), [this](StreamState* s) {
+    auto remove = [this, s] {
+      delete s;
+      absl::MutexLock lock(&alive_mu_);
+      --streams_alive_;
+    };
+    if (t_queue == &s->enqueues || t_queue == &s->completions) {
+      std::thread(remove).detach();
+    } else {
+      remove();
+    }
+  });
 }
 
 void ExecutorServer::Impl::SendHello() {
@@ -448,7 +467,7 @@ absl::Status ExecutorServer::Impl::EndEventStatus(uint64_t id) {
 
 absl::Status ExecutorServer::Impl::WaitDeviceEvent(EventId device_event, bool shared) {
   absl::Status status = device_.WaitEvent(device_event);
-  if (status.ok() || !shared) return status;
+  if (status.ok() || !shared || device_event.value == 0) return status;
   // The device event is the previous event's, and its error (a device that reports the work
   // before an event with it: the CPU device) that work's. No work lies before this one: it
   // has only what a fresh event would have, the device's health, said to be an earlier
@@ -855,7 +874,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       return;
     }
     case executor::Request::kCreateStream: {
-      std::shared_ptr<StreamState> stream = NewStreamState();
+      std::shared_ptr<StreamState> stream = NewStream();
       StreamOptions options;
       options.priority = static_cast<StreamPriority>(request.create_stream().priority());
       if (request.create_stream().sm_share() > 0) options.sm_share = request.create_stream().sm_share();
