@@ -29,10 +29,7 @@ namespace {
 // Connections that poll for their next request at once: one per 4 cores on hosts that spin
 // at all (4 on 16 cores), none on small hosts.
 SpinSlots& PollSlots() {
-  static SpinSlots slots(
-      SpinTime().count() > 0
-          ? std::max(1, static_cast<int>(std::thread::hardware_concurrency() / 4))
-          : 0);
+  static SpinSlots slots(SpinSlots::PerCores(4));
   return slots;
 }
 

@@ -18,7 +18,6 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -204,21 +203,11 @@ class ExecutorServer::Impl {
       streams.swap(streams_);
       events.swap(events_);
     }
-    // Work still queued holds events, and through them their streams: it runs out here,
-    // while the device is there for it, on the streams of the table and those destroyed
-    // already whose events live on. The enqueue threads first: they push to the completion
-    // threads.
-    absl::flat_hash_set<StreamState*> all;
-    for (auto& [id, stream] : streams) all.insert(stream.get());
-    for (auto& [id, event] : events) {
-      if (event->stream != nullptr) all.insert(event->stream.get());
-    }
-    for (StreamState* stream : all) stream->enqueues.Stop();
-    for (StreamState* stream : all) stream->completions.Stop();
     events.clear();
     streams.clear();
-    // Streams destroyed already may still run out their last items (a DestroyStream's
-    // reply), which use this object: they are deleted once done.
+    // Work still queued holds events, and through them their streams, and uses this object
+    // and the device: each stream runs out its queues before it is deleted (NewStream), and
+    // this waits until every one is.
     absl::MutexLock lock(&alive_mu_);
     alive_mu_.Await(absl::Condition(
         +[](int* alive) { return *alive == 0; }, &streams_alive_));
@@ -911,17 +900,16 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
                                                     request.destroy_stream().stream())));
         return;
       }
-      // After every enqueue and every wait queued before it. The last reference goes on the
-      // completion thread's own work item, so a detached thread joins the stream's threads.
+      // After every enqueue and every wait queued before it. The last reference may go with
+      // the completion thread's own work item: NewStream deletes the state elsewhere then.
       std::shared_ptr<StreamState> target = stream;
       PushWork(target, [this, seq, stream = std::move(stream)]() mutable {
         StreamState* s = stream.get();
-        s->completions.Push([this, seq, stream = std::move(stream)]() mutable {
+        s->completions.Push([this, seq, stream = std::move(stream)] {
           absl::Status status = stream->create_error.ok()
                                     ? device_.DestroyStream(stream->device_stream)
                                     : absl::OkStatus();
           Reply(seq, status);
-          std::thread([stream = std::move(stream)]() mutable { stream.reset(); }).detach();
         });
       });
       return;

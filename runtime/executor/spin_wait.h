@@ -77,10 +77,7 @@ class SpinSlots {
 
   // The process's slots for spinning through long device work (a wait's reply).
   static SpinSlots& ForWaits() {
-    static SpinSlots slots(
-        SpinTime().count() > 0
-            ? std::max(1, static_cast<int>(std::thread::hardware_concurrency() / 8))
-            : 0);
+    static SpinSlots slots(PerCores(8));
     return slots;
   }
   // The process's slots for spinning for an answer at all: max(1, cores / 4) (4 on 16
@@ -88,11 +85,14 @@ class SpinSlots {
   // whole host can spare, the clients' and the executor's spinning included, is HostLoad's
   // to say: on its own this cap did not change 8 synchronous sessions' 14-16k ops/s.)
   static SpinSlots& ForAnswers() {
-    static SpinSlots slots(
-        SpinTime().count() > 0
-            ? std::max(1, static_cast<int>(std::thread::hardware_concurrency() / 4))
-            : 0);
+    static SpinSlots slots(PerCores(4));
     return slots;
+  }
+  // One slot per `cores` cores (at least one) on hosts that spin at all, else none.
+  static int PerCores(int cores) {
+    return SpinTime().count() > 0
+               ? std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / cores)
+               : 0;
   }
 
  private:

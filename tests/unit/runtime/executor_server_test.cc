@@ -212,5 +212,28 @@ TEST_F(ExecutorServerTest, FailedWorkBetweenEventsIsItsEndEventsOnly) {
   for (uint64_t event : {20, 21, 22, 23}) Destroy(event);
 }
 
+// A stream destroyed while one of its events lives: the event's destroy runs on the stream's
+// own thread and lets go of the stream's last reference there, which must not make that thread
+// join itself (the state is deleted on another thread), and the executor serves on.
+TEST_F(ExecutorServerTest, AStreamsLastReferenceMayGoOnItsOwnThread) {
+  constexpr uint64_t kOther = 2;
+  executor::Request create;
+  create.mutable_create_stream()->set_stream(kOther);
+  GPUKIT_ASSERT_OK(Call(create));
+  executor::Request record;
+  record.mutable_record_event()->set_stream(kOther);
+  record.mutable_record_event()->set_event(40);
+  Send(record);
+  executor::Request destroy_stream;
+  destroy_stream.mutable_destroy_stream()->set_stream(kOther);
+  GPUKIT_ASSERT_OK(Call(destroy_stream));
+  Destroy(40);
+  Record(41);
+  Fill();
+  Record(42);
+  GPUKIT_EXPECT_OK(Wait(42));
+  for (uint64_t event : {41, 42}) Destroy(event);
+}
+
 }  // namespace
 }  // namespace gpukit
