@@ -55,10 +55,8 @@ class WorkQueue {
           NameThisThread(name);
           Run();
         }) {}
-  ~WorkQueue() { Stop(); }
-  // Runs what was pushed before and joins the thread; call it from another thread.
-  void Stop() {
-    if (!thread_.joinable()) return;
+  // Runs what was pushed before and joins the thread; never on that thread (NewStream).
+  ~WorkQueue() {
     Push(nullptr);
     thread_.join();
   }
