@@ -35,7 +35,9 @@ struct PartitionSpec {
   double compute_share = 0;        // (0, 1]
   double bandwidth_cap = 0;        // 0: none; else in [compute_share, 1]
   int max_queued_tasks = 1024;     // tasks waiting at once; further submits get QUEUE_FULL
-  int max_running_tasks = 64;      // tasks admitted or running at once
+  // Tasks admitted or running at once. Each op of a pipelined session holds one until its
+  // completion is seen: the default holds 32 sessions at the default maxOpsInFlight (32).
+  int max_running_tasks = 1024;
   int max_sessions = 0;            // 0: only the daemon's max_sessions applies
   // Reclaimed arrays of this partition's sessions go to host memory and come back on next
   // use; without it, memory pressure refuses allocations instead.

@@ -398,7 +398,7 @@ TEST_F(GpukitctlTest, PartitionCreateListUpdateDeleteRoundTrip) {
   EXPECT_EQ(create_json.partition().partition().name(), "tiny");
   EXPECT_EQ(create_json.partition().partition().memory_quota_bytes(), 16 * kMiB);
   EXPECT_EQ(create_json.partition().partition().max_queued_tasks(), 1024);  // daemon defaults
-  EXPECT_EQ(create_json.partition().partition().max_running_tasks(), 64);
+  EXPECT_EQ(create_json.partition().partition().max_running_tasks(), 1024);
   v1::DeletePartitionResponse delete_json;
   ASSERT_NO_FATAL_FAILURE(CtlJson({"partition", "delete", "tiny"}, &delete_json));
   EXPECT_EQ(delete_json.sessions_closed(), 0);

@@ -566,7 +566,7 @@ TEST(PartitionConfigTest, ParsesEveryPartitionField) {
   const PartitionSpec& bronze = config->core.partitions[1];
   EXPECT_EQ(bronze.device_index, 0);
   EXPECT_EQ(bronze.max_queued_tasks, 1024);  // defaults
-  EXPECT_EQ(bronze.max_running_tasks, 64);
+  EXPECT_EQ(bronze.max_running_tasks, 1024);
   EXPECT_FALSE(bronze.spill);
   EXPECT_FALSE(bronze.reserve_sms);
   EXPECT_TRUE(bronze.session_defaults.empty());

@@ -8,16 +8,19 @@
 #include "daemon/core/op_pipeline.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "daemon/core/core.h"
 #include "daemon/scheduler/clock.h"
 #include "daemon/service/request_strings.h"
@@ -264,6 +267,56 @@ TEST_F(OpPipelineTest, TasksInFlightNeverExceedTheCap) {
     EXPECT_LE(most_running, 3);
   }
   EXPECT_THAT(Read(last, 4096), Each(201.0f));
+}
+
+// Every op of a pipeline holds a running task of its partition until its completion is seen,
+// so the default partition's slots must hold several sessions' pipelines at their in-flight
+// cap: none of their ops may wait for a slot (each such wait costs a wake-up per op).
+TEST_F(OpPipelineTest, EightPipelinesAtTheirCapFitTheDefaultPartitionsSlots) {
+  const int cap = CoreOptions{}.max_ops_in_flight;
+  const std::string x = Floats(std::vector<float>(16, 1.0f));
+  std::vector<std::unique_ptr<OpPipeline>> pipelines;
+  std::vector<std::string> inputs;
+  for (int s = 0; s < 8; ++s) {
+    OpenSessionParams params;
+    params.tenant = "pipeline";
+    GPUKIT_ASSERT_OK_AND_ASSIGN(SessionGrant grant, core().OpenSession(params));
+    GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView input,
+                                core().CreateArray(grant.session_id, {DType::kFloat32, {16}}));
+    inputs.push_back(input.handle);
+    GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> pipeline,
+                                core().OpenPipeline(grant.session_id));
+    pipeline->HoldCompletions(true);  // their tasks stay running until released
+    pipelines.push_back(std::move(pipeline));
+  }
+  // An op that waits for a slot fails DEADLINE_EXCEEDED instead: the fake clock runs fast
+  // meanwhile (an op admitted at once never sees its deadline).
+  TaskOptions no_wait;
+  no_wait.queue_timeout = absl::Seconds(1);
+  std::atomic<bool> queued_all{false};
+  std::thread ticker([&] {
+    while (!queued_all.load()) {
+      clock_.Advance(absl::Milliseconds(100));
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  });
+  for (int s = 0; s < 8; ++s) {
+    for (int i = 0; i < cap; ++i) {
+      ASSERT_THAT(pipelines[s]->RunOp(static_cast<uint64_t>(i), "add",
+                                      {Handle(inputs[s]), Scalar(1.0)}, {}, no_wait),
+                  IsOk())
+          << "session " << s << ", op " << i;
+    }
+  }
+  queued_all = true;
+  ticker.join();
+  EXPECT_EQ(RunningTasks(), 8 * cap);
+  for (auto& pipeline : pipelines) {
+    pipeline->ReleaseCompletions();
+    EXPECT_EQ(pipeline->Sync(), std::nullopt);
+  }
+  EXPECT_EQ(RunningTasks(), 0);
+  EXPECT_THAT(Read(x, 16), Each(1.0f));
 }
 
 // Held ops go to the completion thread together, on release: one wait for all of them.
