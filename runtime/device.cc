@@ -164,6 +164,12 @@ absl::Status CheckImportedRange(const ImportedMemory& memory) {
   return absl::OkStatus();
 }
 
+absl::Status Device::DestroyEvents(absl::Span<const EventId> events) {
+  absl::Status first;
+  for (EventId event : events) first.Update(DestroyEvent(event));
+  return first;
+}
+
 absl::Status SynchronizeStream(Device& device, StreamId stream) {
   GPUKIT_ASSIGN_OR_RETURN(EventId event, device.RecordEvent(stream));
   absl::Status status = device.WaitEvent(event);

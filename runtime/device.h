@@ -307,6 +307,10 @@ class Device {
   // True once the work before the event has run (its error is reported by WaitEvent).
   virtual absl::StatusOr<bool> QueryEvent(EventId event) = 0;
   virtual absl::Status DestroyEvent(EventId event) = 0;
+  // DestroyEvent for each of `events`; returns the first error (each event is destroyed
+  // whatever another's). The default destroys them one by one; a device behind a channel
+  // (RemoteDevice) sends them as one request.
+  virtual absl::Status DestroyEvents(absl::Span<const EventId> events);
   // Device time, in nanoseconds, that the work enqueued between two completed events of one
   // stream took: what pacing charges. On a GPU the time between the events (cuEventElapsed
   // Time); on the CPU backend the time its threads spent executing that work (the simulated

@@ -446,10 +446,10 @@ absl::StatusOr<Core::PreparedOp> Core::PrepareOp(const Session& session, absl::s
   OpLaunch launch;
   launch.op = op;
   GPUKIT_ASSIGN_OR_RETURN(launch.plan, ops_.Plan(*op, descs, attrs));
-  launch.sliceable = scheduler_->HigherClassSessionOpen(session.ticket());
   GPUKIT_RETURN_IF_ERROR(session.CheckArrayRoom(options_.limits.max_arrays_per_session));
   GPUKIT_RETURN_IF_ERROR(faults_.CheckLaunch(session.tenant()));
   GPUKIT_ASSIGN_OR_RETURN(RunningTask task, StartTask(session, TaskKind::kOp, op_name, options));
+  launch.sliceable = task.higher_class_open();
   // Pin every input until the op has run, even if the client frees it meanwhile; a spilled
   // input comes back to the device here.
   std::vector<ArrayPin> pins;

@@ -26,6 +26,7 @@ void FaultLedger::Record(WorkFault fault) {
   // it is only named as the last fault.
   if (!fault.tenant.empty() && fault.kind != "exited") {
     std::deque<absl::Time>& faults = faults_[fault.tenant];
+    any_tenant_fault_.store(true, std::memory_order_release);
     faults.push_back(fault.time);
     while (!faults.empty() && fault.time - faults.front() >= options_.window) faults.pop_front();
   }
@@ -33,6 +34,7 @@ void FaultLedger::Record(WorkFault fault) {
 }
 
 absl::Status FaultLedger::CheckLaunch(absl::string_view tenant) const {
+  if (!any_tenant_fault_.load(std::memory_order_acquire)) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
   auto it = faults_.find(tenant);
   if (it == faults_.end()) return absl::OkStatus();

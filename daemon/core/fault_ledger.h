@@ -18,6 +18,7 @@
 #ifndef GPUKIT_DAEMON_CORE_FAULT_LEDGER_H_
 #define GPUKIT_DAEMON_CORE_FAULT_LEDGER_H_
 
+#include <atomic>
 #include <deque>
 #include <optional>
 #include <string>
@@ -70,6 +71,9 @@ class FaultLedger {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::deque<absl::Time>> faults_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int, WorkFault> last_ ABSL_GUARDED_BY(mu_);
+  // Whether faults_ ever had an entry: until then CheckLaunch (every launch and op of every
+  // tenant) answers without the lock.
+  std::atomic<bool> any_tenant_fault_{false};
 };
 
 }  // namespace gpukit

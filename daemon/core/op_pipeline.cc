@@ -230,14 +230,27 @@ void OpPipeline::CompleteBatch(std::vector<Record>& batch) {
     pairs.push_back({record.work.start_event(), record.work.end_event()});
   }
   std::vector<EventPairOutcome> outcomes = device.WaitEventPairs(pairs);
+  std::vector<EnqueuedTask*> works;
+  std::vector<absl::Status> statuses;
+  std::vector<absl::Duration> device_times;
+  works.reserve(batch.size());
+  statuses.reserve(batch.size());
+  device_times.reserve(batch.size());
   std::vector<Failure> failures;
   for (size_t i = 0; i < batch.size(); ++i) {
     Record& record = batch[i];
-    absl::Status status = core_.NoteExecutorFailure(
-        *session_, device, absl::StrCat("op ", record.op), std::move(outcomes[i].status));
-    record.work.Finish(status, absl::Nanoseconds(outcomes[i].elapsed_ns));
-    if (!status.ok()) failures.push_back({record.index, record.op, std::move(status)});
+    absl::Status status = outcomes[i].status;
+    if (!status.ok()) {
+      status = core_.NoteExecutorFailure(*session_, device, absl::StrCat("op ", record.op),
+                                         std::move(status));
+      failures.push_back({record.index, record.op, status});
+    }
+    works.push_back(&record.work);
+    statuses.push_back(std::move(status));
+    device_times.push_back(absl::Nanoseconds(outcomes[i].elapsed_ns));
   }
+  // One scheduler call and one destroy request for the batch, not one per op.
+  EnqueuedTask::FinishAll(works, statuses, device_times);
   if (failures.empty()) return;
   absl::MutexLock lock(&mu_);
   for (const Failure& f : failures) NoteFailure(f.index, f.op, f.status);

@@ -1,6 +1,7 @@
 #include "daemon/core/running_task.h"
 
 #include <utility>
+#include <vector>
 
 #include "runtime/base/status_macros.h"
 
@@ -14,9 +15,13 @@ absl::StatusOr<RunningTask> RunningTask::Create(Scheduler& scheduler, const Sess
   request.name = std::string(name);
   request.priority = options.priority;
   request.queue_timeout = options.queue_timeout;
-  GPUKIT_ASSIGN_OR_RETURN(TaskRef task, scheduler.Submit(session.ticket(), request));
+  SubmitNotes notes;
+  GPUKIT_ASSIGN_OR_RETURN(TaskRef task, scheduler.Submit(session.ticket(), request, &notes));
   RunningTask running(scheduler, std::move(task));
-  GPUKIT_RETURN_IF_ERROR(scheduler.AwaitAdmission(running.task_, options.cancelled));
+  running.higher_class_open_ = notes.higher_class_open;
+  if (!notes.admitted) {
+    GPUKIT_RETURN_IF_ERROR(scheduler.AwaitAdmission(running.task_, options.cancelled));
+  }
   return running;
 }
 
@@ -86,11 +91,32 @@ absl::Status EnqueuedTask::WaitAndFinish(absl::Duration* measured) {
 }
 
 void EnqueuedTask::Finish(const absl::Status& status, absl::Duration device_time) {
-  if (task_ == nullptr) return;
-  scheduler_->Finish(task_, status, device_time);
-  task_.reset();
-  device_->DestroyEvent(start_).IgnoreError();
-  device_->DestroyEvent(end_).IgnoreError();
+  EnqueuedTask* self = this;
+  FinishAll({&self, 1}, {&status, 1}, {&device_time, 1});
+}
+
+void EnqueuedTask::FinishAll(absl::Span<EnqueuedTask* const> works,
+                             absl::Span<const absl::Status> statuses,
+                             absl::Span<const absl::Duration> device_times) {
+  std::vector<TaskEnd> ends;
+  std::vector<EventId> events;
+  ends.reserve(works.size());
+  events.reserve(2 * works.size());
+  Scheduler* scheduler = nullptr;
+  Device* device = nullptr;
+  for (size_t i = 0; i < works.size(); ++i) {
+    EnqueuedTask& work = *works[i];
+    if (work.task_ == nullptr) continue;
+    scheduler = work.scheduler_;
+    device = work.device_;
+    ends.push_back(TaskEnd{std::move(work.task_), statuses[i], device_times[i]});
+    work.task_.reset();
+    events.push_back(work.start_);
+    events.push_back(work.end_);
+  }
+  if (ends.empty()) return;
+  scheduler->Finish(ends);
+  device->DestroyEvents(events).IgnoreError();
 }
 
 absl::Duration DeviceTimeBetween(Device& device, EventId start, EventId end) {

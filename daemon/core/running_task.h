@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "daemon/scheduler/scheduler.h"
 #include "daemon/session/session_manager.h"
 #include "runtime/device.h"
@@ -59,7 +60,9 @@ class RunningTask {
                                             TaskKind kind, absl::string_view name,
                                             const TaskOptions& options);
   RunningTask(RunningTask&& other) noexcept
-      : scheduler_(other.scheduler_), task_(std::move(other.task_)) {}
+      : scheduler_(other.scheduler_),
+        task_(std::move(other.task_)),
+        higher_class_open_(other.higher_class_open_) {}
   RunningTask& operator=(RunningTask&&) = delete;
   ~RunningTask();
 
@@ -80,11 +83,15 @@ class RunningTask {
   absl::Status Run(Device& device, StreamId stream, const std::function<absl::Status()>& enqueue,
                    absl::Duration* measured = nullptr);
 
+  // Scheduler::HigherClassSessionOpen for the task's session when it was submitted.
+  bool higher_class_open() const { return higher_class_open_; }
+
  private:
   RunningTask(Scheduler& scheduler, TaskRef task) : scheduler_(scheduler), task_(std::move(task)) {}
 
   Scheduler& scheduler_;
   TaskRef task_;
+  bool higher_class_open_ = false;
 };
 
 // Work of a started task queued on a stream between two events. Finish ends the task and
@@ -105,6 +112,12 @@ class EnqueuedTask {
   // Ends the task with the work's `status`, charging `device_time` (failed or not: a failed
   // task used the device too), and destroys both events. Call once the end event completed.
   void Finish(const absl::Status& status, absl::Duration device_time);
+  // Finish for each of `works` (with statuses[i] and device_times[i]; those finished already
+  // are skipped), of one scheduler and device: one scheduler call and one DestroyEvents for
+  // them all (a pipeline's completion batch).
+  static void FinishAll(absl::Span<EnqueuedTask* const> works,
+                        absl::Span<const absl::Status> statuses,
+                        absl::Span<const absl::Duration> device_times);
   // Waits for the end event, then finishes with the wait's status and the events' device
   // time (into `measured` when given); returns the status.
   absl::Status WaitAndFinish(absl::Duration* measured = nullptr);

@@ -433,8 +433,12 @@ void Scheduler::EndSession(const SessionTicket& ticket) {
 
 bool Scheduler::HigherClassSessionOpen(const SessionTicket& ticket) const {
   absl::MutexLock lock(&mu_);
-  const DeviceState& device = devices_[ticket->device_index];
-  for (int c = 0; c < static_cast<int>(ticket->qos); ++c) {
+  return HigherClassSessionOpenLocked(*ticket);
+}
+
+bool Scheduler::HigherClassSessionOpenLocked(const SessionAccount& account) const {
+  const DeviceState& device = devices_[account.device_index];
+  for (int c = 0; c < static_cast<int>(account.qos); ++c) {
     if (device.sessions[c] > 0) return true;
   }
   return false;
@@ -559,9 +563,11 @@ absl::Duration Scheduler::device_time_total(int device_index) const {
 
 // ---- Tasks ---------------------------------------------------------------------------
 
-absl::StatusOr<TaskRef> Scheduler::Submit(const SessionTicket& ticket, const TaskRequest& request) {
+absl::StatusOr<TaskRef> Scheduler::Submit(const SessionTicket& ticket, const TaskRequest& request,
+                                          SubmitNotes* notes) {
   absl::MutexLock lock(&mu_);
   if (ticket->ended) return SessionEnded(*ticket);
+  if (notes != nullptr) notes->higher_class_open = HigherClassSessionOpenLocked(*ticket);
   PartitionState& p = *ticket->partition;
   const absl::Time now = clock_.Now();
   const Decision decision = AdmitTask(p.queue.size(), p.spec.max_queued_tasks, p.spec.name);
@@ -598,6 +604,7 @@ absl::StatusOr<TaskRef> Scheduler::Submit(const SessionTicket& ticket, const Tas
   absl::Time ignored;
   if (p.queue.empty() && info.deadline > now && MayAdmitLocked(p, info.qos, now, &ignored)) {
     AdmitLocked(p, *task, now);  // nothing waits ahead of it: skip the queue
+    if (notes != nullptr) notes->admitted = task->info.state == TaskState::kAdmitted;
     return task;
   }
   p.queue.Push(task->key, info.id);
@@ -904,14 +911,26 @@ absl::Status Scheduler::Start(const TaskRef& task) {
 
 void Scheduler::Finish(const TaskRef& task, const absl::Status& result,
                        absl::Duration device_time) {
+  Finish({TaskEnd{task, result, device_time}});
+}
+
+void Scheduler::Finish(absl::Span<const TaskEnd> ends) {
   absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_.Now();
+  for (const TaskEnd& end : ends) FinishLocked(end, now);
+  PumpLocked(now);
+}
+
+void Scheduler::FinishLocked(const TaskEnd& task_end, absl::Time now) {
+  const TaskRef& task = task_end.task;
+  const absl::Status& result = task_end.result;
+  const absl::Duration device_time = task_end.device_time;
   const TaskState state = task->info.state;
   const TaskState end = result.ok() ? TaskState::kSucceeded : TaskState::kFailed;
   // Not Admitted or Running: it ended already (a request that lost a race with Cancel, or a
   // second Finish). Checked first, so that nothing below is charged for it.
   if (!TaskTransitionAllowed(state, end)) return;
   PartitionState& p = *task->partition;
-  const absl::Time now = clock_.Now();
   // Pacing charges the task's own part of the device's time: tasks running at once share
   // the device, and the time each measures includes the others'.
   const absl::Duration own =
@@ -928,7 +947,6 @@ void Scheduler::Finish(const TaskRef& task, const absl::Status& result,
   // Allowed (checked above); a refusal would be a bug, which TransitionLocked logged.
   EndTaskLocked(*task, end, now, result.ok() ? absl::string_view() : result.message())
       .IgnoreError();
-  PumpLocked(now);
 }
 
 void Scheduler::AccountFinishLocked(Task& task, absl::Duration device_time, bool failed) {

@@ -91,6 +91,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "daemon/scheduler/admission.h"
 #include "daemon/scheduler/clock.h"
 #include "daemon/scheduler/dispatch_policy.h"
@@ -150,6 +151,20 @@ struct ShareClock {
 };
 using SessionTicket = std::shared_ptr<SessionAccount>;
 using TaskRef = std::shared_ptr<Task>;
+
+// What Submit saw, for its caller: whether the task was admitted at once (AwaitAdmission
+// would return at once), and HigherClassSessionOpen's answer at that moment.
+struct SubmitNotes {
+  bool admitted = false;
+  bool higher_class_open = false;
+};
+
+// A task's end, for Finish.
+struct TaskEnd {
+  TaskRef task;
+  absl::Status result;
+  absl::Duration device_time;
+};
 
 struct SessionAdmission {
   SessionTicket ticket;
@@ -340,7 +355,9 @@ class Scheduler {
   // Queues a task (and admits it at once if it may run). Its deadline is the scheduler's
   // clock at submission plus request.queue_timeout: every deadline is read on the one clock
   // that judges it. RESOURCE_EXHAUSTED (kQueueFull), NOT_FOUND after EndSession.
-  absl::StatusOr<TaskRef> Submit(const SessionTicket& ticket, const TaskRequest& request);
+  // With `notes`, also says what it saw (SubmitNotes), under the same lock.
+  absl::StatusOr<TaskRef> Submit(const SessionTicket& ticket, const TaskRequest& request,
+                                 SubmitNotes* notes = nullptr);
   // Admits every queued task that may run now and expires those past their deadline.
   // Returns when something may change next without a call (a deadline, a bucket refilled);
   // InfiniteFuture if nothing will.
@@ -360,6 +377,9 @@ class Scheduler {
   // succeeded, folds it into its session's estimate for its name. Pumps: what the task held
   // back may go. Does nothing for a task that already ended.
   void Finish(const TaskRef& task, const absl::Status& result, absl::Duration device_time);
+  // Finish for each of `ends`, in order, under one lock and with one pump at the end: what a
+  // pipeline's completion thread ends per batch of ops.
+  void Finish(absl::Span<const TaskEnd> ends);
   // Cancels a waiting or admitted task. NOT_FOUND (unknown or finished),
   // FAILED_PRECONDITION for a running task (device work cannot be stopped midway).
   absl::Status Cancel(uint64_t task_id, absl::string_view why);
@@ -393,6 +413,10 @@ class Scheduler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckDeviceLocked(int device_index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Time PumpLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Finish without the pump.
+  void FinishLocked(const TaskEnd& end, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool HigherClassSessionOpenLocked(const SessionAccount& account) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The share clock a task of `p` runs under: p's own when it reserves SMs, else its
   // device's shared one.
   ShareClock& ClockOfLocked(PartitionState& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -372,7 +372,10 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Open(const std::string&
 
 absl::StatusOr<std::shared_ptr<Session>> SessionManager::Touch(absl::string_view session_id) {
   const absl::Time now = clock_.Now();
-  absl::MutexLock lock(&mu_);
+  // Shared: the map is only read (every op of every session comes here; the lease renews
+  // under the session's own lock), and a close, which takes mu_ exclusively, still orders
+  // with it.
+  absl::ReaderMutexLock lock(&mu_);
   auto it = sessions_.find(session_id);
   if (it == sessions_.end() || it->second->lease_deadline() < now) {
     return SessionNotFoundError(session_id);
@@ -383,7 +386,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionManager::Touch(absl::string_view
 
 absl::StatusOr<std::shared_ptr<const Session>> SessionManager::Find(
     absl::string_view session_id) const {
-  absl::MutexLock lock(&mu_);
+  absl::ReaderMutexLock lock(&mu_);
   auto it = sessions_.find(session_id);
   if (it == sessions_.end()) return SessionNotFoundError(session_id);
   return std::shared_ptr<const Session>(it->second);

@@ -275,6 +275,11 @@ class ExecutorServer::Impl {
   void RunOrQueue(const std::shared_ptr<StreamState>& stream,
                   std::vector<std::function<void()>> works);
 
+  // Destroys gpukitd's events (each after the work queued before it on its stream; the
+  // device event once no later event shares it); NOT_FOUND (replied, with `seq`) names an
+  // unknown one, the others are destroyed all the same.
+  void DestroyEvents(uint64_t seq, const executor::DestroyEvent& destroy);
+
   absl::Status MapHostSegment(const executor::MapHostSegment& map, ScopedFd fd);
   absl::Status UnmapHostSegment(uint64_t key);
   absl::Status LoadModule(const executor::LoadModule& load, ScopedFd fd);
@@ -753,6 +758,64 @@ absl::Status ExecutorServer::Impl::LoadModule(const executor::LoadModule& load, 
   return absl::OkStatus();
 }
 
+void ExecutorServer::Impl::DestroyEvents(uint64_t seq, const executor::DestroyEvent& destroy) {
+  std::vector<std::pair<uint64_t, std::shared_ptr<EventState>>> found;
+  found.reserve(1 + static_cast<size_t>(destroy.more_events_size()));
+  std::vector<uint64_t> unknown;
+  {
+    absl::MutexLock lock(&mu_);
+    auto find = [&](uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      auto it = events_.find(id);
+      if (it == events_.end()) {
+        unknown.push_back(id);
+      } else if (it->second->stream == nullptr) {
+        events_.erase(it);  // recorded on no stream: nothing was queued for it
+      } else {
+        found.emplace_back(id, it->second);
+      }
+    };
+    find(destroy.event());
+    for (uint64_t id : destroy.more_events()) find(id);
+  }
+  if (!unknown.empty()) {
+    Reply(seq, absl::NotFoundError(absl::StrCat("executor: no event ", unknown.front())));
+  }
+  // Each after its stream's enqueue thread recorded it and after the waits queued before on
+  // its stream's completion thread (at once when none is: destroying an event whose work is
+  // pending is allowed). The events of one request are of one stream but for rare cases.
+  size_t begin = 0;
+  while (begin < found.size()) {
+    std::shared_ptr<StreamState> stream = found[begin].second->stream;
+    size_t end = begin + 1;
+    while (end < found.size() && found[end].second->stream == stream) ++end;
+    std::vector<std::pair<uint64_t, std::shared_ptr<EventState>>> events(
+        std::make_move_iterator(found.begin() + static_cast<ptrdiff_t>(begin)),
+        std::make_move_iterator(found.begin() + static_cast<ptrdiff_t>(end)));
+    StreamState* s = stream.get();
+    PushWork(stream, [this, s, events = std::move(events)] {
+      auto destroy = [this, events] {
+        for (const auto& [id, event] : events) {
+          std::shared_ptr<DeviceEventOwner> owner;  // released after the lock
+          {
+            absl::MutexLock lock(&event->stream->error_mu);  // see EventState::recorded
+            event->device_event = EventId{};
+            owner = std::move(event->owner);
+          }
+          owner.reset();  // destroys the device event unless a later event shares it
+        }
+        absl::MutexLock lock(&mu_);
+        for (const auto& [id, event] : events) events_.erase(id);
+      };
+      if (s->completions.idle()) {
+        destroy();
+      } else {
+        s->completions.Push(std::move(destroy));
+      }
+    });
+    begin = end;
+  }
+}
+
 void ExecutorServer::Impl::PushWork(const std::shared_ptr<StreamState>& stream,
                                     std::function<void()> work) {
   if (!in_batch_) {
@@ -1009,6 +1072,9 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       });
       return;
     }
+    case executor::Request::kDestroyEvent:
+      DestroyEvents(seq, request.destroy_event());
+      return;
     case executor::Request::kElapsedNs:
       if (request.elapsed_ns().pairs_size() > 0) {
         // Three device calls per pair (a query, a wait that returns at once, the elapsed
@@ -1028,12 +1094,9 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
         return;
       }
       [[fallthrough]];
-    case executor::Request::kWaitEvent:
-    case executor::Request::kDestroyEvent: {
+    case executor::Request::kWaitEvent: {
       const uint64_t event_id = request.body_case() == executor::Request::kWaitEvent
                                     ? request.wait_event().event()
-                                : request.body_case() == executor::Request::kDestroyEvent
-                                    ? request.destroy_event().event()
                                     : request.elapsed_ns().end();
       std::shared_ptr<EventState> event = FindEvent(event_id);
       if (event == nullptr || event->stream == nullptr) {
@@ -1083,18 +1146,6 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
               Reply(seq, status, 0, elapsed_from, elapsed_ns);
               break;
             }
-            case executor::Request::kDestroyEvent: {
-              std::shared_ptr<DeviceEventOwner> owner;  // released after the lock
-              {
-                absl::MutexLock lock(&event->stream->error_mu);  // see EventState::recorded
-                event->device_event = EventId{};
-                owner = std::move(event->owner);
-              }
-              owner.reset();  // destroys the device event unless a later event shares it
-              absl::MutexLock lock(&mu_);
-              events_.erase(request.destroy_event().event());
-              break;
-            }
             default: {
               std::shared_ptr<EventState> start = FindEvent(request.elapsed_ns().start());
               if (start == nullptr) {
@@ -1129,11 +1180,6 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
               },
               short_work ? SpinTime() : std::chrono::microseconds(0));
           done_already = done_already && !failed && !yielded;
-        }
-        // A destroy has nothing to wait for: with no wait of the stream queued before it, it
-        // is done here too (destroying an event whose work is pending is allowed).
-        if (kind == executor::Request::kDestroyEvent && s->completions.idle()) {
-          done_already = true;
         }
         if (done_already) {
           complete();

@@ -1986,24 +1986,35 @@ absl::StatusOr<bool> RemoteDevice::QueryEvent(EventId event) {
   return *done != 0;
 }
 
-absl::Status RemoteDevice::DestroyEvent(EventId event) {
+absl::Status RemoteDevice::DestroyEvent(EventId event) { return DestroyEvents({&event, 1}); }
+
+absl::Status RemoteDevice::DestroyEvents(absl::Span<const EventId> events) {
   Impl& d = *impl_;
-  bool current;
+  absl::Status first;
+  executor::Request request;
+  executor::DestroyEvent& destroy = *request.mutable_destroy_event();
   {
     absl::MutexLock lock(&d.mu_);
-    auto it = d.events_.find(event.value);
-    if (it == d.events_.end()) {
-      return absl::NotFoundError(absl::StrCat("unknown event ", event.value));
+    for (EventId event : events) {
+      auto it = d.events_.find(event.value);
+      if (it == d.events_.end()) {
+        first.Update(absl::NotFoundError(absl::StrCat("unknown event ", event.value)));
+        continue;
+      }
+      // One of an executor that was replaced since: the serving one never knew it.
+      if (it->second.generation == d.generation_) {
+        if (destroy.event() == 0) {
+          destroy.set_event(event.value);
+        } else {
+          destroy.add_more_events(event.value);
+        }
+      }
+      d.events_.erase(it);
+      d.culprit_errors_.erase(event.value);
     }
-    current = it->second.generation == d.generation_;
-    d.events_.erase(it);
-    d.culprit_errors_.erase(event.value);
   }
-  if (!current) return absl::OkStatus();
-  executor::Request request;
-  request.mutable_destroy_event()->set_event(event.value);
-  d.Hold(request);
-  return absl::OkStatus();
+  if (destroy.event() != 0) d.Hold(request);
+  return first;
 }
 
 absl::StatusOr<int64_t> RemoteDevice::EventElapsedNs(EventId start, EventId end) {

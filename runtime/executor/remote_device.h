@@ -139,6 +139,8 @@ class RemoteDevice final : public Device {
   absl::Status WaitEvent(EventId event) override;
   absl::StatusOr<bool> QueryEvent(EventId event) override;
   absl::Status DestroyEvent(EventId event) override;
+  // One request for all of them (held, as DestroyEvent's is).
+  absl::Status DestroyEvents(absl::Span<const EventId> events) override;
   absl::StatusOr<int64_t> EventElapsedNs(EventId start, EventId end) override;
   // One WaitEvent for the last pair's end (a round trip), then the pairs measured already by
   // their end's wait (measured from the start) are answered here and the rest in one more

@@ -583,7 +583,19 @@ TEST_F(RemoteDeviceTest, WaitEventPairsTakesOneWaitAndOneRoundTrip) {
   const int64_t before_empty = device_->executor_state().round_trips;
   EXPECT_TRUE(device_->WaitEventPairs({}).empty());
   EXPECT_EQ(device_->executor_state().round_trips, before_empty);
-  for (EventId event : events) GPUKIT_EXPECT_OK(device_->DestroyEvent(event));
+
+  // The batch's events go in one request; an unknown one is named, the others still go.
+  std::vector<EventId> doomed = events;
+  doomed.insert(doomed.begin() + 1, EventId{987654});
+  EXPECT_THAT(device_->DestroyEvents(doomed),
+              StatusIs(absl::StatusCode::kNotFound, ::testing::HasSubstr("987654")));
+  for (EventId event : events) {
+    EXPECT_THAT(device_->WaitEvent(event), StatusIs(absl::StatusCode::kNotFound));
+  }
+  GPUKIT_ASSERT_OK(RunOp("neg", stream));  // the executor took the request and serves on
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId after, device_->RecordEvent(stream));
+  GPUKIT_EXPECT_OK(device_->WaitEvent(after));
+  GPUKIT_EXPECT_OK(device_->DestroyEvents({&after, 1}));
 }
 
 // An op in the middle of the batch fails (its output is too small: the executor's enqueue

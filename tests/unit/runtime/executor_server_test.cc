@@ -26,6 +26,7 @@ namespace gpukit {
 namespace {
 
 using ::gpukit::testing::StatusIs;
+using ::testing::HasSubstr;
 
 constexpr uint64_t kStream = 1;
 constexpr uint64_t kBuffer = 1;
@@ -191,6 +192,30 @@ TEST_F(ExecutorServerTest, BackToBackEventsShareOneDeviceEvent) {
   EXPECT_EQ(device_->events_destroyed(), 4);
   Destroy(17);
   Destroy(18);
+}
+
+// One DestroyEvent request may carry many events (a pipeline's completion batch): each is
+// destroyed, and an unknown one is named in the reply without keeping the others.
+TEST_F(ExecutorServerTest, OneRequestDestroysManyEventsAndNamesAnUnknownOne) {
+  Record(30);
+  Fill();
+  Record(31);
+  Fill();
+  Record(32);
+  GPUKIT_ASSERT_OK(Wait(32));
+  EXPECT_EQ(device_->events_recorded(), 3);
+  executor::Request destroy;
+  destroy.mutable_destroy_event()->set_event(30);
+  for (uint64_t event : {31, 99, 32}) destroy.mutable_destroy_event()->add_more_events(event);
+  EXPECT_THAT(Call(destroy), StatusIs(absl::StatusCode::kNotFound, HasSubstr("no event 99")));
+  Fill();
+  Record(33);
+  GPUKIT_ASSERT_OK(Wait(33));  // after the destroys (they keep the stream's order)
+  EXPECT_EQ(device_->events_destroyed(), 3);
+  for (uint64_t event : {30, 31, 32}) {
+    EXPECT_THAT(Wait(event), StatusIs(absl::StatusCode::kNotFound)) << event;
+  }
+  Destroy(33);
 }
 
 // Work between two events, even work that failed to enqueue, means a record of its own; the

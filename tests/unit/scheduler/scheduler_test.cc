@@ -363,6 +363,51 @@ TEST_F(SchedulerTest, RaisingMaxRunningTasksAdmitsWaitingTasksAtOnce) {
   EXPECT_EQ(StatusOf("p").queued, 0);
 }
 
+// A batch of ends (a pipeline's completion batch) ends each task as Finish would, and the one
+// pump at its end admits what their slots held back.
+TEST_F(SchedulerTest, FinishOfABatchEndsEachTaskAndAdmitsWhatWaited) {
+  PartitionSpec p = WholeDevice("p");
+  p.max_running_tasks = 2;
+  Build({p});
+  SessionTicket s = Open("p");
+  TaskRef first = Submit(s);
+  TaskRef second = Submit(s);
+  TaskRef third = Submit(s);
+  ASSERT_THAT(scheduler().Start(first), IsOk());
+  ASSERT_THAT(scheduler().Start(second), IsOk());
+  EXPECT_EQ(StateOf(third), TaskState::kQueued);
+  scheduler().Finish({TaskEnd{first, absl::OkStatus(), absl::Milliseconds(3)},
+                      TaskEnd{second, absl::InternalError("boom"), absl::Milliseconds(2)},
+                      TaskEnd{first, absl::OkStatus(), absl::Milliseconds(7)}});  // ended: ignored
+  EXPECT_EQ(StateOf(first), TaskState::kSucceeded);
+  EXPECT_EQ(StateOf(second), TaskState::kFailed);
+  EXPECT_EQ(StateOf(third), TaskState::kAdmitted);
+  EXPECT_EQ(scheduler().Usage(s).device_time, absl::Milliseconds(5));
+  EXPECT_EQ(StatusOf("p").running, 1);
+}
+
+// Submit says whether it admitted the task at once (its caller then need not wait for the
+// admission) and whether a session of a higher class is open on the device.
+TEST_F(SchedulerTest, SubmitNotesTheAdmissionAndHigherClassSessions) {
+  PartitionSpec p = WholeDevice("p");
+  p.max_running_tasks = 1;
+  Build({p});
+  SessionTicket best_effort = Open("p", BestEffort());
+  SubmitNotes notes;
+  absl::StatusOr<TaskRef> first = scheduler().Submit(best_effort, Named("op"), &notes);
+  ASSERT_THAT(first, IsOk());
+  EXPECT_TRUE(notes.admitted);
+  EXPECT_FALSE(notes.higher_class_open);
+  SessionTicket guaranteed = Open("p", Guaranteed());
+  notes = SubmitNotes{};
+  absl::StatusOr<TaskRef> second = scheduler().Submit(best_effort, Named("op"), &notes);
+  ASSERT_THAT(second, IsOk());
+  EXPECT_FALSE(notes.admitted) << "the one slot is taken";
+  EXPECT_TRUE(notes.higher_class_open);
+  EXPECT_EQ(StateOf(*second), TaskState::kQueued);
+  scheduler().EndSession(guaranteed);
+}
+
 TEST_F(SchedulerTest, QuotaLoweredBelowUseRefusesNewAllocationsButKeepsExistingOnes) {
   Build({Partition("p", 32 * kMiB, 1.0)});
   SessionTicket s = Open("p");
