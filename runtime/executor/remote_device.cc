@@ -1444,7 +1444,7 @@ absl::StatusOr<uint64_t> RemoteDevice::Impl::AddBuffer(const PoolBlock& block, i
   for (;;) {
     if (block.address != 0) GPUKIT_RETURN_IF_ERROR(EnsureSegmentMapped(block.segment));
     absl::ReaderMutexLock gen(&gen_mu_);
-    absl::MutexLock lock(&mu_);
+    absl::ReleasableMutexLock lock(&mu_);
     // A restart since the mapping: map again in the new executor.
     if (block.address != 0 && !mapped_segments_.contains(block.segment.handle)) continue;
     const uint64_t id = next_id_++;
@@ -1453,8 +1453,10 @@ absl::StatusOr<uint64_t> RemoteDevice::Impl::AddBuffer(const PoolBlock& block, i
     buffer.block = block;
     if (counted) used_bytes_ += bytes;
     executor::Request request = DefineRequest(id, block, bytes);
+    lock.Release();
     // Without an executor (none could be started) the buffer waits for the next one's replay.
-    // Held: it goes with the first work that uses the buffer.
+    // Held: it goes with the first work that uses the buffer. Outside mu_ (a full hold sends
+    // a datagram), still under gen_mu_, so no restart comes between the table and the send.
     if (active_ != nullptr) HoldOn(*active_, request);
     return id;
   }
@@ -2131,9 +2133,17 @@ absl::Status RemoteDevice::RunOp(const OpLaunch& launch, StreamId stream) {
                                                  BackendName(properties().backend), " device ",
                                                  properties().index));
   }
-  GPUKIT_RETURN_IF_ERROR(BufferBytes(launch.output).status());
-  for (const OpOperand& input : launch.inputs) {
-    if (!input.is_scalar) GPUKIT_RETURN_IF_ERROR(BufferBytes(input.buffer).status());
+  {
+    absl::MutexLock lock(&impl_->mu_);  // one look at the table for every buffer of the op
+    auto known = [this](BufferId buffer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(impl_->mu_) {
+      return impl_->buffers_.contains(buffer.value)
+                 ? absl::OkStatus()
+                 : absl::NotFoundError(absl::StrCat("unknown buffer ", buffer.value));
+    };
+    GPUKIT_RETURN_IF_ERROR(known(launch.output));
+    for (const OpOperand& input : launch.inputs) {
+      if (!input.is_scalar) GPUKIT_RETURN_IF_ERROR(known(input.buffer));
+    }
   }
   executor::Request request;
   EncodeRunOp(launch, stream, *request.mutable_run_op());
