@@ -164,6 +164,22 @@ absl::Status CheckImportedRange(const ImportedMemory& memory) {
   return absl::OkStatus();
 }
 
+absl::Status Device::RunOpBetweenEvents(const OpLaunch& launch, StreamId stream, EventId* start,
+                                        EventId* end) {
+  GPUKIT_ASSIGN_OR_RETURN(EventId first, RecordEvent(stream));
+  absl::Status status = RunOp(launch, stream);
+  absl::StatusOr<EventId> last =
+      status.ok() ? RecordEvent(stream) : absl::StatusOr<EventId>(status);
+  if (!last.ok()) {
+    // Destroying a pending event is allowed on every backend.
+    DestroyEvent(first).IgnoreError();
+    return last.status();
+  }
+  *start = first;
+  *end = *last;
+  return absl::OkStatus();
+}
+
 absl::Status Device::DestroyEvents(absl::Span<const EventId> events) {
   absl::Status first;
   for (EventId event : events) first.Update(DestroyEvent(event));

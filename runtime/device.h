@@ -333,6 +333,13 @@ class Device {
   // implementation of the op (see SupportsOp).
   virtual bool SupportsOp(absl::string_view op_name) const = 0;
   virtual absl::Status RunOp(const OpLaunch& launch, StreamId stream) = 0;
+  // RecordEvent, RunOp, RecordEvent on `stream`: the op between two new events, returned in
+  // `*start` and `*end` (what a pipelined op's task waits for and measures). On an error no
+  // event is left; nothing is queued unless the end event's record failed after the op was
+  // queued. The default makes the three calls; a device behind a channel (RemoteDevice)
+  // sends them as one request.
+  virtual absl::Status RunOpBetweenEvents(const OpLaunch& launch, StreamId stream, EventId* start,
+                                          EventId* end);
 
   // Compiled device code (a cubin or PTX image) and raw kernel launches. Backends that
   // cannot run device code return FAILED_PRECONDITION.

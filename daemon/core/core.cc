@@ -490,8 +490,7 @@ absl::StatusOr<ArrayView> Core::RunOp(absl::string_view session_id, absl::string
   GPUKIT_ASSIGN_OR_RETURN(
       PreparedOp op, PrepareOp(*session, op_name, inputs, attrs, options, /*output_handle=*/""));
   Device& device = op.output->device();
-  absl::Status ran = op.task.Run(device, session->stream(),
-                                 [&] { return device.RunOp(op.launch, session->stream()); });
+  absl::Status ran = op.task.RunOp(device, session->stream(), op.launch);
   GPUKIT_RETURN_IF_ERROR(Conclude(
       *session,
       NoteExecutorFailure(*session, device, absl::StrCat("op ", op_name), std::move(ran))));

@@ -132,8 +132,7 @@ absl::StatusOr<ArrayView> OpPipeline::Queue(uint64_t index, absl::string_view op
   }
   Device& device = op->output->device();
   const StreamId stream = session->stream();
-  absl::StatusOr<EnqueuedTask> work =
-      op->task.Enqueue(device, stream, [&] { return device.RunOp(op->launch, stream); });
+  absl::StatusOr<EnqueuedTask> work = op->task.EnqueueOp(device, stream, op->launch);
   if (!work.ok()) {
     // Nothing of this op was queued; the ops before it still pin what they use.
     ReleaseSlot();

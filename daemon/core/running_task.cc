@@ -62,12 +62,32 @@ absl::StatusOr<EnqueuedTask> RunningTask::Enqueue(Device& device, StreamId strea
   return work;
 }
 
+absl::StatusOr<EnqueuedTask> RunningTask::EnqueueOp(Device& device, StreamId stream,
+                                                    const OpLaunch& launch) {
+  GPUKIT_RETURN_IF_ERROR(scheduler_.Start(task_));
+  EventId start;
+  EventId end;
+  // On an error no event is left; the op ran only if the end event failed (see Enqueue).
+  if (absl::Status status = device.RunOpBetweenEvents(launch, stream, &start, &end); !status.ok()) {
+    return Fail(std::move(status));
+  }
+  EnqueuedTask work(scheduler_, std::move(task_), device, start, end);
+  return work;
+}
+
 absl::Status RunningTask::Run(Device& device, StreamId stream,
                               const std::function<absl::Status()>& enqueue,
                               absl::Duration* measured) {
   // The events, the work and the wait go to a device executor as one message.
   DeviceBatch batch(device);
   GPUKIT_ASSIGN_OR_RETURN(EnqueuedTask work, Enqueue(device, stream, enqueue));
+  return work.WaitAndFinish(measured);
+}
+
+absl::Status RunningTask::RunOp(Device& device, StreamId stream, const OpLaunch& launch,
+                                absl::Duration* measured) {
+  DeviceBatch batch(device);  // see Run
+  GPUKIT_ASSIGN_OR_RETURN(EnqueuedTask work, EnqueueOp(device, stream, launch));
   return work.WaitAndFinish(measured);
 }
 

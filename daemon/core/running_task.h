@@ -17,7 +17,8 @@
 //   work.Finish(status, DeviceTimeBetween(device, work.start_event(), work.end_event()));
 //
 // Cost: Enqueue is two RecordEvent calls and the work's own enqueue (messages to the
-// device; no wait); Run adds one WaitEvent and one EventElapsedNs.
+// device; no wait); EnqueueOp is one (Device::RunOpBetweenEvents); Run and RunOp add one
+// WaitEvent and one EventElapsedNs.
 //
 // Thread safety: each object is used by one thread at a time (it may move between threads);
 // the scheduler and the device are thread-safe.
@@ -77,11 +78,18 @@ class RunningTask {
   // that error, which is returned.
   absl::StatusOr<EnqueuedTask> Enqueue(Device& device, StreamId stream,
                                        const std::function<absl::Status()>& enqueue);
+  // Enqueue of an op: Device::RunOpBetweenEvents (to a device executor one request, not
+  // three).
+  absl::StatusOr<EnqueuedTask> EnqueueOp(Device& device, StreamId stream, const OpLaunch& launch);
 
   // Enqueue, then waits for the work and finishes the task with its status and the device
   // time the events measured (also stored in `measured` when given).
   absl::Status Run(Device& device, StreamId stream, const std::function<absl::Status()>& enqueue,
                    absl::Duration* measured = nullptr);
+
+  // Run of an op, through EnqueueOp.
+  absl::Status RunOp(Device& device, StreamId stream, const OpLaunch& launch,
+                     absl::Duration* measured = nullptr);
 
   // Scheduler::HigherClassSessionOpen for the task's session when it was submitted.
   bool higher_class_open() const { return higher_class_open_; }

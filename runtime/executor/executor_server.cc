@@ -275,6 +275,13 @@ class ExecutorServer::Impl {
   void RunOrQueue(const std::shared_ptr<StreamState>& stream,
                   std::vector<std::function<void()>> works);
 
+  // Registers gpukitd's event `id` of stream `stream_id` (`stream`, null when unknown: the
+  // event then carries NOT_FOUND as its error).
+  std::shared_ptr<EventState> NewEvent(const std::shared_ptr<StreamState>& stream,
+                                       uint64_t stream_id, uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Records `event` (gpukitd's `id`) at this point of `stream`: on its enqueue thread, in
+  // its order. It shares the previous event's device event when no work came between.
+  void RecordOnStream(StreamState& stream, const std::shared_ptr<EventState>& event, uint64_t id);
   // Destroys gpukitd's events (each after the work queued before it on its stream; the
   // device event once no later event shares it); NOT_FOUND (replied, with `seq`) names an
   // unknown one, the others are destroyed all the same.
@@ -758,6 +765,54 @@ absl::Status ExecutorServer::Impl::LoadModule(const executor::LoadModule& load, 
   return absl::OkStatus();
 }
 
+std::shared_ptr<EventState> ExecutorServer::Impl::NewEvent(
+    const std::shared_ptr<StreamState>& stream, uint64_t stream_id, uint64_t id) {
+  auto event = std::make_shared<EventState>();
+  event->stream = stream;
+  event->stream_id = stream_id;
+  if (stream == nullptr) {
+    event->enqueue_error = absl::NotFoundError(absl::StrCat("executor: no stream ", stream_id));
+  }
+  absl::MutexLock lock(&mu_);
+  events_[id] = event;
+  return event;
+}
+
+void ExecutorServer::Impl::RecordOnStream(StreamState& stream,
+                                          const std::shared_ptr<EventState>& event, uint64_t id) {
+  StreamState* s = &stream;
+  std::shared_ptr<EventState> previous = s->last_event.lock();
+  event->previous = std::exchange(s->last_event, event);
+  event->previous_id = std::exchange(s->last_event_id, id);
+  std::shared_ptr<DeviceEventOwner> owner;
+  EventId device_event;
+  if (!s->work_since_last_event && previous != nullptr) {
+    absl::MutexLock lock(&s->error_mu);  // a destroy of `previous` takes its owner
+    owner = previous->owner;
+    device_event = previous->device_event;
+  }
+  s->work_since_last_event = false;
+  const bool shared = owner != nullptr;
+  absl::Status record_error;
+  if (!shared) {
+    absl::StatusOr<EventId> recorded =
+        s->create_error.ok() ? device_.RecordEvent(s->device_stream) : s->create_error;
+    if (recorded.ok()) {
+      device_event = *recorded;
+      owner = std::make_shared<DeviceEventOwner>(device_, device_event);
+    } else {
+      record_error = recorded.status();
+    }
+  }
+  absl::MutexLock lock(&s->error_mu);
+  event->recorded = true;
+  event->enqueue_error = std::exchange(s->enqueue_error, absl::OkStatus());
+  if (event->enqueue_error.ok()) event->enqueue_error = record_error;
+  event->device_event = device_event;
+  event->owner = std::move(owner);
+  event->shared = shared;
+}
+
 void ExecutorServer::Impl::DestroyEvents(uint64_t seq, const executor::DestroyEvent& destroy) {
   std::vector<std::pair<uint64_t, std::shared_ptr<EventState>>> found;
   found.reserve(1 + static_cast<size_t>(destroy.more_events_size()));
@@ -985,12 +1040,22 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
           : request.body_case() == executor::Request::kRunOp ? request.run_op().stream()
                                                              : request.launch().stream();
       std::shared_ptr<StreamState> stream = FindStream(stream_id);
+      // A RunOp may carry the events recorded right before and after it.
+      const bool has_events =
+          request.body_case() == executor::Request::kRunOp && request.run_op().start_event() != 0;
+      std::shared_ptr<EventState> start;
+      std::shared_ptr<EventState> end;
+      if (has_events) {
+        start = NewEvent(stream, stream_id, request.run_op().start_event());
+        end = NewEvent(stream, stream_id, request.run_op().end_event());
+      }
       if (stream == nullptr) {
         spdlog::warn("executor: work for unknown stream {}", stream_id);
         return;
       }
       StreamState* s = stream.get();
-      PushWork(stream, [this, s, request = std::move(request)] {
+      PushWork(stream, [this, s, request = std::move(request), start, end] {
+        if (start != nullptr) RecordOnStream(*s, start, request.run_op().start_event());
         absl::Status status = s->create_error;
         if (status.ok()) {
           switch (request.body_case()) {
@@ -1020,55 +1085,19 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
           absl::MutexLock lock(&s->error_mu);
           if (s->enqueue_error.ok()) s->enqueue_error = status;
         }
+        if (end != nullptr) RecordOnStream(*s, end, request.run_op().end_event());
       });
       return;
     }
     case executor::Request::kRecordEvent: {
-      std::shared_ptr<StreamState> stream = FindStream(request.record_event().stream());
-      auto event = std::make_shared<EventState>();
-      event->stream = stream;
-      event->stream_id = request.record_event().stream();
-      {
-        absl::MutexLock lock(&mu_);
-        events_[request.record_event().event()] = event;
-      }
-      if (stream == nullptr) {
-        event->enqueue_error = absl::NotFoundError(
-            absl::StrCat("executor: no stream ", request.record_event().stream()));
-        return;
-      }
+      const uint64_t stream_id = request.record_event().stream();
+      std::shared_ptr<StreamState> stream = FindStream(stream_id);
+      std::shared_ptr<EventState> event =
+          NewEvent(stream, stream_id, request.record_event().event());
+      if (stream == nullptr) return;
       StreamState* s = stream.get();
       PushWork(stream, [this, s, event, id = request.record_event().event()] {
-        std::shared_ptr<EventState> previous = s->last_event.lock();
-        event->previous = std::exchange(s->last_event, event);
-        event->previous_id = std::exchange(s->last_event_id, id);
-        std::shared_ptr<DeviceEventOwner> owner;
-        EventId device_event;
-        if (!s->work_since_last_event && previous != nullptr) {
-          absl::MutexLock lock(&s->error_mu);  // a destroy of `previous` takes its owner
-          owner = previous->owner;
-          device_event = previous->device_event;
-        }
-        s->work_since_last_event = false;
-        const bool shared = owner != nullptr;
-        absl::Status record_error;
-        if (!shared) {
-          absl::StatusOr<EventId> recorded =
-              s->create_error.ok() ? device_.RecordEvent(s->device_stream) : s->create_error;
-          if (recorded.ok()) {
-            device_event = *recorded;
-            owner = std::make_shared<DeviceEventOwner>(device_, device_event);
-          } else {
-            record_error = recorded.status();
-          }
-        }
-        absl::MutexLock lock(&s->error_mu);
-        event->recorded = true;
-        event->enqueue_error = std::exchange(s->enqueue_error, absl::OkStatus());
-        if (event->enqueue_error.ok()) event->enqueue_error = record_error;
-        event->device_event = device_event;
-        event->owner = std::move(owner);
-        event->shared = shared;
+        RecordOnStream(*s, event, id);
       });
       return;
     }

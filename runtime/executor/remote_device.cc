@@ -2127,6 +2127,51 @@ bool RemoteDevice::SupportsOp(absl::string_view op_name) const {
 }
 
 absl::Status RemoteDevice::RunOp(const OpLaunch& launch, StreamId stream) {
+  GPUKIT_RETURN_IF_ERROR(CheckOp(launch));
+  executor::Request request;
+  EncodeRunOp(launch, stream, *request.mutable_run_op());
+  return impl_->EnqueueCopy(request, stream.value, 0, nullptr, 0);
+}
+
+absl::Status RemoteDevice::RunOpBetweenEvents(const OpLaunch& launch, StreamId stream,
+                                              EventId* start, EventId* end) {
+  GPUKIT_RETURN_IF_ERROR(CheckOp(launch));
+  executor::Request request;
+  EncodeRunOp(launch, stream, *request.mutable_run_op());
+  Impl& d = *impl_;
+  absl::ReaderMutexLock gen(&d.gen_mu_);
+  if (d.active_ == nullptr) return absl::UnavailableError("the device executor is not running");
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<absl::Mutex> order, d.StreamOrder(stream.value));
+  absl::MutexLock ordered(order.get());  // see EnqueueCopy
+  {
+    absl::MutexLock lock(&d.mu_);
+    auto it = d.streams_.find(stream.value);
+    if (it == d.streams_.end()) {
+      return absl::NotFoundError(absl::StrCat("unknown stream ", stream.value));
+    }
+    Impl::Stream& s = it->second;
+    // The start event, the op and the end event take the stream's next three places, as
+    // the three calls would.
+    auto add_event = [&](uint64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d.mu_) {
+      const uint64_t id = d.next_id_++;
+      Impl::Event& event = d.events_[id];
+      event.stream = stream.value;
+      event.seq = seq;
+      event.generation = d.generation_;
+      event.previous_seq = std::exchange(s.last_event_seq, seq);
+      return id;
+    };
+    start->value = add_event(s.next_seq++);
+    ++s.next_seq;  // the op's
+    end->value = add_event(s.next_seq++);
+  }
+  request.mutable_run_op()->set_start_event(start->value);
+  request.mutable_run_op()->set_end_event(end->value);
+  d.SendWork(*d.active_, request);
+  return absl::OkStatus();
+}
+
+absl::Status RemoteDevice::CheckOp(const OpLaunch& launch) const {
   if (launch.op == nullptr) return absl::InvalidArgumentError("RunOp without an op");
   if (!SupportsOp(launch.op->name)) {
     return absl::UnimplementedError(absl::StrCat("op ", launch.op->name, " is not implemented on ",
@@ -2145,9 +2190,7 @@ absl::Status RemoteDevice::RunOp(const OpLaunch& launch, StreamId stream) {
       if (!input.is_scalar) GPUKIT_RETURN_IF_ERROR(known(input.buffer));
     }
   }
-  executor::Request request;
-  EncodeRunOp(launch, stream, *request.mutable_run_op());
-  return impl_->EnqueueCopy(request, stream.value, 0, nullptr, 0);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ModuleId> RemoteDevice::LoadModule(absl::string_view image) {

@@ -153,6 +153,9 @@ class RemoteDevice final : public Device {
 
   bool SupportsOp(absl::string_view op_name) const override;
   absl::Status RunOp(const OpLaunch& launch, StreamId stream) override;
+  // One RunOp request that carries both events (the executor records them around the op).
+  absl::Status RunOpBetweenEvents(const OpLaunch& launch, StreamId stream, EventId* start,
+                                  EventId* end) override;
 
   absl::StatusOr<ModuleId> LoadModule(absl::string_view image) override;
   absl::Status UnloadModule(ModuleId module) override;
@@ -169,6 +172,8 @@ class RemoteDevice final : public Device {
 
  private:
   explicit RemoteDevice(std::unique_ptr<Impl> impl);
+  // RunOp's checks: the op is supported and its buffers are known.
+  absl::Status CheckOp(const OpLaunch& launch) const;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -112,6 +112,11 @@ class RemoteDeviceTest : public ::testing::Test {
 
   // Enqueues the built-in `op` over the op input into the op output (or `output`).
   absl::Status RunOp(absl::string_view op, StreamId stream, BufferId output = BufferId{}) {
+    GPUKIT_ASSIGN_OR_RETURN(OpLaunch launch, Launch(op, output));
+    return device_->RunOp(launch, stream);
+  }
+  // `op` of the op buffers' input, into `output` (default: the op output buffer).
+  absl::StatusOr<OpLaunch> Launch(absl::string_view op, BufferId output = BufferId{}) {
     const OpRegistry& registry = OpRegistry::Builtin();
     OpLaunch launch;
     GPUKIT_ASSIGN_OR_RETURN(launch.op, registry.Find(op));
@@ -123,7 +128,7 @@ class RemoteDeviceTest : public ::testing::Test {
     operand.desc = desc.tensor;
     launch.inputs = {operand};
     launch.output = output.value != 0 ? output : op_output_;
-    return device_->RunOp(launch, stream);
+    return launch;
   }
 
   // Records an event on `stream`, waits for it and destroys it: the wait's status.
@@ -629,6 +634,48 @@ TEST_F(RemoteDeviceTest, WaitEventPairsGivesAFailingOpsErrorToItsPairOnly) {
   EXPECT_EQ(batch[1].status, single);
   GPUKIT_EXPECT_OK(device_->WaitEvent(events[1]));
   for (EventId event : events) GPUKIT_EXPECT_OK(device_->DestroyEvent(event));
+}
+
+// RunOpBetweenEvents sends RecordEvent, RunOp, RecordEvent as one request: each op's pair
+// gets its own outcome (a failing op's error on its pair only, as WaitEvent gives it), the
+// ops run in order, and an op refused by its checks leaves nothing behind.
+TEST_F(RemoteDeviceTest, RunOpBetweenEventsGivesEachOpItsOwnPair) {
+  Start();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
+  MakeOpBuffers(stream);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId too_small, device_->Allocate(4));
+  std::vector<EventPair> pairs(3);
+  for (int i = 0; i < 3; ++i) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(OpLaunch launch,
+                                Launch(i == 2 ? "neg" : "abs", i == 1 ? too_small : BufferId{}));
+    GPUKIT_ASSERT_OK(device_->RunOpBetweenEvents(launch, stream, &pairs[i].start, &pairs[i].end));
+  }
+  const std::vector<EventPairOutcome> batch = device_->WaitEventPairs(pairs);
+  ASSERT_EQ(batch.size(), pairs.size());
+  GPUKIT_EXPECT_OK(batch[0].status);
+  EXPECT_THAT(batch[1].status, StatusIs(absl::StatusCode::kOutOfRange));
+  GPUKIT_EXPECT_OK(batch[2].status);
+  EXPECT_GE(batch[2].elapsed_ns, 0);
+  EXPECT_EQ(batch[1].status, device_->WaitEvent(pairs[1].end));
+  GPUKIT_EXPECT_OK(device_->WaitEvent(pairs[1].start));  // the error is the op's, after it
+  // The last op (neg) ran after the first (abs): the output holds its values.
+  const std::vector<char> bytes = ReadBack(op_output_, stream);
+  std::vector<float> values(4);
+  std::memcpy(values.data(), bytes.data(), 16);
+  EXPECT_EQ(values, (std::vector<float>{-1, -2, -3, -4}));
+
+  GPUKIT_ASSERT_OK_AND_ASSIGN(OpLaunch unknown, Launch("neg", BufferId{424242}));
+  EventId start{7};
+  EventId end{7};
+  EXPECT_THAT(device_->RunOpBetweenEvents(unknown, stream, &start, &end),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(start.value, 7u);  // untouched: no event was made
+  std::vector<EventId> events;
+  for (const EventPair& pair : pairs) {
+    events.push_back(pair.start);
+    events.push_back(pair.end);
+  }
+  GPUKIT_EXPECT_OK(device_->DestroyEvents(events));
 }
 
 // A pair whose end has not run is FAILED_PRECONDITION, answered at once: the batch names its
