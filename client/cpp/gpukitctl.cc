@@ -65,7 +65,7 @@ Partition flags:
                                (required by create)
   --bandwidth SHARE            most of the device it may take, in [compute, 1]; 0: no cap
   --max-queued N               tasks that may wait at once (default 1024)
-  --max-running N              tasks that may run at once (default 64)
+  --max-running N              tasks that may run at once (default 1024)
   --max-sessions N             sessions that may be open at once (0: no limit)
   --spill, --no-spill          spill reclaimed memory to host memory, or refuse allocations
   --reserve-sms, --no-reserve-sms

@@ -32,10 +32,12 @@
 // seen after it, so Sync may name an op queued before the one that faulted; its message
 // then says the device was poisoned by an earlier fault.
 //
-// Cost per op: the op's checks and admission, as Core::RunOp, and three messages to the
-// device (two RecordEvent, RunOp) with no wait; the completion thread waits once per batch
-// of ops queued meanwhile (they share one stream, so the last end event covers all) and
-// measures each op's device time (OpPipeline::CompleteBatch).
+// Cost per op: the op's checks and admission, as Core::RunOp, and one call to the device
+// (RunOpBetweenEvents: the op between its two events; one request to a device executor)
+// with no wait; the completion thread waits once per batch of ops queued meanwhile (they
+// share one stream, so the last end event covers all), measures each op's device time, and
+// ends the batch's tasks in one scheduler call and its events in one DestroyEvents
+// (OpPipeline::CompleteBatch).
 //
 // Flow control: at most CoreOptions::max_ops_in_flight ops are queued and not yet completed;
 // RunOp waits for the oldest beyond that (so a pipeline never holds more running tasks).
@@ -43,7 +45,8 @@
 // Thread safety: RunOp, Free and Sync are called by one thread at a time (the stream's
 // owner), with increasing indices; Close and the destructor by that thread, or by another
 // once it has stopped calling. handle_prefix, session_id, in_flight, HoldCompletions and
-// ReleaseCompletions may be called from any thread. One completion thread per pipeline, started by OpenPipeline, joined by Close.
+// ReleaseCompletions may be called from any thread. One completion thread per pipeline, started by
+// OpenPipeline, joined by Close.
 #ifndef GPUKIT_DAEMON_CORE_OP_PIPELINE_H_
 #define GPUKIT_DAEMON_CORE_OP_PIPELINE_H_
 

@@ -10,7 +10,9 @@
 //                           RunningTask::Create(scheduler, session, TaskKind::kOp, "add", {}));
 //   // waits:
 //   GPUKIT_RETURN_IF_ERROR(task.Run(device, stream, [&] { return device.RunOp(l, stream); }));
-//   // or not:
+//   // an op, waiting (RunOp) or not (EnqueueOp: the op between its events in one call):
+//   GPUKIT_RETURN_IF_ERROR(task.RunOp(device, stream, launch));
+//   // other work, not waiting:
 //   GPUKIT_ASSIGN_OR_RETURN(EnqueuedTask work, task.Enqueue(device, stream, enqueue));
 //   ... later, on another thread:
 //   absl::Status status = device.WaitEvent(work.end_event());

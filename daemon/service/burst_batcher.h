@@ -12,7 +12,7 @@
 //   BurstBatcher batcher([&] { pipeline.ReleaseCompletions(); });  // after each batch
 //   for (const Op& op : burst) {
 //     batcher.BeforeOp(device);
-//     ... RecordEvent, RunOp, RecordEvent on `device` ...
+//     ... RunOpBetweenEvents on `device` ...
 //   }
 //   batcher.EndBurst();  // before waiting for the device or for the client
 //

@@ -123,7 +123,9 @@ bool RunsStreamWorkInline(const Device& device) {
 // The most stream requests of one message the reading thread runs itself: a synchronous op's
 // (its events, the op, the wait, the previous op's event destroys). A longer run (a
 // pipelined burst) goes to the stream's thread, so the reader reads the next burst while
-// this one is enqueued.
+// this one is enqueued. An op that carries its events counts as the three requests it
+// replaces: counted as one, bursts of up to 8 ops ran on the reader, which took one
+// session's pipeline 10-15% faster and 8 sessions' 10-18% slower (docs/benchmarks.md).
 constexpr size_t kMostInlineWorks = 8;
 
 struct EventState;
@@ -263,17 +265,24 @@ class ExecutorServer::Impl {
   absl::Status EnqueueCopy(const executor::Copy& copy, const StreamState& stream);
   absl::Status EnqueueLaunch(const executor::Launch& launch, const StreamState& stream);
 
-  // Queues `work` on the stream's enqueue thread; inside a Batch, at the batch's end, with
-  // the rest of the stream's work of the batch as one item (its thread wakes once).
-  void PushWork(const std::shared_ptr<StreamState>& stream, std::function<void()> work);
+  // A stream's work of one message, and how many requests' worth it is (an op that carries
+  // its events counts as the three requests it replaces).
+  struct StreamWorks {
+    std::vector<std::function<void()>> works;
+    size_t weight = 0;
+  };
+  // Queues `work` (`weight` requests' worth) on the stream's enqueue thread; inside a Batch,
+  // at the batch's end, with the rest of the stream's work of the batch as one item (its
+  // thread wakes once).
+  void PushWork(const std::shared_ptr<StreamState>& stream, std::function<void()> work,
+                size_t weight = 1);
   void PushBatchWork();
-  // Runs `works` on the reading thread at once when inline_work_, there are at most
+  // Runs `works` on the reading thread at once when inline_work_, they weigh at most
   // kMostInlineWorks and the stream's enqueue thread has nothing queued or running (it is
   // the reading thread that queues there, so the stream's order holds), else queues them
-  // there as one item. A GPU only queues the
-  // work, so the reader is not held; the hand-off to the stream's thread is saved.
-  void RunOrQueue(const std::shared_ptr<StreamState>& stream,
-                  std::vector<std::function<void()>> works);
+  // there as one item. A GPU only queues the work, so the reader is not held long; the
+  // hand-off to the stream's thread is saved.
+  void RunOrQueue(const std::shared_ptr<StreamState>& stream, StreamWorks works);
 
   // Registers gpukitd's event `id` of stream `stream_id` (`stream`, null when unknown: the
   // event then carries NOT_FOUND as its error).
@@ -316,8 +325,7 @@ class ExecutorServer::Impl {
   RecentActivity activity_{ExecutorReaderPollTime(), &waits_owed_};
   // The reading thread's own: whether it is handling a Batch, and the batch's stream work.
   bool in_batch_ = false;
-  std::vector<std::pair<std::shared_ptr<StreamState>, std::vector<std::function<void()>>>>
-      batch_work_;
+  std::vector<std::pair<std::shared_ptr<StreamState>, StreamWorks>> batch_work_;
   absl::Mutex alive_mu_;
   int streams_alive_ ABSL_GUARDED_BY(alive_mu_) = 0;
   // Held by the thread that reports a fault until the process ends; set with it.
@@ -872,21 +880,23 @@ void ExecutorServer::Impl::DestroyEvents(uint64_t seq, const executor::DestroyEv
 }
 
 void ExecutorServer::Impl::PushWork(const std::shared_ptr<StreamState>& stream,
-                                    std::function<void()> work) {
+                                    std::function<void()> work, size_t weight) {
+  StreamWorks* works = nullptr;
+  StreamWorks single;
   if (!in_batch_) {
-    std::vector<std::function<void()>> works;
-    works.push_back(std::move(work));
-    RunOrQueue(stream, std::move(works));
-    return;
-  }
-  for (auto& [s, works] : batch_work_) {
-    if (s == stream) {
-      works.push_back(std::move(work));
-      return;
+    works = &single;
+  } else {
+    for (auto& [s, batch] : batch_work_) {
+      if (s == stream) {
+        works = &batch;
+        break;
+      }
     }
+    if (works == nullptr) works = &batch_work_.emplace_back(stream, StreamWorks{}).second;
   }
-  batch_work_.emplace_back(stream, std::vector<std::function<void()>>{});
-  batch_work_.back().second.push_back(std::move(work));
+  works->works.push_back(std::move(work));
+  works->weight += weight;
+  if (!in_batch_) RunOrQueue(stream, std::move(single));
 }
 
 void ExecutorServer::Impl::PushBatchWork() {
@@ -895,15 +905,15 @@ void ExecutorServer::Impl::PushBatchWork() {
 }
 
 void ExecutorServer::Impl::RunOrQueue(const std::shared_ptr<StreamState>& stream,
-                                      std::vector<std::function<void()>> works) {
-  if (inline_work_ && works.size() <= kMostInlineWorks && stream->enqueues.idle()) {
-    for (const std::function<void()>& work : works) work();
+                                      StreamWorks works) {
+  if (inline_work_ && works.weight <= kMostInlineWorks && stream->enqueues.idle()) {
+    for (const std::function<void()>& work : works.works) work();
     return;
   }
-  if (works.size() == 1) {
-    stream->enqueues.Push(std::move(works.front()));
+  if (works.works.size() == 1) {
+    stream->enqueues.Push(std::move(works.works.front()));
   } else {
-    stream->enqueues.Push([works = std::move(works)] {
+    stream->enqueues.Push([works = std::move(works.works)] {
       for (const std::function<void()>& work : works) work();
     });
   }
@@ -1041,8 +1051,9 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
                                                              : request.launch().stream();
       std::shared_ptr<StreamState> stream = FindStream(stream_id);
       // A RunOp may carry the events recorded right before and after it.
-      const bool has_events =
-          request.body_case() == executor::Request::kRunOp && request.run_op().start_event() != 0;
+      const bool has_events = request.body_case() == executor::Request::kRunOp &&
+                              request.run_op().start_event() != 0 &&
+                              request.run_op().end_event() != 0;
       std::shared_ptr<EventState> start;
       std::shared_ptr<EventState> end;
       if (has_events) {
@@ -1054,39 +1065,42 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
         return;
       }
       StreamState* s = stream.get();
-      PushWork(stream, [this, s, request = std::move(request), start, end] {
-        if (start != nullptr) RecordOnStream(*s, start, request.run_op().start_event());
-        absl::Status status = s->create_error;
-        if (status.ok()) {
-          switch (request.body_case()) {
-            case executor::Request::kCopy:
-              status = EnqueueCopy(request.copy(), *s);
-              break;
-            case executor::Request::kFill: {
-              absl::StatusOr<BufferId> buffer = FindBuffer(request.fill().buffer());
-              status = buffer.ok() ? device_.FillZero(*buffer, request.fill().offset(),
-                                                      request.fill().bytes(), s->device_stream)
-                                   : buffer.status();
-              break;
+      PushWork(
+          stream,
+          [this, s, request = std::move(request), start, end] {
+            if (start != nullptr) RecordOnStream(*s, start, request.run_op().start_event());
+            absl::Status status = s->create_error;
+            if (status.ok()) {
+              switch (request.body_case()) {
+                case executor::Request::kCopy:
+                  status = EnqueueCopy(request.copy(), *s);
+                  break;
+                case executor::Request::kFill: {
+                  absl::StatusOr<BufferId> buffer = FindBuffer(request.fill().buffer());
+                  status = buffer.ok() ? device_.FillZero(*buffer, request.fill().offset(),
+                                                          request.fill().bytes(), s->device_stream)
+                                       : buffer.status();
+                  break;
+                }
+                case executor::Request::kRunOp: {
+                  absl::StatusOr<OpLaunch> launch =
+                      DecodeRunOp(request.run_op(), [this](uint64_t id) { return FindBuffer(id); });
+                  status = launch.ok() ? device_.RunOp(*launch, s->device_stream) : launch.status();
+                  break;
+                }
+                default:
+                  status = EnqueueLaunch(request.launch(), *s);
+                  break;
+              }
             }
-            case executor::Request::kRunOp: {
-              absl::StatusOr<OpLaunch> launch = DecodeRunOp(
-                  request.run_op(), [this](uint64_t id) { return FindBuffer(id); });
-              status = launch.ok() ? device_.RunOp(*launch, s->device_stream) : launch.status();
-              break;
+            s->work_since_last_event = true;
+            if (!status.ok()) {
+              absl::MutexLock lock(&s->error_mu);
+              if (s->enqueue_error.ok()) s->enqueue_error = status;
             }
-            default:
-              status = EnqueueLaunch(request.launch(), *s);
-              break;
-          }
-        }
-        s->work_since_last_event = true;
-        if (!status.ok()) {
-          absl::MutexLock lock(&s->error_mu);
-          if (s->enqueue_error.ok()) s->enqueue_error = status;
-        }
-        if (end != nullptr) RecordOnStream(*s, end, request.run_op().end_event());
-      });
+            if (end != nullptr) RecordOnStream(*s, end, request.run_op().end_event());
+          },
+          has_events ? 3 : 1);
       return;
     }
     case executor::Request::kRecordEvent: {

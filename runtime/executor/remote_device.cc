@@ -1991,6 +1991,13 @@ absl::StatusOr<bool> RemoteDevice::QueryEvent(EventId event) {
 absl::Status RemoteDevice::DestroyEvent(EventId event) { return DestroyEvents({&event, 1}); }
 
 absl::Status RemoteDevice::DestroyEvents(absl::Span<const EventId> events) {
+  // A request of at most this many events stays far below a datagram's size.
+  constexpr size_t kMostPerRequest = 2048;
+  if (events.size() > kMostPerRequest) {
+    absl::Status first = DestroyEvents(events.subspan(0, kMostPerRequest));
+    first.Update(DestroyEvents(events.subspan(kMostPerRequest)));
+    return first;
+  }
   Impl& d = *impl_;
   absl::Status first;
   executor::Request request;

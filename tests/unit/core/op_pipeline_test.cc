@@ -8,7 +8,6 @@
 #include "daemon/core/op_pipeline.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -20,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "daemon/core/core.h"
 #include "daemon/scheduler/clock.h"
@@ -274,49 +274,58 @@ TEST_F(OpPipelineTest, TasksInFlightNeverExceedTheCap) {
 // cap: none of their ops may wait for a slot (each such wait costs a wake-up per op).
 TEST_F(OpPipelineTest, EightPipelinesAtTheirCapFitTheDefaultPartitionsSlots) {
   const int cap = CoreOptions{}.max_ops_in_flight;
-  const std::string x = Floats(std::vector<float>(16, 1.0f));
   std::vector<std::unique_ptr<OpPipeline>> pipelines;
+  std::vector<std::string> sessions;
   std::vector<std::string> inputs;
   for (int s = 0; s < 8; ++s) {
     OpenSessionParams params;
     params.tenant = "pipeline";
     GPUKIT_ASSERT_OK_AND_ASSIGN(SessionGrant grant, core().OpenSession(params));
+    sessions.push_back(grant.session_id);
     GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView input,
                                 core().CreateArray(grant.session_id, {DType::kFloat32, {16}}));
-    inputs.push_back(input.handle);
+    inputs.push_back(input.handle);  // zeroes
     GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> pipeline,
                                 core().OpenPipeline(grant.session_id));
     pipeline->HoldCompletions(true);  // their tasks stay running until released
     pipelines.push_back(std::move(pipeline));
   }
-  // An op that waits for a slot fails DEADLINE_EXCEEDED instead: the fake clock runs fast
-  // meanwhile (an op admitted at once never sees its deadline).
+  // An op that waits for a slot would wait for good (nothing completes while held): after a
+  // second of real time the clock jumps past its deadline, and it fails DEADLINE_EXCEEDED.
+  // An op admitted at once never sees its deadline, and the clock does not move.
   TaskOptions no_wait;
   no_wait.queue_timeout = absl::Seconds(1);
-  std::atomic<bool> queued_all{false};
-  std::thread ticker([&] {
-    while (!queued_all.load()) {
-      clock_.Advance(absl::Milliseconds(100));
-      absl::SleepFor(absl::Milliseconds(1));
+  absl::Notification queued_all;
+  std::thread watchdog([&] {
+    while (!queued_all.WaitForNotificationWithTimeout(absl::Seconds(1))) {
+      clock_.Advance(absl::Seconds(2));
     }
   });
-  for (int s = 0; s < 8; ++s) {
-    for (int i = 0; i < cap; ++i) {
-      ASSERT_THAT(pipelines[s]->RunOp(static_cast<uint64_t>(i), "add",
-                                      {Handle(inputs[s]), Scalar(1.0)}, {}, no_wait),
-                  IsOk())
-          << "session " << s << ", op " << i;
+  std::vector<std::string> outputs(8);
+  bool refused = false;
+  for (int s = 0; s < 8 && !refused; ++s) {
+    for (int i = 0; i < cap && !refused; ++i) {
+      absl::StatusOr<ArrayView> out = pipelines[s]->RunOp(
+          static_cast<uint64_t>(i), "add", {Handle(inputs[s]), Scalar(1.0)}, {}, no_wait);
+      EXPECT_THAT(out, IsOk()) << "session " << s << ", op " << i;
+      refused = !out.ok();
+      if (out.ok()) outputs[s] = out->handle;
     }
   }
-  queued_all = true;
-  ticker.join();
+  queued_all.Notify();
+  watchdog.join();
+  ASSERT_FALSE(refused);
   EXPECT_EQ(RunningTasks(), 8 * cap);
-  for (auto& pipeline : pipelines) {
-    pipeline->ReleaseCompletions();
-    EXPECT_EQ(pipeline->Sync(), std::nullopt);
+  for (int s = 0; s < 8; ++s) {
+    pipelines[s]->ReleaseCompletions();
+    EXPECT_EQ(pipelines[s]->Sync(), std::nullopt);
+    std::string bytes(16 * sizeof(float), '\0');
+    GPUKIT_ASSERT_OK(core().ReadArray(sessions[s], outputs[s], 0, absl::MakeSpan(bytes)));
+    std::vector<float> values(16);
+    std::memcpy(values.data(), bytes.data(), bytes.size());
+    EXPECT_THAT(values, Each(1.0f)) << "session " << s;
   }
   EXPECT_EQ(RunningTasks(), 0);
-  EXPECT_THAT(Read(x, 16), Each(1.0f));
 }
 
 // Held ops go to the completion thread together, on release: one wait for all of them.
