@@ -17,6 +17,7 @@
 #include "runtime/base/unix_fd.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/executor/executor_protocol.h"
+#include "runtime/op_registry.h"
 #include "tests/testing/forwarding_device.h"
 #include "tests/testing/status_matchers.h"
 #include <sys/mman.h>
@@ -93,6 +94,26 @@ class ExecutorServerTest : public ::testing::Test {
     request.mutable_fill()->set_stream(kStream);
     request.mutable_fill()->set_buffer(buffer);
     request.mutable_fill()->set_bytes(64);
+    Send(request);
+  }
+  // `neg` of the buffer's first 4 floats into themselves, on `stream`, between events
+  // `start` and `end` carried by the request (Device::RunOpBetweenEvents's form).
+  void NegBetween(uint64_t start, uint64_t end, uint64_t stream = kStream) {
+    const OpRegistry& registry = OpRegistry::Builtin();
+    OpLaunch launch;
+    GPUKIT_ASSERT_OK_AND_ASSIGN(launch.op, registry.Find("neg"));
+    OperandDesc desc;
+    desc.tensor = {DType::kFloat32, {4}};
+    GPUKIT_ASSERT_OK_AND_ASSIGN(launch.plan, registry.Plan(*launch.op, {desc}, {}));
+    OpOperand operand;
+    operand.buffer = BufferId{kBuffer};
+    operand.desc = desc.tensor;
+    launch.inputs = {operand};
+    launch.output = BufferId{kBuffer};
+    executor::Request request;
+    EncodeRunOp(launch, StreamId{stream}, *request.mutable_run_op());
+    request.mutable_run_op()->set_start_event(start);
+    request.mutable_run_op()->set_end_event(end);
     Send(request);
   }
   void Destroy(uint64_t event) {
@@ -192,6 +213,24 @@ TEST_F(ExecutorServerTest, BackToBackEventsShareOneDeviceEvent) {
   EXPECT_EQ(device_->events_destroyed(), 4);
   Destroy(17);
   Destroy(18);
+}
+
+// An op that carries its events records them around it as RecordEvent requests would: its
+// start shares the device event of an event right before it, each pair measures its own op,
+// and an op on an unknown stream leaves its events NOT_FOUND.
+TEST_F(ExecutorServerTest, AnOpCarriesItsEventsAsRecordsAroundIt) {
+  Record(50);
+  NegBetween(51, 52);  // 51 shares 50's device event: no work between them
+  NegBetween(53, 54);  // 53 shares 52's
+  GPUKIT_ASSERT_OK(Wait(54));
+  EXPECT_EQ(device_->events_recorded(), 3);  // 50-51, 52-53, 54
+  std::vector<int64_t> elapsed;
+  const std::vector<absl::Status> statuses = Elapsed({{51, 52}, {53, 54}, {50, 54}}, &elapsed);
+  for (const absl::Status& status : statuses) GPUKIT_EXPECT_OK(status);
+  EXPECT_GE(elapsed[2], elapsed[0] + elapsed[1]);
+  NegBetween(55, 56, /*stream=*/999);
+  EXPECT_THAT(Wait(56), StatusIs(absl::StatusCode::kNotFound));  // as a RecordEvent on it
+  for (uint64_t event : {50, 51, 52, 53, 54, 55, 56}) Destroy(event);
 }
 
 // One DestroyEvent request may carry many events (a pipeline's completion batch): each is
