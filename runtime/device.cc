@@ -166,13 +166,21 @@ absl::Status CheckImportedRange(const ImportedMemory& memory) {
 
 absl::Status Device::RunOpBetweenEvents(const OpLaunch& launch, StreamId stream, EventId* start,
                                         EventId* end) {
-  GPUKIT_ASSIGN_OR_RETURN(EventId first, RecordEvent(stream));
-  absl::Status status = RunOp(launch, stream);
+  return EnqueueBetweenEvents(
+      *this, stream, [&] { return RunOp(launch, stream); }, start, end);
+}
+
+absl::Status EnqueueBetweenEvents(Device& device, StreamId stream,
+                                  const std::function<absl::Status()>& enqueue, EventId* start,
+                                  EventId* end) {
+  GPUKIT_ASSIGN_OR_RETURN(EventId first, device.RecordEvent(stream));
+  // Nothing was queued when `enqueue` fails (its checks come first).
+  absl::Status status = enqueue();
   absl::StatusOr<EventId> last =
-      status.ok() ? RecordEvent(stream) : absl::StatusOr<EventId>(status);
+      status.ok() ? device.RecordEvent(stream) : absl::StatusOr<EventId>(status);
   if (!last.ok()) {
     // Destroying a pending event is allowed on every backend.
-    DestroyEvent(first).IgnoreError();
+    device.DestroyEvent(first).IgnoreError();
     return last.status();
   }
   *start = first;

@@ -25,6 +25,7 @@
 #define GPUKIT_RUNTIME_DEVICE_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -399,6 +400,13 @@ absl::Status ValidateStreamOptions(const StreamOptions& options);
 // placement's groups with `sm_first` (PlacedSmCount), else SharedSmCount. The errors of
 // ValidateStreamOptions.
 absl::StatusOr<int> StreamSmCountFor(const SmLayout& layout, const StreamOptions& options);
+
+// `enqueue` (work on `stream`) between two new events, returned in `*start` and `*end`: the
+// default of Device::RunOpBetweenEvents, for any work. On an error no event is left; the
+// work is queued only when the end event's record failed after it.
+absl::Status EnqueueBetweenEvents(Device& device, StreamId stream,
+                                  const std::function<absl::Status()>& enqueue, EventId* start,
+                                  EventId* end);
 
 // Enqueues an event on `stream` and waits for it: the synchronous tail of most requests.
 absl::Status SynchronizeStream(Device& device, StreamId stream);

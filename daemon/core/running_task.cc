@@ -43,23 +43,13 @@ absl::Status RunningTask::Fail(absl::Status status) {
 absl::StatusOr<EnqueuedTask> RunningTask::Enqueue(Device& device, StreamId stream,
                                                   const std::function<absl::Status()>& enqueue) {
   GPUKIT_RETURN_IF_ERROR(scheduler_.Start(task_));
-  absl::StatusOr<EventId> start = device.RecordEvent(stream);
-  if (!start.ok()) return Fail(start.status());
-  // Nothing was queued when `enqueue` fails (its checks come first), so the events are
-  // dropped unwaited: destroying a pending event is allowed on every backend.
-  if (absl::Status status = enqueue(); !status.ok()) {
-    device.DestroyEvent(*start).IgnoreError();
-    return Fail(std::move(status));
-  }
-  absl::StatusOr<EventId> end = device.RecordEvent(stream);
-  if (!end.ok()) {
-    // The work is queued with no event of its own to wait for: the task ends now, with
-    // the error (as a unary request always did).
-    device.DestroyEvent(*start).IgnoreError();
-    return Fail(end.status());
-  }
-  EnqueuedTask work(scheduler_, std::move(task_), device, *start, *end);
-  return work;
+  EventId start;
+  EventId end;
+  // On an error no event is left; the work is queued only when its end event failed, and
+  // then the task ends now with that error (as a unary request always did).
+  absl::Status status = EnqueueBetweenEvents(device, stream, enqueue, &start, &end);
+  if (!status.ok()) return Fail(std::move(status));
+  return EnqueuedTask(scheduler_, std::move(task_), device, start, end);
 }
 
 absl::StatusOr<EnqueuedTask> RunningTask::EnqueueOp(Device& device, StreamId stream,
@@ -67,12 +57,9 @@ absl::StatusOr<EnqueuedTask> RunningTask::EnqueueOp(Device& device, StreamId str
   GPUKIT_RETURN_IF_ERROR(scheduler_.Start(task_));
   EventId start;
   EventId end;
-  // On an error no event is left; the op ran only if the end event failed (see Enqueue).
-  if (absl::Status status = device.RunOpBetweenEvents(launch, stream, &start, &end); !status.ok()) {
-    return Fail(std::move(status));
-  }
-  EnqueuedTask work(scheduler_, std::move(task_), device, start, end);
-  return work;
+  absl::Status status = device.RunOpBetweenEvents(launch, stream, &start, &end);  // as Enqueue
+  if (!status.ok()) return Fail(std::move(status));
+  return EnqueuedTask(scheduler_, std::move(task_), device, start, end);
 }
 
 absl::Status RunningTask::Run(Device& device, StreamId stream,
@@ -129,8 +116,7 @@ void EnqueuedTask::FinishAll(absl::Span<EnqueuedTask* const> works,
     if (work.task_ == nullptr) continue;
     scheduler = work.scheduler_;
     device = work.device_;
-    ends.push_back(TaskEnd{std::move(work.task_), statuses[i], device_times[i]});
-    work.task_.reset();
+    ends.push_back(TaskEnd{std::move(work.task_), statuses[i], device_times[i]});  // finished
     events.push_back(work.start_);
     events.push_back(work.end_);
   }

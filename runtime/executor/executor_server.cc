@@ -288,9 +288,9 @@ class ExecutorServer::Impl {
   // event then carries NOT_FOUND as its error).
   std::shared_ptr<EventState> NewEvent(const std::shared_ptr<StreamState>& stream,
                                        uint64_t stream_id, uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
-  // Records `event` (gpukitd's `id`) at this point of `stream`: on its enqueue thread, in
+  // Records `event` (gpukitd's `id`) at this point of stream `s`: on its enqueue thread, in
   // its order. It shares the previous event's device event when no work came between.
-  void RecordOnStream(StreamState& stream, const std::shared_ptr<EventState>& event, uint64_t id);
+  void RecordOnStream(StreamState* s, const std::shared_ptr<EventState>& event, uint64_t id);
   // Destroys gpukitd's events (each after the work queued before it on its stream; the
   // device event once no later event shares it); NOT_FOUND (replied, with `seq`) names an
   // unknown one, the others are destroyed all the same.
@@ -786,9 +786,8 @@ std::shared_ptr<EventState> ExecutorServer::Impl::NewEvent(
   return event;
 }
 
-void ExecutorServer::Impl::RecordOnStream(StreamState& stream,
-                                          const std::shared_ptr<EventState>& event, uint64_t id) {
-  StreamState* s = &stream;
+void ExecutorServer::Impl::RecordOnStream(StreamState* s, const std::shared_ptr<EventState>& event,
+                                          uint64_t id) {
   std::shared_ptr<EventState> previous = s->last_event.lock();
   event->previous = std::exchange(s->last_event, event);
   event->previous_id = std::exchange(s->last_event_id, id);
@@ -1068,7 +1067,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       PushWork(
           stream,
           [this, s, request = std::move(request), start, end] {
-            if (start != nullptr) RecordOnStream(*s, start, request.run_op().start_event());
+            if (start != nullptr) RecordOnStream(s, start, request.run_op().start_event());
             absl::Status status = s->create_error;
             if (status.ok()) {
               switch (request.body_case()) {
@@ -1098,7 +1097,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
               absl::MutexLock lock(&s->error_mu);
               if (s->enqueue_error.ok()) s->enqueue_error = status;
             }
-            if (end != nullptr) RecordOnStream(*s, end, request.run_op().end_event());
+            if (end != nullptr) RecordOnStream(s, end, request.run_op().end_event());
           },
           has_events ? 3 : 1);
       return;
@@ -1111,7 +1110,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       if (stream == nullptr) return;
       StreamState* s = stream.get();
       PushWork(stream, [this, s, event, id = request.record_event().event()] {
-        RecordOnStream(*s, event, id);
+        RecordOnStream(s, event, id);
       });
       return;
     }

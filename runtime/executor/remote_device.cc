@@ -317,6 +317,10 @@ class RemoteDevice::Impl {
     int64_t elapsed_ns = 0;
     uint64_t previous_seq = 0;  // the stream's event before it: its wait covers what is between
   };
+  // A new event of `stream` (gpukitd's `stream_id`) at its next place: the event tables'
+  // part of RecordEvent. Returns its id.
+  uint64_t AddEventLocked(Stream& stream, uint64_t stream_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   struct Module {
     std::string image;
   };
@@ -1877,6 +1881,16 @@ void RemoteDevice::EndBatch() {
   if (d.active_ != nullptr) d.FlushHeld(*d.active_, /*only_work=*/true);
 }
 
+uint64_t RemoteDevice::Impl::AddEventLocked(Stream& stream, uint64_t stream_id) {
+  const uint64_t id = next_id_++;
+  Event& event = events_[id];
+  event.stream = stream_id;
+  event.seq = stream.next_seq++;
+  event.generation = generation_;
+  event.previous_seq = std::exchange(stream.last_event_seq, event.seq);
+  return id;
+}
+
 absl::StatusOr<EventId> RemoteDevice::RecordEvent(StreamId stream) {
   Impl& d = *impl_;
   absl::ReaderMutexLock gen(&d.gen_mu_);
@@ -1889,12 +1903,7 @@ absl::StatusOr<EventId> RemoteDevice::RecordEvent(StreamId stream) {
     if (it == d.streams_.end()) {
       return absl::NotFoundError(absl::StrCat("unknown stream ", stream.value));
     }
-    id = d.next_id_++;
-    Impl::Event& event = d.events_[id];
-    event.stream = stream.value;
-    event.seq = it->second.next_seq++;
-    event.generation = d.generation_;
-    event.previous_seq = std::exchange(it->second.last_event_seq, event.seq);
+    id = d.AddEventLocked(it->second, stream.value);
   }
   executor::Request request;
   request.mutable_record_event()->set_stream(stream.value);
@@ -2156,21 +2165,11 @@ absl::Status RemoteDevice::RunOpBetweenEvents(const OpLaunch& launch, StreamId s
     if (it == d.streams_.end()) {
       return absl::NotFoundError(absl::StrCat("unknown stream ", stream.value));
     }
-    Impl::Stream& s = it->second;
     // The start event, the op and the end event take the stream's next three places, as
     // the three calls would.
-    auto add_event = [&](uint64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d.mu_) {
-      const uint64_t id = d.next_id_++;
-      Impl::Event& event = d.events_[id];
-      event.stream = stream.value;
-      event.seq = seq;
-      event.generation = d.generation_;
-      event.previous_seq = std::exchange(s.last_event_seq, seq);
-      return id;
-    };
-    start->value = add_event(s.next_seq++);
-    ++s.next_seq;  // the op's
-    end->value = add_event(s.next_seq++);
+    start->value = d.AddEventLocked(it->second, stream.value);
+    ++it->second.next_seq;  // the op's
+    end->value = d.AddEventLocked(it->second, stream.value);
   }
   request.mutable_run_op()->set_start_event(start->value);
   request.mutable_run_op()->set_end_event(end->value);
