@@ -319,12 +319,17 @@ class Device {
   // event has not completed, INVALID_ARGUMENT for events of different streams or `end`
   // recorded before `start`.
   virtual absl::StatusOr<int64_t> EventElapsedNs(EventId start, EventId end) = 0;
+  // A pair's outcome without blocking: FAILED_PRECONDITION while `end` has not completed;
+  // else the error WaitEvent(end) returns, or, when that is OK, EventElapsedNs(start, end).
+  // The default makes those calls (QueryEvent, WaitEvent, EventElapsedNs); a GPU answers a
+  // completed pair of a healthy device in one driver call (CudaDevice).
+  virtual absl::StatusOr<int64_t> ElapsedNsIfCompleted(EventId start, EventId end);
   // Waits until the last pair's end event has completed, then gives, for each pair (events of
   // one stream, each pair's end recorded no earlier than the one before it: a batch of
   // pipelined ops), its EventPairOutcome: what a batch of ops that waits only for its last op
   // needs (each op's own error and device time). Every pair gets an answer, whatever another
   // pair's; an unknown event is that pair's NOT_FOUND, as WaitEvent gives it. Costs: the
-  // default waits and measures pair by pair (WaitEvent and EventElapsedNs each); a device in
+  // default waits for the last and measures pair by pair (ElapsedNsIfCompleted); a device in
   // another process (RemoteDevice) takes one wait and at most one more round trip for the
   // batch, unless the wait failed (a fault, a restart), when it too goes pair by pair so that
   // each pair's error is what WaitEvent gives. Empty `pairs`: empty answer, no wait.
@@ -384,9 +389,10 @@ class DeviceBatch {
 absl::Status CheckImportedRange(const ImportedMemory& memory);
 
 // Device::WaitEventPairs's default, once the last pair's end was waited for with `last` as
-// its status: every other pair by WaitEvent(end), and each pair whose status is OK by
-// EventElapsedNs. For a device whose own path fails over to this one (RemoteDevice, after a
-// failed wait: the last's error is not asked twice).
+// its status: when `last` is OK, every other pair first by ElapsedNsIfCompleted (its end has
+// completed); a pair that gives an error there, and every pair when `last` failed, by
+// WaitEvent(end) and, when OK, EventElapsedNs. For a device whose own path fails over to this
+// one (RemoteDevice, after a failed wait: the last's error is not asked twice).
 std::vector<EventPairOutcome> WaitEventPairsOneByOne(Device& device,
                                                      absl::Span<const EventPair> pairs,
                                                      absl::Status last);

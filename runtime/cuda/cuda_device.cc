@@ -657,6 +657,23 @@ absl::StatusOr<int64_t> CudaDevice::EventElapsedNs(EventId start, EventId end) {
   return static_cast<int64_t>(std::llround(static_cast<double>(elapsed_ms) * 1e6));
 }
 
+absl::StatusOr<int64_t> CudaDevice::ElapsedNsIfCompleted(EventId start, EventId end) {
+  std::shared_ptr<Event> a, b;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = events_.find(start.value); it != events_.end()) a = it->second;
+    if (auto it = events_.find(end.value); it != events_.end()) b = it->second;
+  }
+  if (a != nullptr && b != nullptr && a->stream_id == b->stream_id && b->seq >= a->seq &&
+      Bind().ok()) {
+    float elapsed_ms = 0;
+    if (cu_.cuEventElapsedTime(&elapsed_ms, a->handle, b->handle) == CUDA_SUCCESS) {
+      return static_cast<int64_t>(std::llround(static_cast<double>(elapsed_ms) * 1e6));
+    }
+  }
+  return Device::ElapsedNsIfCompleted(start, end);
+}
+
 // ---- Modules and launches ----
 
 absl::StatusOr<ModuleId> CudaDevice::LoadModule(absl::string_view image) {

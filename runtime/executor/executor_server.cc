@@ -228,7 +228,8 @@ class ExecutorServer::Impl {
              uint64_t elapsed_from = 0, int64_t elapsed_ns = 0);
   // Answers an ElapsedNs with pairs without waiting for any stream (on the completion thread
   // of its first pair's stream when idle, else the reader): each pair's end event's status
-  // (EndEventStatus) and, where OK, its device time.
+  // (EndEventStatus) and, where OK, its device time; one device call for a pair that went
+  // well (Device::ElapsedNsIfCompleted).
   void ReplyPairsElapsed(uint64_t seq, const executor::ElapsedNs& request);
   // What a WaitEvent of gpukitd's completed event `id` answers (its enqueue_error, else the
   // device's WaitEvent), without blocking: FAILED_PRECONDITION for an event whose RecordEvent
@@ -242,6 +243,9 @@ class ExecutorServer::Impl {
   // FAILED_PRECONDITION before, NOT_FOUND for an unknown or destroyed event, the error of its
   // recording when that failed.
   absl::StatusOr<EventId> RecordedEvent(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  // RecordedEvent's device event when nothing before it failed to enqueue (EndEventStatus
+  // would then ask only the device); nullopt in every other case.
+  std::optional<EventId> CleanlyRecordedEvent(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
   // A wait failed: if the device took a sticky fault, says so to gpukitd (naming the wait's
   // event, definitely the culprit when its enqueue failed with the fault) and ends the
   // process. Returns when the device is healthy.
@@ -446,6 +450,16 @@ absl::StatusOr<EventId> ExecutorServer::Impl::RecordedEvent(uint64_t id) {
   return event->device_event;
 }
 
+std::optional<EventId> ExecutorServer::Impl::CleanlyRecordedEvent(uint64_t id) {
+  std::shared_ptr<EventState> event = FindEvent(id);
+  if (event == nullptr || event->stream == nullptr) return std::nullopt;
+  absl::MutexLock lock(&event->stream->error_mu);
+  if (!event->recorded || !event->enqueue_error.ok() || event->device_event.value == 0) {
+    return std::nullopt;
+  }
+  return event->device_event;
+}
+
 absl::Status ExecutorServer::Impl::EndEventStatus(uint64_t id) {
   std::shared_ptr<EventState> event = FindEvent(id);
   if (event == nullptr) return absl::NotFoundError(absl::StrCat("executor: no event ", id));
@@ -493,10 +507,22 @@ void ExecutorServer::Impl::ReplyPairsElapsed(uint64_t seq, const executor::Elaps
   for (const executor::EventPair& pair : request.pairs()) {
     int64_t elapsed_ns = 0;
     absl::Status status = [&]() -> absl::Status {
+      // Usually both events are recorded with no error before the end: the device answers
+      // in one call (a GPU's cuEventElapsedTime).
+      absl::StatusOr<EventId> start = RecordedEvent(pair.start());
+      std::optional<EventId> end = CleanlyRecordedEvent(pair.end());
+      if (start.ok() && end.has_value()) {
+        absl::StatusOr<int64_t> ns = device_.ElapsedNsIfCompleted(*start, *end);
+        if (ns.ok()) {
+          elapsed_ns = *ns;
+          return absl::OkStatus();
+        }
+      }
+      // Else step by step, so that the pair gets the end event's own words.
       GPUKIT_RETURN_IF_ERROR(EndEventStatus(pair.end()));
-      GPUKIT_ASSIGN_OR_RETURN(EventId start, RecordedEvent(pair.start()));
-      GPUKIT_ASSIGN_OR_RETURN(EventId end, RecordedEvent(pair.end()));
-      GPUKIT_ASSIGN_OR_RETURN(elapsed_ns, device_.EventElapsedNs(start, end));
+      GPUKIT_RETURN_IF_ERROR(start.status());
+      GPUKIT_ASSIGN_OR_RETURN(EventId recorded_end, RecordedEvent(pair.end()));
+      GPUKIT_ASSIGN_OR_RETURN(elapsed_ns, device_.EventElapsedNs(*start, recorded_end));
       return absl::OkStatus();
     }();
     AddPairOutcome(status, elapsed_ns, reply);
@@ -1119,9 +1145,9 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       return;
     case executor::Request::kElapsedNs:
       if (request.elapsed_ns().pairs_size() > 0) {
-        // Three device calls per pair (a query, a wait that returns at once, the elapsed
-        // time), which contend with the launches for the device's locks: on the completion
-        // thread of the first pair's stream when it is idle, so the reader goes on reading.
+        // A device call per pair (more for one that failed), which contends with the launches
+        // for the device's locks: on the completion thread of the first pair's stream when it
+        // is idle, so the reader goes on reading.
         // The reader answers when that thread has waits queued (the answer must not wait
         // behind them) or the event is unknown (to answer its error).
         std::shared_ptr<EventState> first = FindEvent(request.elapsed_ns().pairs(0).end());

@@ -2,7 +2,7 @@
 // same run, plus the JIT compiler's cache hits. Device level (no daemon, no RPC): what the
 // kernels themselves achieve.
 //
-//   gpukit_cuda_ops_bench [--gib 1] [--reps 20]
+//   gpukit_cuda_ops_bench [--gib 1] [--reps 20] [--chain-ops 20000]
 //
 // For each case: the median over `reps` runs of the device time between two events around
 // one RunOp (or one cuMemcpyDtoD for the reference), after 3 warm-up runs. Bandwidth counts
@@ -13,14 +13,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/base/mutex_mode.h"
 #include "runtime/base/shape.h"
+#include "runtime/base/status_macros.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/cuda/cuda_driver.h"
 #include "runtime/cuda/transfer_engine.h"
@@ -33,6 +36,7 @@ namespace {
 struct Options {
   double gib = 1;
   int reps = 20;
+  int chain_ops = 20000;  // per thread, in the small-op chains
 };
 
 int Die(const std::string& what) {
@@ -314,6 +318,83 @@ int Run(const Options& options) {
                 static_cast<long long>(pool.allocations), static_cast<long long>(pool.reused));
   }
 
+  // The device's own ceiling for chains of small ops (no daemon, no executor channel): `threads`
+  // threads, each on its own stream, each running a chain of dependent adds on 16-element
+  // arrays (c = a + c), one synchronize at the end; with `events`, each op between two new
+  // events, waited for and destroyed 64 ops later, as the executor runs a pipelined op.
+  {
+    const TensorDesc small{DType::kFloat32, {16}};
+    auto chain = [&](int threads, bool events) -> absl::StatusOr<double> {
+      std::vector<StreamId> streams;
+      std::vector<std::vector<BufferId>> arrays;
+      for (int t = 0; t < threads; ++t) {
+        GPUKIT_ASSIGN_OR_RETURN(StreamId s, device.CreateStream(StreamPriority::kNormal));
+        streams.push_back(s);
+        std::vector<BufferId> pair;
+        for (int i = 0; i < 2; ++i) {
+          GPUKIT_ASSIGN_OR_RETURN(BufferId buffer, device.Allocate(64));
+          GPUKIT_RETURN_IF_ERROR(device.FillZero(buffer, 0, 64, s));
+          pair.push_back(buffer);
+        }
+        arrays.push_back(pair);
+      }
+      std::vector<absl::Status> results(threads);
+      const auto start = std::chrono::steady_clock::now();
+      std::vector<std::thread> workers;
+      for (int t = 0; t < threads; ++t) {
+        workers.emplace_back([&, t] {
+          absl::StatusOr<OpLaunch> launch =
+              bench.Plan("add", {small, small}, {arrays[t][0], arrays[t][1]}, arrays[t][1]);
+          if (!launch.ok()) {
+            results[t] = launch.status();
+            return;
+          }
+          // Pairs in flight: the oldest is waited for and destroyed beyond kWindow, as a
+          // pipelined session sees its ops' completions.
+          constexpr size_t kWindow = 64;
+          std::deque<std::pair<EventId, EventId>> pairs;
+          for (int i = 0; i < options.chain_ops && results[t].ok(); ++i) {
+            if (events) {
+              EventId first, second;
+              results[t] = device.RunOpBetweenEvents(*launch, streams[t], &first, &second);
+              if (!results[t].ok()) break;
+              pairs.emplace_back(first, second);
+              if (pairs.size() > kWindow) {
+                results[t] = device.WaitEvent(pairs.front().second);
+                device.DestroyEvents({pairs.front().first, pairs.front().second}).IgnoreError();
+                pairs.pop_front();
+              }
+            } else {
+              results[t] = device.RunOp(*launch, streams[t]);
+            }
+          }
+          if (results[t].ok()) results[t] = SynchronizeStream(device, streams[t]);
+          for (const auto& [first, second] : pairs) {
+            device.DestroyEvents({first, second}).IgnoreError();
+          }
+        });
+      }
+      for (std::thread& w : workers) w.join();
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      for (const absl::Status& r : results) GPUKIT_RETURN_IF_ERROR(r);
+      for (int t = 0; t < threads; ++t) {
+        for (BufferId buffer : arrays[t]) device.Free(buffer).IgnoreError();
+        device.DestroyStream(streams[t]).IgnoreError();
+      }
+      return threads * options.chain_ops / seconds;
+    };
+    for (bool events : {false, true}) {
+      for (int threads : {1, 2, 4, 8}) {
+        absl::StatusOr<double> rate = chain(threads, events);
+        if (!rate.ok()) return Die(rate.status().ToString());
+        std::printf("chain of %d adds on 16 floats, %d thread(s)%s: %.0f ops/s\n",
+                    options.chain_ops, threads, events ? ", each op between two events" : "",
+                    *rate);
+      }
+    }
+  }
+
   // The JIT compiler's caches: a small kernel compiled once, then hit in memory.
   CompileRequest request;
   request.source = R"(extern "C" __global__ void scale(float* x, float s, int n) {
@@ -347,8 +428,10 @@ int main(int argc, char** argv) {
       options.gib = std::atof(argv[i + 1]);
     } else if (flag == "--reps") {
       options.reps = std::atoi(argv[i + 1]);
+    } else if (flag == "--chain-ops") {
+      options.chain_ops = std::max(1, std::atoi(argv[i + 1]));
     } else {
-      std::fprintf(stderr, "usage: %s [--gib G] [--reps N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--gib G] [--reps N] [--chain-ops N]\n", argv[0]);
       return 2;
     }
   }

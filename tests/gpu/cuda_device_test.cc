@@ -407,6 +407,30 @@ TEST_F(CudaDeviceTest, EventElapsedNsIsPositiveForARealKernel) {
   GPUKIT_EXPECT_OK(device_->DestroyEvent(end));
 }
 
+// Work still running: the pair is FAILED_PRECONDITION (never waited for), and once it has
+// run, the device time of the pair, as EventElapsedNs measures it.
+TEST_F(CudaDeviceTest, ElapsedNsIfCompletedDoesNotWaitForUnfinishedWork) {
+  constexpr uint32_t kCount = 16 << 20;
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId data, UploadFloats(std::vector<float>(kCount, 1.0f)));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(FunctionId add, AddScalar());
+  const KernelArg args[] = {BufferArg(data), ScalarArg(1.0f), ScalarArg(kCount)};
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId start, device_->RecordEvent(stream_));
+  // 2000 passes, each reading and writing 64 MiB: over 50 ms of device time on any GPU gpukit
+  // runs on (an H200 moves about 4.8 TB/s), several times what enqueueing them takes.
+  for (int i = 0; i < 2000; ++i) {
+    GPUKIT_ASSERT_OK(device_->Launch(add, Linear(kCount, 256), args, stream_));
+  }
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId end, device_->RecordEvent(stream_));
+  EXPECT_THAT(device_->ElapsedNsIfCompleted(start, end),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  GPUKIT_ASSERT_OK(device_->WaitEvent(end));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(int64_t elapsed_ns, device_->EventElapsedNs(start, end));
+  EXPECT_THAT(device_->ElapsedNsIfCompleted(start, end), IsOkAndHolds(elapsed_ns));
+  EXPECT_GT(elapsed_ns, 1'000'000);
+  GPUKIT_EXPECT_OK(device_->DestroyEvent(start));
+  GPUKIT_EXPECT_OK(device_->DestroyEvent(end));
+}
+
 TEST_F(CudaDeviceTest, AbsurdAllocationsAreResourceExhaustedAndTheDeviceKeepsWorking) {
   constexpr int64_t kOnePiB = int64_t{1} << 50;
   EXPECT_THAT(device_->Allocate(kOnePiB), StatusIs(absl::StatusCode::kResourceExhausted));

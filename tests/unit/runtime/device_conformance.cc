@@ -486,6 +486,34 @@ TEST_P(DeviceConformanceTest, EventElapsedTimeMeasuresTheWorkBetweenTwoEvents) {
   GPUKIT_EXPECT_OK(device().DestroyStream(other));
 }
 
+// A completed pair, asked without blocking, answers what WaitEvent and EventElapsedNs give, and
+// their errors for pairs they refuse.
+TEST_P(DeviceConformanceTest, ElapsedNsIfCompletedAnswersAsWaitAndElapsedDo) {
+  constexpr int64_t kBytes = 4 << 20;
+  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId a, Allocate(kBytes));
+  const std::vector<uint8_t> x = Pattern(kBytes, 5);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId start, device().RecordEvent(stream()));
+  GPUKIT_ASSERT_OK(device().CopyHostToDevice(a, 0, x.data(), kBytes, stream()));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId end, device().RecordEvent(stream()));
+  GPUKIT_ASSERT_OK(device().WaitEvent(end));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(int64_t elapsed_ns, device().EventElapsedNs(start, end));
+  EXPECT_THAT(device().ElapsedNsIfCompleted(start, end), IsOkAndHolds(elapsed_ns));
+  EXPECT_GT(elapsed_ns, 0);
+  EXPECT_THAT(device().ElapsedNsIfCompleted(start, start), IsOkAndHolds(0));
+  EXPECT_THAT(device().ElapsedNsIfCompleted(end, start),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(device().ElapsedNsIfCompleted(start, EventId{0}), StatusIs(kNotFound));
+  EXPECT_THAT(device().ElapsedNsIfCompleted(EventId{0}, end), StatusIs(kNotFound));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId other, device().CreateStream(StreamPriority::kNormal));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId elsewhere, device().RecordEvent(other));
+  GPUKIT_ASSERT_OK(device().WaitEvent(elsewhere));
+  EXPECT_THAT(device().ElapsedNsIfCompleted(start, elsewhere),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  for (EventId e : {start, end, elsewhere}) GPUKIT_EXPECT_OK(device().DestroyEvent(e));
+  EXPECT_THAT(device().ElapsedNsIfCompleted(start, end), StatusIs(kNotFound));
+  GPUKIT_EXPECT_OK(device().DestroyStream(other));
+}
+
 // A batch waited for at its last event: every pair's outcome is what WaitEvent and
 // EventElapsedNs give one by one, and a pair that fails (an event of another stream, an unknown
 // one) fails alone.
