@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "google/protobuf/arena.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/base/thread_name.h"
 #include "runtime/executor/executor_protocol.h"
@@ -37,6 +38,14 @@ class WorkQueue;
 // What the thread serves: the reader's socket (-1 elsewhere) and a stream thread's queue (its
 // enqueue or completion queue; null elsewhere). See OthersWaiting and Impl::NewStream.
 thread_local int t_reader_socket = -1;
+
+// A datagram's arena: its first block holds a burst of a few ops.
+const google::protobuf::ArenaOptions kDatagramArena = [] {
+  google::protobuf::ArenaOptions options;
+  options.start_block_size = 4096;
+  options.max_block_size = 32768;
+  return options;
+}();
 thread_local const WorkQueue* t_queue = nullptr;
 
 // Whether a request for anyone else waits on this thread: a message on the reader's socket,
@@ -170,7 +179,7 @@ class DeviceEventOwner {
 struct EventState {
   std::shared_ptr<StreamState> stream;
   uint64_t stream_id = 0;  // gpukitd's
-  EventId device_event;        // set by the enqueue thread; 0 once destroyed
+  EventId device_event;    // set by the enqueue thread; 0 once destroyed
   // Holds device_event. A pipelined op's start event follows the previous op's end event
   // with no work between: it shares that event's device event instead of recording one (a
   // driver call and a destroy fewer per op; the device time between them is zero either way).
@@ -224,8 +233,8 @@ class ExecutorServer::Impl {
 
  private:
   void Handle(executor::Request& request, ScopedFd fd);
-  void Reply(uint64_t seq, const absl::Status& status, int64_t value = 0,
-             uint64_t elapsed_from = 0, int64_t elapsed_ns = 0);
+  void Reply(uint64_t seq, const absl::Status& status, int64_t value = 0, uint64_t elapsed_from = 0,
+             int64_t elapsed_ns = 0);
   // Answers an ElapsedNs with pairs without waiting for any stream (on the completion thread
   // of its first pair's stream when idle, else the reader): each pair's end event's status
   // (EndEventStatus) and, where OK, its device time; one device call for a pair that went
@@ -329,6 +338,12 @@ class ExecutorServer::Impl {
   RecentActivity activity_{ExecutorReaderPollTime(), &waits_owed_};
   // The reading thread's own: whether it is handling a Batch, and the batch's stream work.
   bool in_batch_ = false;
+  // The arena of the datagram being handled (reader only). Keep(request), for a request of
+  // it, shares its ownership: what a queued work item holds stays valid until it is done.
+  std::shared_ptr<google::protobuf::Arena> datagram_;
+  std::shared_ptr<const executor::Request> Keep(const executor::Request& request) const {
+    return std::shared_ptr<const executor::Request>(datagram_, &request);
+  }
   std::vector<std::pair<std::shared_ptr<StreamState>, StreamWorks>> batch_work_;
   absl::Mutex alive_mu_;
   int streams_alive_ ABSL_GUARDED_BY(alive_mu_) = 0;
@@ -396,7 +411,11 @@ absl::Status ExecutorServer::Impl::Serve() {
   SendHello();
   bool active = false;
   for (;;) {
-    executor::Request request;
+    // Each datagram is parsed into an arena of its own (a few blocks, not an allocation per
+    // message that a stream thread would free), which the work holding its requests keeps.
+    datagram_ = std::make_shared<google::protobuf::Arena>(kDatagramArena);
+    executor::Request& request =
+        *google::protobuf::Arena::CreateMessage<executor::Request>(datagram_.get());
     absl::StatusOr<ScopedFd> fd = ReceiveExecutorMessage(socket_.get(), request, &activity_);
     activity_.Touch();
     if (!fd.ok()) {
@@ -413,6 +432,7 @@ absl::Status ExecutorServer::Impl::Serve() {
       continue;
     }
     Handle(request, *std::move(fd));
+    datagram_.reset();
   }
 }
 
@@ -674,8 +694,8 @@ absl::Status ExecutorServer::Impl::EnqueueCopy(const executor::Copy& copy,
   if (dst_device && src_device) {
     GPUKIT_ASSIGN_OR_RETURN(BufferId dst, FindBuffer(copy.dst_buffer()));
     GPUKIT_ASSIGN_OR_RETURN(BufferId src, FindBuffer(copy.src_buffer()));
-    return device_.CopyDeviceToDevice(dst, copy.dst_offset(), src, copy.src_offset(),
-                                      copy.bytes(), stream.device_stream);
+    return device_.CopyDeviceToDevice(dst, copy.dst_offset(), src, copy.src_offset(), copy.bytes(),
+                                      stream.device_stream);
   }
   if (dst_device) {
     GPUKIT_ASSIGN_OR_RETURN(BufferId dst, FindBuffer(copy.dst_buffer()));
@@ -685,8 +705,7 @@ absl::Status ExecutorServer::Impl::EnqueueCopy(const executor::Copy& copy,
   }
   GPUKIT_ASSIGN_OR_RETURN(BufferId src, FindBuffer(copy.src_buffer()));
   GPUKIT_ASSIGN_OR_RETURN(char* dst, FindHost(copy.dst_host(), copy.bytes()));
-  return device_.CopyDeviceToHost(dst, src, copy.src_offset(), copy.bytes(),
-                                  stream.device_stream);
+  return device_.CopyDeviceToHost(dst, src, copy.src_offset(), copy.bytes(), stream.device_stream);
 }
 
 absl::Status ExecutorServer::Impl::EnqueueLaunch(const executor::Launch& launch,
@@ -740,8 +759,8 @@ absl::Status ExecutorServer::Impl::MapHostSegment(const executor::MapHostSegment
   if (!fd.valid() || map.bytes() <= 0) {
     return absl::InvalidArgumentError("executor: a host segment needs a descriptor and bytes");
   }
-  void* data = ::mmap(nullptr, static_cast<size_t>(map.bytes()), PROT_READ | PROT_WRITE,
-                      MAP_SHARED, fd.get(), 0);
+  void* data = ::mmap(nullptr, static_cast<size_t>(map.bytes()), PROT_READ | PROT_WRITE, MAP_SHARED,
+                      fd.get(), 0);
   if (data == MAP_FAILED) {
     return absl::InvalidArgumentError(
         absl::StrCat("executor: cannot map a host segment: ", std::strerror(errno)));
@@ -758,8 +777,8 @@ absl::Status ExecutorServer::Impl::MapHostSegment(const executor::MapHostSegment
   if (!host_segments_.emplace(map.key(), segment).second) {
     if (segment.registered) device_.UnregisterHostMemory(data).IgnoreError();
     ::munmap(data, static_cast<size_t>(map.bytes()));
-    return absl::InvalidArgumentError(absl::StrCat("executor: host segment ", map.key(),
-                                                   " is mapped already"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("executor: host segment ", map.key(), " is mapped already"));
   }
   return absl::OkStatus();
 }
@@ -964,9 +983,9 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
     case executor::Request::kDefineBuffer: {
       const executor::DefineBuffer& define = request.define_buffer();
       absl::StatusOr<BufferId> buffer =
-          define.segment() == 0 ? device_.Allocate(0)
-                                : device_.BufferInSegment(define.segment(), define.offset(),
-                                                          define.bytes());
+          define.segment() == 0
+              ? device_.Allocate(0)
+              : device_.BufferInSegment(define.segment(), define.offset(), define.bytes());
       if (buffer.ok()) {
         std::optional<BufferId> replaced;
         {
@@ -1017,7 +1036,8 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       std::shared_ptr<StreamState> stream = NewStream();
       StreamOptions options;
       options.priority = static_cast<StreamPriority>(request.create_stream().priority());
-      if (request.create_stream().sm_share() > 0) options.sm_share = request.create_stream().sm_share();
+      if (request.create_stream().sm_share() > 0)
+        options.sm_share = request.create_stream().sm_share();
       if (request.create_stream().has_sm_first()) {
         options.sm_first = request.create_stream().sm_first();
       }
@@ -1047,8 +1067,8 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
         }
       }
       if (stream == nullptr) {
-        Reply(seq, absl::NotFoundError(absl::StrCat("executor: no stream ",
-                                                    request.destroy_stream().stream())));
+        Reply(seq, absl::NotFoundError(
+                       absl::StrCat("executor: no stream ", request.destroy_stream().stream())));
         return;
       }
       // After every enqueue and every wait queued before it. The last reference may go with
@@ -1092,7 +1112,8 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       StreamState* s = stream.get();
       PushWork(
           stream,
-          [this, s, request = std::move(request), start, end] {
+          [this, s, held = Keep(request), start, end] {
+            const executor::Request& request = *held;
             if (start != nullptr) RecordOnStream(s, start, request.run_op().start_event());
             absl::Status status = s->create_error;
             if (status.ok()) {
@@ -1156,9 +1177,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
           return;
         }
         first->stream->completions.Push(
-            [this, seq, pairs = std::move(*request.mutable_elapsed_ns())] {
-              ReplyPairsElapsed(seq, pairs);
-            });
+            [this, seq, held = Keep(request)] { ReplyPairsElapsed(seq, held->elapsed_ns()); });
         return;
       }
       [[fallthrough]];
@@ -1187,9 +1206,10 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       // Through the enqueue thread (after the RecordEvent) to the completion thread, which
       // may block; a wait whose work has run already (the CPU device runs it as it is
       // enqueued, a GPU's small kernel may be done) is answered by the enqueue thread.
-      PushWork(event->stream, [this, s, event, seq, request = std::move(request)]() mutable {
-        const executor::Request::BodyCase kind = request.body_case();  // before the move
-        auto complete = [this, event, seq, request = std::move(request)] {
+      PushWork(event->stream, [this, s, event, seq, held = Keep(request)] {
+        const executor::Request::BodyCase kind = held->body_case();
+        auto complete = [this, event, seq, held] {
+          const executor::Request& request = *held;
           switch (request.body_case()) {
             case executor::Request::kWaitEvent: {
               absl::Status status = event->enqueue_error;
@@ -1278,7 +1298,8 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
           modules_.erase(it);
         }
       }
-      Reply(seq, module ? device_.UnloadModule(*module) : absl::NotFoundError("executor: no module"));
+      Reply(seq,
+            module ? device_.UnloadModule(*module) : absl::NotFoundError("executor: no module"));
       return;
     }
     case executor::Request::kGetFunction: {
