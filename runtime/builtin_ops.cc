@@ -264,7 +264,6 @@ absl::StatusOr<OpPlan> PlanTranspose(absl::Span<const OperandDesc> in, const Att
   return plan;
 }
 
-
 // ---- Element-wise math, clamp, where ----
 
 // A kNumber attribute as a double: its float value, or its integer value converted.
@@ -408,9 +407,9 @@ absl::StatusOr<OpPlan> PlanNorm(absl::Span<const OperandDesc> in, const AttrMap&
     const TensorDesc* v = &in[i].tensor;
     const char* what = i == 1 ? "weight" : "bias";
     if (v->shape.size() != 1 || v->shape[0] != x->shape.back()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          op, " inputs[", i, "] (", what, ") must have shape [", x->shape.back(), "], got ",
-          ShapeToString(v->shape)));
+      return absl::InvalidArgumentError(absl::StrCat(op, " inputs[", i, "] (", what,
+                                                     ") must have shape [", x->shape.back(),
+                                                     "], got ", ShapeToString(v->shape)));
     }
     dtype = PromoteTypes(dtype, v->dtype);
   }
@@ -447,8 +446,8 @@ absl::StatusOr<OpPlan> PlanRope(absl::Span<const OperandDesc> in, const AttrMap&
   plan.params.rope_base = base.value_or(10000.0);
   plan.params.rope_offset = offset.value_or(0);
   if (!(plan.params.rope_base > 0) || std::isinf(plan.params.rope_base)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "attribute \"base\" = ", plan.params.rope_base, " must be finite and > 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("attribute \"base\" = ", plan.params.rope_base, " must be finite and > 0"));
   }
   if (plan.params.rope_offset < 0) {
     return absl::InvalidArgumentError(
@@ -465,9 +464,9 @@ absl::StatusOr<OpPlan> PlanAttention(absl::Span<const OperandDesc> in, const Att
   for (int i = 0; i < 3; ++i) {
     t[i] = &in[i].tensor;
     if (t[i]->shape.size() != 3) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("attention inputs[", i, "] (", names[i], ") must be [heads, seq, dim], got ",
-                       ShapeToString(t[i]->shape)));
+      return absl::InvalidArgumentError(absl::StrCat("attention inputs[", i, "] (", names[i],
+                                                     ") must be [heads, seq, dim], got ",
+                                                     ShapeToString(t[i]->shape)));
     }
   }
   const Shape &q = t[0]->shape, &k = t[1]->shape, &v = t[2]->shape;
@@ -834,6 +833,10 @@ std::vector<OpDef> BuiltinOps() {
                       &cpu_ops::TestHang, /*cpu_on_stream_thread=*/true),
            TestOnlyOp("_test_abort", "test builds only: work that aborts the process (SIGABRT)",
                       &cpu_ops::TestAbort, /*cpu_on_stream_thread=*/true),
+           TestOnlyOp("_test_error",
+                      "test builds only: work that fails on its own, leaving the device "
+                      "healthy (as a launch the driver refuses)",
+                      &cpu_ops::TestError, /*cpu_on_stream_thread=*/false),
        }) {
     ops.push_back(std::move(op));
   }

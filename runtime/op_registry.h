@@ -170,7 +170,8 @@ struct OpDef {
 
 // Builds with GPUKIT_FAULT_INJECTION (test builds; never a release) add fault-injection ops to
 // the built-in registry, named with this prefix: _test_fault (a sticky device fault),
-// _test_hang (work that never finishes) and _test_abort (the device's process aborts). Only
+// _test_hang (work that never finishes), _test_abort (the device's process aborts) and
+// _test_error (work that fails, the device healthy). Only
 // the CPU backend runs them. Code that walks every op (ListOps, docs, the tests that check
 // each op has a kernel on every backend) skips them with IsTestOnlyOp.
 inline constexpr absl::string_view kTestOnlyOpPrefix = "_test_";

@@ -214,6 +214,11 @@ absl::Status TestHang(const OpLaunch&, const std::vector<const void*>&, void*) {
 }
 
 absl::Status TestAbort(const OpLaunch&, const std::vector<const void*>&, void*) { std::abort(); }
+
+absl::Status TestError(const OpLaunch&, const std::vector<const void*>&, void*) {
+  return absl::InternalError(
+      "simulated op failure (_test_error): this op's work failed; the device is healthy");
+}
 #endif  // GPUKIT_FAULT_INJECTION
 
 // The instances the op table registers.

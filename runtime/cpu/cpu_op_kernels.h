@@ -10,7 +10,9 @@
 //                CUDA context is after an illegal address;
 //   _test_hang   never returns: it blocks (no CPU time) on a wake-up that never comes, so its
 //                stream never runs again and only killing the process ends it;
-//   _test_abort  calls std::abort(): the process dies of SIGABRT.
+//   _test_abort  calls std::abort(): the process dies of SIGABRT;
+//   _test_error  returns INTERNAL "simulated op failure (_test_error) ...": the op's own
+//                failure, the device healthy after it (as a launch the driver refuses).
 //
 // Each kernel converts its inputs to launch.plan.compute_dtype (scalars too) and writes the
 // output; it costs one pass over the data (matmul and attention more), on the calling thread.
@@ -56,6 +58,7 @@ absl::Status Concat(const OpLaunch& launch, const std::vector<const void*>& inpu
 absl::Status TestFault(const OpLaunch& launch, const std::vector<const void*>& inputs, void* out);
 absl::Status TestHang(const OpLaunch& launch, const std::vector<const void*>& inputs, void* out);
 absl::Status TestAbort(const OpLaunch& launch, const std::vector<const void*>& inputs, void* out);
+absl::Status TestError(const OpLaunch& launch, const std::vector<const void*>& inputs, void* out);
 #endif  // GPUKIT_FAULT_INJECTION
 
 }  // namespace cpu_ops

@@ -36,7 +36,7 @@ ScalarValue DecodeScalar(const executor::Scalar& in) {
 
 }  // namespace
 
-absl::Status SendExecutorMessage(int socket, const google::protobuf::MessageLite& message, int fd) {
+absl::StatusOr<std::string> EncodeExecutorMessage(const google::protobuf::MessageLite& message) {
   const size_t size = message.ByteSizeLong();
   if (size > kMaxExecutorMessageBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -45,7 +45,16 @@ absl::Status SendExecutorMessage(int socket, const google::protobuf::MessageLite
   // Every message sent has a field set (a oneof body), so none serializes to nothing.
   std::string bytes;
   message.SerializeToString(&bytes);
+  return bytes;
+}
+
+absl::Status SendExecutorBytes(int socket, const std::string& bytes, int fd) {
   return SendMessage(socket, bytes.data(), bytes.size(), fd);
+}
+
+absl::Status SendExecutorMessage(int socket, const google::protobuf::MessageLite& message, int fd) {
+  GPUKIT_ASSIGN_OR_RETURN(const std::string bytes, EncodeExecutorMessage(message));
+  return SendExecutorBytes(socket, bytes, fd);
 }
 
 absl::StatusOr<ScopedFd> ReceiveExecutorMessage(int socket, google::protobuf::MessageLite& message,

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -27,6 +28,10 @@ inline constexpr size_t kMaxExecutorMessageBytes = 60 * 1024;
 // message above kMaxExecutorMessageBytes; UNAVAILABLE when the peer is gone.
 absl::Status SendExecutorMessage(int socket, const google::protobuf::MessageLite& message,
                                  int fd = -1);
+// SendExecutorMessage in two steps: the datagram's bytes (INVALID_ARGUMENT above
+// kMaxExecutorMessageBytes), then their send, for a sender that encodes outside its lock.
+absl::StatusOr<std::string> EncodeExecutorMessage(const google::protobuf::MessageLite& message);
+absl::Status SendExecutorBytes(int socket, const std::string& bytes, int fd = -1);
 // Waits for the next datagram and parses it into `message`; returns its descriptor, if one
 // came. While `activity` (when given) is Recent(), it polls the socket without sleeping, so a
 // message that follows recent traffic is read without a wake-up; otherwise it sleeps in

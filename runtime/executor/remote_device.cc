@@ -18,11 +18,13 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "runtime/base/shape.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/base/thread_name.h"
 #include "runtime/base/units.h"
@@ -83,25 +85,36 @@ struct Executor {
   ScopedFd socket;
   std::thread reader;
   absl::Notification hello_received;
-  executor::Hello hello;  // set before hello_received
+  executor::Hello hello;      // set before hello_received
   absl::Notification closed;  // the channel ended (the process died or exits)
   // Traffic either way, and the replies gpukitd is owed, for the reader's polling.
   explicit Executor(const std::atomic<int>* replies_owed)
       : activity(ChannelSpinTime(), replies_owed, /*bell=*/true) {}
   RecentActivity activity;
   // The executor gets requests in the order they were handed over: each datagram takes a
-  // ticket under send_mu, in that order, and is sent in its ticket's turn (under turn_mu)
-  // after send_mu is released, so threads that hold requests back never wait for another
-  // thread's serializing and sendmsg. `held`: one-way requests held back (its body a
-  // Batch), sent before or with the next request, at the end of a DeviceBatch, or by the
+  // ticket under send_mu, in that order, and goes to the outbox (under turn_mu), encoded,
+  // after send_mu is released. Whichever thread finds nobody sending sends what the outbox
+  // holds in ticket order, as far as it is ready, so a thread never waits for another's
+  // encoding or sendmsg (one that attaches a descriptor waits until its datagram is gone:
+  // the descriptor is its caller's). `held`: one-way requests held back (its body a Batch),
+  // sent before or with the next request, at the end of a DeviceBatch, or by the
   // supervisor's tick. They die with the executor, as requests in flight do.
   absl::Mutex send_mu;  // never held with turn_mu
   executor::Request held ABSL_GUARDED_BY(send_mu);
   size_t held_bytes ABSL_GUARDED_BY(send_mu) = 0;
   bool held_work ABSL_GUARDED_BY(send_mu) = false;  // stream work among `held`
   uint64_t tickets ABSL_GUARDED_BY(send_mu) = 0;    // datagrams handed over
+  struct Outgoing {
+    bool ready = false;  // handed to the outbox (else its ticket's thread is encoding it)
+    std::string bytes;   // empty: nothing to send (it could not be encoded)
+    int fd = -1;
+  };
   absl::Mutex turn_mu;
+  std::deque<Outgoing> outbox ABSL_GUARDED_BY(turn_mu);  // tickets from `taken` on
+  uint64_t taken ABSL_GUARDED_BY(turn_mu) = 0;           // tickets taken off the outbox to be sent
   uint64_t sent ABSL_GUARDED_BY(turn_mu) = 0;  // of them, sent (or failed), in ticket order
+  bool sending ABSL_GUARDED_BY(turn_mu) = false;
+  absl::Status last_failure ABSL_GUARDED_BY(turn_mu);  // of a sendmsg: the executor is gone
 
   ~Executor() {
     if (pid > 0) {
@@ -193,8 +206,8 @@ class RemoteDevice::Impl {
   void Supervise();
   // Kills the failed executor, fails what waited on it, promotes the standby (or a new one)
   // and replays the tables into it.
-  void Recover(const std::string& kind, const std::string& error, uint64_t stream,
-               bool definite, uint64_t event);
+  void Recover(const std::string& kind, const std::string& error, uint64_t stream, bool definite,
+               uint64_t event);
   // Under a restart: promotes the standby or starts an executor, replays the tables into it
   // and makes it the serving one; on failure the device stays without one (broken_), and
   // the supervisor tries again every few seconds.
@@ -228,11 +241,14 @@ class RemoteDevice::Impl {
   // nothing when nothing is held.
   std::optional<uint64_t> TakeHeldLocked(Executor& executor, executor::Request& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(executor.send_mu);
-  // Sends datagram `ticket` once every earlier ticket's has gone. Every ticket taken must
-  // come here (a failed send still ends its turn).
+  // Hands datagram `ticket` to the outbox, to be sent once every earlier ticket's has gone,
+  // and sends what is ready when nobody is sending. Every ticket taken must come here (one
+  // that cannot be encoded still ends its turn). Returns the encoding's error, else, when
+  // `fd` >= 0 (it waits until its datagram is sent) or this thread sent it, its send's;
+  // otherwise OK (a send that fails later means the executor is gone: the restart answers).
   absl::Status SendInTurn(Executor& executor, uint64_t ticket, const executor::Request& request,
                           int fd = -1) ABSL_LOCKS_EXCLUDED(executor.send_mu, executor.turn_mu);
-  absl::Status SendCounted(Executor& executor, const executor::Request& request, int fd = -1);
+  absl::Status SendCounted(Executor& executor, const std::string& bytes, int fd = -1);
   bool InBatch() const;
 
   // --- Memory ------------------------------------------------------------------------------
@@ -286,7 +302,7 @@ class RemoteDevice::Impl {
     bool owned = false;  // a segment of the host pool (gpukitd unmaps it) or a client's
   };
   struct Staged {
-    uint64_t seq = 0;  // the stream's work counter when it was enqueued
+    uint64_t seq = 0;         // the stream's work counter when it was enqueued
     uint64_t generation = 0;  // of the executor it was sent to
     uint64_t block = 0;
     void* dst = nullptr;  // device-to-host: where the bytes go once the work ran
@@ -303,7 +319,7 @@ class RemoteDevice::Impl {
     // Held from taking a seq to sending the work (EnqueueCopy, RecordEvent).
     std::shared_ptr<absl::Mutex> order = std::make_shared<absl::Mutex>();
     uint64_t last_event_seq = 0;  // the seq of the last event recorded on it
-    int settling = 0;  // threads copying staged bytes of it out (SettleStream)
+    int settling = 0;             // threads copying staged bytes of it out (SettleStream)
     // Work numbered below this was sent to an executor that a restart replaced: unless a
     // wait of that executor confirmed it, it may not have run.
     uint64_t lost_below = 0;
@@ -418,11 +434,11 @@ class RemoteDevice::Impl::HostSource final : public SegmentSource {
   int64_t granularity_bytes() const override { return int64_t{2} << 20; }
   absl::StatusOr<Segment> Map(int64_t bytes) override {
     GPUKIT_ASSIGN_OR_RETURN(ScopedFd fd, CreateSharedMemory("gpukit-host", bytes));
-    void* data =
-        ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+    void* data = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED,
+                        fd.get(), 0);
     if (data == MAP_FAILED) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("cannot map ", FormatBytes(bytes), " of host memory: ", std::strerror(errno)));
+      return absl::ResourceExhaustedError(absl::StrCat("cannot map ", FormatBytes(bytes),
+                                                       " of host memory: ", std::strerror(errno)));
     }
     absl::StatusOr<executor::HostRange> range =
         impl_.MapHostMemory(static_cast<char*>(data), bytes, std::move(fd), /*owned=*/true);
@@ -443,14 +459,13 @@ class RemoteDevice::Impl::HostSource final : public SegmentSource {
 absl::Status RemoteDevice::Impl::Start() {
   if (options_.memory == nullptr) return absl::InvalidArgumentError("RemoteDevice needs memory");
   memory_ = options_.memory.get();
-  GPUKIT_ASSIGN_OR_RETURN(
-      device_pool_,
-      MemoryPool::Create(std::make_unique<DeviceSource>(*this, std::move(options_.memory)),
-                         options_.memory_pool));
-  GPUKIT_ASSIGN_OR_RETURN(
-      host_pool_, MemoryPool::Create(std::make_unique<HostSource>(*this),
-                                     {.small_block_limit_bytes = int64_t{1} << 20,
-                                      .max_cached_bytes = options_.host_cache_bytes}));
+  GPUKIT_ASSIGN_OR_RETURN(device_pool_, MemoryPool::Create(std::make_unique<DeviceSource>(
+                                                               *this, std::move(options_.memory)),
+                                                           options_.memory_pool));
+  GPUKIT_ASSIGN_OR_RETURN(host_pool_,
+                          MemoryPool::Create(std::make_unique<HostSource>(*this),
+                                             {.small_block_limit_bytes = int64_t{1} << 20,
+                                              .max_cached_bytes = options_.host_cache_bytes}));
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Executor> first, Spawn());
   GPUKIT_RETURN_IF_ERROR(AwaitHello(*first));
   const executor::Hello& hello = first->hello;
@@ -562,9 +577,9 @@ absl::Status RemoteDevice::Impl::AwaitHello(Executor& executor) {
                      absl::FormatDuration(options_.start_timeout)));
   }
   if (executor.hello.error_code() != 0 || executor.hello.name().empty()) {
-    return absl::FailedPreconditionError(
-        executor.hello.error().empty() ? "the device executor exited before it was ready"
-                                       : executor.hello.error());
+    return absl::FailedPreconditionError(executor.hello.error().empty()
+                                             ? "the device executor exited before it was ready"
+                                             : executor.hello.error());
   }
   return absl::OkStatus();
 }
@@ -620,9 +635,8 @@ void RemoteDevice::Impl::ReadLoop(Executor* executor) {
   ReportFailure(executor, "exited", "");
 }
 
-void RemoteDevice::Impl::ReportFailure(const Executor* failed, std::string kind,
-                                       std::string error, uint64_t stream, bool definite,
-                                       uint64_t event) {
+void RemoteDevice::Impl::ReportFailure(const Executor* failed, std::string kind, std::string error,
+                                       uint64_t stream, bool definite, uint64_t event) {
   absl::MutexLock lock(&supervisor_mu_);
   // The first report of a failure wins: a fault is followed by the channel's end.
   if (failure_.has_value()) return;
@@ -648,11 +662,10 @@ thread_local ThreadBatch thread_batch;
 
 bool RemoteDevice::Impl::InBatch() const { return thread_batch.device == this; }
 
-absl::Status RemoteDevice::Impl::SendCounted(Executor& executor, const executor::Request& request,
-                                             int fd) {
+absl::Status RemoteDevice::Impl::SendCounted(Executor& executor, const std::string& bytes, int fd) {
   messages_.fetch_add(1, std::memory_order_relaxed);
   executor.activity.Touch();
-  return SendExecutorMessage(executor.socket.get(), request, fd);
+  return SendExecutorBytes(executor.socket.get(), bytes, fd);
 }
 
 std::optional<uint64_t> RemoteDevice::Impl::TakeHeldLocked(Executor& executor,
@@ -666,14 +679,43 @@ std::optional<uint64_t> RemoteDevice::Impl::TakeHeldLocked(Executor& executor,
 
 absl::Status RemoteDevice::Impl::SendInTurn(Executor& executor, uint64_t ticket,
                                             const executor::Request& request, int fd) {
+  Executor::Outgoing out{.ready = true, .fd = fd};
+  absl::StatusOr<std::string> bytes = EncodeExecutorMessage(request);  // outside the lock
+  if (bytes.ok()) out.bytes = *std::move(bytes);
+  absl::Status own = bytes.status();  // this datagram's outcome, where this thread learns it
+  bool sent_here = false;
   absl::MutexLock lock(&executor.turn_mu);
-  auto my_turn = [&executor, ticket]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(executor.turn_mu) {
-    return executor.sent == ticket;
-  };
-  executor.turn_mu.Await(absl::Condition(&my_turn));
-  absl::Status status = SendCounted(executor, request, fd);
-  ++executor.sent;
-  return status;
+  const size_t index = static_cast<size_t>(ticket - executor.taken);
+  if (executor.outbox.size() <= index) executor.outbox.resize(index + 1);
+  executor.outbox[index] = std::move(out);
+  if (!executor.sending) {
+    executor.sending = true;
+    while (!executor.outbox.empty() && executor.outbox.front().ready) {
+      Executor::Outgoing next = std::move(executor.outbox.front());
+      executor.outbox.pop_front();
+      const uint64_t next_ticket = executor.taken++;
+      executor.turn_mu.Unlock();
+      absl::Status sent =
+          next.bytes.empty() ? absl::OkStatus() : SendCounted(executor, next.bytes, next.fd);
+      executor.turn_mu.Lock();
+      if (next_ticket == ticket) {
+        sent_here = true;
+        if (own.ok()) own = sent;
+      }
+      if (!sent.ok()) executor.last_failure = sent;
+      ++executor.sent;
+    }
+    executor.sending = false;
+  }
+  if (fd >= 0 && own.ok() && !sent_here) {
+    auto gone = [&executor, ticket]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(executor.turn_mu) {
+      return executor.sent > ticket;
+    };
+    executor.turn_mu.Await(absl::Condition(&gone));
+    // Sent by another thread: once a send fails, every later one does (the executor is gone).
+    own = executor.last_failure;
+  }
+  return own;
 }
 
 void RemoteDevice::Impl::FlushHeld(Executor& executor, bool only_work) {
@@ -751,8 +793,8 @@ void RemoteDevice::Impl::SendWork(Executor& executor, executor::Request& request
 absl::Status RemoteDevice::Impl::Send(executor::Request& request, int fd) {
   absl::ReaderMutexLock lock(&gen_mu_);
   if (active_ == nullptr) {
-    return absl::UnavailableError(absl::StrCat("the device executor is not running: ",
-                                               broken_.message()));
+    return absl::UnavailableError(
+        absl::StrCat("the device executor is not running: ", broken_.message()));
   }
   // A send to an executor that just died fails; the failure is the supervisor's to handle,
   // and a caller waiting for a reply gets its error from the restart.
@@ -790,8 +832,8 @@ absl::StatusOr<int64_t> RemoteDevice::Impl::Call(executor::Request& request, int
     absl::ReaderMutexLock lock(&gen_mu_);
     if (active_ == nullptr) {
       Unregister(seq);
-      return absl::UnavailableError(absl::StrCat("the device executor is not running: ",
-                                                 broken_.message()));
+      return absl::UnavailableError(
+          absl::StrCat("the device executor is not running: ", broken_.message()));
     }
     if (generation != 0) {
       bool stale;
@@ -857,8 +899,7 @@ void RemoteDevice::Impl::Supervise() {
         is_active = active_ != nullptr && active_.get() == failure->executor;
       }
       if (is_active) {
-        Recover(failure->kind, failure->error, failure->stream, failure->definite,
-                failure->event);
+        Recover(failure->kind, failure->error, failure->stream, failure->definite, failure->event);
       } else {
         absl::MutexLock lock(&supervisor_mu_);
         if (standby_ != nullptr && standby_.get() == failure->executor) {
@@ -925,8 +966,8 @@ void RemoteDevice::Impl::Supervise() {
   }
 }
 
-void RemoteDevice::Impl::Recover(const std::string& kind, const std::string& error,
-                                 uint64_t stream, bool definite, uint64_t event) {
+void RemoteDevice::Impl::Recover(const std::string& kind, const std::string& error, uint64_t stream,
+                                 bool definite, uint64_t event) {
   const absl::Time started = absl::Now();
   std::shared_ptr<Executor> failed;
   {
@@ -1142,74 +1183,74 @@ absl::Status RemoteDevice::Impl::Replay(Executor& executor) {
     return SendOn(executor, request, fd);
   };
   absl::Status sent = [&]() -> absl::Status {
-  absl::MutexLock lock(&mu_);
-  for (auto& [key, segment] : host_segments_) {
-    executor::Request request;
-    request.mutable_map_host_segment()->set_key(key);
-    request.mutable_map_host_segment()->set_bytes(segment.bytes);
-    GPUKIT_RETURN_IF_ERROR(call(request, segment.fd.get()));
-  }
-  absl::flat_hash_set<uint64_t> segments;
-  for (const auto& [id, buffer] : buffers_) {
-    if (buffer.block.address != 0) segments.insert(buffer.block.segment.handle);
-  }
-  for (uint64_t key : segments) {
-    auto it = live_segments_.find(key);
-    if (it == live_segments_.end()) continue;
-    GPUKIT_ASSIGN_OR_RETURN(ScopedFd fd, memory_->Share(it->second));
-    executor::Request request;
-    request.mutable_map_segment()->set_key(key);
-    request.mutable_map_segment()->set_bytes(it->second.bytes);
-    GPUKIT_RETURN_IF_ERROR(call(request, fd.get()));
-    mapped_segments_.insert(key);
-  }
-  for (const auto& [id, buffer] : buffers_) {
-    executor::Request request;
-    if (buffer.imported) {
-      executor::ImportBuffer& import = *request.mutable_import_buffer();
-      import.set_buffer(id);
-      import.set_allocation_bytes(buffer.import_allocation_bytes);
-      import.set_cuda_ipc_handle(buffer.import_ipc_handle);
-      import.set_offset(buffer.import_offset);
-      import.set_bytes(buffer.bytes);
-      // A client's memory that is gone fails here; its buffer then fails where it is used.
-      GPUKIT_RETURN_IF_ERROR(call(request, buffer.import_fd.get()));
-      continue;
+    absl::MutexLock lock(&mu_);
+    for (auto& [key, segment] : host_segments_) {
+      executor::Request request;
+      request.mutable_map_host_segment()->set_key(key);
+      request.mutable_map_host_segment()->set_bytes(segment.bytes);
+      GPUKIT_RETURN_IF_ERROR(call(request, segment.fd.get()));
     }
-    request = DefineRequest(id, buffer.block, buffer.bytes);
-    GPUKIT_RETURN_IF_ERROR(SendOn(executor, request));
-  }
-  for (auto& [id, stream] : streams_) {
-    executor::Request request;
-    request.mutable_create_stream()->set_stream(id);
-    request.mutable_create_stream()->set_priority(static_cast<int32_t>(stream.options.priority));
-    request.mutable_create_stream()->set_sm_share(stream.options.sm_share);
-    if (stream.options.sm_first) {
-      request.mutable_create_stream()->set_sm_first(*stream.options.sm_first);
+    absl::flat_hash_set<uint64_t> segments;
+    for (const auto& [id, buffer] : buffers_) {
+      if (buffer.block.address != 0) segments.insert(buffer.block.segment.handle);
     }
-    GPUKIT_RETURN_IF_ERROR(SendOn(executor, request));
-    // Nothing of the old executor's is in flight. Its staged copies are settled by the
-    // stream's next wait: copied out only by a wait of the executor that made them. A wait of
-    // the new one whose work began before this (its previous event did) fails: part of its
-    // work went to the old executor, which may not have run it.
-    stream.completed_seq = stream.next_seq;
-    stream.lost_below = stream.next_seq;
-  }
-  for (const auto& [id, module] : modules_) {
-    GPUKIT_ASSIGN_OR_RETURN(ScopedFd image, ImageFile(module.image));
-    executor::Request request;
-    request.mutable_load_module()->set_module(id);
-    request.mutable_load_module()->set_image_bytes(static_cast<int64_t>(module.image.size()));
-    GPUKIT_RETURN_IF_ERROR(call(request, image.get()));
-  }
-  for (const auto& [id, function] : functions_) {
-    executor::Request request;
-    request.mutable_get_function()->set_function(id);
-    request.mutable_get_function()->set_module(function.module);
-    request.mutable_get_function()->set_name(function.name);
-    GPUKIT_RETURN_IF_ERROR(call(request, -1));
-  }
-  return absl::OkStatus();
+    for (uint64_t key : segments) {
+      auto it = live_segments_.find(key);
+      if (it == live_segments_.end()) continue;
+      GPUKIT_ASSIGN_OR_RETURN(ScopedFd fd, memory_->Share(it->second));
+      executor::Request request;
+      request.mutable_map_segment()->set_key(key);
+      request.mutable_map_segment()->set_bytes(it->second.bytes);
+      GPUKIT_RETURN_IF_ERROR(call(request, fd.get()));
+      mapped_segments_.insert(key);
+    }
+    for (const auto& [id, buffer] : buffers_) {
+      executor::Request request;
+      if (buffer.imported) {
+        executor::ImportBuffer& import = *request.mutable_import_buffer();
+        import.set_buffer(id);
+        import.set_allocation_bytes(buffer.import_allocation_bytes);
+        import.set_cuda_ipc_handle(buffer.import_ipc_handle);
+        import.set_offset(buffer.import_offset);
+        import.set_bytes(buffer.bytes);
+        // A client's memory that is gone fails here; its buffer then fails where it is used.
+        GPUKIT_RETURN_IF_ERROR(call(request, buffer.import_fd.get()));
+        continue;
+      }
+      request = DefineRequest(id, buffer.block, buffer.bytes);
+      GPUKIT_RETURN_IF_ERROR(SendOn(executor, request));
+    }
+    for (auto& [id, stream] : streams_) {
+      executor::Request request;
+      request.mutable_create_stream()->set_stream(id);
+      request.mutable_create_stream()->set_priority(static_cast<int32_t>(stream.options.priority));
+      request.mutable_create_stream()->set_sm_share(stream.options.sm_share);
+      if (stream.options.sm_first) {
+        request.mutable_create_stream()->set_sm_first(*stream.options.sm_first);
+      }
+      GPUKIT_RETURN_IF_ERROR(SendOn(executor, request));
+      // Nothing of the old executor's is in flight. Its staged copies are settled by the
+      // stream's next wait: copied out only by a wait of the executor that made them. A wait of
+      // the new one whose work began before this (its previous event did) fails: part of its
+      // work went to the old executor, which may not have run it.
+      stream.completed_seq = stream.next_seq;
+      stream.lost_below = stream.next_seq;
+    }
+    for (const auto& [id, module] : modules_) {
+      GPUKIT_ASSIGN_OR_RETURN(ScopedFd image, ImageFile(module.image));
+      executor::Request request;
+      request.mutable_load_module()->set_module(id);
+      request.mutable_load_module()->set_image_bytes(static_cast<int64_t>(module.image.size()));
+      GPUKIT_RETURN_IF_ERROR(call(request, image.get()));
+    }
+    for (const auto& [id, function] : functions_) {
+      executor::Request request;
+      request.mutable_get_function()->set_function(id);
+      request.mutable_get_function()->set_module(function.module);
+      request.mutable_get_function()->set_name(function.name);
+      GPUKIT_RETURN_IF_ERROR(call(request, -1));
+    }
+    return absl::OkStatus();
   }();
   absl::Status status = sent;
   for (auto& [seq, pending] : owed) {
@@ -1414,9 +1455,9 @@ absl::StatusOr<BufferId> RemoteDevice::Allocate(int64_t bytes) {
     absl::StatusOr<PoolBlock> allocated = d.device_pool_->Allocate(bytes);
     if (!allocated.ok()) {
       if (allocated.status().code() == absl::StatusCode::kResourceExhausted) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "out of memory on device ", d.properties_.index, ": ", FormatBytes(bytes),
-            " requested (", allocated.status().message(), ")"));
+        return absl::ResourceExhaustedError(
+            absl::StrCat("out of memory on device ", d.properties_.index, ": ", FormatBytes(bytes),
+                         " requested (", allocated.status().message(), ")"));
       }
       return allocated.status();
     }
@@ -1496,12 +1537,12 @@ absl::StatusOr<int64_t> RemoteDevice::BufferBytes(BufferId buffer) const {
 }
 
 absl::StatusOr<HostBuffer> RemoteDevice::AllocateHostBuffer(int64_t bytes) {
-  if (bytes <= 0) return HostBuffer();
+  if (bytes <= 0) return Device::AllocateHostBuffer(bytes);  // empty, or INVALID_ARGUMENT
   GPUKIT_ASSIGN_OR_RETURN(PoolBlock block, impl_->host_pool_->Allocate(bytes));
   MemoryPool* pool = impl_->host_pool_.get();
-  return HostBuffer(reinterpret_cast<char*>(block.address), bytes,
-                    properties().backend == BackendKind::kCuda,
-                    [pool](char* data) { pool->Free(reinterpret_cast<uint64_t>(data)).IgnoreError(); });
+  return HostBuffer(
+      reinterpret_cast<char*>(block.address), bytes, properties().backend == BackendKind::kCuda,
+      [pool](char* data) { pool->Free(reinterpret_cast<uint64_t>(data)).IgnoreError(); });
 }
 
 absl::Status RemoteDevice::RegisterHostMemory(void* data, int64_t bytes, int shared_fd) {
@@ -1774,11 +1815,9 @@ absl::Status CheckRange(const char* what, int64_t offset, int64_t bytes, int64_t
 }  // namespace
 
 absl::Status RemoteDevice::Impl::EnqueueHostCopy(BufferId buffer, int64_t offset, void* host,
-                                                 int64_t bytes, StreamId stream,
-                                                 bool to_device) {
+                                                 int64_t bytes, StreamId stream, bool to_device) {
   GPUKIT_ASSIGN_OR_RETURN(int64_t size, device_->BufferBytes(buffer));
-  GPUKIT_RETURN_IF_ERROR(
-      CheckRange(to_device ? "destination" : "source", offset, bytes, size));
+  GPUKIT_RETURN_IF_ERROR(CheckRange(to_device ? "destination" : "source", offset, bytes, size));
   if (bytes == 0) return absl::OkStatus();
   executor::Request request;
   executor::Copy& copy = *request.mutable_copy();
@@ -1828,7 +1867,8 @@ absl::Status RemoteDevice::CopyDeviceToDevice(BufferId dst, int64_t dst_offset, 
   GPUKIT_ASSIGN_OR_RETURN(int64_t src_size, BufferBytes(src));
   GPUKIT_RETURN_IF_ERROR(CheckRange("destination", dst_offset, bytes, dst_size));
   GPUKIT_RETURN_IF_ERROR(CheckRange("source", src_offset, bytes, src_size));
-  if (dst == src && bytes > 0 && dst_offset < src_offset + bytes && src_offset < dst_offset + bytes) {
+  if (dst == src && bytes > 0 && dst_offset < src_offset + bytes &&
+      src_offset < dst_offset + bytes) {
     return absl::InvalidArgumentError("a device-to-device copy between overlapping ranges");
   }
   if (bytes == 0) return absl::OkStatus();
@@ -2184,19 +2224,35 @@ absl::Status RemoteDevice::CheckOp(const OpLaunch& launch) const {
                                                  BackendName(properties().backend), " device ",
                                                  properties().index));
   }
-  {
-    absl::MutexLock lock(&impl_->mu_);  // one look at the table for every buffer of the op
-    auto known = [this](BufferId buffer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(impl_->mu_) {
-      return impl_->buffers_.contains(buffer.value)
-                 ? absl::OkStatus()
-                 : absl::NotFoundError(absl::StrCat("unknown buffer ", buffer.value));
-    };
-    GPUKIT_RETURN_IF_ERROR(known(launch.output));
-    for (const OpOperand& input : launch.inputs) {
-      if (!input.is_scalar) GPUKIT_RETURN_IF_ERROR(known(input.buffer));
+  // What each buffer must hold, worked out before the lock.
+  GPUKIT_ASSIGN_OR_RETURN(const int64_t output_bytes,
+                          ByteSize(launch.plan.output.shape, launch.plan.output.dtype));
+  absl::InlinedVector<int64_t, 4> input_bytes(launch.inputs.size(), 0);
+  for (size_t i = 0; i < launch.inputs.size(); ++i) {
+    const OpOperand& input = launch.inputs[i];
+    if (input.is_scalar) continue;
+    GPUKIT_ASSIGN_OR_RETURN(input_bytes[i], ByteSize(input.desc.shape, input.desc.dtype));
+  }
+  absl::MutexLock lock(&impl_->mu_);  // one look at the table for every buffer of the op
+  // As the executor's device would find it when the op runs, so that a bad op fails the
+  // call rather than its stream.
+  auto holds = [this](BufferId buffer, int64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(impl_->mu_) {
+    auto it = impl_->buffers_.find(buffer.value);
+    if (it == impl_->buffers_.end()) {
+      return absl::NotFoundError(absl::StrCat("unknown buffer ", buffer.value));
+    }
+    if (bytes > it->second.bytes) {
+      return absl::OutOfRangeError(absl::StrCat("range [0, +", bytes, ") outside buffer ",
+                                                buffer.value, " of ", it->second.bytes, " bytes"));
+    }
+    return absl::OkStatus();
+  };
+  for (size_t i = 0; i < launch.inputs.size(); ++i) {
+    if (!launch.inputs[i].is_scalar) {
+      GPUKIT_RETURN_IF_ERROR(holds(launch.inputs[i].buffer, input_bytes[i]));
     }
   }
-  return absl::OkStatus();
+  return holds(launch.output, output_bytes);
 }
 
 absl::StatusOr<ModuleId> RemoteDevice::LoadModule(absl::string_view image) {

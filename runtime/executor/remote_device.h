@@ -172,7 +172,7 @@ class RemoteDevice final : public Device {
 
  private:
   explicit RemoteDevice(std::unique_ptr<Impl> impl);
-  // RunOp's checks: the op is supported and its buffers are known.
+  // RunOp's checks: the op is supported and its buffers are known and hold its operands.
   absl::Status CheckOp(const OpLaunch& launch) const;
   std::unique_ptr<Impl> impl_;
 };

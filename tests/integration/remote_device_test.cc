@@ -34,6 +34,7 @@
 #include "runtime/op_registry.h"
 #include "tests/integration/binary_path.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/unit/runtime/device_conformance.h"
 #include <sys/mman.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -603,19 +604,18 @@ TEST_F(RemoteDeviceTest, WaitEventPairsTakesOneWaitAndOneRoundTrip) {
   GPUKIT_EXPECT_OK(device_->DestroyEvents({&after, 1}));
 }
 
-// An op in the middle of the batch fails (its output is too small: the executor's enqueue
-// fails, and the event after it is recorded fine but carries that error): its pair, and only
-// its pair, gets the error WaitEvent gives, still in one wait and one round trip.
+// An op in the middle of the batch fails (_test_error: its work fails, and the event after it
+// is recorded fine but carries that error): its pair, and only its pair, gets the error
+// WaitEvent gives, still in one wait and one round trip.
 TEST_F(RemoteDeviceTest, WaitEventPairsGivesAFailingOpsErrorToItsPairOnly) {
   Start();
   GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
   MakeOpBuffers(stream);
-  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId too_small, device_->Allocate(4));
   std::vector<EventId> events;
   GPUKIT_ASSERT_OK_AND_ASSIGN(EventId first, device_->RecordEvent(stream));
   events.push_back(first);
   for (int i = 0; i < 3; ++i) {
-    GPUKIT_ASSERT_OK(RunOp("neg", stream, i == 1 ? too_small : BufferId{}));
+    GPUKIT_ASSERT_OK(RunOp(i == 1 ? "_test_error" : "neg", stream));
     GPUKIT_ASSERT_OK_AND_ASSIGN(EventId event, device_->RecordEvent(stream));
     events.push_back(event);
   }
@@ -626,7 +626,7 @@ TEST_F(RemoteDeviceTest, WaitEventPairsGivesAFailingOpsErrorToItsPairOnly) {
   EXPECT_EQ(device_->executor_state().round_trips - before, 2);
   ASSERT_EQ(batch.size(), pairs.size());
   GPUKIT_EXPECT_OK(batch[0].status);
-  EXPECT_THAT(batch[1].status, StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(batch[1].status, StatusIs(absl::StatusCode::kInternal));
   EXPECT_EQ(batch[1].elapsed_ns, 0);
   GPUKIT_EXPECT_OK(batch[2].status);
   // What the wait of the failing op's event says, code and message.
@@ -643,17 +643,17 @@ TEST_F(RemoteDeviceTest, RunOpBetweenEventsGivesEachOpItsOwnPair) {
   Start();
   GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
   MakeOpBuffers(stream);
-  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId too_small, device_->Allocate(4));
   std::vector<EventPair> pairs(3);
   for (int i = 0; i < 3; ++i) {
-    GPUKIT_ASSERT_OK_AND_ASSIGN(OpLaunch launch,
-                                Launch(i == 2 ? "neg" : "abs", i == 1 ? too_small : BufferId{}));
+    GPUKIT_ASSERT_OK_AND_ASSIGN(OpLaunch launch, Launch(i == 2   ? "neg"
+                                                        : i == 1 ? "_test_error"
+                                                                 : "abs"));
     GPUKIT_ASSERT_OK(device_->RunOpBetweenEvents(launch, stream, &pairs[i].start, &pairs[i].end));
   }
   const std::vector<EventPairOutcome> batch = device_->WaitEventPairs(pairs);
   ASSERT_EQ(batch.size(), pairs.size());
   GPUKIT_EXPECT_OK(batch[0].status);
-  EXPECT_THAT(batch[1].status, StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(batch[1].status, StatusIs(absl::StatusCode::kInternal));
   GPUKIT_EXPECT_OK(batch[2].status);
   EXPECT_GE(batch[2].elapsed_ns, 0);
   EXPECT_EQ(batch[1].status, device_->WaitEvent(pairs[1].end));
@@ -893,6 +893,27 @@ TEST(RemoteDeviceTest, NeedsFaultInjection) {
 }
 
 #endif  // GPUKIT_FAULT_INJECTION
+
+// The Device contract through the channel: RemoteDevice over a CPU executor (one process per
+// test: no standby).
+absl::StatusOr<std::unique_ptr<Device>> MakeRemoteCpuDevice() {
+  RemoteDeviceOptions options;
+  options.executor_path = ::gpukit::testing::FindBinary(GPUKIT_EXECUTOR_PATH);
+  options.executor_args = {"--backend=cpu", "--index=0", "--log-level=warn"};
+  options.memory = std::make_unique<MemfdSegmentSource>(int64_t{256} << 20, int64_t{2} << 20);
+  options.standby = false;
+  GPUKIT_ASSIGN_OR_RETURN(std::unique_ptr<RemoteDevice> device,
+                          RemoteDevice::Create(std::move(options)));
+  return std::unique_ptr<Device>(std::move(device));
+}
+
+using ::gpukit::testing::DeviceConformanceParam;
+using ::gpukit::testing::DeviceConformanceParamName;
+using ::gpukit::testing::DeviceConformanceTest;
+INSTANTIATE_TEST_SUITE_P(Remote, DeviceConformanceTest,
+                         ::testing::Values(DeviceConformanceParam{"RemoteCpu",
+                                                                  &MakeRemoteCpuDevice}),
+                         DeviceConformanceParamName);
 
 }  // namespace
 }  // namespace gpukit

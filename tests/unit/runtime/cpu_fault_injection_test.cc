@@ -93,6 +93,19 @@ TEST_F(CpuFaultInjectionTest, TheFaultOpsWorkFailsWithTheSimulatedFault) {
   EXPECT_THAT(device_->CheckHealth(), kIsTheFault);
 }
 
+TEST_F(CpuFaultInjectionTest, TheErrorOpsWorkFailsAloneAndTheDeviceStaysHealthy) {
+  GPUKIT_ASSERT_OK(Run("_test_error"));
+  EXPECT_THAT(SynchronizeStream(*device_, stream_),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("simulated op failure")));
+  GPUKIT_EXPECT_OK(device_->CheckHealth());
+  GPUKIT_ASSERT_OK(Run("neg"));  // later work runs and waits as usual
+  GPUKIT_EXPECT_OK(SynchronizeStream(*device_, stream_));
+  std::vector<float> host(4, 0);
+  GPUKIT_ASSERT_OK(device_->CopyDeviceToHost(host.data(), output_, 0, 16, stream_));
+  GPUKIT_ASSERT_OK(SynchronizeStream(*device_, stream_));
+  EXPECT_THAT(host, ElementsAre(-1, -2, -3, -4));
+}
+
 TEST_F(CpuFaultInjectionTest, APoisonedDeviceFailsEveryEnqueueAndWaitWithTheFault) {
   // Events of another stream, recorded and completed before the fault.
   GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId other, device_->CreateStream(StreamPriority::kHigh));

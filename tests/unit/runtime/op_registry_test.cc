@@ -43,13 +43,13 @@ TEST(OpRegistryTest, BuiltinHasExactlyTheDocumentedOps) {
   for (const OpDef& op : OpRegistry::Builtin().ops()) {
     if (!IsTestOnlyOp(op.name)) names.push_back(op.name);
   }
-  EXPECT_THAT(names,
-              UnorderedElementsAreArray(
-                  {"add",     "sub",   "mul",     "div",     "matmul",    "sum",       "mean",
-                   "max",     "min",   "astype",  "reshape", "transpose", "exp",       "log",
-                   "sqrt",    "rsqrt", "abs",     "neg",     "relu",      "gelu",      "silu",
-                   "sigmoid", "tanh",  "clamp",   "where",   "argmax",    "softmax",   "layernorm",
-                   "rmsnorm", "rope",  "attention", "embedding", "concat"}));
+  EXPECT_THAT(
+      names, UnorderedElementsAreArray(
+                 {"add",     "sub",   "mul",       "div",       "matmul",    "sum",     "mean",
+                  "max",     "min",   "astype",    "reshape",   "transpose", "exp",     "log",
+                  "sqrt",    "rsqrt", "abs",       "neg",       "relu",      "gelu",    "silu",
+                  "sigmoid", "tanh",  "clamp",     "where",     "argmax",    "softmax", "layernorm",
+                  "rmsnorm", "rope",  "attention", "embedding", "concat"}));
 }
 
 TEST(OpRegistryTest, EveryBuiltinOpHasSummaryPlannerAndSaneArity) {
@@ -68,7 +68,8 @@ TEST(OpRegistryTest, FaultInjectionOpsExistExactlyInFaultInjectionBuilds) {
     if (IsTestOnlyOp(op.name)) test_only.push_back(op.name);
   }
 #if GPUKIT_FAULT_INJECTION
-  EXPECT_THAT(test_only, UnorderedElementsAreArray({"_test_fault", "_test_hang", "_test_abort"}));
+  EXPECT_THAT(test_only, UnorderedElementsAreArray(
+                             {"_test_fault", "_test_hang", "_test_abort", "_test_error"}));
   for (const std::string& name : test_only) {
     absl::StatusOr<const OpDef*> op = OpRegistry::Builtin().Find(name);
     ASSERT_THAT(op, IsOk());
@@ -83,7 +84,7 @@ TEST(OpRegistryTest, FaultInjectionOpsExistExactlyInFaultInjectionBuilds) {
 
 TEST(OpRegistryTest, FaultInjectionOpsTakeOneArrayAndKeepItsShapeAndDtype) {
 #if GPUKIT_FAULT_INJECTION
-  for (absl::string_view name : {"_test_fault", "_test_hang", "_test_abort"}) {
+  for (absl::string_view name : {"_test_fault", "_test_hang", "_test_abort", "_test_error"}) {
     SCOPED_TRACE(name);
     absl::StatusOr<OpPlan> plan = Plan(name, {Array(DType::kInt32, {3, 5})});
     ASSERT_THAT(plan, IsOk());
@@ -647,9 +648,7 @@ INSTANTIATE_TEST_SUITE_P(
                       UnaryDtypeCase{"tanh", kU8, kF32}, UnaryDtypeCase{"abs", kI32, kI32},
                       UnaryDtypeCase{"neg", kU8, kU8}, UnaryDtypeCase{"relu", kI64, kI64},
                       UnaryDtypeCase{"relu", kBF16, kBF16}),
-    [](const auto& info) {
-      return info.param.op + "_" + std::string(DTypeName(info.param.in));
-    });
+    [](const auto& info) { return info.param.op + "_" + std::string(DTypeName(info.param.in)); });
 
 TEST(UnaryPlanTest, RejectsScalarAndAttributes) {
   EXPECT_THAT(Plan("exp", {FloatScalar(1)}),
@@ -789,8 +788,7 @@ TEST(AttentionPlanTest, OutputIsHeadsByQuerySeqByValueDim) {
   EXPECT_EQ(plan->output.dtype, kBF16);
   EXPECT_TRUE(plan->params.causal);
   EXPECT_DOUBLE_EQ(plan->params.scale, 0.25);
-  plan = Plan("attention",
-              {Array(kF32, {1, 2, 4}), Array(kF32, {1, 2, 4}), Array(kF32, {1, 2, 4})},
+  plan = Plan("attention", {Array(kF32, {1, 2, 4}), Array(kF32, {1, 2, 4}), Array(kF32, {1, 2, 4})},
               {{"scale", 2.0}});
   ASSERT_THAT(plan, IsOk());
   EXPECT_DOUBLE_EQ(plan->params.scale, 2.0);
@@ -798,24 +796,24 @@ TEST(AttentionPlanTest, OutputIsHeadsByQuerySeqByValueDim) {
 }
 
 TEST(AttentionPlanTest, RejectsMismatchedShapesNamingTheOperands) {
-  EXPECT_THAT(Plan("attention", {Array(kF32, {2, 4}), Array(kF32, {1, 2, 4}),
-                                 Array(kF32, {1, 2, 4})}),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("inputs[0] (q) must be [heads, seq, dim]")));
-  EXPECT_THAT(Plan("attention", {Array(kF32, {2, 3, 4}), Array(kF32, {1, 5, 4}),
-                                 Array(kF32, {2, 5, 4})}),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("heads differ")));
-  EXPECT_THAT(Plan("attention", {Array(kF32, {2, 3, 4}), Array(kF32, {2, 5, 8}),
-                                 Array(kF32, {2, 5, 4})}),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("differ in dim")));
-  EXPECT_THAT(Plan("attention", {Array(kF32, {2, 3, 4}), Array(kF32, {2, 5, 4}),
-                                 Array(kF32, {2, 6, 4})}),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("differ in seq")));
-  EXPECT_THAT(Plan("attention",
-                   {Array(kF32, {1, 2, 4}), Array(kF32, {1, 2, 4}), Array(kF32, {1, 2, 4})},
-                   {{"causal", int64_t{1}}}),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("attribute \"causal\" must be a bool")));
+  EXPECT_THAT(
+      Plan("attention", {Array(kF32, {2, 4}), Array(kF32, {1, 2, 4}), Array(kF32, {1, 2, 4})}),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("inputs[0] (q) must be [heads, seq, dim]")));
+  EXPECT_THAT(
+      Plan("attention", {Array(kF32, {2, 3, 4}), Array(kF32, {1, 5, 4}), Array(kF32, {2, 5, 4})}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("heads differ")));
+  EXPECT_THAT(
+      Plan("attention", {Array(kF32, {2, 3, 4}), Array(kF32, {2, 5, 8}), Array(kF32, {2, 5, 4})}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("differ in dim")));
+  EXPECT_THAT(
+      Plan("attention", {Array(kF32, {2, 3, 4}), Array(kF32, {2, 5, 4}), Array(kF32, {2, 6, 4})}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("differ in seq")));
+  EXPECT_THAT(
+      Plan("attention", {Array(kF32, {1, 2, 4}), Array(kF32, {1, 2, 4}), Array(kF32, {1, 2, 4})},
+           {{"causal", int64_t{1}}}),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("attribute \"causal\" must be a bool")));
 }
 
 TEST(EmbeddingPlanTest, AppendsTheRowDimensionToTheIndicesShape) {
@@ -834,9 +832,9 @@ TEST(EmbeddingPlanTest, AppendsTheRowDimensionToTheIndicesShape) {
 }
 
 TEST(ConcatPlanTest, SumsTheAxisAndPromotesDtypes) {
-  absl::StatusOr<OpPlan> plan = Plan(
-      "concat", {Array(kI32, {2, 3}), Array(kF16, {2, 1}), Array(kI32, {2, 0})},
-      {{"axis", int64_t{-1}}});
+  absl::StatusOr<OpPlan> plan =
+      Plan("concat", {Array(kI32, {2, 3}), Array(kF16, {2, 1}), Array(kI32, {2, 0})},
+           {{"axis", int64_t{-1}}});
   ASSERT_THAT(plan, IsOk());
   EXPECT_THAT(plan->output.shape, ElementsAre(2, 4));
   EXPECT_EQ(plan->output.dtype, kF16);
@@ -844,9 +842,10 @@ TEST(ConcatPlanTest, SumsTheAxisAndPromotesDtypes) {
   plan = Plan("concat", {Array(kU8, {2}), Array(kU8, {3})});
   ASSERT_THAT(plan, IsOk());
   EXPECT_THAT(plan->output.shape, ElementsAre(5));
-  EXPECT_THAT(Plan("concat", {Array(kF32, {2, 3}), Array(kF32, {3, 3})}, {{"axis", int64_t{1}}}),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("inputs[1] [3, 3] does not match inputs[0] [2, 3] outside axis 1")));
+  EXPECT_THAT(
+      Plan("concat", {Array(kF32, {2, 3}), Array(kF32, {3, 3})}, {{"axis", int64_t{1}}}),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("inputs[1] [3, 3] does not match inputs[0] [2, 3] outside axis 1")));
   EXPECT_THAT(Plan("concat", {Array(kF32, {2, 3}), Array(kF32, {6})}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("does not match")));
   EXPECT_THAT(Plan("concat", {Array(kF32, {2})}),
