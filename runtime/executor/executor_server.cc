@@ -291,10 +291,11 @@ class ExecutorServer::Impl {
                 size_t weight = 1);
   void PushBatchWork();
   // Runs `works` on the reading thread at once when inline_work_, they weigh at most
-  // kMostInlineWorks and the stream's enqueue thread has nothing queued or running (it is
-  // the reading thread that queues there, so the stream's order holds), else queues them
-  // there as one item. A GPU only queues the work, so the reader is not held long; the
-  // hand-off to the stream's thread is saved.
+  // kMostInlineWorks, the stream's enqueue thread has nothing queued or running (it is the
+  // reading thread that queues there, so the stream's order holds) and no other message
+  // waits to be read, else queues them there as one item. A GPU only queues the work, so
+  // the reader is not held long; the hand-off to the stream's thread is saved. With
+  // messages waiting (many sessions' streams), the reader is what they all wait for.
   void RunOrQueue(const std::shared_ptr<StreamState>& stream, StreamWorks works);
 
   // Registers gpukitd's event `id` of stream `stream_id` (`stream`, null when unknown: the
@@ -950,7 +951,8 @@ void ExecutorServer::Impl::PushBatchWork() {
 
 void ExecutorServer::Impl::RunOrQueue(const std::shared_ptr<StreamState>& stream,
                                       StreamWorks works) {
-  if (inline_work_ && works.weight <= kMostInlineWorks && stream->enqueues.idle()) {
+  if (inline_work_ && works.weight <= kMostInlineWorks && stream->enqueues.idle() &&
+      !OthersWaiting()) {
     for (const std::function<void()>& work : works.works) work();
     return;
   }
