@@ -109,20 +109,30 @@ void EnqueuedTask::FinishAll(absl::Span<EnqueuedTask* const> works,
   std::vector<EventId> events;
   ends.reserve(works.size());
   events.reserve(2 * works.size());
+  // Works of one scheduler and device end together (a pipeline's always are); a work of
+  // another scheduler or device ends what came before it first.
   Scheduler* scheduler = nullptr;
   Device* device = nullptr;
+  auto end_group = [&] {
+    if (ends.empty()) return;
+    scheduler->Finish(ends);
+    device->DestroyEvents(events).IgnoreError();
+    ends.clear();
+    events.clear();
+  };
   for (size_t i = 0; i < works.size(); ++i) {
     EnqueuedTask& work = *works[i];
     if (work.task_ == nullptr) continue;
-    scheduler = work.scheduler_;
-    device = work.device_;
+    if (work.scheduler_ != scheduler || work.device_ != device) {
+      end_group();
+      scheduler = work.scheduler_;
+      device = work.device_;
+    }
     ends.push_back(TaskEnd{std::move(work.task_), statuses[i], device_times[i]});  // finished
     events.push_back(work.start_);
     events.push_back(work.end_);
   }
-  if (ends.empty()) return;
-  scheduler->Finish(ends);
-  device->DestroyEvents(events).IgnoreError();
+  end_group();
 }
 
 absl::Duration DeviceTimeBetween(Device& device, EventId start, EventId end) {

@@ -123,8 +123,8 @@ class EnqueuedTask {
   // task used the device too), and destroys both events. Call once the end event completed.
   void Finish(const absl::Status& status, absl::Duration device_time);
   // Finish for each of `works` (with statuses[i] and device_times[i]; those finished already
-  // are skipped), of one scheduler and device: one scheduler call and one DestroyEvents for
-  // them all (a pipeline's completion batch).
+  // are skipped): one scheduler call and one DestroyEvents for each run of works of one
+  // scheduler and device (a pipeline's completion batch is one run).
   static void FinishAll(absl::Span<EnqueuedTask* const> works,
                         absl::Span<const absl::Status> statuses,
                         absl::Span<const absl::Duration> device_times);
