@@ -22,8 +22,11 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "daemon/core/core.h"
+#include "daemon/core/running_task.h"
 #include "daemon/scheduler/clock.h"
+#include "daemon/scheduler/scheduler.h"
 #include "daemon/service/request_strings.h"
+#include "daemon/session/session_manager.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/base/status_macros.h"
@@ -492,6 +495,59 @@ TEST_F(OpPipelineTest, DeviceTimeIsAccountedToTheSessionAndTenant) {
     EXPECT_EQ(tenant.tasks_finished, 22);
   }
   EXPECT_TRUE(found);
+}
+
+// A completion batch of works from two devices of one scheduler (FinishAll's callers pass
+// one pipeline's, of one device): every task ends, and each work's events are destroyed on
+// its own device.
+TEST(EnqueuedTaskTest, FinishAllEndsWorksOfEachDeviceOnTheirOwnDevice) {
+  FakeClock clock;
+  PartitionSpec all{.name = "default", .memory_quota_bytes = kDeviceBytes, .compute_share = 1};
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Scheduler> scheduler,
+                              Scheduler::Create(clock, {{0, kDeviceBytes}}, {all}, {}));
+  SessionManager sessions(clock, SessionOptions{}, *scheduler);
+  OpenSessionParams params;
+  params.tenant = "finish";
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SessionAdmission admission,
+                              scheduler->AdmitSession("s-finish", params.partition, {}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::shared_ptr<Session> session,
+                              sessions.Open("s-finish", params, std::move(admission)));
+  CpuDeviceOptions device_options;
+  device_options.memory_bytes = kDeviceBytes;
+  std::vector<std::unique_ptr<CpuDevice>> devices;
+  std::vector<StreamId> streams;
+  for (int i = 0; i < 2; ++i) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<CpuDevice> device,
+                                CpuDevice::Create(device_options));
+    GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device->CreateStream(StreamPriority::kNormal));
+    devices.push_back(std::move(device));
+    streams.push_back(stream);
+  }
+  std::vector<EnqueuedTask> works;
+  for (int device : {0, 1, 0}) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(
+        RunningTask task, RunningTask::Create(*scheduler, *session, TaskKind::kOp, "finish", {}));
+    GPUKIT_ASSERT_OK_AND_ASSIGN(
+        EnqueuedTask work,
+        task.Enqueue(*devices[static_cast<size_t>(device)], streams[static_cast<size_t>(device)],
+                     [] { return absl::OkStatus(); }));
+    GPUKIT_ASSERT_OK(work.device().WaitEvent(work.end_event()));
+    works.push_back(std::move(work));
+  }
+  std::vector<EnqueuedTask*> batch;
+  for (EnqueuedTask& work : works) batch.push_back(&work);
+  const std::vector<absl::Status> statuses(3, absl::OkStatus());
+  const std::vector<absl::Duration> times(3, absl::Microseconds(5));
+  EnqueuedTask::FinishAll(batch, statuses, times);
+  for (const EnqueuedTask& work : works) {
+    EXPECT_TRUE(work.finished());
+    EXPECT_THAT(work.device().WaitEvent(work.start_event()), StatusIs(absl::StatusCode::kNotFound));
+    EXPECT_THAT(work.device().WaitEvent(work.end_event()), StatusIs(absl::StatusCode::kNotFound));
+  }
+  int running = 0;
+  for (const PartitionStatus& p : scheduler->ListPartitions()) running += p.running;
+  EXPECT_EQ(running, 0);
+  for (int i = 0; i < 2; ++i) GPUKIT_EXPECT_OK(devices[i]->DestroyStream(streams[i]));
 }
 
 }  // namespace
