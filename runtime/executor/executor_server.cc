@@ -1188,8 +1188,12 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
                                     ? request.wait_event().event()
                                     : request.elapsed_ns().end();
       std::shared_ptr<EventState> event = FindEvent(event_id);
-      if (event == nullptr || event->stream == nullptr) {
+      if (event == nullptr) {
         Reply(seq, absl::NotFoundError(absl::StrCat("executor: no event ", event_id)));
+        return;
+      }
+      if (event->stream == nullptr) {
+        Reply(seq, event->enqueue_error);  // recorded on no stream: "no stream N"
         return;
       }
       StreamState* s = event->stream.get();

@@ -4,7 +4,8 @@
 // fails the pipeline until then; a device failure is reported by Sync; each op takes the
 // outcome of its own event pair from the batch's one WaitEventPairs; the in-flight cap
 // holds; a session closed under queued ops leaves no task and no memory behind; and the
-// device time of pipelined ops is accounted like RunOp's.
+// device time of pipelined ops is accounted like RunOp's; EnqueuedTask::FinishAll ends each
+// device's works on it.
 #include "daemon/core/op_pipeline.h"
 
 #include <algorithm>

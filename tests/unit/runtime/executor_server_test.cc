@@ -217,7 +217,7 @@ TEST_F(ExecutorServerTest, BackToBackEventsShareOneDeviceEvent) {
 
 // An op that carries its events records them around it as RecordEvent requests would: its
 // start shares the device event of an event right before it, each pair measures its own op,
-// and an op on an unknown stream leaves its events NOT_FOUND.
+// and an op on an unknown stream leaves its events NOT_FOUND, naming the stream.
 TEST_F(ExecutorServerTest, AnOpCarriesItsEventsAsRecordsAroundIt) {
   Record(50);
   NegBetween(51, 52);  // 51 shares 50's device event: no work between them
@@ -229,7 +229,8 @@ TEST_F(ExecutorServerTest, AnOpCarriesItsEventsAsRecordsAroundIt) {
   for (const absl::Status& status : statuses) GPUKIT_EXPECT_OK(status);
   EXPECT_GE(elapsed[2], elapsed[0] + elapsed[1]);
   NegBetween(55, 56, /*stream=*/999);
-  EXPECT_THAT(Wait(56), StatusIs(absl::StatusCode::kNotFound));  // as a RecordEvent on it
+  // As a RecordEvent on it: the wait names the stream.
+  EXPECT_THAT(Wait(56), StatusIs(absl::StatusCode::kNotFound, HasSubstr("no stream 999")));
   for (uint64_t event : {50, 51, 52, 53, 54, 55, 56}) Destroy(event);
 }
 
