@@ -169,10 +169,13 @@ CudaDevice::~CudaDevice() {
   absl::flat_hash_map<uint64_t, Allocation> buffers;
   absl::flat_hash_map<uint64_t, MappedSegment> segments;
   {
+    absl::MutexLock events_lock(&events_mu_);
+    events.swap(events_);
+  }
+  {
     absl::MutexLock lock(&mu_);
     functions.swap(functions_);
     modules.swap(modules_);
-    events.swap(events_);
     streams.swap(streams_);
     buffers.swap(buffers_);
     segments.swap(segments_);
@@ -283,9 +286,9 @@ absl::StatusOr<StreamId> CudaDevice::CreateStream(const StreamOptions& options) 
                                 ? PlacedGreenContext(*options.sm_first, options.sm_share)
                                 : GreenContextFor(options.sm_share));
     if (green != nullptr) {
-      GPUKIT_RETURN_IF_ERROR(CheckCu(
-          cu_.cuGreenCtxStreamCreate(&handle, green->green, CU_STREAM_NON_BLOCKING, value),
-          "cuGreenCtxStreamCreate"));
+      GPUKIT_RETURN_IF_ERROR(
+          CheckCu(cu_.cuGreenCtxStreamCreate(&handle, green->green, CU_STREAM_NON_BLOCKING, value),
+                  "cuGreenCtxStreamCreate"));
       sm_count = green->sm_count;
     }
   }
@@ -307,34 +310,35 @@ absl::StatusOr<StreamId> CudaDevice::CreateStream(const StreamOptions& options) 
 
 bool CudaDevice::GreenAvailableLocked() {
   if (!green_available_.has_value()) {
-    green_available_ = cu_.cuDeviceGetDevResource != nullptr &&
-                       cu_.cuDevSmResourceSplitByCount != nullptr &&
-                       cu_.cuDevResourceGenerateDesc != nullptr &&
-                       cu_.cuGreenCtxCreate != nullptr && cu_.cuGreenCtxDestroy != nullptr &&
-                       cu_.cuGreenCtxGetDevResource != nullptr &&
-                       cu_.cuGreenCtxStreamCreate != nullptr;
+    green_available_ =
+        cu_.cuDeviceGetDevResource != nullptr && cu_.cuDevSmResourceSplitByCount != nullptr &&
+        cu_.cuDevResourceGenerateDesc != nullptr && cu_.cuGreenCtxCreate != nullptr &&
+        cu_.cuGreenCtxDestroy != nullptr && cu_.cuGreenCtxGetDevResource != nullptr &&
+        cu_.cuGreenCtxStreamCreate != nullptr;
     if (*green_available_) {
       sm_resource_ = std::make_unique<CUdevResource>();
-      absl::Status got = CheckCu(cu_.cuDeviceGetDevResource(device_, sm_resource_.get(),
-                                                            CU_DEV_RESOURCE_TYPE_SM),
-                                 "cuDeviceGetDevResource");
+      absl::Status got =
+          CheckCu(cu_.cuDeviceGetDevResource(device_, sm_resource_.get(), CU_DEV_RESOURCE_TYPE_SM),
+                  "cuDeviceGetDevResource");
       if (!got.ok()) {
-        spdlog::warn("{}: no green contexts ({}): streams asking for part of the SMs get all of "
-                     "them",
-                     Describe(), std::string(got.message()));
+        spdlog::warn(
+            "{}: no green contexts ({}): streams asking for part of the SMs get all of "
+            "them",
+            Describe(), std::string(got.message()));
         green_available_ = false;
       }
     } else {
-      spdlog::warn("{}: the driver ({}) has no green contexts (CUDA 12.5 or newer): streams "
-                   "asking for part of the SMs get all of them",
-                   Describe(), cu_.driver_version);
+      spdlog::warn(
+          "{}: the driver ({}) has no green contexts (CUDA 12.5 or newer): streams "
+          "asking for part of the SMs get all of them",
+          Describe(), cu_.driver_version);
     }
   }
   return *green_available_;
 }
 
 absl::StatusOr<CudaDevice::GreenContext> CudaDevice::CreateGreenContext(CUdevResourceDesc desc,
-                                                                      int expected_sms) {
+                                                                        int expected_sms) {
   GreenContext green;
   GPUKIT_RETURN_IF_ERROR(
       CheckCu(cu_.cuGreenCtxCreate(&green.green, desc, device_, CU_GREEN_CTX_DEFAULT_STREAM),
@@ -363,9 +367,9 @@ absl::StatusOr<const CudaDevice::GreenContext*> CudaDevice::GreenContextFor(doub
   CUdevResource group = {};
   CUdevResource rest = {};
   unsigned int groups = 1;
-  GPUKIT_RETURN_IF_ERROR(CheckCu(
-      cu_.cuDevSmResourceSplitByCount(&group, &groups, sm_resource_.get(), &rest, 0, sms),
-      absl::StrCat("cuDevSmResourceSplitByCount(", sms, " of ", total, " SMs)")));
+  GPUKIT_RETURN_IF_ERROR(
+      CheckCu(cu_.cuDevSmResourceSplitByCount(&group, &groups, sm_resource_.get(), &rest, 0, sms),
+              absl::StrCat("cuDevSmResourceSplitByCount(", sms, " of ", total, " SMs)")));
   if (groups != 1) {
     return absl::InternalError(absl::StrCat("cuDevSmResourceSplitByCount gave ", groups,
                                             " groups of ", sms, " SMs, not one"));
@@ -586,14 +590,14 @@ absl::StatusOr<EventId> CudaDevice::RecordEvent(StreamId stream) {
     GPUKIT_RETURN_IF_ERROR(CheckCu(cu_.cuEventRecord(handle, s->handle), "cuEventRecord"));
     event->seq = s->next_event_seq++;
   }
-  absl::MutexLock lock(&mu_);
   const uint64_t id = next_id_++;
+  absl::MutexLock lock(&events_mu_);
   events_.emplace(id, std::move(event));
   return EventId{id};
 }
 
 absl::StatusOr<std::shared_ptr<CudaDevice::Event>> CudaDevice::FindEvent(EventId event) const {
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&events_mu_);
   auto it = events_.find(event.value);
   if (it == events_.end()) {
     return absl::NotFoundError(absl::StrCat("event ", event.value, " not found"));
@@ -622,7 +626,7 @@ absl::StatusOr<bool> CudaDevice::QueryEvent(EventId event) {
 
 absl::Status CudaDevice::DestroyEvent(EventId event) {
   std::shared_ptr<Event> doomed;  // destroyed after the lock is released
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&events_mu_);
   auto it = events_.find(event.value);
   if (it == events_.end()) {
     return absl::NotFoundError(absl::StrCat("event ", event.value, " not found"));
@@ -660,7 +664,7 @@ absl::StatusOr<int64_t> CudaDevice::EventElapsedNs(EventId start, EventId end) {
 absl::StatusOr<int64_t> CudaDevice::ElapsedNsIfCompleted(EventId start, EventId end) {
   std::shared_ptr<Event> a, b;
   {
-    absl::MutexLock lock(&mu_);
+    absl::MutexLock lock(&events_mu_);
     if (auto it = events_.find(start.value); it != events_.end()) a = it->second;
     if (auto it = events_.find(end.value); it != events_.end()) b = it->second;
   }

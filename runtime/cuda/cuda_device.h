@@ -68,10 +68,10 @@
 #include "runtime/jit/jit_compiler.h"
 #include "runtime/memory_pool.h"
 
-struct CUctx_st;          // cuda.h's CUcontext, kept opaque here
-struct CUgreenCtx_st;     // cuda.h's CUgreenCtx
+struct CUctx_st;              // cuda.h's CUcontext, kept opaque here
+struct CUgreenCtx_st;         // cuda.h's CUgreenCtx
 struct CUdevResourceDesc_st;  // cuda.h's CUdevResourceDesc
-struct CUdevResource_st;  // cuda.h's CUdevResource
+struct CUdevResource_st;      // cuda.h's CUdevResource
 
 namespace gpukit {
 
@@ -418,11 +418,14 @@ class CudaDevice final : public Device {
   // (see ExportBuffer); taken before mu_, never by any other call.
   absl::Mutex export_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
-  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::atomic<uint64_t> next_id_{1};  // ids of every kind
   int64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<uint64_t, Allocation> buffers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::shared_ptr<Stream>> streams_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, std::shared_ptr<Event>> events_ ABSL_GUARDED_BY(mu_);
+  // Events under a lock of their own: each op records one or two and destroys them, and the
+  // device time of each is asked, from several threads, beside buffer lookups under mu_.
+  mutable absl::Mutex events_mu_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Event>> events_ ABSL_GUARDED_BY(events_mu_);
   absl::flat_hash_map<uint64_t, std::shared_ptr<Module>> modules_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::shared_ptr<Function>> functions_ ABSL_GUARDED_BY(mu_);
   // Segment key (MapSegment) -> its mapping.

@@ -210,6 +210,9 @@ class ExecutorServer::Impl {
     {
       absl::MutexLock lock(&mu_);
       streams.swap(streams_);
+    }
+    {
+      absl::MutexLock lock(&events_mu_);
       events.swap(events_);
     }
     events.clear();
@@ -244,17 +247,17 @@ class ExecutorServer::Impl {
   // device's WaitEvent), without blocking: FAILED_PRECONDITION for an event whose RecordEvent
   // its stream has not reached or whose work has not run, NOT_FOUND for an unknown or
   // destroyed one.
-  absl::Status EndEventStatus(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status EndEventStatus(uint64_t id) ABSL_LOCKS_EXCLUDED(events_mu_);
   // The device's wait for `event`'s device event, as it would be for an event of its own: a
   // shared one answers OK after the earlier work failed (not the earlier work's error).
   absl::Status WaitDeviceEvent(EventId device_event, bool shared);
   // The device's event for gpukitd's `id`, once its stream's enqueue thread has recorded it:
   // FAILED_PRECONDITION before, NOT_FOUND for an unknown or destroyed event, the error of its
   // recording when that failed.
-  absl::StatusOr<EventId> RecordedEvent(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<EventId> RecordedEvent(uint64_t id) ABSL_LOCKS_EXCLUDED(events_mu_);
   // RecordedEvent's device event when nothing before it failed to enqueue (EndEventStatus
   // would then ask only the device); nullopt in every other case.
-  std::optional<EventId> CleanlyRecordedEvent(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  std::optional<EventId> CleanlyRecordedEvent(uint64_t id) ABSL_LOCKS_EXCLUDED(events_mu_);
   // A wait failed: if the device took a sticky fault, says so to gpukitd (naming the wait's
   // event, definitely the culprit when its enqueue failed with the fault) and ends the
   // process. Returns when the device is healthy.
@@ -272,7 +275,7 @@ class ExecutorServer::Impl {
   absl::StatusOr<char*> FindHost(const executor::HostRange& range, int64_t bytes)
       ABSL_LOCKS_EXCLUDED(mu_);
   std::shared_ptr<StreamState> FindStream(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
-  std::shared_ptr<EventState> FindEvent(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  std::shared_ptr<EventState> FindEvent(uint64_t id) ABSL_LOCKS_EXCLUDED(events_mu_);
 
   // Stream work, on the stream's enqueue thread.
   absl::Status EnqueueCopy(const executor::Copy& copy, const StreamState& stream);
@@ -301,7 +304,8 @@ class ExecutorServer::Impl {
   // Registers gpukitd's event `id` of stream `stream_id` (`stream`, null when unknown: the
   // event then carries NOT_FOUND as its error).
   std::shared_ptr<EventState> NewEvent(const std::shared_ptr<StreamState>& stream,
-                                       uint64_t stream_id, uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+                                       uint64_t stream_id, uint64_t id)
+      ABSL_LOCKS_EXCLUDED(events_mu_);
   // Records `event` (gpukitd's `id`) at this point of stream `s`: on its enqueue thread, in
   // its order. It shares the previous event's device event when no work came between.
   void RecordOnStream(StreamState* s, const std::shared_ptr<EventState>& event, uint64_t id);
@@ -327,7 +331,11 @@ class ExecutorServer::Impl {
   absl::flat_hash_map<uint64_t, BufferId> buffers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, HostSegment> host_segments_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::shared_ptr<StreamState>> streams_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, std::shared_ptr<EventState>> events_ ABSL_GUARDED_BY(mu_);
+  // The events, under a lock of their own: each op adds two and drops two, and every device
+  // time asked looks up three, on the reader, the stream threads and the completion threads,
+  // which take mu_ for buffers.
+  absl::Mutex events_mu_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<EventState>> events_ ABSL_GUARDED_BY(events_mu_);
   absl::flat_hash_map<uint64_t, ModuleId> modules_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, FunctionId> functions_ ABSL_GUARDED_BY(mu_);
   // Whether stream work runs on the reading thread when its stream is idle (RunOrQueue).
@@ -587,7 +595,7 @@ void ExecutorServer::Impl::CheckFault(const absl::Status& failure, uint64_t stre
   bool definite = failure.message() == health.message();
   if (!definite) {
     fault.set_event(0);  // where it was seen, not where it lies
-    absl::MutexLock lock(&mu_);
+    absl::MutexLock lock(&events_mu_);
     // A device that knows which work faulted (the CPU backend) fails it with the fault
     // itself and later work with a mention of it: the culprit's event, done already, may be
     // behind this one in a queue. (A GPU's errors never match: no need to look.)
@@ -683,7 +691,7 @@ std::shared_ptr<StreamState> ExecutorServer::Impl::FindStream(uint64_t id) {
 }
 
 std::shared_ptr<EventState> ExecutorServer::Impl::FindEvent(uint64_t id) {
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&events_mu_);
   auto it = events_.find(id);
   return it == events_.end() ? nullptr : it->second;
 }
@@ -827,7 +835,7 @@ std::shared_ptr<EventState> ExecutorServer::Impl::NewEvent(
   if (stream == nullptr) {
     event->enqueue_error = absl::NotFoundError(absl::StrCat("executor: no stream ", stream_id));
   }
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&events_mu_);
   events_[id] = event;
   return event;
 }
@@ -871,8 +879,8 @@ void ExecutorServer::Impl::DestroyEvents(uint64_t seq, const executor::DestroyEv
   found.reserve(1 + static_cast<size_t>(destroy.more_events_size()));
   std::vector<uint64_t> unknown;
   {
-    absl::MutexLock lock(&mu_);
-    auto find = [&](uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::MutexLock lock(&events_mu_);
+    auto find = [&](uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(events_mu_) {
       auto it = events_.find(id);
       if (it == events_.end()) {
         unknown.push_back(id);
@@ -911,7 +919,7 @@ void ExecutorServer::Impl::DestroyEvents(uint64_t seq, const executor::DestroyEv
           }
           owner.reset();  // destroys the device event unless a later event shares it
         }
-        absl::MutexLock lock(&mu_);
+        absl::MutexLock lock(&events_mu_);
         for (const auto& [id, event] : events) events_.erase(id);
       };
       if (s->completions.idle()) {

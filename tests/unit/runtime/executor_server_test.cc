@@ -206,6 +206,9 @@ TEST_F(ExecutorServerTest, BackToBackEventsShareOneDeviceEvent) {
   EXPECT_EQ(device_->events_destroyed(), 2);
   GPUKIT_ASSERT_OK(Wait(14));
   for (uint64_t event : {14, 15, 16}) Destroy(event);
+  // Work first: 17 right after 16 would share 16's device event whenever its record ran
+  // before 16's destroy reached it (a destroy waits behind the stream's completion thread).
+  Fill();
   Record(17);
   Fill();
   Record(18);
