@@ -662,7 +662,7 @@ std::vector<std::shared_ptr<StreamState>> ExecutorServer::Impl::DrainOtherStream
 }
 
 absl::StatusOr<BufferId> ExecutorServer::Impl::FindBuffer(uint64_t id) {
-  absl::MutexLock lock(&mu_);
+  absl::ReaderMutexLock lock(&mu_);  // each op's buffers, on every stream's thread
   auto it = buffers_.find(id);
   if (it == buffers_.end()) return absl::NotFoundError(absl::StrCat("executor: no buffer ", id));
   return it->second;
@@ -685,7 +685,7 @@ absl::StatusOr<char*> ExecutorServer::Impl::FindHost(const executor::HostRange& 
 }
 
 std::shared_ptr<StreamState> ExecutorServer::Impl::FindStream(uint64_t id) {
-  absl::MutexLock lock(&mu_);
+  absl::ReaderMutexLock lock(&mu_);
   auto it = streams_.find(id);
   return it == streams_.end() ? nullptr : it->second;
 }
