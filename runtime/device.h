@@ -388,11 +388,12 @@ class DeviceBatch {
 // for descriptors; an IPC handle's allocation is sized by the driver once opened).
 absl::Status CheckImportedRange(const ImportedMemory& memory);
 
-// Device::WaitEventPairs's default, once the last pair's end was waited for with `last` as
-// its status: when `last` is OK, every other pair first by ElapsedNsIfCompleted (its end has
-// completed); a pair that gives an error there, and every pair when `last` failed, by
-// WaitEvent(end) and, when OK, EventElapsedNs. For a device whose own path fails over to this
-// one (RemoteDevice, after a failed wait: the last's error is not asked twice).
+// The exact pair-by-pair answer, once the last pair's end was waited for with `last` as its
+// status: every other pair by WaitEvent(end) and, when OK, EventElapsedNs. What
+// Device::WaitEventPairs's default falls back to (when the last wait failed, and for a pair
+// ElapsedNsIfCompleted did not answer OK), and what a device whose own path fails over uses
+// (RemoteDevice, after a failed wait: the last's error is not asked twice; its waits must not
+// be repeated, since a restart's culprit error is given once).
 std::vector<EventPairOutcome> WaitEventPairsOneByOne(Device& device,
                                                      absl::Span<const EventPair> pairs,
                                                      absl::Status last);

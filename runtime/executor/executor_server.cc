@@ -595,7 +595,7 @@ void ExecutorServer::Impl::CheckFault(const absl::Status& failure, uint64_t stre
   bool definite = failure.message() == health.message();
   if (!definite) {
     fault.set_event(0);  // where it was seen, not where it lies
-    absl::MutexLock lock(&events_mu_);
+    absl::ReleasableMutexLock lock(&events_mu_);
     // A device that knows which work faulted (the CPU backend) fails it with the fault
     // itself and later work with a mention of it: the culprit's event, done already, may be
     // behind this one in a queue. (A GPU's errors never match: no need to look.)
@@ -626,6 +626,8 @@ void ExecutorServer::Impl::CheckFault(const absl::Status& failure, uint64_t stre
         definite = true;
       }
     }
+    lock.Release();  // the streams are mu_'s (never held with events_mu_)
+    absl::ReaderMutexLock streams_lock(&mu_);
     for (const auto& [id, s] : streams_) {
       absl::MutexLock error_lock(&s->error_mu);
       if (s->enqueue_error.message() == health.message()) {

@@ -108,13 +108,13 @@ struct Executor {
     bool ready = false;  // handed to the outbox (else its ticket's thread is encoding it)
     std::string bytes;   // empty: nothing to send (it could not be encoded)
     int fd = -1;
+    std::shared_ptr<absl::Status> result;  // the send's outcome, for a thread that waits
   };
   absl::Mutex turn_mu;
   std::deque<Outgoing> outbox ABSL_GUARDED_BY(turn_mu);  // tickets from `taken` on
   uint64_t taken ABSL_GUARDED_BY(turn_mu) = 0;           // tickets taken off the outbox to be sent
   uint64_t sent ABSL_GUARDED_BY(turn_mu) = 0;  // of them, sent (or failed), in ticket order
   bool sending ABSL_GUARDED_BY(turn_mu) = false;
-  absl::Status last_failure ABSL_GUARDED_BY(turn_mu);  // of a sendmsg: the executor is gone
 
   ~Executor() {
     if (pid > 0) {
@@ -245,7 +245,9 @@ class RemoteDevice::Impl {
   // and sends what is ready when nobody is sending. Every ticket taken must come here (one
   // that cannot be encoded still ends its turn). Returns the encoding's error, else, when
   // `fd` >= 0 (it waits until its datagram is sent) or this thread sent it, its send's;
-  // otherwise OK (a send that fails later means the executor is gone: the restart answers).
+  // otherwise OK. Another thread's datagram that fails to go while the executor lives on
+  // (not UNAVAILABLE) is lost to a caller that has returned: the executor is replaced, which
+  // answers whatever waits (UNAVAILABLE: the executor is gone, and its end does the same).
   absl::Status SendInTurn(Executor& executor, uint64_t ticket, const executor::Request& request,
                           int fd = -1) ABSL_LOCKS_EXCLUDED(executor.send_mu, executor.turn_mu);
   absl::Status SendCounted(Executor& executor, const std::string& bytes, int fd = -1);
@@ -684,7 +686,12 @@ absl::Status RemoteDevice::Impl::SendInTurn(Executor& executor, uint64_t ticket,
   if (bytes.ok()) out.bytes = *std::move(bytes);
   absl::Status own = bytes.status();  // this datagram's outcome, where this thread learns it
   bool sent_here = false;
-  absl::MutexLock lock(&executor.turn_mu);
+  // A sender of a descriptor waits for its datagram's own outcome.
+  const bool waits = fd >= 0 && own.ok();
+  if (waits) out.result = std::make_shared<absl::Status>();
+  std::shared_ptr<absl::Status> result = out.result;
+  absl::Status lost;  // another thread's datagram that failed while the executor lives on
+  absl::ReleasableMutexLock lock(&executor.turn_mu);
   const size_t index = static_cast<size_t>(ticket - executor.taken);
   if (executor.outbox.size() <= index) executor.outbox.resize(index + 1);
   executor.outbox[index] = std::move(out);
@@ -698,22 +705,32 @@ absl::Status RemoteDevice::Impl::SendInTurn(Executor& executor, uint64_t ticket,
       absl::Status sent =
           next.bytes.empty() ? absl::OkStatus() : SendCounted(executor, next.bytes, next.fd);
       executor.turn_mu.Lock();
+      if (next.result != nullptr) *next.result = sent;
       if (next_ticket == ticket) {
         sent_here = true;
         if (own.ok()) own = sent;
+      } else if (next.result == nullptr && !sent.ok() &&
+                 sent.code() != absl::StatusCode::kUnavailable && lost.ok()) {
+        lost = sent;
       }
-      if (!sent.ok()) executor.last_failure = sent;
       ++executor.sent;
     }
     executor.sending = false;
   }
-  if (fd >= 0 && own.ok() && !sent_here) {
+  if (waits && !sent_here) {
     auto gone = [&executor, ticket]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(executor.turn_mu) {
       return executor.sent > ticket;
     };
     executor.turn_mu.Await(absl::Condition(&gone));
-    // Sent by another thread: once a send fails, every later one does (the executor is gone).
-    own = executor.last_failure;
+    own = *result;
+  }
+  lock.Release();
+  if (!lost.ok()) {
+    // Its thread has returned and may wait for a reply that cannot come, and the executor's
+    // tables may now lack what it carried: the executor is replaced (UNAVAILABLE means it is
+    // gone, and its end does the same).
+    ReportFailure(&executor, "exited",
+                  absl::StrCat("a request to the executor was lost: ", lost.message()));
   }
   return own;
 }
