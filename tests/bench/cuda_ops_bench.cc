@@ -7,7 +7,10 @@
 // For each case: the median over `reps` runs of the device time between two events around
 // one RunOp (or one cuMemcpyDtoD for the reference), after 3 warm-up runs. Bandwidth counts
 // bytes read plus bytes written. Ratios are against the device-to-device copy of the same
-// run. Prints a table; exits 1 without a GPU or NVRTC.
+// run. Then the device's own ceiling for small ops: chains of `chain-ops` dependent adds on
+// 16 floats from 1, 2, 4 and 8 threads (each on its own stream), with and without an event
+// pair around each op (ops/s over all threads). Prints a table; exits 1 without a GPU or
+// NVRTC.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
