@@ -92,6 +92,25 @@ absl::Status Device::FillZero(BufferId buffer, int64_t offset, int64_t bytes, St
   return absl::OkStatus();
 }
 
+namespace {
+
+// One pair's outcome once its end event's wait gave `end_status`: that status, or, when it
+// is OK, the device time EventElapsedNs gives (or its error).
+EventPairOutcome PairOutcome(Device& device, const EventPair& pair, absl::Status end_status) {
+  EventPairOutcome outcome;
+  outcome.status = std::move(end_status);
+  if (!outcome.status.ok()) return outcome;
+  absl::StatusOr<int64_t> ns = device.EventElapsedNs(pair.start, pair.end);
+  if (ns.ok()) {
+    outcome.elapsed_ns = *ns;
+  } else {
+    outcome.status = ns.status();
+  }
+  return outcome;
+}
+
+}  // namespace
+
 std::vector<EventPairOutcome> Device::WaitEventPairs(absl::Span<const EventPair> pairs) {
   if (pairs.empty()) return {};
   // The last first: once it has completed every earlier one has, and each wait after it
@@ -99,18 +118,14 @@ std::vector<EventPairOutcome> Device::WaitEventPairs(absl::Span<const EventPair>
   absl::Status last = WaitEvent(pairs.back().end);
   if (!last.ok()) return WaitEventPairsOneByOne(*this, pairs, std::move(last));
   // Every end has completed: a pair that went well takes one call (ElapsedNsIfCompleted);
-  // the others are asked one by one, in their own words.
+  // the others are asked step by step, in their own words.
   std::vector<EventPairOutcome> outcomes(pairs.size());
   for (size_t i = 0; i + 1 < pairs.size(); ++i) {
     absl::StatusOr<int64_t> ns = ElapsedNsIfCompleted(pairs[i].start, pairs[i].end);
-    if (ns.ok()) {
-      outcomes[i].elapsed_ns = *ns;
-    } else {
-      outcomes[i] = WaitEventPairsOneByOne(*this, pairs.subspan(i, 1), WaitEvent(pairs[i].end))[0];
-    }
+    outcomes[i] = ns.ok() ? EventPairOutcome{absl::OkStatus(), *ns}
+                          : PairOutcome(*this, pairs[i], WaitEvent(pairs[i].end));
   }
-  outcomes.back() =
-      WaitEventPairsOneByOne(*this, pairs.subspan(pairs.size() - 1, 1), std::move(last))[0];
+  outcomes.back() = PairOutcome(*this, pairs.back(), std::move(last));
   return outcomes;
 }
 
@@ -128,15 +143,8 @@ std::vector<EventPairOutcome> WaitEventPairsOneByOne(Device& device,
                                                      absl::Status last) {
   std::vector<EventPairOutcome> outcomes(pairs.size());
   for (size_t i = 0; i < pairs.size(); ++i) {
-    EventPairOutcome& outcome = outcomes[i];
-    outcome.status = i + 1 == pairs.size() ? std::move(last) : device.WaitEvent(pairs[i].end);
-    if (!outcome.status.ok()) continue;
-    absl::StatusOr<int64_t> ns = device.EventElapsedNs(pairs[i].start, pairs[i].end);
-    if (ns.ok()) {
-      outcome.elapsed_ns = *ns;
-    } else {
-      outcome.status = ns.status();
-    }
+    outcomes[i] = PairOutcome(
+        device, pairs[i], i + 1 == pairs.size() ? std::move(last) : device.WaitEvent(pairs[i].end));
   }
   return outcomes;
 }

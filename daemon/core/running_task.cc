@@ -42,22 +42,26 @@ absl::Status RunningTask::Fail(absl::Status status) {
 
 absl::StatusOr<EnqueuedTask> RunningTask::Enqueue(Device& device, StreamId stream,
                                                   const std::function<absl::Status()>& enqueue) {
+  return StartBetweenEvents(device, [&](EventId* start, EventId* end) {
+    return EnqueueBetweenEvents(device, stream, enqueue, start, end);
+  });
+}
+
+absl::StatusOr<EnqueuedTask> RunningTask::EnqueueOp(Device& device, StreamId stream,
+                                                    const OpLaunch& launch) {
+  return StartBetweenEvents(device, [&](EventId* start, EventId* end) {
+    return device.RunOpBetweenEvents(launch, stream, start, end);
+  });
+}
+
+absl::StatusOr<EnqueuedTask> RunningTask::StartBetweenEvents(
+    Device& device, const std::function<absl::Status(EventId*, EventId*)>& queue) {
   GPUKIT_RETURN_IF_ERROR(scheduler_.Start(task_));
   EventId start;
   EventId end;
   // On an error no event is left; the work is queued only when its end event failed, and
   // then the task ends now with that error (as a unary request always did).
-  absl::Status status = EnqueueBetweenEvents(device, stream, enqueue, &start, &end);
-  if (!status.ok()) return Fail(std::move(status));
-  return EnqueuedTask(scheduler_, std::move(task_), device, start, end);
-}
-
-absl::StatusOr<EnqueuedTask> RunningTask::EnqueueOp(Device& device, StreamId stream,
-                                                    const OpLaunch& launch) {
-  GPUKIT_RETURN_IF_ERROR(scheduler_.Start(task_));
-  EventId start;
-  EventId end;
-  absl::Status status = device.RunOpBetweenEvents(launch, stream, &start, &end);  // as Enqueue
+  absl::Status status = queue(&start, &end);
   if (!status.ok()) return Fail(std::move(status));
   return EnqueuedTask(scheduler_, std::move(task_), device, start, end);
 }

@@ -98,6 +98,10 @@ class RunningTask {
 
  private:
   RunningTask(Scheduler& scheduler, TaskRef task) : scheduler_(scheduler), task_(std::move(task)) {}
+  // Starts the task and queues its work with `queue`, which fills in the work's two events
+  // (Enqueue and EnqueueOp).
+  absl::StatusOr<EnqueuedTask> StartBetweenEvents(
+      Device& device, const std::function<absl::Status(EventId*, EventId*)>& queue);
 
   Scheduler& scheduler_;
   TaskRef task_;

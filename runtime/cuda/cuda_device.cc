@@ -579,6 +579,13 @@ absl::Status CudaDevice::CopyDeviceToDevice(BufferId dst, int64_t dst_offset, Bu
 
 // ---- Events ----
 
+namespace {
+// cuEventElapsedTime's milliseconds as whole nanoseconds.
+int64_t NanosecondsFromMs(float elapsed_ms) {
+  return static_cast<int64_t>(std::llround(static_cast<double>(elapsed_ms) * 1e6));
+}
+}  // namespace
+
 absl::StatusOr<EventId> CudaDevice::RecordEvent(StreamId stream) {
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Stream> s, FindStream(stream));
   GPUKIT_RETURN_IF_ERROR(Bind());
@@ -658,7 +665,7 @@ absl::StatusOr<int64_t> CudaDevice::EventElapsedNs(EventId start, EventId end) {
   float elapsed_ms = 0;
   GPUKIT_RETURN_IF_ERROR(
       CheckCu(cu_.cuEventElapsedTime(&elapsed_ms, a->handle, b->handle), "cuEventElapsedTime"));
-  return static_cast<int64_t>(std::llround(static_cast<double>(elapsed_ms) * 1e6));
+  return NanosecondsFromMs(elapsed_ms);
 }
 
 absl::StatusOr<int64_t> CudaDevice::ElapsedNsIfCompleted(EventId start, EventId end) {
@@ -672,7 +679,7 @@ absl::StatusOr<int64_t> CudaDevice::ElapsedNsIfCompleted(EventId start, EventId 
       Bind().ok()) {
     float elapsed_ms = 0;
     if (cu_.cuEventElapsedTime(&elapsed_ms, a->handle, b->handle) == CUDA_SUCCESS) {
-      return static_cast<int64_t>(std::llround(static_cast<double>(elapsed_ms) * 1e6));
+      return NanosecondsFromMs(elapsed_ms);
     }
   }
   return Device::ElapsedNsIfCompleted(start, end);

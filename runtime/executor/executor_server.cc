@@ -38,6 +38,7 @@ class WorkQueue;
 // What the thread serves: the reader's socket (-1 elsewhere) and a stream thread's queue (its
 // enqueue or completion queue; null elsewhere). See OthersWaiting and Impl::NewStream.
 thread_local int t_reader_socket = -1;
+thread_local const WorkQueue* t_queue = nullptr;
 
 // A datagram's arena: its first block holds a burst of a few ops.
 const google::protobuf::ArenaOptions kDatagramArena = [] {
@@ -46,7 +47,6 @@ const google::protobuf::ArenaOptions kDatagramArena = [] {
   options.max_block_size = 32768;
   return options;
 }();
-thread_local const WorkQueue* t_queue = nullptr;
 
 // Whether a request for anyone else waits on this thread: a message on the reader's socket,
 // work pushed to this stream thread's queue. A wait spun for here stops at once then and goes
@@ -248,6 +248,14 @@ class ExecutorServer::Impl {
   // its stream has not reached or whose work has not run, NOT_FOUND for an unknown or
   // destroyed one.
   absl::Status EndEventStatus(uint64_t id) ABSL_LOCKS_EXCLUDED(events_mu_);
+  // EndEventStatus's answer as far as the executor knows it: the device event of `id` (and
+  // whether it is shared) once recorded with no error before it, else the error
+  // EndEventStatus returns without asking the device.
+  struct RecordedEnd {
+    EventId device_event;
+    bool shared = false;
+  };
+  absl::StatusOr<RecordedEnd> RecordedEndEvent(uint64_t id) ABSL_LOCKS_EXCLUDED(events_mu_);
   // The device's wait for `event`'s device event, as it would be for an event of its own: a
   // shared one answers OK after the earlier work failed (not the earlier work's error).
   absl::Status WaitDeviceEvent(EventId device_event, bool shared);
@@ -255,9 +263,6 @@ class ExecutorServer::Impl {
   // FAILED_PRECONDITION before, NOT_FOUND for an unknown or destroyed event, the error of its
   // recording when that failed.
   absl::StatusOr<EventId> RecordedEvent(uint64_t id) ABSL_LOCKS_EXCLUDED(events_mu_);
-  // RecordedEvent's device event when nothing before it failed to enqueue (EndEventStatus
-  // would then ask only the device); nullopt in every other case.
-  std::optional<EventId> CleanlyRecordedEvent(uint64_t id) ABSL_LOCKS_EXCLUDED(events_mu_);
   // A wait failed: if the device took a sticky fault, says so to gpukitd (naming the wait's
   // event, definitely the culprit when its enqueue failed with the fault) and ends the
   // process. Returns when the device is healthy.
@@ -479,40 +484,30 @@ absl::StatusOr<EventId> ExecutorServer::Impl::RecordedEvent(uint64_t id) {
   return event->device_event;
 }
 
-std::optional<EventId> ExecutorServer::Impl::CleanlyRecordedEvent(uint64_t id) {
-  std::shared_ptr<EventState> event = FindEvent(id);
-  if (event == nullptr || event->stream == nullptr) return std::nullopt;
-  absl::MutexLock lock(&event->stream->error_mu);
-  if (!event->recorded || !event->enqueue_error.ok() || event->device_event.value == 0) {
-    return std::nullopt;
-  }
-  return event->device_event;
-}
-
-absl::Status ExecutorServer::Impl::EndEventStatus(uint64_t id) {
+absl::StatusOr<ExecutorServer::Impl::RecordedEnd> ExecutorServer::Impl::RecordedEndEvent(
+    uint64_t id) {
   std::shared_ptr<EventState> event = FindEvent(id);
   if (event == nullptr) return absl::NotFoundError(absl::StrCat("executor: no event ", id));
   if (event->stream == nullptr) return event->enqueue_error;  // recorded on no stream
-  EventId device_event;
-  bool shared = false;
-  {
-    absl::MutexLock lock(&event->stream->error_mu);
-    if (!event->recorded) {
-      return absl::FailedPreconditionError(absl::StrCat("event ", id, " has not completed"));
-    }
-    shared = event->shared;
-    // Recorded fine after failed work, the event carries that work's error all the same.
-    if (!event->enqueue_error.ok()) return event->enqueue_error;
-    if (event->device_event.value == 0) {
-      return absl::NotFoundError(absl::StrCat("executor: event ", id, " was destroyed"));
-    }
-    device_event = event->device_event;
+  absl::MutexLock lock(&event->stream->error_mu);
+  if (!event->recorded) {
+    return absl::FailedPreconditionError(absl::StrCat("event ", id, " has not completed"));
   }
+  // Recorded fine after failed work, the event carries that work's error all the same.
+  if (!event->enqueue_error.ok()) return event->enqueue_error;
+  if (event->device_event.value == 0) {
+    return absl::NotFoundError(absl::StrCat("executor: event ", id, " was destroyed"));
+  }
+  return RecordedEnd{event->device_event, event->shared};
+}
+
+absl::Status ExecutorServer::Impl::EndEventStatus(uint64_t id) {
+  GPUKIT_ASSIGN_OR_RETURN(RecordedEnd end, RecordedEndEvent(id));
   // Nothing here may block (the completion thread's next wait, or the reader, would wait):
   // only a completed event is waited for (at once).
-  GPUKIT_ASSIGN_OR_RETURN(bool done, device_.QueryEvent(device_event));
+  GPUKIT_ASSIGN_OR_RETURN(bool done, device_.QueryEvent(end.device_event));
   if (!done) return absl::FailedPreconditionError(absl::StrCat("event ", id, " has not completed"));
-  return WaitDeviceEvent(device_event, shared);
+  return WaitDeviceEvent(end.device_event, end.shared);
 }
 
 absl::Status ExecutorServer::Impl::WaitDeviceEvent(EventId device_event, bool shared) {
@@ -539,9 +534,9 @@ void ExecutorServer::Impl::ReplyPairsElapsed(uint64_t seq, const executor::Elaps
       // Usually both events are recorded with no error before the end: the device answers
       // in one call (a GPU's cuEventElapsedTime).
       absl::StatusOr<EventId> start = RecordedEvent(pair.start());
-      std::optional<EventId> end = CleanlyRecordedEvent(pair.end());
-      if (start.ok() && end.has_value()) {
-        absl::StatusOr<int64_t> ns = device_.ElapsedNsIfCompleted(*start, *end);
+      absl::StatusOr<RecordedEnd> end = RecordedEndEvent(pair.end());
+      if (start.ok() && end.ok()) {
+        absl::StatusOr<int64_t> ns = device_.ElapsedNsIfCompleted(*start, end->device_event);
         if (ns.ok()) {
           elapsed_ns = *ns;
           return absl::OkStatus();
@@ -1048,8 +1043,9 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       std::shared_ptr<StreamState> stream = NewStream();
       StreamOptions options;
       options.priority = static_cast<StreamPriority>(request.create_stream().priority());
-      if (request.create_stream().sm_share() > 0)
+      if (request.create_stream().sm_share() > 0) {
         options.sm_share = request.create_stream().sm_share();
+      }
       if (request.create_stream().has_sm_first()) {
         options.sm_first = request.create_stream().sm_first();
       }
