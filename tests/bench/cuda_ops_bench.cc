@@ -8,8 +8,9 @@
 // one RunOp (or one cuMemcpyDtoD for the reference), after 3 warm-up runs. Bandwidth counts
 // bytes read plus bytes written. Ratios are against the device-to-device copy of the same
 // run. Then the device's own ceiling for small ops: chains of `chain-ops` dependent adds on
-// 16 floats from 1, 2, 4 and 8 threads (each on its own stream), with and without an event
-// pair around each op (ops/s over all threads). Prints a table; exits 1 without a GPU or
+// 16 floats from 1, 2, 4 and 8 threads (each on its own stream), with no events, an event
+// pair around each op, an event after each op and an event after every 16th op (ops/s over
+// all threads). Prints a table; exits 1 without a GPU or
 // NVRTC.
 #include <algorithm>
 #include <chrono>
@@ -323,11 +324,15 @@ int Run(const Options& options) {
 
   // The device's own ceiling for chains of small ops (no daemon, no executor channel): `threads`
   // threads, each on its own stream, each running a chain of dependent adds on 16-element
-  // arrays (c = a + c), one synchronize at the end; with `events`, each op between two new
-  // events, waited for and destroyed 64 ops later, as the executor runs a pipelined op.
+  // arrays (c = a + c), one synchronize at the end. Events: none; each op between two new
+  // events (RunOpBetweenEvents, as an in-process device runs a pipelined op); one event
+  // after each op (the executor's way: an op's start shares the previous op's end); one
+  // event after every 16th op. Each event is waited for and destroyed 64 events later, as a
+  // pipelined session sees its ops' completions.
   {
     const TensorDesc small{DType::kFloat32, {16}};
-    auto chain = [&](int threads, bool events) -> absl::StatusOr<double> {
+    enum class Events { kNone, kPairPerOp, kOnePerOp, kOnePer16Ops };
+    auto chain = [&](int threads, Events events) -> absl::StatusOr<double> {
       std::vector<StreamId> streams;
       std::vector<std::vector<BufferId>> arrays;
       for (int t = 0; t < threads; ++t) {
@@ -352,29 +357,41 @@ int Run(const Options& options) {
             results[t] = launch.status();
             return;
           }
-          // Pairs in flight: the oldest is waited for and destroyed beyond kWindow, as a
-          // pipelined session sees its ops' completions.
-          constexpr size_t kWindow = 64;
-          std::deque<std::pair<EventId, EventId>> pairs;
+          constexpr size_t kWindow = 64;  // events in flight
+          std::deque<EventId> in_flight;
+          auto track = [&](EventId event) -> absl::Status {
+            in_flight.push_back(event);
+            if (in_flight.size() <= kWindow) return absl::OkStatus();
+            absl::Status waited = device.WaitEvent(in_flight.front());
+            device.DestroyEvents({in_flight.front()}).IgnoreError();
+            in_flight.pop_front();
+            return waited;
+          };
           for (int i = 0; i < options.chain_ops && results[t].ok(); ++i) {
-            if (events) {
-              EventId first, second;
-              results[t] = device.RunOpBetweenEvents(*launch, streams[t], &first, &second);
-              if (!results[t].ok()) break;
-              pairs.emplace_back(first, second);
-              if (pairs.size() > kWindow) {
-                results[t] = device.WaitEvent(pairs.front().second);
-                device.DestroyEvents({pairs.front().first, pairs.front().second}).IgnoreError();
-                pairs.pop_front();
+            absl::Status& result = results[t];
+            switch (events) {
+              case Events::kPairPerOp: {
+                EventId first, second;
+                result = device.RunOpBetweenEvents(*launch, streams[t], &first, &second);
+                if (result.ok()) result = track(first);
+                if (result.ok()) result = track(second);
+                break;
               }
-            } else {
-              results[t] = device.RunOp(*launch, streams[t]);
+              case Events::kNone:
+              case Events::kOnePerOp:
+              case Events::kOnePer16Ops: {
+                result = device.RunOp(*launch, streams[t]);
+                const bool record =
+                    events == Events::kOnePerOp || (events == Events::kOnePer16Ops && i % 16 == 15);
+                if (!result.ok() || !record) break;
+                absl::StatusOr<EventId> event = device.RecordEvent(streams[t]);
+                result = event.ok() ? track(*event) : event.status();
+                break;
+              }
             }
           }
           if (results[t].ok()) results[t] = SynchronizeStream(device, streams[t]);
-          for (const auto& [first, second] : pairs) {
-            device.DestroyEvents({first, second}).IgnoreError();
-          }
+          for (EventId event : in_flight) device.DestroyEvents({event}).IgnoreError();
         });
       }
       for (std::thread& w : workers) w.join();
@@ -387,13 +404,18 @@ int Run(const Options& options) {
       }
       return threads * options.chain_ops / seconds;
     };
-    for (bool events : {false, true}) {
+    const std::pair<Events, const char*> variants[] = {
+        {Events::kNone, ""},
+        {Events::kPairPerOp, ", each op between two events"},
+        {Events::kOnePerOp, ", an event after each op"},
+        {Events::kOnePer16Ops, ", an event after every 16th op"},
+    };
+    for (const auto& [events, what] : variants) {
       for (int threads : {1, 2, 4, 8}) {
         absl::StatusOr<double> rate = chain(threads, events);
         if (!rate.ok()) return Die(rate.status().ToString());
         std::printf("chain of %d adds on 16 floats, %d thread(s)%s: %.0f ops/s\n",
-                    options.chain_ops, threads, events ? ", each op between two events" : "",
-                    *rate);
+                    options.chain_ops, threads, what, *rate);
       }
     }
   }
