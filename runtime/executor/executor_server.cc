@@ -23,6 +23,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/arena.h"
+#include "runtime/base/shape.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/base/thread_name.h"
 #include "runtime/executor/executor_protocol.h"
@@ -137,7 +138,61 @@ bool RunsStreamWorkInline(const Device& device) {
 // session's pipeline 10-15% faster and 8 sessions' 10-18% slower (docs/benchmarks.md).
 constexpr size_t kMostInlineWorks = 8;
 
+// Deferred events. An event recorded on the device costs its stream about as much as a small
+// op (the device's own ceiling for chains of small adds, 2 threads: 151-158k ops/s with an
+// event after each op, 276-280k with one after every 16th; docs/benchmarks.md). So an op's end
+// event that more of the stream's work follows at once gets no device event of its own: it
+// waits for the next event recorded on the stream, at most kMostDeferredWorks works later or
+// when the stream's queue runs dry, and then shares it (DeferredSpan). What it answers:
+// - a wait or query on it records that event at once (no work between, so the wait ends where
+//   it would have), and otherwise ends with the later event: a little later than its own work;
+// - its error: the error enqueueing returned since the event before it, as before (an error
+//   of the device's work shows at a later event on a device that reports it there, the CPU
+//   device: hence only GPUs defer; a GPU's kernel faults are sticky and fail every later wait
+//   anyway);
+// - its device time: the span's time shared evenly among the span's works, which are all ops
+//   that touch at most kSmallOpElements elements (a larger op records its own end event, so
+//   that what a large op costs is measured, not averaged).
+// GPUKIT_EXECUTOR_DEFER_EVENTS=1 or 0 decides instead (tests run the CPU device so).
+bool DefersEvents(const Device& device) {
+  if (const char* text = std::getenv("GPUKIT_EXECUTOR_DEFER_EVENTS")) {
+    return std::string(text) == "1";
+  }
+  return device.properties().backend != BackendKind::kCpu;
+}
+constexpr uint64_t kMostDeferredWorks = 16;
+constexpr int64_t kSmallOpElements = int64_t{1} << 16;
+
+// Whether `launch` touches at most kSmallOpElements elements in every array it reads or
+// writes.
+bool IsSmallOp(const OpLaunch& launch) {
+  auto small = [](const TensorDesc& desc) {
+    absl::StatusOr<int64_t> elements = ElementCount(desc.shape);
+    return elements.ok() && *elements <= kSmallOpElements;
+  };
+  if (!small(launch.plan.output)) return false;
+  for (const OpOperand& input : launch.inputs) {
+    if (!input.is_scalar && !small(input.desc)) return false;
+  }
+  return true;
+}
+
+class DeviceEventOwner;
 struct EventState;
+
+// The device events around a run of deferred events: `lower`, recorded before the run (the
+// stream's count of works then: lower_works), and `upper`, recorded after it (upper_works).
+// Set by the enqueue thread: lower at creation, upper when the run ends; read by others once
+// a deferred event of the run is recorded (EventState::recorded, under the stream's error_mu).
+struct DeferredSpan {
+  EventId lower;
+  std::shared_ptr<DeviceEventOwner> lower_owner;  // keeps `lower` for the span's device time
+  uint64_t lower_works = 0;
+  EventId upper;
+  uint64_t upper_works = 0;
+  // The device time from lower to upper, in ns, once asked and known (-1 before).
+  std::atomic<int64_t> elapsed_ns{-1};
+};
 
 // One of gpukitd's streams: the device's stream, a thread that enqueues its work in order and
 // a thread that waits for its events in order.
@@ -158,6 +213,18 @@ struct StreamState {
   // Whether work was enqueued since last_event (enqueue thread only): while not, the next
   // event marks the same point of the stream and shares last_event's device event.
   bool work_since_last_event = true;
+  // Deferred events (enqueue thread only; see DefersEvents). `works` counts the works
+  // enqueued; the last device event recorded, its owner and the count then; whether every
+  // work since was a small op; the events waiting for the next device event, in order; and
+  // how many works of the item being run follow the one running (RunOrQueue).
+  uint64_t works = 0;
+  EventId last_device_event;
+  std::shared_ptr<DeviceEventOwner> last_device_event_owner;
+  uint64_t last_device_event_works = 0;
+  bool small_since_device_event = true;
+  std::shared_ptr<DeferredSpan> open_span;
+  std::vector<std::shared_ptr<EventState>> deferred;
+  size_t works_following = 0;
   // Declared last: destroyed (joined) first, while the fields above are still there.
   WorkQueue completions{"gk-exec-done"};
   WorkQueue enqueues{"gk-exec-enqueue"};
@@ -194,6 +261,12 @@ struct EventState {
   // with the wait's reply).
   std::weak_ptr<EventState> previous;
   uint64_t previous_id = 0;
+  // A deferred event (see DefersEvents): its run, and the stream's count of works at it. Its
+  // device_event is the run's upper event once recorded. Set by the enqueue thread, span
+  // and device_event under error_mu.
+  std::shared_ptr<DeferredSpan> span;
+  uint64_t works = 0;
+  bool destroyed = false;  // under error_mu: a deferred event destroyed before its recording
 };
 
 }  // namespace
@@ -201,7 +274,10 @@ struct EventState {
 class ExecutorServer::Impl {
  public:
   Impl(Device& device, ScopedFd socket)
-      : device_(device), socket_(std::move(socket)), inline_work_(RunsStreamWorkInline(device)) {}
+      : device_(device),
+        socket_(std::move(socket)),
+        inline_work_(RunsStreamWorkInline(device)),
+        defer_events_(DefersEvents(device)) {}
 
   ~Impl() {
     // Streams first: their threads use the tables.
@@ -247,7 +323,7 @@ class ExecutorServer::Impl {
   // device's WaitEvent), without blocking: FAILED_PRECONDITION for an event whose RecordEvent
   // its stream has not reached or whose work has not run, NOT_FOUND for an unknown or
   // destroyed one.
-  absl::Status EndEventStatus(uint64_t id) ABSL_LOCKS_EXCLUDED(events_mu_);
+  absl::Status EndEventStatus(uint64_t id, const EventState* event);
   // EndEventStatus's answer as far as the executor knows it: the device event of `id` (and
   // whether it is shared) once recorded with no error before it, else the error
   // EndEventStatus returns without asking the device.
@@ -255,14 +331,14 @@ class ExecutorServer::Impl {
     EventId device_event;
     bool shared = false;
   };
-  absl::StatusOr<RecordedEnd> RecordedEndEvent(uint64_t id) ABSL_LOCKS_EXCLUDED(events_mu_);
+  absl::StatusOr<RecordedEnd> RecordedEndEvent(uint64_t id, const EventState* event);
   // The device's wait for `event`'s device event, as it would be for an event of its own: a
   // shared one answers OK after the earlier work failed (not the earlier work's error).
   absl::Status WaitDeviceEvent(EventId device_event, bool shared);
   // The device's event for gpukitd's `id`, once its stream's enqueue thread has recorded it:
   // FAILED_PRECONDITION before, NOT_FOUND for an unknown or destroyed event, the error of its
   // recording when that failed.
-  absl::StatusOr<EventId> RecordedEvent(uint64_t id) ABSL_LOCKS_EXCLUDED(events_mu_);
+  absl::StatusOr<EventId> RecordedEvent(uint64_t id, const EventState* event);
   // A wait failed: if the device took a sticky fault, says so to gpukitd (naming the wait's
   // event, definitely the culprit when its enqueue failed with the fault) and ends the
   // process. Returns when the device is healthy.
@@ -312,8 +388,28 @@ class ExecutorServer::Impl {
                                        uint64_t stream_id, uint64_t id)
       ABSL_LOCKS_EXCLUDED(events_mu_);
   // Records `event` (gpukitd's `id`) at this point of stream `s`: on its enqueue thread, in
-  // its order. It shares the previous event's device event when no work came between.
-  void RecordOnStream(StreamState* s, const std::shared_ptr<EventState>& event, uint64_t id);
+  // its order. It shares the previous event's device event when no work came between; with
+  // `may_defer` (an op's end event), it may wait for a later one (DefersEvents).
+  void RecordOnStream(StreamState* s, const std::shared_ptr<EventState>& event, uint64_t id,
+                      bool may_defer = false);
+  // Records a device event on `s` for the events deferred there, if any (enqueue thread).
+  void RecordDeferred(StreamState* s);
+  // Records a device event on `s` (its owner in `owner`), the stream's last from now on.
+  absl::StatusOr<EventId> RecordDeviceEvent(StreamState* s,
+                                            std::shared_ptr<DeviceEventOwner>& owner);
+  // The events deferred on `s` end with the device event `recorded` (its owner `owner`), or
+  // carry its error.
+  void EndSpan(StreamState* s, const absl::StatusOr<EventId>& recorded,
+               const std::shared_ptr<DeviceEventOwner>& owner);
+  // Runs a stream's work item (`works`, in order) on the thread that runs the stream's work,
+  // then records what was deferred unless more work is queued.
+  void RunStreamWorks(StreamState* s, const std::vector<std::function<void()>>& works);
+  // The device time from `start` to `end` (events of one stream, both recorded): one device
+  // call for two events recorded on the device, or within one deferred span once its time
+  // is known. With `if_completed`, Device::ElapsedNsIfCompleted's (it fails for work not
+  // done), else Device::EventElapsedNs's.
+  absl::StatusOr<int64_t> ElapsedBetween(const EventState& start, const EventState& end,
+                                         bool if_completed);
   // Destroys gpukitd's events (each after the work queued before it on its stream; the
   // device event once no later event shares it); NOT_FOUND (replied, with `seq`) names an
   // unknown one, the others are destroyed all the same.
@@ -345,6 +441,8 @@ class ExecutorServer::Impl {
   absl::flat_hash_map<uint64_t, FunctionId> functions_ ABSL_GUARDED_BY(mu_);
   // Whether stream work runs on the reading thread when its stream is idle (RunOrQueue).
   const bool inline_work_;
+  // Whether an op's end event may wait for a later device event (DefersEvents).
+  const bool defer_events_;
   // Waits queued to a completion thread whose replies have not gone yet.
   std::atomic<int> waits_owed_{0};
   // The reading thread's polling: while waits are owed, and ExecutorReaderPollTime() after
@@ -469,8 +567,7 @@ void ExecutorServer::Impl::Reply(uint64_t seq, const absl::Status& status, int64
   activity_.Touch();
 }
 
-absl::StatusOr<EventId> ExecutorServer::Impl::RecordedEvent(uint64_t id) {
-  std::shared_ptr<EventState> event = FindEvent(id);
+absl::StatusOr<EventId> ExecutorServer::Impl::RecordedEvent(uint64_t id, const EventState* event) {
   if (event == nullptr) return absl::NotFoundError(absl::StrCat("executor: no event ", id));
   if (event->stream == nullptr) return event->enqueue_error;  // recorded on no stream
   absl::MutexLock lock(&event->stream->error_mu);
@@ -485,8 +582,7 @@ absl::StatusOr<EventId> ExecutorServer::Impl::RecordedEvent(uint64_t id) {
 }
 
 absl::StatusOr<ExecutorServer::Impl::RecordedEnd> ExecutorServer::Impl::RecordedEndEvent(
-    uint64_t id) {
-  std::shared_ptr<EventState> event = FindEvent(id);
+    uint64_t id, const EventState* event) {
   if (event == nullptr) return absl::NotFoundError(absl::StrCat("executor: no event ", id));
   if (event->stream == nullptr) return event->enqueue_error;  // recorded on no stream
   absl::MutexLock lock(&event->stream->error_mu);
@@ -501,8 +597,8 @@ absl::StatusOr<ExecutorServer::Impl::RecordedEnd> ExecutorServer::Impl::Recorded
   return RecordedEnd{event->device_event, event->shared};
 }
 
-absl::Status ExecutorServer::Impl::EndEventStatus(uint64_t id) {
-  GPUKIT_ASSIGN_OR_RETURN(RecordedEnd end, RecordedEndEvent(id));
+absl::Status ExecutorServer::Impl::EndEventStatus(uint64_t id, const EventState* event) {
+  GPUKIT_ASSIGN_OR_RETURN(RecordedEnd end, RecordedEndEvent(id, event));
   // Nothing here may block (the completion thread's next wait, or the reader, would wait):
   // only a completed event is waited for (at once).
   GPUKIT_ASSIGN_OR_RETURN(bool done, device_.QueryEvent(end.device_event));
@@ -532,21 +628,22 @@ void ExecutorServer::Impl::ReplyPairsElapsed(uint64_t seq, const executor::Elaps
     int64_t elapsed_ns = 0;
     absl::Status status = [&]() -> absl::Status {
       // Usually both events are recorded with no error before the end: the device answers
-      // in one call (a GPU's cuEventElapsedTime).
-      absl::StatusOr<EventId> start = RecordedEvent(pair.start());
-      absl::StatusOr<RecordedEnd> end = RecordedEndEvent(pair.end());
-      if (start.ok() && end.ok()) {
-        absl::StatusOr<int64_t> ns = device_.ElapsedNsIfCompleted(*start, end->device_event);
+      // in one call (a GPU's cuEventElapsedTime; one per deferred span).
+      std::shared_ptr<EventState> start_event = FindEvent(pair.start());
+      std::shared_ptr<EventState> end_event = FindEvent(pair.end());
+      absl::StatusOr<EventId> start = RecordedEvent(pair.start(), start_event.get());
+      if (start.ok() && RecordedEndEvent(pair.end(), end_event.get()).ok()) {
+        absl::StatusOr<int64_t> ns = ElapsedBetween(*start_event, *end_event, true);
         if (ns.ok()) {
           elapsed_ns = *ns;
           return absl::OkStatus();
         }
       }
       // Else step by step, so that the pair gets the end event's own words.
-      GPUKIT_RETURN_IF_ERROR(EndEventStatus(pair.end()));
+      GPUKIT_RETURN_IF_ERROR(EndEventStatus(pair.end(), end_event.get()));
       GPUKIT_RETURN_IF_ERROR(start.status());
-      GPUKIT_ASSIGN_OR_RETURN(EventId recorded_end, RecordedEvent(pair.end()));
-      GPUKIT_ASSIGN_OR_RETURN(elapsed_ns, device_.EventElapsedNs(*start, recorded_end));
+      GPUKIT_RETURN_IF_ERROR(RecordedEvent(pair.end(), end_event.get()).status());
+      GPUKIT_ASSIGN_OR_RETURN(elapsed_ns, ElapsedBetween(*start_event, *end_event, false));
       return absl::OkStatus();
     }();
     AddPairOutcome(status, elapsed_ns, reply);
@@ -838,29 +935,53 @@ std::shared_ptr<EventState> ExecutorServer::Impl::NewEvent(
 }
 
 void ExecutorServer::Impl::RecordOnStream(StreamState* s, const std::shared_ptr<EventState>& event,
-                                          uint64_t id) {
+                                          uint64_t id, bool may_defer) {
   std::shared_ptr<EventState> previous = s->last_event.lock();
   event->previous = std::exchange(s->last_event, event);
   event->previous_id = std::exchange(s->last_event_id, id);
+  event->works = s->works;
+  const bool same_point = !s->work_since_last_event && previous != nullptr;
+  s->work_since_last_event = false;
+  // Deferred: it waits for a later device event, as the previous event does when this one
+  // marks the same point, or as an op's end may while more small ops follow at once.
+  const bool defer = !s->deferred.empty() && same_point
+                         ? s->deferred.back() == previous
+                         : may_defer && defer_events_ && s->last_device_event_owner != nullptr &&
+                               s->small_since_device_event &&
+                               s->works - s->last_device_event_works < kMostDeferredWorks &&
+                               (s->works_following > 0 || s->enqueues.has_queued());
+  if (defer) {
+    if (s->open_span == nullptr) {
+      s->open_span = std::make_shared<DeferredSpan>();
+      s->open_span->lower = s->last_device_event;
+      s->open_span->lower_owner = s->last_device_event_owner;
+      s->open_span->lower_works = s->last_device_event_works;
+    }
+    s->deferred.push_back(event);
+    absl::MutexLock lock(&s->error_mu);
+    event->span = s->open_span;
+    event->enqueue_error = std::exchange(s->enqueue_error, absl::OkStatus());
+    return;  // recorded (EventState::recorded) with the device event that ends the span
+  }
   std::shared_ptr<DeviceEventOwner> owner;
   EventId device_event;
-  if (!s->work_since_last_event && previous != nullptr) {
+  if (same_point) {
     absl::MutexLock lock(&s->error_mu);  // a destroy of `previous` takes its owner
     owner = previous->owner;
     device_event = previous->device_event;
   }
-  s->work_since_last_event = false;
   const bool shared = owner != nullptr;
   absl::Status record_error;
   if (!shared) {
-    absl::StatusOr<EventId> recorded =
-        s->create_error.ok() ? device_.RecordEvent(s->device_stream) : s->create_error;
+    absl::StatusOr<EventId> recorded = RecordDeviceEvent(s, owner);
     if (recorded.ok()) {
       device_event = *recorded;
-      owner = std::make_shared<DeviceEventOwner>(device_, device_event);
     } else {
       record_error = recorded.status();
     }
+    // The events deferred before this one end with its device event (the work between is
+    // theirs: small ops).
+    EndSpan(s, recorded, owner);
   }
   absl::MutexLock lock(&s->error_mu);
   event->recorded = true;
@@ -869,6 +990,107 @@ void ExecutorServer::Impl::RecordOnStream(StreamState* s, const std::shared_ptr<
   event->device_event = device_event;
   event->owner = std::move(owner);
   event->shared = shared;
+}
+
+absl::StatusOr<EventId> ExecutorServer::Impl::RecordDeviceEvent(
+    StreamState* s, std::shared_ptr<DeviceEventOwner>& owner) {
+  GPUKIT_RETURN_IF_ERROR(s->create_error);
+  GPUKIT_ASSIGN_OR_RETURN(EventId recorded, device_.RecordEvent(s->device_stream));
+  owner = std::make_shared<DeviceEventOwner>(device_, recorded);
+  if (defer_events_) {  // the next deferred span's lower event
+    s->last_device_event = recorded;
+    s->last_device_event_owner = owner;
+    s->last_device_event_works = s->works;
+    s->small_since_device_event = true;
+  }
+  return recorded;
+}
+
+void ExecutorServer::Impl::EndSpan(StreamState* s, const absl::StatusOr<EventId>& recorded,
+                                   const std::shared_ptr<DeviceEventOwner>& owner) {
+  if (s->deferred.empty()) return;
+  std::vector<std::shared_ptr<EventState>> deferred = std::move(s->deferred);
+  s->deferred.clear();
+  std::shared_ptr<DeferredSpan> span = std::move(s->open_span);
+  if (recorded.ok()) {
+    span->upper = *recorded;
+    span->upper_works = s->works;
+  }
+  absl::MutexLock lock(&s->error_mu);
+  for (const std::shared_ptr<EventState>& event : deferred) {
+    event->recorded = true;
+    if (!recorded.ok()) {
+      if (event->enqueue_error.ok()) event->enqueue_error = recorded.status();
+      event->span = nullptr;
+      continue;
+    }
+    if (event->destroyed) continue;
+    event->device_event = *recorded;
+    event->owner = owner;
+  }
+}
+
+void ExecutorServer::Impl::RecordDeferred(StreamState* s) {
+  if (s->deferred.empty()) return;
+  std::shared_ptr<DeviceEventOwner> owner;
+  absl::StatusOr<EventId> recorded = RecordDeviceEvent(s, owner);
+  EndSpan(s, recorded, owner);
+}
+
+void ExecutorServer::Impl::RunStreamWorks(StreamState* s,
+                                          const std::vector<std::function<void()>>& works) {
+  for (size_t i = 0; i < works.size(); ++i) {
+    s->works_following = works.size() - 1 - i;
+    works[i]();
+  }
+  s->works_following = 0;
+  if (!s->deferred.empty() && !s->enqueues.has_queued()) RecordDeferred(s);
+}
+
+absl::StatusOr<int64_t> ExecutorServer::Impl::ElapsedBetween(const EventState& start,
+                                                             const EventState& end,
+                                                             bool if_completed) {
+  // Each event as a device event and the device time after it: its own (0 after), or its
+  // span's lower event and its share of the span's time.
+  struct Point {
+    EventId base;
+    std::shared_ptr<DeferredSpan> span;
+    uint64_t works = 0;
+  };
+  auto point = [](const EventState& event) {
+    absl::MutexLock lock(&event.stream->error_mu);
+    return event.span == nullptr ? Point{event.device_event, nullptr, 0}
+                                 : Point{event.span->lower, event.span, event.works};
+  };
+  auto elapsed = [&](EventId from, EventId to) {
+    return if_completed ? device_.ElapsedNsIfCompleted(from, to) : device_.EventElapsedNs(from, to);
+  };
+  auto after_base = [&](const Point& p) -> absl::StatusOr<int64_t> {
+    if (p.span == nullptr) return 0;
+    DeferredSpan& span = *p.span;
+    int64_t total = span.elapsed_ns.load(std::memory_order_acquire);
+    if (total < 0) {
+      GPUKIT_ASSIGN_OR_RETURN(total, elapsed(span.lower, span.upper));
+      span.elapsed_ns.store(total, std::memory_order_release);
+    }
+    const uint64_t works = span.upper_works - span.lower_works;
+    if (works == 0) return 0;
+    return static_cast<int64_t>(static_cast<double>(total) *
+                                static_cast<double>(p.works - span.lower_works) /
+                                static_cast<double>(works));
+  };
+  const Point from = point(start);
+  const Point to = point(end);
+  if (from.base.value == 0 || to.base.value == 0) {
+    return absl::NotFoundError("executor: an event of the pair has no device event");
+  }
+  int64_t ns = 0;
+  if (from.base.value != to.base.value) {
+    GPUKIT_ASSIGN_OR_RETURN(ns, elapsed(from.base, to.base));
+  }
+  GPUKIT_ASSIGN_OR_RETURN(int64_t to_after, after_base(to));
+  GPUKIT_ASSIGN_OR_RETURN(int64_t from_after, after_base(from));
+  return ns + to_after - from_after;
 }
 
 void ExecutorServer::Impl::DestroyEvents(uint64_t seq, const executor::DestroyEvent& destroy) {
@@ -912,6 +1134,7 @@ void ExecutorServer::Impl::DestroyEvents(uint64_t seq, const executor::DestroyEv
           {
             absl::MutexLock lock(&event->stream->error_mu);  // see EventState::recorded
             event->device_event = EventId{};
+            event->destroyed = true;
             owner = std::move(event->owner);
           }
           owner.reset();  // destroys the device event unless a later event shares it
@@ -958,16 +1181,11 @@ void ExecutorServer::Impl::RunOrQueue(const std::shared_ptr<StreamState>& stream
                                       StreamWorks works) {
   if (inline_work_ && works.weight <= kMostInlineWorks && stream->enqueues.idle() &&
       !OthersWaiting()) {
-    for (const std::function<void()>& work : works.works) work();
+    RunStreamWorks(stream.get(), works.works);
     return;
   }
-  if (works.works.size() == 1) {
-    stream->enqueues.Push(std::move(works.works.front()));
-  } else {
-    stream->enqueues.Push([works = std::move(works.works)] {
-      for (const std::function<void()>& work : works) work();
-    });
-  }
+  stream->enqueues.Push(
+      [this, s = stream.get(), works = std::move(works.works)] { RunStreamWorks(s, works); });
 }
 
 void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
@@ -1124,12 +1342,22 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
             const executor::Request& request = *held;
             if (start != nullptr) RecordOnStream(s, start, request.run_op().start_event());
             absl::Status status = s->create_error;
+            // Only small ops lie between deferred events (DefersEvents): other work ends them
+            // first.
+            bool small = false;
+            auto before_work = [&] {
+              if (!small && !s->deferred.empty()) RecordDeferred(s);
+              ++s->works;
+              s->small_since_device_event = s->small_since_device_event && small;
+            };
             if (status.ok()) {
               switch (request.body_case()) {
                 case executor::Request::kCopy:
+                  before_work();
                   status = EnqueueCopy(request.copy(), *s);
                   break;
                 case executor::Request::kFill: {
+                  before_work();
                   absl::StatusOr<BufferId> buffer = FindBuffer(request.fill().buffer());
                   status = buffer.ok() ? device_.FillZero(*buffer, request.fill().offset(),
                                                           request.fill().bytes(), s->device_stream)
@@ -1139,20 +1367,27 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
                 case executor::Request::kRunOp: {
                   absl::StatusOr<OpLaunch> launch =
                       DecodeRunOp(request.run_op(), [this](uint64_t id) { return FindBuffer(id); });
+                  small = launch.ok() && IsSmallOp(*launch);
+                  before_work();
                   status = launch.ok() ? device_.RunOp(*launch, s->device_stream) : launch.status();
                   break;
                 }
                 default:
+                  before_work();
                   status = EnqueueLaunch(request.launch(), *s);
                   break;
               }
+            } else {
+              before_work();
             }
             s->work_since_last_event = true;
             if (!status.ok()) {
               absl::MutexLock lock(&s->error_mu);
               if (s->enqueue_error.ok()) s->enqueue_error = status;
             }
-            if (end != nullptr) RecordOnStream(s, end, request.run_op().end_event());
+            if (end != nullptr) {
+              RecordOnStream(s, end, request.run_op().end_event(), /*may_defer=*/true);
+            }
           },
           has_events ? 3 : 1);
       return;
@@ -1206,6 +1441,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       if (request.body_case() == executor::Request::kWaitEvent && request.wait_event().query()) {
         // A query answers from the enqueue thread, after the RecordEvent, without waiting.
         PushWork(event->stream, [this, event, seq] {
+          RecordDeferred(event->stream.get());  // the event's device event, if deferred
           if (!event->enqueue_error.ok()) {
             Reply(seq, absl::OkStatus(), 1);  // done; WaitEvent reports the error
             return;
@@ -1219,6 +1455,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       // may block; a wait whose work has run already (the CPU device runs it as it is
       // enqueued, a GPU's small kernel may be done) is answered by the enqueue thread.
       PushWork(event->stream, [this, s, event, seq, held = Keep(request)] {
+        RecordDeferred(s);  // the event's device event, if deferred: recorded here, at once
         const executor::Request::BodyCase kind = held->body_case();
         auto complete = [this, event, seq, held] {
           const executor::Request& request = *held;
@@ -1235,8 +1472,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
               int64_t elapsed_ns = 0;
               if (std::shared_ptr<EventState> previous = event->previous.lock();
                   status.ok() && previous != nullptr && previous->device_event.value != 0) {
-                absl::StatusOr<int64_t> ns =
-                    device_.EventElapsedNs(previous->device_event, event->device_event);
+                absl::StatusOr<int64_t> ns = ElapsedBetween(*previous, *event, false);
                 if (ns.ok()) {
                   elapsed_from = event->previous_id;
                   elapsed_ns = *ns;
@@ -1252,8 +1488,11 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
                 Reply(seq, absl::NotFoundError("executor: no start event"));
                 break;
               }
-              absl::StatusOr<int64_t> ns =
-                  device_.EventElapsedNs(start->device_event, event->device_event);
+              if (start->stream == nullptr) {
+                Reply(seq, start->enqueue_error);  // recorded on no stream: "no stream N"
+                break;
+              }
+              absl::StatusOr<int64_t> ns = ElapsedBetween(*start, *event, false);
               Reply(seq, ns.status(), ns.ok() ? *ns : 0);
               break;
             }

@@ -1,12 +1,16 @@
 // ExecutorServer (runtime/executor/executor_server.h) in this process, on a CPU device behind a
 // ForwardingDevice that counts the device events, driven over a socket pair with the
 // executor protocol's own messages: what gpukitd's RemoteDevice sends, written out by hand.
+// DeferredEventsTest runs the same with deferred events on (a GPU's default), for the CPU twin
+// of that path.
 #include "runtime/executor/executor_server.h"
 
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -78,9 +82,22 @@ class ExecutorServerTest : public ::testing::Test {
     device_.reset();
   }
 
-  // Sends a one-way request (no reply comes).
+  // Sends a one-way request (no reply comes); between BeginBatch and EndBatch, adds it to the
+  // batch instead.
   void Send(const executor::Request& request) {
+    if (batch_.has_value()) {
+      *batch_->add_requests() = request;
+      return;
+    }
     GPUKIT_ASSERT_OK(SendExecutorMessage(peer_.get(), request));
+  }
+  // The requests sent until EndBatch go in one datagram, as gpukitd's DeviceBatch sends them.
+  void BeginBatch() { batch_.emplace(); }
+  void EndBatch() {
+    executor::Request request;
+    *request.mutable_batch() = *std::move(batch_);
+    batch_.reset();
+    Send(request);
   }
   void Record(uint64_t event) {
     executor::Request request;
@@ -96,20 +113,21 @@ class ExecutorServerTest : public ::testing::Test {
     request.mutable_fill()->set_bytes(64);
     Send(request);
   }
-  // `neg` of the buffer's first 4 floats into themselves, on `stream`, between events
+  // `neg` of the buffer's first `floats` floats into themselves, on `stream`, between events
   // `start` and `end` carried by the request (Device::RunOpBetweenEvents's form).
-  void NegBetween(uint64_t start, uint64_t end, uint64_t stream = kStream) {
+  void NegBetween(uint64_t start, uint64_t end, uint64_t stream = kStream,
+                  uint64_t buffer = kBuffer, int64_t floats = 4) {
     const OpRegistry& registry = OpRegistry::Builtin();
     OpLaunch launch;
     GPUKIT_ASSERT_OK_AND_ASSIGN(launch.op, registry.Find("neg"));
     OperandDesc desc;
-    desc.tensor = {DType::kFloat32, {4}};
+    desc.tensor = {DType::kFloat32, {floats}};
     GPUKIT_ASSERT_OK_AND_ASSIGN(launch.plan, registry.Plan(*launch.op, {desc}, {}));
     OpOperand operand;
-    operand.buffer = BufferId{kBuffer};
+    operand.buffer = BufferId{buffer};
     operand.desc = desc.tensor;
     launch.inputs = {operand};
-    launch.output = BufferId{kBuffer};
+    launch.output = BufferId{buffer};
     executor::Request request;
     EncodeRunOp(launch, StreamId{stream}, *request.mutable_run_op());
     request.mutable_run_op()->set_start_event(start);
@@ -163,6 +181,7 @@ class ExecutorServerTest : public ::testing::Test {
   }
 
   ScopedFd peer_;
+  std::optional<executor::Batch> batch_;
   std::unique_ptr<::gpukit::testing::ForwardingDevice> device_;
   std::unique_ptr<ExecutorServer> server_;
   std::thread serving_;
@@ -301,6 +320,152 @@ TEST_F(ExecutorServerTest, AStreamsLastReferenceMayGoOnItsOwnThread) {
   Record(42);
   GPUKIT_EXPECT_OK(Wait(42));
   for (uint64_t event : {41, 42}) Destroy(event);
+}
+
+// With deferred events on, as on a GPU (GPUKIT_EXECUTOR_DEFER_EVENTS=1 before the server
+// starts).
+class DeferredEventsTest : public ExecutorServerTest {
+ protected:
+  void SetUp() override {
+    ::setenv("GPUKIT_EXECUTOR_DEFER_EVENTS", "1", 1);
+    ExecutorServerTest::SetUp();
+  }
+  void TearDown() override {
+    ExecutorServerTest::TearDown();
+    ::unsetenv("GPUKIT_EXECUTOR_DEFER_EVENTS");
+  }
+  // A buffer of `floats` floats in a segment of its own.
+  void DefineLargeBuffer(uint64_t buffer, uint64_t segment, int64_t floats) {
+    const int64_t bytes = floats * 4;
+    const int memfd = ::memfd_create("executor_server_test_large", MFD_CLOEXEC);
+    ASSERT_GE(memfd, 0);
+    ASSERT_EQ(::ftruncate(memfd, bytes), 0);
+    executor::Request map;
+    map.mutable_map_segment()->set_key(segment);
+    map.mutable_map_segment()->set_bytes(bytes);
+    GPUKIT_ASSERT_OK(Call(map, memfd));
+    ::close(memfd);
+    executor::Request define;
+    define.mutable_define_buffer()->set_buffer(buffer);
+    define.mutable_define_buffer()->set_segment(segment);
+    define.mutable_define_buffer()->set_bytes(bytes);
+    GPUKIT_ASSERT_OK(Call(define));
+  }
+};
+
+// A burst of small ops in one message: their end events (and the starts that follow them)
+// wait for one device event after the burst, and the burst's device time is shared evenly
+// among its ops, adding up to the whole.
+TEST_F(DeferredEventsTest, ABurstOfSmallOpsSharesOneDeviceEventAndItsTime) {
+  Record(100);
+  BeginBatch();
+  for (uint64_t op = 0; op < 4; ++op) NegBetween(101 + 2 * op, 102 + 2 * op);
+  EndBatch();
+  GPUKIT_ASSERT_OK(Wait(108));
+  EXPECT_EQ(device_->events_recorded(), 2);  // 100 (and 101), then one for 102 to 108
+  std::vector<int64_t> elapsed;
+  const std::vector<absl::Status> statuses =
+      Elapsed({{101, 102}, {103, 104}, {105, 106}, {107, 108}, {100, 108}}, &elapsed);
+  for (const absl::Status& status : statuses) GPUKIT_EXPECT_OK(status);
+  int64_t sum = 0;
+  for (int op = 0; op < 4; ++op) {
+    EXPECT_GE(elapsed[op], 0);
+    EXPECT_NEAR(elapsed[op], elapsed[4] / 4, 1) << op;
+    sum += elapsed[op];
+  }
+  EXPECT_NEAR(sum, elapsed[4], 4);
+  for (uint64_t event = 100; event <= 108; ++event) Destroy(event);
+  Fill();
+  Record(109);
+  GPUKIT_ASSERT_OK(Wait(109));  // after the destroys
+  EXPECT_EQ(device_->events_destroyed(), 2);
+  Destroy(109);
+}
+
+// Without deferral, the same burst records a device event per op.
+TEST_F(ExecutorServerTest, ABurstOfSmallOpsRecordsAnEventPerOpWithoutDeferral) {
+  Record(100);
+  BeginBatch();
+  for (uint64_t op = 0; op < 4; ++op) NegBetween(101 + 2 * op, 102 + 2 * op);
+  EndBatch();
+  GPUKIT_ASSERT_OK(Wait(108));
+  EXPECT_EQ(device_->events_recorded(), 5);
+  for (uint64_t event = 100; event <= 108; ++event) Destroy(event);
+}
+
+// A large op is never inside a deferred span: the events deferred before it get a device event
+// before it runs, and its own end gets one, so its time is measured, not shared.
+TEST_F(DeferredEventsTest, ALargeOpEndsTheSpanBeforeItAndRecordsItsOwnEnd) {
+  constexpr uint64_t kLarge = 2;
+  DefineLargeBuffer(kLarge, /*segment=*/8, /*floats=*/int64_t{1} << 18);
+  Record(200);
+  BeginBatch();
+  NegBetween(201, 202);
+  NegBetween(203, 204);
+  NegBetween(205, 206, kStream, kLarge, int64_t{1} << 18);
+  NegBetween(207, 208);
+  NegBetween(209, 210);
+  EndBatch();
+  GPUKIT_ASSERT_OK(Wait(210));
+  // 200; one before the large op for 202-204; 206, the large op's end; one for 208-210.
+  EXPECT_EQ(device_->events_recorded(), 4);
+  std::vector<int64_t> elapsed;
+  const std::vector<absl::Status> statuses =
+      Elapsed({{201, 202}, {203, 204}, {205, 206}, {207, 208}, {209, 210}, {200, 210}}, &elapsed);
+  for (const absl::Status& status : statuses) GPUKIT_EXPECT_OK(status);
+  EXPECT_NEAR(elapsed[0] + elapsed[1] + elapsed[2] + elapsed[3] + elapsed[4], elapsed[5], 5);
+  for (uint64_t event = 200; event <= 210; ++event) Destroy(event);
+}
+
+// A wait on an event that is still deferred records the device event at once (no work
+// between), and measures the op from its start; an event destroyed while deferred is gone.
+TEST_F(DeferredEventsTest, AWaitOnADeferredEventRecordsItAtOnce) {
+  Record(300);
+  BeginBatch();
+  NegBetween(301, 302);
+  NegBetween(303, 304);
+  executor::Request destroy;
+  destroy.mutable_destroy_event()->set_event(302);
+  Send(destroy);
+  executor::Request wait;
+  wait.set_seq(++seq_);
+  wait.mutable_wait_event()->set_event(304);
+  Send(wait);
+  NegBetween(305, 306);  // more work follows the wait in the same message
+  EndBatch();
+  executor::FromExecutor message;
+  do {
+    GPUKIT_ASSERT_OK(ReceiveExecutorMessage(peer_.get(), message).status());
+  } while (!message.has_reply() || message.reply().seq() != seq_);
+  GPUKIT_ASSERT_OK(ReplyStatus(message.reply()));
+  EXPECT_EQ(message.reply().elapsed_from(), 303u);
+  EXPECT_GE(message.reply().elapsed_ns(), 0);
+  GPUKIT_ASSERT_OK(Wait(306));
+  EXPECT_EQ(device_->events_recorded(), 3);  // 300; at the wait, for 302-304; 306
+  EXPECT_THAT(Wait(302), StatusIs(absl::StatusCode::kNotFound));
+  const std::vector<absl::Status> statuses = Elapsed({{303, 304}, {305, 306}});
+  GPUKIT_EXPECT_OK(statuses[0]);
+  GPUKIT_EXPECT_OK(statuses[1]);
+  for (uint64_t event : {300, 301, 303, 304, 305, 306}) Destroy(event);
+}
+
+// An op whose enqueue fails in the middle of a burst: its end event alone carries the error.
+TEST_F(DeferredEventsTest, AFailedOpInABurstIsItsEndEventsOnly) {
+  Record(400);
+  BeginBatch();
+  NegBetween(401, 402);
+  NegBetween(403, 404, kStream, /*buffer=*/99);  // no such buffer
+  NegBetween(405, 406);
+  NegBetween(407, 408);
+  EndBatch();
+  GPUKIT_EXPECT_OK(Wait(408));
+  const std::vector<absl::Status> statuses =
+      Elapsed({{401, 402}, {403, 404}, {405, 406}, {407, 408}});
+  GPUKIT_EXPECT_OK(statuses[0]);
+  EXPECT_THAT(statuses[1], StatusIs(absl::StatusCode::kNotFound, HasSubstr("no buffer 99")));
+  GPUKIT_EXPECT_OK(statuses[2]);
+  GPUKIT_EXPECT_OK(statuses[3]);
+  for (uint64_t event = 400; event <= 408; ++event) Destroy(event);
 }
 
 }  // namespace
