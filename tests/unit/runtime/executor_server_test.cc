@@ -1,8 +1,7 @@
 // ExecutorServer (runtime/executor/executor_server.h) in this process, on a CPU device behind a
 // ForwardingDevice that counts the device events, driven over a socket pair with the
 // executor protocol's own messages: what gpukitd's RemoteDevice sends, written out by hand.
-// DeferredEventsTest runs the same with deferred events on (a GPU's default), for the CPU twin
-// of that path.
+// DeferredEventsTest runs the same with deferred events on (GPUKIT_EXECUTOR_DEFER_EVENTS=1).
 #include "runtime/executor/executor_server.h"
 
 #include <unistd.h>
@@ -322,8 +321,7 @@ TEST_F(ExecutorServerTest, AStreamsLastReferenceMayGoOnItsOwnThread) {
   for (uint64_t event : {41, 42}) Destroy(event);
 }
 
-// With deferred events on, as on a GPU (GPUKIT_EXECUTOR_DEFER_EVENTS=1 before the server
-// starts).
+// With deferred events on (GPUKIT_EXECUTOR_DEFER_EVENTS=1 before the server starts).
 class DeferredEventsTest : public ExecutorServerTest {
  protected:
   void SetUp() override {
