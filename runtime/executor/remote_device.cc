@@ -245,9 +245,11 @@ class RemoteDevice::Impl {
   // and sends what is ready when nobody is sending. Every ticket taken must come here (one
   // that cannot be encoded still ends its turn). Returns the encoding's error, else, when
   // `fd` >= 0 (it waits until its datagram is sent) or this thread sent it, its send's;
-  // otherwise OK. Another thread's datagram that fails to go while the executor lives on
-  // (not UNAVAILABLE) is lost to a caller that has returned: the executor is replaced, which
-  // answers whatever waits (UNAVAILABLE: the executor is gone, and its end does the same).
+  // otherwise OK. A datagram that fails to go while the executor lives on (not UNAVAILABLE),
+  // whoever's it is, may carry requests of callers that have returned (held one-way
+  // requests): the channel ends there, so nothing later reaches that executor, and the
+  // executor is replaced, which answers whatever waits (UNAVAILABLE: the executor is gone,
+  // and its end does the same).
   absl::Status SendInTurn(Executor& executor, uint64_t ticket, const executor::Request& request,
                           int fd = -1) ABSL_LOCKS_EXCLUDED(executor.send_mu, executor.turn_mu);
   absl::Status SendCounted(Executor& executor, const std::string& bytes, int fd = -1);
@@ -403,6 +405,13 @@ class RemoteDevice::Impl {
   std::atomic<int64_t> round_trips_{0};
   // Datagrams sent to the executors: ExecutorState::messages.
   std::atomic<int64_t> messages_{0};
+#if GPUKIT_FAULT_INJECTION
+  // FailSendsForTesting: the next `failing_sends_` datagrams fail with failing_send_error_.
+  std::atomic<bool> sends_fail_{false};
+  absl::Mutex failing_sends_mu_;
+  int failing_sends_ ABSL_GUARDED_BY(failing_sends_mu_) = 0;
+  absl::Status failing_send_error_ ABSL_GUARDED_BY(failing_sends_mu_);
+#endif
 };
 
 // The device pool's source: the owner's segments, unmapped in the executor when the pool
@@ -665,6 +674,15 @@ thread_local ThreadBatch thread_batch;
 bool RemoteDevice::Impl::InBatch() const { return thread_batch.device == this; }
 
 absl::Status RemoteDevice::Impl::SendCounted(Executor& executor, const std::string& bytes, int fd) {
+#if GPUKIT_FAULT_INJECTION
+  if (sends_fail_.load(std::memory_order_relaxed)) {
+    absl::MutexLock lock(&failing_sends_mu_);
+    if (failing_sends_ > 0) {
+      sends_fail_.store(--failing_sends_ > 0, std::memory_order_relaxed);
+      return failing_send_error_;
+    }
+  }
+#endif
   messages_.fetch_add(1, std::memory_order_relaxed);
   executor.activity.Touch();
   return SendExecutorBytes(executor.socket.get(), bytes, fd);
@@ -690,7 +708,7 @@ absl::Status RemoteDevice::Impl::SendInTurn(Executor& executor, uint64_t ticket,
   const bool waits = fd >= 0 && own.ok();
   if (waits) out.result = std::make_shared<absl::Status>();
   std::shared_ptr<absl::Status> result = out.result;
-  absl::Status lost;  // another thread's datagram that failed while the executor lives on
+  bool lost = false;  // a datagram failed to go while the executor lives on
   absl::ReleasableMutexLock lock(&executor.turn_mu);
   const size_t index = static_cast<size_t>(ticket - executor.taken);
   if (executor.outbox.size() <= index) executor.outbox.resize(index + 1);
@@ -705,13 +723,22 @@ absl::Status RemoteDevice::Impl::SendInTurn(Executor& executor, uint64_t ticket,
       absl::Status sent =
           next.bytes.empty() ? absl::OkStatus() : SendCounted(executor, next.bytes, next.fd);
       executor.turn_mu.Lock();
+      if (!sent.ok() && sent.code() != absl::StatusCode::kUnavailable && !lost) {
+        // Lost while the executor lives on. It may have carried other threads' requests
+        // (held one-way requests, work), whose callers have returned and may wait for
+        // replies that cannot come, and the executor's tables now lack what it carried, so
+        // nothing more may reach this executor: its channel ends here, as its own end would
+        // end it (every later send fails as UNAVAILABLE), and it is replaced, which answers
+        // what waits.
+        lost = true;
+        ReportFailure(&executor, "exited",
+                      absl::StrCat("a request to the executor was lost: ", sent.message()));
+        ::shutdown(executor.socket.get(), SHUT_RDWR);
+      }
       if (next.result != nullptr) *next.result = sent;
       if (next_ticket == ticket) {
         sent_here = true;
         if (own.ok()) own = sent;
-      } else if (next.result == nullptr && !sent.ok() &&
-                 sent.code() != absl::StatusCode::kUnavailable && lost.ok()) {
-        lost = sent;
       }
       ++executor.sent;
     }
@@ -725,13 +752,6 @@ absl::Status RemoteDevice::Impl::SendInTurn(Executor& executor, uint64_t ticket,
     own = *result;
   }
   lock.Release();
-  if (!lost.ok()) {
-    // Its thread has returned and may wait for a reply that cannot come, and the executor's
-    // tables may now lack what it carried: the executor is replaced (UNAVAILABLE means it is
-    // gone, and its end does the same).
-    ReportFailure(&executor, "exited",
-                  absl::StrCat("a request to the executor was lost: ", lost.message()));
-  }
   return own;
 }
 
@@ -1011,8 +1031,10 @@ void RemoteDevice::Impl::Recover(const std::string& kind, const std::string& err
   int wait_status = 0;
   ::waitpid(failed_pid, &wait_status, 0);
   const std::string exit = DescribeExit(wait_status);
-  std::string what = kind == "exited" ? absl::StrCat("the device executor ", exit)
-                                      : absl::StrCat("the device executor's ", kind, ": ", error);
+  // An executor that exited says how; one this process ended (a lost request) says why too.
+  std::string what = kind != "exited" ? absl::StrCat("the device executor's ", kind, ": ", error)
+                     : error.empty()  ? absl::StrCat("the device executor ", exit)
+                                      : absl::StrCat(error, "; the device executor ", exit);
   spdlog::warn("device {}: {} (pid {}); restarting it", properties_.index, what, failed_pid);
 
   // Fail every reply the executor owed. One wait is the culprit of a fault or a hang.
@@ -1054,7 +1076,10 @@ void RemoteDevice::Impl::Recover(const std::string& kind, const std::string& err
     absl::MutexLock lock(&supervisor_mu_);
     state_.pid = 0;
     ++state_.restarts;
-    state_.last_fault = ExecutorFaultRecord{absl::Now(), kind, kind == "exited" ? exit : error};
+    state_.last_fault = ExecutorFaultRecord{absl::Now(), kind,
+                                            kind != "exited" ? error
+                                            : error.empty()  ? exit
+                                                             : absl::StrCat(error, "; ", exit)};
   }
   StartNext(started);
 }
@@ -1448,6 +1473,15 @@ RemoteDevice::RemoteDevice(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
   impl_->device_ = this;
 }
 RemoteDevice::~RemoteDevice() = default;
+
+#if GPUKIT_FAULT_INJECTION
+void RemoteDevice::FailSendsForTesting(int count, absl::Status error) {
+  absl::MutexLock lock(&impl_->failing_sends_mu_);
+  impl_->failing_sends_ = count;
+  impl_->failing_send_error_ = std::move(error);
+  impl_->sends_fail_.store(count > 0, std::memory_order_relaxed);
+}
+#endif
 
 ExecutorState RemoteDevice::executor_state() const {
   absl::MutexLock lock(&impl_->supervisor_mu_);

@@ -107,6 +107,11 @@ class RemoteDevice final : public Device {
   ~RemoteDevice() override;
 
   ExecutorState executor_state() const;
+#if GPUKIT_FAULT_INJECTION
+  // Test builds: the next `count` datagrams to the executor are not sent, each failing with
+  // `error` as a failing sendmsg would (ENOBUFS, say) while the executor lives on.
+  void FailSendsForTesting(int count, absl::Status error);
+#endif
 
   const DeviceProperties& properties() const override;
   MemoryInfo GetMemoryInfo() const override;

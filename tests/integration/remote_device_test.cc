@@ -857,6 +857,43 @@ TEST_F(RemoteDeviceTest, WorkHeldWhenTheExecutorDiesFailsItsWaitAsARestart) {
   EXPECT_EQ(values, (std::vector<float>{-1, -2, -3, -4}));
 }
 
+// A datagram that fails to go while the executor lives on (sendmsg's ENOBUFS, say) carried
+// one-way requests whose callers have returned (here a held op and its end event's record):
+// the executor is replaced, the wait on the lost event gets the restart's UNAVAILABLE (not
+// a hang, nor the old executor's "no event"), and the stream serves again, buffers intact.
+TEST_F(RemoteDeviceTest, ADatagramLostWhileTheExecutorLivesRestartsIt) {
+  Start();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
+  MakeOpBuffers(stream);
+  const ExecutorState before = device_->executor_state();
+  EventId end;
+  {
+    DeviceBatch batch(*device_);
+    GPUKIT_ASSERT_OK(RunOp("neg", stream));
+    GPUKIT_ASSERT_OK_AND_ASSIGN(end, device_->RecordEvent(stream));
+    device_->FailSendsForTesting(1, absl::ResourceExhaustedError("sendmsg: No buffer space"));
+  }  // the batch's end sends what it held: that datagram is lost
+  const absl::Status waited = device_->WaitEvent(end);
+  EXPECT_THAT(waited, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(KindOf(waited), AnyOf(Eq("restart"), Eq("exited"))) << waited;
+  GPUKIT_EXPECT_OK(device_->DestroyEvent(end));
+  AwaitServing(stream);
+  const ExecutorState after = device_->executor_state();
+  EXPECT_EQ(after.restarts, before.restarts + 1);
+  EXPECT_NE(after.pid, before.pid);
+  ASSERT_TRUE(after.last_fault.has_value());
+  EXPECT_THAT(after.last_fault->error, ::testing::HasSubstr("No buffer space"));
+  {
+    DeviceBatch batch(*device_);
+    GPUKIT_ASSERT_OK(RunOp("neg", stream));
+    GPUKIT_ASSERT_OK(Sync(stream));
+  }
+  const std::vector<char> bytes = ReadBack(op_output_, stream);
+  std::vector<float> values(4);
+  std::memcpy(values.data(), bytes.data(), 16);
+  EXPECT_EQ(values, (std::vector<float>{-1, -2, -3, -4}));
+}
+
 TEST_F(RemoteDeviceTest, DestructionLeavesNoExecutor) {
   for (const bool wait_for_standby : {true, false}) {
     SCOPED_TRACE(wait_for_standby ? "with a standby" : "while the standby may be starting");
