@@ -310,7 +310,14 @@ def main() -> None:
             daemon.kill()
             raise SystemExit(Path(log.name).read_text())
         address = f"unix://{sock}"
-    out: dict = {"backend": args.backend}
+    # The backend of the daemon measured: the one started here, or the one at --address.
+    backend = args.backend
+    if args.address:
+        import_gpukit()
+        from gpukit import _gpukit  # noqa: PLC0415
+        backend = _gpukit.DaemonProbe.connect(address, 10.0).info()["backend"]
+    print(f"gpukitd at {address}, {backend} backend", flush=True)
+    out: dict = {"backend": backend}
     try:
         if "chain" in only:
             for pipeline in (False, True):
