@@ -60,3 +60,18 @@ def test_threads_needs_its_own_gpukitd():
         capture_output=True, text=True, timeout=60)
     assert run.returncode == 2
     assert "--threads reads the gpukitd it starts" in run.stderr
+
+
+def test_a_running_daemon_is_reported_with_its_own_backend(daemon):
+    # --backend names the backend of a gpukitd the bench starts; at --address the daemon's own
+    # goes into the report, whatever --backend says.
+    backend = daemon.status()["backend"]
+    other = "cuda" if backend == "cpu" else "cpu"
+    run = subprocess.run(
+        [sys.executable, str(BENCH), "--address", daemon.address, "--backend", other,
+         "--only", "chain", "--ops", "200", "--sessions", "1"],
+        capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["backend"] == backend
+    assert f"{backend} backend" in run.stdout.splitlines()[0]
