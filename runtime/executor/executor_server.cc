@@ -149,17 +149,21 @@ constexpr size_t kMostInlineWorks = 8;
 //   it would have), and otherwise ends with the later event: a little later than its own work;
 // - its error: the error enqueueing returned since the event before it, as before (an error
 //   of the device's work shows at a later event on a device that reports it there, the CPU
-//   device, which would blame the span's earlier ops too; a GPU's kernel faults are sticky
+//   device, where it would reach every op of the span; a GPU's kernel faults are sticky
 //   and fail every later wait anyway);
 // - its device time: the span's time shared evenly among the span's works, which are all ops
 //   that touch at most kSmallOpElements elements (a larger op records its own end event, so
 //   that what a large op costs is measured, not averaged).
-// Off unless GPUKIT_EXECUTOR_DEFER_EVENTS=1: on the GPU host it cut the enqueue threads' CPU
-// by about a fifth but did not move 8 pipelined sessions (gpukitd's per-op work bounds them
-// first), and the GPU suite has not run with it yet (docs/benchmarks.md).
-bool DefersEvents() {
+// Off unless GPUKIT_EXECUTOR_DEFER_EVENTS=1 (GPUs) or =all (every device: tests of the CPU
+// twin, where a failing kernel's error reaches every op of its span, and a fault's culprit
+// is any of the span's events): on the GPU host it made the stream threads somewhat less
+// busy but did not move 8 pipelined sessions (gpukitd's per-op work bounds them first), and
+// the GPU suite has not run with it yet (docs/benchmarks.md).
+bool DefersEvents(const Device& device) {
   const char* text = std::getenv("GPUKIT_EXECUTOR_DEFER_EVENTS");
-  return text != nullptr && std::string(text) == "1";
+  if (text == nullptr) return false;
+  const std::string setting(text);
+  return setting == "all" || (setting == "1" && device.properties().backend != BackendKind::kCpu);
 }
 constexpr uint64_t kMostDeferredWorks = 16;
 constexpr int64_t kSmallOpElements = int64_t{1} << 16;
@@ -217,7 +221,7 @@ struct StreamState {
   // Deferred events (enqueue thread only; see DefersEvents). `works` counts the works
   // enqueued; the last device event recorded, its owner and the count then; whether every
   // work since was a small op; the events waiting for the next device event, in order; and
-  // how many works of the item being run follow the one running (RunOrQueue).
+  // how many works of the item being run follow the one running (RunStreamWorks).
   uint64_t works = 0;
   EventId last_device_event;
   std::shared_ptr<DeviceEventOwner> last_device_event_owner;
@@ -278,7 +282,7 @@ class ExecutorServer::Impl {
       : device_(device),
         socket_(std::move(socket)),
         inline_work_(RunsStreamWorkInline(device)),
-        defer_events_(DefersEvents()) {}
+        defer_events_(DefersEvents(device)) {}
 
   ~Impl() {
     // Streams first: their threads use the tables.
@@ -945,12 +949,12 @@ void ExecutorServer::Impl::RecordOnStream(StreamState* s, const std::shared_ptr<
   s->work_since_last_event = false;
   // Deferred: it waits for a later device event, as the previous event does when this one
   // marks the same point, or as an op's end may while more small ops follow at once.
-  const bool defer = !s->deferred.empty() && same_point
+  const bool defer = (!s->deferred.empty() && same_point)
                          ? s->deferred.back() == previous
-                         : may_defer && defer_events_ && s->last_device_event_owner != nullptr &&
-                               s->small_since_device_event &&
-                               s->works - s->last_device_event_works < kMostDeferredWorks &&
-                               (s->works_following > 0 || s->enqueues.has_queued());
+                         : (may_defer && defer_events_ && s->last_device_event_owner != nullptr &&
+                            s->small_since_device_event &&
+                            s->works - s->last_device_event_works < kMostDeferredWorks &&
+                            (s->works_following > 0 || s->enqueues.has_queued()));
   if (defer) {
     if (s->open_span == nullptr) {
       s->open_span = std::make_shared<DeferredSpan>();
@@ -1051,17 +1055,19 @@ void ExecutorServer::Impl::RunStreamWorks(StreamState* s,
 absl::StatusOr<int64_t> ExecutorServer::Impl::ElapsedBetween(const EventState& start,
                                                              const EventState& end,
                                                              bool if_completed) {
-  // Each event as a device event and the device time after it: its own (0 after), or its
-  // span's lower event and its share of the span's time.
+  // Each event as a device event and the device time after it: its own (0 after), or, for a
+  // deferred one, its span's lower event and its share of the span's time.
   struct Point {
     EventId base;
     std::shared_ptr<DeferredSpan> span;
     uint64_t works = 0;
   };
-  auto point = [](const EventState& event) {
+  auto point = [](const EventState& event) -> absl::StatusOr<Point> {
     absl::MutexLock lock(&event.stream->error_mu);
-    return event.span == nullptr ? Point{event.device_event, nullptr, 0}
-                                 : Point{event.span->lower, event.span, event.works};
+    if (event.span == nullptr) return Point{event.device_event, nullptr, 0};
+    if (!event.recorded) return absl::FailedPreconditionError("an event has not completed");
+    if (event.destroyed) return absl::NotFoundError("executor: an event was destroyed");
+    return Point{event.span->lower, event.span, event.works};
   };
   auto elapsed = [&](EventId from, EventId to) {
     return if_completed ? device_.ElapsedNsIfCompleted(from, to) : device_.EventElapsedNs(from, to);
@@ -1071,6 +1077,7 @@ absl::StatusOr<int64_t> ExecutorServer::Impl::ElapsedBetween(const EventState& s
     DeferredSpan& span = *p.span;
     int64_t total = span.elapsed_ns.load(std::memory_order_acquire);
     if (total < 0) {
+      // Also what says whether the span's work is done.
       GPUKIT_ASSIGN_OR_RETURN(total, elapsed(span.lower, span.upper));
       span.elapsed_ns.store(total, std::memory_order_release);
     }
@@ -1080,18 +1087,22 @@ absl::StatusOr<int64_t> ExecutorServer::Impl::ElapsedBetween(const EventState& s
                                 static_cast<double>(p.works - span.lower_works) /
                                 static_cast<double>(works));
   };
-  const Point from = point(start);
-  const Point to = point(end);
-  if (from.base.value == 0 || to.base.value == 0) {
-    return absl::NotFoundError("executor: an event of the pair has no device event");
-  }
+  GPUKIT_ASSIGN_OR_RETURN(const Point from, point(start));
+  GPUKIT_ASSIGN_OR_RETURN(const Point to, point(end));
+  const bool deferred = from.span != nullptr || to.span != nullptr;
   int64_t ns = 0;
-  if (from.base.value != to.base.value) {
+  // Two events of the device's own: the device answers (whether the work is done, too).
+  if (!deferred || from.base.value != to.base.value) {
     GPUKIT_ASSIGN_OR_RETURN(ns, elapsed(from.base, to.base));
   }
+  if (!deferred) return ns;
   GPUKIT_ASSIGN_OR_RETURN(int64_t to_after, after_base(to));
   GPUKIT_ASSIGN_OR_RETURN(int64_t from_after, after_base(from));
-  return ns + to_after - from_after;
+  ns += to_after - from_after;
+  if (ns < 0) {
+    return absl::InvalidArgumentError("executor: the end event was recorded before the start");
+  }
+  return ns;
 }
 
 void ExecutorServer::Impl::DestroyEvents(uint64_t seq, const executor::DestroyEvent& destroy) {
@@ -1185,8 +1196,16 @@ void ExecutorServer::Impl::RunOrQueue(const std::shared_ptr<StreamState>& stream
     RunStreamWorks(stream.get(), works.works);
     return;
   }
-  stream->enqueues.Push(
-      [this, s = stream.get(), works = std::move(works.works)] { RunStreamWorks(s, works); });
+  if (defer_events_) {
+    stream->enqueues.Push(
+        [this, s = stream.get(), works = std::move(works.works)] { RunStreamWorks(s, works); });
+  } else if (works.works.size() == 1) {
+    stream->enqueues.Push(std::move(works.works.front()));
+  } else {
+    stream->enqueues.Push([works = std::move(works.works)] {
+      for (const std::function<void()>& work : works) work();
+    });
+  }
 }
 
 void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
@@ -1303,6 +1322,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       std::shared_ptr<StreamState> target = stream;
       PushWork(target, [this, seq, stream = std::move(stream)]() mutable {
         StreamState* s = stream.get();
+        RecordDeferred(s);  // before the stream goes
         s->completions.Push([this, seq, stream = std::move(stream)] {
           absl::Status status = stream->create_error.ok()
                                     ? device_.DestroyStream(stream->device_stream)
@@ -1368,7 +1388,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
                 case executor::Request::kRunOp: {
                   absl::StatusOr<OpLaunch> launch =
                       DecodeRunOp(request.run_op(), [this](uint64_t id) { return FindBuffer(id); });
-                  small = launch.ok() && IsSmallOp(*launch);
+                  small = defer_events_ && launch.ok() && IsSmallOp(*launch);
                   before_work();
                   status = launch.ok() ? device_.RunOp(*launch, s->device_stream) : launch.status();
                   break;

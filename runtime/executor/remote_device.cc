@@ -109,6 +109,7 @@ struct Executor {
     std::string bytes;   // empty: nothing to send (it could not be encoded)
     int fd = -1;
     std::shared_ptr<absl::Status> result;  // the send's outcome, for a thread that waits
+    bool orphans = true;                   // see SendInTurn
   };
   absl::Mutex turn_mu;
   std::deque<Outgoing> outbox ABSL_GUARDED_BY(turn_mu);  // tickets from `taken` on
@@ -220,9 +221,11 @@ class RemoteDevice::Impl {
                        const std::vector<std::shared_ptr<Pending>>& owed);
   // What the culprit's wait returns: ABORTED for a fault, DEADLINE_EXCEEDED for a hang.
   absl::Status CulpritError(const std::string& kind, const std::string& error) const;
-  // Sends `request` (and, first, what is held: in the same datagram when it fits).
-  absl::Status SendOn(Executor& executor, executor::Request& request, int fd = -1)
-      ABSL_LOCKS_EXCLUDED(executor.send_mu);
+  // Sends `request` (and, first, what is held: in the same datagram when it fits). `heard`:
+  // the caller passes on this send's error, so a datagram holding `request` alone that
+  // fails to go is its caller's to report (else it is lost: see SendInTurn).
+  absl::Status SendOn(Executor& executor, executor::Request& request, int fd = -1,
+                      bool heard = false) ABSL_LOCKS_EXCLUDED(executor.send_mu);
   // Holds one-way `request` back, to go with the next send (sends what is held first when
   // it would not fit in one datagram); takes its content (`request` is left empty). For
   // requests nothing waits on by themselves: defining and freeing buffers, destroying
@@ -245,13 +248,15 @@ class RemoteDevice::Impl {
   // and sends what is ready when nobody is sending. Every ticket taken must come here (one
   // that cannot be encoded still ends its turn). Returns the encoding's error, else, when
   // `fd` >= 0 (it waits until its datagram is sent) or this thread sent it, its send's;
-  // otherwise OK. A datagram that fails to go while the executor lives on (not UNAVAILABLE),
-  // whoever's it is, may carry requests of callers that have returned (held one-way
-  // requests): the channel ends there, so nothing later reaches that executor, and the
-  // executor is replaced, which answers whatever waits (UNAVAILABLE: the executor is gone,
-  // and its end does the same).
+  // otherwise OK. `orphans`: the datagram carries requests whose callers do not hear of its
+  // send (held one-way requests, work whose send error is ignored). Such a datagram that
+  // fails to go while the executor lives on (not UNAVAILABLE), whichever thread sends it, is
+  // lost: the channel ends there, so nothing later reaches that executor, and the executor
+  // is replaced, which answers whatever waits (UNAVAILABLE: the executor is gone, and its
+  // end does the same).
   absl::Status SendInTurn(Executor& executor, uint64_t ticket, const executor::Request& request,
-                          int fd = -1) ABSL_LOCKS_EXCLUDED(executor.send_mu, executor.turn_mu);
+                          int fd = -1, bool orphans = true)
+      ABSL_LOCKS_EXCLUDED(executor.send_mu, executor.turn_mu);
   absl::Status SendCounted(Executor& executor, const std::string& bytes, int fd = -1);
   bool InBatch() const;
 
@@ -495,7 +500,7 @@ absl::Status RemoteDevice::Impl::Start() {
   supported_ops_.insert(hello.supported_ops().begin(), hello.supported_ops().end());
   executor::Request activate;
   activate.mutable_activate();
-  GPUKIT_RETURN_IF_ERROR(SendOn(*first, activate));
+  GPUKIT_RETURN_IF_ERROR(SendOn(*first, activate, -1, /*heard=*/true));
   {
     absl::MutexLock lock(&gen_mu_);
     active_ = first;
@@ -698,8 +703,9 @@ std::optional<uint64_t> RemoteDevice::Impl::TakeHeldLocked(Executor& executor,
 }
 
 absl::Status RemoteDevice::Impl::SendInTurn(Executor& executor, uint64_t ticket,
-                                            const executor::Request& request, int fd) {
-  Executor::Outgoing out{.ready = true, .fd = fd};
+                                            const executor::Request& request, int fd,
+                                            bool orphans) {
+  Executor::Outgoing out{.ready = true, .fd = fd, .orphans = orphans};
   absl::StatusOr<std::string> bytes = EncodeExecutorMessage(request);  // outside the lock
   if (bytes.ok()) out.bytes = *std::move(bytes);
   absl::Status own = bytes.status();  // this datagram's outcome, where this thread learns it
@@ -723,7 +729,7 @@ absl::Status RemoteDevice::Impl::SendInTurn(Executor& executor, uint64_t ticket,
       absl::Status sent =
           next.bytes.empty() ? absl::OkStatus() : SendCounted(executor, next.bytes, next.fd);
       executor.turn_mu.Lock();
-      if (!sent.ok() && sent.code() != absl::StatusCode::kUnavailable && !lost) {
+      if (next.orphans && !sent.ok() && sent.code() != absl::StatusCode::kUnavailable && !lost) {
         // Lost while the executor lives on. It may have carried other threads' requests
         // (held one-way requests, work), whose callers have returned and may wait for
         // replies that cannot come, and the executor's tables now lack what it carried, so
@@ -733,7 +739,7 @@ absl::Status RemoteDevice::Impl::SendInTurn(Executor& executor, uint64_t ticket,
         lost = true;
         ReportFailure(&executor, "exited",
                       absl::StrCat("a request to the executor was lost: ", sent.message()));
-        ::shutdown(executor.socket.get(), SHUT_RDWR);
+        ::shutdown(executor.socket.get(), SHUT_WR);  // replies already on their way still come
       }
       if (next.result != nullptr) *next.result = sent;
       if (next_ticket == ticket) {
@@ -777,7 +783,8 @@ void RemoteDevice::Impl::FlushHeld(Executor& executor, bool only_work) {
   executor.turn_mu.Await(absl::Condition(&all_sent));
 }
 
-absl::Status RemoteDevice::Impl::SendOn(Executor& executor, executor::Request& request, int fd) {
+absl::Status RemoteDevice::Impl::SendOn(Executor& executor, executor::Request& request, int fd,
+                                        bool heard) {
   executor::Request batch;
   std::optional<uint64_t> batch_ticket;
   std::optional<uint64_t> request_ticket;
@@ -798,7 +805,9 @@ absl::Status RemoteDevice::Impl::SendOn(Executor& executor, executor::Request& r
   // A send failing here means the executor is gone: the restart settles what was held.
   absl::Status sent = absl::OkStatus();
   if (batch_ticket.has_value()) sent = SendInTurn(executor, *batch_ticket, batch);
-  if (request_ticket.has_value()) sent = SendInTurn(executor, *request_ticket, request, fd);
+  if (request_ticket.has_value()) {
+    sent = SendInTurn(executor, *request_ticket, request, fd, /*orphans=*/!heard);
+  }
   return sent;
 }
 
@@ -886,7 +895,7 @@ absl::StatusOr<int64_t> RemoteDevice::Impl::Call(executor::Request& request, int
         return RestartedError();
       }
     }
-    absl::Status sent = SendOn(*active_, request, fd);
+    absl::Status sent = SendOn(*active_, request, fd, /*heard=*/true);
     active_->activity.Ring();  // its reader polls for the reply, if it had gone to sleep
     round_trips_.fetch_add(1, std::memory_order_relaxed);
     if (!sent.ok() && sent.code() != absl::StatusCode::kUnavailable) {
@@ -1048,7 +1057,10 @@ void RemoteDevice::Impl::Recover(const std::string& kind, const std::string& err
   // The culprit: the event whose work faulted, hung or was running when the executor died.
   // Its wait (now or, if it has not come yet, later) gets the fault's own error.
   const uint64_t culprit_event =
-      definite && event != 0 ? event : FindCulprit(kind, stream, definite, owed);
+      definite && event != 0 ? event
+      // An executor ended here (a lost request) ran no tenant's failing work.
+      : kind == "exited" && !error.empty() ? 0
+                                           : FindCulprit(kind, stream, definite, owed);
   std::shared_ptr<Pending> culprit;
   for (const auto& pending : owed) {
     if (pending->is_wait && pending->event == culprit_event) culprit = pending;
@@ -1111,7 +1123,7 @@ void RemoteDevice::Impl::StartNext(absl::Time started) {
     if (status.ok()) {
       executor::Request activate;
       activate.mutable_activate();
-      status = SendOn(*next, activate);
+      status = SendOn(*next, activate, -1, /*heard=*/true);
     }
     if (status.ok()) {
       active_ = next;
@@ -1222,7 +1234,7 @@ absl::Status RemoteDevice::Impl::Replay(Executor& executor) {
     std::shared_ptr<Pending> pending = Register(&seq);
     request.set_seq(seq);
     owed.emplace_back(seq, pending);
-    return SendOn(executor, request, fd);
+    return SendOn(executor, request, fd, /*heard=*/true);
   };
   absl::Status sent = [&]() -> absl::Status {
     absl::MutexLock lock(&mu_);
@@ -1260,7 +1272,7 @@ absl::Status RemoteDevice::Impl::Replay(Executor& executor) {
         continue;
       }
       request = DefineRequest(id, buffer.block, buffer.bytes);
-      GPUKIT_RETURN_IF_ERROR(SendOn(executor, request));
+      GPUKIT_RETURN_IF_ERROR(SendOn(executor, request, -1, /*heard=*/true));
     }
     for (auto& [id, stream] : streams_) {
       executor::Request request;
@@ -1270,7 +1282,7 @@ absl::Status RemoteDevice::Impl::Replay(Executor& executor) {
       if (stream.options.sm_first) {
         request.mutable_create_stream()->set_sm_first(*stream.options.sm_first);
       }
-      GPUKIT_RETURN_IF_ERROR(SendOn(executor, request));
+      GPUKIT_RETURN_IF_ERROR(SendOn(executor, request, -1, /*heard=*/true));
       // Nothing of the old executor's is in flight. Its staged copies are settled by the
       // stream's next wait: copied out only by a wait of the executor that made them. A wait of
       // the new one whose work began before this (its previous event did) fails: part of its

@@ -690,14 +690,18 @@ TEST_F(RemoteDeviceTest, WaitEventPairsDoesNotWaitForAnEarlierPairsEnd) {
   GPUKIT_ASSERT_OK(device_->WaitEvent(before));
   GPUKIT_ASSERT_OK(RunOp("_test_hang", stream));
   GPUKIT_ASSERT_OK_AND_ASSIGN(EventId after, device_->RecordEvent(stream));
+  // Right after `after`, no work between: it shares after's device event, and has not
+  // completed either.
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId also_after, device_->RecordEvent(stream));
   GPUKIT_ASSERT_OK_AND_ASSIGN(EventId first, device_->RecordEvent(other));
   GPUKIT_ASSERT_OK_AND_ASSIGN(EventId second, device_->RecordEvent(other));
   // Not a batch of one stream (the contract's misuse), but each pair is of one stream.
   const std::vector<EventPairOutcome> batch =
-      device_->WaitEventPairs({{before, after}, {first, second}});
-  ASSERT_EQ(batch.size(), 2u);
+      device_->WaitEventPairs({{before, after}, {after, also_after}, {first, second}});
+  ASSERT_EQ(batch.size(), 3u);
   EXPECT_THAT(batch[0].status, StatusIs(absl::StatusCode::kFailedPrecondition));
-  GPUKIT_EXPECT_OK(batch[1].status);
+  EXPECT_THAT(batch[1].status, StatusIs(absl::StatusCode::kFailedPrecondition));
+  GPUKIT_EXPECT_OK(batch[2].status);
   // The device is destroyed with the stream still hanging (the executor is killed).
 }
 
@@ -865,18 +869,23 @@ TEST_F(RemoteDeviceTest, ADatagramLostWhileTheExecutorLivesRestartsIt) {
   Start();
   GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
   MakeOpBuffers(stream);
+  // A wait sends what is held (the buffers' definitions): nothing is held after it.
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId settled, device_->RecordEvent(stream));
+  GPUKIT_ASSERT_OK(device_->WaitEvent(settled));
   const ExecutorState before = device_->executor_state();
+  // The next datagram: the batch's held work, sent at the batch's end (or by the
+  // supervisor's tick, which sends what is held, if it comes first).
+  device_->FailSendsForTesting(1, absl::InternalError("sendmsg: No buffer space available"));
   EventId end;
   {
     DeviceBatch batch(*device_);
     GPUKIT_ASSERT_OK(RunOp("neg", stream));
     GPUKIT_ASSERT_OK_AND_ASSIGN(end, device_->RecordEvent(stream));
-    device_->FailSendsForTesting(1, absl::ResourceExhaustedError("sendmsg: No buffer space"));
-  }  // the batch's end sends what it held: that datagram is lost
+  }
   const absl::Status waited = device_->WaitEvent(end);
   EXPECT_THAT(waited, StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_THAT(KindOf(waited), AnyOf(Eq("restart"), Eq("exited"))) << waited;
-  GPUKIT_EXPECT_OK(device_->DestroyEvent(end));
+  GPUKIT_EXPECT_OK(device_->DestroyEvents({settled, end}));
   AwaitServing(stream);
   const ExecutorState after = device_->executor_state();
   EXPECT_EQ(after.restarts, before.restarts + 1);
@@ -892,6 +901,27 @@ TEST_F(RemoteDeviceTest, ADatagramLostWhileTheExecutorLivesRestartsIt) {
   std::vector<float> values(4);
   std::memcpy(values.data(), bytes.data(), 16);
   EXPECT_EQ(values, (std::vector<float>{-1, -2, -3, -4}));
+}
+
+// A request alone in its datagram whose caller gets the send's error (a call that waits for
+// its reply) is that caller's failure: no restart, and the executor serves on.
+TEST_F(RemoteDeviceTest, ASendErrorItsCallerHearsDoesNotRestartTheExecutor) {
+  Start();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
+  MakeOpBuffers(stream);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId settled, device_->RecordEvent(stream));
+  GPUKIT_ASSERT_OK(device_->WaitEvent(settled));  // nothing is held after it
+  const ExecutorState before = device_->executor_state();
+  device_->FailSendsForTesting(1, absl::InternalError("sendmsg: No buffer space available"));
+  EXPECT_THAT(device_->CreateStream(StreamPriority::kNormal),
+              StatusIs(absl::StatusCode::kInternal));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId other, device_->CreateStream(StreamPriority::kNormal));
+  GPUKIT_EXPECT_OK(Sync(stream));
+  const ExecutorState after = device_->executor_state();
+  EXPECT_EQ(after.restarts, before.restarts);
+  EXPECT_EQ(after.pid, before.pid);
+  GPUKIT_EXPECT_OK(device_->DestroyStream(other));
+  GPUKIT_EXPECT_OK(device_->DestroyEvent(settled));
 }
 
 TEST_F(RemoteDeviceTest, DestructionLeavesNoExecutor) {

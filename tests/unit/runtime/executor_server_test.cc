@@ -1,7 +1,7 @@
 // ExecutorServer (runtime/executor/executor_server.h) in this process, on a CPU device behind a
 // ForwardingDevice that counts the device events, driven over a socket pair with the
 // executor protocol's own messages: what gpukitd's RemoteDevice sends, written out by hand.
-// DeferredEventsTest runs the same with deferred events on (GPUKIT_EXECUTOR_DEFER_EVENTS=1).
+// DeferredEventsTest runs the same with deferred events on (GPUKIT_EXECUTOR_DEFER_EVENTS=all).
 #include "runtime/executor/executor_server.h"
 
 #include <unistd.h>
@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -39,7 +40,12 @@ constexpr int64_t kBytes = 4096;
 
 class ExecutorServerTest : public ::testing::Test {
  protected:
+  // GPUKIT_EXECUTOR_DEFER_EVENTS while the server runs (whatever the environment says).
+  virtual const char* DeferEvents() const { return "0"; }
+
   void SetUp() override {
+    if (const char* outside = std::getenv("GPUKIT_EXECUTOR_DEFER_EVENTS")) outside_ = outside;
+    ::setenv("GPUKIT_EXECUTOR_DEFER_EVENTS", DeferEvents(), 1);
     int fds[2];
     ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds), 0);
     peer_ = ScopedFd(fds[0]);
@@ -79,6 +85,11 @@ class ExecutorServerTest : public ::testing::Test {
     GPUKIT_EXPECT_OK(served_);
     server_.reset();
     device_.reset();
+    if (outside_.has_value()) {
+      ::setenv("GPUKIT_EXECUTOR_DEFER_EVENTS", outside_->c_str(), 1);
+    } else {
+      ::unsetenv("GPUKIT_EXECUTOR_DEFER_EVENTS");
+    }
   }
 
   // Sends a one-way request (no reply comes); between BeginBatch and EndBatch, adds it to the
@@ -179,6 +190,7 @@ class ExecutorServerTest : public ::testing::Test {
     return statuses;
   }
 
+  std::optional<std::string> outside_;
   ScopedFd peer_;
   std::optional<executor::Batch> batch_;
   std::unique_ptr<::gpukit::testing::ForwardingDevice> device_;
@@ -321,17 +333,10 @@ TEST_F(ExecutorServerTest, AStreamsLastReferenceMayGoOnItsOwnThread) {
   for (uint64_t event : {41, 42}) Destroy(event);
 }
 
-// With deferred events on (GPUKIT_EXECUTOR_DEFER_EVENTS=1 before the server starts).
+// With deferred events on, on the CPU device too (GPUKIT_EXECUTOR_DEFER_EVENTS=all).
 class DeferredEventsTest : public ExecutorServerTest {
  protected:
-  void SetUp() override {
-    ::setenv("GPUKIT_EXECUTOR_DEFER_EVENTS", "1", 1);
-    ExecutorServerTest::SetUp();
-  }
-  void TearDown() override {
-    ExecutorServerTest::TearDown();
-    ::unsetenv("GPUKIT_EXECUTOR_DEFER_EVENTS");
-  }
+  const char* DeferEvents() const override { return "all"; }
   // A buffer of `floats` floats in a segment of its own.
   void DefineLargeBuffer(uint64_t buffer, uint64_t segment, int64_t floats) {
     const int64_t bytes = floats * 4;
@@ -372,6 +377,8 @@ TEST_F(DeferredEventsTest, ABurstOfSmallOpsSharesOneDeviceEventAndItsTime) {
     sum += elapsed[op];
   }
   EXPECT_NEAR(sum, elapsed[4], 4);
+  // A pair given the wrong way round is refused, as the device refuses one of its own events.
+  EXPECT_THAT(Elapsed({{106, 102}})[0], StatusIs(absl::StatusCode::kInvalidArgument));
   for (uint64_t event = 100; event <= 108; ++event) Destroy(event);
   Fill();
   Record(109);
@@ -445,6 +452,68 @@ TEST_F(DeferredEventsTest, AWaitOnADeferredEventRecordsItAtOnce) {
   GPUKIT_EXPECT_OK(statuses[0]);
   GPUKIT_EXPECT_OK(statuses[1]);
   for (uint64_t event : {300, 301, 303, 304, 305, 306}) Destroy(event);
+}
+
+// A span holds at most 16 works: 40 small ops in one message record a device event after the
+// 16th and the 32nd and one at the end; the shares add up to the whole, and a lone ElapsedNs
+// gives what the batch's pairs give.
+TEST_F(DeferredEventsTest, ASpanHoldsAtMostSixteenWorks) {
+  Record(1000);
+  BeginBatch();
+  for (uint64_t op = 0; op < 40; ++op) NegBetween(1001 + 2 * op, 1002 + 2 * op);
+  EndBatch();
+  GPUKIT_ASSERT_OK(Wait(1080));
+  EXPECT_EQ(device_->events_recorded(), 4);
+  std::vector<std::pair<uint64_t, uint64_t>> pairs;
+  for (uint64_t op = 0; op < 40; ++op) pairs.emplace_back(1001 + 2 * op, 1002 + 2 * op);
+  pairs.emplace_back(1000, 1080);
+  std::vector<int64_t> elapsed;
+  const std::vector<absl::Status> statuses = Elapsed(pairs, &elapsed);
+  int64_t sum = 0;
+  for (size_t i = 0; i < pairs.size(); ++i) GPUKIT_EXPECT_OK(statuses[i]) << i;
+  for (size_t i = 0; i < 40; ++i) sum += elapsed[i];
+  EXPECT_NEAR(sum, elapsed[40], 40);
+  executor::Request one;
+  one.mutable_elapsed_ns()->set_start(1011);
+  one.mutable_elapsed_ns()->set_end(1012);
+  executor::Reply reply;
+  GPUKIT_ASSERT_OK(Call(one, -1, &reply));
+  EXPECT_EQ(reply.int_value(), elapsed[5]);
+  for (uint64_t event = 1000; event <= 1080; ++event) Destroy(event);
+}
+
+// A stream destroyed right after small ops in the same message: their deferred events get
+// their device event before the stream goes, so each pair is answered.
+TEST_F(DeferredEventsTest, DestroyingAStreamRecordsItsDeferredEventsFirst) {
+  for (uint64_t round = 0; round < 10; ++round) {
+    const uint64_t stream = 10 + round;
+    const uint64_t first = 2000 + 10 * round;
+    executor::Request create;
+    create.mutable_create_stream()->set_stream(stream);
+    GPUKIT_ASSERT_OK(Call(create));
+    executor::Request record;
+    record.mutable_record_event()->set_stream(stream);
+    record.mutable_record_event()->set_event(first);
+    Send(record);
+    BeginBatch();
+    NegBetween(first + 1, first + 2, stream);
+    NegBetween(first + 3, first + 4, stream);
+    executor::Request destroy;
+    destroy.set_seq(++seq_);
+    destroy.mutable_destroy_stream()->set_stream(stream);
+    Send(destroy);
+    EndBatch();
+    executor::FromExecutor message;
+    do {
+      GPUKIT_ASSERT_OK(ReceiveExecutorMessage(peer_.get(), message).status());
+    } while (!message.has_reply() || message.reply().seq() != seq_);
+    GPUKIT_ASSERT_OK(ReplyStatus(message.reply()));
+    const std::vector<absl::Status> statuses =
+        Elapsed({{first + 1, first + 2}, {first + 3, first + 4}});
+    GPUKIT_EXPECT_OK(statuses[0]) << round;
+    GPUKIT_EXPECT_OK(statuses[1]) << round;
+    for (uint64_t event = first; event <= first + 4; ++event) Destroy(event);
+  }
 }
 
 // An op whose enqueue fails in the middle of a burst: its end event alone carries the error.
