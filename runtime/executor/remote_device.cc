@@ -1056,11 +1056,14 @@ void RemoteDevice::Impl::Recover(const std::string& kind, const std::string& err
   }
   // The culprit: the event whose work faulted, hung or was running when the executor died.
   // Its wait (now or, if it has not come yet, later) gets the fault's own error.
-  const uint64_t culprit_event =
-      definite && event != 0 ? event
-      // An executor ended here (a lost request) ran no tenant's failing work.
-      : kind == "exited" && !error.empty() ? 0
-                                           : FindCulprit(kind, stream, definite, owed);
+  // An executor ended here, for a request that was lost, ran no failing work of a tenant's.
+  const bool lost_request = kind == "exited" && !error.empty();
+  uint64_t culprit_event = 0;
+  if (definite && event != 0) {
+    culprit_event = event;
+  } else if (!lost_request) {
+    culprit_event = FindCulprit(kind, stream, definite, owed);
+  }
   std::shared_ptr<Pending> culprit;
   for (const auto& pending : owed) {
     if (pending->is_wait && pending->event == culprit_event) culprit = pending;
