@@ -516,6 +516,33 @@ TEST_F(DeferredEventsTest, DestroyingAStreamRecordsItsDeferredEventsFirst) {
   }
 }
 
+// A query of a deferred event records its device event at once, as a wait does, and answers
+// whether the work before it has run (on the CPU device it has).
+TEST_F(DeferredEventsTest, AQueryOfADeferredEventRecordsItAtOnce) {
+  Record(700);
+  BeginBatch();
+  NegBetween(701, 702);
+  NegBetween(703, 704);
+  executor::Request query;
+  query.set_seq(++seq_);
+  query.mutable_wait_event()->set_event(702);
+  query.mutable_wait_event()->set_query(true);
+  Send(query);
+  NegBetween(705, 706);  // more work follows the query in the same message
+  EndBatch();
+  executor::FromExecutor message;
+  do {
+    GPUKIT_ASSERT_OK(ReceiveExecutorMessage(peer_.get(), message).status());
+  } while (!message.has_reply() || message.reply().seq() != seq_);
+  GPUKIT_ASSERT_OK(ReplyStatus(message.reply()));
+  EXPECT_EQ(message.reply().int_value(), 1);
+  GPUKIT_ASSERT_OK(Wait(706));
+  EXPECT_EQ(device_->events_recorded(), 3);  // 700; at the query, for 702-704; 706
+  const std::vector<absl::Status> statuses = Elapsed({{701, 702}, {703, 704}, {705, 706}});
+  for (const absl::Status& status : statuses) GPUKIT_EXPECT_OK(status);
+  for (uint64_t event = 700; event <= 706; ++event) Destroy(event);
+}
+
 // An op whose enqueue fails in the middle of a burst: its end event alone carries the error.
 TEST_F(DeferredEventsTest, AFailedOpInABurstIsItsEndEventsOnly) {
   Record(400);
