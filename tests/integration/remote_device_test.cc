@@ -168,6 +168,22 @@ class RemoteDeviceTest : public ::testing::Test {
   }
 
   // The bytes of `buffer` copied out (staged: the vector is not the device's host memory).
+  // The op output's 4 floats (MakeOpBuffers), read back on `stream`.
+  std::vector<float> OpOutput(StreamId stream) {
+    const std::vector<char> bytes = ReadBack(op_output_, stream);
+    std::vector<float> values(4);
+    if (bytes.size() >= 16) std::memcpy(values.data(), bytes.data(), 16);
+    return values;
+  }
+  // The stream serves: `neg` of the op input (1, 2, 3, 4) runs, and its output reads back.
+  void ExpectNegRunsOn(StreamId stream) {
+    {
+      DeviceBatch batch(*device_);
+      GPUKIT_ASSERT_OK(RunOp("neg", stream));
+      GPUKIT_ASSERT_OK(Sync(stream));
+    }
+    EXPECT_EQ(OpOutput(stream), (std::vector<float>{-1, -2, -3, -4}));
+  }
   std::vector<char> ReadBack(BufferId buffer, StreamId stream) {
     absl::StatusOr<int64_t> bytes = device_->BufferBytes(buffer);
     EXPECT_TRUE(bytes.ok()) << bytes.status();
@@ -659,10 +675,7 @@ TEST_F(RemoteDeviceTest, RunOpBetweenEventsGivesEachOpItsOwnPair) {
   EXPECT_EQ(batch[1].status, device_->WaitEvent(pairs[1].end));
   GPUKIT_EXPECT_OK(device_->WaitEvent(pairs[1].start));  // the error is the op's, after it
   // The last op (neg) ran after the first (abs): the output holds its values.
-  const std::vector<char> bytes = ReadBack(op_output_, stream);
-  std::vector<float> values(4);
-  std::memcpy(values.data(), bytes.data(), 16);
-  EXPECT_EQ(values, (std::vector<float>{-1, -2, -3, -4}));
+  EXPECT_EQ(OpOutput(stream), (std::vector<float>{-1, -2, -3, -4}));
 
   GPUKIT_ASSERT_OK_AND_ASSIGN(OpLaunch unknown, Launch("neg", BufferId{424242}));
   EventId start{7};
@@ -793,10 +806,7 @@ TEST_F(RemoteDeviceTest, ABatchSendsAnOpAndItsWaitAsOneMessage) {
   EXPECT_EQ(unbatched.messages - after.messages, 4);  // event, op, event, wait
   EXPECT_EQ(unbatched.round_trips - after.round_trips, 1);
 
-  const std::vector<char> bytes = ReadBack(op_output_, stream);
-  std::vector<float> values(4);
-  std::memcpy(values.data(), bytes.data(), 16);
-  EXPECT_EQ(values, (std::vector<float>{-1, -2, -3, -4}));
+  EXPECT_EQ(OpOutput(stream), (std::vector<float>{-1, -2, -3, -4}));
 }
 
 // Work held in a batch that ends without a wait goes out when it ends, and in stream order
@@ -850,15 +860,7 @@ TEST_F(RemoteDeviceTest, WorkHeldWhenTheExecutorDiesFailsItsWaitAsARestart) {
   EXPECT_THAT(KindOf(waited), AnyOf(Eq("restart"), Eq("exited"))) << waited;
   GPUKIT_EXPECT_OK(device_->DestroyEvent(end));
   AwaitServing(stream);
-  {
-    DeviceBatch batch(*device_);
-    GPUKIT_ASSERT_OK(RunOp("neg", stream));
-    GPUKIT_ASSERT_OK(Sync(stream));
-  }
-  const std::vector<char> bytes = ReadBack(op_output_, stream);
-  std::vector<float> values(4);
-  std::memcpy(values.data(), bytes.data(), 16);
-  EXPECT_EQ(values, (std::vector<float>{-1, -2, -3, -4}));
+  ExpectNegRunsOn(stream);
 }
 
 // A datagram that fails to go while the executor lives on (sendmsg's ENOBUFS, say) carried
@@ -892,15 +894,7 @@ TEST_F(RemoteDeviceTest, ADatagramLostWhileTheExecutorLivesRestartsIt) {
   EXPECT_NE(after.pid, before.pid);
   ASSERT_TRUE(after.last_fault.has_value());
   EXPECT_THAT(after.last_fault->error, ::testing::HasSubstr("No buffer space"));
-  {
-    DeviceBatch batch(*device_);
-    GPUKIT_ASSERT_OK(RunOp("neg", stream));
-    GPUKIT_ASSERT_OK(Sync(stream));
-  }
-  const std::vector<char> bytes = ReadBack(op_output_, stream);
-  std::vector<float> values(4);
-  std::memcpy(values.data(), bytes.data(), 16);
-  EXPECT_EQ(values, (std::vector<float>{-1, -2, -3, -4}));
+  ExpectNegRunsOn(stream);
 }
 
 // A request alone in its datagram whose caller gets the send's error (a call that waits for

@@ -64,18 +64,23 @@ class ExecutorServerTest : public ::testing::Test {
     executor::Request stream;
     stream.mutable_create_stream()->set_stream(kStream);
     GPUKIT_ASSERT_OK(Call(stream));
+    DefineBufferInSegment(kBuffer, kSegment, kBytes);
+  }
+
+  // Buffer `buffer`: the whole of a memfd segment `segment` of `bytes`.
+  void DefineBufferInSegment(uint64_t buffer, uint64_t segment, int64_t bytes) {
     const int memfd = ::memfd_create("executor_server_test", MFD_CLOEXEC);
     ASSERT_GE(memfd, 0);
-    ASSERT_EQ(::ftruncate(memfd, kBytes), 0);
+    ASSERT_EQ(::ftruncate(memfd, bytes), 0);
     executor::Request map;
-    map.mutable_map_segment()->set_key(kSegment);
-    map.mutable_map_segment()->set_bytes(kBytes);
+    map.mutable_map_segment()->set_key(segment);
+    map.mutable_map_segment()->set_bytes(bytes);
     GPUKIT_ASSERT_OK(Call(map, memfd));
     ::close(memfd);
     executor::Request define;
-    define.mutable_define_buffer()->set_buffer(kBuffer);
-    define.mutable_define_buffer()->set_segment(kSegment);
-    define.mutable_define_buffer()->set_bytes(kBytes);
+    define.mutable_define_buffer()->set_buffer(buffer);
+    define.mutable_define_buffer()->set_segment(segment);
+    define.mutable_define_buffer()->set_bytes(bytes);
     GPUKIT_ASSERT_OK(Call(define));
   }
 
@@ -155,10 +160,15 @@ class ExecutorServerTest : public ::testing::Test {
   absl::Status Call(executor::Request request, int fd = -1, executor::Reply* reply = nullptr) {
     request.set_seq(++seq_);
     GPUKIT_RETURN_IF_ERROR(SendExecutorMessage(peer_.get(), request, fd));
+    return AwaitReply(seq_, reply);
+  }
+  // The reply with `seq` (others are skipped): its status, the reply itself in `reply` when
+  // given.
+  absl::Status AwaitReply(uint64_t seq, executor::Reply* reply = nullptr) {
     for (;;) {
       executor::FromExecutor message;
       GPUKIT_RETURN_IF_ERROR(ReceiveExecutorMessage(peer_.get(), message).status());
-      if (!message.has_reply() || message.reply().seq() != seq_) continue;
+      if (!message.has_reply() || message.reply().seq() != seq) continue;
       if (reply != nullptr) *reply = message.reply();
       return ReplyStatus(message.reply());
     }
@@ -337,23 +347,6 @@ TEST_F(ExecutorServerTest, AStreamsLastReferenceMayGoOnItsOwnThread) {
 class DeferredEventsTest : public ExecutorServerTest {
  protected:
   const char* DeferEvents() const override { return "all"; }
-  // A buffer of `floats` floats in a segment of its own.
-  void DefineLargeBuffer(uint64_t buffer, uint64_t segment, int64_t floats) {
-    const int64_t bytes = floats * 4;
-    const int memfd = ::memfd_create("executor_server_test_large", MFD_CLOEXEC);
-    ASSERT_GE(memfd, 0);
-    ASSERT_EQ(::ftruncate(memfd, bytes), 0);
-    executor::Request map;
-    map.mutable_map_segment()->set_key(segment);
-    map.mutable_map_segment()->set_bytes(bytes);
-    GPUKIT_ASSERT_OK(Call(map, memfd));
-    ::close(memfd);
-    executor::Request define;
-    define.mutable_define_buffer()->set_buffer(buffer);
-    define.mutable_define_buffer()->set_segment(segment);
-    define.mutable_define_buffer()->set_bytes(bytes);
-    GPUKIT_ASSERT_OK(Call(define));
-  }
 };
 
 // A burst of small ops in one message: their end events (and the starts that follow them)
@@ -402,7 +395,7 @@ TEST_F(ExecutorServerTest, ABurstOfSmallOpsRecordsAnEventPerOpWithoutDeferral) {
 // before it runs, and its own end gets one, so its time is measured, not shared.
 TEST_F(DeferredEventsTest, ALargeOpEndsTheSpanBeforeItAndRecordsItsOwnEnd) {
   constexpr uint64_t kLarge = 2;
-  DefineLargeBuffer(kLarge, /*segment=*/8, /*floats=*/int64_t{1} << 18);
+  DefineBufferInSegment(kLarge, /*segment=*/8, /*bytes=*/int64_t{4} << 18);
   Record(200);
   BeginBatch();
   NegBetween(201, 202);
@@ -438,13 +431,10 @@ TEST_F(DeferredEventsTest, AWaitOnADeferredEventRecordsItAtOnce) {
   Send(wait);
   NegBetween(305, 306);  // more work follows the wait in the same message
   EndBatch();
-  executor::FromExecutor message;
-  do {
-    GPUKIT_ASSERT_OK(ReceiveExecutorMessage(peer_.get(), message).status());
-  } while (!message.has_reply() || message.reply().seq() != seq_);
-  GPUKIT_ASSERT_OK(ReplyStatus(message.reply()));
-  EXPECT_EQ(message.reply().elapsed_from(), 303u);
-  EXPECT_GE(message.reply().elapsed_ns(), 0);
+  executor::Reply reply;
+  GPUKIT_ASSERT_OK(AwaitReply(seq_, &reply));
+  EXPECT_EQ(reply.elapsed_from(), 303u);
+  EXPECT_GE(reply.elapsed_ns(), 0);
   GPUKIT_ASSERT_OK(Wait(306));
   EXPECT_EQ(device_->events_recorded(), 3);  // 300; at the wait, for 302-304; 306
   EXPECT_THAT(Wait(302), StatusIs(absl::StatusCode::kNotFound));
@@ -503,11 +493,7 @@ TEST_F(DeferredEventsTest, DestroyingAStreamRecordsItsDeferredEventsFirst) {
     destroy.mutable_destroy_stream()->set_stream(stream);
     Send(destroy);
     EndBatch();
-    executor::FromExecutor message;
-    do {
-      GPUKIT_ASSERT_OK(ReceiveExecutorMessage(peer_.get(), message).status());
-    } while (!message.has_reply() || message.reply().seq() != seq_);
-    GPUKIT_ASSERT_OK(ReplyStatus(message.reply()));
+    GPUKIT_ASSERT_OK(AwaitReply(seq_));
     const std::vector<absl::Status> statuses =
         Elapsed({{first + 1, first + 2}, {first + 3, first + 4}});
     GPUKIT_EXPECT_OK(statuses[0]) << round;
@@ -530,12 +516,9 @@ TEST_F(DeferredEventsTest, AQueryOfADeferredEventRecordsItAtOnce) {
   Send(query);
   NegBetween(705, 706);  // more work follows the query in the same message
   EndBatch();
-  executor::FromExecutor message;
-  do {
-    GPUKIT_ASSERT_OK(ReceiveExecutorMessage(peer_.get(), message).status());
-  } while (!message.has_reply() || message.reply().seq() != seq_);
-  GPUKIT_ASSERT_OK(ReplyStatus(message.reply()));
-  EXPECT_EQ(message.reply().int_value(), 1);
+  executor::Reply reply;
+  GPUKIT_ASSERT_OK(AwaitReply(seq_, &reply));
+  EXPECT_EQ(reply.int_value(), 1);
   GPUKIT_ASSERT_OK(Wait(706));
   EXPECT_EQ(device_->events_recorded(), 3);  // 700; at the query, for 702-704; 706
   const std::vector<absl::Status> statuses = Elapsed({{701, 702}, {703, 704}, {705, 706}});
