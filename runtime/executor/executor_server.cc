@@ -190,8 +190,7 @@ struct EventState;
 // Set by the enqueue thread: lower at creation, upper when the run ends; read by others once
 // a deferred event of the run is recorded (EventState::recorded, under the stream's error_mu).
 struct DeferredSpan {
-  EventId lower;
-  std::shared_ptr<DeviceEventOwner> lower_owner;  // keeps `lower` for the span's device time
+  std::shared_ptr<DeviceEventOwner> lower;  // held for the span's device time
   uint64_t lower_works = 0;
   EventId upper;
   uint64_t upper_works = 0;
@@ -219,12 +218,11 @@ struct StreamState {
   // event marks the same point of the stream and shares last_event's device event.
   bool work_since_last_event = true;
   // Deferred events (enqueue thread only; see DefersEvents). `works` counts the works
-  // enqueued; the last device event recorded, its owner and the count then; whether every
+  // enqueued; the last device event recorded (its owner) and the count then; whether every
   // work since was a small op; the events waiting for the next device event, in order; and
   // how many works of the item being run follow the one running (RunStreamWorks).
   uint64_t works = 0;
-  EventId last_device_event;
-  std::shared_ptr<DeviceEventOwner> last_device_event_owner;
+  std::shared_ptr<DeviceEventOwner> last_device_event;
   uint64_t last_device_event_works = 0;
   bool small_since_device_event = true;
   std::shared_ptr<DeferredSpan> open_span;
@@ -242,6 +240,7 @@ class DeviceEventOwner {
   DeviceEventOwner(const DeviceEventOwner&) = delete;
   DeviceEventOwner& operator=(const DeviceEventOwner&) = delete;
   ~DeviceEventOwner() { device_.DestroyEvent(event_).IgnoreError(); }
+  EventId event() const { return event_; }
 
  private:
   Device& device_;
@@ -329,21 +328,29 @@ class ExecutorServer::Impl {
   // its stream has not reached or whose work has not run, NOT_FOUND for an unknown or
   // destroyed one.
   absl::Status EndEventStatus(uint64_t id, const EventState* event);
-  // EndEventStatus's answer as far as the executor knows it: the device event of `id` (and
-  // whether it is shared) once recorded with no error before it, else the error
-  // EndEventStatus returns without asking the device.
-  struct RecordedEnd {
+  // Where an event lies on its stream: its device event (and whether it is shared with the
+  // event before it), and for a deferred event its span and the stream's count of works at
+  // it (the device time up to it is then the span's lower event's plus its share).
+  struct EventPoint {
     EventId device_event;
     bool shared = false;
+    std::shared_ptr<DeferredSpan> span;
+    uint64_t works = 0;
   };
-  absl::StatusOr<RecordedEnd> RecordedEndEvent(uint64_t id, const EventState* event);
+  // Where gpukitd's event `id` (`event`, null when unknown) lies, once its stream's enqueue
+  // thread has recorded it: FAILED_PRECONDITION before, NOT_FOUND for an unknown or destroyed
+  // event, the error of its recording when that failed. `as_end`: also the error of the work
+  // before it (EndEventStatus's answer as far as the executor knows it, without asking the
+  // device).
+  absl::StatusOr<EventPoint> RecordedEvent(uint64_t id, const EventState* event,
+                                           bool as_end = false);
+  // Where `event` lies now, as its stream's enqueue thread left it: a deferred one that is not
+  // recorded yet is FAILED_PRECONDITION, one destroyed while deferred NOT_FOUND; another
+  // answers its device event as it is (the device's own calls judge it).
+  static absl::StatusOr<EventPoint> CurrentPoint(const EventState& event);
   // The device's wait for `event`'s device event, as it would be for an event of its own: a
   // shared one answers OK after the earlier work failed (not the earlier work's error).
   absl::Status WaitDeviceEvent(EventId device_event, bool shared);
-  // The device's event for gpukitd's `id`, once its stream's enqueue thread has recorded it:
-  // FAILED_PRECONDITION before, NOT_FOUND for an unknown or destroyed event, the error of its
-  // recording when that failed.
-  absl::StatusOr<EventId> RecordedEvent(uint64_t id, const EventState* event);
   // A wait failed: if the device took a sticky fault, says so to gpukitd (naming the wait's
   // event, definitely the culprit when its enqueue failed with the fault) and ends the
   // process. Returns when the device is healthy.
@@ -409,12 +416,18 @@ class ExecutorServer::Impl {
   // Runs a stream's work item (`works`, in order) on the thread that runs the stream's work,
   // then records what was deferred unless more work is queued.
   void RunStreamWorks(StreamState* s, const std::vector<std::function<void()>>& works);
-  // The device time from `start` to `end` (events of one stream, both recorded): one device
-  // call for two events recorded on the device, or within one deferred span once its time
-  // is known. With `if_completed`, Device::ElapsedNsIfCompleted's (it fails for work not
-  // done), else Device::EventElapsedNs's.
-  absl::StatusOr<int64_t> ElapsedBetween(const EventState& start, const EventState& end,
+  // The device time from `start` to `end`: one device call for two events recorded on the
+  // device, or within one deferred span once its time is known. With `if_completed`,
+  // Device::ElapsedNsIfCompleted's (it fails for work not done), else
+  // Device::EventElapsedNs's.
+  absl::StatusOr<int64_t> ElapsedBetween(const EventPoint& start, const EventPoint& end,
                                          bool if_completed);
+  // ElapsedBetween of two events where they lie now (CurrentPoint), by EventElapsedNs.
+  absl::StatusOr<int64_t> ElapsedBetweenNow(const EventState& start, const EventState& end) {
+    GPUKIT_ASSIGN_OR_RETURN(const EventPoint from, CurrentPoint(start));
+    GPUKIT_ASSIGN_OR_RETURN(const EventPoint to, CurrentPoint(end));
+    return ElapsedBetween(from, to, /*if_completed=*/false);
+  }
   // Destroys gpukitd's events (each after the work queued before it on its stream; the
   // device event once no later event shares it); NOT_FOUND (replied, with `seq`) names an
   // unknown one, the others are destroyed all the same.
@@ -572,22 +585,8 @@ void ExecutorServer::Impl::Reply(uint64_t seq, const absl::Status& status, int64
   activity_.Touch();
 }
 
-absl::StatusOr<EventId> ExecutorServer::Impl::RecordedEvent(uint64_t id, const EventState* event) {
-  if (event == nullptr) return absl::NotFoundError(absl::StrCat("executor: no event ", id));
-  if (event->stream == nullptr) return event->enqueue_error;  // recorded on no stream
-  absl::MutexLock lock(&event->stream->error_mu);
-  if (!event->recorded) {
-    return absl::FailedPreconditionError(absl::StrCat("event ", id, " has not completed"));
-  }
-  if (event->device_event.value == 0) {
-    if (!event->enqueue_error.ok()) return event->enqueue_error;
-    return absl::NotFoundError(absl::StrCat("executor: event ", id, " was destroyed"));
-  }
-  return event->device_event;
-}
-
-absl::StatusOr<ExecutorServer::Impl::RecordedEnd> ExecutorServer::Impl::RecordedEndEvent(
-    uint64_t id, const EventState* event) {
+absl::StatusOr<ExecutorServer::Impl::EventPoint> ExecutorServer::Impl::RecordedEvent(
+    uint64_t id, const EventState* event, bool as_end) {
   if (event == nullptr) return absl::NotFoundError(absl::StrCat("executor: no event ", id));
   if (event->stream == nullptr) return event->enqueue_error;  // recorded on no stream
   absl::MutexLock lock(&event->stream->error_mu);
@@ -595,15 +594,28 @@ absl::StatusOr<ExecutorServer::Impl::RecordedEnd> ExecutorServer::Impl::Recorded
     return absl::FailedPreconditionError(absl::StrCat("event ", id, " has not completed"));
   }
   // Recorded fine after failed work, the event carries that work's error all the same.
-  if (!event->enqueue_error.ok()) return event->enqueue_error;
+  if (as_end && !event->enqueue_error.ok()) return event->enqueue_error;
   if (event->device_event.value == 0) {
+    if (!event->enqueue_error.ok()) return event->enqueue_error;
     return absl::NotFoundError(absl::StrCat("executor: event ", id, " was destroyed"));
   }
-  return RecordedEnd{event->device_event, event->shared};
+  return EventPoint{event->device_event, event->shared, event->span, event->works};
+}
+
+absl::StatusOr<ExecutorServer::Impl::EventPoint> ExecutorServer::Impl::CurrentPoint(
+    const EventState& event) {
+  absl::MutexLock lock(&event.stream->error_mu);
+  if (event.span != nullptr && !event.recorded) {
+    return absl::FailedPreconditionError("an event has not completed");
+  }
+  if (event.span != nullptr && event.destroyed) {
+    return absl::NotFoundError("executor: an event was destroyed");
+  }
+  return EventPoint{event.device_event, event.shared, event.span, event.works};
 }
 
 absl::Status ExecutorServer::Impl::EndEventStatus(uint64_t id, const EventState* event) {
-  GPUKIT_ASSIGN_OR_RETURN(RecordedEnd end, RecordedEndEvent(id, event));
+  GPUKIT_ASSIGN_OR_RETURN(EventPoint end, RecordedEvent(id, event, /*as_end=*/true));
   // Nothing here may block (the completion thread's next wait, or the reader, would wait):
   // only a completed event is waited for (at once).
   GPUKIT_ASSIGN_OR_RETURN(bool done, device_.QueryEvent(end.device_event));
@@ -634,11 +646,11 @@ void ExecutorServer::Impl::ReplyPairsElapsed(uint64_t seq, const executor::Elaps
     absl::Status status = [&]() -> absl::Status {
       // Usually both events are recorded with no error before the end: the device answers
       // in one call (a GPU's cuEventElapsedTime; one per deferred span).
-      std::shared_ptr<EventState> start_event = FindEvent(pair.start());
       std::shared_ptr<EventState> end_event = FindEvent(pair.end());
-      absl::StatusOr<EventId> start = RecordedEvent(pair.start(), start_event.get());
-      if (start.ok() && RecordedEndEvent(pair.end(), end_event.get()).ok()) {
-        absl::StatusOr<int64_t> ns = ElapsedBetween(*start_event, *end_event, true);
+      absl::StatusOr<EventPoint> start = RecordedEvent(pair.start(), FindEvent(pair.start()).get());
+      absl::StatusOr<EventPoint> end = RecordedEvent(pair.end(), end_event.get(), /*as_end=*/true);
+      if (start.ok() && end.ok()) {
+        absl::StatusOr<int64_t> ns = ElapsedBetween(*start, *end, true);
         if (ns.ok()) {
           elapsed_ns = *ns;
           return absl::OkStatus();
@@ -647,8 +659,8 @@ void ExecutorServer::Impl::ReplyPairsElapsed(uint64_t seq, const executor::Elaps
       // Else step by step, so that the pair gets the end event's own words.
       GPUKIT_RETURN_IF_ERROR(EndEventStatus(pair.end(), end_event.get()));
       GPUKIT_RETURN_IF_ERROR(start.status());
-      GPUKIT_RETURN_IF_ERROR(RecordedEvent(pair.end(), end_event.get()).status());
-      GPUKIT_ASSIGN_OR_RETURN(elapsed_ns, ElapsedBetween(*start_event, *end_event, false));
+      GPUKIT_ASSIGN_OR_RETURN(EventPoint recorded_end, RecordedEvent(pair.end(), end_event.get()));
+      GPUKIT_ASSIGN_OR_RETURN(elapsed_ns, ElapsedBetween(*start, recorded_end, false));
       return absl::OkStatus();
     }();
     AddPairOutcome(status, elapsed_ns, reply);
@@ -951,7 +963,7 @@ void ExecutorServer::Impl::RecordOnStream(StreamState* s, const std::shared_ptr<
   // marks the same point, or as an op's end may while more small ops follow at once.
   const bool defer = (!s->deferred.empty() && same_point)
                          ? s->deferred.back() == previous
-                         : (may_defer && defer_events_ && s->last_device_event_owner != nullptr &&
+                         : (may_defer && defer_events_ && s->last_device_event != nullptr &&
                             s->small_since_device_event &&
                             s->works - s->last_device_event_works < kMostDeferredWorks &&
                             (s->works_following > 0 || s->enqueues.has_queued()));
@@ -959,7 +971,6 @@ void ExecutorServer::Impl::RecordOnStream(StreamState* s, const std::shared_ptr<
     if (s->open_span == nullptr) {
       s->open_span = std::make_shared<DeferredSpan>();
       s->open_span->lower = s->last_device_event;
-      s->open_span->lower_owner = s->last_device_event_owner;
       s->open_span->lower_works = s->last_device_event_works;
     }
     s->deferred.push_back(event);
@@ -1003,8 +1014,7 @@ absl::StatusOr<EventId> ExecutorServer::Impl::RecordDeviceEvent(
   GPUKIT_ASSIGN_OR_RETURN(EventId recorded, device_.RecordEvent(s->device_stream));
   owner = std::make_shared<DeviceEventOwner>(device_, recorded);
   if (defer_events_) {  // the next deferred span's lower event
-    s->last_device_event = recorded;
-    s->last_device_event_owner = owner;
+    s->last_device_event = owner;
     s->last_device_event_works = s->works;
     s->small_since_device_event = true;
   }
@@ -1052,33 +1062,24 @@ void ExecutorServer::Impl::RunStreamWorks(StreamState* s,
   if (!s->deferred.empty() && !s->enqueues.has_queued()) RecordDeferred(s);
 }
 
-absl::StatusOr<int64_t> ExecutorServer::Impl::ElapsedBetween(const EventState& start,
-                                                             const EventState& end,
+absl::StatusOr<int64_t> ExecutorServer::Impl::ElapsedBetween(const EventPoint& start,
+                                                             const EventPoint& end,
                                                              bool if_completed) {
-  // Each event as a device event and the device time after it: its own (0 after), or, for a
-  // deferred one, its span's lower event and its share of the span's time.
-  struct Point {
-    EventId base;
-    std::shared_ptr<DeferredSpan> span;
-    uint64_t works = 0;
-  };
-  auto point = [](const EventState& event) -> absl::StatusOr<Point> {
-    absl::MutexLock lock(&event.stream->error_mu);
-    if (event.span == nullptr) return Point{event.device_event, nullptr, 0};
-    if (!event.recorded) return absl::FailedPreconditionError("an event has not completed");
-    if (event.destroyed) return absl::NotFoundError("executor: an event was destroyed");
-    return Point{event.span->lower, event.span, event.works};
-  };
   auto elapsed = [&](EventId from, EventId to) {
     return if_completed ? device_.ElapsedNsIfCompleted(from, to) : device_.EventElapsedNs(from, to);
   };
-  auto after_base = [&](const Point& p) -> absl::StatusOr<int64_t> {
+  // Each event as a device event and the device time after it: its own (0 after), or, for a
+  // deferred one, its span's lower event and its share of the span's time.
+  auto base = [](const EventPoint& p) {
+    return p.span == nullptr ? p.device_event : p.span->lower->event();
+  };
+  auto after_base = [&](const EventPoint& p) -> absl::StatusOr<int64_t> {
     if (p.span == nullptr) return 0;
     DeferredSpan& span = *p.span;
     int64_t total = span.elapsed_ns.load(std::memory_order_acquire);
     if (total < 0) {
       // Also what says whether the span's work is done.
-      GPUKIT_ASSIGN_OR_RETURN(total, elapsed(span.lower, span.upper));
+      GPUKIT_ASSIGN_OR_RETURN(total, elapsed(span.lower->event(), span.upper));
       span.elapsed_ns.store(total, std::memory_order_release);
     }
     const uint64_t works = span.upper_works - span.lower_works;
@@ -1087,17 +1088,15 @@ absl::StatusOr<int64_t> ExecutorServer::Impl::ElapsedBetween(const EventState& s
                                 static_cast<double>(p.works - span.lower_works) /
                                 static_cast<double>(works));
   };
-  GPUKIT_ASSIGN_OR_RETURN(const Point from, point(start));
-  GPUKIT_ASSIGN_OR_RETURN(const Point to, point(end));
-  const bool deferred = from.span != nullptr || to.span != nullptr;
+  const bool deferred = start.span != nullptr || end.span != nullptr;
   int64_t ns = 0;
   // Two events of the device's own: the device answers (whether the work is done, too).
-  if (!deferred || from.base.value != to.base.value) {
-    GPUKIT_ASSIGN_OR_RETURN(ns, elapsed(from.base, to.base));
+  if (!deferred || base(start).value != base(end).value) {
+    GPUKIT_ASSIGN_OR_RETURN(ns, elapsed(base(start), base(end)));
   }
   if (!deferred) return ns;
-  GPUKIT_ASSIGN_OR_RETURN(int64_t to_after, after_base(to));
-  GPUKIT_ASSIGN_OR_RETURN(int64_t from_after, after_base(from));
+  GPUKIT_ASSIGN_OR_RETURN(int64_t to_after, after_base(end));
+  GPUKIT_ASSIGN_OR_RETURN(int64_t from_after, after_base(start));
   ns += to_after - from_after;
   if (ns < 0) {
     return absl::InvalidArgumentError("executor: the end event was recorded before the start");
@@ -1493,7 +1492,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
               int64_t elapsed_ns = 0;
               if (std::shared_ptr<EventState> previous = event->previous.lock();
                   status.ok() && previous != nullptr && previous->device_event.value != 0) {
-                absl::StatusOr<int64_t> ns = ElapsedBetween(*previous, *event, false);
+                absl::StatusOr<int64_t> ns = ElapsedBetweenNow(*previous, *event);
                 if (ns.ok()) {
                   elapsed_from = event->previous_id;
                   elapsed_ns = *ns;
@@ -1513,7 +1512,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
                 Reply(seq, start->enqueue_error);  // recorded on no stream: "no stream N"
                 break;
               }
-              absl::StatusOr<int64_t> ns = ElapsedBetween(*start, *event, false);
+              absl::StatusOr<int64_t> ns = ElapsedBetweenNow(*start, *event);
               Reply(seq, ns.status(), ns.ok() ? *ns : 0);
               break;
             }

@@ -411,10 +411,10 @@ class RemoteDevice::Impl {
   // Datagrams sent to the executors: ExecutorState::messages.
   std::atomic<int64_t> messages_{0};
 #if GPUKIT_FAULT_INJECTION
-  // FailSendsForTesting: the next `failing_sends_` datagrams fail with failing_send_error_.
-  std::atomic<bool> sends_fail_{false};
+  // FailSendsForTesting: the next `failing_sends_` datagrams fail with failing_send_error_
+  // (the count is written under failing_sends_mu_, read without it first).
   absl::Mutex failing_sends_mu_;
-  int failing_sends_ ABSL_GUARDED_BY(failing_sends_mu_) = 0;
+  std::atomic<int> failing_sends_{0};
   absl::Status failing_send_error_ ABSL_GUARDED_BY(failing_sends_mu_);
 #endif
 };
@@ -680,10 +680,10 @@ bool RemoteDevice::Impl::InBatch() const { return thread_batch.device == this; }
 
 absl::Status RemoteDevice::Impl::SendCounted(Executor& executor, const std::string& bytes, int fd) {
 #if GPUKIT_FAULT_INJECTION
-  if (sends_fail_.load(std::memory_order_relaxed)) {
+  if (failing_sends_.load(std::memory_order_relaxed) > 0) {
     absl::MutexLock lock(&failing_sends_mu_);
-    if (failing_sends_ > 0) {
-      sends_fail_.store(--failing_sends_ > 0, std::memory_order_relaxed);
+    if (failing_sends_.load(std::memory_order_relaxed) > 0) {
+      failing_sends_.fetch_sub(1, std::memory_order_relaxed);
       return failing_send_error_;
     }
   }
@@ -1056,7 +1056,7 @@ void RemoteDevice::Impl::Recover(const std::string& kind, const std::string& err
   }
   // The culprit: the event whose work faulted, hung or was running when the executor died.
   // Its wait (now or, if it has not come yet, later) gets the fault's own error.
-  // An executor ended here, for a request that was lost, ran no failing work of a tenant's.
+  // An executor ended here, for a request that was lost: none of its callers' work failed.
   const bool lost_request = kind == "exited" && !error.empty();
   uint64_t culprit_event = 0;
   if (definite && event != 0) {
@@ -1492,9 +1492,8 @@ RemoteDevice::~RemoteDevice() = default;
 #if GPUKIT_FAULT_INJECTION
 void RemoteDevice::FailSendsForTesting(int count, absl::Status error) {
   absl::MutexLock lock(&impl_->failing_sends_mu_);
-  impl_->failing_sends_ = count;
   impl_->failing_send_error_ = std::move(error);
-  impl_->sends_fail_.store(count > 0, std::memory_order_relaxed);
+  impl_->failing_sends_.store(count, std::memory_order_relaxed);
 }
 #endif
 

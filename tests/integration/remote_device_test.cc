@@ -168,6 +168,18 @@ class RemoteDeviceTest : public ::testing::Test {
   }
 
   // The bytes of `buffer` copied out (staged: the vector is not the device's host memory).
+  // Waits for an event of `stream` (a wait sends what is held: nothing is held after it),
+  // then makes the next datagram to the executor fail as an ENOBUFS from sendmsg would.
+  // Returns the event, to be destroyed.
+  EventId SettleAndFailTheNextSend(StreamId stream) {
+    absl::StatusOr<EventId> settled = device_->RecordEvent(stream);
+    EXPECT_TRUE(settled.ok()) << settled.status();
+    if (settled.ok()) {
+      GPUKIT_EXPECT_OK(device_->WaitEvent(*settled));
+    }
+    device_->FailSendsForTesting(1, absl::InternalError("sendmsg: No buffer space available"));
+    return settled.value_or(EventId{});
+  }
   // The op output's 4 floats (MakeOpBuffers), read back on `stream`.
   std::vector<float> OpOutput(StreamId stream) {
     const std::vector<char> bytes = ReadBack(op_output_, stream);
@@ -871,13 +883,10 @@ TEST_F(RemoteDeviceTest, ADatagramLostWhileTheExecutorLivesRestartsIt) {
   Start();
   GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
   MakeOpBuffers(stream);
-  // A wait sends what is held (the buffers' definitions): nothing is held after it.
-  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId settled, device_->RecordEvent(stream));
-  GPUKIT_ASSERT_OK(device_->WaitEvent(settled));
+  const EventId settled = SettleAndFailTheNextSend(stream);
   const ExecutorState before = device_->executor_state();
-  // The next datagram: the batch's held work, sent at the batch's end (or by the
+  // The next datagram is the batch's held work, sent at the batch's end (or by the
   // supervisor's tick, which sends what is held, if it comes first).
-  device_->FailSendsForTesting(1, absl::InternalError("sendmsg: No buffer space available"));
   EventId end;
   {
     DeviceBatch batch(*device_);
@@ -903,10 +912,8 @@ TEST_F(RemoteDeviceTest, ASendErrorItsCallerHearsDoesNotRestartTheExecutor) {
   Start();
   GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
   MakeOpBuffers(stream);
-  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId settled, device_->RecordEvent(stream));
-  GPUKIT_ASSERT_OK(device_->WaitEvent(settled));  // nothing is held after it
+  const EventId settled = SettleAndFailTheNextSend(stream);
   const ExecutorState before = device_->executor_state();
-  device_->FailSendsForTesting(1, absl::InternalError("sendmsg: No buffer space available"));
   EXPECT_THAT(device_->CreateStream(StreamPriority::kNormal),
               StatusIs(absl::StatusCode::kInternal));
   GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId other, device_->CreateStream(StreamPriority::kNormal));
