@@ -154,16 +154,16 @@ constexpr size_t kMostInlineWorks = 8;
 // - its device time: the span's time shared evenly among the span's works, which are all ops
 //   that touch at most kSmallOpElements elements (a larger op records its own end event, so
 //   that what a large op costs is measured, not averaged).
-// Off unless GPUKIT_EXECUTOR_DEFER_EVENTS=1 (GPUs) or =all (every device: tests of the CPU
-// twin, where a failing kernel's error reaches every op of its span, and a fault's culprit
-// is any of the span's events): on the GPU host it made the stream threads somewhat less
-// busy but did not move 8 pipelined sessions (gpukitd's per-op work bounds them first), and
-// the GPU suite has not run with it yet (docs/benchmarks.md).
+// On for GPUs unless GPUKIT_EXECUTOR_DEFER_EVENTS=0; =all defers on every device (tests of
+// the CPU twin, where a failing kernel's error reaches every op of its span, and a fault's
+// culprit is any of the span's events). On the GPU host, under 8 pipelined sessions, each
+// stream's thread was 96% busy with an event per op and 83-89% with deferral, and 8 C++
+// chains were never slower with it (docs/benchmarks.md, "The executor's stream threads").
 bool DefersEvents(const Device& device) {
   const char* text = std::getenv("GPUKIT_EXECUTOR_DEFER_EVENTS");
-  if (text == nullptr) return false;
-  const std::string setting(text);
-  return setting == "all" || (setting == "1" && device.properties().backend != BackendKind::kCpu);
+  const std::string setting = text != nullptr ? text : "";
+  if (setting == "all") return true;
+  return setting != "0" && device.properties().backend != BackendKind::kCpu;
 }
 constexpr uint64_t kMostDeferredWorks = 16;
 constexpr int64_t kSmallOpElements = int64_t{1} << 16;
