@@ -40,17 +40,25 @@ constexpr int64_t kBytes = 4096;
 
 class ExecutorServerTest : public ::testing::Test {
  protected:
-  // GPUKIT_EXECUTOR_DEFER_EVENTS while the server runs (whatever the environment says).
+  // GPUKIT_EXECUTOR_DEFER_EVENTS while the server runs (whatever the environment says);
+  // nullptr: unset.
   virtual const char* DeferEvents() const { return "0"; }
+  // The backend the device reports, when not the CPU's (the server decides on it).
+  virtual std::optional<BackendKind> ReportedBackend() const { return std::nullopt; }
 
   void SetUp() override {
     if (const char* outside = std::getenv("GPUKIT_EXECUTOR_DEFER_EVENTS")) outside_ = outside;
-    ::setenv("GPUKIT_EXECUTOR_DEFER_EVENTS", DeferEvents(), 1);
+    if (DeferEvents() != nullptr) {
+      ::setenv("GPUKIT_EXECUTOR_DEFER_EVENTS", DeferEvents(), 1);
+    } else {
+      ::unsetenv("GPUKIT_EXECUTOR_DEFER_EVENTS");
+    }
     int fds[2];
     ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds), 0);
     peer_ = ScopedFd(fds[0]);
     GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<CpuDevice> cpu, CpuDevice::Create({}));
     device_ = std::make_unique<::gpukit::testing::ForwardingDevice>(std::move(cpu));
+    if (std::optional<BackendKind> backend = ReportedBackend()) device_->set_backend(*backend);
     server_ = std::make_unique<ExecutorServer>(*device_, ScopedFd(fds[1]));
     serving_ = std::thread([this] { served_ = server_->Serve(); });
     executor::FromExecutor hello;
@@ -380,16 +388,39 @@ TEST_F(DeferredEventsTest, ABurstOfSmallOpsSharesOneDeviceEventAndItsTime) {
   Destroy(109);
 }
 
-// Without deferral, the same burst records a device event per op.
-TEST_F(ExecutorServerTest, ABurstOfSmallOpsRecordsAnEventPerOpWithoutDeferral) {
+// Without deferral the same burst records a device event per op. Who defers by default: a GPU does
+// unless GPUKIT_EXECUTOR_DEFER_EVENTS=0; the CPU device only with =all (it reports a kernel's error
+// at the next event, which would reach every op of a span).
+struct DeferralCase {
+  const char* setting;  // nullptr: unset
+  BackendKind backend;
+  int64_t device_events;  // for the burst of 4 small ops after one event
+};
+
+class DeferralSettingTest : public ExecutorServerTest,
+                            public ::testing::WithParamInterface<DeferralCase> {
+ protected:
+  const char* DeferEvents() const override { return GetParam().setting; }
+  std::optional<BackendKind> ReportedBackend() const override { return GetParam().backend; }
+};
+
+TEST_P(DeferralSettingTest, DecidesWhetherABurstSharesOneDeviceEvent) {
   Record(100);
   BeginBatch();
   for (uint64_t op = 0; op < 4; ++op) NegBetween(101 + 2 * op, 102 + 2 * op);
   EndBatch();
   GPUKIT_ASSERT_OK(Wait(108));
-  EXPECT_EQ(device_->events_recorded(), 5);
+  EXPECT_EQ(device_->events_recorded(), GetParam().device_events);
   for (uint64_t event = 100; event <= 108; ++event) Destroy(event);
 }
+
+INSTANTIATE_TEST_SUITE_P(Settings, DeferralSettingTest,
+                         ::testing::Values(DeferralCase{nullptr, BackendKind::kCuda, 2},
+                                           DeferralCase{"1", BackendKind::kCuda, 2},
+                                           DeferralCase{"0", BackendKind::kCuda, 5},
+                                           DeferralCase{nullptr, BackendKind::kCpu, 5},
+                                           DeferralCase{"1", BackendKind::kCpu, 5},
+                                           DeferralCase{"all", BackendKind::kCpu, 2}));
 
 // A large op is never inside a deferred span: the events deferred before it get a device event
 // before it runs, and its own end gets one, so its time is measured, not shared.
