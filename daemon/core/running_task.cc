@@ -15,12 +15,10 @@ absl::StatusOr<RunningTask> RunningTask::Create(Scheduler& scheduler, const Sess
   request.name = std::string(name);
   request.priority = options.priority;
   request.queue_timeout = options.queue_timeout;
-  request.start_at_once = true;  // its work is enqueued right after (Enqueue, EnqueueOp)
   SubmitNotes notes;
   GPUKIT_ASSIGN_OR_RETURN(TaskRef task, scheduler.Submit(session.ticket(), request, &notes));
   RunningTask running(scheduler, std::move(task));
   running.higher_class_open_ = notes.higher_class_open;
-  running.started_ = notes.started;
   if (!notes.admitted) {
     GPUKIT_RETURN_IF_ERROR(scheduler.AwaitAdmission(running.task_, options.cancelled));
   }
@@ -58,7 +56,7 @@ absl::StatusOr<EnqueuedTask> RunningTask::EnqueueOp(Device& device, StreamId str
 
 absl::StatusOr<EnqueuedTask> RunningTask::StartBetweenEvents(
     Device& device, const std::function<absl::Status(EventId*, EventId*)>& queue) {
-  if (!started_) GPUKIT_RETURN_IF_ERROR(scheduler_.Start(task_));
+  GPUKIT_RETURN_IF_ERROR(scheduler_.Start(task_));
   EventId start;
   EventId end;
   // On an error no event is left; the work is queued only when its end event failed, and

@@ -52,8 +52,8 @@ struct TaskOptions {
   std::function<bool()> cancelled = [] { return false; };
 };
 
-// A task submitted and admitted by Create (and started there when admitted at once: its
-// work follows at once), finished (Failed, unless it ran) when it goes out of scope.
+// A task submitted and admitted by Create, finished (Failed, unless it ran) when it goes
+// out of scope.
 class RunningTask {
  public:
   // Submits the task to the session's partition and waits for its admission. Errors: the
@@ -65,8 +65,7 @@ class RunningTask {
   RunningTask(RunningTask&& other) noexcept
       : scheduler_(other.scheduler_),
         task_(std::move(other.task_)),
-        higher_class_open_(other.higher_class_open_),
-        started_(other.started_) {}
+        higher_class_open_(other.higher_class_open_) {}
   RunningTask& operator=(RunningTask&&) = delete;
   ~RunningTask();
 
@@ -99,15 +98,14 @@ class RunningTask {
 
  private:
   RunningTask(Scheduler& scheduler, TaskRef task) : scheduler_(scheduler), task_(std::move(task)) {}
-  // Starts the task (unless Submit started it: admitted at once) and queues its work with
-  // `queue`, which fills in the work's two events (Enqueue and EnqueueOp).
+  // Starts the task and queues its work with `queue`, which fills in the work's two events
+  // (Enqueue and EnqueueOp).
   absl::StatusOr<EnqueuedTask> StartBetweenEvents(
       Device& device, const std::function<absl::Status(EventId*, EventId*)>& queue);
 
   Scheduler& scheduler_;
   TaskRef task_;
   bool higher_class_open_ = false;
-  bool started_ = false;  // Running already (SubmitNotes::started)
 };
 
 // Work of a started task queued on a stream between two events. Finish ends the task and

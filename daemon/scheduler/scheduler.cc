@@ -604,12 +604,7 @@ absl::StatusOr<TaskRef> Scheduler::Submit(const SessionTicket& ticket, const Tas
   absl::Time ignored;
   if (p.queue.empty() && info.deadline > now && MayAdmitLocked(p, info.qos, now, &ignored)) {
     AdmitLocked(p, *task, now);  // nothing waits ahead of it: skip the queue
-    const bool admitted = task->info.state == TaskState::kAdmitted;
-    const bool started = admitted && request.start_at_once && StartLocked(*task, now).ok();
-    if (notes != nullptr) {
-      notes->admitted = admitted;
-      notes->started = started;
-    }
+    if (notes != nullptr) notes->admitted = task->info.state == TaskState::kAdmitted;
     return task;
   }
   p.queue.Push(task->key, info.id);
@@ -895,25 +890,22 @@ absl::Status Scheduler::AwaitAdmission(const TaskRef& task,
 
 absl::Status Scheduler::Start(const TaskRef& task) {
   absl::MutexLock lock(&mu_);
-  return StartLocked(*task, clock_.Now());
-}
-
-absl::Status Scheduler::StartLocked(Task& task, absl::Time now) {
-  if (!TaskTransitionAllowed(task.info.state, TaskState::kRunning)) {  // not Admitted
+  if (!TaskTransitionAllowed(task->info.state, TaskState::kRunning)) {  // not Admitted
     const absl::Status status = absl::CancelledError(
-        absl::StrCat("task ", task.info.id, " is ", TaskStateName(task.info.state),
-                     ", not Admitted: ", task.info.error));
-    return task.info.state == TaskState::kCancelled ? WithReason(status, RejectReason::kCancelled)
-                                                    : status;
+        absl::StrCat("task ", task->info.id, " is ", TaskStateName(task->info.state),
+                     ", not Admitted: ", task->info.error));
+    return task->info.state == TaskState::kCancelled ? WithReason(status, RejectReason::kCancelled)
+                                                     : status;
   }
-  GPUKIT_RETURN_IF_ERROR(TransitionLocked(task, TaskState::kRunning, now));
-  PartitionState& p = *task.partition;
+  const absl::Time now = clock_.Now();
+  GPUKIT_RETURN_IF_ERROR(TransitionLocked(*task, TaskState::kRunning, now));
+  PartitionState& p = *task->partition;
   ShareClock& clock = ClockOfLocked(p);
   clock.Advance(now);
   ++clock.running;
-  task.clock = &clock;
-  task.clock_at_start = clock.ns;
-  task.sm_fraction = p.sm_fraction;
+  task->clock = &clock;
+  task->clock_at_start = clock.ns;
+  task->sm_fraction = p.sm_fraction;
   return absl::OkStatus();
 }
 

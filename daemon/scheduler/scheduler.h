@@ -153,11 +153,9 @@ using SessionTicket = std::shared_ptr<SessionAccount>;
 using TaskRef = std::shared_ptr<Task>;
 
 // What Submit saw, for its caller: whether the task was admitted at once (AwaitAdmission
-// would return at once), whether it was also started (TaskRequest::start_at_once), and
-// HigherClassSessionOpen's answer at that moment.
+// would return at once), and HigherClassSessionOpen's answer at that moment.
 struct SubmitNotes {
   bool admitted = false;
-  bool started = false;
   bool higher_class_open = false;
 };
 
@@ -373,8 +371,6 @@ class Scheduler {
   absl::Status AwaitAdmission(const TaskRef& task, const std::function<bool()>& cancelled);
   // Admitted -> Running. CANCELLED if the task was cancelled after admission.
   absl::Status Start(const TaskRef& task);
-  // Start's work, under the lock.
-  absl::Status StartLocked(Task& task, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Admitted or Running -> Succeeded (ok) or Failed; settles the task's pacing charge to
   // `device_time`, accounts it to the task's session, partition (by QoS class) and tenant,
   // failed or not (a failed task used the device too), and, for a task that ran and

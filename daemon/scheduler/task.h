@@ -106,11 +106,6 @@ struct TaskRequest {
   // cannot hand it a time read from another one. Zero or less: it expires at once, without
   // being admitted (a call whose deadline has passed). Infinite: it waits as long as it must.
   absl::Duration queue_timeout = absl::InfiniteDuration();
-  // A task that Submit admits at once (nothing waits ahead of it) is also started there
-  // (Running, as Start would make it) under the same lock: one acquisition of the
-  // scheduler's lock per request, not two, for a caller that enqueues its work right after.
-  // A task that waits in the queue is started by Start, as always.
-  bool start_at_once = false;
 };
 
 // A task as operators see it.

@@ -908,44 +908,6 @@ TEST_F(SchedulerTest, SubmitAdmitsAtOnceWhenASlotIsFree) {
   EXPECT_EQ(StatusOf("default").admitted_total, 1);
 }
 
-// start_at_once: a task admitted at Submit is Running when Submit returns (one lock, not
-// two); one that has to wait is queued as always, and Start starts it once admitted.
-TEST_F(SchedulerTest, SubmitStartsATaskAdmittedAtOnceWhenAsked) {
-  PartitionSpec p = WholeDevice("p");
-  p.max_running_tasks = 1;
-  Build({p});
-  SessionTicket s = Open("p");
-  TaskRequest request = Named("add");
-  request.start_at_once = true;
-  SubmitNotes notes;
-  absl::StatusOr<TaskRef> first = scheduler().Submit(s, request, &notes);
-  ASSERT_THAT(first, IsOk());
-  EXPECT_TRUE(notes.admitted);
-  EXPECT_TRUE(notes.started);
-  EXPECT_EQ(StateOf(*first), TaskState::kRunning);
-  EXPECT_EQ(InfoOf(*first).started, clock_.Now());
-  EXPECT_THAT(scheduler().Start(*first), StatusIs(absl::StatusCode::kCancelled))
-      << "started already";
-  EXPECT_THAT(scheduler().Cancel(InfoOf(*first).id, "test"),
-              StatusIs(absl::StatusCode::kFailedPrecondition));
-
-  notes = SubmitNotes{};
-  absl::StatusOr<TaskRef> second = scheduler().Submit(s, request, &notes);
-  ASSERT_THAT(second, IsOk());
-  EXPECT_FALSE(notes.admitted) << "the one slot is taken";
-  EXPECT_FALSE(notes.started);
-  EXPECT_EQ(StateOf(*second), TaskState::kQueued);
-
-  clock_.Advance(absl::Milliseconds(2));
-  scheduler().Finish(*first, absl::OkStatus(), absl::Milliseconds(2));
-  EXPECT_EQ(StateOf(*first), TaskState::kSucceeded);
-  EXPECT_EQ(scheduler().device_time_total(0), absl::Milliseconds(2));
-  EXPECT_EQ(StateOf(*second), TaskState::kAdmitted) << "admitted by the Finish, not started";
-  EXPECT_THAT(scheduler().Start(*second), IsOk());
-  EXPECT_EQ(StateOf(*second), TaskState::kRunning);
-  scheduler().Finish(*second, absl::OkStatus(), absl::ZeroDuration());
-}
-
 TEST_F(SchedulerTest, MaxRunningTasksBoundsAdmittedAndRunningTogether) {
   PartitionSpec p = WholeDevice("p");
   p.max_running_tasks = 2;
