@@ -154,16 +154,24 @@ constexpr size_t kMostInlineWorks = 8;
 // - its device time: the span's time shared evenly among the span's works, which are all ops
 //   that touch at most kSmallOpElements elements (a larger op records its own end event, so
 //   that what a large op costs is measured, not averaged).
-// On for GPUs unless GPUKIT_EXECUTOR_DEFER_EVENTS=0; =all defers on every device (tests of
-// the CPU twin, where a failing kernel's error reaches every op of its span, and a fault's
-// culprit is any of the span's events). On the GPU host, under 8 pipelined sessions, each
-// stream's thread was 96% busy with an event per op and 83-89% with deferral, and 8 C++
-// chains were never slower with it (docs/benchmarks.md, "The executor's stream threads").
+// On for GPUs unless GPUKIT_EXECUTOR_DEFER_EVENTS=0 (or off, false); =all defers on every
+// device (tests of the CPU twin, where a failing kernel's error reaches every op of its span,
+// and a fault's culprit is any of the span's events). On the GPU host, under 8 pipelined
+// sessions, each stream's thread was 96% busy with an event per op and 83-89% with
+// deferral, and 8 C++ chains were not slower with it beyond the noise (docs/benchmarks.md,
+// "Deferred end events, on by default for GPUs").
 bool DefersEvents(const Device& device) {
   const char* text = std::getenv("GPUKIT_EXECUTOR_DEFER_EVENTS");
   const std::string setting = text != nullptr ? text : "";
   if (setting == "all") return true;
-  return setting != "0" && device.properties().backend != BackendKind::kCpu;
+  if (setting == "0" || setting == "off" || setting == "false") return false;
+  if (!setting.empty() && setting != "1" && setting != "on" && setting != "true") {
+    spdlog::warn(
+        "executor: GPUKIT_EXECUTOR_DEFER_EVENTS=\"{}\" is not 0, off, false, 1, on, true or "
+        "all; deferring on GPUs, as by default",
+        setting);
+  }
+  return device.properties().backend != BackendKind::kCpu;
 }
 constexpr uint64_t kMostDeferredWorks = 16;
 constexpr int64_t kSmallOpElements = int64_t{1} << 16;
