@@ -1040,10 +1040,14 @@ void RemoteDevice::Impl::Recover(const std::string& kind, const std::string& err
   int wait_status = 0;
   ::waitpid(failed_pid, &wait_status, 0);
   const std::string exit = DescribeExit(wait_status);
-  // An executor that exited says how; one this process ended (a lost request) says why too.
-  std::string what = kind != "exited" ? absl::StrCat("the device executor's ", kind, ": ", error)
-                     : error.empty()  ? absl::StrCat("the device executor ", exit)
-                                      : absl::StrCat(error, "; the device executor ", exit);
+  // An executor ended here, for a request that was lost (SendInTurn): none of its callers'
+  // work failed. An executor that exited says how; one ended here says why too.
+  const bool lost_request = kind == "exited" && !error.empty();
+  const std::string ended = lost_request ? absl::StrCat(error, "; ", exit) : exit;
+  const std::string what = kind != "exited"
+                               ? absl::StrCat("the device executor's ", kind, ": ", error)
+                           : lost_request ? absl::StrCat(error, "; the device executor ", exit)
+                                          : absl::StrCat("the device executor ", exit);
   spdlog::warn("device {}: {} (pid {}); restarting it", properties_.index, what, failed_pid);
 
   // Fail every reply the executor owed. One wait is the culprit of a fault or a hang.
@@ -1056,8 +1060,6 @@ void RemoteDevice::Impl::Recover(const std::string& kind, const std::string& err
   }
   // The culprit: the event whose work faulted, hung or was running when the executor died.
   // Its wait (now or, if it has not come yet, later) gets the fault's own error.
-  // An executor ended here, for a request that was lost: none of its callers' work failed.
-  const bool lost_request = kind == "exited" && !error.empty();
   uint64_t culprit_event = 0;
   if (definite && event != 0) {
     culprit_event = event;
@@ -1091,10 +1093,7 @@ void RemoteDevice::Impl::Recover(const std::string& kind, const std::string& err
     absl::MutexLock lock(&supervisor_mu_);
     state_.pid = 0;
     ++state_.restarts;
-    state_.last_fault = ExecutorFaultRecord{absl::Now(), kind,
-                                            kind != "exited" ? error
-                                            : error.empty()  ? exit
-                                                             : absl::StrCat(error, "; ", exit)};
+    state_.last_fault = ExecutorFaultRecord{absl::Now(), kind, kind == "exited" ? ended : error};
   }
   StartNext(started);
 }

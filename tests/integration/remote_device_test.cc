@@ -59,6 +59,13 @@ std::string KindOf(const absl::Status& status) {
   return kind.has_value() ? std::string(*kind) : "none";
 }
 
+// A wait the restart answered: UNAVAILABLE (its work may not have run; a retry is safe),
+// marked "restart", or "exited" for the oldest wait when the executor died.
+void ExpectTheRestartsAnswer(const absl::Status& waited) {
+  EXPECT_THAT(waited, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(KindOf(waited), AnyOf(Eq("restart"), Eq("exited"))) << waited;
+}
+
 // `bytes` bytes that differ with `seed` and along the range (no run of equal bytes a lost or
 // shifted copy could hide in).
 std::vector<char> Pattern(int64_t bytes, int seed) {
@@ -246,8 +253,7 @@ TEST_P(StaleStagedCopyTest, IsNeverWrittenAfterARestart) {
     ASSERT_EQ(device_->executor_state().restarts, 1);
   }
   const absl::Status waited = device_->WaitEvent(copied);
-  EXPECT_THAT(waited, StatusIs(absl::StatusCode::kUnavailable));
-  EXPECT_THAT(KindOf(waited), AnyOf(Eq("exited"), Eq("restart"))) << waited;
+  ExpectTheRestartsAnswer(waited);
   GPUKIT_EXPECT_OK(device_->DestroyEvent(copied));
 
   // The vector is the caller's again: nothing of the dead copy may land in it.
@@ -868,8 +874,7 @@ TEST_F(RemoteDeviceTest, WorkHeldWhenTheExecutorDiesFailsItsWaitAsARestart) {
     GPUKIT_ASSERT_OK_AND_ASSIGN(end, device_->RecordEvent(stream));
     waited = device_->WaitEvent(end);
   }
-  EXPECT_THAT(waited, StatusIs(absl::StatusCode::kUnavailable));
-  EXPECT_THAT(KindOf(waited), AnyOf(Eq("restart"), Eq("exited"))) << waited;
+  ExpectTheRestartsAnswer(waited);
   GPUKIT_EXPECT_OK(device_->DestroyEvent(end));
   AwaitServing(stream);
   ExpectNegRunsOn(stream);
@@ -894,8 +899,7 @@ TEST_F(RemoteDeviceTest, ADatagramLostWhileTheExecutorLivesRestartsIt) {
     GPUKIT_ASSERT_OK_AND_ASSIGN(end, device_->RecordEvent(stream));
   }
   const absl::Status waited = device_->WaitEvent(end);
-  EXPECT_THAT(waited, StatusIs(absl::StatusCode::kUnavailable));
-  EXPECT_THAT(KindOf(waited), AnyOf(Eq("restart"), Eq("exited"))) << waited;
+  ExpectTheRestartsAnswer(waited);
   GPUKIT_EXPECT_OK(device_->DestroyEvents({settled, end}));
   AwaitServing(stream);
   const ExecutorState after = device_->executor_state();

@@ -186,6 +186,15 @@ class ExecutorServerTest : public ::testing::Test {
     request.mutable_wait_event()->set_event(event);
     return Call(request, -1, reply);
   }
+  // Event 100, then a burst of 4 small ops (events 101 to 108) in one message; waits for
+  // the last.
+  absl::Status RunABurstOfFourSmallOps() {
+    Record(100);
+    BeginBatch();
+    for (uint64_t op = 0; op < 4; ++op) NegBetween(101 + 2 * op, 102 + 2 * op);
+    EndBatch();
+    return Wait(108);
+  }
   // The device time between pairs of events, as gpukitd asks for a batch's: each pair's
   // status, the time in `elapsed` when given.
   std::vector<absl::Status> Elapsed(const std::vector<std::pair<uint64_t, uint64_t>>& pairs,
@@ -361,11 +370,7 @@ class DeferredEventsTest : public ExecutorServerTest {
 // wait for one device event after the burst, and the burst's device time is shared evenly
 // among its ops, adding up to the whole.
 TEST_F(DeferredEventsTest, ABurstOfSmallOpsSharesOneDeviceEventAndItsTime) {
-  Record(100);
-  BeginBatch();
-  for (uint64_t op = 0; op < 4; ++op) NegBetween(101 + 2 * op, 102 + 2 * op);
-  EndBatch();
-  GPUKIT_ASSERT_OK(Wait(108));
+  GPUKIT_ASSERT_OK(RunABurstOfFourSmallOps());
   EXPECT_EQ(device_->events_recorded(), 2);  // 100 (and 101), then one for 102 to 108
   std::vector<int64_t> elapsed;
   const std::vector<absl::Status> statuses =
@@ -405,11 +410,7 @@ class DeferralSettingTest : public ExecutorServerTest,
 };
 
 TEST_P(DeferralSettingTest, DecidesWhetherABurstSharesOneDeviceEvent) {
-  Record(100);
-  BeginBatch();
-  for (uint64_t op = 0; op < 4; ++op) NegBetween(101 + 2 * op, 102 + 2 * op);
-  EndBatch();
-  GPUKIT_ASSERT_OK(Wait(108));
+  GPUKIT_ASSERT_OK(RunABurstOfFourSmallOps());
   EXPECT_EQ(device_->events_recorded(), GetParam().device_events);
   for (uint64_t event = 100; event <= 108; ++event) Destroy(event);
 }
