@@ -261,14 +261,16 @@ int64_t Core::Reclaim(const ReclaimPlan& plan) {
   return freed;
 }
 
-absl::StatusOr<MemoryReservation> Core::ReserveMemory(const Session& session, int64_t bytes) {
+absl::StatusOr<MemoryReservation> Core::ReserveMemory(const Session& session, int64_t bytes,
+                                                      RunningTask* start) {
   // A reclaim frees memory for this request, but another request may take it first, so
   // try a few times before giving up.
   constexpr int kAttempts = 3;
   for (int attempt = 0;; ++attempt) {
     ReclaimPlan plan;
     absl::StatusOr<MemoryReservation> reservation =
-        scheduler_->ReserveMemory(session.ticket(), bytes, &plan);
+        start != nullptr ? start->StartWithMemory(bytes, &plan)
+                         : scheduler_->ReserveMemory(session.ticket(), bytes, &plan);
     if (reservation.ok()) return reservation;
     if (plan.shortfall_bytes > 0) {
       if (attempt < kAttempts && Reclaim(plan) > 0) continue;
@@ -278,8 +280,9 @@ absl::StatusOr<MemoryReservation> Core::ReserveMemory(const Session& session, in
   }
 }
 
-absl::StatusOr<DeviceAllocation> Core::AllocateMemory(const Session& session, int64_t bytes) {
-  GPUKIT_ASSIGN_OR_RETURN(MemoryReservation reservation, ReserveMemory(session, bytes));
+absl::StatusOr<DeviceAllocation> Core::AllocateMemory(const Session& session, int64_t bytes,
+                                                      RunningTask* start) {
+  GPUKIT_ASSIGN_OR_RETURN(MemoryReservation reservation, ReserveMemory(session, bytes, start));
   absl::StatusOr<BufferId> buffer =
       devices_[session.admission().device_index].device->Allocate(bytes);
   if (!buffer.ok()) {
@@ -293,10 +296,11 @@ absl::StatusOr<DeviceAllocation> Core::AllocateMemory(const Session& session, in
 
 absl::StatusOr<std::shared_ptr<DeviceArray>> Core::NewArray(const Session& session,
                                                             const TensorDesc& desc,
-                                                            std::string handle) {
+                                                            std::string handle,
+                                                            RunningTask* start) {
   GPUKIT_RETURN_IF_ERROR(ValidateShape(desc.shape, "shape"));
   GPUKIT_ASSIGN_OR_RETURN(int64_t bytes, ByteSize(desc.shape, desc.dtype));
-  GPUKIT_ASSIGN_OR_RETURN(DeviceAllocation memory, AllocateMemory(session, bytes));
+  GPUKIT_ASSIGN_OR_RETURN(DeviceAllocation memory, AllocateMemory(session, bytes, start));
   Device& device = *devices_[session.admission().device_index].device;
   if (handle.empty()) handle = NewOpaqueId("a-");
   return std::make_shared<DeviceArray>(std::move(handle), device, memory.buffer, desc, bytes,
@@ -470,8 +474,10 @@ absl::StatusOr<Core::PreparedOp> Core::PrepareOp(const Session& session, absl::s
     }
     launch.inputs.push_back(std::move(operand));
   }
+  // The output's reservation starts the task: one scheduler call for both, as only the
+  // output's allocation lies between them (the inputs are resident now).
   absl::StatusOr<std::shared_ptr<DeviceArray>> output =
-      NewArray(session, launch.plan.output, std::move(output_handle));
+      NewArray(session, launch.plan.output, std::move(output_handle), &task);
   if (!output.ok()) return Conclude(session, task.Fail(output.status()));
   auto no_restore = [](int64_t) -> absl::StatusOr<DeviceAllocation> {
     return absl::InternalError("a new array cannot be spilled before it is registered");

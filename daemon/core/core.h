@@ -442,20 +442,25 @@ class Core {
   Core(const Clock& clock, const CoreOptions& options, std::vector<DeviceSlot> devices,
        std::unique_ptr<Scheduler> scheduler, std::shared_ptr<JitCompiler> jit);
   // Reserves `bytes` for the session (reclaiming by spilling if the scheduler says that
-  // can help) and allocates a device buffer.
-  absl::StatusOr<DeviceAllocation> AllocateMemory(const Session& session, int64_t bytes);
-  // The reservation alone (for memory the client brings: ImportArray).
-  absl::StatusOr<MemoryReservation> ReserveMemory(const Session& session, int64_t bytes);
+  // can help) and allocates a device buffer. With `start`, the reservation starts that task
+  // of the session too (RunningTask::StartWithMemory), in the same scheduler call.
+  absl::StatusOr<DeviceAllocation> AllocateMemory(const Session& session, int64_t bytes,
+                                                  RunningTask* start = nullptr);
+  // The reservation alone (for memory the client brings: ImportArray); `start` as above.
+  absl::StatusOr<MemoryReservation> ReserveMemory(const Session& session, int64_t bytes,
+                                                  RunningTask* start = nullptr);
   // Makes `memory` an array `handle` of the session: reserved against its memory like any
   // other, never spilled.
   absl::StatusOr<ArrayView> AdoptImportedMemory(Session& session, std::string handle,
                                                 const TensorDesc& desc, ImportedMemory memory);
   // Spills arrays chosen by the reclaim policy to cover `plan`; returns bytes freed.
   int64_t Reclaim(const ReclaimPlan& plan);
-  // A new array of the session's device, named `handle` (a fresh "a-" id when empty).
+  // A new array of the session's device, named `handle` (a fresh "a-" id when empty);
+  // `start` as AllocateMemory's (an op's output starts the op).
   absl::StatusOr<std::shared_ptr<DeviceArray>> NewArray(const Session& session,
                                                         const TensorDesc& desc,
-                                                        std::string handle = "");
+                                                        std::string handle = "",
+                                                        RunningTask* start = nullptr);
   // An op made ready to run, what RunOp and OpPipeline::RunOp share: checked, planned,
   // admitted as a task of kind op, its inputs pinned (spilled ones restored) and its output
   // allocated (not yet registered with the session) and pinned.

@@ -207,8 +207,12 @@ void OpPipeline::CompletionLoop() {
     }
     CompleteBatch(batch);
     const int completed = static_cast<int>(batch.size());
-    // Drops the pins outside the lock: an array whose last reference goes frees its memory.
-    batch.clear();
+    {
+      // Drops the pins outside the lock: an array whose last reference goes frees its
+      // memory, and those of the batch return it to the scheduler together.
+      MemoryReturnBatch returns;
+      batch.clear();
+    }
     absl::MutexLock lock(&mu_);
     records_completed_ += completed;
     completed_.store(records_completed_, std::memory_order_release);

@@ -40,6 +40,13 @@ absl::Status RunningTask::Fail(absl::Status status) {
   return status;
 }
 
+absl::StatusOr<MemoryReservation> RunningTask::StartWithMemory(int64_t bytes, ReclaimPlan* plan) {
+  GPUKIT_ASSIGN_OR_RETURN(MemoryReservation reservation,
+                          scheduler_.StartWithMemory(task_, bytes, plan));
+  started_ = true;
+  return reservation;
+}
+
 absl::StatusOr<EnqueuedTask> RunningTask::Enqueue(Device& device, StreamId stream,
                                                   const std::function<absl::Status()>& enqueue) {
   return StartBetweenEvents(device, [&](EventId* start, EventId* end) {
@@ -56,7 +63,7 @@ absl::StatusOr<EnqueuedTask> RunningTask::EnqueueOp(Device& device, StreamId str
 
 absl::StatusOr<EnqueuedTask> RunningTask::StartBetweenEvents(
     Device& device, const std::function<absl::Status(EventId*, EventId*)>& queue) {
-  GPUKIT_RETURN_IF_ERROR(scheduler_.Start(task_));
+  if (!started_) GPUKIT_RETURN_IF_ERROR(scheduler_.Start(task_));
   EventId start;
   EventId end;
   // On an error no event is left; the work is queued only when its end event failed, and

@@ -18,6 +18,12 @@
 //   absl::Status status = device.WaitEvent(work.end_event());
 //   work.Finish(status, DeviceTimeBetween(device, work.start_event(), work.end_event()));
 //
+// An op that allocates its output starts with the output's reservation instead:
+//
+//   GPUKIT_ASSIGN_OR_RETURN(MemoryReservation r, task.StartWithMemory(bytes, &plan));
+//   ... allocate the output ...
+//   GPUKIT_RETURN_IF_ERROR(task.RunOp(device, stream, launch));  // not started again
+//
 // Cost: Enqueue is two RecordEvent calls and the work's own enqueue (messages to the
 // device; no wait); EnqueueOp is one (Device::RunOpBetweenEvents); Run and RunOp add one
 // WaitEvent and one EventElapsedNs.
@@ -65,13 +71,20 @@ class RunningTask {
   RunningTask(RunningTask&& other) noexcept
       : scheduler_(other.scheduler_),
         task_(std::move(other.task_)),
-        higher_class_open_(other.higher_class_open_) {}
+        higher_class_open_(other.higher_class_open_),
+        started_(other.started_) {}
   RunningTask& operator=(RunningTask&&) = delete;
   ~RunningTask();
 
   // Ends the task as Failed with `status` (what the task history shows) before its work
   // ran, and returns `status`.
   absl::Status Fail(absl::Status status);
+
+  // Starts the task with `bytes` reserved for its session, in one scheduler call
+  // (Scheduler::StartWithMemory): for an op's output, allocated just before its work is
+  // queued. Enqueue and EnqueueOp then do not start it again. On an error the task is not
+  // started (a refusal leaves `plan` as ReserveMemory does).
+  absl::StatusOr<MemoryReservation> StartWithMemory(int64_t bytes, ReclaimPlan* plan);
 
   // Starts the task and enqueues `enqueue` (work on `stream`) between two events, without
   // waiting. The returned EnqueuedTask owns the task and the events from then on. On an
@@ -106,6 +119,7 @@ class RunningTask {
   Scheduler& scheduler_;
   TaskRef task_;
   bool higher_class_open_ = false;
+  bool started_ = false;  // by StartWithMemory
 };
 
 // Work of a started task queued on a stream between two events. Finish ends the task and

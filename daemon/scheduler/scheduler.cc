@@ -161,14 +161,50 @@ MemoryReservation& MemoryReservation::operator=(MemoryReservation&& other) noexc
 }
 
 void MemoryReservation::Release() {
-  if (scheduler_ != nullptr) scheduler_->ReturnMemory(*account_, bytes_);
+  if (scheduler_ != nullptr) {
+    if (MemoryReturnBatch* batch = MemoryReturnBatch::Current()) {
+      batch->returns_.push_back({scheduler_, std::move(account_), bytes_});
+    } else {
+      scheduler_->ReturnMemory(*account_, bytes_);
+    }
+  }
   scheduler_ = nullptr;
   account_.reset();
   bytes_ = 0;
 }
 
+MemoryReturnBatch*& MemoryReturnBatch::Current() {
+  thread_local MemoryReturnBatch* current = nullptr;
+  return current;
+}
+
+MemoryReturnBatch::MemoryReturnBatch() {
+  if (Current() == nullptr) {
+    Current() = this;
+    outermost_ = true;
+  }
+}
+
+MemoryReturnBatch::~MemoryReturnBatch() {
+  if (!outermost_) return;
+  Current() = nullptr;
+  // One lock for each run of returns to one scheduler (a daemon has one).
+  for (size_t i = 0; i < returns_.size();) {
+    Scheduler& scheduler = *returns_[i].scheduler;
+    absl::MutexLock lock(&scheduler.mu_);
+    for (; i < returns_.size() && returns_[i].scheduler == &scheduler; ++i) {
+      scheduler.ReturnMemoryLocked(*returns_[i].account, returns_[i].bytes);
+    }
+  }
+  // The tickets go after the lock: a session's last reference may end with them.
+}
+
 void Scheduler::ReturnMemory(SessionAccount& account, int64_t bytes) {
   absl::MutexLock lock(&mu_);
+  ReturnMemoryLocked(account, bytes);
+}
+
+void Scheduler::ReturnMemoryLocked(SessionAccount& account, int64_t bytes) {
   account.used_bytes -= bytes;
   account.partition->memory_used_bytes -= bytes;
   account.tenant->memory_used_bytes -= bytes;
@@ -510,7 +546,12 @@ absl::StatusOr<MemoryReservation> Scheduler::ReserveMemory(const SessionTicket& 
     return absl::InvalidArgumentError(absl::StrCat("reservation of ", bytes, " bytes"));
   }
   absl::MutexLock lock(&mu_);
-  SessionAccount& account = *ticket;
+  GPUKIT_RETURN_IF_ERROR(TakeMemoryLocked(*ticket, bytes, plan));
+  return MemoryReservation(this, ticket, bytes);
+}
+
+absl::Status Scheduler::TakeMemoryLocked(SessionAccount& account, int64_t bytes,
+                                         ReclaimPlan* plan) {
   if (account.ended) return SessionEnded(account);
   PartitionState& p = *account.partition;
   DeviceState& device = devices_[account.device_index];
@@ -540,7 +581,7 @@ absl::StatusOr<MemoryReservation> Scheduler::ReserveMemory(const SessionTicket& 
   p.memory_used_bytes += bytes;
   account.tenant->memory_used_bytes += bytes;
   device.used_bytes += bytes;
-  return MemoryReservation(this, ticket, bytes);
+  return absl::OkStatus();
 }
 
 void Scheduler::CountRefusal(const SessionTicket& ticket, RejectReason reason) {
@@ -890,22 +931,43 @@ absl::Status Scheduler::AwaitAdmission(const TaskRef& task,
 
 absl::Status Scheduler::Start(const TaskRef& task) {
   absl::MutexLock lock(&mu_);
-  if (!TaskTransitionAllowed(task->info.state, TaskState::kRunning)) {  // not Admitted
+  return StartLocked(*task);
+}
+
+absl::StatusOr<MemoryReservation> Scheduler::StartWithMemory(const TaskRef& task, int64_t bytes,
+                                                             ReclaimPlan* plan) {
+  if (bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("reservation of ", bytes, " bytes"));
+  }
+  absl::MutexLock lock(&mu_);
+  SessionAccount& account = *task->session;
+  // Nothing is reserved for a task that may not start (StartLocked says why).
+  if (!TaskTransitionAllowed(task->info.state, TaskState::kRunning)) return StartLocked(*task);
+  GPUKIT_RETURN_IF_ERROR(TakeMemoryLocked(account, bytes, plan));
+  if (absl::Status started = StartLocked(*task); !started.ok()) {  // a bug: Admitted was checked
+    ReturnMemoryLocked(account, bytes);
+    return started;
+  }
+  return MemoryReservation(this, task->session, bytes);
+}
+
+absl::Status Scheduler::StartLocked(Task& task) {
+  if (!TaskTransitionAllowed(task.info.state, TaskState::kRunning)) {  // not Admitted
     const absl::Status status = absl::CancelledError(
-        absl::StrCat("task ", task->info.id, " is ", TaskStateName(task->info.state),
-                     ", not Admitted: ", task->info.error));
-    return task->info.state == TaskState::kCancelled ? WithReason(status, RejectReason::kCancelled)
-                                                     : status;
+        absl::StrCat("task ", task.info.id, " is ", TaskStateName(task.info.state),
+                     ", not Admitted: ", task.info.error));
+    return task.info.state == TaskState::kCancelled ? WithReason(status, RejectReason::kCancelled)
+                                                    : status;
   }
   const absl::Time now = clock_.Now();
-  GPUKIT_RETURN_IF_ERROR(TransitionLocked(*task, TaskState::kRunning, now));
-  PartitionState& p = *task->partition;
+  GPUKIT_RETURN_IF_ERROR(TransitionLocked(task, TaskState::kRunning, now));
+  PartitionState& p = *task.partition;
   ShareClock& clock = ClockOfLocked(p);
   clock.Advance(now);
   ++clock.running;
-  task->clock = &clock;
-  task->clock_at_start = clock.ns;
-  task->sm_fraction = p.sm_fraction;
+  task.clock = &clock;
+  task.clock_at_start = clock.ns;
+  task.sm_fraction = p.sm_fraction;
   return absl::OkStatus();
 }
 

@@ -186,7 +186,8 @@ class MemoryReservation {
   ~MemoryReservation() { Release(); }
 
   int64_t bytes() const { return bytes_; }
-  // Returns the bytes now; later calls do nothing.
+  // Returns the bytes now (at the end of the thread's MemoryReturnBatch, inside one); later
+  // calls do nothing.
   void Release();
 
  private:
@@ -195,6 +196,36 @@ class MemoryReservation {
   Scheduler* scheduler_ = nullptr;
   SessionTicket account_;
   int64_t bytes_ = 0;
+};
+
+// While one lives on a thread, the reservations released on that thread return their bytes
+// when it ends, under one scheduler lock, not one lock each: a pipeline's completion thread
+// drops a batch of ops' arrays at once.
+//
+//   {
+//     MemoryReturnBatch returns;
+//     batch.clear();  // each array whose last pin goes releases its reservation
+//   }                 // one lock for all of them
+//
+// Nested batches return at the end of the outermost. One thread at a time (its own).
+class MemoryReturnBatch {
+ public:
+  MemoryReturnBatch();
+  ~MemoryReturnBatch();
+  MemoryReturnBatch(const MemoryReturnBatch&) = delete;
+  MemoryReturnBatch& operator=(const MemoryReturnBatch&) = delete;
+
+ private:
+  friend class MemoryReservation;
+  struct Return {
+    Scheduler* scheduler;
+    SessionTicket account;
+    int64_t bytes;
+  };
+  // The thread's outermost batch, or null.
+  static MemoryReturnBatch*& Current();
+  bool outermost_ = false;
+  std::vector<Return> returns_;
 };
 
 // What ReserveMemory could not fit, for the caller to reclaim and try again.
@@ -371,6 +402,12 @@ class Scheduler {
   absl::Status AwaitAdmission(const TaskRef& task, const std::function<bool()>& cancelled);
   // Admitted -> Running. CANCELLED if the task was cancelled after admission.
   absl::Status Start(const TaskRef& task);
+  // Start and ReserveMemory(the task's session, `bytes`, `plan`) under one lock: for an op
+  // whose inputs are resident, when only its output's allocation lies between the two. The
+  // task starts only with the reservation made: on a refusal it stays Admitted (the caller
+  // may reclaim and call again). CANCELLED as Start (nothing reserved).
+  absl::StatusOr<MemoryReservation> StartWithMemory(const TaskRef& task, int64_t bytes,
+                                                    ReclaimPlan* plan = nullptr);
   // Admitted or Running -> Succeeded (ok) or Failed; settles the task's pacing charge to
   // `device_time`, accounts it to the task's session, partition (by QoS class) and tenant,
   // failed or not (a failed task used the device too), and, for a task that ran and
@@ -390,6 +427,7 @@ class Scheduler {
 
  private:
   friend class MemoryReservation;
+  friend class MemoryReturnBatch;
   struct DeviceState {
     int64_t capacity_bytes = 0;
     int64_t used_bytes = 0;
@@ -468,7 +506,14 @@ class Scheduler {
   // GPU-time accounting of a task that Finish ends: session, partition and tenant.
   void AccountFinishLocked(Task& task, absl::Duration device_time, bool failed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ReserveMemory's decision: counts `bytes` against the account, or returns the refusal.
+  // The caller makes the MemoryReservation (not under the lock: its destructor takes it).
+  absl::Status TakeMemoryLocked(SessionAccount& account, int64_t bytes, ReclaimPlan* plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status StartLocked(Task& task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReturnMemory(SessionAccount& account, int64_t bytes);
+  void ReturnMemoryLocked(SessionAccount& account, int64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Clock& clock_;
   const SchedulerOptions options_;

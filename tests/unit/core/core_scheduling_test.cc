@@ -417,6 +417,9 @@ TEST_F(CoreSchedulingTest, OpWhoseOutputDoesNotFitFailsWithTheRealCauseInItsHist
   ASSERT_EQ(tasks.size(), 3u);  // the op, the upload, the zeroing
   EXPECT_EQ(tasks[0].state, TaskState::kFailed);
   EXPECT_THAT(tasks[0].error, HasSubstr("limits.memory"));
+  EXPECT_EQ(tasks[0].started, absl::InfinitePast())
+      << "the output's reservation starts the op: refused, it never ran";
+  EXPECT_EQ(core().scheduler().device_memory_used(0), 4096) << "the input alone";
 }
 
 TEST_F(CoreSchedulingTest, ArrayCountLimitRefusesAnOpBeforeItQueuesOrAllocates) {

@@ -887,6 +887,58 @@ TEST_F(SchedulerTest, ReservationsOutlivingTheirSessionStillReleaseExactly) {
   EXPECT_EQ(scheduler().device_memory_used(0), 0);
 }
 
+TEST_F(SchedulerTest, ReturnBatchReturnsItsReleasesTogetherAtTheEndOfTheOutermost) {
+  Build({Partition("p", 16 * kMiB, 1.0)});
+  SessionTicket s = Open("p");
+  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation a, scheduler().ReserveMemory(s, 4 * kMiB));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation b, scheduler().ReserveMemory(s, 2 * kMiB));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation c, scheduler().ReserveMemory(s, kMiB));
+  {
+    MemoryReturnBatch outer;
+    a.Release();
+    EXPECT_EQ(a.bytes(), 0) << "released at once for its owner";
+    {
+      MemoryReturnBatch inner;
+      b = MemoryReservation();
+    }
+    EXPECT_EQ(scheduler().Usage(s).memory_used_bytes, 7 * kMiB)
+        << "nothing returns before the outermost batch ends";
+    // The bytes in a batch are still counted: they are not handed out twice.
+    EXPECT_THAT(scheduler().ReserveMemory(s, 10 * kMiB),
+                StatusIs(absl::StatusCode::kResourceExhausted));
+  }
+  EXPECT_EQ(scheduler().Usage(s).memory_used_bytes, kMiB);
+  EXPECT_EQ(StatusOf("p").memory_used_bytes, kMiB);
+  EXPECT_EQ(scheduler().device_memory_used(0), kMiB);
+  c.Release();  // outside a batch: at once
+  EXPECT_EQ(scheduler().device_memory_used(0), 0);
+}
+
+TEST_F(SchedulerTest, ReturnBatchReturnsToEachSchedulerAndOutlivesEndedSessions) {
+  Build({WholeDevice()});
+  FakeClock other_clock;
+  std::unique_ptr<Scheduler> other =
+      *Scheduler::Create(other_clock, {{0, kDeviceBytes}}, {WholeDevice()}, {});
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SessionAdmission elsewhere,
+                              other->AdmitSession("s-other", "default", {}));
+  SessionTicket s = Open("default");
+  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation here, scheduler().ReserveMemory(s, 3 * kMiB));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation there,
+                              other->ReserveMemory(elsewhere.ticket, 5 * kMiB));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation here_too, scheduler().ReserveMemory(s, kMiB));
+  scheduler().EndSession(s);
+  {
+    MemoryReturnBatch returns;
+    here.Release();
+    there.Release();
+    here_too.Release();
+    s.reset();  // the batch holds the session's account until it returns its bytes
+  }
+  EXPECT_EQ(scheduler().device_memory_used(0), 0);
+  EXPECT_EQ(other->device_memory_used(0), 0);
+  EXPECT_EQ(other->Usage(elsewhere.ticket).memory_used_bytes, 0);
+}
+
 // ======================================================================================
 // Tasks
 // ======================================================================================
@@ -929,6 +981,59 @@ TEST_F(SchedulerTest, MaxRunningTasksBoundsAdmittedAndRunningTogether) {
   EXPECT_EQ(StateOf(waiting), TaskState::kAdmitted);
   EXPECT_EQ(StatusOf("p").running, 2);
   EXPECT_EQ(StatusOf("p").queued, 0);
+}
+
+TEST_F(SchedulerTest, StartWithMemoryStartsTheTaskAndReservesInOneCall) {
+  Build({WholeDevice()});
+  SessionTicket s = Open("default");
+  TaskRef task = Submit(s, Named("add"));
+  clock_.Advance(absl::Milliseconds(3));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation output,
+                              scheduler().StartWithMemory(task, 2 * kMiB));
+  EXPECT_EQ(StateOf(task), TaskState::kRunning);
+  EXPECT_EQ(InfoOf(task).started, clock_.Now());
+  EXPECT_EQ(output.bytes(), 2 * kMiB);
+  EXPECT_EQ(scheduler().Usage(s).memory_used_bytes, 2 * kMiB);
+  EXPECT_EQ(scheduler().device_memory_used(0), 2 * kMiB);
+  EXPECT_THAT(scheduler().Start(task), StatusIs(absl::StatusCode::kCancelled))
+      << "a task starts once";
+  scheduler().Finish(task, absl::OkStatus(), absl::Milliseconds(1));
+  EXPECT_EQ(StateOf(task), TaskState::kSucceeded);
+  output.Release();
+  EXPECT_EQ(scheduler().device_memory_used(0), 0);
+}
+
+TEST_F(SchedulerTest, StartWithMemoryRefusedLeavesTheTaskAdmittedWithNothingReserved) {
+  Build({Partition("p", 16 * kMiB, 1.0)});
+  SessionTicket s = Open("p");
+  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation held, scheduler().ReserveMemory(s, 12 * kMiB));
+  TaskRef task = Submit(s);
+  ReclaimPlan plan;
+  EXPECT_THAT(scheduler().StartWithMemory(task, 8 * kMiB, &plan),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(StateOf(task), TaskState::kAdmitted);
+  EXPECT_EQ(plan.shortfall_bytes, 4 * kMiB) << "the refusal's reclaim plan, as ReserveMemory's";
+  EXPECT_EQ(scheduler().Usage(s).memory_used_bytes, 12 * kMiB);
+  EXPECT_THAT(scheduler().StartWithMemory(task, -1), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(StateOf(task), TaskState::kAdmitted);
+
+  held.Release();  // the caller reclaimed: the next try starts it
+  GPUKIT_ASSERT_OK_AND_ASSIGN(MemoryReservation output,
+                              scheduler().StartWithMemory(task, 8 * kMiB, &plan));
+  EXPECT_EQ(StateOf(task), TaskState::kRunning);
+  EXPECT_EQ(scheduler().Usage(s).memory_used_bytes, 8 * kMiB);
+}
+
+TEST_F(SchedulerTest, StartWithMemoryOfACancelledTaskReservesNothing) {
+  Build({WholeDevice()});
+  SessionTicket s = Open("default");
+  TaskRef task = Submit(s);
+  ASSERT_THAT(scheduler().Cancel(scheduler().IdOf(task), "the operator said so"), IsOk());
+  EXPECT_THAT(scheduler().StartWithMemory(task, kMiB),
+              StatusIs(absl::StatusCode::kCancelled, HasSubstr("the operator said so")));
+  EXPECT_EQ(StateOf(task), TaskState::kCancelled);
+  EXPECT_EQ(scheduler().Usage(s).memory_used_bytes, 0);
+  EXPECT_EQ(scheduler().device_memory_used(0), 0);
 }
 
 TEST_F(SchedulerTest, RefusesSubmitWhenTheQueueIsFull) {
