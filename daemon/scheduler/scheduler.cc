@@ -606,7 +606,20 @@ absl::Duration Scheduler::device_time_total(int device_index) const {
 
 absl::StatusOr<TaskRef> Scheduler::Submit(const SessionTicket& ticket, const TaskRequest& request,
                                           SubmitNotes* notes) {
-  absl::MutexLock lock(&mu_);
+  // Made before the lock, which every session's requests take: what does not read the
+  // scheduler's state (the allocation, the references, the name) is no one else's wait. A
+  // session's partition and class are set at its admission and never change.
+  auto task = std::make_shared<Task>();
+  task->partition = ticket->partition;
+  task->session = ticket;
+  TaskInfo& info = task->info;
+  // info.session_id and info.partition are filled when the task is listed: copying them
+  // here would cost an allocation per task on the hot path.
+  info.qos = ticket->qos;
+  info.kind = request.kind;
+  info.name = request.name;
+  info.priority = std::clamp(request.priority, -kMaxPriority, kMaxPriority);
+  absl::MutexLock lock(&mu_);  // released before `task` goes, if it is refused
   if (ticket->ended) return SessionEnded(*ticket);
   if (notes != nullptr) notes->higher_class_open = HigherClassSessionOpenLocked(*ticket);
   PartitionState& p = *ticket->partition;
@@ -616,17 +629,7 @@ absl::StatusOr<TaskRef> Scheduler::Submit(const SessionTicket& ticket, const Tas
     CountLocked(p, decision.reason);
     return decision.ToStatus();
   }
-  auto task = std::make_shared<Task>();
-  task->partition = ticket->partition;
-  task->session = ticket;
-  TaskInfo& info = task->info;
   info.id = next_task_id_++;
-  // info.session_id and info.partition are filled when the task is listed: copying them
-  // here would cost an allocation per task on the hot path.
-  info.qos = ticket->qos;
-  info.kind = request.kind;
-  info.name = request.name;
-  info.priority = std::clamp(request.priority, -kMaxPriority, kMaxPriority);
   info.submitted = now;
   info.deadline = now + request.queue_timeout;  // InfiniteFuture for an infinite timeout
   GPUKIT_RETURN_IF_ERROR(TransitionLocked(*task, TaskState::kQueued, now));

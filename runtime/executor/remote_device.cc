@@ -2255,13 +2255,13 @@ absl::Status RemoteDevice::RunOp(const OpLaunch& launch, StreamId stream) {
 
 absl::Status RemoteDevice::RunOpBetweenEvents(const OpLaunch& launch, StreamId stream,
                                               EventId* start, EventId* end) {
-  GPUKIT_RETURN_IF_ERROR(CheckOp(launch));
+  std::shared_ptr<absl::Mutex> order;
+  GPUKIT_RETURN_IF_ERROR(CheckOp(launch, stream.value, &order));
   executor::Request request;
   EncodeRunOp(launch, stream, *request.mutable_run_op());
   Impl& d = *impl_;
   absl::ReaderMutexLock gen(&d.gen_mu_);
   if (d.active_ == nullptr) return absl::UnavailableError("the device executor is not running");
-  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<absl::Mutex> order, d.StreamOrder(stream.value));
   absl::MutexLock ordered(order.get());  // see EnqueueCopy
   {
     absl::MutexLock lock(&d.mu_);
@@ -2281,7 +2281,8 @@ absl::Status RemoteDevice::RunOpBetweenEvents(const OpLaunch& launch, StreamId s
   return absl::OkStatus();
 }
 
-absl::Status RemoteDevice::CheckOp(const OpLaunch& launch) const {
+absl::Status RemoteDevice::CheckOp(const OpLaunch& launch, uint64_t stream,
+                                   std::shared_ptr<absl::Mutex>* order) const {
   if (launch.op == nullptr) return absl::InvalidArgumentError("RunOp without an op");
   if (!SupportsOp(launch.op->name)) {
     return absl::UnimplementedError(absl::StrCat("op ", launch.op->name, " is not implemented on ",
@@ -2316,7 +2317,14 @@ absl::Status RemoteDevice::CheckOp(const OpLaunch& launch) const {
       GPUKIT_RETURN_IF_ERROR(holds(launch.inputs[i].buffer, input_bytes[i]));
     }
   }
-  return holds(launch.output, output_bytes);
+  GPUKIT_RETURN_IF_ERROR(holds(launch.output, output_bytes));
+  if (order == nullptr) return absl::OkStatus();
+  auto it = impl_->streams_.find(stream);
+  if (it == impl_->streams_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown stream ", stream));
+  }
+  *order = it->second.order;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ModuleId> RemoteDevice::LoadModule(absl::string_view image) {

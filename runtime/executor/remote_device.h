@@ -178,7 +178,11 @@ class RemoteDevice final : public Device {
  private:
   explicit RemoteDevice(std::unique_ptr<Impl> impl);
   // RunOp's checks: the op is supported and its buffers are known and hold its operands.
-  absl::Status CheckOp(const OpLaunch& launch) const;
+  // With `order`, it also looks up the order lock of `stream` (NOT_FOUND for an unknown
+  // one) in the same look at the tables: RunOpBetweenEvents takes the tables' lock once
+  // fewer per op.
+  absl::Status CheckOp(const OpLaunch& launch, uint64_t stream = 0,
+                       std::shared_ptr<absl::Mutex>* order = nullptr) const;
   std::unique_ptr<Impl> impl_;
 };
 
