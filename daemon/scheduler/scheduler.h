@@ -207,7 +207,10 @@ class MemoryReservation {
 //     batch.clear();  // each array whose last pin goes releases its reservation
 //   }                 // one lock for all of them
 //
-// Nested batches return at the end of the outermost. One thread at a time (its own).
+// Nested batches return at the end of the outermost. One thread at a time (its own); the
+// schedulers must outlive it, as they must outlive a reservation. Reserve nothing on a
+// thread inside a batch: what a reclaim spills there returns its bytes only at the batch's
+// end, so the retry after it would find nothing freed.
 class MemoryReturnBatch {
  public:
   MemoryReturnBatch();
