@@ -110,8 +110,8 @@ class SessionState final : public HostMemoryCalls {
     lease_ = absl::Milliseconds(response.lease_ms());
     partition_ = response.partition();
     device_index_ = response.device_index();
-    if (options_.use_submit_socket && !options_.pipeline) {
-      submit_socket_path_ = response.submit_socket();
+    if (options_.use_submit_socket) {
+      (options_.pipeline ? stream_socket_path_ : submit_socket_path_) = response.submit_socket();
     }
     switch (response.qos_class()) {
       case v1::QOS_CLASS_GUARANTEED:
@@ -344,8 +344,14 @@ class SessionState final : public HostMemoryCalls {
         std::vector<std::string> more = RetireLocked();
         lost_frees.insert(lost_frees.end(), more.begin(), more.end());
       }
+      // The submit socket where the daemon offers it, else (or if it refuses the stream) gRPC.
       absl::StatusOr<std::unique_ptr<SubmitStream>> opened =
-          SubmitStream::Open(*compute_, session_id_, options_.call_timeout);
+          absl::UnavailableError("no submit socket");
+      if (!stream_socket_path_.empty()) {
+        opened = SubmitStream::OpenOnSocket(stream_socket_path_, session_id_, options_.call_timeout,
+                                            options_.call_timeout);
+      }
+      if (!opened.ok()) opened = SubmitStream::Open(*compute_, session_id_, options_.call_timeout);
       if (!opened.ok()) return opened.status();
       stream_ = *std::move(opened);
       stream = stream_;
@@ -519,8 +525,11 @@ class SessionState final : public HostMemoryCalls {
 
   mutable absl::Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  // OpenSessionResponse.submit_socket, when this session may use it; written by Open only.
+  // OpenSessionResponse.submit_socket, when this session may use it, for a synchronous
+  // session's ops (submit_socket_path_) or a pipelined session's stream
+  // (stream_socket_path_); written by Open only.
   std::string submit_socket_path_;
+  std::string stream_socket_path_;
   absl::Mutex socket_mu_;  // taken before mu_ where both are
   std::shared_ptr<SubmitSocketClient> socket_ ABSL_GUARDED_BY(socket_mu_);
   bool socket_tried_ ABSL_GUARDED_BY(socket_mu_) = false;

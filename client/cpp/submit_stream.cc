@@ -1,6 +1,9 @@
 #include "client/cpp/submit_stream.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/cord.h"
@@ -8,8 +11,140 @@
 #include "client/cpp/channel.h"
 #include "proto/dtype_convert.h"
 #include "runtime/base/status_macros.h"
+#include "runtime/base/unix_fd.h"
+#include <sys/socket.h>
 
 namespace gpukit::internal {
+namespace {
+
+// A ComputeService.Submit call.
+class GrpcTransport final : public SubmitTransport {
+ public:
+  GrpcTransport(
+      std::unique_ptr<grpc::ClientContext> context,
+      std::unique_ptr<grpc::ClientReaderWriter<v1::SubmitRequest, v1::SubmitResponse>> stream)
+      : context_(std::move(context)), stream_(std::move(stream)) {}
+  bool Write(const v1::SubmitRequest& request) override { return stream_->Write(request); }
+  void WritesDone() override { stream_->WritesDone(); }
+  bool Read(v1::SubmitResponse* response) override { return stream_->Read(response); }
+  absl::Status Finish() override { return FromGrpc(stream_->Finish(), *context_); }
+  void Cancel() override { context_->TryCancel(); }
+
+ private:
+  const std::unique_ptr<grpc::ClientContext> context_;  // outlives the call
+  const std::unique_ptr<grpc::ClientReaderWriter<v1::SubmitRequest, v1::SubmitResponse>> stream_;
+};
+
+// The largest datagram gpukitd's submit socket takes or sends (kMaxSubmitSocketMessageBytes
+// there).
+constexpr size_t kMaxDatagramBytes = 60 * 1024;
+// The sync point WritesDone sends: its answer says every op sent has run, and ends the stream.
+// (Half-closing the socket would not do: gpukitd takes a hang-up for the client's going away
+// and cancels an op still waiting for admission, where a gRPC stream's WritesDone lets it run.)
+constexpr uint64_t kCloseToken = std::numeric_limits<uint64_t>::max();
+
+// A connection of gpukitd's submit socket: one request or response per datagram.
+class SocketTransport final : public SubmitTransport {
+ public:
+  explicit SocketTransport(ScopedFd socket)
+      : socket_(std::move(socket)), buffer_(new char[kMaxDatagramBytes + 1]) {}
+
+  bool Write(const v1::SubmitRequest& request) override {
+    size_t bytes = request.ByteSizeLong();
+    if (bytes <= kMaxDatagramBytes) return Send(request);
+    // Several datagrams: as many ops in each as fit, the sync point with the last.
+    v1::SubmitRequest part;
+    part.set_session_id(request.session_id());
+    bytes = part.ByteSizeLong();
+    for (const v1::PipelinedOp& op : request.ops()) {
+      // The op's bytes with its field's tag and length (at most 6 bytes more).
+      const size_t op_bytes = op.ByteSizeLong() + 6;
+      if (part.ops_size() > 0 && bytes + op_bytes > kMaxDatagramBytes - 16) {
+        if (!Send(part)) return false;
+        part.Clear();
+        bytes = 0;
+      }
+      *part.add_ops() = op;
+      bytes += op_bytes;
+    }
+    part.set_sync(request.sync());
+    return Send(part);
+  }
+
+  void WritesDone() override {
+    v1::SubmitRequest last;
+    last.set_sync(kCloseToken);
+    Send(last);
+  }
+
+  bool Read(v1::SubmitResponse* response) override {
+    absl::StatusOr<ReceivedInto> received =
+        ReceiveMessageInto(socket_.get(), buffer_.get(), kMaxDatagramBytes + 1, /*wait=*/true);
+    if (!received.ok()) {
+      if (!clean_end_) {
+        end_ = absl::UnavailableError(
+            absl::StrCat("gpukitd's submit socket: ", received.status().message()));
+      }
+      return false;
+    }
+    if (!response->ParseFromArray(buffer_.get(), static_cast<int>(received->bytes))) {
+      end_ = absl::InternalError(absl::StrCat("gpukitd's submit socket sent ", received->bytes,
+                                              " bytes that are not a SubmitResponse"));
+      Cancel();
+      return false;
+    }
+    if (response->has_ended() && response->ended().code() != 0) {
+      const v1::OpResult& ended = response->ended();
+      end_ = absl::Status(static_cast<absl::StatusCode>(ended.code()), ended.message());
+      if (!ended.reason().empty()) end_.SetPayload(kReasonPayloadUrl, absl::Cord(ended.reason()));
+      return false;
+    }
+    if (response->synced() == kCloseToken) {
+      // Every op sent has run: the stream ends here, cleanly (what failed since the last sync
+      // point is not reported, as at a gRPC stream's end). The next Read finds the end.
+      clean_end_ = true;
+      response->clear_synced();
+      response->clear_error();
+      Cancel();
+    }
+    return true;
+  }
+
+  absl::Status Finish() override { return write_error_.ok() ? end_ : write_error_; }
+
+  void Cancel() override { ::shutdown(socket_.get(), SHUT_RDWR); }
+
+ private:
+  // Sends one datagram; on a failure the connection ends (Read sees it) and Finish says why.
+  bool Send(const v1::SubmitRequest& request) {
+    if (!write_error_.ok()) return false;
+    const std::string bytes = request.SerializeAsString();
+    if (bytes.size() > kMaxDatagramBytes) {
+      write_error_ = absl::InvalidArgumentError(
+          absl::StrCat("a pipelined op of ", bytes.size(),
+                       " bytes; gpukitd's submit socket takes at most ", kMaxDatagramBytes));
+      Cancel();
+      return false;
+    }
+    ssize_t sent;
+    do {
+      sent = ::send(socket_.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    } while (sent < 0 && errno == EINTR);
+    if (sent == static_cast<ssize_t>(bytes.size())) return true;
+    write_error_ = absl::UnavailableError(
+        absl::StrCat("gpukitd's submit socket: send: ", sent < 0 ? std::strerror(errno) : "short"));
+    Cancel();
+    return false;
+  }
+
+  const ScopedFd socket_;
+  const std::unique_ptr<char[]> buffer_;  // the reader's
+  absl::Status write_error_;              // the writer's
+  absl::Status end_;                      // the reader's
+  bool clean_end_ = false;                // the reader's
+};
+
+}  // namespace
 
 std::shared_ptr<ArrayResult> ArrayResult::Known(ArrayLayout layout) {
   auto result = std::make_shared<ArrayResult>();
@@ -33,29 +168,64 @@ const absl::StatusOr<ArrayLayout>& ArrayResult::Wait() const {
   return outcome_;
 }
 
-SubmitStream::SubmitStream(std::unique_ptr<grpc::ClientContext> context,
-                           absl::Duration close_timeout)
-    : context_(std::move(context)), close_timeout_(close_timeout) {}
+SubmitStream::SubmitStream(std::unique_ptr<SubmitTransport> transport, absl::Duration close_timeout)
+    : transport_(std::move(transport)), close_timeout_(close_timeout) {}
 
 absl::StatusOr<std::unique_ptr<SubmitStream>> SubmitStream::Open(v1::ComputeService::Stub& stub,
                                                                  const std::string& session_id,
                                                                  absl::Duration close_timeout) {
   // No deadline: the stream lives as long as the session uses it.
-  std::unique_ptr<SubmitStream> stream(
-      new SubmitStream(std::make_unique<grpc::ClientContext>(), close_timeout));
+  auto context = std::make_unique<grpc::ClientContext>();
   // The call's metadata goes with the first request: one write instead of two.
-  stream->context_->set_initial_metadata_corked(true);
-  stream->stream_ = stub.Submit(stream->context_.get());
-  if (stream->stream_ == nullptr) {
-    return absl::UnavailableError("cannot start a Submit stream");
-  }
+  context->set_initial_metadata_corked(true);
+  std::unique_ptr<grpc::ClientReaderWriter<v1::SubmitRequest, v1::SubmitResponse>> call =
+      stub.Submit(context.get());
+  if (call == nullptr) return absl::UnavailableError("cannot start a Submit stream");
+  std::unique_ptr<SubmitStream> stream(new SubmitStream(
+      std::make_unique<GrpcTransport>(std::move(context), std::move(call)), close_timeout));
   {
     absl::MutexLock lock(&stream->mu_);
     stream->outbox_.emplace_back().set_session_id(session_id);
   }
-  stream->reader_ = std::thread([s = stream.get()] { s->ReadLoop(); });
-  stream->writer_ = std::thread([s = stream.get()] { s->WriteLoop(); });
+  stream->Start();
   return stream;
+}
+
+absl::StatusOr<std::unique_ptr<SubmitStream>> SubmitStream::OpenOnSocket(
+    const std::string& path, const std::string& session_id, absl::Duration open_timeout,
+    absl::Duration close_timeout) {
+  GPUKIT_ASSIGN_OR_RETURN(ScopedFd socket, ConnectUnixSocket(path, /*wait_for_room=*/false));
+  // The opening, before the threads: gpukitd answers the first request with the prefix alone.
+  const int fd = socket.get();
+  timeval wait = absl::ToTimeval(std::max(open_timeout, absl::Milliseconds(1)));
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+  auto transport = std::make_unique<SocketTransport>(std::move(socket));
+  v1::SubmitRequest first;
+  first.set_session_id(session_id);
+  v1::SubmitResponse answer;
+  if (!transport->Write(first) || !transport->Read(&answer)) {
+    absl::Status refused = transport->Finish();
+    return refused.ok() ? absl::UnavailableError("gpukitd's submit socket closed the stream")
+                        : refused;
+  }
+  if (answer.handle_prefix().empty()) {
+    return absl::InternalError("gpukitd's submit socket answered the opening without a prefix");
+  }
+  timeval forever = {};  // from here on the reader waits as long as the stream lives
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &forever, sizeof(forever));
+  std::unique_ptr<SubmitStream> stream(new SubmitStream(std::move(transport), close_timeout));
+  {
+    absl::MutexLock lock(&stream->mu_);
+    stream->handle_prefix_ = answer.handle_prefix();
+    stream->opened_ = true;
+  }
+  stream->Start();
+  return stream;
+}
+
+void SubmitStream::Start() {
+  reader_ = std::thread([this] { ReadLoop(); });
+  writer_ = std::thread([this] { WriteLoop(); });
 }
 
 SubmitStream::~SubmitStream() {
@@ -86,10 +256,10 @@ void SubmitStream::WriteLoop() {
     bool written = true;
     for (const v1::SubmitRequest& request : batch) {
       // A failed write means the stream broke: the reader sees its end and its status.
-      if (written = stream_->Write(request); !written) break;
+      if (written = transport_->Write(request); !written) break;
     }
     if (!written) break;
-    if (half_close) stream_->WritesDone();
+    if (half_close) transport_->WritesDone();
   }
   absl::MutexLock lock(&mu_);
   writer_stopped_ = true;
@@ -233,7 +403,7 @@ absl::Status SubmitStream::Close() {
   closing_ = true;  // the writer sends what is queued, then half-closes
   auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return ended_; };
   if (!mu_.AwaitWithTimeout(absl::Condition(&ended), close_timeout_)) {
-    context_->TryCancel();  // a daemon that does not end the stream: stop waiting for it
+    transport_->Cancel();  // a daemon that does not end the stream: stop waiting for it
     mu_.Await(absl::Condition(&ended));
   }
   return end_status_;
@@ -291,7 +461,7 @@ void SubmitStream::HandleResponse(const v1::SubmitResponse& response) {
 
 void SubmitStream::ReadLoop() {
   v1::SubmitResponse response;
-  while (stream_->Read(&response)) HandleResponse(response);
+  while (transport_->Read(&response)) HandleResponse(response);
   {
     // Finish may not overlap a write: stop the writer first (its writes fail now).
     absl::MutexLock lock(&mu_);
@@ -299,7 +469,7 @@ void SubmitStream::ReadLoop() {
     auto stopped = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return writer_stopped_; };
     mu_.Await(absl::Condition(&stopped));
   }
-  const absl::Status end = FromGrpc(stream_->Finish(), *context_);
+  const absl::Status end = transport_->Finish();
   absl::MutexLock lock(&mu_);
   ended_ = true;
   end_status_ = end;

@@ -2,7 +2,10 @@
 // proto/gpukit/v1/compute.proto), and ArrayResult, the layout of an array that an op of the
 // stream will produce.
 //
-// A session opens one stream, lazily, and sends its pipelined ops and its frees on it. Run()
+// A session opens one stream, lazily, and sends its pipelined ops and its frees on it: on a
+// connection of gpukitd's submit socket where the daemon offers one (OpenOnSocket: no gRPC
+// thread on either side, as for a synchronous session's ops), else on a ComputeService.Submit
+// call (Open). The messages and their meaning are the same either way. Run()
 // and Free() queue the op and return without waiting for the daemon: the result of the op at
 // index i is the array `handle_prefix + i`, known as soon as the stream is open. A writer
 // thread sends what is queued: every op queued while it was writing, or while
@@ -102,6 +105,24 @@ class ArrayResult {
   absl::StatusOr<ArrayLayout> outcome_ = absl::UnknownError("unresolved");
 };
 
+// What a SubmitStream's messages travel on. Write is called by one thread (the writer), Read
+// by another (the reader); Finish once Read returned false and no Write runs; Cancel from
+// any thread.
+class SubmitTransport {
+ public:
+  virtual ~SubmitTransport() = default;
+  // Sends one request; false once the stream is broken (Read then ends, Finish says why).
+  virtual bool Write(const v1::SubmitRequest& request) = 0;
+  // No more requests: the daemon ends the stream once every op sent has run.
+  virtual void WritesDone() = 0;
+  // The next response; false at the stream's end.
+  virtual bool Read(v1::SubmitResponse* response) = 0;
+  // How the stream ended: OK for a clean end after WritesDone.
+  virtual absl::Status Finish() = 0;
+  // Ends the stream now (Read returns false soon).
+  virtual void Cancel() = 0;
+};
+
 class SubmitStream {
  public:
   // Starts a Submit call for `session_id` and sends its first request, without waiting for
@@ -112,6 +133,16 @@ class SubmitStream {
   static absl::StatusOr<std::unique_ptr<SubmitStream>> Open(v1::ComputeService::Stub& stub,
                                                             const std::string& session_id,
                                                             absl::Duration close_timeout);
+  // The stream of `session_id` on a connection of gpukitd's submit socket at `path`
+  // (daemon/service/submit_socket.h), opened before it returns: it waits, at most
+  // `open_timeout`, for the handle prefix, so that a refusal (a connection gpukitd closed,
+  // past its limit; a session it does not let this process use; a second stream of the
+  // session) fails here and the owner opens a gRPC stream instead. A request above the
+  // socket's datagram limit goes as several (its ops in order, the sync point with the last).
+  static absl::StatusOr<std::unique_ptr<SubmitStream>> OpenOnSocket(const std::string& path,
+                                                                    const std::string& session_id,
+                                                                    absl::Duration open_timeout,
+                                                                    absl::Duration close_timeout);
   // Closes the stream (Close) and joins its threads.
   ~SubmitStream();
   SubmitStream(const SubmitStream&) = delete;
@@ -154,7 +185,9 @@ class SubmitStream {
   std::vector<std::string> TakeUnansweredFrees();
 
  private:
-  SubmitStream(std::unique_ptr<grpc::ClientContext> context, absl::Duration close_timeout);
+  SubmitStream(std::unique_ptr<SubmitTransport> transport, absl::Duration close_timeout);
+  // Starts the reader and writer threads.
+  void Start();
   void ReadLoop();
   void WriteLoop();
   void HandleResponse(const v1::SubmitResponse& response);
@@ -167,10 +200,9 @@ class SubmitStream {
   uint64_t EpochOf(uint64_t index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status EndedStatus() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const std::unique_ptr<grpc::ClientContext> context_;
-  const absl::Duration close_timeout_;
   // Written by the writer thread only, read by the reader thread only.
-  std::unique_ptr<grpc::ClientReaderWriter<v1::SubmitRequest, v1::SubmitResponse>> stream_;
+  const std::unique_ptr<SubmitTransport> transport_;
+  const absl::Duration close_timeout_;
   std::thread reader_;
   std::thread writer_;
 
@@ -198,7 +230,7 @@ class SubmitStream {
   };
   std::map<uint64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
   uint64_t written_ ABSL_GUARDED_BY(mu_) = 0;   // ops queued (their indexes are below)
-  uint64_t sent_ ABSL_GUARDED_BY(mu_) = 0;      // of them, handed to gRPC by the writer
+  uint64_t sent_ ABSL_GUARDED_BY(mu_) = 0;      // of them, handed to the transport
   uint64_t answered_ ABSL_GUARDED_BY(mu_) = 0;  // ops with an OpResult (they come in order)
   // One past the index of the last run op written (0: none).
   uint64_t run_ops_end_ ABSL_GUARDED_BY(mu_) = 0;

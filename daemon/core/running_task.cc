@@ -20,6 +20,7 @@ absl::StatusOr<RunningTask> RunningTask::Create(Scheduler& scheduler, const Sess
   RunningTask running(scheduler, std::move(task));
   running.higher_class_open_ = notes.higher_class_open;
   if (!notes.admitted) {
+    if (options.before_wait) options.before_wait();
     GPUKIT_RETURN_IF_ERROR(scheduler.AwaitAdmission(running.task_, options.cancelled));
   }
   return running;

@@ -56,6 +56,10 @@ struct TaskOptions {
   absl::Duration queue_timeout = absl::InfiniteDuration();
   // Polled while the task waits; true cancels it (the client went away).
   std::function<bool()> cancelled = [] { return false; };
+  // Called once before the task waits in its queue (not when it is admitted at once): a
+  // caller that holds work back sends it here, as the task may wait for that very work (a
+  // pipeline's held batch, whose running ops hold the partition's slots). May be empty.
+  std::function<void()> before_wait;
 };
 
 // A task submitted and admitted by Create, finished (Failed, unless it ran) when it goes

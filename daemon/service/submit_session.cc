@@ -108,6 +108,10 @@ void SubmitSession::RunOne(const v1::PipelinedOp& op, uint64_t index, v1::OpResu
       } else {
         TaskOptions options = TaskOptionsFrom(run.task(), context_);
         if (context_ == nullptr && cancelled_) options.cancelled = cancelled_;
+        // An op that must wait for admission may wait for the ops held in the burst's batch
+        // (a partition that runs fewer tasks at once than the batch holds): they go first,
+        // and their completions with them.
+        options.before_wait = [this] { batcher_.EndBurst(); };
         absl::StatusOr<ArrayView> output =
             pipeline_->RunOp(index, run.op(), *inputs, *attrs, options);
         if (output.ok()) ToProto(*output, result->mutable_output());

@@ -1,8 +1,9 @@
-// Pipelined submission through libgpukit (ClientOptions::pipeline, ComputeService.Submit),
-// end to end against the real gpukitd: a long chain of dependent ops, an error in the middle
+// Pipelined submission through libgpukit (ClientOptions::pipeline), end to end against the
+// real gpukitd, on both transports of the stream (the submit socket and ComputeService.Submit):
+// a long chain of dependent ops, a burst above the socket's datagram, an error in the middle
 // of a chain reported at the sync point with its op, a result used before its producer ran,
-// frees of arrays that queued ops still use, frees that never wait for the daemon, and a
-// client that dies with ops in flight.
+// frees of arrays that queued ops still use, frees that never wait for the daemon, a close
+// that lets queued ops run, and a client that dies with ops in flight.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -28,15 +29,21 @@ constexpr int64_t kLeaseMs = 500;
 // The reaper runs once a second: a lapsed session is gone within lease + 1 s.
 constexpr absl::Duration kReapSlack = absl::Seconds(5);
 
-class PipelineTest : public DaemonTest {
+class PipelineFixture : public DaemonTest {
  protected:
   std::string DaemonConfigJson() const override { return R"({"sessions": {"minLease": "200ms"}})"; }
 
+  // Whether the pipelined stream goes over gpukitd's submit socket (else gRPC).
+  virtual bool OverSocket() const { return true; }
+
   absl::StatusOr<std::unique_ptr<Client>> ConnectPipelined(const std::string& tenant,
-                                                           bool pipeline = true) {
-    ClientOptions options = ClientOptionsFor(tenant);
-    options.pipeline = pipeline;
-    return Client::Connect(options);
+                                                           bool pipeline = true,
+                                                           ClientOptions options = {}) {
+    ClientOptions defaults = ClientOptionsFor(tenant);
+    defaults.partition = options.partition;
+    defaults.pipeline = pipeline;
+    defaults.use_submit_socket = OverSocket();
+    return Client::Connect(defaults);
   }
 
   // The daemon's count of the session's arrays, or -1 when it lists no such session.
@@ -64,6 +71,19 @@ class PipelineTest : public DaemonTest {
   }
 };
 
+// What a pipelined session's stream travels on (ClientOptions::use_submit_socket): the tests
+// of the stream's semantics run on both.
+enum class Transport { kSubmitSocket, kGrpc };
+
+std::string TransportName(const ::testing::TestParamInfo<Transport>& info) {
+  return info.param == Transport::kSubmitSocket ? "SubmitSocket" : "Grpc";
+}
+
+class PipelineTest : public PipelineFixture, public ::testing::WithParamInterface<Transport> {
+ protected:
+  bool OverSocket() const override { return GetParam() == Transport::kSubmitSocket; }
+};
+
 // n x n float32 values that are small integers, so that matmul sums are exact in float32.
 std::vector<float> SmallIntegers(int64_t n, int64_t salt) {
   std::vector<float> values(static_cast<size_t>(n * n));
@@ -83,7 +103,7 @@ std::vector<float> MatmulHere(const std::vector<float>& a, const std::vector<flo
   return c;
 }
 
-TEST_F(PipelineTest, ChainOfTwoHundredDependentAddsGivesTheValuesComputedHere) {
+TEST_P(PipelineTest, ChainOfTwoHundredDependentAddsGivesTheValuesComputedHere) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, ConnectPipelined("chain"));
   std::vector<float> x_here(16), step_here(16);
   for (int i = 0; i < 16; ++i) {
@@ -106,7 +126,7 @@ TEST_F(PipelineTest, ChainOfTwoHundredDependentAddsGivesTheValuesComputedHere) {
   EXPECT_EQ(ArraysOf(client->session_id()), 2);
 }
 
-TEST_F(PipelineTest, ErrorInTheMiddleOfAChainIsReportedBySyncWithItsOpAndTheStreamRecovers) {
+TEST_P(PipelineTest, ErrorInTheMiddleOfAChainIsReportedBySyncWithItsOpAndTheStreamRecovers) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, ConnectPipelined("chain-error"));
   GPUKIT_ASSERT_OK_AND_ASSIGN(Array ones,
                               client->FromVector<float>(std::vector<float>(16, 1), {16}));
@@ -154,7 +174,7 @@ TEST_F(PipelineTest, ErrorInTheMiddleOfAChainIsReportedBySyncWithItsOpAndTheStre
   GPUKIT_EXPECT_OK(client->Sync());
 }
 
-TEST_F(PipelineTest, UnaryCallAfterARefusedOpReturnsTheFailureOnceAsASyncPoint) {
+TEST_P(PipelineTest, UnaryCallAfterARefusedOpReturnsTheFailureOnceAsASyncPoint) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, ConnectPipelined("read-error"));
   GPUKIT_ASSERT_OK_AND_ASSIGN(Array a, client->FromVector<int32_t>({1, 2, 3, 4}, {2, 2}));
   GPUKIT_ASSERT_OK_AND_ASSIGN(Array b, client->Add(a, 1));          // op #0
@@ -176,7 +196,7 @@ TEST_F(PipelineTest, UnaryCallAfterARefusedOpReturnsTheFailureOnceAsASyncPoint) 
   GPUKIT_EXPECT_OK(client->Sync());
 }
 
-TEST_F(PipelineTest, ResultUsedBeforeItsProducerRanGivesTheRightValues) {
+TEST_P(PipelineTest, ResultUsedBeforeItsProducerRanGivesTheRightValues) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, ConnectPipelined("early-handle"));
   constexpr int64_t n = 256;
   const std::vector<float> a_here = SmallIntegers(n, 1), b_here = SmallIntegers(n, 3);
@@ -193,7 +213,7 @@ TEST_F(PipelineTest, ResultUsedBeforeItsProducerRanGivesTheRightValues) {
   GPUKIT_EXPECT_OK(client->Sync());
 }
 
-TEST_F(PipelineTest, FreesOfArraysThatQueuedOpsUseKeepTheirValues) {
+TEST_P(PipelineTest, FreesOfArraysThatQueuedOpsUseKeepTheirValues) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, ConnectPipelined("free-in-use"));
   constexpr int64_t n = 256;
   const std::vector<float> a_here = SmallIntegers(n, 2), b_here = SmallIntegers(n, 4);
@@ -215,7 +235,120 @@ TEST_F(PipelineTest, FreesOfArraysThatQueuedOpsUseKeepTheirValues) {
   EXPECT_THAT(c->shape(), ElementsAreArray({n, n}));
 }
 
-class DestructorFreeTest : public PipelineTest, public ::testing::WithParamInterface<bool> {};
+TEST_P(PipelineTest, ABurstLargerThanADatagramRunsWholeAndInOrder) {
+  // Thousands of ops written faster than the daemon answers them gather into requests of up
+  // to 1024 ops, above the submit socket's datagram (60 KiB): each goes as several.
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, ConnectPipelined("long-burst"));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Array x, client->FromVector<int32_t>({0, 1, 2, 3}, {4}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Array one, client->FromVector<int32_t>({1, 1, 1, 1}, {4}));
+  constexpr int kOps = 3000;
+  for (int i = 0; i < kOps; ++i) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(x, client->Add(x, one));
+  }
+  GPUKIT_ASSERT_OK(client->Sync());
+  EXPECT_THAT(x.ToVector<int32_t>(),
+              IsOkAndHolds(ElementsAreArray({kOps, kOps + 1, kOps + 2, kOps + 3})));
+  EXPECT_EQ(ArraysOf(client->session_id()), 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(BothTransports, PipelineTest,
+                         ::testing::Values(Transport::kSubmitSocket, Transport::kGrpc),
+                         TransportName);
+
+// A partition that runs one task at a time: each op of a burst waits for the one before it,
+// which must not be held back in the burst's batch meanwhile; and the end of the stream lets
+// every op sent run, even those still waiting for admission (closing is not the client's
+// going away, which cancels them).
+class PipelineCloseTest : public PipelineTest {
+ protected:
+  std::string DaemonConfigJson() const override {
+    return R"({"sessions": {"minLease": "200ms"},
+               "partitions": [{"name": "one", "memory": "256MiB", "compute": 0.5,
+                               "maxRunningTasks": 1}]})";
+  }
+};
+
+TEST_P(PipelineCloseTest, OpsThatWaitForTheOpsBeforeThemInTheirBatchRunAtOnce) {
+  ClientOptions options;
+  options.partition = "one";
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client,
+                              ConnectPipelined("one-at-a-time", true, options));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Array x, client->FromVector<int32_t>({0, 1}, {2}));
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < 40; ++i) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(x, client->Add(x, 1));
+  }
+  GPUKIT_ASSERT_OK(client->Sync());
+  EXPECT_THAT(x.ToVector<int32_t>(), IsOkAndHolds(ElementsAreArray({40, 41})));
+  // Held, the second op waited for the first until a timeout (10 s) cancelled it.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST_P(PipelineCloseTest, ClosingLetsOpsWaitingForAdmissionRun) {
+  ClientOptions options;
+  options.partition = "one";
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client,
+                              ConnectPipelined("close-runs-all", true, options));
+  constexpr int64_t n = 192;
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Array a, client->FromVector<float>(SmallIntegers(n, 5), {n, n}));
+  const std::string session_id = client->session_id();
+  {
+    std::vector<Array> products;
+    for (int i = 0; i < 20; ++i) {
+      GPUKIT_ASSERT_OK_AND_ASSIGN(Array c, client->Matmul(a, a));
+      products.push_back(std::move(c));
+    }
+  }
+  client.reset();  // closes the stream at once, then the session
+  v1::ListTasksRequest request;
+  request.set_limit(100);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(v1::ListTasksResponse tasks, api().ListTasks(request));
+  int succeeded = 0;
+  for (const v1::TaskInfo& task : tasks.tasks()) {
+    if (task.session_id() != session_id || task.name() != "matmul") continue;
+    EXPECT_EQ(task.state(), v1::TASK_STATE_SUCCEEDED) << task.ShortDebugString();
+    succeeded += task.state() == v1::TASK_STATE_SUCCEEDED ? 1 : 0;
+  }
+  EXPECT_EQ(succeeded, 20);
+}
+
+INSTANTIATE_TEST_SUITE_P(BothTransports, PipelineCloseTest,
+                         ::testing::Values(Transport::kSubmitSocket, Transport::kGrpc),
+                         TransportName);
+
+// Which way the stream went, from gpukitd's debug log: each transport logs the stream's end.
+class PipelineTransportLogTest : public PipelineTest {
+ protected:
+  void ConfigureDaemon(DaemonOptions& options) const override {
+    options.extra_args = {"--log-level", "debug"};
+  }
+};
+
+TEST_P(PipelineTransportLogTest, TheStreamTravelsOnTheSubmitSocketUnlessTurnedOff) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, ConnectPipelined("transport"));
+  const std::string session_id = client->session_id();
+  {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(Array a, client->FromVector<int32_t>({1}, {1}));
+    GPUKIT_ASSERT_OK_AND_ASSIGN(Array b, client->Add(a, 1));
+    EXPECT_THAT(b.ToVector<int32_t>(), IsOkAndHolds(ElementsAreArray({2})));
+  }
+  client.reset();
+  const std::string socket_end = absl::StrCat("closed its stream (session ", session_id, ")");
+  const std::string grpc_end = absl::StrCat("submit stream ends: session=", session_id, " ");
+  auto logged = [&](const std::string& line) {
+    return daemon().Log().find(line) != std::string::npos;
+  };
+  ASSERT_TRUE(PollUntil([&] { return logged(socket_end) || logged(grpc_end); }, absl::Seconds(10)))
+      << daemon().Log();
+  EXPECT_EQ(logged(socket_end), OverSocket());
+  EXPECT_EQ(logged(grpc_end), !OverSocket());
+}
+
+INSTANTIATE_TEST_SUITE_P(BothTransports, PipelineTransportLogTest,
+                         ::testing::Values(Transport::kSubmitSocket, Transport::kGrpc),
+                         TransportName);
+
+class DestructorFreeTest : public PipelineFixture, public ::testing::WithParamInterface<bool> {};
 
 TEST_P(DestructorFreeTest, DestroyedArraysAreGoneAfterSync) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client,
@@ -242,7 +375,7 @@ INSTANTIATE_TEST_SUITE_P(BothModes, DestructorFreeTest, ::testing::Bool(),
                            return info.param ? std::string("Pipelined") : std::string("Unary");
                          });
 
-TEST_F(PipelineTest, SynchronousModeStillReturnsTheErrorAtTheCall) {
+TEST_F(PipelineFixture, SynchronousModeStillReturnsTheErrorAtTheCall) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client,
                               ConnectPipelined("unary", /*pipeline=*/false));
   GPUKIT_ASSERT_OK_AND_ASSIGN(Array a, client->FromVector<float>({1, 2}, {2}));
@@ -251,7 +384,7 @@ TEST_F(PipelineTest, SynchronousModeStillReturnsTheErrorAtTheCall) {
   GPUKIT_EXPECT_OK(client->Sync());  // nothing was pipelined
 }
 
-TEST_F(PipelineTest, ClientThatDiesWithOpsInFlightLeavesNothingBehind) {
+TEST_F(PipelineFixture, ClientThatDiesWithOpsInFlightLeavesNothingBehind) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(
       Subprocess worker,
       Subprocess::Spawn({{WorkerPath(), "--addr", daemon().address(), "--mode", "pipeline-exit",

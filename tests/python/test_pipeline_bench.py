@@ -45,9 +45,10 @@ def test_threads_report_cpu_per_thread_and_executor_messages():
     for n in (1, 2):
         key = f"chain_pipelined_{n}_sessions"
         cpu = result[f"{key}_cpu_us_per_op"]
-        # The Submit stream's worker (alive through the chain: sampled at least once) and the
-        # executor's reader did the ops' work.
-        assert cpu.get("gpukitd/gk-submit", 0) > 0, cpu
+        # The stream's thread in gpukitd (a submit socket connection's: the stream goes over
+        # the socket; alive through the chain, so sampled at least once) and the executor's
+        # reader did the ops' work.
+        assert cpu.get("gpukitd/gk-sock-conn", 0) > 0, cpu
         assert cpu.get("gpukit-executor/gpukit-executor", 0) > 0, cpu
         assert result[f"{key}_executor_messages_per_op"] > 0, result
         assert result[f"{key}_executor_round_trips_per_op"] > 0, result

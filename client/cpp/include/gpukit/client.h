@@ -38,7 +38,8 @@
 // socket and return without waiting for the daemon.
 //
 // Pipelined submission (ClientOptions::pipeline): ops are queued on the session's Submit
-// stream (ComputeService.Submit) and return an Array at once, without a round trip (only
+// stream (on gpukitd's submit socket where it offers one, else ComputeService.Submit) and
+// return an Array at once, without a round trip (only
 // the session's first op waits one, for the stream's handle prefix); its handle is known
 // immediately, so it can be the next op's input, and its shape, dtype and size arrive with
 // the daemon's answer (the accessors wait for it: usually it is there). The stream has a
@@ -148,12 +149,12 @@ struct ClientOptions {
   // once, their errors surfacing at Client::Sync (see the top of this file). False: each op
   // is one round trip that returns the result or its error. Frees use the stream either way.
   bool pipeline = false;
-  // Whether a synchronous session's ops and frees go through gpukitd's submit socket, a unix
-  // socket beside its gRPC socket that carries them without gRPC (the daemon offers it to
-  // callers on its unix socket; docs/api.md, "The submit socket"). The op's result and
-  // errors are the same; the caller's thread polls for the answer for a while instead of
-  // sleeping (GPUKIT_CLIENT_SPIN_US, 20 ms by default on hosts of 8 or more cores). False:
-  // gRPC, as for a daemon that offers no socket.
+  // Whether a synchronous session's ops and frees, and a pipelined session's stream, go
+  // through gpukitd's submit socket, a unix socket beside its gRPC socket that carries them
+  // without gRPC (the daemon offers it to callers on its unix socket; docs/api.md, "The
+  // submit socket"). The ops' results and errors are the same; a synchronous caller's thread
+  // polls for the answer for a while instead of sleeping (GPUKIT_CLIENT_SPIN_US, 20 ms by
+  // default on hosts of 8 or more cores). False: gRPC, as for a daemon that offers no socket.
   bool use_submit_socket = true;
 };
 
