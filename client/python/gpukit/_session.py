@@ -400,11 +400,12 @@ def connect(
         Paths of the PEM files of this client's certificate and key, for a daemon that
         requires client certificates (``access.tls.clientCaFile``); both or neither.
     submit_socket : bool
-        With ``pipeline=False``: whether ops and frees go through the daemon's submit socket
-        (True, default, where the daemon on a unix socket offers one) instead of gRPC calls:
-        the same results and errors, with a shorter round trip per op, for which the calling
-        thread polls instead of sleeping (``GPUKIT_CLIENT_SPIN_US``, 20 ms by default on
-        hosts of 8 or more cores). No effect on a pipelined session.
+        Whether ops and frees go through the daemon's submit socket (True, default, where the
+        daemon on a unix socket offers one) instead of gRPC: the same results and errors.
+        With ``pipeline=False`` each op is a shorter round trip, for which the calling thread
+        polls instead of sleeping (``GPUKIT_CLIENT_SPIN_US``, 20 ms by default on hosts of 8
+        or more cores); with ``pipeline=True`` the session's stream runs on it, with no gRPC
+        thread to wake at a burst's start or its sync point.
 
     Returns
     -------
