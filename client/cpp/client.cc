@@ -348,7 +348,10 @@ class SessionState final : public HostMemoryCalls {
       absl::StatusOr<std::unique_ptr<SubmitStream>> opened =
           absl::UnavailableError("no submit socket");
       if (!stream_socket_path_.empty()) {
-        opened = SubmitStream::OpenOnSocket(stream_socket_path_, session_id_, options_.call_timeout,
+        // gpukitd answers the opening at once; a slow one leaves the stream on gRPC (the
+        // wait holds stream_mu_, so it is kept short).
+        opened = SubmitStream::OpenOnSocket(stream_socket_path_, session_id_,
+                                            std::min(options_.call_timeout, absl::Seconds(5)),
                                             options_.call_timeout);
       }
       if (!opened.ok()) opened = SubmitStream::Open(*compute_, session_id_, options_.call_timeout);

@@ -114,6 +114,8 @@ class SocketTransport final : public SubmitTransport {
 
   void Cancel() override { ::shutdown(socket_.get(), SHUT_RDWR); }
 
+  size_t max_op_bytes() const override { return kMaxDatagramBytes - 256; }
+
  private:
   // Sends one datagram; on a failure the connection ends (Read sees it) and Finish says why.
   bool Send(const v1::SubmitRequest& request) {
@@ -317,6 +319,12 @@ absl::Status SubmitStream::OpStatus(const v1::OpResult& result) {
 absl::StatusOr<SubmitStream::Submitted> SubmitStream::Run(const v1::PipelinedRunOp& op) {
   auto result = std::make_shared<ArrayResult>();
   absl::MutexLock lock(&mu_);
+  if (const size_t bytes = op.ByteSizeLong(); bytes > transport_->max_op_bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "op ", op.op(), ": ", bytes, " bytes; a pipelined op on gpukitd's submit socket takes at "
+        "most ", transport_->max_op_bytes(), " (ClientOptions::use_submit_socket = false sends "
+        "the session's stream over gRPC)"));
+  }
   auto opened = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return opened_ || ended_; };
   mu_.Await(absl::Condition(&opened));
   if (!opened_) return EndedStatus();

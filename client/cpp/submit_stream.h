@@ -38,6 +38,7 @@
 #define GPUKIT_CLIENT_CPP_SUBMIT_STREAM_H_
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -121,6 +122,9 @@ class SubmitTransport {
   virtual absl::Status Finish() = 0;
   // Ends the stream now (Read returns false soon).
   virtual void Cancel() = 0;
+  // The largest op a request may carry (the submit socket's datagram, less room for the
+  // request around it); larger ones are refused by Run, leaving the stream as it was.
+  virtual size_t max_op_bytes() const { return SIZE_MAX; }
 };
 
 class SubmitStream {
@@ -136,8 +140,9 @@ class SubmitStream {
   // The stream of `session_id` on a connection of gpukitd's submit socket at `path`
   // (daemon/service/submit_socket.h), opened before it returns: it waits, at most
   // `open_timeout`, for the handle prefix, so that a refusal (a connection gpukitd closed,
-  // past its limit; a session it does not let this process use; a second stream of the
-  // session) fails here and the owner opens a gRPC stream instead. A request above the
+  // past its limit; a session it does not let this process use) fails here and the owner
+  // opens a gRPC stream instead. (A session has one stream at a time whatever carries it: a
+  // stream the daemon still holds open refuses the gRPC one too, until it has closed it.) A request above the
   // socket's datagram limit goes as several (its ops in order, the sync point with the last).
   static absl::StatusOr<std::unique_ptr<SubmitStream>> OpenOnSocket(const std::string& path,
                                                                     const std::string& session_id,
@@ -153,7 +158,8 @@ class SubmitStream {
     std::shared_ptr<ArrayResult> result;
   };
   // Queues a run op. Waits for the daemon's first answer once per stream (the handle
-  // prefix), then never for the daemon. Errors: the stream's own end (its status).
+  // prefix), then never for the daemon. Errors: the stream's own end (its status);
+  // INVALID_ARGUMENT for an op above the transport's max_op_bytes (nothing is queued).
   absl::StatusOr<Submitted> Run(const v1::PipelinedRunOp& op);
   // Queues a free of `handle`. Never waits for the daemon. Errors: the stream's end.
   absl::Status Free(const std::string& handle);

@@ -251,6 +251,27 @@ TEST_P(PipelineTest, ABurstLargerThanADatagramRunsWholeAndInOrder) {
   EXPECT_EQ(ArraysOf(client->session_id()), 2);
 }
 
+TEST_P(PipelineTest, AnOpAboveADatagramIsRefusedAloneAndTheStreamGoesOn) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, ConnectPipelined("big-op"));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Array x, client->FromVector<int32_t>({1, 2}, {2}));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Array y, client->Add(x, 1));
+  // A shape of 12,000 dimensions of 2^40: about 80 KiB of attributes, refused either way (over
+  // the socket before it is sent, over gRPC by the daemon).
+  absl::StatusOr<Array> big = client->Reshape(y, std::vector<int64_t>(12000, int64_t{1} << 40));
+  absl::Status refused = big.ok() ? big->status() : big.status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  if (OverSocket()) {
+    EXPECT_THAT(refused.message(), HasSubstr("submit socket")) << refused;
+  } else {
+    // The daemon's refusal is the sync point's too.
+    EXPECT_THAT(client->Sync(), StatusIs(absl::StatusCode::kInvalidArgument));
+  }
+  // The ops before and after it run.
+  GPUKIT_ASSERT_OK_AND_ASSIGN(Array z, client->Add(y, 1));
+  GPUKIT_ASSERT_OK(client->Sync());
+  EXPECT_THAT(z.ToVector<int32_t>(), IsOkAndHolds(ElementsAreArray({3, 4})));
+}
+
 INSTANTIATE_TEST_SUITE_P(BothTransports, PipelineTest,
                          ::testing::Values(Transport::kSubmitSocket, Transport::kGrpc),
                          TransportName);

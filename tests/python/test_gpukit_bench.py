@@ -143,7 +143,7 @@ def test_no_submit_socket_runs_the_synchronous_rows_over_grpc_and_says_so(
     assert run.returncode == 0, f"stdout:\n{run.stdout}\nstderr:\n{run.stderr}"
     report = json.loads(saved.read_text())
     assert report["submit_socket"] is False
-    assert "synchronous calls over gRPC" in run.stdout
+    assert "ops over gRPC" in run.stdout
     assert "runop_p50_us" in check_schema(report)
 
 

@@ -73,7 +73,7 @@ class Report:
             f"gpukit-bench: gpukit {h['gpukit_version']}, gpukitd {h['daemon_version']} "
             f"({h['backend']}: {h['device']}) at {h['address']}"
             f"{', quick' if h['quick'] else ''}"
-            f"{', synchronous calls over gRPC' if h.get('submit_socket') is False else ''}"
+            f"{', ops over gRPC' if h.get('submit_socket') is False else ''}"
         )
         self._print(f"{'figure':<40} {'value':>12} {'unit':<8} better")
 

@@ -226,7 +226,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         help="of " + ", ".join(MATMUL_DTYPES) + " (default: all)")
     parser.add_argument("--tenant", default="gpukit-bench", help="tenant of the sessions")
     parser.add_argument("--no-submit-socket", action="store_true",
-                        help="synchronous calls over gRPC, not the daemon's submit socket (to "
+                        help="ops over gRPC, not the daemon's submit socket (to "
                              "compare the two)")
     parser.add_argument("--connect-timeout", type=float, default=5.0, metavar="S")
     parser.add_argument("--save", metavar="FILE", help="write the figures as JSON")
