@@ -3,7 +3,7 @@
 namespace gpukit::service {
 
 void BurstBatcher::BeforeOp(Device& device) {
-  const int cap = batches_ended_ == 0 ? kOpsInFirstDeviceBatch : kOpsPerDeviceBatch;
+  const int cap = batches_ended_ >= 4 ? kOpsPerDeviceBatch : 1 << batches_ended_;
   if (batch_ != nullptr && ops_in_batch_ >= cap) {
     EndBatch();
     ++batches_ended_;

@@ -4,10 +4,11 @@
 //
 // A burst is the ops of the requests that the stream's worker finds waiting one after the
 // other; it ends when none waits (or at a sync point), and then whatever is held is sent.
-// The first batch of a burst holds at most kOpsInFirstDeviceBatch ops, so that the device
-// starts soon (preparing an op takes gpukitd some microseconds); each later batch holds up to
-// kOpsPerDeviceBatch, sharing the messages' cost further while the device runs the earlier
-// ones.
+// The batches of a burst double from one op to kOpsPerDeviceBatch: the burst's first op goes
+// to the device at once, and each batch is sent while the device runs the ones before it
+// (preparing an op takes gpukitd some microseconds, and a client's ops come some apart: a
+// first batch of 8 held a burst of large ops' first op back by about 200 us, the device
+// idle meanwhile); later batches share the messages' cost among up to kOpsPerDeviceBatch ops.
 //
 //   BurstBatcher batcher([&] { pipeline.ReleaseCompletions(); });  // after each batch
 //   for (const Op& op : burst) {
@@ -31,10 +32,10 @@
 
 namespace gpukit::service {
 
-// Most ops in the first batch of a burst, and in each later one: half the default cap of ops
-// in flight per pipeline (CoreOptions::max_ops_in_flight, 32), so that one batch fills while
-// the one before it runs, and the stream does not stop at the cap with a batch unsent.
-inline constexpr int kOpsInFirstDeviceBatch = 8;
+// Most ops in a batch: half the default cap of ops in flight per pipeline
+// (CoreOptions::max_ops_in_flight, 32), so that one batch fills while the one before it runs,
+// and the stream does not stop at the cap with a batch unsent. A burst's batches grow to it:
+// 1, 2, 4, 8, 16, 16, ...
 inline constexpr int kOpsPerDeviceBatch = 16;
 
 class BurstBatcher {

@@ -37,26 +37,25 @@ class BurstBatcherTest : public ::testing::Test {
   std::vector<int> ended_after_;
 };
 
-TEST_F(BurstBatcherTest, CutsTheFirstBatchOfABurstShortAndLaterOnesLonger) {
+TEST_F(BurstBatcherTest, SendsABurstsFirstOpAloneThenDoublesItsBatchesUpToTheCap) {
   BurstBatcher batcher;
-  Ops(batcher, kOpsInFirstDeviceBatch + 2 * kOpsPerDeviceBatch + 5);
-  // The last batch is held until the burst ends.
-  EXPECT_THAT(ended_after_, ElementsAre(kOpsInFirstDeviceBatch,
-                                        kOpsInFirstDeviceBatch + kOpsPerDeviceBatch,
-                                        kOpsInFirstDeviceBatch + 2 * kOpsPerDeviceBatch));
+  Ops(batcher, 1 + 2 + 4 + 8 + 2 * kOpsPerDeviceBatch + 5);
+  // Batches of 1, 2, 4, 8, then 16 each; the last is held until the burst ends.
+  EXPECT_THAT(ended_after_,
+              ElementsAre(1, 3, 7, 15, 15 + kOpsPerDeviceBatch, 15 + 2 * kOpsPerDeviceBatch));
   batcher.EndBurst();
   EXPECT_EQ(ended_after_.back(), ops_);
-  EXPECT_EQ(begun_, 4);
+  EXPECT_EQ(begun_, 7);
 }
 
-TEST_F(BurstBatcherTest, ANewBurstStartsWithAShortBatchAgain) {
+TEST_F(BurstBatcherTest, ANewBurstStartsWithAnOpAloneAgain) {
   BurstBatcher batcher;
-  Ops(batcher, kOpsInFirstDeviceBatch + 1);
+  Ops(batcher, 20);
   batcher.EndBurst();
   ended_after_.clear();
   const int before = ops_;
-  Ops(batcher, kOpsInFirstDeviceBatch + 1);
-  EXPECT_THAT(ended_after_, ElementsAre(before + kOpsInFirstDeviceBatch));
+  Ops(batcher, 2);
+  EXPECT_THAT(ended_after_, ElementsAre(before + 1));
 }
 
 TEST_F(BurstBatcherTest, EndsNothingWhenNoOpCame) {
@@ -69,9 +68,9 @@ TEST_F(BurstBatcherTest, EndsNothingWhenNoOpCame) {
 TEST_F(BurstBatcherTest, EndsTheOpenBatchWhenDestroyed) {
   {
     BurstBatcher batcher;
-    Ops(batcher, 3);
+    Ops(batcher, 3);  // a batch of 1, then one of 2 open
   }
-  EXPECT_THAT(ended_after_, ElementsAre(3));
+  EXPECT_THAT(ended_after_, ElementsAre(1, 3));
 }
 
 }  // namespace
