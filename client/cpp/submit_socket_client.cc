@@ -18,21 +18,11 @@
 #include <sys/socket.h>
 
 namespace gpukit::internal {
-namespace {
-
-// The largest datagram gpukitd's submit socket sends or takes (kMaxSubmitSocketMessageBytes
-// there).
-constexpr size_t kMaxDatagramBytes = 60 * 1024;
-
-// An op's outcome as the unary RunOp would give it: its code, the daemon's message, its
-// reason.
-absl::Status OpStatus(const v1::OpResult& result) {
+absl::Status SubmitSocketStatus(const v1::OpResult& result) {
   absl::Status status(static_cast<absl::StatusCode>(result.code()), result.message());
   if (!result.reason().empty()) status.SetPayload(kReasonPayloadUrl, absl::Cord(result.reason()));
   return status;
 }
-
-}  // namespace
 
 std::chrono::microseconds ClientSpinTime() {
   static const std::chrono::microseconds spin = [] {
@@ -78,11 +68,11 @@ absl::Status SubmitSocketClient::BreakLocked(absl::Status status) {
 absl::Status SubmitSocketClient::SendLocked(v1::SubmitRequest& request, absl::Time deadline) {
   if (!named_) request.set_session_id(session_id_);
   std::string bytes = request.SerializeAsString();
-  if (bytes.size() > kMaxDatagramBytes) {
+  if (bytes.size() > kMaxSubmitSocketDatagramBytes) {
     // Not the stream's end: the caller may send this op over gRPC.
     return absl::InvalidArgumentError(absl::StrCat("a request of ", bytes.size(),
                                                    " bytes; the submit socket takes at most ",
-                                                   kMaxDatagramBytes));
+                                                   kMaxSubmitSocketDatagramBytes));
   }
   for (;;) {
     const ssize_t sent =
@@ -114,7 +104,8 @@ absl::Status SubmitSocketClient::SendLocked(v1::SubmitRequest& request, absl::Ti
 
 absl::Status SubmitSocketClient::ReadOneLocked(absl::Time deadline, bool wait,
                                                v1::SubmitResponse* answer, uint64_t wanted) {
-  if (buffer_.size() < kMaxDatagramBytes + 1) buffer_.resize(kMaxDatagramBytes + 1);
+  if (buffer_.size() < kMaxSubmitSocketDatagramBytes + 1)
+    buffer_.resize(kMaxSubmitSocketDatagramBytes + 1);
   absl::StatusOr<ReceivedInto> received =
       ReceiveMessageInto(socket_.get(), buffer_.data(), buffer_.size(), /*wait=*/false);
   if (wait && absl::IsDeadlineExceeded(received.status())) {
@@ -151,7 +142,7 @@ absl::Status SubmitSocketClient::ReadOneLocked(absl::Time deadline, bool wait,
         "gpukitd's submit socket sent ", received->bytes, " bytes that are not a SubmitResponse")));
   }
   if (response.has_ended() && response.ended().code() != 0) {
-    return BreakLocked(OpStatus(response.ended()));
+    return BreakLocked(SubmitSocketStatus(response.ended()));
   }
   if (response.synced() == 0) {  // the handle prefix, or the first part of a split answer
     if (!response.handle_prefix().empty()) handle_prefix_seen_ = true;
@@ -162,7 +153,7 @@ absl::Status SubmitSocketClient::ReadOneLocked(absl::Time deadline, bool wait,
   unanswered_.erase(token);
   unanswered_count_.store(static_cast<int64_t>(unanswered_.size()), std::memory_order_release);
   if (frees_.erase(token) > 0 && response.error().code() != 0 && free_failure_.ok()) {
-    free_failure_ = OpStatus(response.error());
+    free_failure_ = SubmitSocketStatus(response.error());
   }
   if (token == wanted && answer != nullptr) {
     answer->Swap(&response);
@@ -216,8 +207,9 @@ absl::StatusOr<v1::ArrayInfo> SubmitSocketClient::RunLocked(const v1::PipelinedR
   GPUKIT_RETURN_IF_ERROR(AwaitLocked(token, deadline, &answer));
   for (const v1::OpResult& result : answer.results()) {
     if (result.index() != index) continue;
-    if (result.code() != 0) return OpStatus(result);
-    if (answer.error().code() != 0) return OpStatus(answer.error());  // failed on the device
+    if (result.code() != 0) return SubmitSocketStatus(result);
+    if (answer.error().code() != 0)
+      return SubmitSocketStatus(answer.error());  // failed on the device
     return result.output();
   }
   return BreakLocked(absl::InternalError(

@@ -28,6 +28,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -44,6 +45,14 @@
 #include "runtime/base/unix_fd.h"
 
 namespace gpukit::internal {
+
+// The largest datagram gpukitd's submit socket sends or takes (kMaxSubmitSocketMessageBytes
+// there).
+inline constexpr size_t kMaxSubmitSocketDatagramBytes = 60 * 1024;
+
+// An op's outcome (or a stream's end) as the unary RunOp would give it: its code, the
+// daemon's message, its reason.
+absl::Status SubmitSocketStatus(const v1::OpResult& result);
 
 // How long a caller polls the submit socket for its answer before it sleeps: 20 ms on hosts
 // with 8 or more cores (a large op's whole run), else 0 (on CI's two cores a spinning caller

@@ -1,14 +1,13 @@
 #include "client/cpp/submit_stream.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <limits>
 #include <utility>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "client/cpp/channel.h"
+#include "client/cpp/submit_socket_client.h"
 #include "proto/dtype_convert.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/base/unix_fd.h"
@@ -35,9 +34,6 @@ class GrpcTransport final : public SubmitTransport {
   const std::unique_ptr<grpc::ClientReaderWriter<v1::SubmitRequest, v1::SubmitResponse>> stream_;
 };
 
-// The largest datagram gpukitd's submit socket takes or sends (kMaxSubmitSocketMessageBytes
-// there).
-constexpr size_t kMaxDatagramBytes = 60 * 1024;
 // The sync point WritesDone sends: its answer says every op sent has run, and ends the stream.
 // (Half-closing the socket would not do: gpukitd takes a hang-up for the client's going away
 // and cancels an op still waiting for admission, where a gRPC stream's WritesDone lets it run.)
@@ -47,11 +43,11 @@ constexpr uint64_t kCloseToken = std::numeric_limits<uint64_t>::max();
 class SocketTransport final : public SubmitTransport {
  public:
   explicit SocketTransport(ScopedFd socket)
-      : socket_(std::move(socket)), buffer_(new char[kMaxDatagramBytes + 1]) {}
+      : socket_(std::move(socket)), buffer_(new char[kMaxSubmitSocketDatagramBytes + 1]) {}
 
   bool Write(const v1::SubmitRequest& request) override {
     size_t bytes = request.ByteSizeLong();
-    if (bytes <= kMaxDatagramBytes) return Send(request);
+    if (bytes <= kMaxSubmitSocketDatagramBytes) return Send(request);
     // Several datagrams: as many ops in each as fit, the sync point with the last.
     v1::SubmitRequest part;
     part.set_session_id(request.session_id());
@@ -59,7 +55,7 @@ class SocketTransport final : public SubmitTransport {
     for (const v1::PipelinedOp& op : request.ops()) {
       // The op's bytes with its field's tag and length (at most 6 bytes more).
       const size_t op_bytes = op.ByteSizeLong() + 6;
-      if (part.ops_size() > 0 && bytes + op_bytes > kMaxDatagramBytes - 16) {
+      if (part.ops_size() > 0 && bytes + op_bytes > kMaxSubmitSocketDatagramBytes - 16) {
         if (!Send(part)) return false;
         part.Clear();
         bytes = 0;
@@ -78,8 +74,8 @@ class SocketTransport final : public SubmitTransport {
   }
 
   bool Read(v1::SubmitResponse* response) override {
-    absl::StatusOr<ReceivedInto> received =
-        ReceiveMessageInto(socket_.get(), buffer_.get(), kMaxDatagramBytes + 1, /*wait=*/true);
+    absl::StatusOr<ReceivedInto> received = ReceiveMessageInto(
+        socket_.get(), buffer_.get(), kMaxSubmitSocketDatagramBytes + 1, /*wait=*/true);
     if (!received.ok()) {
       if (!clean_end_) {
         end_ = absl::UnavailableError(
@@ -94,9 +90,7 @@ class SocketTransport final : public SubmitTransport {
       return false;
     }
     if (response->has_ended() && response->ended().code() != 0) {
-      const v1::OpResult& ended = response->ended();
-      end_ = absl::Status(static_cast<absl::StatusCode>(ended.code()), ended.message());
-      if (!ended.reason().empty()) end_.SetPayload(kReasonPayloadUrl, absl::Cord(ended.reason()));
+      end_ = SubmitSocketStatus(response->ended());
       return false;
     }
     if (response->synced() == kCloseToken) {
@@ -114,27 +108,24 @@ class SocketTransport final : public SubmitTransport {
 
   void Cancel() override { ::shutdown(socket_.get(), SHUT_RDWR); }
 
-  size_t max_op_bytes() const override { return kMaxDatagramBytes - 256; }
+  size_t max_op_bytes() const override { return kMaxSubmitSocketDatagramBytes - 256; }
 
  private:
   // Sends one datagram; on a failure the connection ends (Read sees it) and Finish says why.
   bool Send(const v1::SubmitRequest& request) {
     if (!write_error_.ok()) return false;
     const std::string bytes = request.SerializeAsString();
-    if (bytes.size() > kMaxDatagramBytes) {
-      write_error_ = absl::InvalidArgumentError(
-          absl::StrCat("a pipelined op of ", bytes.size(),
-                       " bytes; gpukitd's submit socket takes at most ", kMaxDatagramBytes));
+    if (bytes.size() > kMaxSubmitSocketDatagramBytes) {
+      write_error_ = absl::InvalidArgumentError(absl::StrCat(
+          "a pipelined op of ", bytes.size(), " bytes; gpukitd's submit socket takes at most ",
+          kMaxSubmitSocketDatagramBytes));
       Cancel();
       return false;
     }
-    ssize_t sent;
-    do {
-      sent = ::send(socket_.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL);
-    } while (sent < 0 && errno == EINTR);
-    if (sent == static_cast<ssize_t>(bytes.size())) return true;
-    write_error_ = absl::UnavailableError(
-        absl::StrCat("gpukitd's submit socket: send: ", sent < 0 ? std::strerror(errno) : "short"));
+    const absl::Status sent = SendMessage(socket_.get(), bytes.data(), bytes.size());
+    if (sent.ok()) return true;
+    write_error_ =
+        absl::UnavailableError(absl::StrCat("gpukitd's submit socket: ", sent.message()));
     Cancel();
     return false;
   }

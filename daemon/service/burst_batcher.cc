@@ -1,12 +1,13 @@
 #include "daemon/service/burst_batcher.h"
 
+#include <algorithm>
+
 namespace gpukit::service {
 
 void BurstBatcher::BeforeOp(Device& device) {
-  const int cap = batches_ended_ >= 4 ? kOpsPerDeviceBatch : 1 << batches_ended_;
-  if (batch_ != nullptr && ops_in_batch_ >= cap) {
+  if (batch_ != nullptr && ops_in_batch_ >= batch_cap_) {
     EndBatch();
-    ++batches_ended_;
+    batch_cap_ = std::min(2 * batch_cap_, kOpsPerDeviceBatch);
   }
   if (batch_ == nullptr) {
     batch_ = std::make_unique<DeviceBatch>(device);
@@ -17,7 +18,7 @@ void BurstBatcher::BeforeOp(Device& device) {
 
 void BurstBatcher::EndBurst() {
   if (batch_ != nullptr) EndBatch();
-  batches_ended_ = 0;
+  batch_cap_ = 1;
 }
 
 void BurstBatcher::EndBatch() {

@@ -61,7 +61,7 @@ class BurstBatcher {
   const std::function<void()> after_batch_;
   std::unique_ptr<DeviceBatch> batch_;
   int ops_in_batch_ = 0;
-  int batches_ended_ = 0;  // of this burst
+  int batch_cap_ = 1;  // the open batch's: doubles with each batch of the burst
 };
 
 }  // namespace gpukit::service
