@@ -364,6 +364,12 @@ class Device {
   // device's own waits must end its batch first. Nests. Use DeviceBatch, not the calls.
   virtual void BeginBatch() {}
   virtual void EndBatch() {}
+
+  // A hint that stream work follows within tens of microseconds (a client's request has
+  // arrived and is being handled): a device behind a channel whose far end may be asleep
+  // wakes it now, so that its wake-up overlaps the caller's handling of the request
+  // (RemoteDevice; in-process devices ignore it). Never blocks; no effect on what runs.
+  virtual void ExpectWork() {}
 };
 
 // A scope of Device::BeginBatch/EndBatch:

@@ -206,10 +206,16 @@ absl::StatusOr<std::unique_ptr<SubmitStream>> SubmitStream::OpenOnSocket(
   }
   timeval forever = {};  // from here on the reader waits as long as the stream lives
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &forever, sizeof(forever));
+  return OnOpenedTransport(std::move(transport), answer.handle_prefix(), close_timeout);
+}
+
+std::unique_ptr<SubmitStream> SubmitStream::OnOpenedTransport(
+    std::unique_ptr<SubmitTransport> transport, const std::string& handle_prefix,
+    absl::Duration close_timeout) {
   std::unique_ptr<SubmitStream> stream(new SubmitStream(std::move(transport), close_timeout));
   {
     absl::MutexLock lock(&stream->mu_);
-    stream->handle_prefix_ = answer.handle_prefix();
+    stream->handle_prefix_ = handle_prefix;
     stream->opened_ = true;
   }
   stream->Start();
@@ -233,29 +239,52 @@ void SubmitStream::WriteLoop() {
   while (!half_close) {
     {
       absl::MutexLock lock(&mu_);
+      // A caller may be writing (CallerWritesLocked): the writes, WritesDone and the
+      // reader's Finish never overlap.
       auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return closing_ || read_done_ ||
-               (!outbox_.empty() && sent_ < answered_ + kMaxUnansweredOps);
+        return !writing_ && (closing_ || read_done_ ||
+                             (!outbox_.empty() && sent_ < answered_ + kMaxUnansweredOps));
       };
       mu_.Await(absl::Condition(&work));
       if (read_done_) break;  // the stream ended: nothing more goes out
-      batch.clear();
-      batch.swap(outbox_);
-      outbox_ops_ = 0;
-      sent_ = written_;
+      batch = TakeOutboxLocked();
       // Close refuses new ops: once this batch is out, the writes are done.
       half_close = closing_;
     }
-    bool written = true;
-    for (const v1::SubmitRequest& request : batch) {
-      // A failed write means the stream broke: the reader sees its end and its status.
-      if (written = transport_->Write(request); !written) break;
-    }
+    const bool written = WriteTaken(batch);
     if (!written) break;
     if (half_close) transport_->WritesDone();
   }
   absl::MutexLock lock(&mu_);
   writer_stopped_ = true;
+}
+
+bool SubmitStream::CallerWritesLocked(bool waits) const {
+  return !writing_ && !outbox_.empty() && !closing_ && !read_done_ &&
+         sent_ < answered_ + kMaxUnansweredOps &&
+         (waits || (answered_ >= sent_ && absl::Now() - last_take_ >= kCallerWritesAfterQuiet));
+}
+
+std::vector<v1::SubmitRequest> SubmitStream::TakeOutboxLocked() {
+  std::vector<v1::SubmitRequest> taken;
+  taken.swap(outbox_);
+  outbox_ops_ = 0;
+  sent_ = written_;
+  writing_ = true;
+  last_take_ = absl::Now();
+  return taken;
+}
+
+bool SubmitStream::WriteTaken(const std::vector<v1::SubmitRequest>& taken) {
+  if (taken.empty()) return true;
+  bool written = true;
+  for (const v1::SubmitRequest& request : taken) {
+    // A failed write means the stream broke: the reader sees its end and its status.
+    if (written = transport_->Write(request); !written) break;
+  }
+  absl::MutexLock lock(&mu_);
+  writing_ = false;
+  return written;
 }
 
 absl::StatusOr<v1::SubmitRequest*> SubmitStream::RoomForOp() {
@@ -309,43 +338,63 @@ absl::Status SubmitStream::OpStatus(const v1::OpResult& result) {
 
 absl::StatusOr<SubmitStream::Submitted> SubmitStream::Run(const v1::PipelinedRunOp& op) {
   auto result = std::make_shared<ArrayResult>();
-  absl::MutexLock lock(&mu_);
-  if (const size_t bytes = op.ByteSizeLong(); bytes > transport_->max_op_bytes()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "op ", op.op(), ": ", bytes, " bytes; a pipelined op on gpukitd's submit socket takes at "
-        "most ", transport_->max_op_bytes(), " (ClientOptions::use_submit_socket = false sends "
-        "the session's stream over gRPC)"));
+  std::vector<v1::SubmitRequest> taken;
+  Submitted submitted;
+  {
+    absl::MutexLock lock(&mu_);
+    if (const size_t bytes = op.ByteSizeLong(); bytes > transport_->max_op_bytes()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "op ", op.op(), ": ", bytes,
+          " bytes; a pipelined op on gpukitd's submit socket takes at most ",
+          transport_->max_op_bytes(),
+          " (ClientOptions::use_submit_socket = false sends the session's stream over gRPC)"));
+    }
+    auto opened = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return opened_ || ended_; };
+    mu_.Await(absl::Condition(&opened));
+    if (!opened_) return EndedStatus();
+    GPUKIT_ASSIGN_OR_RETURN(v1::SubmitRequest * request, RoomForOp());
+    *request->add_ops()->mutable_run() = op;
+    const uint64_t index = next_index_++;
+    pending_.emplace(index, Pending{op.op(), result, ""});
+    written_ = index + 1;
+    run_ops_end_ = index + 1;
+    submitted = Submitted{absl::StrCat(handle_prefix_, index), std::move(result)};
+    if (CallerWritesLocked(/*waits=*/false)) taken = TakeOutboxLocked();
   }
-  auto opened = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return opened_ || ended_; };
-  mu_.Await(absl::Condition(&opened));
-  if (!opened_) return EndedStatus();
-  GPUKIT_ASSIGN_OR_RETURN(v1::SubmitRequest * request, RoomForOp());
-  *request->add_ops()->mutable_run() = op;
-  const uint64_t index = next_index_++;
-  pending_.emplace(index, Pending{op.op(), result, ""});
-  written_ = index + 1;
-  run_ops_end_ = index + 1;
-  return Submitted{absl::StrCat(handle_prefix_, index), std::move(result)};
+  WriteTaken(taken);
+  return submitted;
 }
 
 absl::Status SubmitStream::Free(const std::string& handle) {
-  absl::MutexLock lock(&mu_);
-  GPUKIT_ASSIGN_OR_RETURN(v1::SubmitRequest * request, RoomForOp());
-  request->add_ops()->set_free(handle);
-  const uint64_t index = next_index_++;
-  pending_.emplace(index, Pending{"free", nullptr, handle});
-  written_ = index + 1;
+  std::vector<v1::SubmitRequest> taken;
+  {
+    absl::MutexLock lock(&mu_);
+    GPUKIT_ASSIGN_OR_RETURN(v1::SubmitRequest * request, RoomForOp());
+    request->add_ops()->set_free(handle);
+    const uint64_t index = next_index_++;
+    pending_.emplace(index, Pending{"free", nullptr, handle});
+    written_ = index + 1;
+    if (CallerWritesLocked(/*waits=*/false)) taken = TakeOutboxLocked();
+  }
+  WriteTaken(taken);
   return absl::OkStatus();
 }
 
 absl::Status SubmitStream::Sync() {
+  uint64_t token;
+  std::vector<v1::SubmitRequest> taken;
+  {
+    absl::MutexLock lock(&mu_);
+    if (ended_) return EndedStatus();
+    if (closing_) return absl::FailedPreconditionError("the Submit stream was closed");
+    token = next_sync_token_++;
+    sync_boundaries_.push_back(next_index_);
+    if (outbox_.empty() || outbox_.back().sync() != 0) outbox_.emplace_back();
+    outbox_.back().set_sync(token);
+    if (CallerWritesLocked(/*waits=*/true)) taken = TakeOutboxLocked();
+  }
+  WriteTaken(taken);
   absl::MutexLock lock(&mu_);
-  if (ended_) return EndedStatus();
-  if (closing_) return absl::FailedPreconditionError("the Submit stream was closed");
-  const uint64_t token = next_sync_token_++;
-  sync_boundaries_.push_back(next_index_);
-  if (outbox_.empty() || outbox_.back().sync() != 0) outbox_.emplace_back();
-  outbox_.back().set_sync(token);
   auto answered = [this, token]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return ended_ || synced_.contains(token);
   };

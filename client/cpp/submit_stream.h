@@ -7,10 +7,11 @@
 // thread on either side, as for a synchronous session's ops), else on a ComputeService.Submit
 // call (Open). The messages and their meaning are the same either way. Run()
 // and Free() queue the op and return without waiting for the daemon: the result of the op at
-// index i is the array `handle_prefix + i`, known as soon as the stream is open. A writer
-// thread sends what is queued: every op queued while it was writing, or while
-// kMaxUnansweredOps ops it sent had no answer yet, goes out in its next request (up to 1024
-// ops), so a fast caller's ops travel in batches and an idle stream sends each op at once. A
+// index i is the array `handle_prefix + i`, known as soon as the stream is open. On an idle
+// stream (no op sent and unanswered, nobody writing) the caller's thread sends the op itself,
+// and Sync its sync point; otherwise a writer thread sends what is queued: every op queued
+// while it was writing, or while kMaxUnansweredOps ops sent had no answer yet, goes out in
+// its next request (up to 1024 ops), so a fast caller's ops travel in batches. A
 // reader thread matches the daemon's OpResults to the ops by index
 // and resolves each ArrayResult (the layout, or the refusal as a status naming the op). Sync()
 // sends a sync point and waits for its answer; WaitForResults() waits until every run op already
@@ -68,6 +69,11 @@ inline constexpr int kMaxQueuedOps = 4 * kMaxOpsPerRequest;
 // before, 1.4-3.5 us after; docs/benchmarks.md). Twice the daemon's default
 // limits.maxOpsInFlight, so ops still wait in the daemon for a slot while the writer waits.
 inline constexpr int kMaxUnansweredOps = 64;
+// A caller writes its op itself when the stream has no op unanswered and has written nothing
+// for this long: its writer thread then sleeps deeply (on the GPU host, waking it took 35-60
+// us after 0.5 ms of quiet, 90-100 us after 5 ms, about 250 us after 50 ms). Sooner, the
+// writer thread wakes quickly and gathers what follows into one request.
+inline constexpr absl::Duration kCallerWritesAfterQuiet = absl::Microseconds(200);
 
 // Shape, dtype and size of an array.
 struct ArrayLayout {
@@ -106,9 +112,9 @@ class ArrayResult {
   absl::StatusOr<ArrayLayout> outcome_ = absl::UnknownError("unresolved");
 };
 
-// What a SubmitStream's messages travel on. Write is called by one thread (the writer), Read
-// by another (the reader); Finish once Read returned false and no Write runs; Cancel from
-// any thread.
+// What a SubmitStream's messages travel on. Write is called by one thread at a time (the
+// writer thread, or a caller writing on an idle stream), Read by another (the reader);
+// Finish once Read returned false and no Write runs; Cancel from any thread.
 class SubmitTransport {
  public:
   virtual ~SubmitTransport() = default;
@@ -148,6 +154,11 @@ class SubmitStream {
                                                                     const std::string& session_id,
                                                                     absl::Duration open_timeout,
                                                                     absl::Duration close_timeout);
+  // The stream on `transport`, whose opening the daemon has answered with `handle_prefix`
+  // (OpenOnSocket's last step; a test's transport of its own). Starts its threads.
+  static std::unique_ptr<SubmitStream> OnOpenedTransport(std::unique_ptr<SubmitTransport> transport,
+                                                         const std::string& handle_prefix,
+                                                         absl::Duration close_timeout);
   // Closes the stream (Close) and joins its threads.
   ~SubmitStream();
   SubmitStream(const SubmitStream&) = delete;
@@ -202,11 +213,25 @@ class SubmitStream {
   // Waits for room in the outbox; then the request to append the next op to. Errors: the
   // stream's end, or its close.
   absl::StatusOr<v1::SubmitRequest*> RoomForOp() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the calling thread (Run, Free, Sync) writes the outbox itself instead of leaving
+  // it to the writer thread: nobody writes now, the stream is open and not closing, its
+  // flow control lets the outbox go, and either the stream is quiet (nothing sent is
+  // unanswered and nothing was written for kCallerWritesAfterQuiet: the op would wait for
+  // the writer thread's wake-up; docs/benchmarks.md, "A burst's first op: the wake-ups after
+  // a pause") or the caller `waits` for the answer anyway (a sync point). A busy stream's ops
+  // still gather in the outbox for the writer thread.
+  bool CallerWritesLocked(bool waits) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the outbox to write (the caller then calls WriteTaken): counts its ops as sent and
+  // marks a write in progress.
+  std::vector<v1::SubmitRequest> TakeOutboxLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes what TakeOutboxLocked took (nothing when empty), in order, then ends the write in
+  // progress. False when a write failed (the stream broke: the reader sees its end).
+  bool WriteTaken(const std::vector<v1::SubmitRequest>& taken) ABSL_LOCKS_EXCLUDED(mu_);
   // The epoch (number of sync points written before it) of the op at `index`.
   uint64_t EpochOf(uint64_t index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status EndedStatus() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Written by the writer thread only, read by the reader thread only.
+  // Written by one thread at a time (writing_), read by the reader thread only.
   const std::unique_ptr<SubmitTransport> transport_;
   const absl::Duration close_timeout_;
   std::thread reader_;
@@ -218,6 +243,10 @@ class SubmitStream {
   int64_t outbox_ops_ ABSL_GUARDED_BY(mu_) = 0;
   // Close was called: the writer half-closes once the outbox is empty.
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  // A thread (the writer, or a caller: CallerWritesLocked) writes what it took from the
+  // outbox; nobody else writes meanwhile.
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time last_take_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // TakeOutboxLocked
   // The reader saw the stream's end; the writer stopped (it writes no more).
   bool read_done_ ABSL_GUARDED_BY(mu_) = false;
   bool writer_stopped_ ABSL_GUARDED_BY(mu_) = false;

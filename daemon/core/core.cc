@@ -493,6 +493,7 @@ absl::StatusOr<ArrayView> Core::RunOp(absl::string_view session_id, absl::string
                                       absl::Span<const OpInput> inputs, const AttrMap& attrs,
                                       const TaskOptions& options) {
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, sessions_.Touch(session_id));
+  devices_[session->admission().device_index].device->ExpectWork();
   GPUKIT_ASSIGN_OR_RETURN(
       PreparedOp op, PrepareOp(*session, op_name, inputs, attrs, options, /*output_handle=*/""));
   Device& device = op.output->device();

@@ -67,6 +67,7 @@ absl::StatusOr<bool> SubmitSession::Answer(const v1::SubmitRequest& request,
                                                    kMaxOpsPerSubmitRequest, " per request"));
   }
   if (request.ops_size() == 0 && request.sync() == 0) return false;
+  if (request.ops_size() > 0) pipeline_->device().ExpectWork();
   response.Clear();
   for (const v1::PipelinedOp& op : request.ops()) {
     // A client that went away gets no more of its ops queued (the request may hold 1024).

@@ -56,6 +56,12 @@ const google::protobuf::ArenaOptions kDatagramArena = [] {
 // seen.)
 bool OthersWaiting();
 
+int64_t SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 // A queue served by one thread, in order. `name` (at most 15 characters) names the thread,
 // as top -H and /proc/PID/task/*/comm show it.
 class WorkQueue {
@@ -74,6 +80,12 @@ class WorkQueue {
   bool idle() const { return queued_.load(std::memory_order_acquire) == 0 && !running_.load(); }
   // Whether work is queued behind what runs now.
   bool has_queued() const { return queued_.load(std::memory_order_acquire) > 0; }
+  // Whether the thread has slept (stopped spinning) for at least `pause`: work pushed now
+  // waits for its wake-up, which after a long pause is slow (kPausedStream).
+  bool asleep_for(std::chrono::nanoseconds pause) const {
+    const int64_t since = asleep_since_ns_.load(std::memory_order_relaxed);
+    return since != 0 && SteadyNowNs() - since >= pause.count();
+  }
   // nullptr stops the thread after what was pushed before it.
   void Push(std::function<void()> work) {
     absl::MutexLock lock(&mu_);
@@ -86,11 +98,13 @@ class WorkQueue {
     t_queue = this;
     for (;;) {
       std::function<void()> work;
-      SpinUntil([this] { return queued_.load(std::memory_order_acquire) > 0; });
+      const bool woken = SpinUntil([this] { return queued_.load(std::memory_order_acquire) > 0; });
       {
         absl::MutexLock lock(&mu_);
+        if (!woken) asleep_since_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
         mu_.Await(absl::Condition(
             +[](std::deque<std::function<void()>>* q) { return !q->empty(); }, &queue_));
+        asleep_since_ns_.store(0, std::memory_order_relaxed);
         work = std::move(queue_.front());
         queue_.pop_front();
         // Running before no longer queued, so idle() never sees neither while work is taken.
@@ -107,6 +121,7 @@ class WorkQueue {
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> queued_{0};  // queue_'s size, read without the lock while spinning
   std::atomic<bool> running_{false};
+  std::atomic<int64_t> asleep_since_ns_{0};  // when the thread went to sleep; 0 while awake
   std::thread thread_;
 };
 
@@ -129,6 +144,13 @@ bool RunsStreamWorkInline(const Device& device) {
   if (const char* text = std::getenv("GPUKIT_EXECUTOR_INLINE")) return std::string(text) == "1";
   return device.properties().backend != BackendKind::kCpu;
 }
+
+// How long a stream's thread must have slept for the reader to run the stream's work itself
+// even while other messages wait (RunOrQueue): a thread woken after such a pause took 70-250
+// us to start on the GPU host, more than the work takes on the reader. A shorter sleep (a
+// busy session's thread between two ops) wakes quickly, and the reader stays free for the
+// other sessions' messages.
+constexpr std::chrono::milliseconds kPausedStream{1};
 
 // The most stream requests of one message the reading thread runs itself: a synchronous op's
 // (its events, the op, the wait, the previous op's event destroys). A longer run (a
@@ -396,10 +418,13 @@ class ExecutorServer::Impl {
   void PushBatchWork();
   // Runs `works` on the reading thread at once when inline_work_, they weigh at most
   // kMostInlineWorks, the stream's enqueue thread has nothing queued or running (it is the
-  // reading thread that queues there, so the stream's order holds) and no other message
-  // waits to be read, else queues them there as one item. A GPU only queues the work, so
-  // the reader is not held long; the hand-off to the stream's thread is saved. With
-  // messages waiting (many sessions' streams), the reader is what they all wait for.
+  // reading thread that queues there, so the stream's order holds) and either no other
+  // message waits to be read or that thread has slept for kPausedStream; else queues them
+  // there as one item. A GPU only queues the work, so the reader is not held long; the
+  // hand-off to the stream's thread is saved. With messages waiting (many sessions'
+  // streams), the reader is what they all wait for, unless the stream's thread has slept
+  // long: its wake-up after a pause costs more than the work does on the reader
+  // (docs/benchmarks.md, "A burst's first op: the wake-ups after a pause").
   void RunOrQueue(const std::shared_ptr<StreamState>& stream, StreamWorks works);
 
   // Registers gpukitd's event `id` of stream `stream_id` (`stream`, null when unknown: the
@@ -1199,7 +1224,7 @@ void ExecutorServer::Impl::PushBatchWork() {
 void ExecutorServer::Impl::RunOrQueue(const std::shared_ptr<StreamState>& stream,
                                       StreamWorks works) {
   if (inline_work_ && works.weight <= kMostInlineWorks && stream->enqueues.idle() &&
-      !OthersWaiting()) {
+      (stream->enqueues.asleep_for(kPausedStream) || !OthersWaiting())) {
     RunStreamWorks(stream.get(), works.works);
     return;
   }
@@ -1604,6 +1629,8 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
     case executor::Request::kActivate:
       Reply(seq, absl::OkStatus());
       return;
+    case executor::Request::kWake:
+      return;  // the read itself was the point: the reader now polls (ExecutorReaderPollTime)
     case executor::Request::kBatch:
       if (fd.valid()) spdlog::warn("executor: a descriptor came with a batch; closed");
       in_batch_ = true;

@@ -410,6 +410,7 @@ class RemoteDevice::Impl {
   std::atomic<int64_t> round_trips_{0};
   // Datagrams sent to the executors: ExecutorState::messages.
   std::atomic<int64_t> messages_{0};
+  std::atomic<int64_t> wakes_{0};
 #if GPUKIT_FAULT_INJECTION
   // FailSendsForTesting: the next `failing_sends_` datagrams fail with failing_send_error_
   // (the count is written under failing_sends_mu_, read without it first).
@@ -1501,6 +1502,7 @@ ExecutorState RemoteDevice::executor_state() const {
   ExecutorState state = impl_->state_;
   state.round_trips = impl_->round_trips_.load(std::memory_order_relaxed);
   state.messages = impl_->messages_.load(std::memory_order_relaxed);
+  state.wakes = impl_->wakes_.load(std::memory_order_relaxed);
   return state;
 }
 
@@ -1983,6 +1985,18 @@ void RemoteDevice::EndBatch() {
   Impl& d = *impl_;
   absl::ReaderMutexLock gen(&d.gen_mu_);
   if (d.active_ != nullptr) d.FlushHeld(*d.active_, /*only_work=*/true);
+}
+
+void RemoteDevice::ExpectWork() {
+  const std::chrono::microseconds poll = ExecutorReaderPollTime();
+  if (poll.count() == 0) return;  // the reader sleeps after every message: the work wakes it
+  Impl& d = *impl_;
+  absl::ReaderMutexLock gen(&d.gen_mu_);
+  if (d.active_ == nullptr || !d.active_->activity.ClaimQuiet(poll / 2)) return;
+  executor::Request wake;
+  wake.mutable_wake();
+  d.wakes_.fetch_add(1, std::memory_order_relaxed);
+  d.SendOn(*d.active_, wake).IgnoreError();  // a channel that broke is the supervisor's
 }
 
 uint64_t RemoteDevice::Impl::AddEventLocked(Stream& stream, uint64_t stream_id) {

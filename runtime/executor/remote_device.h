@@ -96,6 +96,8 @@ struct ExecutorState {
   // destroying events, and the work of a DeviceBatch) are held back and go with the next,
   // so a synchronous op in a DeviceBatch is one datagram and its reply.
   int64_t messages = 0;
+  // Of them, Wakes (ExpectWork).
+  int64_t wakes = 0;
 };
 
 class RemoteDevice final : public Device {
@@ -172,6 +174,12 @@ class RemoteDevice final : public Device {
   // answer (or another thread's request); the outermost EndBatch sends what is still held.
   void BeginBatch() override;
   void EndBatch() override;
+  // Sends the executor a Wake when its channel has been quiet for half the executor reader's
+  // polling time (ExecutorReaderPollTime; never on hosts where it does not poll): its reader
+  // may be asleep, and a wake-up after a pause costs 100-250 us on the GPU host, which the
+  // Wake overlaps with gpukitd's handling of the request (docs/benchmarks.md, "A burst's
+  // first op: the wake-ups after a pause").
+  void ExpectWork() override;
 
   class Impl;
 

@@ -170,6 +170,16 @@ class RecentActivity {
 
   void Touch() { last_ns_.store(NowNs(), std::memory_order_relaxed); }
 
+  // Whether the channel has been quiet for `quiet` (nothing owed, no Touch since); if so it
+  // counts as touched now, so that of several threads asking at once one gets true.
+  bool ClaimQuiet(std::chrono::microseconds quiet) {
+    if (owed_ != nullptr && owed_->load(std::memory_order_relaxed) > 0) return false;
+    const int64_t now = NowNs();
+    int64_t last = last_ns_.load(std::memory_order_relaxed);
+    return now - last >= std::chrono::nanoseconds(quiet).count() &&
+           last_ns_.compare_exchange_strong(last, now, std::memory_order_relaxed);
+  }
+
   // Wakes the reader if it sleeps (call after making an answer owed); a write to an eventfd
   // then, nothing while it polls. Safe from any thread.
   void Ring() {

@@ -31,6 +31,7 @@
 #include "runtime/base/unix_fd.h"
 #include "runtime/device.h"
 #include "runtime/executor/shareable_segment_source.h"
+#include "runtime/executor/spin_wait.h"
 #include "runtime/op_registry.h"
 #include "tests/integration/binary_path.h"
 #include "tests/testing/status_matchers.h"
@@ -825,6 +826,37 @@ TEST_F(RemoteDeviceTest, ABatchSendsAnOpAndItsWaitAsOneMessage) {
   EXPECT_EQ(unbatched.round_trips - after.round_trips, 1);
 
   EXPECT_EQ(OpOutput(stream), (std::vector<float>{-1, -2, -3, -4}));
+}
+
+// ExpectWork sends a quiet channel's executor one Wake (where its reader polls at all: the
+// _inline variant of this test, with GPUKIT_EXECUTOR_SPIN_US=50) and nothing while traffic is
+// recent; the executor takes it without a reply and serves on.
+TEST_F(RemoteDeviceTest, ExpectWorkWakesAQuietExecutorOnce) {
+  Start();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
+  MakeOpBuffers(stream);
+  const bool polls = ExecutorReaderPollTime().count() > 0;
+  // Quiet for longer than half the reader's polling time (1 ms at 50 us of spinning).
+  absl::SleepFor(absl::Milliseconds(5));
+  const ExecutorState before = device_->executor_state();
+  device_->ExpectWork();
+  const ExecutorState after = device_->executor_state();
+  EXPECT_EQ(after.wakes - before.wakes, polls ? 1 : 0);
+  // The channel is no longer quiet: calls in a row send (next to) nothing. (A thread held off
+  // the CPU for half a millisecond between two of them would find it quiet again.)
+  for (int i = 0; i < 100; ++i) device_->ExpectWork();
+  const ExecutorState again = device_->executor_state();
+  EXPECT_LE(again.wakes - after.wakes, polls ? 5 : 0);
+  EXPECT_EQ(again.round_trips, before.round_trips);  // no reply is waited for
+
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId start, device_->RecordEvent(stream));
+  GPUKIT_ASSERT_OK(RunOp("neg", stream));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(EventId end, device_->RecordEvent(stream));
+  GPUKIT_ASSERT_OK(device_->WaitEvent(end));
+  GPUKIT_ASSERT_OK(device_->DestroyEvent(start));
+  GPUKIT_ASSERT_OK(device_->DestroyEvent(end));
+  EXPECT_EQ(OpOutput(stream), (std::vector<float>{-1, -2, -3, -4}));
+  EXPECT_EQ(device_->executor_state().restarts, 0);
 }
 
 // Work held in a batch that ends without a wait goes out when it ends, and in stream order

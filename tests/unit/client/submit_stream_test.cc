@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -99,6 +100,13 @@ class FakeCompute final : public v1::ComputeService::Service {
   absl::Duration answer_delay;  // before reading the next request: a daemon that is behind
 };
 
+// A pipelined run op named `name` (the fakes answer by name).
+v1::PipelinedRunOp OpNamed(const std::string& name) {
+  v1::PipelinedRunOp op;
+  op.set_op(name);
+  return op;
+}
+
 class SubmitStreamTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -117,11 +125,7 @@ class SubmitStreamTest : public ::testing::Test {
     return stream.ok() ? *std::move(stream) : nullptr;
   }
 
-  static v1::PipelinedRunOp Op(const std::string& name) {
-    v1::PipelinedRunOp op;
-    op.set_op(name);
-    return op;
-  }
+  static v1::PipelinedRunOp Op(const std::string& name) { return OpNamed(name); }
 
   FakeCompute fake_;
   std::unique_ptr<grpc::Server> server_;
@@ -273,6 +277,158 @@ TEST_F(SubmitStreamTest, AStreamRefusedAtOnceFailsItsFirstOpSyncAndClose) {
               StatusIs(absl::StatusCode::kNotFound, "unknown session"));
   EXPECT_THAT(stream->Sync(), StatusIs(absl::StatusCode::kNotFound, "unknown session"));
   EXPECT_THAT(stream->Close(), StatusIs(absl::StatusCode::kNotFound));
+}
+
+// A transport that records each write with the thread that made it, and answers only what
+// the test gives it (Answer); BreakWrites makes it a stream that broke.
+class RecordingTransport final : public SubmitTransport {
+ public:
+  struct Written {
+    std::thread::id thread;
+    v1::SubmitRequest request;
+  };
+
+  // SubmitTransport:
+  bool Write(const v1::SubmitRequest& request) override {
+    absl::MutexLock lock(&mu_);
+    if (broken_) return false;
+    writes_.push_back({std::this_thread::get_id(), request});
+    return true;
+  }
+  void WritesDone() override { End(absl::OkStatus()); }
+  bool Read(v1::SubmitResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    auto readable = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !responses_.empty() || end_.has_value();
+    };
+    mu_.Await(absl::Condition(&readable));
+    if (responses_.empty()) return false;
+    *response = std::move(responses_.front());
+    responses_.erase(responses_.begin());
+    return true;
+  }
+  absl::Status Finish() override {
+    absl::MutexLock lock(&mu_);
+    return end_.value_or(absl::InternalError("Finish before the end"));
+  }
+  void Cancel() override { End(absl::CancelledError("cancelled")); }
+
+  // The test's side.
+  void Answer(v1::SubmitResponse response) {
+    absl::MutexLock lock(&mu_);
+    responses_.push_back(std::move(response));
+  }
+  void AnswerOp(uint64_t index) {
+    v1::SubmitResponse response;
+    v1::OpResult* result = response.add_results();
+    result->set_index(index);
+    result->set_op("add");
+    result->mutable_output()->add_shape(2);
+    result->mutable_output()->set_dtype(v1::DTYPE_INT32);
+    result->mutable_output()->set_size_bytes(8);
+    Answer(std::move(response));
+  }
+  void AnswerSync(uint64_t token) {
+    v1::SubmitResponse response;
+    response.set_synced(token);
+    Answer(std::move(response));
+  }
+  // Writes fail from now on, and reads end with UNAVAILABLE, as on a connection that broke.
+  void BreakWrites() {
+    absl::MutexLock lock(&mu_);
+    broken_ = true;
+    if (!end_.has_value()) end_ = absl::UnavailableError("connection reset");
+  }
+  // The writes once there are at least `count` (at most 10 s later).
+  std::vector<Written> WaitForWrites(size_t count) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [this, count]()
+                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return writes_.size() >= count; };
+    mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(10));
+    return writes_;
+  }
+
+ private:
+  void End(absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    if (!end_.has_value()) end_ = std::move(status);
+  }
+
+  absl::Mutex mu_;
+  std::vector<Written> writes_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::SubmitResponse> responses_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::Status> end_ ABSL_GUARDED_BY(mu_);
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// On an idle stream the caller's thread writes its op itself (a sleeping writer thread's
+// wake-up would delay it), and a sync point too.
+TEST(SubmitStreamWritesTest, OnAnIdleStreamTheCallersThreadWritesTheOpAndTheSyncPoint) {
+  auto owned = std::make_unique<RecordingTransport>();
+  RecordingTransport& transport = *owned;
+  std::unique_ptr<SubmitStream> stream =
+      SubmitStream::OnOpenedTransport(std::move(owned), "r-1-", absl::Seconds(10));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SubmitStream::Submitted op, stream->Run(OpNamed("add")));
+  std::vector<RecordingTransport::Written> writes = transport.WaitForWrites(0);
+  ASSERT_EQ(writes.size(), 1u) << "written before Run returned";
+  EXPECT_EQ(writes[0].thread, std::this_thread::get_id());
+  ASSERT_EQ(writes[0].request.ops_size(), 1);
+  EXPECT_EQ(writes[0].request.ops(0).run().op(), "add");
+  transport.AnswerOp(0);
+  GPUKIT_ASSERT_OK(op.result->Wait().status());
+
+  std::thread::id syncer;
+  absl::Status synced;
+  std::thread sync([&] {
+    syncer = std::this_thread::get_id();
+    synced = stream->Sync();
+  });
+  writes = transport.WaitForWrites(2);
+  ASSERT_EQ(writes.size(), 2u);
+  EXPECT_EQ(writes[1].request.sync(), 1u);
+  transport.AnswerSync(1);
+  sync.join();
+  GPUKIT_EXPECT_OK(synced);
+  EXPECT_EQ(writes[1].thread, syncer);
+  GPUKIT_EXPECT_OK(stream->Close());
+}
+
+// While an op is unanswered, the next goes to the writer thread, which gathers what comes
+// meanwhile: the caller does not write.
+TEST(SubmitStreamWritesTest, WhileAnOpIsUnansweredTheWriterThreadWritesTheNext) {
+  auto owned = std::make_unique<RecordingTransport>();
+  RecordingTransport& transport = *owned;
+  std::unique_ptr<SubmitStream> stream =
+      SubmitStream::OnOpenedTransport(std::move(owned), "r-1-", absl::Seconds(10));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SubmitStream::Submitted first, stream->Run(OpNamed("add")));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SubmitStream::Submitted second, stream->Run(OpNamed("mul")));
+  std::vector<RecordingTransport::Written> writes = transport.WaitForWrites(2);
+  ASSERT_EQ(writes.size(), 2u);
+  EXPECT_EQ(writes[0].thread, std::this_thread::get_id());
+  EXPECT_NE(writes[1].thread, std::this_thread::get_id());
+  ASSERT_EQ(writes[1].request.ops_size(), 1);
+  EXPECT_EQ(writes[1].request.ops(0).run().op(), "mul");
+  transport.AnswerOp(0);
+  transport.AnswerOp(1);
+  GPUKIT_EXPECT_OK(first.result->Wait().status());
+  GPUKIT_EXPECT_OK(second.result->Wait().status());
+  GPUKIT_EXPECT_OK(stream->Close());
+}
+
+// A write that fails on the caller's thread ends the stream as the writer thread's would:
+// the op, the sync point and the close all report the stream's end, and nothing hangs.
+TEST(SubmitStreamWritesTest, AFailedWriteOnTheCallersThreadEndsTheStreamForEveryCall) {
+  auto owned = std::make_unique<RecordingTransport>();
+  RecordingTransport& transport = *owned;
+  std::unique_ptr<SubmitStream> stream =
+      SubmitStream::OnOpenedTransport(std::move(owned), "r-1-", absl::Seconds(10));
+  transport.BreakWrites();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SubmitStream::Submitted op, stream->Run(OpNamed("add")));
+  EXPECT_THAT(op.result->Wait().status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("connection reset")));
+  EXPECT_THAT(stream->Sync(), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(stream->Close(), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_TRUE(transport.WaitForWrites(0).empty());
 }
 
 }  // namespace
