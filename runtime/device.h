@@ -330,9 +330,10 @@ class Device {
   // needs (each op's own error and device time). Every pair gets an answer, whatever another
   // pair's; an unknown event is that pair's NOT_FOUND, as WaitEvent gives it. Costs: the
   // default waits for the last and measures pair by pair (ElapsedNsIfCompleted); a device in
-  // another process (RemoteDevice) takes one wait and at most one more round trip for the
-  // batch, unless the wait failed (a fault, a restart), when it too goes pair by pair so that
-  // each pair's error is what WaitEvent gives. Empty `pairs`: empty answer, no wait.
+  // another process (RemoteDevice) takes one round trip for the batch (the pairs go with the
+  // wait, up to 512 of them), unless the wait failed (a fault, a restart), when it too goes
+  // pair by pair so that each pair's error is what WaitEvent gives. Empty `pairs`: empty
+  // answer, no wait.
   virtual std::vector<EventPairOutcome> WaitEventPairs(absl::Span<const EventPair> pairs);
 
   // Runs a built-in op planned by the OpRegistry. UNIMPLEMENTED if this backend has no

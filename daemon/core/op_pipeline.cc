@@ -225,7 +225,7 @@ void OpPipeline::CompleteBatch(std::vector<Record>& batch) {
   // completed every earlier one has. Each end event still carries its own op's error (the
   // first error since the event before it: a CPU kernel's error is not sticky), and each op
   // has its device time: WaitEventPairs gives both, in one call (on a device executor one
-  // wait and one more round trip for the batch, not one per op).
+  // round trip for the batch, not one per op).
   Device& device = batch.back().work.device();
   std::vector<EventPair> pairs;
   pairs.reserve(batch.size());

@@ -352,7 +352,13 @@ class ExecutorServer::Impl {
   // of its first pair's stream when idle, else the reader): each pair's end event's status
   // (EndEventStatus) and, where OK, its device time; one device call for a pair that went
   // well (Device::ElapsedNsIfCompleted).
-  void ReplyPairsElapsed(uint64_t seq, const executor::ElapsedNs& request);
+  void ReplyPairsElapsed(uint64_t seq, const executor::ElapsedNs& request) {
+    ReplyWithPairs(seq, 0, 0, request.pairs());
+  }
+  // An OK reply (a wait's `elapsed_from` and `elapsed_ns`) that carries each of `pairs`'
+  // outcomes, as ReplyPairsElapsed describes.
+  void ReplyWithPairs(uint64_t seq, uint64_t elapsed_from, int64_t elapsed_ns,
+                      const google::protobuf::RepeatedPtrField<executor::EventPair>& pairs);
   // What a WaitEvent of gpukitd's completed event `id` answers (its enqueue_error, else the
   // device's WaitEvent), without blocking: FAILED_PRECONDITION for an event whose RecordEvent
   // its stream has not reached or whose work has not run, NOT_FOUND for an unknown or
@@ -669,13 +675,17 @@ absl::Status ExecutorServer::Impl::WaitDeviceEvent(EventId device_event, bool sh
                       absl::StrCat("the device faulted before this event: ", health.message()));
 }
 
-void ExecutorServer::Impl::ReplyPairsElapsed(uint64_t seq, const executor::ElapsedNs& request) {
+void ExecutorServer::Impl::ReplyWithPairs(
+    uint64_t seq, uint64_t elapsed_from, int64_t elapsed_ns,
+    const google::protobuf::RepeatedPtrField<executor::EventPair>& pairs) {
   if (seq == 0 || faulted_.load()) return;  // see Reply
   executor::FromExecutor message;
   executor::Reply& reply = *message.mutable_reply();
   reply.set_seq(seq);
-  for (const executor::EventPair& pair : request.pairs()) {
-    int64_t elapsed_ns = 0;
+  reply.set_elapsed_from(elapsed_from);
+  reply.set_elapsed_ns(elapsed_ns);
+  for (const executor::EventPair& pair : pairs) {
+    int64_t pair_ns = 0;
     absl::Status status = [&]() -> absl::Status {
       // Usually both events are recorded with no error before the end: the device answers
       // in one call (a GPU's cuEventElapsedTime; one per deferred span).
@@ -685,7 +695,7 @@ void ExecutorServer::Impl::ReplyPairsElapsed(uint64_t seq, const executor::Elaps
       if (start.ok() && end.ok()) {
         absl::StatusOr<int64_t> ns = ElapsedBetween(*start, *end, true);
         if (ns.ok()) {
-          elapsed_ns = *ns;
+          pair_ns = *ns;
           return absl::OkStatus();
         }
       }
@@ -693,10 +703,10 @@ void ExecutorServer::Impl::ReplyPairsElapsed(uint64_t seq, const executor::Elaps
       GPUKIT_RETURN_IF_ERROR(EndEventStatus(pair.end(), end_event.get()));
       GPUKIT_RETURN_IF_ERROR(start.status());
       GPUKIT_ASSIGN_OR_RETURN(EventPoint recorded_end, RecordedEvent(pair.end(), end_event.get()));
-      GPUKIT_ASSIGN_OR_RETURN(elapsed_ns, ElapsedBetween(*start, recorded_end, false));
+      GPUKIT_ASSIGN_OR_RETURN(pair_ns, ElapsedBetween(*start, recorded_end, false));
       return absl::OkStatus();
     }();
-    AddPairOutcome(status, elapsed_ns, reply);
+    AddPairOutcome(status, pair_ns, reply);
   }
   SetReplyStatus(absl::OkStatus(), reply);
   // Many long errors could outgrow a datagram (gpukitd asks <= 512 pairs at once): then each
@@ -1532,7 +1542,11 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
                   event->stream->last_work_ns.store(elapsed_ns, std::memory_order_relaxed);
                 }
               }
-              Reply(seq, status, 0, elapsed_from, elapsed_ns);
+              if (status.ok() && request.wait_event().pairs_size() > 0) {
+                ReplyWithPairs(seq, elapsed_from, elapsed_ns, request.wait_event().pairs());
+              } else {
+                Reply(seq, status, 0, elapsed_from, elapsed_ns);
+              }
               break;
             }
             default: {

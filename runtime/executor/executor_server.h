@@ -9,7 +9,8 @@
 //   - table requests (segments, buffers, streams, modules) run on the reading thread, in
 //     order; an ElapsedNs with pairs goes to the completion thread of its first pair's stream
 //     when that thread is idle (answered there at once: an event its stream's thread has not
-//     recorded yet has not completed), so the reader rarely calls the device for it;
+//     recorded yet has not completed), so the reader rarely calls the device for it (a
+//     WaitEvent with pairs answers them where its wait ends);
 //   - stream work (copies, ops, launches, events) goes to the stream's own thread, so that one
 //     stream's work never waits for another's (the CPU device runs work on the enqueueing
 //     thread), and a wait goes on to the stream's completion thread, so that waiting never

@@ -191,6 +191,12 @@ class RemoteDevice final : public Device {
   // fewer per op.
   absl::Status CheckOp(const OpLaunch& launch, uint64_t stream = 0,
                        std::shared_ptr<absl::Mutex>* order = nullptr) const;
+  // WaitEvent(event); with `pairs` (of event's stream, none after it) the executor's reply
+  // also carries their outcomes, which go to `carried` (one per pair, in order) when the wait
+  // ended OK in the executor; `carried` stays empty otherwise (the wait needed no request,
+  // or the executor gave no outcomes).
+  absl::Status WaitCarrying(EventId event, absl::Span<const EventPair> pairs,
+                            std::vector<EventPairOutcome>* carried);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -579,9 +579,9 @@ TEST_F(RemoteDeviceTest, EventElapsedNsIsAnsweredCachedOrNot) {
 }
 
 // A batch of ops waited for at its last event (WaitEventPairs): each pair's outcome is what
-// WaitEvent and EventElapsedNs give one by one, for one wait and one more round trip at most;
-// no more than the wait when every pair was measured by its end's wait.
-TEST_F(RemoteDeviceTest, WaitEventPairsTakesOneWaitAndOneRoundTrip) {
+// WaitEvent and EventElapsedNs give one by one, in one round trip (the pairs go with the
+// wait); no more than the wait when every pair was measured by its end's wait.
+TEST_F(RemoteDeviceTest, WaitEventPairsTakesOneRoundTrip) {
   Start();
   GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
   MakeOpBuffers(stream);
@@ -600,7 +600,7 @@ TEST_F(RemoteDeviceTest, WaitEventPairsTakesOneWaitAndOneRoundTrip) {
                                         {events[0], events[3]}};
   const int64_t before = device_->executor_state().round_trips;
   const std::vector<EventPairOutcome> batch = device_->WaitEventPairs(pairs);
-  EXPECT_EQ(device_->executor_state().round_trips - before, 2);  // the wait, the rest
+  EXPECT_EQ(device_->executor_state().round_trips - before, 1);  // the wait, with the pairs
   ASSERT_EQ(batch.size(), pairs.size());
   for (size_t i = 0; i < pairs.size(); ++i) {
     GPUKIT_EXPECT_OK(batch[i].status) << "pair " << i;
@@ -641,7 +641,7 @@ TEST_F(RemoteDeviceTest, WaitEventPairsTakesOneWaitAndOneRoundTrip) {
 
 // An op in the middle of the batch fails (_test_error: its work fails, and the event after it
 // is recorded fine but carries that error): its pair, and only its pair, gets the error
-// WaitEvent gives, still in one wait and one round trip.
+// WaitEvent gives, still in one round trip.
 TEST_F(RemoteDeviceTest, WaitEventPairsGivesAFailingOpsErrorToItsPairOnly) {
   Start();
   GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
@@ -658,7 +658,7 @@ TEST_F(RemoteDeviceTest, WaitEventPairsGivesAFailingOpsErrorToItsPairOnly) {
       {events[0], events[1]}, {events[1], events[2]}, {events[2], events[3]}};
   const int64_t before = device_->executor_state().round_trips;
   const std::vector<EventPairOutcome> batch = device_->WaitEventPairs(pairs);
-  EXPECT_EQ(device_->executor_state().round_trips - before, 2);
+  EXPECT_EQ(device_->executor_state().round_trips - before, 1);
   ASSERT_EQ(batch.size(), pairs.size());
   GPUKIT_EXPECT_OK(batch[0].status);
   EXPECT_THAT(batch[1].status, StatusIs(absl::StatusCode::kInternal));
@@ -738,8 +738,8 @@ TEST_F(RemoteDeviceTest, WaitEventPairsDoesNotWaitForAnEarlierPairsEnd) {
 }
 
 // After a restart the batch's pairs get what WaitEvent gives them (pair by pair: the fault's
-// culprit its fault, the others the restart), and a batch of the new executor takes one wait
-// and one round trip again.
+// culprit its fault, the others the restart), and a batch of the new executor takes one
+// round trip again.
 TEST_F(RemoteDeviceTest, WaitEventPairsGoesPairByPairAfterARestart) {
   Start();
   GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
@@ -770,7 +770,7 @@ TEST_F(RemoteDeviceTest, WaitEventPairsGoesPairByPairAfterARestart) {
   const std::vector<EventPair> fresh = {{fresh_start, fresh_middle}, {fresh_middle, fresh_end}};
   const int64_t before = device_->executor_state().round_trips;
   const std::vector<EventPairOutcome> again = device_->WaitEventPairs(fresh);
-  EXPECT_EQ(device_->executor_state().round_trips - before, 2);
+  EXPECT_EQ(device_->executor_state().round_trips - before, 1);
   ASSERT_EQ(again.size(), fresh.size());
   for (const EventPairOutcome& outcome : again) {
     GPUKIT_EXPECT_OK(outcome.status);
