@@ -361,74 +361,75 @@ class RecordingTransport final : public SubmitTransport {
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// A stream opened on a RecordingTransport.
+class SubmitStreamWritesTest : public ::testing::Test {
+ protected:
+  SubmitStreamWritesTest() {
+    auto owned = std::make_unique<RecordingTransport>();
+    transport_ = owned.get();
+    stream_ = SubmitStream::OnOpenedTransport(std::move(owned), "r-1-", absl::Seconds(10));
+  }
+
+  RecordingTransport* transport_;  // owned by stream_
+  std::unique_ptr<SubmitStream> stream_;
+};
+
 // On an idle stream the caller's thread writes its op itself (a sleeping writer thread's
 // wake-up would delay it), and a sync point too.
-TEST(SubmitStreamWritesTest, OnAnIdleStreamTheCallersThreadWritesTheOpAndTheSyncPoint) {
-  auto owned = std::make_unique<RecordingTransport>();
-  RecordingTransport& transport = *owned;
-  std::unique_ptr<SubmitStream> stream =
-      SubmitStream::OnOpenedTransport(std::move(owned), "r-1-", absl::Seconds(10));
-  GPUKIT_ASSERT_OK_AND_ASSIGN(SubmitStream::Submitted op, stream->Run(OpNamed("add")));
-  std::vector<RecordingTransport::Written> writes = transport.WaitForWrites(0);
+TEST_F(SubmitStreamWritesTest, OnAnIdleStreamTheCallersThreadWritesTheOpAndTheSyncPoint) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SubmitStream::Submitted op, stream_->Run(OpNamed("add")));
+  std::vector<RecordingTransport::Written> writes = transport_->WaitForWrites(0);
   ASSERT_EQ(writes.size(), 1u) << "written before Run returned";
   EXPECT_EQ(writes[0].thread, std::this_thread::get_id());
   ASSERT_EQ(writes[0].request.ops_size(), 1);
   EXPECT_EQ(writes[0].request.ops(0).run().op(), "add");
-  transport.AnswerOp(0);
+  transport_->AnswerOp(0);
   GPUKIT_ASSERT_OK(op.result->Wait().status());
 
   std::thread::id syncer;
   absl::Status synced;
   std::thread sync([&] {
     syncer = std::this_thread::get_id();
-    synced = stream->Sync();
+    synced = stream_->Sync();
   });
-  writes = transport.WaitForWrites(2);
+  writes = transport_->WaitForWrites(2);
   ASSERT_EQ(writes.size(), 2u);
   EXPECT_EQ(writes[1].request.sync(), 1u);
-  transport.AnswerSync(1);
+  transport_->AnswerSync(1);
   sync.join();
   GPUKIT_EXPECT_OK(synced);
   EXPECT_EQ(writes[1].thread, syncer);
-  GPUKIT_EXPECT_OK(stream->Close());
+  GPUKIT_EXPECT_OK(stream_->Close());
 }
 
 // While an op is unanswered, the next goes to the writer thread, which gathers what comes
 // meanwhile: the caller does not write.
-TEST(SubmitStreamWritesTest, WhileAnOpIsUnansweredTheWriterThreadWritesTheNext) {
-  auto owned = std::make_unique<RecordingTransport>();
-  RecordingTransport& transport = *owned;
-  std::unique_ptr<SubmitStream> stream =
-      SubmitStream::OnOpenedTransport(std::move(owned), "r-1-", absl::Seconds(10));
-  GPUKIT_ASSERT_OK_AND_ASSIGN(SubmitStream::Submitted first, stream->Run(OpNamed("add")));
-  GPUKIT_ASSERT_OK_AND_ASSIGN(SubmitStream::Submitted second, stream->Run(OpNamed("mul")));
-  std::vector<RecordingTransport::Written> writes = transport.WaitForWrites(2);
+TEST_F(SubmitStreamWritesTest, WhileAnOpIsUnansweredTheWriterThreadWritesTheNext) {
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SubmitStream::Submitted first, stream_->Run(OpNamed("add")));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SubmitStream::Submitted second, stream_->Run(OpNamed("mul")));
+  std::vector<RecordingTransport::Written> writes = transport_->WaitForWrites(2);
   ASSERT_EQ(writes.size(), 2u);
   EXPECT_EQ(writes[0].thread, std::this_thread::get_id());
   EXPECT_NE(writes[1].thread, std::this_thread::get_id());
   ASSERT_EQ(writes[1].request.ops_size(), 1);
   EXPECT_EQ(writes[1].request.ops(0).run().op(), "mul");
-  transport.AnswerOp(0);
-  transport.AnswerOp(1);
+  transport_->AnswerOp(0);
+  transport_->AnswerOp(1);
   GPUKIT_EXPECT_OK(first.result->Wait().status());
   GPUKIT_EXPECT_OK(second.result->Wait().status());
-  GPUKIT_EXPECT_OK(stream->Close());
+  GPUKIT_EXPECT_OK(stream_->Close());
 }
 
 // A write that fails on the caller's thread ends the stream as the writer thread's would:
 // the op, the sync point and the close all report the stream's end, and nothing hangs.
-TEST(SubmitStreamWritesTest, AFailedWriteOnTheCallersThreadEndsTheStreamForEveryCall) {
-  auto owned = std::make_unique<RecordingTransport>();
-  RecordingTransport& transport = *owned;
-  std::unique_ptr<SubmitStream> stream =
-      SubmitStream::OnOpenedTransport(std::move(owned), "r-1-", absl::Seconds(10));
-  transport.BreakWrites();
-  GPUKIT_ASSERT_OK_AND_ASSIGN(SubmitStream::Submitted op, stream->Run(OpNamed("add")));
+TEST_F(SubmitStreamWritesTest, AFailedWriteOnTheCallersThreadEndsTheStreamForEveryCall) {
+  transport_->BreakWrites();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SubmitStream::Submitted op, stream_->Run(OpNamed("add")));
   EXPECT_THAT(op.result->Wait().status(),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("connection reset")));
-  EXPECT_THAT(stream->Sync(), StatusIs(absl::StatusCode::kUnavailable));
-  EXPECT_THAT(stream->Close(), StatusIs(absl::StatusCode::kUnavailable));
-  EXPECT_TRUE(transport.WaitForWrites(0).empty());
+  EXPECT_THAT(stream_->Sync(), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(stream_->Close(), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_TRUE(transport_->WaitForWrites(0).empty());
 }
 
 }  // namespace
