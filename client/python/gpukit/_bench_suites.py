@@ -304,6 +304,12 @@ def _matmul_operands(session: Any, a_host: np.ndarray, b_host: np.ndarray, dtype
     return a.astype(dtype), b.astype(dtype)
 
 
+# Bursts timed for each pipelined matmul figure (gpukit's and torch's), which is their median:
+# a single burst's figure swung from 0.20x to 0.98x of torch between two runs of one build on
+# the GPU host (docs/benchmarks.md, "A burst's first op: the wake-ups after a pause").
+PIPELINED_BURSTS = 5
+
+
 def run_matmul(ctx: Context) -> None:
     s, gk, torch = ctx.settings, ctx.session, ctx.torch
     ctx.report.section(f"matmul: n x n @ n x n, {s.repeats} runs each, synchronous (result "
@@ -356,11 +362,12 @@ def run_matmul(ctx: Context) -> None:
                 return elapsed / s.repeats
 
             burst()
-            per_op = burst()
+            per_op = percentile([burst() for _ in range(PIPELINED_BURSTS)], 50)
             pa.free()
             pb.free()
             ctx.report.add(Figure(f"{name}_pipelined_ms", per_op * 1e3, "ms", False),
-                           f"{s.repeats} back to back, then sync()")
+                           f"median of {PIPELINED_BURSTS} bursts of {s.repeats} back to back, "
+                           "each then sync()")
             torch_s = _torch_matmul(ctx, n, dtype, pipelined=True) if torch is not None else None
             if torch_s is not None:
                 ctx.report.add(Figure(f"{name}_pipelined_vs_torch", torch_s / per_op, "x", True),
@@ -369,7 +376,8 @@ def run_matmul(ctx: Context) -> None:
 
 def _torch_matmul(ctx: Context, n: int, dtype: str, pipelined: bool) -> float:
     """torch's seconds per n x n matmul in `dtype` in this process: the median of
-    synchronized calls, or with `pipelined` the mean of `repeats` calls back to back."""
+    synchronized calls, or with `pipelined` the median over PIPELINED_BURSTS bursts of the
+    mean of `repeats` calls back to back."""
     torch, s = ctx.torch, ctx.settings
     tdtype = _torch_dtype(torch, dtype)
     previous = torch.backends.cuda.matmul.allow_tf32
@@ -382,12 +390,16 @@ def _torch_matmul(ctx: Context, n: int, dtype: str, pipelined: bool) -> float:
         for _ in range(s.warmup):
             a @ b
         torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(s.repeats):
-            c = a @ b
-        torch.cuda.synchronize()
-        del c
-        return (time.perf_counter() - start) / s.repeats
+
+        def burst() -> float:
+            start = time.perf_counter()
+            for _ in range(s.repeats):
+                c = a @ b
+            torch.cuda.synchronize()
+            del c
+            return (time.perf_counter() - start) / s.repeats
+
+        return percentile([burst() for _ in range(PIPELINED_BURSTS)], 50)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = previous
 
