@@ -149,7 +149,9 @@ bool RunsStreamWorkInline(const Device& device) {
 // even while other messages wait (RunOrQueue): a thread woken after such a pause took 70-250
 // us to start on the GPU host, more than the work takes on the reader. A shorter sleep (a
 // busy session's thread between two ops) wakes quickly, and the reader stays free for the
-// other sessions' messages.
+// other sessions' messages. At most one stream's work cuts in so per kPausedStream, so that
+// sessions that pause between their ops cannot keep the reader, and every message behind it,
+// busy with their work.
 constexpr std::chrono::milliseconds kPausedStream{1};
 
 // The most stream requests of one message the reading thread runs itself: a synchronous op's
@@ -425,12 +427,12 @@ class ExecutorServer::Impl {
   // Runs `works` on the reading thread at once when inline_work_, they weigh at most
   // kMostInlineWorks, the stream's enqueue thread has nothing queued or running (it is the
   // reading thread that queues there, so the stream's order holds) and either no other
-  // message waits to be read or that thread has slept for kPausedStream; else queues them
-  // there as one item. A GPU only queues the work, so the reader is not held long; the
-  // hand-off to the stream's thread is saved. With messages waiting (many sessions'
-  // streams), the reader is what they all wait for, unless the stream's thread has slept
-  // long: its wake-up after a pause costs more than the work does on the reader
-  // (docs/benchmarks.md, "A burst's first op: the wake-ups after a pause").
+  // message waits to be read or that thread has slept for kPausedStream (and no other
+  // stream's work cut in so within kPausedStream); else queues them there as one item. A GPU only
+  // queues the work, so the reader is not held long; the hand-off to the stream's thread is saved.
+  // With messages waiting (many sessions' streams), the reader is what they all wait for, unless
+  // the stream's thread has slept long: its wake-up after a pause costs more than the work does on
+  // the reader (docs/benchmarks.md, "A burst's first op: the wake-ups after a pause").
   void RunOrQueue(const std::shared_ptr<StreamState>& stream, StreamWorks works);
 
   // Registers gpukitd's event `id` of stream `stream_id` (`stream`, null when unknown: the
@@ -505,8 +507,20 @@ class ExecutorServer::Impl {
   // The reading thread's polling: while waits are owed, and ExecutorReaderPollTime() after
   // the channel's last traffic either way.
   RecentActivity activity_{ExecutorReaderPollTime(), &waits_owed_};
+  // Whether `stream`'s work runs on the reader although other messages wait (RunOrQueue):
+  // its thread has slept for kPausedStream, and no other paused stream's work did so within
+  // kPausedStream (reader only).
+  bool PausedStreamCutsIn(const StreamState& stream) {
+    if (!stream.enqueues.asleep_for(kPausedStream)) return false;
+    const int64_t now = SteadyNowNs();
+    if (now - last_cut_in_ns_ < std::chrono::nanoseconds(kPausedStream).count()) return false;
+    last_cut_in_ns_ = now;
+    return true;
+  }
+
   // The reading thread's own: whether it is handling a Batch, and the batch's stream work.
   bool in_batch_ = false;
+  int64_t last_cut_in_ns_ = 0;  // PausedStreamCutsIn
   // The arena of the datagram being handled (reader only). Keep(request), for a request of
   // it, shares its ownership: what a queued work item holds stays valid until it is done.
   std::shared_ptr<google::protobuf::Arena> datagram_;
@@ -1234,7 +1248,7 @@ void ExecutorServer::Impl::PushBatchWork() {
 void ExecutorServer::Impl::RunOrQueue(const std::shared_ptr<StreamState>& stream,
                                       StreamWorks works) {
   if (inline_work_ && works.weight <= kMostInlineWorks && stream->enqueues.idle() &&
-      (stream->enqueues.asleep_for(kPausedStream) || !OthersWaiting())) {
+      (!OthersWaiting() || PausedStreamCutsIn(*stream))) {
     RunStreamWorks(stream.get(), works.works);
     return;
   }
