@@ -149,9 +149,11 @@ bool RunsStreamWorkInline(const Device& device) {
 // even while other messages wait (RunOrQueue): a thread woken after such a pause took 70-250
 // us to start on the GPU host, more than the work takes on the reader. A shorter sleep (a
 // busy session's thread between two ops) wakes quickly, and the reader stays free for the
-// other sessions' messages. At most one stream's work cuts in so per kPausedStream, so that
-// sessions that pause between their ops cannot keep the reader, and every message behind it,
-// busy with their work.
+// other sessions' messages. One stream at a time cuts in so: another may once none has for
+// kPausedStream, so that sessions that pause between their ops cannot keep the reader, and
+// every message behind it, busy with their work. (The stream that cut in goes on doing so
+// while its thread sleeps: the rest of its burst, which would otherwise wait for the thread's
+// wake-up.)
 constexpr std::chrono::milliseconds kPausedStream{1};
 
 // The most stream requests of one message the reading thread runs itself: a synchronous op's
@@ -427,8 +429,8 @@ class ExecutorServer::Impl {
   // Runs `works` on the reading thread at once when inline_work_, they weigh at most
   // kMostInlineWorks, the stream's enqueue thread has nothing queued or running (it is the
   // reading thread that queues there, so the stream's order holds) and either no other
-  // message waits to be read or that thread has slept for kPausedStream (and no other
-  // stream's work cut in so within kPausedStream); else queues them there as one item. A GPU only
+  // message waits to be read or that thread has slept for kPausedStream and the stream may
+  // cut in (PausedStreamCutsIn); else queues them there as one item. A GPU only
   // queues the work, so the reader is not held long; the hand-off to the stream's thread is saved.
   // With messages waiting (many sessions' streams), the reader is what they all wait for, unless
   // the stream's thread has slept long: its wake-up after a pause costs more than the work does on
@@ -508,19 +510,25 @@ class ExecutorServer::Impl {
   // the channel's last traffic either way.
   RecentActivity activity_{ExecutorReaderPollTime(), &waits_owed_};
   // Whether `stream`'s work runs on the reader although other messages wait (RunOrQueue):
-  // its thread has slept for kPausedStream, and no other paused stream's work did so within
-  // kPausedStream (reader only).
+  // its thread has slept for kPausedStream, and it is the stream that cut in last or no
+  // stream has for kPausedStream (reader only).
   bool PausedStreamCutsIn(const StreamState& stream) {
     if (!stream.enqueues.asleep_for(kPausedStream)) return false;
     const int64_t now = SteadyNowNs();
-    if (now - last_cut_in_ns_ < std::chrono::nanoseconds(kPausedStream).count()) return false;
+    if (&stream != last_cut_in_ &&
+        now - last_cut_in_ns_ < std::chrono::nanoseconds(kPausedStream).count()) {
+      return false;
+    }
+    last_cut_in_ = &stream;
     last_cut_in_ns_ = now;
     return true;
   }
 
   // The reading thread's own: whether it is handling a Batch, and the batch's stream work.
   bool in_batch_ = false;
-  int64_t last_cut_in_ns_ = 0;  // PausedStreamCutsIn
+  // PausedStreamCutsIn's last: compared, never dereferenced (it may be gone).
+  const StreamState* last_cut_in_ = nullptr;
+  int64_t last_cut_in_ns_ = 0;
   // The arena of the datagram being handled (reader only). Keep(request), for a request of
   // it, shares its ownership: what a queued work item holds stays valid until it is done.
   std::shared_ptr<google::protobuf::Arena> datagram_;
