@@ -369,7 +369,8 @@ class Device {
   // A hint that stream work follows within tens of microseconds (a client's request has
   // arrived and is being handled): a device behind a channel whose far end may be asleep
   // wakes it now, so that its wake-up overlaps the caller's handling of the request
-  // (RemoteDevice; in-process devices ignore it). Never blocks; no effect on what runs.
+  // (RemoteDevice; in-process devices ignore it). Cheap: at most one small one-way message,
+  // and only after a quiet spell; no effect on what runs or in which order.
   virtual void ExpectWork() {}
 };
 

@@ -1,6 +1,7 @@
 #include "client/cpp/submit_stream.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <utility>
 
@@ -260,9 +261,10 @@ void SubmitStream::WriteLoop() {
 }
 
 bool SubmitStream::CallerWritesLocked(bool waits) const {
-  return !writing_ && !outbox_.empty() && !closing_ && !read_done_ &&
+  return !writing_ && !outbox_.empty() && !closing_ && !read_done_ && !writer_stopped_ &&
          sent_ < answered_ + kMaxUnansweredOps &&
-         (waits || (answered_ >= sent_ && absl::Now() - last_take_ >= kCallerWritesAfterQuiet));
+         (waits || (answered_ >= sent_ &&
+                    std::chrono::steady_clock::now() - last_take_ >= kCallerWritesAfterQuiet));
 }
 
 std::vector<v1::SubmitRequest> SubmitStream::TakeOutboxLocked() {
@@ -270,8 +272,10 @@ std::vector<v1::SubmitRequest> SubmitStream::TakeOutboxLocked() {
   taken.swap(outbox_);
   outbox_ops_ = 0;
   sent_ = written_;
-  writing_ = true;
-  last_take_ = absl::Now();
+  if (!taken.empty()) {
+    writing_ = true;
+    last_take_ = std::chrono::steady_clock::now();
+  }
   return taken;
 }
 
@@ -514,7 +518,9 @@ void SubmitStream::ReadLoop() {
     // Finish may not overlap a write: stop the writer first (its writes fail now).
     absl::MutexLock lock(&mu_);
     read_done_ = true;
-    auto stopped = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return writer_stopped_; };
+    // Nor a caller's write (none starts once the writer thread stopped: CallerWritesLocked).
+    auto stopped = [this]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return writer_stopped_ && !writing_; };
     mu_.Await(absl::Condition(&stopped));
   }
   const absl::Status end = transport_->Finish();

@@ -39,6 +39,7 @@
 #define GPUKIT_CLIENT_CPP_SUBMIT_STREAM_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -73,7 +74,7 @@ inline constexpr int kMaxUnansweredOps = 64;
 // for this long: its writer thread then sleeps deeply (on the GPU host, waking it took 35-60
 // us after 0.5 ms of quiet, 90-100 us after 5 ms, about 250 us after 50 ms). Sooner, the
 // writer thread wakes quickly and gathers what follows into one request.
-inline constexpr absl::Duration kCallerWritesAfterQuiet = absl::Microseconds(200);
+inline constexpr std::chrono::microseconds kCallerWritesAfterQuiet{200};
 
 // Shape, dtype and size of an array.
 struct ArrayLayout {
@@ -221,8 +222,8 @@ class SubmitStream {
   // a pause") or the caller `waits` for the answer anyway (a sync point). A busy stream's ops
   // still gather in the outbox for the writer thread.
   bool CallerWritesLocked(bool waits) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Takes the outbox to write (the caller then calls WriteTaken): counts its ops as sent and
-  // marks a write in progress.
+  // Takes the outbox to write (the caller then calls WriteTaken): counts its ops as sent and,
+  // when it holds anything, marks a write in progress.
   std::vector<v1::SubmitRequest> TakeOutboxLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes what TakeOutboxLocked took (nothing when empty), in order, then ends the write in
   // progress. False when a write failed (the stream broke: the reader sees its end).
@@ -231,7 +232,8 @@ class SubmitStream {
   uint64_t EpochOf(uint64_t index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status EndedStatus() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Written by one thread at a time (writing_), read by the reader thread only.
+  // Written by one thread at a time (writing_), never after the writer thread stopped; read by
+  // the reader thread only, which calls Finish once no write is in progress.
   const std::unique_ptr<SubmitTransport> transport_;
   const absl::Duration close_timeout_;
   std::thread reader_;
@@ -246,7 +248,8 @@ class SubmitStream {
   // A thread (the writer, or a caller: CallerWritesLocked) writes what it took from the
   // outbox; nobody else writes meanwhile.
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Time last_take_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // TakeOutboxLocked
+  // When TakeOutboxLocked last took something (a monotonic clock).
+  std::chrono::steady_clock::time_point last_take_ ABSL_GUARDED_BY(mu_);
   // The reader saw the stream's end; the writer stopped (it writes no more).
   bool read_done_ ABSL_GUARDED_BY(mu_) = false;
   bool writer_stopped_ ABSL_GUARDED_BY(mu_) = false;

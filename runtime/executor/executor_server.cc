@@ -149,11 +149,10 @@ bool RunsStreamWorkInline(const Device& device) {
 // even while other messages wait (RunOrQueue): a thread woken after such a pause took 70-250
 // us to start on the GPU host, more than the work takes on the reader. A shorter sleep (a
 // busy session's thread between two ops) wakes quickly, and the reader stays free for the
-// other sessions' messages. One stream at a time cuts in so: another may once none has for
-// kPausedStream, so that sessions that pause between their ops cannot keep the reader, and
-// every message behind it, busy with their work. (The stream that cut in goes on doing so
-// while its thread sleeps: the rest of its burst, which would otherwise wait for the thread's
-// wake-up.)
+// other sessions' messages. One stream at a time cuts in so, for at most kPausedStream from
+// its first cut-in (the rest of its burst, which would otherwise wait for the thread's
+// wake-up), and another may once none has for kPausedStream: sessions that pause between
+// their ops cannot keep the reader, and every message behind it, busy with their work.
 constexpr std::chrono::milliseconds kPausedStream{1};
 
 // The most stream requests of one message the reading thread runs itself: a synchronous op's
@@ -510,24 +509,34 @@ class ExecutorServer::Impl {
   // the channel's last traffic either way.
   RecentActivity activity_{ExecutorReaderPollTime(), &waits_owed_};
   // Whether `stream`'s work runs on the reader although other messages wait (RunOrQueue):
-  // its thread has slept for kPausedStream, and it is the stream that cut in last or no
-  // stream has for kPausedStream (reader only).
+  // its thread has slept for kPausedStream, and either it cut in less than kPausedStream ago
+  // for the first time in this run of cut-ins, or no stream has cut in for kPausedStream
+  // (reader only).
   bool PausedStreamCutsIn(const StreamState& stream) {
     if (!stream.enqueues.asleep_for(kPausedStream)) return false;
     const int64_t now = SteadyNowNs();
-    if (&stream != last_cut_in_ &&
-        now - last_cut_in_ns_ < std::chrono::nanoseconds(kPausedStream).count()) {
+    const int64_t window = std::chrono::nanoseconds(kPausedStream).count();
+    if (&stream == last_cut_in_) {
+      if (now - cut_in_since_ns_ < window) {
+        last_cut_in_ns_ = now;
+        return true;
+      }
+      last_cut_in_ = nullptr;  // its run is over: its work goes to its thread now
       return false;
     }
+    if (now - last_cut_in_ns_ < window) return false;
     last_cut_in_ = &stream;
+    cut_in_since_ns_ = now;
     last_cut_in_ns_ = now;
     return true;
   }
 
   // The reading thread's own: whether it is handling a Batch, and the batch's stream work.
   bool in_batch_ = false;
-  // PausedStreamCutsIn's last: compared, never dereferenced (it may be gone).
+  // PausedStreamCutsIn's: the stream of the current run of cut-ins (compared, never
+  // dereferenced: it may be gone), when that run began, and the last cut-in.
   const StreamState* last_cut_in_ = nullptr;
+  int64_t cut_in_since_ns_ = 0;
   int64_t last_cut_in_ns_ = 0;
   // The arena of the datagram being handled (reader only). Keep(request), for a request of
   // it, shares its ownership: what a queued work item holds stays valid until it is done.

@@ -291,7 +291,12 @@ class RecordingTransport final : public SubmitTransport {
   // SubmitTransport:
   bool Write(const v1::SubmitRequest& request) override {
     absl::MutexLock lock(&mu_);
-    if (broken_) return false;
+    if (broken_) {
+      // As on a connection that broke: the write fails, and then the reads end.
+      failed_writes_.push_back({std::this_thread::get_id(), request});
+      if (!end_.has_value()) end_ = absl::UnavailableError("connection reset");
+      return false;
+    }
     writes_.push_back({std::this_thread::get_id(), request});
     return true;
   }
@@ -333,11 +338,14 @@ class RecordingTransport final : public SubmitTransport {
     response.set_synced(token);
     Answer(std::move(response));
   }
-  // Writes fail from now on, and reads end with UNAVAILABLE, as on a connection that broke.
+  // Writes fail from now on; the first failed one ends the reads with UNAVAILABLE.
   void BreakWrites() {
     absl::MutexLock lock(&mu_);
     broken_ = true;
-    if (!end_.has_value()) end_ = absl::UnavailableError("connection reset");
+  }
+  std::vector<Written> failed_writes() {
+    absl::MutexLock lock(&mu_);
+    return failed_writes_;
   }
   // The writes once there are at least `count` (at most 10 s later).
   std::vector<Written> WaitForWrites(size_t count) {
@@ -356,6 +364,7 @@ class RecordingTransport final : public SubmitTransport {
 
   absl::Mutex mu_;
   std::vector<Written> writes_ ABSL_GUARDED_BY(mu_);
+  std::vector<Written> failed_writes_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::SubmitResponse> responses_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Status> end_ ABSL_GUARDED_BY(mu_);
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
@@ -425,6 +434,10 @@ TEST_F(SubmitStreamWritesTest, WhileAnOpIsUnansweredTheWriterThreadWritesTheNext
 TEST_F(SubmitStreamWritesTest, AFailedWriteOnTheCallersThreadEndsTheStreamForEveryCall) {
   transport_->BreakWrites();
   GPUKIT_ASSERT_OK_AND_ASSIGN(SubmitStream::Submitted op, stream_->Run(OpNamed("add")));
+  // The caller's own write failed (nothing else ends the stream here).
+  const std::vector<RecordingTransport::Written> failed = transport_->failed_writes();
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_EQ(failed[0].thread, std::this_thread::get_id());
   EXPECT_THAT(op.result->Wait().status(),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("connection reset")));
   EXPECT_THAT(stream_->Sync(), StatusIs(absl::StatusCode::kUnavailable));
