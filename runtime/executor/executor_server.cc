@@ -56,12 +56,6 @@ const google::protobuf::ArenaOptions kDatagramArena = [] {
 // seen.)
 bool OthersWaiting();
 
-int64_t SteadyNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 // A queue served by one thread, in order. `name` (at most 15 characters) names the thread,
 // as top -H and /proc/PID/task/*/comm show it.
 class WorkQueue {

@@ -2069,15 +2069,6 @@ absl::Status RemoteDevice::WaitCarrying(EventId event, absl::Span<const EventPai
     asked.set_end(pair.end.value);
   }
   absl::Status status = d.Call(request, -1, pending, recorded.generation).status();
-  if (status.ok() && carried != nullptr && !pairs.empty() &&
-      pending->pair_elapsed_ns.size() == pairs.size() &&
-      pending->pair_status.size() == pairs.size()) {
-    carried->resize(pairs.size());
-    for (size_t i = 0; i < pairs.size(); ++i) {
-      (*carried)[i].status = std::move(pending->pair_status[i]);
-      (*carried)[i].elapsed_ns = (*carried)[i].status.ok() ? pending->pair_elapsed_ns[i] : 0;
-    }
-  }
   if (status.ok()) {
     absl::MutexLock lock(&d.mu_);
     auto stream = d.streams_.find(recorded.stream);
@@ -2106,7 +2097,15 @@ absl::Status RemoteDevice::WaitCarrying(EventId event, absl::Span<const EventPai
       it->second.elapsed_ns = pending->elapsed_ns;
     }
   }
-  if (!status.ok() && carried != nullptr) carried->clear();
+  if (status.ok() && carried != nullptr && !pairs.empty() &&
+      pending->pair_elapsed_ns.size() == pairs.size() &&
+      pending->pair_status.size() == pairs.size()) {
+    carried->resize(pairs.size());
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      (*carried)[i].status = std::move(pending->pair_status[i]);
+      (*carried)[i].elapsed_ns = (*carried)[i].status.ok() ? pending->pair_elapsed_ns[i] : 0;
+    }
+  }
   return status;
 }
 

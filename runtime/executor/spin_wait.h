@@ -100,6 +100,13 @@ class SpinSlots {
   std::atomic<int> used_{0};
 };
 
+// The steady clock's nanoseconds (time since an arbitrary start: for differences).
+inline int64_t SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 inline void CpuRelax() {
 #if defined(__x86_64__)
   __builtin_ia32_pause();
@@ -168,13 +175,13 @@ class RecentActivity {
   RecentActivity(const RecentActivity&) = delete;
   RecentActivity& operator=(const RecentActivity&) = delete;
 
-  void Touch() { last_ns_.store(NowNs(), std::memory_order_relaxed); }
+  void Touch() { last_ns_.store(SteadyNowNs(), std::memory_order_relaxed); }
 
   // Whether the channel has been quiet for `quiet` (nothing owed, no Touch since); if so it
   // counts as touched now, so that of several threads asking at once one gets true.
   bool ClaimQuiet(std::chrono::microseconds quiet) {
     if (owed_ != nullptr && owed_->load(std::memory_order_relaxed) > 0) return false;
-    const int64_t now = NowNs();
+    const int64_t now = SteadyNowNs();
     int64_t last = last_ns_.load(std::memory_order_relaxed);
     return now - last >= std::chrono::nanoseconds(quiet).count() &&
            last_ns_.compare_exchange_strong(last, now, std::memory_order_relaxed);
@@ -209,16 +216,11 @@ class RecentActivity {
   bool Recent() const {
     if (window_ns_ <= 0) return false;
     return ((owed_ != nullptr && owed_->load(std::memory_order_relaxed) > 0) ||
-            NowNs() - last_ns_.load(std::memory_order_relaxed) < window_ns_) &&
+            SteadyNowNs() - last_ns_.load(std::memory_order_relaxed) < window_ns_) &&
            load_.SpareCore();
   }
 
  private:
-  static int64_t NowNs() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
   const int64_t window_ns_;
   std::atomic<int64_t> last_ns_{std::numeric_limits<int64_t>::min() / 2};
   const std::atomic<int>* const owed_;
