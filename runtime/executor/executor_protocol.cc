@@ -154,7 +154,8 @@ void EncodeRunOp(const OpLaunch& launch, StreamId stream, executor::RunOp& out) 
 
 absl::StatusOr<OpLaunch> DecodeRunOp(
     const executor::RunOp& in,
-    const std::function<absl::StatusOr<BufferId>(uint64_t)>& decode_buffer) {
+    const std::function<absl::StatusOr<BufferId>(uint64_t id, const executor::Place& place)>&
+        decode_buffer) {
   OpLaunch launch;
   GPUKIT_ASSIGN_OR_RETURN(launch.op, OpRegistry::Builtin().Find(in.op()));
   executor::TensorDesc compute;
@@ -182,12 +183,12 @@ absl::StatusOr<OpLaunch> DecodeRunOp(
     if (input.is_scalar) {
       input.scalar = DecodeScalar(operand.scalar());
     } else {
-      GPUKIT_ASSIGN_OR_RETURN(input.buffer, decode_buffer(operand.buffer()));
+      GPUKIT_ASSIGN_OR_RETURN(input.buffer, decode_buffer(operand.buffer(), operand.place()));
       GPUKIT_ASSIGN_OR_RETURN(input.desc, DecodeDesc(operand.desc()));
     }
     launch.inputs.push_back(std::move(input));
   }
-  GPUKIT_ASSIGN_OR_RETURN(launch.output, decode_buffer(in.output()));
+  GPUKIT_ASSIGN_OR_RETURN(launch.output, decode_buffer(in.output(), in.output_place()));
   launch.sliceable = !in.whole();
   return launch;
 }

@@ -51,12 +51,14 @@ absl::Status ReplyStatus(const executor::Reply& reply);
 void AddPairOutcome(const absl::Status& status, int64_t elapsed_ns, executor::Reply& reply);
 absl::Status PairStatus(const executor::Reply& reply, int i);
 
-// OpLaunch <-> RunOp. Buffer ids travel as they are; `decode_buffer` maps each to the
-// device's (NOT_FOUND for one it does not know).
+// OpLaunch <-> RunOp. Buffer ids travel as they are, without places (the encoder's caller
+// adds those it knows); `decode_buffer` maps each id, with its place (segment 0 when none), to
+// the device's buffer (NOT_FOUND for one it does not know).
 void EncodeRunOp(const OpLaunch& launch, StreamId stream, executor::RunOp& out);
 absl::StatusOr<OpLaunch> DecodeRunOp(
     const executor::RunOp& in,
-    const std::function<absl::StatusOr<BufferId>(uint64_t)>& decode_buffer);
+    const std::function<absl::StatusOr<BufferId>(uint64_t id, const executor::Place& place)>&
+        decode_buffer);
 
 }  // namespace gpukit
 

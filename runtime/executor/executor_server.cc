@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -13,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -304,9 +306,10 @@ struct EventState {
 
 class ExecutorServer::Impl {
  public:
-  Impl(Device& device, ScopedFd socket)
+  Impl(Device& device, ScopedFd socket, const ExecutorServerOptions& options)
       : device_(device),
         socket_(std::move(socket)),
+        most_views_(options.most_views),
         inline_work_(RunsStreamWorkInline(device)),
         defer_events_(DefersEvents(device)) {}
 
@@ -398,6 +401,13 @@ class ExecutorServer::Impl {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::StatusOr<BufferId> FindBuffer(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  // The device buffer that stream work names: by its place when it has one (its view, made
+  // now if there is none yet), else by id (FindBuffer). The caller holds views_use_mu_
+  // shared until the device has enqueued the work (a device resolves a buffer there).
+  absl::StatusOr<BufferId> BufferOf(uint64_t id, const executor::Place& place)
+      ABSL_SHARED_LOCKS_REQUIRED(views_use_mu_) ABSL_LOCKS_EXCLUDED(views_mu_);
+  // Drops the views of segment `segment`, or every view when 0, once no work uses any.
+  void DropViews(uint64_t segment) ABSL_LOCKS_EXCLUDED(views_use_mu_, views_mu_);
   absl::StatusOr<char*> FindHost(const executor::HostRange& range, int64_t bytes)
       ABSL_LOCKS_EXCLUDED(mu_);
   std::shared_ptr<StreamState> FindStream(uint64_t id) ABSL_LOCKS_EXCLUDED(mu_);
@@ -493,6 +503,18 @@ class ExecutorServer::Impl {
   absl::flat_hash_map<uint64_t, std::shared_ptr<EventState>> events_ ABSL_GUARDED_BY(events_mu_);
   absl::flat_hash_map<uint64_t, ModuleId> modules_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, FunctionId> functions_ ABSL_GUARDED_BY(mu_);
+  // The views of gpukitd's device pool, by place (segment, offset, bytes): device buffers over
+  // those ranges of mapped segments, made as work names them and kept, since the pool hands
+  // the same places out again and again; dropped with their segment (UnmapSegment), or all
+  // at once past most_views_. A view is only a range: dropping one frees no memory. Work that
+  // names places holds views_use_mu_ shared from their lookup until its enqueue returns;
+  // views are dropped under it held exclusively, so no work is between the two then.
+  const size_t most_views_;
+  absl::Mutex views_use_mu_;
+  absl::Mutex views_mu_ ABSL_ACQUIRED_AFTER(views_use_mu_);
+  absl::flat_hash_map<std::tuple<uint64_t, int64_t, int64_t>, BufferId> views_
+      ABSL_GUARDED_BY(views_mu_);
+  std::atomic<bool> views_full_{false};
   // Whether stream work runs on the reading thread when its stream is idle (RunOrQueue).
   const bool inline_work_;
   // Whether an op's end event may wait for a later device event (DefersEvents).
@@ -546,8 +568,8 @@ class ExecutorServer::Impl {
   std::atomic<bool> faulted_{false};
 };
 
-ExecutorServer::ExecutorServer(Device& device, ScopedFd socket)
-    : impl_(std::make_unique<Impl>(device, std::move(socket))) {}
+ExecutorServer::ExecutorServer(Device& device, ScopedFd socket, ExecutorServerOptions options)
+    : impl_(std::make_unique<Impl>(device, std::move(socket), options)) {}
 
 ExecutorServer::~ExecutorServer() = default;
 
@@ -847,6 +869,41 @@ absl::StatusOr<BufferId> ExecutorServer::Impl::FindBuffer(uint64_t id) {
   return it->second;
 }
 
+absl::StatusOr<BufferId> ExecutorServer::Impl::BufferOf(uint64_t id, const executor::Place& place) {
+  if (place.segment() == 0) return FindBuffer(id);
+  const auto key = std::make_tuple(place.segment(), place.offset(), place.bytes());
+  {
+    absl::ReaderMutexLock lock(&views_mu_);
+    if (auto it = views_.find(key); it != views_.end()) return it->second;
+  }
+  absl::MutexLock lock(&views_mu_);
+  if (auto it = views_.find(key); it != views_.end()) return it->second;
+  GPUKIT_ASSIGN_OR_RETURN(BufferId view,
+                          device_.BufferInSegment(place.segment(), place.offset(), place.bytes()));
+  views_.emplace(key, view);
+  if (views_.size() > most_views_) views_full_.store(true, std::memory_order_relaxed);
+  return view;
+}
+
+void ExecutorServer::Impl::DropViews(uint64_t segment) {
+  std::vector<BufferId> dropped;
+  {
+    absl::MutexLock use(&views_use_mu_);
+    absl::MutexLock lock(&views_mu_);
+    for (auto it = views_.begin(); it != views_.end();) {
+      if (segment == 0 || std::get<0>(it->first) == segment) {
+        dropped.push_back(it->second);
+        views_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+    if (segment == 0) views_full_.store(false, std::memory_order_relaxed);
+  }
+  // Out of the table, so no work finds them any more.
+  for (BufferId view : dropped) device_.Free(view).IgnoreError();
+}
+
 absl::StatusOr<char*> ExecutorServer::Impl::FindHost(const executor::HostRange& range,
                                                      int64_t bytes) {
   absl::MutexLock lock(&mu_);
@@ -880,18 +937,18 @@ absl::Status ExecutorServer::Impl::EnqueueCopy(const executor::Copy& copy,
   const bool dst_device = copy.dst_buffer() != 0;
   const bool src_device = copy.src_buffer() != 0;
   if (dst_device && src_device) {
-    GPUKIT_ASSIGN_OR_RETURN(BufferId dst, FindBuffer(copy.dst_buffer()));
-    GPUKIT_ASSIGN_OR_RETURN(BufferId src, FindBuffer(copy.src_buffer()));
+    GPUKIT_ASSIGN_OR_RETURN(BufferId dst, BufferOf(copy.dst_buffer(), copy.dst_place()));
+    GPUKIT_ASSIGN_OR_RETURN(BufferId src, BufferOf(copy.src_buffer(), copy.src_place()));
     return device_.CopyDeviceToDevice(dst, copy.dst_offset(), src, copy.src_offset(), copy.bytes(),
                                       stream.device_stream);
   }
   if (dst_device) {
-    GPUKIT_ASSIGN_OR_RETURN(BufferId dst, FindBuffer(copy.dst_buffer()));
+    GPUKIT_ASSIGN_OR_RETURN(BufferId dst, BufferOf(copy.dst_buffer(), copy.dst_place()));
     GPUKIT_ASSIGN_OR_RETURN(char* src, FindHost(copy.src_host(), copy.bytes()));
     return device_.CopyHostToDevice(dst, copy.dst_offset(), src, copy.bytes(),
                                     stream.device_stream);
   }
-  GPUKIT_ASSIGN_OR_RETURN(BufferId src, FindBuffer(copy.src_buffer()));
+  GPUKIT_ASSIGN_OR_RETURN(BufferId src, BufferOf(copy.src_buffer(), copy.src_place()));
   GPUKIT_ASSIGN_OR_RETURN(char* dst, FindHost(copy.dst_host(), copy.bytes()));
   return device_.CopyDeviceToHost(dst, src, copy.src_offset(), copy.bytes(), stream.device_stream);
 }
@@ -923,7 +980,7 @@ absl::Status ExecutorServer::Impl::EnqueueLaunch(const executor::Launch& launch,
     arg.kind = static_cast<KernelArg::Kind>(in.kind());
     switch (arg.kind) {
       case KernelArg::Kind::kBuffer: {
-        GPUKIT_ASSIGN_OR_RETURN(arg.buffer, FindBuffer(in.buffer()));
+        GPUKIT_ASSIGN_OR_RETURN(arg.buffer, BufferOf(in.buffer(), in.place()));
         break;
       }
       case KernelArg::Kind::kScalar:
@@ -1284,6 +1341,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       return;
     }
     case executor::Request::kUnmapSegment:
+      DropViews(request.unmap_segment().key());
       Reply(seq, device_.UnmapSegment(request.unmap_segment().key()));
       return;
     case executor::Request::kMapHostSegment:
@@ -1439,6 +1497,8 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
               s->small_since_device_event = s->small_since_device_event && small;
             };
             if (status.ok()) {
+              // The views the work names stay until the device has enqueued it (DropViews).
+              absl::ReaderMutexLock views(&views_use_mu_);
               switch (request.body_case()) {
                 case executor::Request::kCopy:
                   before_work();
@@ -1446,15 +1506,18 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
                   break;
                 case executor::Request::kFill: {
                   before_work();
-                  absl::StatusOr<BufferId> buffer = FindBuffer(request.fill().buffer());
+                  absl::StatusOr<BufferId> buffer =
+                      BufferOf(request.fill().buffer(), request.fill().place());
                   status = buffer.ok() ? device_.FillZero(*buffer, request.fill().offset(),
                                                           request.fill().bytes(), s->device_stream)
                                        : buffer.status();
                   break;
                 }
                 case executor::Request::kRunOp: {
-                  absl::StatusOr<OpLaunch> launch =
-                      DecodeRunOp(request.run_op(), [this](uint64_t id) { return FindBuffer(id); });
+                  absl::StatusOr<OpLaunch> launch = DecodeRunOp(
+                      request.run_op(), [this](uint64_t id, const executor::Place& place) {
+                        return BufferOf(id, place);
+                      });
                   small = defer_events_ && launch.ok() && IsSmallOp(*launch);
                   before_work();
                   status = launch.ok() ? device_.RunOp(*launch, s->device_stream) : launch.status();
@@ -1476,6 +1539,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
             if (end != nullptr) {
               RecordOnStream(s, end, request.run_op().end_event(), /*may_defer=*/true);
             }
+            if (views_full_.load(std::memory_order_relaxed)) DropViews(0);
           },
           has_events ? 3 : 1);
       return;

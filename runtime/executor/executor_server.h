@@ -7,10 +7,13 @@
 // (runtime/executor/remote_device.h). This class serves gpukitd's Requests
 // (proto/gpukit/executor/executor.proto) on a Device:
 //   - table requests (segments, buffers, streams, modules) run on the reading thread, in
-//     order; an ElapsedNs with pairs goes to the completion thread of its first pair's stream
-//     when that thread is idle (answered there at once: an event its stream's thread has not
-//     recorded yet has not completed), so the reader rarely calls the device for it (a
-//     WaitEvent with pairs answers them where its wait ends);
+//     order; work names a buffer of gpukitd's device pool by its place (executor::Place),
+//     which the executor keeps a view of (a device buffer over that range of the segment),
+//     made on first use and kept until its segment is unmapped, so that an op's output needs
+//     no definition and no free of its own; an ElapsedNs with pairs goes to the completion thread
+//     of its first pair's stream when that thread is idle (answered there at once: an event its
+//     stream's thread has not recorded yet has not completed), so the reader rarely calls the
+//     device for it (a WaitEvent with pairs answers them where its wait ends);
 //   - stream work (copies, ops, launches, events) goes to the stream's own thread, so that one
 //     stream's work never waits for another's (the CPU device runs work on the enqueueing
 //     thread), and a wait goes on to the stream's completion thread, so that waiting never
@@ -28,6 +31,7 @@
 #ifndef GPUKIT_RUNTIME_EXECUTOR_EXECUTOR_SERVER_H_
 #define GPUKIT_RUNTIME_EXECUTOR_EXECUTOR_SERVER_H_
 
+#include <cstddef>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -36,9 +40,17 @@
 
 namespace gpukit {
 
+struct ExecutorServerOptions {
+  // Views of gpukitd's device pool (executor::Place) kept at most: past it, every view is
+  // dropped at once and made again as work names its place. A view costs the device a table
+  // entry, and a pool whose blocks come in many sizes and offsets over time would otherwise
+  // grow the table without end.
+  size_t most_views = size_t{1} << 16;
+};
+
 class ExecutorServer {
  public:
-  ExecutorServer(Device& device, ScopedFd socket);
+  ExecutorServer(Device& device, ScopedFd socket, ExecutorServerOptions options = {});
   ~ExecutorServer();
   ExecutorServer(const ExecutorServer&) = delete;
   ExecutorServer& operator=(const ExecutorServer&) = delete;

@@ -264,11 +264,16 @@ class RemoteDevice::Impl {
   class DeviceSource;
   class HostSource;
   absl::Status EnsureSegmentMapped(const Segment& segment);
-  // The request that makes `id` the executor's name for `block` (address 0: zero bytes).
-  static executor::Request DefineRequest(uint64_t id, const PoolBlock& block, int64_t bytes);
+  // The request that makes `id` the executor's name for a zero-byte buffer.
+  static executor::Request DefineZeroBytes(uint64_t id);
   // A new buffer over `block`: its segment mapped in the executor (again, after a restart
-  // that came between), entered in the tables (`counted` in the used bytes) and defined.
+  // that came between) and entered in the tables (`counted` in the used bytes). Work names
+  // it by its place (PlaceOf); a zero-byte one (address 0) is defined by id instead.
   absl::StatusOr<uint64_t> AddBuffer(const PoolBlock& block, int64_t bytes, bool counted);
+  // `id`'s size, and in `place` (when not null) where work names it: a buffer of the device
+  // pool by its range of a segment, which needs no definition in the executor; a zero-byte
+  // or imported one by id alone (`place` left as it is). NOT_FOUND for an unknown buffer.
+  absl::StatusOr<int64_t> LookUp(uint64_t id, executor::Place* place) ABSL_LOCKS_EXCLUDED(mu_);
   void OnDeviceSegmentUnmapped(const Segment& segment);
   // Maps host memory (its descriptor `fd`) into the executor; `owned`: the host pool's
   // segment, unmapped here when it goes.
@@ -297,13 +302,19 @@ class RemoteDevice::Impl {
 
   struct Buffer {
     int64_t bytes = 0;
-    PoolBlock block;  // address 0: zero bytes or imported
+    PoolBlock block;  // address 0: zero bytes or imported; else what work names (PlaceOf)
     bool imported = false;
     ScopedFd import_fd;  // for replay
     int64_t import_allocation_bytes = 0;
     std::string import_ipc_handle;
     int64_t import_offset = 0;
   };
+  // Where work names `buffer`, a buffer of the device pool (block.address != 0).
+  static void PlaceOf(const Buffer& buffer, executor::Place& place) {
+    place.set_segment(buffer.block.segment.handle);
+    place.set_offset(static_cast<int64_t>(buffer.block.address - buffer.block.segment.address));
+    place.set_bytes(buffer.bytes);
+  }
   struct HostSegment {
     char* data = nullptr;
     int64_t bytes = 0;
@@ -1262,6 +1273,7 @@ absl::Status RemoteDevice::Impl::Replay(Executor& executor) {
       mapped_segments_.insert(key);
     }
     for (const auto& [id, buffer] : buffers_) {
+      if (buffer.block.address != 0) continue;  // named by its place: its segment is mapped
       executor::Request request;
       if (buffer.imported) {
         executor::ImportBuffer& import = *request.mutable_import_buffer();
@@ -1274,7 +1286,7 @@ absl::Status RemoteDevice::Impl::Replay(Executor& executor) {
         GPUKIT_RETURN_IF_ERROR(call(request, buffer.import_fd.get()));
         continue;
       }
-      request = DefineRequest(id, buffer.block, buffer.bytes);
+      request = DefineZeroBytes(id);
       GPUKIT_RETURN_IF_ERROR(SendOn(executor, request, -1, /*heard=*/true));
     }
     for (auto& [id, stream] : streams_) {
@@ -1537,17 +1549,18 @@ absl::StatusOr<BufferId> RemoteDevice::Allocate(int64_t bytes) {
   return BufferId{*id};
 }
 
-executor::Request RemoteDevice::Impl::DefineRequest(uint64_t id, const PoolBlock& block,
-                                                    int64_t bytes) {
+executor::Request RemoteDevice::Impl::DefineZeroBytes(uint64_t id) {
   executor::Request request;
-  executor::DefineBuffer& define = *request.mutable_define_buffer();
-  define.set_buffer(id);
-  define.set_bytes(bytes);
-  if (block.address != 0) {
-    define.set_segment(block.segment.handle);
-    define.set_offset(static_cast<int64_t>(block.address - block.segment.address));
-  }
+  request.mutable_define_buffer()->set_buffer(id);
   return request;
+}
+
+absl::StatusOr<int64_t> RemoteDevice::Impl::LookUp(uint64_t id, executor::Place* place) {
+  absl::MutexLock lock(&mu_);
+  auto it = buffers_.find(id);
+  if (it == buffers_.end()) return absl::NotFoundError(absl::StrCat("unknown buffer ", id));
+  if (place != nullptr && it->second.block.address != 0) PlaceOf(it->second, *place);
+  return it->second.bytes;
 }
 
 absl::StatusOr<uint64_t> RemoteDevice::Impl::AddBuffer(const PoolBlock& block, int64_t bytes,
@@ -1563,11 +1576,12 @@ absl::StatusOr<uint64_t> RemoteDevice::Impl::AddBuffer(const PoolBlock& block, i
     buffer.bytes = bytes;
     buffer.block = block;
     if (counted) used_bytes_ += bytes;
-    executor::Request request = DefineRequest(id, block, bytes);
     lock.Release();
+    if (block.address != 0) return id;  // work names it by its place
     // Without an executor (none could be started) the buffer waits for the next one's replay.
     // Held: it goes with the first work that uses the buffer. Outside mu_ (a full hold sends
     // a datagram), still under gen_mu_, so no restart comes between the table and the send.
+    executor::Request request = DefineZeroBytes(id);
     if (active_ != nullptr) HoldOn(*active_, request);
     return id;
   }
@@ -1586,10 +1600,11 @@ absl::Status RemoteDevice::Free(BufferId buffer) {
     d.buffers_.erase(it);
     if (!freed.imported) d.used_bytes_ -= freed.bytes;
   }
+  // A buffer of the pool was never defined in the executor (work named it by its place).
+  if (freed.block.address != 0) return d.device_pool_->Free(freed.block.address);
   executor::Request request;
   request.mutable_free_buffer()->set_buffer(buffer.value);
   d.Hold(request);
-  if (freed.block.address != 0) return d.device_pool_->Free(freed.block.address);
   return absl::OkStatus();
 }
 
@@ -1665,7 +1680,8 @@ absl::StatusOr<ExportedBuffer> RemoteDevice::ExportBuffer(BufferId buffer, Expor
   if (block.shares_segment) {
     // The buffer moves to a segment of its own first, so the export exposes nothing else:
     // a buffer `moved` over the new segment, a copy, then the buffer's id names the new
-    // place (queued work on the buffer must have completed: the Device contract).
+    // place, where work goes from then on (queued work on the buffer must have completed:
+    // the Device contract).
     GPUKIT_ASSIGN_OR_RETURN(PoolBlock own, d.device_pool_->AllocateOwnSegment(bytes));
     absl::StatusOr<uint64_t> added = d.AddBuffer(own, bytes, /*counted=*/false);
     absl::Status status = added.status();
@@ -1688,29 +1704,15 @@ absl::StatusOr<ExportedBuffer> RemoteDevice::ExportBuffer(BufferId buffer, Expor
       status = CopyDeviceToDevice(BufferId{moved}, 0, buffer, 0, bytes, StreamId{stream_id});
     }
     if (status.ok()) status = SynchronizeStream(*this, StreamId{stream_id});
+    {
+      absl::MutexLock lock(&d.mu_);
+      if (status.ok()) d.buffers_[buffer.value].block = own;
+      d.buffers_.erase(moved);
+    }
     if (!status.ok()) {
-      if (moved != 0) {
-        {
-          absl::MutexLock lock(&d.mu_);
-          d.buffers_.erase(moved);
-        }
-        executor::Request forget;
-        forget.mutable_free_buffer()->set_buffer(moved);
-        d.Hold(forget);
-      }
       d.device_pool_->Free(own.address).IgnoreError();
       return status;
     }
-    {
-      absl::MutexLock lock(&d.mu_);
-      d.buffers_[buffer.value].block = own;
-      d.buffers_.erase(moved);
-    }
-    executor::Request rebind = Impl::DefineRequest(buffer.value, own, bytes);
-    d.Send(rebind).IgnoreError();
-    executor::Request forget;
-    forget.mutable_free_buffer()->set_buffer(moved);
-    d.Send(forget).IgnoreError();
     d.device_pool_->Free(block.address).IgnoreError();
     block = own;
   }
@@ -1882,11 +1884,12 @@ absl::Status CheckRange(const char* what, int64_t offset, int64_t bytes, int64_t
 
 absl::Status RemoteDevice::Impl::EnqueueHostCopy(BufferId buffer, int64_t offset, void* host,
                                                  int64_t bytes, StreamId stream, bool to_device) {
-  GPUKIT_ASSIGN_OR_RETURN(int64_t size, device_->BufferBytes(buffer));
-  GPUKIT_RETURN_IF_ERROR(CheckRange(to_device ? "destination" : "source", offset, bytes, size));
-  if (bytes == 0) return absl::OkStatus();
   executor::Request request;
   executor::Copy& copy = *request.mutable_copy();
+  GPUKIT_ASSIGN_OR_RETURN(int64_t size, LookUp(buffer.value, to_device ? copy.mutable_dst_place()
+                                                                       : copy.mutable_src_place()));
+  GPUKIT_RETURN_IF_ERROR(CheckRange(to_device ? "destination" : "source", offset, bytes, size));
+  if (bytes == 0) return absl::OkStatus();
   copy.set_stream(stream.value);
   copy.set_bytes(bytes);
   if (to_device) {
@@ -1929,8 +1932,10 @@ absl::Status RemoteDevice::CopyDeviceToHost(void* dst, BufferId src, int64_t src
 
 absl::Status RemoteDevice::CopyDeviceToDevice(BufferId dst, int64_t dst_offset, BufferId src,
                                               int64_t src_offset, int64_t bytes, StreamId stream) {
-  GPUKIT_ASSIGN_OR_RETURN(int64_t dst_size, BufferBytes(dst));
-  GPUKIT_ASSIGN_OR_RETURN(int64_t src_size, BufferBytes(src));
+  executor::Request request;
+  executor::Copy& copy = *request.mutable_copy();
+  GPUKIT_ASSIGN_OR_RETURN(int64_t dst_size, impl_->LookUp(dst.value, copy.mutable_dst_place()));
+  GPUKIT_ASSIGN_OR_RETURN(int64_t src_size, impl_->LookUp(src.value, copy.mutable_src_place()));
   GPUKIT_RETURN_IF_ERROR(CheckRange("destination", dst_offset, bytes, dst_size));
   GPUKIT_RETURN_IF_ERROR(CheckRange("source", src_offset, bytes, src_size));
   if (dst == src && bytes > 0 && dst_offset < src_offset + bytes &&
@@ -1938,8 +1943,6 @@ absl::Status RemoteDevice::CopyDeviceToDevice(BufferId dst, int64_t dst_offset, 
     return absl::InvalidArgumentError("a device-to-device copy between overlapping ranges");
   }
   if (bytes == 0) return absl::OkStatus();
-  executor::Request request;
-  executor::Copy& copy = *request.mutable_copy();
   copy.set_stream(stream.value);
   copy.set_bytes(bytes);
   copy.set_dst_buffer(dst.value);
@@ -1951,11 +1954,11 @@ absl::Status RemoteDevice::CopyDeviceToDevice(BufferId dst, int64_t dst_offset, 
 
 absl::Status RemoteDevice::FillZero(BufferId buffer, int64_t offset, int64_t bytes,
                                     StreamId stream) {
-  GPUKIT_ASSIGN_OR_RETURN(int64_t size, BufferBytes(buffer));
-  GPUKIT_RETURN_IF_ERROR(CheckRange("fill", offset, bytes, size));
-  if (bytes == 0) return absl::OkStatus();
   executor::Request request;
   executor::Fill& fill = *request.mutable_fill();
+  GPUKIT_ASSIGN_OR_RETURN(int64_t size, impl_->LookUp(buffer.value, fill.mutable_place()));
+  GPUKIT_RETURN_IF_ERROR(CheckRange("fill", offset, bytes, size));
+  if (bytes == 0) return absl::OkStatus();
   fill.set_stream(stream.value);
   fill.set_buffer(buffer.value);
   fill.set_offset(offset);
@@ -2287,18 +2290,18 @@ bool RemoteDevice::SupportsOp(absl::string_view op_name) const {
 }
 
 absl::Status RemoteDevice::RunOp(const OpLaunch& launch, StreamId stream) {
-  GPUKIT_RETURN_IF_ERROR(CheckOp(launch));
   executor::Request request;
   EncodeRunOp(launch, stream, *request.mutable_run_op());
+  GPUKIT_RETURN_IF_ERROR(CheckOp(launch, *request.mutable_run_op()));
   return impl_->EnqueueCopy(request, stream.value, 0, nullptr, 0);
 }
 
 absl::Status RemoteDevice::RunOpBetweenEvents(const OpLaunch& launch, StreamId stream,
                                               EventId* start, EventId* end) {
   std::shared_ptr<absl::Mutex> order;
-  GPUKIT_RETURN_IF_ERROR(CheckOp(launch, stream.value, &order));
   executor::Request request;
   EncodeRunOp(launch, stream, *request.mutable_run_op());
+  GPUKIT_RETURN_IF_ERROR(CheckOp(launch, *request.mutable_run_op(), stream.value, &order));
   Impl& d = *impl_;
   absl::ReaderMutexLock gen(&d.gen_mu_);
   if (d.active_ == nullptr) return absl::UnavailableError("the device executor is not running");
@@ -2321,8 +2324,8 @@ absl::Status RemoteDevice::RunOpBetweenEvents(const OpLaunch& launch, StreamId s
   return absl::OkStatus();
 }
 
-absl::Status RemoteDevice::CheckOp(const OpLaunch& launch, uint64_t stream,
-                                   std::shared_ptr<absl::Mutex>* order) const {
+absl::Status RemoteDevice::CheckOp(const OpLaunch& launch, executor::RunOp& encoded,
+                                   uint64_t stream, std::shared_ptr<absl::Mutex>* order) const {
   if (launch.op == nullptr) return absl::InvalidArgumentError("RunOp without an op");
   if (!SupportsOp(launch.op->name)) {
     return absl::UnimplementedError(absl::StrCat("op ", launch.op->name, " is not implemented on ",
@@ -2340,8 +2343,9 @@ absl::Status RemoteDevice::CheckOp(const OpLaunch& launch, uint64_t stream,
   }
   absl::MutexLock lock(&impl_->mu_);  // one look at the table for every buffer of the op
   // As the executor's device would find it when the op runs, so that a bad op fails the
-  // call rather than its stream.
-  auto holds = [this](BufferId buffer, int64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(impl_->mu_) {
+  // call rather than its stream; a buffer of the pool gets its place.
+  auto holds = [this](BufferId buffer, int64_t bytes,
+                      executor::Place& place) ABSL_EXCLUSIVE_LOCKS_REQUIRED(impl_->mu_) {
     auto it = impl_->buffers_.find(buffer.value);
     if (it == impl_->buffers_.end()) {
       return absl::NotFoundError(absl::StrCat("unknown buffer ", buffer.value));
@@ -2350,14 +2354,16 @@ absl::Status RemoteDevice::CheckOp(const OpLaunch& launch, uint64_t stream,
       return absl::OutOfRangeError(absl::StrCat("range [0, +", bytes, ") outside buffer ",
                                                 buffer.value, " of ", it->second.bytes, " bytes"));
     }
+    if (it->second.block.address != 0) Impl::PlaceOf(it->second, place);
     return absl::OkStatus();
   };
   for (size_t i = 0; i < launch.inputs.size(); ++i) {
     if (!launch.inputs[i].is_scalar) {
-      GPUKIT_RETURN_IF_ERROR(holds(launch.inputs[i].buffer, input_bytes[i]));
+      GPUKIT_RETURN_IF_ERROR(holds(launch.inputs[i].buffer, input_bytes[i],
+                                   *encoded.mutable_inputs(static_cast<int>(i))->mutable_place()));
     }
   }
-  GPUKIT_RETURN_IF_ERROR(holds(launch.output, output_bytes));
+  GPUKIT_RETURN_IF_ERROR(holds(launch.output, output_bytes, *encoded.mutable_output_place()));
   if (order == nullptr) return absl::OkStatus();
   auto it = impl_->streams_.find(stream);
   if (it == impl_->streams_.end()) {
@@ -2449,7 +2455,7 @@ absl::Status RemoteDevice::Launch(FunctionId function, const LaunchConfig& confi
     out.set_kind(static_cast<int32_t>(arg.kind));
     switch (arg.kind) {
       case KernelArg::Kind::kBuffer:
-        GPUKIT_RETURN_IF_ERROR(BufferBytes(arg.buffer).status());
+        GPUKIT_RETURN_IF_ERROR(d.LookUp(arg.buffer.value, out.mutable_place()).status());
         out.set_buffer(arg.buffer.value);
         break;
       case KernelArg::Kind::kScalar:

@@ -57,6 +57,10 @@
 
 namespace gpukit {
 
+namespace executor {
+class RunOp;  // proto/gpukit/executor/executor.proto
+}  // namespace executor
+
 // The payload type URL on statuses of work the executor's failure cost; its value is the
 // kind: "fault", "hang" or "exited" (the work's own failure), "restart" (a bystander's).
 inline constexpr absl::string_view kExecutorFaultPayload = "gpukit.dev/executor-fault";
@@ -185,11 +189,12 @@ class RemoteDevice final : public Device {
 
  private:
   explicit RemoteDevice(std::unique_ptr<Impl> impl);
-  // RunOp's checks: the op is supported and its buffers are known and hold its operands.
-  // With `order`, it also looks up the order lock of `stream` (NOT_FOUND for an unknown
-  // one) in the same look at the tables: RunOpBetweenEvents takes the tables' lock once
-  // fewer per op.
-  absl::Status CheckOp(const OpLaunch& launch, uint64_t stream = 0,
+  // RunOp's checks: the op is supported and its buffers are known and hold its operands;
+  // and the places of its buffers of the pool, into `encoded` (the op's request, as
+  // EncodeRunOp made it). With `order`, it also looks up the order lock of `stream`
+  // (NOT_FOUND for an unknown one) in the same look at the tables: RunOpBetweenEvents takes
+  // the tables' lock once fewer per op.
+  absl::Status CheckOp(const OpLaunch& launch, executor::RunOp& encoded, uint64_t stream = 0,
                        std::shared_ptr<absl::Mutex>* order = nullptr) const;
   // WaitEvent(event); with `pairs` (of event's stream, none after it) the executor's reply
   // also carries their outcomes, which go to `carried` (one per pair, in order) when the wait

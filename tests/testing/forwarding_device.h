@@ -96,6 +96,8 @@ class ForwardingDevice final : public Device {
   // Events recorded and destroyed through this device (successful calls).
   int64_t events_recorded() const { return events_recorded_.load(); }
   int64_t events_destroyed() const { return events_destroyed_.load(); }
+  // Buffers made over ranges of mapped segments (successful BufferInSegment calls).
+  int64_t buffers_in_segment() const { return buffers_in_segment_.load(); }
 
   // Every stream created through this device so far, in order of creation.
   std::vector<StreamRecord> streams() const {
@@ -144,7 +146,9 @@ class ForwardingDevice final : public Device {
   }
   absl::Status UnmapSegment(uint64_t key) override { return inner_->UnmapSegment(key); }
   absl::StatusOr<BufferId> BufferInSegment(uint64_t key, int64_t offset, int64_t bytes) override {
-    return inner_->BufferInSegment(key, offset, bytes);
+    absl::StatusOr<BufferId> buffer = inner_->BufferInSegment(key, offset, bytes);
+    if (buffer.ok()) buffers_in_segment_.fetch_add(1);
+    return buffer;
   }
   absl::Status CheckHealth() override { return inner_->CheckHealth(); }
   absl::Status UnregisterHostMemory(void* data) override {
@@ -254,6 +258,7 @@ class ForwardingDevice final : public Device {
   std::optional<DeviceProperties> properties_;
   std::atomic<int64_t> events_recorded_{0};
   std::atomic<int64_t> events_destroyed_{0};
+  std::atomic<int64_t> buffers_in_segment_{0};
   mutable absl::Mutex records_mu_;
   std::vector<StreamRecord> streams_ ABSL_GUARDED_BY(records_mu_);
 };

@@ -48,7 +48,9 @@ absl::StatusOr<OpLaunch> RoundTrip(absl::string_view op, const std::vector<Shape
   launch.output = BufferId{99};
   executor::RunOp message;
   EncodeRunOp(launch, StreamId{7}, message);
-  return DecodeRunOp(message, [](uint64_t id) -> absl::StatusOr<BufferId> { return BufferId{id}; });
+  return DecodeRunOp(message, [](uint64_t id, const executor::Place&) -> absl::StatusOr<BufferId> {
+    return BufferId{id};
+  });
 }
 
 TEST(ExecutorProtocolTest, CarriesTheAxesOfAReductionOverSeveralAxes) {

@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/base/unix_fd.h"
@@ -45,6 +47,7 @@ class ExecutorServerTest : public ::testing::Test {
   virtual const char* DeferEvents() const { return "0"; }
   // The backend the device reports, when not the CPU's (the server decides on it).
   virtual std::optional<BackendKind> ReportedBackend() const { return std::nullopt; }
+  virtual ExecutorServerOptions Options() const { return {}; }
 
   void SetUp() override {
     if (const char* outside = std::getenv("GPUKIT_EXECUTOR_DEFER_EVENTS")) outside_ = outside;
@@ -59,7 +62,7 @@ class ExecutorServerTest : public ::testing::Test {
     GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<CpuDevice> cpu, CpuDevice::Create({}));
     device_ = std::make_unique<::gpukit::testing::ForwardingDevice>(std::move(cpu));
     if (std::optional<BackendKind> backend = ReportedBackend()) device_->set_backend(*backend);
-    server_ = std::make_unique<ExecutorServer>(*device_, ScopedFd(fds[1]));
+    server_ = std::make_unique<ExecutorServer>(*device_, ScopedFd(fds[1]), Options());
     serving_ = std::thread([this] { served_ = server_->Serve(); });
     executor::FromExecutor hello;
     GPUKIT_ASSERT_OK(ReceiveExecutorMessage(peer_.get(), hello).status());
@@ -92,12 +95,38 @@ class ExecutorServerTest : public ::testing::Test {
     GPUKIT_ASSERT_OK(Call(define));
   }
 
+  // Maps a memfd segment `segment` of `bytes` into the executor, as gpukitd's device pool
+  // does, and returns the test's own mapping of it (its floats), to fill and read.
+  float* MapPoolSegment(uint64_t segment, int64_t bytes) {
+    const int memfd = ::memfd_create("executor_server_test_pool", MFD_CLOEXEC);
+    EXPECT_GE(memfd, 0);
+    EXPECT_EQ(::ftruncate(memfd, bytes), 0);
+    void* data =
+        ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+    EXPECT_NE(data, MAP_FAILED);
+    executor::Request map;
+    map.mutable_map_segment()->set_key(segment);
+    map.mutable_map_segment()->set_bytes(bytes);
+    GPUKIT_EXPECT_OK(Call(map, memfd));
+    ::close(memfd);
+    mappings_.emplace_back(data, bytes);
+    return static_cast<float*>(data);
+  }
+  static executor::Place PlaceIn(uint64_t segment, int64_t offset, int64_t bytes) {
+    executor::Place place;
+    place.set_segment(segment);
+    place.set_offset(offset);
+    place.set_bytes(bytes);
+    return place;
+  }
+
   void TearDown() override {
     peer_ = ScopedFd();  // the server's Serve returns when gpukitd hangs up
     serving_.join();
     GPUKIT_EXPECT_OK(served_);
     server_.reset();
     device_.reset();
+    for (const auto& [data, bytes] : mappings_) ::munmap(data, static_cast<size_t>(bytes));
     if (outside_.has_value()) {
       ::setenv("GPUKIT_EXECUTOR_DEFER_EVENTS", outside_->c_str(), 1);
     } else {
@@ -137,9 +166,11 @@ class ExecutorServerTest : public ::testing::Test {
     Send(request);
   }
   // `neg` of the buffer's first `floats` floats into themselves, on `stream`, between events
-  // `start` and `end` carried by the request (Device::RunOpBetweenEvents's form).
+  // `start` and `end` carried by the request (Device::RunOpBetweenEvents's form). With
+  // `place`, the buffer is named by it too (a buffer of gpukitd's pool).
   void NegBetween(uint64_t start, uint64_t end, uint64_t stream = kStream,
-                  uint64_t buffer = kBuffer, int64_t floats = 4) {
+                  uint64_t buffer = kBuffer, int64_t floats = 4,
+                  const executor::Place* place = nullptr) {
     const OpRegistry& registry = OpRegistry::Builtin();
     OpLaunch launch;
     GPUKIT_ASSERT_OK_AND_ASSIGN(launch.op, registry.Find("neg"));
@@ -153,6 +184,10 @@ class ExecutorServerTest : public ::testing::Test {
     launch.output = BufferId{buffer};
     executor::Request request;
     EncodeRunOp(launch, StreamId{stream}, *request.mutable_run_op());
+    if (place != nullptr) {
+      *request.mutable_run_op()->mutable_inputs(0)->mutable_place() = *place;
+      *request.mutable_run_op()->mutable_output_place() = *place;
+    }
     request.mutable_run_op()->set_start_event(start);
     request.mutable_run_op()->set_end_event(end);
     Send(request);
@@ -218,6 +253,7 @@ class ExecutorServerTest : public ::testing::Test {
   }
 
   std::optional<std::string> outside_;
+  std::vector<std::pair<void*, int64_t>> mappings_;  // MapPoolSegment's
   ScopedFd peer_;
   std::optional<executor::Batch> batch_;
   std::unique_ptr<::gpukit::testing::ForwardingDevice> device_;
@@ -358,6 +394,105 @@ TEST_F(ExecutorServerTest, AStreamsLastReferenceMayGoOnItsOwnThread) {
   Record(42);
   GPUKIT_EXPECT_OK(Wait(42));
   for (uint64_t event : {41, 42}) Destroy(event);
+}
+
+constexpr uint64_t kPoolSegment = 9;
+
+// Work names a buffer of gpukitd's pool by its place, which nothing defined: the executor
+// makes a view of that range on first use and keeps it for every later use of the place (a
+// view per place); an id without a place is looked up as before, and a place outside its
+// segment fails the work, reported by its end event.
+TEST_F(ExecutorServerTest, WorkNamesABufferOfThePoolByItsPlace) {
+  float* data = MapPoolSegment(kPoolSegment, kBytes);
+  for (int i = 0; i < 8; ++i) data[i] = static_cast<float>(i + 1);
+  const int64_t views = device_->buffers_in_segment();           // the fixture's defined buffer
+  const executor::Place second = PlaceIn(kPoolSegment, 16, 16);  // floats 4 to 7
+  // Id 12345 is unknown to the executor: the place is what counts.
+  NegBetween(20, 21, kStream, /*buffer=*/12345, 4, &second);
+  GPUKIT_ASSERT_OK(Wait(21));
+  EXPECT_EQ(std::vector<float>(data, data + 8), (std::vector<float>{1, 2, 3, 4, -5, -6, -7, -8}));
+  NegBetween(22, 23, kStream, 12345, 4, &second);
+  GPUKIT_ASSERT_OK(Wait(23));
+  EXPECT_EQ(std::vector<float>(data + 4, data + 8), (std::vector<float>{5, 6, 7, 8}));
+  EXPECT_EQ(device_->buffers_in_segment() - views, 1);  // made once, used twice
+
+  const executor::Place first = PlaceIn(kPoolSegment, 0, 16);
+  NegBetween(24, 25, kStream, 12345, 4, &first);
+  GPUKIT_ASSERT_OK(Wait(25));
+  EXPECT_EQ(std::vector<float>(data, data + 4), (std::vector<float>{-1, -2, -3, -4}));
+  EXPECT_EQ(device_->buffers_in_segment() - views, 2);
+
+  NegBetween(26, 27, kStream, 12345);  // no place: by id
+  EXPECT_THAT(Wait(27), StatusIs(absl::StatusCode::kNotFound, HasSubstr("no buffer 12345")));
+  const executor::Place outside = PlaceIn(kPoolSegment, kBytes - 8, 16);
+  NegBetween(28, 29, kStream, 12345, 4, &outside);
+  EXPECT_THAT(Wait(29), StatusIs(absl::StatusCode::kOutOfRange));
+  NegBetween(30, 31, kStream, 12345, 4, &second);  // the stream serves on
+  GPUKIT_ASSERT_OK(Wait(31));
+  EXPECT_EQ(std::vector<float>(data + 4, data + 8), (std::vector<float>{-5, -6, -7, -8}));
+  for (uint64_t event = 20; event <= 31; ++event) Destroy(event);
+}
+
+// Unmapping a segment drops the views of it first (the device refuses to unmap a segment
+// that buffers still use) and only those: work naming the segment's places fails from then
+// on, naming the segment, while another segment's view serves on without being made again.
+TEST_F(ExecutorServerTest, UnmappingASegmentDropsItsViewsOnly) {
+  float* data = MapPoolSegment(kPoolSegment, kBytes);
+  for (int i = 0; i < 4; ++i) data[i] = static_cast<float>(i + 1);
+  const executor::Place pooled = PlaceIn(kPoolSegment, 0, 16);
+  const executor::Place other = PlaceIn(kSegment, 0, 16);  // the fixture's segment
+  NegBetween(40, 41, kStream, 500, 4, &pooled);
+  NegBetween(42, 43, kStream, 501, 4, &other);
+  GPUKIT_ASSERT_OK(Wait(43));
+  const int64_t views = device_->buffers_in_segment();
+  auto frees = std::make_shared<std::atomic<int>>(0);
+  device_->before_free = [frees](BufferId) { frees->fetch_add(1); };
+
+  executor::Request unmap;
+  unmap.mutable_unmap_segment()->set_key(kPoolSegment);
+  GPUKIT_ASSERT_OK(Call(unmap));
+  EXPECT_EQ(frees->load(), 1);  // the pooled place's view; the other segment's stays
+  EXPECT_EQ(std::vector<float>(data, data + 4), (std::vector<float>{-1, -2, -3, -4}));
+
+  NegBetween(44, 45, kStream, 500, 4, &pooled);
+  EXPECT_THAT(Wait(45), StatusIs(absl::StatusCode::kNotFound,
+                                 HasSubstr(absl::StrCat("segment ", kPoolSegment))));
+  NegBetween(46, 47, kStream, 501, 4, &other);
+  GPUKIT_ASSERT_OK(Wait(47));
+  EXPECT_EQ(device_->buffers_in_segment(), views);  // the other view was kept
+  for (uint64_t event = 40; event <= 47; ++event) Destroy(event);
+}
+
+// At most ExecutorServerOptions::most_views views (2 here): the view that goes past it drops
+// every view once its work is enqueued, and a place named again gets a new one.
+class FewViewsTest : public ExecutorServerTest {
+ protected:
+  ExecutorServerOptions Options() const override { return {.most_views = 2}; }
+};
+
+TEST_F(FewViewsTest, PastTheLimitEveryViewIsDroppedAndMadeAgain) {
+  float* data = MapPoolSegment(kPoolSegment, kBytes);
+  for (int i = 0; i < 12; ++i) data[i] = static_cast<float>(i + 1);
+  const int64_t views = device_->buffers_in_segment();
+  auto frees = std::make_shared<std::atomic<int>>(0);
+  device_->before_free = [frees](BufferId) { frees->fetch_add(1); };
+  const executor::Place places[3] = {PlaceIn(kPoolSegment, 0, 16), PlaceIn(kPoolSegment, 16, 16),
+                                     PlaceIn(kPoolSegment, 32, 16)};
+  NegBetween(50, 51, kStream, 500, 4, &places[0]);
+  NegBetween(52, 53, kStream, 501, 4, &places[1]);
+  GPUKIT_ASSERT_OK(Wait(53));
+  EXPECT_EQ(device_->buffers_in_segment() - views, 2);
+  EXPECT_EQ(frees->load(), 0);
+  NegBetween(54, 55, kStream, 502, 4, &places[2]);
+  GPUKIT_ASSERT_OK(Wait(55));
+  EXPECT_EQ(device_->buffers_in_segment() - views, 3);
+  EXPECT_EQ(frees->load(), 3);  // all three
+  NegBetween(56, 57, kStream, 500, 4, &places[0]);
+  GPUKIT_ASSERT_OK(Wait(57));
+  EXPECT_EQ(device_->buffers_in_segment() - views, 4);  // made again
+  std::vector<float> expected = {1, 2, 3, 4, -5, -6, -7, -8, -9, -10, -11, -12};
+  EXPECT_EQ(std::vector<float>(data, data + 12), expected);
+  for (uint64_t event = 50; event <= 57; ++event) Destroy(event);
 }
 
 // With deferred events on, on the CPU device too (GPUKIT_EXECUTOR_DEFER_EVENTS=all).
