@@ -406,7 +406,9 @@ class ExecutorServer::Impl {
   // shared until the device has enqueued the work (a device resolves a buffer there).
   absl::StatusOr<BufferId> BufferOf(uint64_t id, const executor::Place& place)
       ABSL_SHARED_LOCKS_REQUIRED(views_use_mu_) ABSL_LOCKS_EXCLUDED(views_mu_);
-  // Drops the views of segment `segment`, or every view when 0, once no work uses any.
+  // Drops the views of segment `segment`, being unmapped: no work names its places then
+  // (gpukitd unmaps a segment once no buffer lives in it, and frees a buffer only after the
+  // work that uses it). With 0, drops every view once no work uses any.
   void DropViews(uint64_t segment) ABSL_LOCKS_EXCLUDED(views_use_mu_, views_mu_);
   absl::StatusOr<char*> FindHost(const executor::HostRange& range, int64_t bytes)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -508,7 +510,8 @@ class ExecutorServer::Impl {
   // the same places out again and again; dropped with their segment (UnmapSegment), or all
   // at once past most_views_. A view is only a range: dropping one frees no memory. Work that
   // names places holds views_use_mu_ shared from their lookup until its enqueue returns;
-  // views are dropped under it held exclusively, so no work is between the two then.
+  // every view is dropped under it held exclusively, so no work is between the two then (a
+  // segment's views need not wait: see DropViews).
   const size_t most_views_;
   absl::Mutex views_use_mu_;
   absl::Mutex views_mu_ ABSL_ACQUIRED_AFTER(views_use_mu_);
@@ -888,7 +891,7 @@ absl::StatusOr<BufferId> ExecutorServer::Impl::BufferOf(uint64_t id, const execu
 void ExecutorServer::Impl::DropViews(uint64_t segment) {
   std::vector<BufferId> dropped;
   {
-    absl::MutexLock use(&views_use_mu_);
+    absl::MutexLockMaybe use(segment == 0 ? &views_use_mu_ : nullptr);
     absl::MutexLock lock(&views_mu_);
     for (auto it = views_.begin(); it != views_.end();) {
       if (segment == 0 || std::get<0>(it->first) == segment) {
