@@ -889,22 +889,21 @@ absl::StatusOr<BufferId> ExecutorServer::Impl::BufferOf(uint64_t id, const execu
 }
 
 void ExecutorServer::Impl::DropViews(uint64_t segment) {
-  std::vector<BufferId> dropped;
-  {
-    absl::MutexLockMaybe use(segment == 0 ? &views_use_mu_ : nullptr);
-    absl::MutexLock lock(&views_mu_);
-    for (auto it = views_.begin(); it != views_.end();) {
-      if (segment == 0 || std::get<0>(it->first) == segment) {
-        dropped.push_back(it->second);
-        views_.erase(it++);
-      } else {
-        ++it;
-      }
+  absl::MutexLockMaybe use(segment == 0 ? &views_use_mu_ : nullptr);
+  // The device forgets them under views_mu_ too: a segment's unmap (DropViews of it, then
+  // UnmapSegment) must not come between a view leaving the table and the device forgetting
+  // it, or the device would refuse the unmap for a view nobody holds.
+  absl::MutexLock lock(&views_mu_);
+  if (segment == 0 && !views_full_.load(std::memory_order_relaxed)) return;  // dropped already
+  for (auto it = views_.begin(); it != views_.end();) {
+    if (segment == 0 || std::get<0>(it->first) == segment) {
+      device_.Free(it->second).IgnoreError();
+      views_.erase(it++);
+    } else {
+      ++it;
     }
-    if (segment == 0) views_full_.store(false, std::memory_order_relaxed);
   }
-  // Out of the table, so no work finds them any more.
-  for (BufferId view : dropped) device_.Free(view).IgnoreError();
+  if (segment == 0) views_full_.store(false, std::memory_order_relaxed);
 }
 
 absl::StatusOr<char*> ExecutorServer::Impl::FindHost(const executor::HostRange& range,

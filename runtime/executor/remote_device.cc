@@ -2291,8 +2291,7 @@ bool RemoteDevice::SupportsOp(absl::string_view op_name) const {
 
 absl::Status RemoteDevice::RunOp(const OpLaunch& launch, StreamId stream) {
   executor::Request request;
-  EncodeRunOp(launch, stream, *request.mutable_run_op());
-  GPUKIT_RETURN_IF_ERROR(CheckOp(launch, *request.mutable_run_op()));
+  GPUKIT_RETURN_IF_ERROR(EncodeOp(launch, stream, *request.mutable_run_op()));
   return impl_->EnqueueCopy(request, stream.value, 0, nullptr, 0);
 }
 
@@ -2300,8 +2299,7 @@ absl::Status RemoteDevice::RunOpBetweenEvents(const OpLaunch& launch, StreamId s
                                               EventId* start, EventId* end) {
   std::shared_ptr<absl::Mutex> order;
   executor::Request request;
-  EncodeRunOp(launch, stream, *request.mutable_run_op());
-  GPUKIT_RETURN_IF_ERROR(CheckOp(launch, *request.mutable_run_op(), stream.value, &order));
+  GPUKIT_RETURN_IF_ERROR(EncodeOp(launch, stream, *request.mutable_run_op(), &order));
   Impl& d = *impl_;
   absl::ReaderMutexLock gen(&d.gen_mu_);
   if (d.active_ == nullptr) return absl::UnavailableError("the device executor is not running");
@@ -2324,14 +2322,16 @@ absl::Status RemoteDevice::RunOpBetweenEvents(const OpLaunch& launch, StreamId s
   return absl::OkStatus();
 }
 
-absl::Status RemoteDevice::CheckOp(const OpLaunch& launch, executor::RunOp& encoded,
-                                   uint64_t stream, std::shared_ptr<absl::Mutex>* order) const {
+absl::Status RemoteDevice::EncodeOp(const OpLaunch& launch, StreamId stream,
+                                    executor::RunOp& encoded,
+                                    std::shared_ptr<absl::Mutex>* order) const {
   if (launch.op == nullptr) return absl::InvalidArgumentError("RunOp without an op");
   if (!SupportsOp(launch.op->name)) {
     return absl::UnimplementedError(absl::StrCat("op ", launch.op->name, " is not implemented on ",
                                                  BackendName(properties().backend), " device ",
                                                  properties().index));
   }
+  EncodeRunOp(launch, stream, encoded);
   // What each buffer must hold, worked out before the lock.
   GPUKIT_ASSIGN_OR_RETURN(const int64_t output_bytes,
                           ByteSize(launch.plan.output.shape, launch.plan.output.dtype));
@@ -2365,9 +2365,9 @@ absl::Status RemoteDevice::CheckOp(const OpLaunch& launch, executor::RunOp& enco
   }
   GPUKIT_RETURN_IF_ERROR(holds(launch.output, output_bytes, *encoded.mutable_output_place()));
   if (order == nullptr) return absl::OkStatus();
-  auto it = impl_->streams_.find(stream);
+  auto it = impl_->streams_.find(stream.value);
   if (it == impl_->streams_.end()) {
-    return absl::NotFoundError(absl::StrCat("unknown stream ", stream));
+    return absl::NotFoundError(absl::StrCat("unknown stream ", stream.value));
   }
   *order = it->second.order;
   return absl::OkStatus();

@@ -189,13 +189,13 @@ class RemoteDevice final : public Device {
 
  private:
   explicit RemoteDevice(std::unique_ptr<Impl> impl);
-  // RunOp's checks: the op is supported and its buffers are known and hold its operands;
-  // and the places of its buffers of the pool, into `encoded` (the op's request, as
-  // EncodeRunOp made it). With `order`, it also looks up the order lock of `stream`
-  // (NOT_FOUND for an unknown one) in the same look at the tables: RunOpBetweenEvents takes
-  // the tables' lock once fewer per op.
-  absl::Status CheckOp(const OpLaunch& launch, executor::RunOp& encoded, uint64_t stream = 0,
-                       std::shared_ptr<absl::Mutex>* order = nullptr) const;
+  // RunOp's checks and request: the op is supported and its buffers are known and hold its
+  // operands; `encoded` gets the op (EncodeRunOp) with the places of its buffers of the pool.
+  // With `order`, it also looks up the order lock of `stream` (NOT_FOUND for an unknown one)
+  // in the same look at the tables: RunOpBetweenEvents takes the tables' lock once fewer per
+  // op.
+  absl::Status EncodeOp(const OpLaunch& launch, StreamId stream, executor::RunOp& encoded,
+                        std::shared_ptr<absl::Mutex>* order = nullptr) const;
   // WaitEvent(event); with `pairs` (of event's stream, none after it) the executor's reply
   // also carries their outcomes, which go to `carried` (one per pair, in order) when the wait
   // ended OK in the executor; `carried` stays empty otherwise (the wait needed no request,

@@ -48,6 +48,7 @@ namespace {
 using ::gpukit::testing::StatusIs;
 using ::testing::AnyOf;
 using ::testing::Eq;
+using ::testing::HasSubstr;
 
 // The executor binary: in the build tree (build/daemon/, beside gpukitd), or beside this test
 // in a bundle.
@@ -828,6 +829,22 @@ TEST_F(RemoteDeviceTest, ABatchSendsAnOpAndItsWaitAsOneMessage) {
   EXPECT_EQ(unbatched.round_trips - after.round_trips, 1);
 
   EXPECT_EQ(OpOutput(stream), (std::vector<float>{-1, -2, -3, -4}));
+}
+
+// A launch without an op is refused before anything is encoded or sent, on both paths, and
+// the device serves on.
+TEST_F(RemoteDeviceTest, ALaunchWithoutAnOpIsRefused) {
+  Start();
+  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId stream, device_->CreateStream(StreamPriority::kNormal));
+  MakeOpBuffers(stream);
+  GPUKIT_ASSERT_OK_AND_ASSIGN(OpLaunch launch, Launch("neg"));
+  launch.op = nullptr;
+  EXPECT_THAT(device_->RunOp(launch, stream),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("without an op")));
+  EventId start, end;
+  EXPECT_THAT(device_->RunOpBetweenEvents(launch, stream, &start, &end),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("without an op")));
+  ExpectNegRunsOn(stream);
 }
 
 // ExpectWork sends a quiet channel's executor one Wake (where its reader polls at all: the
