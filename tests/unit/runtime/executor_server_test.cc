@@ -433,6 +433,33 @@ TEST_F(ExecutorServerTest, WorkNamesABufferOfThePoolByItsPlace) {
   for (uint64_t event = 20; event <= 31; ++event) Destroy(event);
 }
 
+// Copies and fills name places too (ids the executor never heard of): a device-to-device copy
+// between two places of the pool and a fill of a third, each through the place's view.
+TEST_F(ExecutorServerTest, CopiesAndFillsNameBuffersOfThePoolByPlace) {
+  float* data = MapPoolSegment(kPoolSegment, kBytes);
+  for (int i = 0; i < 12; ++i) data[i] = static_cast<float>(i + 1);
+  executor::Request copy;
+  copy.mutable_copy()->set_stream(kStream);
+  copy.mutable_copy()->set_bytes(16);
+  copy.mutable_copy()->set_dst_buffer(600);
+  *copy.mutable_copy()->mutable_dst_place() = PlaceIn(kPoolSegment, 16, 16);
+  copy.mutable_copy()->set_src_buffer(601);
+  *copy.mutable_copy()->mutable_src_place() = PlaceIn(kPoolSegment, 0, 16);
+  Send(copy);
+  executor::Request fill;
+  fill.mutable_fill()->set_stream(kStream);
+  fill.mutable_fill()->set_buffer(602);
+  *fill.mutable_fill()->mutable_place() = PlaceIn(kPoolSegment, 32, 16);
+  fill.mutable_fill()->set_offset(4);
+  fill.mutable_fill()->set_bytes(8);
+  Send(fill);
+  Record(60);
+  GPUKIT_ASSERT_OK(Wait(60));
+  EXPECT_EQ(std::vector<float>(data, data + 12),
+            (std::vector<float>{1, 2, 3, 4, 1, 2, 3, 4, 9, 0, 0, 12}));
+  Destroy(60);
+}
+
 // Unmapping a segment drops the views of it first (the device refuses to unmap a segment
 // that buffers still use) and only those: work naming the segment's places fails from then
 // on, naming the segment, while another segment's view serves on without being made again.
