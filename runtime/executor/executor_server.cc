@@ -1354,10 +1354,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       return;
     case executor::Request::kDefineBuffer: {
       const executor::DefineBuffer& define = request.define_buffer();
-      absl::StatusOr<BufferId> buffer =
-          define.segment() == 0
-              ? device_.Allocate(0)
-              : device_.BufferInSegment(define.segment(), define.offset(), define.bytes());
+      absl::StatusOr<BufferId> buffer = device_.Allocate(0);
       if (buffer.ok()) {
         std::optional<BufferId> replaced;
         {

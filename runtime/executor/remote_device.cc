@@ -1609,12 +1609,7 @@ absl::Status RemoteDevice::Free(BufferId buffer) {
 }
 
 absl::StatusOr<int64_t> RemoteDevice::BufferBytes(BufferId buffer) const {
-  absl::MutexLock lock(&impl_->mu_);
-  auto it = impl_->buffers_.find(buffer.value);
-  if (it == impl_->buffers_.end()) {
-    return absl::NotFoundError(absl::StrCat("unknown buffer ", buffer.value));
-  }
-  return it->second.bytes;
+  return impl_->LookUp(buffer.value, /*place=*/nullptr);
 }
 
 absl::StatusOr<HostBuffer> RemoteDevice::AllocateHostBuffer(int64_t bytes) {

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -75,24 +76,19 @@ class ExecutorServerTest : public ::testing::Test {
     executor::Request stream;
     stream.mutable_create_stream()->set_stream(kStream);
     GPUKIT_ASSERT_OK(Call(stream));
-    DefineBufferInSegment(kBuffer, kSegment, kBytes);
+    PoolBuffer(kBuffer, kSegment, kBytes);
   }
 
-  // Buffer `buffer`: the whole of a memfd segment `segment` of `bytes`.
-  void DefineBufferInSegment(uint64_t buffer, uint64_t segment, int64_t bytes) {
-    const int memfd = ::memfd_create("executor_server_test", MFD_CLOEXEC);
-    ASSERT_GE(memfd, 0);
-    ASSERT_EQ(::ftruncate(memfd, bytes), 0);
-    executor::Request map;
-    map.mutable_map_segment()->set_key(segment);
-    map.mutable_map_segment()->set_bytes(bytes);
-    GPUKIT_ASSERT_OK(Call(map, memfd));
-    ::close(memfd);
-    executor::Request define;
-    define.mutable_define_buffer()->set_buffer(buffer);
-    define.mutable_define_buffer()->set_segment(segment);
-    define.mutable_define_buffer()->set_bytes(bytes);
-    GPUKIT_ASSERT_OK(Call(define));
+  // Buffer `buffer`: the whole of a memfd segment `segment` of `bytes`, which work names by
+  // its place (Fill and NegBetween add it), as gpukitd names a buffer of its pool.
+  void PoolBuffer(uint64_t buffer, uint64_t segment, int64_t bytes) {
+    MapPoolSegment(segment, bytes);
+    places_[buffer] = PlaceIn(segment, 0, bytes);
+  }
+  // The place of a PoolBuffer, else none (work names the buffer by id alone).
+  executor::Place PlaceOf(uint64_t buffer) const {
+    auto it = places_.find(buffer);
+    return it == places_.end() ? executor::Place() : it->second;
   }
 
   // Maps a memfd segment `segment` of `bytes` into the executor, as gpukitd's device pool
@@ -162,12 +158,13 @@ class ExecutorServerTest : public ::testing::Test {
     executor::Request request;
     request.mutable_fill()->set_stream(kStream);
     request.mutable_fill()->set_buffer(buffer);
+    *request.mutable_fill()->mutable_place() = PlaceOf(buffer);
     request.mutable_fill()->set_bytes(64);
     Send(request);
   }
   // `neg` of the buffer's first `floats` floats into themselves, on `stream`, between events
-  // `start` and `end` carried by the request (Device::RunOpBetweenEvents's form). With
-  // `place`, the buffer is named by it too (a buffer of gpukitd's pool).
+  // `start` and `end` carried by the request (Device::RunOpBetweenEvents's form). The buffer is
+  // named by `place` too when given, else by its PoolBuffer place if it has one.
   void NegBetween(uint64_t start, uint64_t end, uint64_t stream = kStream,
                   uint64_t buffer = kBuffer, int64_t floats = 4,
                   const executor::Place* place = nullptr) {
@@ -184,10 +181,9 @@ class ExecutorServerTest : public ::testing::Test {
     launch.output = BufferId{buffer};
     executor::Request request;
     EncodeRunOp(launch, StreamId{stream}, *request.mutable_run_op());
-    if (place != nullptr) {
-      *request.mutable_run_op()->mutable_inputs(0)->mutable_place() = *place;
-      *request.mutable_run_op()->mutable_output_place() = *place;
-    }
+    const executor::Place named = place != nullptr ? *place : PlaceOf(buffer);
+    *request.mutable_run_op()->mutable_inputs(0)->mutable_place() = named;
+    *request.mutable_run_op()->mutable_output_place() = named;
     request.mutable_run_op()->set_start_event(start);
     request.mutable_run_op()->set_end_event(end);
     Send(request);
@@ -254,6 +250,7 @@ class ExecutorServerTest : public ::testing::Test {
 
   std::optional<std::string> outside_;
   std::vector<std::pair<void*, int64_t>> mappings_;  // MapPoolSegment's
+  std::map<uint64_t, executor::Place> places_;       // PoolBuffer's
   ScopedFd peer_;
   std::optional<executor::Batch> batch_;
   std::unique_ptr<::gpukit::testing::ForwardingDevice> device_;
@@ -405,7 +402,7 @@ constexpr uint64_t kPoolSegment = 9;
 TEST_F(ExecutorServerTest, WorkNamesABufferOfThePoolByItsPlace) {
   float* data = MapPoolSegment(kPoolSegment, kBytes);
   for (int i = 0; i < 8; ++i) data[i] = static_cast<float>(i + 1);
-  const int64_t views = device_->buffers_in_segment();           // the fixture's defined buffer
+  const int64_t views = device_->buffers_in_segment();
   const executor::Place second = PlaceIn(kPoolSegment, 16, 16);  // floats 4 to 7
   // Id 12345 is unknown to the executor: the place is what counts.
   NegBetween(20, 21, kStream, /*buffer=*/12345, 4, &second);
@@ -592,7 +589,7 @@ INSTANTIATE_TEST_SUITE_P(Settings, DeferralSettingTest,
 // before it runs, and its own end gets one, so its time is measured, not shared.
 TEST_F(DeferredEventsTest, ALargeOpEndsTheSpanBeforeItAndRecordsItsOwnEnd) {
   constexpr uint64_t kLarge = 2;
-  DefineBufferInSegment(kLarge, /*segment=*/8, /*bytes=*/int64_t{4} << 18);
+  PoolBuffer(kLarge, /*segment=*/8, /*bytes=*/int64_t{4} << 18);
   Record(200);
   BeginBatch();
   NegBetween(201, 202);
