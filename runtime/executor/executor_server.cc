@@ -1604,7 +1604,8 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
       }
       // Through the enqueue thread (after the RecordEvent) to the completion thread, which
       // may block; a wait whose work has run already (the CPU device runs it as it is
-      // enqueued, a GPU's small kernel may be done) is answered by the enqueue thread.
+      // enqueued, a GPU's small kernel may be done) is answered by the enqueue thread when no
+      // work is queued behind it.
       PushWork(event->stream, [this, s, event, seq, held = Keep(request)] {
         RecordDeferred(s);  // the event's device event, if deferred: recorded here, at once
         const executor::Request::BodyCase kind = held->body_case();
@@ -1653,9 +1654,14 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
             }
           }
         };
+        // Answered here only while no work is queued behind the wait on this stream: its
+        // answer (a device call per pair) would hold that work's launch, and this thread is
+        // the stream's bottleneck under load (docs/benchmarks.md, "Waits off the enqueue
+        // thread"); the completion thread answers it then.
         bool done_already = false;
         if (kind == executor::Request::kWaitEvent && s->completions.idle() &&
-            event->device_event.value != 0) {
+            event->device_event.value != 0 && s->works_following == 0 &&
+            !s->enqueues.has_queued()) {
           // Short work is likely done within SpinTime(): answering here saves the hand-off,
           // unless someone else's request waits for this thread (OthersWaiting).
           const int64_t last_ns = s->last_work_ns.load(std::memory_order_relaxed);
