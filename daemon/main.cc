@@ -25,6 +25,7 @@
 #include "daemon/systemd/service_notifier.h"
 #include "daemon/systemd/watchdog.h"
 #include "grpc/grpc.h"
+#include "runtime/base/allocator_settings.h"
 #include "runtime/base/default_address.h"
 #include "runtime/base/mutex_mode.h"
 #include "runtime/base/read_file.h"
@@ -34,6 +35,11 @@
 #include "runtime/executor/executor_devices.h"
 #include "runtime/jit/jit_compiler.h"
 #include "spdlog/spdlog.h"
+
+// jemalloc's settings (runtime/base/allocator_settings.h).
+extern "C" {
+const char* malloc_conf = GPUKIT_MALLOC_CONF;
+}
 
 namespace {
 

@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/time/time.h"
+#include "runtime/base/allocator_settings.h"
 #include "runtime/base/mutex_mode.h"
 #include "runtime/base/unix_fd.h"
 #include "runtime/cpu/cpu_device.h"
@@ -22,6 +23,11 @@
 #include "runtime/jit/jit_compiler.h"
 #include "spdlog/spdlog.h"
 #include <sys/prctl.h>
+
+// jemalloc's settings (runtime/base/allocator_settings.h).
+extern "C" {
+const char* malloc_conf = GPUKIT_MALLOC_CONF;
+}
 
 namespace {
 
