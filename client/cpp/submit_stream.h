@@ -68,7 +68,8 @@ inline constexpr int kMaxQueuedOps = 4 * kMaxOpsPerRequest;
 // gather into one request instead of one each, so a fast caller's chain costs the daemon a
 // message per batch rather than per op (gRPC's threads in gpukitd: 19-45 us of CPU per op
 // before, 1.4-3.5 us after; docs/benchmarks.md). Twice the daemon's default
-// limits.maxOpsInFlight, so ops still wait in the daemon for a slot while the writer waits.
+// base window (a quarter of limits.maxOpsInFlight), so ops still wait in the daemon for a
+// slot while the writer waits.
 inline constexpr int kMaxUnansweredOps = 64;
 // A caller writes its op itself when the stream has no op unanswered and has written nothing
 // for this long: its writer thread then sleeps deeply (on the GPU host, waking it took 35-60

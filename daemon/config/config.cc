@@ -24,7 +24,7 @@ constexpr absl::string_view kDefaultConfig = R"json({
   "logLevel": "info",
   "cpu": {"memory": "4GiB"},
   "limits": {"maxArraySize": "2GiB", "maxSessions": 1024, "maxArraysPerSession": 65536,
-             "maxKernelsPerSession": 256, "maxOpsInFlight": 32},
+             "maxKernelsPerSession": 256, "maxOpsInFlight": 128},
   "sessions": {"defaultLease": "30s", "minLease": "1s", "maxLease": "10m"},
   "streamsPerPartition": 2,
   "partitions": [],

@@ -108,9 +108,10 @@ struct CoreOptions {
   // Compiled kernels one session may hold at once (each may hold a module on the device).
   int max_kernels_per_session = 256;
   // Ops of one pipeline (OpenPipeline, ComputeService.Submit) queued on the device at once;
-  // OpPipeline::RunOp waits for the oldest to complete beyond it. Default 32: half a
-  // partition's default maxRunningTasks, since each holds a running task until it has run.
-  int max_ops_in_flight = 32;
+  // OpPipeline::RunOp waits for the oldest to complete beyond it. Each holds a task of its
+  // partition until it has run, so past a quarter of it (OpPipeline::BaseWindow, 32) a
+  // pipeline takes more only while its partition has slots to spare (see op_pipeline.h).
+  int max_ops_in_flight = 128;
   // Host memory regions one session may hold at once (each a mapping in gpukitd).
   int max_host_regions_per_session = 64;
   // How long a RegisterHostMemory token waits for its descriptor.

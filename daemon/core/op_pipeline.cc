@@ -13,6 +13,7 @@ OpPipeline::OpPipeline(Core& core, std::shared_ptr<Session> session, int max_ops
     : core_(core),
       session_(std::move(session)),
       max_ops_in_flight_(max_ops_in_flight),
+      base_window_(BaseWindow(max_ops_in_flight)),
       handle_prefix_(NewOpaqueId("a-") + ".") {
   completion_ = std::thread([this] {
     NameThisThread("gk-op-done");
@@ -115,11 +116,15 @@ absl::StatusOr<ArrayView> OpPipeline::Queue(uint64_t index, absl::string_view op
   {
     // A slot first, then admission: the pipeline never holds more than its cap of tasks.
     absl::MutexLock lock(&mu_);
+    // The partition's spare slots are read without the scheduler's lock; a waiter looks
+    // again whenever one of its own ops completes (it has some in flight while it waits).
     auto has_room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return in_flight_ < max_ops_in_flight_ || closing_;
+      if (closing_ || in_flight_ < base_window_) return true;
+      return in_flight_ < max_ops_in_flight_ &&
+             core_.scheduler().PartitionHasSpareSlots(session_->ticket());
     };
     // The oldest ops complete only once handed over to the completion thread.
-    if (in_flight_ >= max_ops_in_flight_) HandOverLocked();
+    if (!has_room()) HandOverLocked();
     mu_.Await(absl::Condition(&has_room));
     GPUKIT_RETURN_IF_ERROR(CheckOpen());
     ++in_flight_;

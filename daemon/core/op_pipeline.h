@@ -39,8 +39,15 @@
 // ends the batch's tasks in one scheduler call and its events in one DestroyEvents
 // (OpPipeline::CompleteBatch).
 //
-// Flow control: at most CoreOptions::max_ops_in_flight ops are queued and not yet completed;
-// RunOp waits for the oldest beyond that (so a pipeline never holds more running tasks).
+// Flow control: every op queued holds a task of the session's partition until it completes.
+// A pipeline may always hold its base window of them (BaseWindow: a quarter of
+// CoreOptions::max_ops_in_flight, 32 by default); past it, up to max_ops_in_flight, only
+// while its partition has fewer than half its maxRunningTasks tasks running or queued
+// (Scheduler::PartitionHasSpareSlots). RunOp waits for the oldest beyond that. A lone
+// session gets the larger window, which a chain of small ops needs to keep the device fed (one
+// session's chains 1.12-1.15x with 128 against 32 on the GPU host, docs/benchmarks.md "One
+// session's window"), and busy sessions together cannot fill the partition's slots and
+// queue (QUEUE_FULL) with ops past their base windows.
 //
 // Thread safety: RunOp, Free and Sync are called by one thread at a time (the stream's
 // owner), with increasing indices; Close and the destructor by that thread, or by another
@@ -50,6 +57,7 @@
 #ifndef GPUKIT_DAEMON_CORE_OP_PIPELINE_H_
 #define GPUKIT_DAEMON_CORE_OP_PIPELINE_H_
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -93,7 +101,7 @@ class OpPipeline {
   Device& device() const;
 
   // Queues op `index` (see the top of this file) and returns its output's layout, without
-  // waiting for it to run; blocks while max_ops_in_flight ops are outstanding, and while
+  // waiting for it to run; blocks while its window is full (see Flow control), and while
   // the task waits for admission. Errors: ABORTED while the pipeline is failed, NOT_FOUND
   // once the session ended (its lease renews with every op), FAILED_PRECONDITION after
   // Close, and Core::RunOp's: nothing was queued, but for a refused registration of the
@@ -132,6 +140,9 @@ class OpPipeline {
   // Ops queued and not yet completed (plus one being queued).
   int in_flight() const;
 
+  // The ops in flight a pipeline may always hold: max(1, max_ops_in_flight / 4).
+  static int BaseWindow(int max_ops_in_flight) { return std::max(1, max_ops_in_flight / 4); }
+
  private:
   friend class Core;
   // What the completion thread finishes: an op queued on the device.
@@ -166,6 +177,7 @@ class OpPipeline {
   Core& core_;
   const std::shared_ptr<Session> session_;  // keeps its stream alive until Close
   const int max_ops_in_flight_;
+  const int base_window_;  // BaseWindow(max_ops_in_flight_)
   const std::string handle_prefix_;
 
   mutable absl::Mutex mu_;

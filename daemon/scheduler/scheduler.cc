@@ -1,6 +1,7 @@
 #include "daemon/scheduler/scheduler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 #include <vector>
 
@@ -51,7 +52,9 @@ struct Task {
 
 struct PartitionState {
   PartitionState(const PartitionSpec& s, absl::Duration burst, absl::Time now)
-      : spec(s), share(s.compute_share, burst, now), cap(CapRate(s), burst, now) {}
+      : spec(s), share(s.compute_share, burst, now), cap(CapRate(s), burst, now) {
+    UpdateSpareSlots();
+  }
   static double CapRate(const PartitionSpec& s) {
     return s.bandwidth_cap > 0 ? s.bandwidth_cap : 1.0;
   }
@@ -83,6 +86,14 @@ struct PartitionState {
   double compute_requested = 0;
   TaskQueue queue;
   int running = 0;  // admitted or running
+  // Whether fewer than half of spec.max_running_tasks tasks are running or queued (see
+  // Scheduler::PartitionHasSpareSlots): written under the scheduler's lock by
+  // UpdateSpareSlots wherever either count or the spec changes, read without it.
+  std::atomic<bool> spare_slots{false};
+  void UpdateSpareSlots() {
+    spare_slots.store(running + static_cast<int>(queue.size()) < spec.max_running_tasks / 2,
+                      std::memory_order_relaxed);
+  }
   int guaranteed_queued = 0;
   absl::Time last_finish = absl::InfinitePast();  // when Finish last ended one of its tasks
   TokenBucket share;
@@ -314,6 +325,7 @@ absl::StatusOr<PartitionSpec> Scheduler::UpdatePartition(absl::string_view name,
   if (!fits.admitted) return fits.ToStatus();
   const absl::Time now = clock_.Now();
   p->spec = spec;
+  p->UpdateSpareSlots();
   p->share.SetRate(spec.compute_share, now);
   p->cap.SetRate(PartitionState::CapRate(spec), now);
   PlaceSmsLocked(spec.device_index);
@@ -470,6 +482,10 @@ void Scheduler::EndSession(const SessionTicket& ticket) {
 bool Scheduler::HigherClassSessionOpen(const SessionTicket& ticket) const {
   absl::MutexLock lock(&mu_);
   return HigherClassSessionOpenLocked(*ticket);
+}
+
+bool Scheduler::PartitionHasSpareSlots(const SessionTicket& ticket) const {
+  return ticket->partition->spare_slots.load(std::memory_order_relaxed);
 }
 
 bool Scheduler::HigherClassSessionOpenLocked(const SessionAccount& account) const {
@@ -652,6 +668,7 @@ absl::StatusOr<TaskRef> Scheduler::Submit(const SessionTicket& ticket, const Tas
     return task;
   }
   p.queue.Push(task->key, info.id);
+  p.UpdateSpareSlots();
   if (info.qos == QosClass::kGuaranteed) ++p.guaranteed_queued;
   if (info.deadline != absl::InfiniteFuture()) deadlines_.insert({info.deadline, info.id});
   PumpLocked(now);
@@ -784,6 +801,7 @@ bool Scheduler::AdmitLocked(PartitionState& p, Task& task, absl::Time now) {
     if (task.info.qos == QosClass::kGuaranteed) --p.guaranteed_queued;
   }
   ++p.running;
+  p.UpdateSpareSlots();
   ++p.admitted_total;
   task.estimate = task.session->estimates.Estimate(task.info.name, InFlightBound(task.info.qos));
   DeviceState& device = devices_[p.spec.device_index];
@@ -863,6 +881,7 @@ absl::Status Scheduler::EndTaskLocked(Task& task, TaskState state, absl::Time no
     --p.running;
     ReleaseInFlightLocked(task, was, now);
   }
+  p.UpdateSpareSlots();
   task.info.error = std::string(error);
   switch (state) {
     case TaskState::kSucceeded:

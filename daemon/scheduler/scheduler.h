@@ -359,6 +359,10 @@ class Scheduler {
   // BestEffort) is open on its device: whether its work could ever be waited on by work of a
   // higher priority, so whether slicing its large ops (OpLaunch::sliceable) buys anything.
   bool HigherClassSessionOpen(const SessionTicket& ticket) const;
+  // Whether the ticket's partition has fewer than half its maxRunningTasks tasks running or
+  // queued: a pipeline takes slots past its base window only then (OpPipeline). Without the
+  // scheduler's lock (one atomic, written under it as the counts change).
+  bool PartitionHasSpareSlots(const SessionTicket& ticket) const;
   // The session's usage; it stays readable (and its device time keeps counting the tasks
   // that were running) after EndSession.
   SessionUsage Usage(const SessionTicket& ticket) const;

@@ -32,8 +32,8 @@
 
 namespace gpukit::service {
 
-// Most ops in a batch: half the default cap of ops in flight per pipeline
-// (CoreOptions::max_ops_in_flight, 32), so that one batch fills while the one before it runs,
+// Most ops in a batch: half the default base window of ops in flight per pipeline
+// (OpPipeline::BaseWindow, 32), so that one batch fills while the one before it runs,
 // and the stream does not stop at the cap with a batch unsent. A burst's batches grow to it:
 // 1, 2, 4, 8, 16, 16, ...
 inline constexpr int kOpsPerDeviceBatch = 16;

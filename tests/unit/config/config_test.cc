@@ -610,9 +610,9 @@ TEST(JitConfigTest, EmbeddedDefaultAndEveryField) {
   EXPECT_EQ(defaults.core.max_kernels_per_session, 256);
 }
 
-TEST(LimitsConfigTest, MaxOpsInFlightDefaultsTo32AndMustBePositive) {
+TEST(LimitsConfigTest, MaxOpsInFlightDefaultsTo128AndMustBePositive) {
   const DaemonConfig defaults;
-  EXPECT_EQ(defaults.core.max_ops_in_flight, 32);
+  EXPECT_EQ(defaults.core.max_ops_in_flight, 128);
   absl::StatusOr<DaemonConfig> set =
       ApplyConfigJson(R"({"limits": {"maxOpsInFlight": 4}})", defaults);
   ASSERT_THAT(set, IsOk());

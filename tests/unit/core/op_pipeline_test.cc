@@ -25,6 +25,7 @@
 #include "daemon/core/core.h"
 #include "daemon/core/running_task.h"
 #include "daemon/scheduler/clock.h"
+#include "daemon/scheduler/partition.h"
 #include "daemon/scheduler/scheduler.h"
 #include "daemon/service/request_strings.h"
 #include "daemon/session/session_manager.h"
@@ -274,10 +275,11 @@ TEST_F(OpPipelineTest, TasksInFlightNeverExceedTheCap) {
 }
 
 // Every op of a pipeline holds a running task of its partition until its completion is seen,
-// so the default partition's slots must hold several sessions' pipelines at their in-flight
-// cap: none of their ops may wait for a slot (each such wait costs a wake-up per op).
-TEST_F(OpPipelineTest, EightPipelinesAtTheirCapFitTheDefaultPartitionsSlots) {
-  const int cap = CoreOptions{}.max_ops_in_flight;
+// so the default partition's slots must hold several sessions' pipelines at their base
+// window: none of their ops may wait for a slot (each such wait costs a wake-up per op).
+TEST_F(OpPipelineTest, EightPipelinesAtTheirBaseWindowFitTheDefaultPartitionsSlots) {
+  const int cap = OpPipeline::BaseWindow(CoreOptions{}.max_ops_in_flight);
+  ASSERT_EQ(cap, 32);
   std::vector<std::unique_ptr<OpPipeline>> pipelines;
   std::vector<std::string> sessions;
   std::vector<std::string> inputs;
@@ -330,6 +332,86 @@ TEST_F(OpPipelineTest, EightPipelinesAtTheirCapFitTheDefaultPartitionsSlots) {
     EXPECT_THAT(values, Each(1.0f)) << "session " << s;
   }
   EXPECT_EQ(RunningTasks(), 0);
+}
+
+// A pipeline alone in its partition takes slots past its base window, up to its cap: its
+// held ops stay in flight together, and the op past the cap hands them over and goes on.
+TEST_F(OpPipelineTest, APipelineAloneGrowsPastItsBaseWindowUpToItsCap) {
+  CoreOptions options;
+  options.max_ops_in_flight = 12;  // base window 3
+  MakeCore(options);
+  const std::string x = Floats(std::vector<float>(16, 1.0f));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> pipeline, core().OpenPipeline(session_));
+  pipeline->HoldCompletions(true);
+  std::string last = x;
+  uint64_t index = 0;
+  int most = 0;
+  for (int i = 0; i < 30; ++i) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView out,
+                                pipeline->RunOp(index++, "add", {Handle(last), Handle(x)}, {}));
+    most = std::max(most, pipeline->in_flight());
+    EXPECT_LE(pipeline->in_flight(), 12);
+    last = out.handle;
+  }
+  EXPECT_EQ(most, 12);
+  EXPECT_EQ(pipeline->Sync(), std::nullopt);
+  EXPECT_EQ(RunningTasks(), 0);
+  EXPECT_THAT(Read(last, 16), Each(31.0f));
+}
+
+// Past its base window a pipeline takes a slot only while its partition has fewer than half
+// its running slots taken (running or queued): a busy partition's sessions keep to their base
+// windows, so their ops cannot fill its slots and queue.
+TEST_F(OpPipelineTest, PastItsBaseWindowOnlyWhileItsPartitionHasSlotsToSpare) {
+  CoreOptions options;
+  options.max_ops_in_flight = 12;  // base window 3
+  MakeCore(options);
+  PartitionFieldMask mask;
+  mask.max_running_tasks = true;
+  PartitionSpec values;
+  values.max_running_tasks = 8;  // spare while fewer than 4 tasks are running or queued
+  GPUKIT_ASSERT_OK(core().scheduler().UpdatePartition(kDefaultPartition, mask, values).status());
+  const std::string x = Floats(std::vector<float>(16, 1.0f));
+  OpenSessionParams params;
+  params.tenant = "pipeline";
+  GPUKIT_ASSERT_OK_AND_ASSIGN(SessionGrant other, core().OpenSession(params));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView other_x,
+                              core().CreateArray(other.session_id, {DType::kFloat32, {16}}));
+
+  // The first pipeline takes its base window and one slot more (3 tasks then: spare).
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> first, core().OpenPipeline(session_));
+  first->HoldCompletions(true);
+  std::string last = x;
+  uint64_t index = 0;
+  for (int i = 0; i < 4; ++i) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView out,
+                                first->RunOp(index++, "add", {Handle(last), Handle(x)}, {}));
+    last = out.handle;
+  }
+  EXPECT_EQ(first->in_flight(), 4);
+  EXPECT_EQ(RunningTasks(), 4);
+
+  // With 4 of 8 slots taken, the second keeps to its base window of 3: each op past it hands
+  // its held ops over and waits for one of them.
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> second,
+                              core().OpenPipeline(other.session_id));
+  second->HoldCompletions(true);
+  std::string other_last = other_x.handle;
+  for (uint64_t i = 0; i < 10; ++i) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView out,
+                                second->RunOp(i, "add", {Handle(other_last), Scalar(1.0)}, {}));
+    EXPECT_LE(second->in_flight(), 3) << "op " << i;
+    other_last = out.handle;
+  }
+  EXPECT_EQ(second->Sync(), std::nullopt);
+  EXPECT_EQ(first->Sync(), std::nullopt);
+  EXPECT_EQ(RunningTasks(), 0);
+  EXPECT_THAT(Read(last, 16), Each(5.0f));
+  std::string bytes(16 * sizeof(float), '\0');
+  GPUKIT_ASSERT_OK(core().ReadArray(other.session_id, other_last, 0, absl::MakeSpan(bytes)));
+  std::vector<float> values16(16);
+  std::memcpy(values16.data(), bytes.data(), bytes.size());
+  EXPECT_THAT(values16, Each(10.0f));
 }
 
 // Held ops go to the completion thread together, on release: one wait for all of them.
