@@ -517,8 +517,8 @@ absl::StatusOr<std::unique_ptr<OpPipeline>> Core::OpenPipeline(absl::string_view
           "\" already has an open pipeline (one Submit stream per session at a time)"));
     }
   }
-  return std::unique_ptr<OpPipeline>(
-      new OpPipeline(*this, std::move(session), options_.max_ops_in_flight));
+  return std::unique_ptr<OpPipeline>(new OpPipeline(
+      *this, std::move(session), options_.max_ops_in_flight, options_.pipeline_growth_bytes));
 }
 
 void Core::ClosePipeline(const std::string& session_id) {

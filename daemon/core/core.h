@@ -112,6 +112,9 @@ struct CoreOptions {
   // partition until it has run, so past a quarter of it (OpPipeline::BaseWindow, 32) a
   // pipeline takes more only while its partition has slots to spare (see op_pipeline.h).
   int max_ops_in_flight = 128;
+  // The most output bytes a pipeline's ops in flight may hold for it to take slots past its
+  // base window (see op_pipeline.h).
+  int64_t pipeline_growth_bytes = int64_t{64} << 20;
   // Host memory regions one session may hold at once (each a mapping in gpukitd).
   int max_host_regions_per_session = 64;
   // How long a RegisterHostMemory token waits for its descriptor.

@@ -9,11 +9,13 @@
 
 namespace gpukit {
 
-OpPipeline::OpPipeline(Core& core, std::shared_ptr<Session> session, int max_ops_in_flight)
+OpPipeline::OpPipeline(Core& core, std::shared_ptr<Session> session, int max_ops_in_flight,
+                       int64_t growth_bytes)
     : core_(core),
       session_(std::move(session)),
       max_ops_in_flight_(max_ops_in_flight),
       base_window_(BaseWindow(max_ops_in_flight)),
+      growth_bytes_(growth_bytes),
       handle_prefix_(NewOpaqueId("a-") + ".") {
   completion_ = std::thread([this] {
     NameThisThread("gk-op-done");
@@ -120,7 +122,7 @@ absl::StatusOr<ArrayView> OpPipeline::Queue(uint64_t index, absl::string_view op
     // again whenever one of its own ops completes (it has some in flight while it waits).
     auto has_room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       if (closing_ || in_flight_ < base_window_) return true;
-      return in_flight_ < max_ops_in_flight_ &&
+      return in_flight_ < max_ops_in_flight_ && in_flight_bytes_ < growth_bytes_ &&
              core_.scheduler().PartitionHasSpareSlots(session_->ticket());
     };
     // The oldest ops complete only once handed over to the completion thread.
@@ -152,8 +154,13 @@ absl::StatusOr<ArrayView> OpPipeline::Queue(uint64_t index, absl::string_view op
       session->AddArray(std::move(op->output), core_.options_.limits.max_arrays_per_session);
   {
     absl::MutexLock lock(&mu_);
-    Record record{index, std::string(op_name), std::move(op->pins), std::move(op->output_pin),
-                  *std::move(work)};
+    Record record{index,
+                  std::string(op_name),
+                  std::move(op->pins),
+                  std::move(op->output_pin),
+                  *std::move(work),
+                  view.bytes};
+    in_flight_bytes_ += record.bytes;
     if (holding_) {
       held_.push_back(std::move(record));
     } else {
@@ -212,6 +219,8 @@ void OpPipeline::CompletionLoop() {
     }
     CompleteBatch(batch);
     const int completed = static_cast<int>(batch.size());
+    int64_t completed_bytes = 0;
+    for (const Record& record : batch) completed_bytes += record.bytes;
     {
       // Drops the pins outside the lock: an array whose last reference goes frees its
       // memory, and those of the batch return it to the scheduler together.
@@ -222,6 +231,7 @@ void OpPipeline::CompletionLoop() {
     records_completed_ += completed;
     completed_.store(records_completed_, std::memory_order_release);
     in_flight_ -= completed;
+    in_flight_bytes_ -= completed_bytes;
   }
 }
 

@@ -43,7 +43,10 @@
 // A pipeline may always hold its base window of them (BaseWindow: a quarter of
 // CoreOptions::max_ops_in_flight, 32 by default); past it, up to max_ops_in_flight, only
 // while its partition has fewer than half its maxRunningTasks tasks running or queued
-// (Scheduler::PartitionHasSpareSlots). RunOp waits for the oldest beyond that. A lone
+// (Scheduler::PartitionHasSpareSlots) and its ops in flight hold fewer than
+// CoreOptions::pipeline_growth_bytes of outputs (64 MiB: large ops keep the device busy with
+// the base window, and their outputs stay resident while in flight). RunOp waits for the
+// oldest beyond that. A lone
 // session gets the larger window, which a chain of small ops needs to keep the device fed (one
 // session's chains 1.12-1.15x with 128 against 32 on the GPU host, docs/benchmarks.md "One
 // session's window"), and busy sessions together cannot fill the partition's slots and
@@ -152,9 +155,11 @@ class OpPipeline {
     std::vector<ArrayPin> pins;  // the inputs'
     ArrayPin output_pin;
     EnqueuedTask work;
+    int64_t bytes = 0;  // the output's
   };
 
-  OpPipeline(Core& core, std::shared_ptr<Session> session, int max_ops_in_flight);
+  OpPipeline(Core& core, std::shared_ptr<Session> session, int max_ops_in_flight,
+             int64_t growth_bytes);
 
   absl::StatusOr<ArrayView> Queue(uint64_t index, absl::string_view op_name,
                                   absl::Span<const OpInput> inputs, const AttrMap& attrs,
@@ -177,7 +182,8 @@ class OpPipeline {
   Core& core_;
   const std::shared_ptr<Session> session_;  // keeps its stream alive until Close
   const int max_ops_in_flight_;
-  const int base_window_;  // BaseWindow(max_ops_in_flight_)
+  const int base_window_;       // BaseWindow(max_ops_in_flight_)
+  const int64_t growth_bytes_;  // CoreOptions::pipeline_growth_bytes
   const std::string handle_prefix_;
 
   mutable absl::Mutex mu_;
@@ -186,6 +192,7 @@ class OpPipeline {
   std::vector<Record> held_ ABSL_GUARDED_BY(mu_);    // queued while holding, not handed over
   // Slots taken: ops being queued plus records not yet completed (<= max_ops_in_flight_).
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t in_flight_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // the outputs of the records in flight
   uint64_t records_queued_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t records_completed_ ABSL_GUARDED_BY(mu_) = 0;
   // records_completed_, for a Sync that spins before it waits on mu_.

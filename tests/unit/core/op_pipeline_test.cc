@@ -359,6 +359,34 @@ TEST_F(OpPipelineTest, APipelineAloneGrowsPastItsBaseWindowUpToItsCap) {
   EXPECT_THAT(Read(last, 16), Each(31.0f));
 }
 
+// Past its base window a pipeline takes a slot only while its ops in flight hold less than
+// CoreOptions::pipeline_growth_bytes of outputs: large ops keep to the base window.
+TEST_F(OpPipelineTest, PastItsBaseWindowOnlyWhileItsOpsInFlightHoldLittleMemory) {
+  CoreOptions options;
+  options.max_ops_in_flight = 12;               // base window 3
+  options.pipeline_growth_bytes = 1024 * 1024;  // four outputs of 256 KiB
+  MakeCore(options);
+  const std::string x = Floats(std::vector<float>(65536, 1.0f));  // 256 KiB
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> pipeline, core().OpenPipeline(session_));
+  pipeline->HoldCompletions(true);
+  std::string last = x;
+  uint64_t index = 0;
+  int most = 0;
+  for (int i = 0; i < 12; ++i) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView out,
+                                pipeline->RunOp(index++, "add", {Handle(last), Handle(x)}, {}));
+    most = std::max(most, pipeline->in_flight());
+    if (last != x) {
+      GPUKIT_ASSERT_OK(pipeline->Free(index++, last));
+    }
+    last = out.handle;
+  }
+  // 3 outputs (768 KiB) let a fourth op past the base window; 4 (1 MiB) do not.
+  EXPECT_EQ(most, 4);
+  EXPECT_EQ(pipeline->Sync(), std::nullopt);
+  EXPECT_THAT(Read(last, 65536), Each(13.0f));
+}
+
 // Past its base window a pipeline takes a slot only while its partition has fewer than half
 // its running slots taken (running or queued): a busy partition's sessions keep to their base
 // windows, so their ops cannot fill its slots and queue.
