@@ -106,6 +106,24 @@ class OpPipelineTest : public ::testing::Test {
     return values;
   }
 
+  // Queues `ops` adds `last = last + x` on `pipeline` (each previous result freed once its
+  // consumer is queued) and returns the most ops it had in flight after queueing one.
+  int MostInFlightOverAdds(OpPipeline& pipeline, const std::string& x, int ops, std::string& last) {
+    uint64_t index = 0;
+    int most = 0;
+    for (int i = 0; i < ops; ++i) {
+      absl::StatusOr<ArrayView> out = pipeline.RunOp(index++, "add", {Handle(last), Handle(x)}, {});
+      EXPECT_THAT(out, IsOk()) << "op " << i;
+      if (!out.ok()) break;
+      most = std::max(most, pipeline.in_flight());
+      if (last != x) {
+        EXPECT_THAT(pipeline.Free(index++, last), IsOk());
+      }
+      last = out->handle;
+    }
+    return most;
+  }
+
   int RunningTasks() const {
     int running = 0;
     for (const PartitionStatus& p : core_->scheduler().ListPartitions()) running += p.running;
@@ -344,16 +362,7 @@ TEST_F(OpPipelineTest, APipelineAloneGrowsPastItsBaseWindowUpToItsCap) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> pipeline, core().OpenPipeline(session_));
   pipeline->HoldCompletions(true);
   std::string last = x;
-  uint64_t index = 0;
-  int most = 0;
-  for (int i = 0; i < 30; ++i) {
-    GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView out,
-                                pipeline->RunOp(index++, "add", {Handle(last), Handle(x)}, {}));
-    most = std::max(most, pipeline->in_flight());
-    EXPECT_LE(pipeline->in_flight(), 12);
-    last = out.handle;
-  }
-  EXPECT_EQ(most, 12);
+  EXPECT_EQ(MostInFlightOverAdds(*pipeline, x, 30, last), 12);
   EXPECT_EQ(pipeline->Sync(), std::nullopt);
   EXPECT_EQ(RunningTasks(), 0);
   EXPECT_THAT(Read(last, 16), Each(31.0f));
@@ -370,19 +379,8 @@ TEST_F(OpPipelineTest, PastItsBaseWindowOnlyWhileItsOpsInFlightHoldLittleMemory)
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> pipeline, core().OpenPipeline(session_));
   pipeline->HoldCompletions(true);
   std::string last = x;
-  uint64_t index = 0;
-  int most = 0;
-  for (int i = 0; i < 12; ++i) {
-    GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView out,
-                                pipeline->RunOp(index++, "add", {Handle(last), Handle(x)}, {}));
-    most = std::max(most, pipeline->in_flight());
-    if (last != x) {
-      GPUKIT_ASSERT_OK(pipeline->Free(index++, last));
-    }
-    last = out.handle;
-  }
   // 3 outputs (768 KiB) let a fourth op past the base window; 4 (1 MiB) do not.
-  EXPECT_EQ(most, 4);
+  EXPECT_EQ(MostInFlightOverAdds(*pipeline, x, 12, last), 4);
   EXPECT_EQ(pipeline->Sync(), std::nullopt);
   EXPECT_THAT(Read(last, 65536), Each(13.0f));
 }
