@@ -118,16 +118,20 @@ absl::StatusOr<ArrayView> OpPipeline::Queue(uint64_t index, absl::string_view op
   {
     // A slot first, then admission: the pipeline never holds more than its cap of tasks.
     absl::MutexLock lock(&mu_);
-    // The partition's spare slots are read without the scheduler's lock; a waiter looks
-    // again whenever one of its own ops completes (it has some in flight while it waits).
+    // The partition's spare slots are read without the scheduler's lock, so `has_room` may
+    // turn false while nothing under mu_ changes. A waiter therefore hands every held op
+    // over first: they all complete, under mu_, until fewer than the base window are in
+    // flight, which always wakes it.
     auto has_room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       if (closing_ || in_flight_ < base_window_) return true;
       return in_flight_ < max_ops_in_flight_ && in_flight_bytes_ < growth_bytes_ &&
              core_.scheduler().PartitionHasSpareSlots(session_->ticket());
     };
-    // The oldest ops complete only once handed over to the completion thread.
-    if (!has_room()) HandOverLocked();
-    mu_.Await(absl::Condition(&has_room));
+    if (!has_room()) {
+      // The oldest ops complete only once handed over to the completion thread.
+      HandOverLocked();
+      mu_.Await(absl::Condition(&has_room));
+    }
     GPUKIT_RETURN_IF_ERROR(CheckOpen());
     ++in_flight_;
   }

@@ -134,8 +134,8 @@ class OpPipeline {
   // queued waits to be handed to the completion thread until ReleaseCompletions. Its wait
   // would otherwise send the work held at once (a device executor sends what a thread holds
   // before another thread's message), and a batch would end after a few ops, with one more
-  // round trip to the executor per few ops. Sync, Close, a RunOp at the in-flight cap and
-  // HoldCompletions(false) hand over what is held. Cost: a lock each.
+  // round trip to the executor per few ops. Sync, Close, a RunOp that finds its window full
+  // and HoldCompletions(false) hand over what is held. Cost: a lock each.
   void HoldCompletions(bool hold);
   // Hands the ops held to the completion thread; call it once their batch has ended.
   void ReleaseCompletions();

@@ -36,7 +36,9 @@ struct PartitionSpec {
   double bandwidth_cap = 0;        // 0: none; else in [compute_share, 1]
   int max_queued_tasks = 1024;     // tasks waiting at once; further submits get QUEUE_FULL
   // Tasks admitted or running at once. Each op of a pipelined session holds one until its
-  // completion is seen: the default holds 32 sessions at the default maxOpsInFlight (32).
+  // completion is seen: the default holds 32 sessions at their base window (a quarter of
+  // maxOpsInFlight, 32); ops past a base window take slots only while fewer than half
+  // (rounded down) are taken, queued tasks counted (OpPipeline).
   int max_running_tasks = 1024;
   int max_sessions = 0;            // 0: only the daemon's max_sessions applies
   // Reclaimed arrays of this partition's sessions go to host memory and come back on next
