@@ -46,11 +46,10 @@
 // (Scheduler::PartitionHasSpareSlots) and its ops in flight hold fewer than
 // CoreOptions::pipeline_growth_bytes of outputs (64 MiB: large ops keep the device busy with
 // the base window, and their outputs stay resident while in flight). RunOp waits for the
-// oldest beyond that. A lone
-// session gets the larger window, which a chain of small ops needs to keep the device fed (one
-// session's chains 1.12-1.15x with 128 against 32 on the GPU host, docs/benchmarks.md "One
-// session's window"), and busy sessions together cannot fill the partition's slots and
-// queue (QUEUE_FULL) with ops past their base windows.
+// oldest beyond that. A lone session gets the larger window, which a chain of small ops needs
+// to keep the device fed (one session's chains 1.12-1.15x with 128 against 32 on the GPU
+// host, docs/benchmarks.md "One session's window"), and busy sessions together cannot fill
+// the partition's slots and queue (QUEUE_FULL) with ops past their base windows.
 //
 // Thread safety: RunOp, Free and Sync are called by one thread at a time (the stream's
 // owner), with increasing indices; Close and the destructor by that thread, or by another

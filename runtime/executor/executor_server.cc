@@ -257,6 +257,9 @@ struct StreamState {
   std::shared_ptr<DeferredSpan> open_span;
   std::vector<std::shared_ptr<EventState>> deferred;
   size_t works_following = 0;
+  // Whether more work waits for this enqueue thread behind what it runs now (enqueue thread
+  // only): later works of the item being run, or items pushed meanwhile.
+  bool work_follows() const { return works_following > 0 || enqueues.has_queued(); }
   // Declared last: destroyed (joined) first, while the fields above are still there.
   WorkQueue completions{"gk-exec-done"};
   WorkQueue enqueues{"gk-exec-enqueue"};
@@ -1088,12 +1091,12 @@ void ExecutorServer::Impl::RecordOnStream(StreamState* s, const std::shared_ptr<
   s->work_since_last_event = false;
   // Deferred: it waits for a later device event, as the previous event does when this one
   // marks the same point, or as an op's end may while more small ops follow at once.
-  const bool defer = (!s->deferred.empty() && same_point)
-                         ? s->deferred.back() == previous
-                         : (may_defer && defer_events_ && s->last_device_event != nullptr &&
-                            s->small_since_device_event &&
-                            s->works - s->last_device_event_works < kMostDeferredWorks &&
-                            (s->works_following > 0 || s->enqueues.has_queued()));
+  const bool defer =
+      (!s->deferred.empty() && same_point)
+          ? s->deferred.back() == previous
+          : (may_defer && defer_events_ && s->last_device_event != nullptr &&
+             s->small_since_device_event &&
+             s->works - s->last_device_event_works < kMostDeferredWorks && s->work_follows());
   if (defer) {
     if (s->open_span == nullptr) {
       s->open_span = std::make_shared<DeferredSpan>();
@@ -1660,8 +1663,7 @@ void ExecutorServer::Impl::Handle(executor::Request& request, ScopedFd fd) {
         // thread"); the completion thread answers it then.
         bool done_already = false;
         if (kind == executor::Request::kWaitEvent && s->completions.idle() &&
-            event->device_event.value != 0 && s->works_following == 0 &&
-            !s->enqueues.has_queued()) {
+            event->device_event.value != 0 && !s->work_follows()) {
           // Short work is likely done within SpinTime(): answering here saves the hand-off,
           // unless someone else's request waits for this thread (OthersWaiting).
           const int64_t last_ns = s->last_work_ns.load(std::memory_order_relaxed);

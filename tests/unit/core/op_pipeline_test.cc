@@ -408,12 +408,7 @@ TEST_F(OpPipelineTest, PastItsBaseWindowOnlyWhileItsPartitionHasSlotsToSpare) {
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> first, core().OpenPipeline(session_));
   first->HoldCompletions(true);
   std::string last = x;
-  uint64_t index = 0;
-  for (int i = 0; i < 4; ++i) {
-    GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView out,
-                                first->RunOp(index++, "add", {Handle(last), Handle(x)}, {}));
-    last = out.handle;
-  }
+  MostInFlightOverAdds(*first, x, 4, last);
   EXPECT_EQ(first->in_flight(), 4);
   EXPECT_EQ(RunningTasks(), 4);
 
