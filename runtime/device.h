@@ -199,9 +199,10 @@ struct OpLaunch {
   std::vector<OpOperand> inputs;
   BufferId output;  // allocated by the caller with plan.output's size
   // Whether a large op may run in slices on a lower-priority stream (MatmulSliceLengths), so
-  // that higher-priority streams' work can pass between them. Slices cost a few percent of
-  // the op's speed, so the caller clears this when no work of a higher priority can come
-  // (no session of a higher class on the device).
+  // that higher-priority streams' work can pass between them. Slices cost speed (little in
+  // 500 us slices, up to a third in 100 us ones: runtime/cuda/matmul_plan.h), so the caller
+  // clears this when no work of a higher priority can come (no session of a higher class on
+  // the device).
   bool sliceable = true;
 };
 

@@ -173,6 +173,34 @@ bool SplitsNoK(const CublasLtApi& api, const cublasLtMatmulAlgo_t& algo) {
   return splits <= 1 && scheme == CUBLASLT_REDUCTION_SCHEME_NONE;
 }
 
+// cuBLASLt's tile sizes by id, m x n of its column-major D (cublaslt_tiles.inc is generated
+// from cublasLt.h by runtime/CMakeLists.txt).
+struct TileSize {
+  uint32_t id;
+  int32_t m;
+  int32_t n;
+};
+constexpr TileSize kTileSizes[] = {
+#include "cublaslt_tiles.inc"
+};
+
+// The grid `algo` runs on: cuBLASLt's m is gpukit's columns and its n gpukit's rows
+// (ToColumnMajor). MatmulGrid{} for a tile id this build does not know or no SM count.
+MatmulGrid GridOf(const CublasLtApi& api, const cublasLtMatmulAlgo_t& algo,
+                  int multiprocessor_count) {
+  uint32_t tile = 0;
+  size_t written = 0;
+  if (multiprocessor_count <= 0 ||
+      api.cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
+                                               sizeof(tile), &written) != CUBLAS_STATUS_SUCCESS) {
+    return {};
+  }
+  for (const TileSize& size : kTileSizes) {
+    if (size.id == tile) return {size.n, size.m, multiprocessor_count};
+  }
+  return {};
+}
+
 }  // namespace
 
 std::vector<std::string> CublasLtLibraryNames() {
@@ -238,6 +266,24 @@ struct CublasLtMatmul::Plan {
     return layouts.usable;
   }
 
+  // The slices this plan runs `shape` as with `max_slice_flops` (count 1: whole, also where
+  // cuBLASLt cannot run a slice with the plan's algorithm).
+  MatmulSlicing SlicingFor(void* handle, const MatmulShape& shape, const MatmulBuffers& buffers,
+                           double max_slice_flops) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (!may_slice || max_slice_flops <= 0) return {};
+    auto [it, inserted] = slicings.try_emplace(max_slice_flops);
+    if (inserted) it->second = PlanMatmulSlices(shape, max_slice_flops, grid);
+    const MatmulSlicing slicing = it->second;
+    // Every slice but perhaps the last has the first's shape.
+    if (slicing.count > 1 &&
+        SliceUsable(handle, SliceOfMatmul(shape, slicing, 0).shape, buffers.workspace_bytes) &&
+        SliceUsable(handle, SliceOfMatmul(shape, slicing, slicing.count - 1).shape,
+                    buffers.workspace_bytes)) {
+      return slicing;
+    }
+    return {};
+  }
+
   const CublasLtApi& api;
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr;  // cuBLASLt's A: gpukit's b
@@ -248,22 +294,31 @@ struct CublasLtMatmul::Plan {
   std::string unsupported_reason;  // when !supported
   // The shape may be sliced (MatmulMaySlice) and `algo` splits no k: slices give its bits.
   bool may_slice = false;
+  // Where `algo` runs the whole shape: slices are cut along it (PlanMatmulSlices).
+  MatmulGrid grid;
   // One call at a time sets the descriptor's bias pointer and enqueues with it.
   absl::Mutex mu;
   // By the slice's (m, batch).
   absl::flat_hash_map<std::pair<int64_t, int64_t>, SliceLayouts> slices ABSL_GUARDED_BY(mu);
+  // The slicing of the shape by its target FLOPs per slice (one per stream priority).
+  absl::flat_hash_map<double, MatmulSlicing> slicings ABSL_GUARDED_BY(mu);
 };
 
 absl::StatusOr<std::unique_ptr<CublasLtMatmul>> CublasLtMatmul::Create(
-    const std::vector<std::string>& search_dirs) {
+    const std::vector<std::string>& search_dirs, int multiprocessor_count) {
   GPUKIT_ASSIGN_OR_RETURN(const CublasLtApi* api, LoadApi(search_dirs));
   cublasLtHandle_t handle = nullptr;
   GPUKIT_RETURN_IF_ERROR(CheckCublas(*api, api->cublasLtCreate(&handle), "cublasLtCreate"));
-  return std::unique_ptr<CublasLtMatmul>(new CublasLtMatmul(*api, api->library, handle));
+  return std::unique_ptr<CublasLtMatmul>(
+      new CublasLtMatmul(*api, api->library, handle, multiprocessor_count));
 }
 
-CublasLtMatmul::CublasLtMatmul(const CublasLtApi& api, CublasLtLibrary library, void* handle)
-    : api_(api), library_(std::move(library)), handle_(handle) {}
+CublasLtMatmul::CublasLtMatmul(const CublasLtApi& api, CublasLtLibrary library, void* handle,
+                               int multiprocessor_count)
+    : api_(api),
+      library_(std::move(library)),
+      handle_(handle),
+      multiprocessor_count_(multiprocessor_count) {}
 
 CublasLtMatmul::~CublasLtMatmul() {
   {
@@ -378,6 +433,10 @@ absl::StatusOr<std::shared_ptr<CublasLtMatmul::Plan>> CublasLtMatmul::MakePlan(
       if (results[i].state == CUBLAS_STATUS_SUCCESS && SplitsNoK(api_, results[i].algo)) {
         plan->algo = results[i].algo;
         plan->may_slice = true;
+        plan->grid = GridOf(api_, results[i].algo, multiprocessor_count_);
+        spdlog::debug("cuBLASLt: {} runs {} x {} tiles on {} SMs, {} waves", DescribeMatmul(shape),
+                      plan->grid.tile_rows, plan->grid.tile_cols, plan->grid.multiprocessors,
+                      MatmulWaves(shape, plan->grid));
         break;
       }
     }
@@ -406,6 +465,30 @@ absl::StatusOr<std::shared_ptr<CublasLtMatmul::Plan>> CublasLtMatmul::FindOrMake
   return plans_.emplace(key, std::move(plan)).first->second;
 }
 
+MatmulKey CublasLtMatmul::KeyOf(const MatmulShape& shape, const MatmulBuffers& buffers) {
+  MatmulKey key;
+  key.shape = shape;
+  key.a_alignment_bytes = MatrixAlignment(buffers.a, shape.a_batch_stride, shape.dtype);
+  key.b_alignment_bytes = MatrixAlignment(buffers.b, shape.b_batch_stride, shape.dtype);
+  key.d_alignment_bytes =
+      MatrixAlignment(buffers.out, shape.batch > 1 ? shape.m * shape.n : 0, shape.dtype);
+  key.bias_alignment_bytes =
+      shape.epilogue != MatmulEpilogue::kNone ? AddressAlignment(buffers.bias) : 256;
+  key.workspace_bytes = buffers.workspace_bytes;
+  return key;
+}
+
+absl::StatusOr<CublasLtMatmul::SlicedRun> CublasLtMatmul::Slicing(const MatmulShape& shape,
+                                                                  const MatmulBuffers& buffers,
+                                                                  double max_slice_flops) {
+  GPUKIT_RETURN_IF_ERROR(ValidateMatmulShape(shape));
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Plan> plan,
+                          FindOrMakePlan(KeyOf(shape, buffers), buffers.bias));
+  if (!plan->supported) return absl::UnimplementedError(plan->unsupported_reason);
+  absl::MutexLock lock(&plan->mu);
+  return SlicedRun{plan->SlicingFor(handle_, shape, buffers, max_slice_flops), plan->grid};
+}
+
 absl::Status CublasLtMatmul::Matmul(CUstream_st* stream, const MatmulShape& shape,
                                     const MatmulBuffers& buffers, double max_slice_flops) {
   GPUKIT_RETURN_IF_ERROR(ValidateMatmulShape(shape));
@@ -422,14 +505,7 @@ absl::Status CublasLtMatmul::Matmul(CUstream_st* stream, const MatmulShape& shap
                                                    " bytes at ", buffers.workspace, ": at most ",
                                                    kWorkspaceBytes, " bytes, and not null"));
   }
-  MatmulKey key;
-  key.shape = shape;
-  key.a_alignment_bytes = MatrixAlignment(buffers.a, shape.a_batch_stride, shape.dtype);
-  key.b_alignment_bytes = MatrixAlignment(buffers.b, shape.b_batch_stride, shape.dtype);
-  key.d_alignment_bytes =
-      MatrixAlignment(buffers.out, shape.batch > 1 ? shape.m * shape.n : 0, shape.dtype);
-  key.bias_alignment_bytes = has_bias ? AddressAlignment(buffers.bias) : 256;
-  key.workspace_bytes = buffers.workspace_bytes;
+  const MatmulKey key = KeyOf(shape, buffers);
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Plan> plan, FindOrMakePlan(key, buffers.bias));
   if (!plan->supported) return absl::UnimplementedError(plan->unsupported_reason);
 
@@ -458,14 +534,8 @@ absl::Status CublasLtMatmul::Matmul(CUstream_st* stream, const MatmulShape& shap
                             stream),
         "cublasLtMatmul");
   };
-  const MatmulSlicing slicing =
-      plan->may_slice ? PlanMatmulSlices(shape, max_slice_flops) : MatmulSlicing{};
-  // Every slice but perhaps the last has the first's shape.
-  if (slicing.count > 1 &&
-      plan->SliceUsable(handle_, SliceOfMatmul(shape, slicing, 0).shape,
-                        buffers.workspace_bytes) &&
-      plan->SliceUsable(handle_, SliceOfMatmul(shape, slicing, slicing.count - 1).shape,
-                        buffers.workspace_bytes)) {
+  const MatmulSlicing slicing = plan->SlicingFor(handle_, shape, buffers, max_slice_flops);
+  if (slicing.count > 1) {
     const uint64_t element = DTypeSize(shape.dtype);
     for (int64_t i = 0; i < slicing.count; ++i) {
       const MatmulSlice slice = SliceOfMatmul(shape, slicing, i);

@@ -95,8 +95,10 @@ class CublasLtMatmul {
   // Loads the library (LoadCublasLt) and creates a cuBLASLt handle; the CUDA context the
   // matmuls will run in must be current. FAILED_PRECONDITION "cuBLASLt not available
   // (...)" without the library; the handle's error otherwise.
+  // `multiprocessor_count`, the GPU's SMs (0: not known), lets slices follow the waves of
+  // the algorithm's tiles (matmul_plan.h, MatmulGrid); without it they are cut by FLOPs.
   static absl::StatusOr<std::unique_ptr<CublasLtMatmul>> Create(
-      const std::vector<std::string>& search_dirs);
+      const std::vector<std::string>& search_dirs, int multiprocessor_count = 0);
 
   // Destroys the cached plans and the handle; work already enqueued is unaffected, but the
   // context must still exist.
@@ -121,6 +123,16 @@ class CublasLtMatmul {
   absl::Status Matmul(CUstream_st* stream, const MatmulShape& shape, const MatmulBuffers& buffers,
                       double max_slice_flops = 0);
 
+  // How Matmul runs `shape` with these buffers and `max_slice_flops`: its slices (count 1:
+  // whole) and the grid of the algorithm they are cut along. Makes the plan when there is
+  // none; Matmul's errors otherwise. For tests and diagnostics.
+  struct SlicedRun {
+    MatmulSlicing slicing;
+    MatmulGrid grid;
+  };
+  absl::StatusOr<SlicedRun> Slicing(const MatmulShape& shape, const MatmulBuffers& buffers,
+                                    double max_slice_flops);
+
   // Plans in the cache (for tests and diagnostics).
   size_t plan_count() const;
   // Matmuls that ran in slices, and the slices they ran as (for tests and diagnostics).
@@ -130,7 +142,9 @@ class CublasLtMatmul {
  private:
   struct Plan;
 
-  CublasLtMatmul(const CublasLtApi& api, CublasLtLibrary library, void* handle);
+  CublasLtMatmul(const CublasLtApi& api, CublasLtLibrary library, void* handle,
+                 int multiprocessor_count);
+  static MatmulKey KeyOf(const MatmulShape& shape, const MatmulBuffers& buffers);
   absl::StatusOr<std::shared_ptr<Plan>> FindOrMakePlan(const MatmulKey& key, uint64_t bias);
   absl::StatusOr<std::shared_ptr<Plan>> MakePlan(const MatmulKey& key, uint64_t bias) const;
   // Heuristic candidates asked for a shape that may be sliced.
@@ -139,6 +153,7 @@ class CublasLtMatmul {
   const CublasLtApi& api_;
   const CublasLtLibrary library_;
   void* const handle_;  // cublasLtHandle_t
+  const int multiprocessor_count_;
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<MatmulKey, std::shared_ptr<Plan>> plans_ ABSL_GUARDED_BY(mu_);

@@ -41,7 +41,7 @@ void CudaDevice::EnableCublasLt(const CudaDeviceOptions& options) {
   } else {
     LibrarySearchOptions search;
     search.explicit_dir = options.cublaslt_dir;
-    blas = CublasLtMatmul::Create(CudaLibrarySearchDirs(search));
+    blas = CublasLtMatmul::Create(CudaLibrarySearchDirs(search), info_.multiprocessor_count);
   }
   if (!blas.ok()) {
     // The status reads "cuBLASLt not available (where it looked)" when the library is missing.

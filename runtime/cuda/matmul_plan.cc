@@ -1,6 +1,7 @@
 #include "runtime/cuda/matmul_plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <tuple>
@@ -175,33 +176,61 @@ bool MatmulMaySlice(const MatmulShape& shape) {
   return shape.batch >= 2 || (!shape.transpose_a && shape.m >= 2 * kMatmulSliceRowQuantum);
 }
 
-MatmulSlicing PlanMatmulSlices(const MatmulShape& shape, double max_slice_flops) {
+int64_t MatmulWaves(const MatmulShape& shape, const MatmulGrid& grid) {
+  if (grid.tile_rows <= 0 || grid.tile_cols <= 0 || grid.multiprocessors <= 0) return 0;
+  const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  const int64_t tile_rows = ceil_div(ceil_div(shape.m, grid.tile_rows), 2) * 2;  // in pairs
+  const int64_t tiles = shape.batch * tile_rows * ceil_div(shape.n, grid.tile_cols);
+  return ceil_div(tiles, grid.multiprocessors);
+}
+
+MatmulSlicing PlanMatmulSlices(const MatmulShape& shape, double max_slice_flops,
+                               const MatmulGrid& grid) {
   if (max_slice_flops <= 0 || !MatmulMaySlice(shape) || MatmulFlops(shape) <= max_slice_flops) {
     return {};
   }
   const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
-  MatmulSlicing slicing;
-  if (shape.batch >= 2) {
-    MatmulShape one = shape;
-    one.batch = 1;
-    const int64_t entries = std::max<int64_t>(
-        {1, static_cast<int64_t>(max_slice_flops / MatmulFlops(one)),
-         ceil_div(shape.batch, kMaxMatmulSlices)});
-    if (entries >= shape.batch) return {};
-    slicing.axis = MatmulSlicing::Axis::kBatch;
-    slicing.per_slice = entries;
-    slicing.count = ceil_div(shape.batch, entries);
-    return slicing;
+  // A slice is a number of units: batch entries, or quanta of rows.
+  const bool by_batch = shape.batch >= 2;
+  const int64_t unit_size = by_batch ? 1 : kMatmulSliceRowQuantum;
+  const int64_t extent = by_batch ? shape.batch : shape.m;
+  const int64_t units = ceil_div(extent, unit_size);
+  // The shape of a slice that starts at unit `first` and has `count` of them.
+  const auto slice_shape = [&](int64_t first, int64_t count) {
+    MatmulShape slice = shape;
+    const int64_t size = std::min(count * unit_size, extent - first * unit_size);
+    (by_batch ? slice.batch : slice.m) = size;
+    return slice;
+  };
+  const int64_t fewest = ceil_div(units, kMaxMatmulSlices);
+  const int64_t target =
+      std::max<int64_t>(1, static_cast<int64_t>(max_slice_flops / MatmulFlops(slice_shape(0, 1))));
+  int64_t per_slice = std::max(target, fewest);
+  if (MatmulWaves(shape, grid) > 0) {
+    int64_t one_wave = 1;  // the fewest units that fill the SMs
+    while (one_wave < units && MatmulWaves(slice_shape(0, one_wave + 1), grid) ==
+                                   MatmulWaves(slice_shape(0, 1), grid)) {
+      ++one_wave;
+    }
+    const int64_t largest = std::max({target, one_wave, fewest});
+    if (largest >= units) return {};
+    int64_t best_waves = 0;
+    for (int64_t size = fewest; size <= largest; ++size) {
+      const int64_t count = ceil_div(units, size);
+      const int64_t last_first = (count - 1) * size;
+      const int64_t total = (count - 1) * MatmulWaves(slice_shape(0, size), grid) +
+                            MatmulWaves(slice_shape(last_first, units - last_first), grid);
+      if (best_waves == 0 || total <= best_waves) {
+        best_waves = total;
+        per_slice = size;
+      }
+    }
   }
-  const double row_flops = 2.0 * static_cast<double>(shape.n) * static_cast<double>(shape.k);
-  const int64_t quanta = std::max<int64_t>(
-      {1, static_cast<int64_t>(max_slice_flops / row_flops) / kMatmulSliceRowQuantum,
-       ceil_div(ceil_div(shape.m, kMaxMatmulSlices), kMatmulSliceRowQuantum)});
-  const int64_t rows = quanta * kMatmulSliceRowQuantum;
-  if (rows >= shape.m) return {};
-  slicing.axis = MatmulSlicing::Axis::kRows;
-  slicing.per_slice = rows;
-  slicing.count = ceil_div(shape.m, rows);
+  if (per_slice >= units) return {};
+  MatmulSlicing slicing;
+  slicing.axis = by_batch ? MatmulSlicing::Axis::kBatch : MatmulSlicing::Axis::kRows;
+  slicing.per_slice = per_slice * unit_size;
+  slicing.count = ceil_div(extent, slicing.per_slice);
   return slicing;
 }
 

@@ -189,11 +189,35 @@ struct MatmulSlicing {
   friend bool operator==(const MatmulSlicing&, const MatmulSlicing&) = default;
 };
 
+// The work grid of the cuBLASLt algorithm a matmul runs: its output tile, in gpukit's rows
+// and columns of `out`, and the GPU's SMs. Measured on an H200 (docs/benchmarks.md, "Matmul
+// slices along the tiles"), a product cut into row slices takes as long as
+//   sum over slices of ceil(tiles of the slice / SMs)
+// times one tile's time, where a slice's rows of tiles count in pairs (an odd row of tiles
+// cost a pair's time, as tiles run in clusters of two would): a slice with
+// fewer tiles than SMs ends no sooner than a full wave, and slices cut across a wave run its
+// time twice. Cut by FLOPs alone, the slices of 128 rows of an 8192^3 float32 product ran at
+// a quarter of its speed, and slices of 640 rows of a float16 one at half. Zero: not known.
+struct MatmulGrid {
+  int64_t tile_rows = 0;
+  int64_t tile_cols = 0;
+  int64_t multiprocessors = 0;
+
+  friend bool operator==(const MatmulGrid&, const MatmulGrid&) = default;
+};
+
+// The waves `grid` takes for `shape` (by the model above; 0 for a grid not known).
+int64_t MatmulWaves(const MatmulShape& shape, const MatmulGrid& grid);
+
 // Slices of at most about `max_slice_flops` each (<= 0: no slicing). A batch is cut into
 // groups of whole entries (a single entry above the target is not cut further); a single
 // matrix into blocks of rows, a multiple of kMatmulSliceRowQuantum, at least one quantum.
+// With a known `grid`, the size is the one whose slices take the fewest waves in all (the
+// largest of equals) among the sizes up to the target, or up to one wave where a wave is
+// larger (a smaller slice would end no sooner).
 // kNone when the shape may not be sliced or fits in one slice.
-MatmulSlicing PlanMatmulSlices(const MatmulShape& shape, double max_slice_flops);
+MatmulSlicing PlanMatmulSlices(const MatmulShape& shape, double max_slice_flops,
+                               const MatmulGrid& grid = {});
 
 // Slice `index` (< slicing.count) of `shape`: its shape and where its a, b and out start,
 // in elements from the whole's. A bias is the whole's (it runs along the output columns).

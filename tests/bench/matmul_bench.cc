@@ -3,27 +3,36 @@
 // the same GPU): square n^3 for n in --sizes, float32 (exact and with allow_tf32), float16
 // and bfloat16.
 //
-//   gpukit_matmul_bench [--sizes 4096,8192] [--reps 20]
+//   gpukit_matmul_bench [--sizes 4096,8192] [--reps 20] [--data pattern|random]
+//                       [--log-level debug]
 //
 // Each case: the median over `reps` runs of the device time between two events around one
-// RunOp, after 3 warm-up runs (the first builds the cuBLASLt plan). FLOPs are 2 n^3. Inputs
-// are small non-zero values, exact in every dtype. A case that did not go through cuBLASLt
+// RunOp, after 3 warm-up runs (the first builds the cuBLASLt plan). FLOPs are 2 n^3. Three
+// runs of each case: whole (OpLaunch::sliceable false, as when no session of a higher
+// class is open), and in slices as a normal- and a low-priority stream cut it when one is
+// (CudaDeviceOptions::matmul_slices: 500 us and 100 us by default), with the slices per
+// matmul and the speed against the whole. Inputs: "pattern" (the default) is (i % 7 + 1) / 8,
+// exact in every dtype; "random" is standard normal values (the GPU draws more power on
+// them, like on real weights, and may clock lower). A case that did not go through cuBLASLt
 // says so (its time is then gpukit's own kernel's). Exits 1 without a GPU or cuBLASLt.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "runtime/base/mutex_mode.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/jit/jit_compiler.h"
 #include "runtime/op_registry.h"
+#include "spdlog/spdlog.h"
 
 namespace gpukit {
 namespace {
@@ -31,6 +40,7 @@ namespace {
 struct Options {
   std::vector<int64_t> sizes = {4096, 8192};
   int reps = 20;
+  bool random = false;
 };
 
 int Die(const std::string& what) {
@@ -76,8 +86,15 @@ int Run(const Options& options) {
   if (!device.cublaslt_available()) return Die("cuBLASLt is not available (see the log above)");
   absl::StatusOr<StreamId> stream = device.CreateStream(StreamPriority::kNormal);
   if (!stream.ok()) return Die(stream.status().ToString());
-  std::printf("device: %s (%s), matmul through CudaDevice::RunOp, median of %d runs\n",
-              device.properties().name.c_str(), device.cuda_info().arch.c_str(), options.reps);
+  absl::StatusOr<StreamId> low = device.CreateStream(StreamPriority::kLow);
+  if (!low.ok()) return Die(low.status().ToString());
+  std::printf(
+      "device: %s (%s), matmul through CudaDevice::RunOp, median of %d runs, %s "
+      "inputs\n",
+      device.properties().name.c_str(), device.cuda_info().arch.c_str(), options.reps,
+      options.random ? "random" : "pattern");
+  std::printf("%-17s %9s %9s | %-24s | %-24s\n", "case", "whole", "TFLOP/s",
+              "normal-priority slices", "low-priority slices");
 
   const std::vector<Case> cases = {{"fp32", DType::kFloat32, false},
                                    {"tf32", DType::kFloat32, true},
@@ -87,9 +104,13 @@ int Run(const Options& options) {
   const OpDef* matmul = registry.Find("matmul").value();
   for (const int64_t n : options.sizes) {
     const int64_t count = n * n;
-    // (i % 7 + 1) / 8: non-zero and exact in float16 and bfloat16.
+    // (i % 7 + 1) / 8: non-zero and exact in float16 and bfloat16; or standard normal.
     std::vector<float> values(count);
-    for (int64_t i = 0; i < count; ++i) values[i] = static_cast<float>(i % 7 + 1) * 0.125f;
+    std::mt19937 rng(1);
+    std::normal_distribution<float> normal;
+    for (int64_t i = 0; i < count; ++i) {
+      values[i] = options.random ? normal(rng) : static_cast<float>(i % 7 + 1) * 0.125f;
+    }
     for (const Case& c : cases) {
       const int64_t bytes = count * DTypeSize(c.dtype);
       std::vector<uint8_t> host(bytes);
@@ -124,17 +145,30 @@ int Run(const Options& options) {
       }
       launch.output = buffers[2];
       const int64_t before = device.cublaslt_matmul_count();
-      absl::StatusOr<double> t = MedianSeconds(device, *stream, launch, options.reps);
-      if (!t.ok()) return Die(absl::StrCat(c.name, ": ", t.status().ToString()));
+      launch.sliceable = false;
+      absl::StatusOr<double> whole = MedianSeconds(device, *stream, launch, options.reps);
+      if (!whole.ok()) return Die(absl::StrCat(c.name, ": ", whole.status().ToString()));
       const bool through_cublaslt = device.cublaslt_matmul_count() > before;
       const double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * n;
-      std::printf("matmul %5lld^3 %-4s %10.3f ms %8.1f TFLOP/s%s\n", static_cast<long long>(n),
-                  c.name.c_str(), *t * 1e3, flops / *t / 1e12,
+      std::string line = absl::StrFormat("matmul %5d^3 %-4s %9.3f %9.1f", n, c.name, *whole * 1e3,
+                                         flops / *whole / 1e12);
+      launch.sliceable = true;
+      for (StreamId on : {*stream, *low}) {
+        const int64_t slices_before = device.cublaslt_slice_count();
+        const int64_t sliced_before = device.cublaslt_sliced_matmul_count();
+        absl::StatusOr<double> t = MedianSeconds(device, on, launch, options.reps);
+        if (!t.ok()) return Die(absl::StrCat(c.name, ": ", t.status().ToString()));
+        const int64_t sliced = device.cublaslt_sliced_matmul_count() - sliced_before;
+        const int64_t slices = device.cublaslt_slice_count() - slices_before;
+        absl::StrAppendFormat(&line, " | %9.3f ms %5.3fx %3d sl", *t * 1e3, *whole / *t,
+                              sliced > 0 ? slices / sliced : 1);
+      }
+      std::printf("%s%s\n", line.c_str(),
                   through_cublaslt ? "" : "  (NOT through cuBLASLt: gpukit's kernel)");
       for (BufferId b : buffers) device.Free(b).IgnoreError();
     }
   }
-  return device.DestroyStream(*stream).ok() ? 0 : 1;
+  return device.DestroyStream(*stream).ok() && device.DestroyStream(*low).ok() ? 0 : 1;
 }
 
 }  // namespace
@@ -157,8 +191,16 @@ int main(int argc, char** argv) {
       }
     } else if (flag == "--reps") {
       options.reps = std::max(1, std::atoi(argv[i + 1]));
+    } else if (flag == "--log-level") {
+      spdlog::set_level(spdlog::level::from_str(argv[i + 1]));  // debug: each plan's grid
+    } else if (flag == "--data" &&
+               (std::string(argv[i + 1]) == "random" || std::string(argv[i + 1]) == "pattern")) {
+      options.random = std::string(argv[i + 1]) == "random";
     } else {
-      std::fprintf(stderr, "usage: %s [--sizes 4096,8192] [--reps N]\n", argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--sizes 4096,8192] [--reps N] [--data pattern|random] [--log-level debug]\n",
+          argv[0]);
       return 2;
     }
   }

@@ -4,10 +4,12 @@ timing and output format).
 Run on the GPU host, with its Python and torch::
 
     python3 tests/bench/torch_matmul_reference.py [--sizes 4096,8192] [--reps 20]
+        [--data pattern|random]
 
 Each case is torch.matmul of two n x n matrices into a preallocated output, timed with CUDA
 events around one call, median of ``reps`` runs after 3 warm-ups. FLOPs are 2 n^3. "fp32"
-runs with torch.backends.cuda.matmul.allow_tf32 = False, "tf32" with it True.
+runs with torch.backends.cuda.matmul.allow_tf32 = False, "tf32" with it True. Inputs as the
+gpukit benchmark's: "pattern" (i % 7 + 1) / 8, or "random" standard normal values.
 """
 
 import argparse
@@ -34,15 +36,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="4096,8192")
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--data", choices=["pattern", "random"], default="pattern")
     args = parser.parse_args()
     device = torch.device("cuda")
     print(f"device: {torch.cuda.get_device_name(device)}, torch {torch.__version__}, "
-          f"CUDA {torch.version.cuda}, torch.matmul, median of {args.reps} runs")
+          f"CUDA {torch.version.cuda}, torch.matmul, median of {args.reps} runs, {args.data} "
+          "inputs")
     cases = [("fp32", torch.float32, False), ("tf32", torch.float32, True),
              ("fp16", torch.float16, False), ("bf16", torch.bfloat16, False)]
     for n in (int(s) for s in args.sizes.split(",")):
-        # (i % 7 + 1) / 8, as the gpukit benchmark fills its inputs.
-        values = ((torch.arange(n * n, device=device) % 7 + 1).float() * 0.125).reshape(n, n)
+        # As the gpukit benchmark fills its inputs.
+        if args.data == "random":
+            generator = torch.Generator(device).manual_seed(1)
+            values = torch.randn(n, n, device=device, generator=generator)
+        else:
+            values = ((torch.arange(n * n, device=device) % 7 + 1).float() * 0.125).reshape(n, n)
         for name, dtype, tf32 in cases:
             torch.backends.cuda.matmul.allow_tf32 = tf32
             a = values.to(dtype)

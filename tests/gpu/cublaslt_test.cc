@@ -109,8 +109,10 @@ class CublasLtMatmulTest : public ::testing::Test {
     cu_->cuDeviceGet(&device, 0);
     cu_->cuDevicePrimaryCtxRetain(&context_, device);
     cu_->cuCtxSetCurrent(context_);
+    int sms = 0;
+    cu_->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device);
     absl::StatusOr<std::unique_ptr<CublasLtMatmul>> blas =
-        CublasLtMatmul::Create(CudaLibrarySearchDirs({}));
+        CublasLtMatmul::Create(CudaLibrarySearchDirs({}), sms);
     if (!blas.ok()) {
       skip_ = new std::string(std::string(blas.status().message()));
       return;
@@ -339,8 +341,6 @@ void ExpectSlicesGiveTheWhole(CublasLtMatmul& blas, const CudaDriver& cu, CUstre
                               CUdeviceptr workspace, const MatmulShape& shape,
                               double max_slice_flops, std::mt19937& rng) {
   SCOPED_TRACE(DescribeMatmul(shape));
-  const MatmulSlicing slicing = PlanMatmulSlices(shape, max_slice_flops);
-  ASSERT_GT(slicing.count, 1) << "the case must slice";
   const int64_t a_matrices = shape.a_batch_stride == 0 ? 1 : shape.batch;
   const int64_t b_matrices = shape.b_batch_stride == 0 ? 1 : shape.batch;
   const int64_t out_elements = shape.batch * shape.m * shape.n;
@@ -368,6 +368,14 @@ void ExpectSlicesGiveTheWhole(CublasLtMatmul& blas, const CudaDriver& cu, CUstre
   MatmulBuffers sliced = whole;
   whole.out = upload(std::vector<uint8_t>(out_elements * element, 0xff));
   sliced.out = upload(std::vector<uint8_t>(out_elements * element, 0xfe));
+  // The slices the plan cuts along its algorithm's tiles and waves.
+  absl::StatusOr<CublasLtMatmul::SlicedRun> run = blas.Slicing(shape, sliced, max_slice_flops);
+  ASSERT_TRUE(run.ok()) << run.status();
+  const MatmulSlicing& slicing = run->slicing;
+  ASSERT_GT(MatmulWaves(shape, run->grid), 0) << "the algorithm's tile is known";
+  ASSERT_GT(slicing.count, 1) << "the case must slice (" << run->grid.tile_rows << " x "
+                              << run->grid.tile_cols << " tiles, " << MatmulWaves(shape, run->grid)
+                              << " waves)";
 
   const int64_t sliced_before = blas.sliced_matmul_count();
   const int64_t slices_before = blas.slice_count();
@@ -393,12 +401,13 @@ void ExpectSlicesGiveTheWhole(CublasLtMatmul& blas, const CudaDriver& cu, CUstre
 }
 
 // Every dtype (float32 exact and TF32), row slices and batch slices, transposes, a bias
-// epilogue, slices that do not divide the rows evenly.
+// epilogue, slices that do not divide the rows evenly. Each product spans several waves of
+// the GPU's SMs: a slice is at least about one wave (PlanMatmulSlices).
 TEST_F(CublasLtMatmulTest, SlicedMatmulsAreBitwiseTheWhole) {
   for (DType dtype : {F32, F16, BF16}) {
     for (bool tf32 : {false, true}) {
       if (tf32 && dtype != F32) continue;
-      MatmulShape rows = Shape(dtype, 2048 + 3 * 128 + 40, 1536, 1024);
+      MatmulShape rows = Shape(dtype, 8192 + 3 * 128 + 40, 4096, 1024);
       rows.allow_tf32 = tf32;
       ExpectSlicesGiveTheWhole(*blas_, *cu_, stream_, workspace_, rows, MatmulFlops(rows) / 7,
                                rng_);
@@ -406,7 +415,7 @@ TEST_F(CublasLtMatmulTest, SlicedMatmulsAreBitwiseTheWhole) {
       transposed_b.transpose_b = true;
       ExpectSlicesGiveTheWhole(*blas_, *cu_, stream_, workspace_, transposed_b,
                                MatmulFlops(rows) / 3, rng_);
-      MatmulShape batch = Shape(dtype, 512, 768, 1024, 6);
+      MatmulShape batch = Shape(dtype, 1024, 2048, 1024, 12);
       batch.allow_tf32 = tf32;
       batch.a_batch_stride = batch.m * batch.k;
       batch.b_batch_stride = 0;  // one b for every entry

@@ -317,6 +317,98 @@ TEST(PlanMatmulSlicesTest, BatchesAreCutIntoWholeEntries) {
   EXPECT_EQ(PlanMatmulSlices(transposed, 1).count, 12);
 }
 
+// ---- Slices along the algorithm's waves ----
+
+// The waves `slicing` of `shape` takes on `grid`.
+int64_t WavesOfSlices(const MatmulShape& shape, const MatmulSlicing& slicing,
+                      const MatmulGrid& grid) {
+  int64_t waves = 0;
+  for (int64_t i = 0; i < slicing.count; ++i) {
+    waves += MatmulWaves(SliceOfMatmul(shape, slicing, i).shape, grid);
+  }
+  return waves;
+}
+
+// 8192^3 float16 on an H200 (132 SMs), tiles of 128 rows x 320 columns: 64 x 26 of them.
+const MatmulGrid kH200Float16{128, 320, 132};
+
+TEST(MatmulWavesTest, TilesOverTheSmsWithRowsOfTilesInPairs) {
+  EXPECT_EQ(MatmulWaves(Big(F16, 8192, 8192, 8192), kH200Float16), 13);     // 1664 tiles
+  EXPECT_EQ(MatmulWaves(Big(F16, 8192, 8192, 8192, 3), kH200Float16), 38);  // 4992
+  EXPECT_EQ(MatmulWaves(Big(F16, 512, 8192, 8192), kH200Float16), 1);       // 4 x 26 = 104
+  // 5 rows of tiles cost 6: 156 tiles, two waves (slices of 640 rows ran at half speed).
+  EXPECT_EQ(MatmulWaves(Big(F16, 640, 8192, 8192), kH200Float16), 2);
+  EXPECT_EQ(MatmulWaves(Big(F16, 8192, 8192, 8192), MatmulGrid{}), 0);
+  EXPECT_EQ(MatmulWaves(Big(F16, 8192, 8192, 8192), MatmulGrid{128, 320, 0}), 0);
+}
+
+// 8192^3 float32 at a normal-priority stream's 500 us (2.55e10 FLOPs, one quantum of rows):
+// cut by FLOPs alone it is 64 slices of 128 rows, a wave each: 64 waves for the whole's 16
+// (it ran at a quarter of the whole's speed on an H200). Along the grid (tiles of 256 rows):
+// 16 slices of 512 rows, the whole's 16 waves.
+TEST(PlanMatmulSlicesTest, SlicesAlongTheGridCostTheWholesWaves) {
+  const MatmulShape s = Big(F32, 8192, 8192, 8192);
+  const MatmulGrid grid{256, 128, 132};
+  ASSERT_EQ(MatmulWaves(s, grid), 16);
+  const MatmulSlicing by_flops = PlanMatmulSlices(s, 2.55e10);
+  EXPECT_EQ(by_flops, (MatmulSlicing{MatmulSlicing::Axis::kRows, 128, 64}));
+  EXPECT_EQ(WavesOfSlices(s, by_flops, grid), 64);
+  const MatmulSlicing along = PlanMatmulSlices(s, 2.55e10, grid);
+  EXPECT_EQ(along, (MatmulSlicing{MatmulSlicing::Axis::kRows, 512, 16}));
+  EXPECT_EQ(WavesOfSlices(s, along, grid), 16);
+
+  // float16 at 500 us (3.76e11 FLOPs: 21 quanta): 4 slices of 2560 rows, the whole's 13
+  // waves (2688 rows, the FLOPs' cut, would take 16).
+  const MatmulShape h = Big(F16, 8192, 8192, 8192);
+  const MatmulSlicing normal = PlanMatmulSlices(h, 3.76e11, kH200Float16);
+  EXPECT_EQ(normal, (MatmulSlicing{MatmulSlicing::Axis::kRows, 2560, 4}));
+  EXPECT_EQ(WavesOfSlices(h, normal, kH200Float16), 13);
+  EXPECT_EQ(WavesOfSlices(h, PlanMatmulSlices(h, 3.76e11), kH200Float16), 16);
+}
+
+// Where the target falls on an odd row of tiles: 640 rows (5 quanta) by FLOPs are 12 slices
+// of two waves and one of one, 25; along the grid the slices keep to one wave, 512 rows: 16.
+TEST(PlanMatmulSlicesTest, AlongTheGridNeverAcrossAWave) {
+  const MatmulShape h = Big(F16, 8192, 8192, 8192);
+  const double five_quanta = 5.5 * MatmulFlops(Big(F16, 128, 8192, 8192));
+  const MatmulSlicing by_flops = PlanMatmulSlices(h, five_quanta);
+  EXPECT_EQ(by_flops.per_slice, 640);
+  EXPECT_EQ(WavesOfSlices(h, by_flops, kH200Float16), 25);
+  const MatmulSlicing along = PlanMatmulSlices(h, five_quanta, kH200Float16);
+  EXPECT_EQ(along, (MatmulSlicing{MatmulSlicing::Axis::kRows, 512, 16}));
+  EXPECT_EQ(WavesOfSlices(h, along, kH200Float16), 16);
+  // A target below one wave (one quantum, 52 tiles): slices grow to the largest that still
+  // takes one wave.
+  EXPECT_EQ(PlanMatmulSlices(h, 1, kH200Float16).per_slice, 512);
+}
+
+TEST(PlanMatmulSlicesTest, NoSlicesWhereTheWholeIsOneWave) {
+  // 15 (so 16) x 8 = 128 tiles: one wave however it is cut.
+  const MatmulShape s = Big(F32, 1920, 4096, 4096);
+  ASSERT_TRUE(MatmulMaySlice(s));
+  EXPECT_GT(PlanMatmulSlices(s, MatmulFlops(s) / 8).count, 1);
+  EXPECT_EQ(PlanMatmulSlices(s, MatmulFlops(s) / 8, MatmulGrid{128, 512, 132}), MatmulSlicing{});
+}
+
+TEST(PlanMatmulSlicesTest, BatchSlicesAlongTheGrid) {
+  // 12 entries of 64 tiles: two entries fill one wave of 132 SMs.
+  const MatmulShape s = Big(F16, 1024, 2048, 1024, /*batch=*/12);
+  MatmulShape entry = s;
+  entry.batch = 1;
+  const MatmulGrid grid{128, 256, 132};
+  EXPECT_EQ(PlanMatmulSlices(s, MatmulFlops(entry), grid),
+            (MatmulSlicing{MatmulSlicing::Axis::kBatch, 2, 6}));
+  EXPECT_EQ(PlanMatmulSlices(s, MatmulFlops(entry)).per_slice, 1);
+}
+
+TEST(PlanMatmulSlicesTest, AlongTheGridStillAtMostTheCap) {
+  const MatmulShape tall = Big(BF16, 1 << 20, 256, 64);
+  const MatmulSlicing capped = PlanMatmulSlices(tall, 1, MatmulGrid{128, 256, 132});
+  EXPECT_LE(capped.count, kMaxMatmulSlices);
+  EXPECT_GE(capped.per_slice * capped.count, tall.m);
+  EXPECT_EQ(capped.per_slice % kMatmulSliceRowQuantum, 0);
+}
+
 TEST(EstimatedMatmulFlopsTest, MatchesTheH100AndOrdersTheDtypes) {
   // An H100 SXM: 132 SMs; cuBLAS reaches about 7.7e14 in bfloat16 and 5.1e13 in float32.
   EXPECT_NEAR(EstimatedMatmulFlopsPerSecond(9, 132, BF16, false), 7.5e14, 0.5e14);
