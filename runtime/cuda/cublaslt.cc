@@ -269,10 +269,15 @@ struct CublasLtMatmul::Plan {
   // The slices this plan runs `shape` as with `max_slice_flops` (count 1: whole, also where
   // cuBLASLt cannot run a slice with the plan's algorithm).
   MatmulSlicing SlicingFor(void* handle, const MatmulShape& shape, const MatmulBuffers& buffers,
-                           double max_slice_flops) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+                           double max_slice_flops, int multiprocessors)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (!may_slice || max_slice_flops <= 0) return {};
-    auto [it, inserted] = slicings.try_emplace(max_slice_flops);
-    if (inserted) it->second = PlanMatmulSlices(shape, max_slice_flops, grid);
+    auto [it, inserted] = slicings.try_emplace(std::pair{max_slice_flops, multiprocessors});
+    if (inserted) {
+      MatmulGrid on = grid;
+      if (multiprocessors > 0 && on.multiprocessors > 0) on.multiprocessors = multiprocessors;
+      it->second = PlanMatmulSlices(shape, max_slice_flops, on);
+    }
     const MatmulSlicing slicing = it->second;
     // Every slice but perhaps the last has the first's shape.
     if (slicing.count > 1 &&
@@ -300,8 +305,8 @@ struct CublasLtMatmul::Plan {
   absl::Mutex mu;
   // By the slice's (m, batch).
   absl::flat_hash_map<std::pair<int64_t, int64_t>, SliceLayouts> slices ABSL_GUARDED_BY(mu);
-  // The slicing of the shape by its target FLOPs per slice (one per stream priority).
-  absl::flat_hash_map<double, MatmulSlicing> slicings ABSL_GUARDED_BY(mu);
+  // The slices of the shape by target FLOPs per slice and the stream's SMs (0: all).
+  absl::flat_hash_map<std::pair<double, int>, MatmulSlicing> slicings ABSL_GUARDED_BY(mu);
 };
 
 absl::StatusOr<std::unique_ptr<CublasLtMatmul>> CublasLtMatmul::Create(
@@ -480,17 +485,20 @@ MatmulKey CublasLtMatmul::KeyOf(const MatmulShape& shape, const MatmulBuffers& b
 
 absl::StatusOr<CublasLtMatmul::SlicedRun> CublasLtMatmul::Slicing(const MatmulShape& shape,
                                                                   const MatmulBuffers& buffers,
-                                                                  double max_slice_flops) {
+                                                                  double max_slice_flops,
+                                                                  int multiprocessors) {
   GPUKIT_RETURN_IF_ERROR(ValidateMatmulShape(shape));
   GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Plan> plan,
                           FindOrMakePlan(KeyOf(shape, buffers), buffers.bias));
   if (!plan->supported) return absl::UnimplementedError(plan->unsupported_reason);
   absl::MutexLock lock(&plan->mu);
-  return SlicedRun{plan->SlicingFor(handle_, shape, buffers, max_slice_flops), plan->grid};
+  return SlicedRun{plan->SlicingFor(handle_, shape, buffers, max_slice_flops, multiprocessors),
+                   plan->grid};
 }
 
 absl::Status CublasLtMatmul::Matmul(CUstream_st* stream, const MatmulShape& shape,
-                                    const MatmulBuffers& buffers, double max_slice_flops) {
+                                    const MatmulBuffers& buffers, double max_slice_flops,
+                                    int multiprocessors) {
   GPUKIT_RETURN_IF_ERROR(ValidateMatmulShape(shape));
   if (buffers.a == 0 || buffers.b == 0 || buffers.out == 0) {
     return absl::InvalidArgumentError("matmul needs device addresses for a, b and out");
@@ -534,7 +542,8 @@ absl::Status CublasLtMatmul::Matmul(CUstream_st* stream, const MatmulShape& shap
                             stream),
         "cublasLtMatmul");
   };
-  const MatmulSlicing slicing = plan->SlicingFor(handle_, shape, buffers, max_slice_flops);
+  const MatmulSlicing slicing =
+      plan->SlicingFor(handle_, shape, buffers, max_slice_flops, multiprocessors);
   if (slicing.count > 1) {
     const uint64_t element = DTypeSize(shape.dtype);
     for (int64_t i = 0; i < slicing.count; ++i) {

@@ -113,7 +113,8 @@ class CublasLtMatmul {
   // slices of about that many FLOPs (PlanMatmulSlices), one cuBLASLt call each, all enqueued
   // now: work of higher-priority streams runs between them. The output is bitwise the same
   // either way (matmul_plan.h says why); where cuBLASLt cannot run a slice with the shape's
-  // algorithm it runs whole.
+  // algorithm it runs whole. `multiprocessors` > 0: the SMs `stream` runs on (a green
+  // context's), where its waves are counted; 0: the GPU's.
   // INVALID_ARGUMENT for a shape ValidateMatmulShape rejects, a null a, b or out, a bias
   // epilogue without a bias, or more workspace than kWorkspaceBytes. UNIMPLEMENTED when
   // cuBLASLt has no algorithm for the case (it answers so for some broadcast batches and
@@ -121,7 +122,7 @@ class CublasLtMatmul {
   // answer is cached like a plan. Other cuBLASLt errors carry the call and the status name:
   // "cublasLtMatmul: CUBLAS_STATUS_EXECUTION_FAILED (...)".
   absl::Status Matmul(CUstream_st* stream, const MatmulShape& shape, const MatmulBuffers& buffers,
-                      double max_slice_flops = 0);
+                      double max_slice_flops = 0, int multiprocessors = 0);
 
   // How Matmul runs `shape` with these buffers and `max_slice_flops`: its slices (count 1:
   // whole) and the grid of the algorithm they are cut along. Makes the plan when there is
@@ -131,7 +132,7 @@ class CublasLtMatmul {
     MatmulGrid grid;
   };
   absl::StatusOr<SlicedRun> Slicing(const MatmulShape& shape, const MatmulBuffers& buffers,
-                                    double max_slice_flops);
+                                    double max_slice_flops, int multiprocessors = 0);
 
   // Plans in the cache (for tests and diagnostics).
   size_t plan_count() const;
