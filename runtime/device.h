@@ -200,9 +200,9 @@ struct OpLaunch {
   BufferId output;  // allocated by the caller with plan.output's size
   // Whether a large op may run in slices on a lower-priority stream (MatmulSliceLengths), so
   // that higher-priority streams' work can pass between them. Slices cost speed (little in
-  // 500 us slices, up to a third in 100 us ones: runtime/cuda/matmul_plan.h), so the caller
-  // clears this when no work of a higher priority can come (no session of a higher class on
-  // the device).
+  // 500 us slices, up to a third in 100 us ones: docs/benchmarks.md), so the caller clears
+  // this when no work of a higher priority can come (no session of a higher class on the
+  // device).
   bool sliceable = true;
 };
 

@@ -185,18 +185,20 @@ constexpr TileSize kTileSizes[] = {
 };
 
 // The grid `algo` runs on: cuBLASLt's m is gpukit's columns and its n gpukit's rows
-// (ToColumnMajor). MatmulGrid{} for a tile id this build does not know or no SM count.
+// (ToColumnMajor; cublasLt.h: "Tile size (in C/D matrix Rows x Cols)"). The tile is 0 x 0 for
+// an id this build does not know; `multiprocessor_count` may be 0 (not known).
 MatmulGrid GridOf(const CublasLtApi& api, const cublasLtMatmulAlgo_t& algo,
                   int multiprocessor_count) {
   uint32_t tile = 0;
   size_t written = 0;
-  if (multiprocessor_count <= 0 ||
-      api.cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
+  if (api.cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
                                                sizeof(tile), &written) != CUBLAS_STATUS_SUCCESS) {
     return {};
   }
   for (const TileSize& size : kTileSizes) {
-    if (size.id == tile) return {size.n, size.m, multiprocessor_count};
+    if (size.id == tile && size.m > 0 && size.n > 0) {
+      return {size.n, size.m, multiprocessor_count};
+    }
   }
   return {};
 }
@@ -271,13 +273,9 @@ struct CublasLtMatmul::Plan {
   MatmulSlicing SlicingFor(void* handle, const MatmulShape& shape, const MatmulBuffers& buffers,
                            double max_slice_flops, int multiprocessors)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    if (!may_slice || max_slice_flops <= 0) return {};
+    if (!may_slice || !(max_slice_flops > 0)) return {};
     auto [it, inserted] = slicings.try_emplace(std::pair{max_slice_flops, multiprocessors});
-    if (inserted) {
-      MatmulGrid on = grid;
-      if (multiprocessors > 0 && on.multiprocessors > 0) on.multiprocessors = multiprocessors;
-      it->second = PlanMatmulSlices(shape, max_slice_flops, on);
-    }
+    if (inserted) it->second = PlanMatmulSlices(shape, max_slice_flops, GridOn(multiprocessors));
     const MatmulSlicing slicing = it->second;
     // Every slice but perhaps the last has the first's shape.
     if (slicing.count > 1 &&
@@ -287,6 +285,13 @@ struct CublasLtMatmul::Plan {
       return slicing;
     }
     return {};
+  }
+
+  // The grid on a stream of `multiprocessors` SMs (0: the GPU's, as `grid` has them).
+  MatmulGrid GridOn(int multiprocessors) const {
+    MatmulGrid on = grid;
+    if (multiprocessors > 0) on.multiprocessors = multiprocessors;
+    return on;
   }
 
   const CublasLtApi& api;
@@ -493,7 +498,7 @@ absl::StatusOr<CublasLtMatmul::SlicedRun> CublasLtMatmul::Slicing(const MatmulSh
   if (!plan->supported) return absl::UnimplementedError(plan->unsupported_reason);
   absl::MutexLock lock(&plan->mu);
   return SlicedRun{plan->SlicingFor(handle_, shape, buffers, max_slice_flops, multiprocessors),
-                   plan->grid};
+                   plan->GridOn(multiprocessors)};
 }
 
 absl::Status CublasLtMatmul::Matmul(CUstream_st* stream, const MatmulShape& shape,

@@ -110,11 +110,12 @@ class CublasLtMatmul {
 
   // Enqueues out = epilogue(op(a) @ op(b)) on `stream` and returns; nothing waits. With
   // `max_slice_flops` > 0, a shape that may be sliced (MatmulMaySlice) and is larger runs as
-  // slices of about that many FLOPs (PlanMatmulSlices), one cuBLASLt call each, all enqueued
-  // now: work of higher-priority streams runs between them. The output is bitwise the same
-  // either way (matmul_plan.h says why); where cuBLASLt cannot run a slice with the shape's
-  // algorithm it runs whole. `multiprocessors` > 0: the SMs `stream` runs on (a green
-  // context's), where its waves are counted; 0: the GPU's.
+  // slices of about that many FLOPs, or of one wave of its tiles where that is more
+  // (PlanMatmulSlices), one cuBLASLt call each, all enqueued now: work of higher-priority
+  // streams runs between them. The output is bitwise the same either way (matmul_plan.h says
+  // why); where cuBLASLt cannot run a slice with the shape's algorithm it runs whole.
+  // `multiprocessors` > 0: the SMs `stream` runs on (a green context's), where its waves are
+  // counted; 0: the GPU's (Create's `multiprocessor_count`).
   // INVALID_ARGUMENT for a shape ValidateMatmulShape rejects, a null a, b or out, a bias
   // epilogue without a bias, or more workspace than kWorkspaceBytes. UNIMPLEMENTED when
   // cuBLASLt has no algorithm for the case (it answers so for some broadcast batches and
@@ -124,9 +125,11 @@ class CublasLtMatmul {
   absl::Status Matmul(CUstream_st* stream, const MatmulShape& shape, const MatmulBuffers& buffers,
                       double max_slice_flops = 0, int multiprocessors = 0);
 
-  // How Matmul runs `shape` with these buffers and `max_slice_flops`: its slices (count 1:
-  // whole) and the grid of the algorithm they are cut along. Makes the plan when there is
-  // none; Matmul's errors otherwise. For tests and diagnostics.
+  // How Matmul runs `shape` with these buffers, `max_slice_flops` and `multiprocessors`: its
+  // slices (count 1: whole) and the grid of the algorithm they are cut along, with the SMs
+  // they were counted on. Makes the plan when there is none; INVALID_ARGUMENT for a shape
+  // ValidateMatmulShape rejects, UNIMPLEMENTED where cuBLASLt has no algorithm (as Matmul).
+  // For tests and diagnostics.
   struct SlicedRun {
     MatmulSlicing slicing;
     MatmulGrid grid;

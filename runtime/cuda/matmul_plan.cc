@@ -1,7 +1,6 @@
 #include "runtime/cuda/matmul_plan.h"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 #include <optional>
 #include <tuple>
@@ -186,7 +185,7 @@ int64_t MatmulWaves(const MatmulShape& shape, const MatmulGrid& grid) {
 
 MatmulSlicing PlanMatmulSlices(const MatmulShape& shape, double max_slice_flops,
                                const MatmulGrid& grid) {
-  if (max_slice_flops <= 0 || !MatmulMaySlice(shape) || MatmulFlops(shape) <= max_slice_flops) {
+  if (!(max_slice_flops > 0) || !MatmulMaySlice(shape) || MatmulFlops(shape) <= max_slice_flops) {
     return {};
   }
   const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
@@ -207,20 +206,25 @@ MatmulSlicing PlanMatmulSlices(const MatmulShape& shape, double max_slice_flops,
       std::max<int64_t>(1, static_cast<int64_t>(max_slice_flops / MatmulFlops(slice_shape(0, 1))));
   int64_t per_slice = std::max(target, fewest);
   if (MatmulWaves(shape, grid) > 0) {
-    int64_t one_wave = 1;  // the fewest units that fill the SMs
+    // The most units that take no more waves than one unit does: a smaller slice ends no
+    // sooner.
+    int64_t one_wave = 1;
     while (one_wave < units && MatmulWaves(slice_shape(0, one_wave + 1), grid) ==
                                    MatmulWaves(slice_shape(0, 1), grid)) {
       ++one_wave;
     }
     const int64_t largest = std::max({target, one_wave, fewest});
     if (largest >= units) return {};
+    // At most about 1024 sizes are tried, evenly spread from the largest down (a batch of
+    // millions of tiny matrices would otherwise try millions).
+    const int64_t step = std::max<int64_t>(1, (largest - fewest + 1) / 1024);
     int64_t best_waves = 0;
-    for (int64_t size = fewest; size <= largest; ++size) {
+    for (int64_t size = largest; size >= fewest; size -= step) {
       const int64_t count = ceil_div(units, size);
       const int64_t last_first = (count - 1) * size;
       const int64_t total = (count - 1) * MatmulWaves(slice_shape(0, size), grid) +
                             MatmulWaves(slice_shape(last_first, units - last_first), grid);
-      if (best_waves == 0 || total <= best_waves) {
+      if (best_waves == 0 || total < best_waves) {
         best_waves = total;
         per_slice = size;
       }

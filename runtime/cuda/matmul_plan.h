@@ -194,7 +194,8 @@ struct MatmulSlicing {
 // slices along the tiles"), a product cut into row slices takes as long as
 //   sum over slices of ceil(tiles of the slice / SMs)
 // times one tile's time, where a slice's rows of tiles count in pairs (an odd row of tiles
-// cost a pair's time, as tiles run in clusters of two would): a slice with
+// cost a pair's time, as tiles run in clusters of two would; a fit to the H200's figures,
+// where cuBLASLt reports its algorithms' cluster shape as AUTO): a slice with
 // fewer tiles than SMs ends no sooner than a full wave, and slices cut across a wave run its
 // time twice. Cut by FLOPs alone, the slices of 128 rows of an 8192^3 float32 product ran at
 // a quarter of its speed, and slices of 640 rows of a float16 one at half. Zero: not known.
@@ -212,9 +213,9 @@ int64_t MatmulWaves(const MatmulShape& shape, const MatmulGrid& grid);
 // Slices of at most about `max_slice_flops` each (<= 0: no slicing). A batch is cut into
 // groups of whole entries (a single entry above the target is not cut further); a single
 // matrix into blocks of rows, a multiple of kMatmulSliceRowQuantum, at least one quantum.
-// With a known `grid`, the size is the one whose slices take the fewest waves in all (the
-// largest of equals) among the sizes up to the target, or up to one wave where a wave is
-// larger (a smaller slice would end no sooner).
+// With a known `grid`, a slice may grow to one wave where that is larger than the target (a
+// smaller slice would end no sooner), and among the sizes up to the larger of the two the
+// one whose slices take the fewest waves in all is chosen (the largest of equals).
 // kNone when the shape may not be sliced or fits in one slice.
 MatmulSlicing PlanMatmulSlices(const MatmulShape& shape, double max_slice_flops,
                                const MatmulGrid& grid = {});

@@ -45,7 +45,7 @@ def main() -> None:
     cases = [("fp32", torch.float32, False), ("tf32", torch.float32, True),
              ("fp16", torch.float16, False), ("bf16", torch.bfloat16, False)]
     for n in (int(s) for s in args.sizes.split(",")):
-        # As the gpukit benchmark fills its inputs.
+        # As the gpukit benchmark fills its inputs (for "random", the same distribution).
         if args.data == "random":
             generator = torch.Generator(device).manual_seed(1)
             values = torch.randn(n, n, device=device, generator=generator)

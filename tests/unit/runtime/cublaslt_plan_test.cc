@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -402,11 +403,20 @@ TEST(PlanMatmulSlicesTest, BatchSlicesAlongTheGrid) {
 }
 
 TEST(PlanMatmulSlicesTest, AlongTheGridStillAtMostTheCap) {
+  // On 2 SMs a wave is 2 units of 128 rows (2 tiles each), so only the cap keeps the 8192
+  // units of this shape from 4096 slices of one wave.
   const MatmulShape tall = Big(BF16, 1 << 20, 256, 64);
-  const MatmulSlicing capped = PlanMatmulSlices(tall, 1, MatmulGrid{128, 256, 132});
-  EXPECT_LE(capped.count, kMaxMatmulSlices);
-  EXPECT_GE(capped.per_slice * capped.count, tall.m);
+  const MatmulSlicing capped = PlanMatmulSlices(tall, 1, MatmulGrid{128, 256, 2});
+  EXPECT_EQ(capped.count, kMaxMatmulSlices);
+  EXPECT_EQ(capped.per_slice * capped.count, tall.m);
   EXPECT_EQ(capped.per_slice % kMatmulSliceRowQuantum, 0);
+}
+
+TEST(PlanMatmulSlicesTest, NoTargetNoSlicesWithAGrid) {
+  const MatmulShape s = Big(F16, 8192, 8192, 8192);
+  EXPECT_EQ(PlanMatmulSlices(s, 0, kH200Float16), MatmulSlicing{});
+  EXPECT_EQ(PlanMatmulSlices(s, std::numeric_limits<double>::quiet_NaN(), kH200Float16),
+            MatmulSlicing{});
 }
 
 TEST(EstimatedMatmulFlopsTest, MatchesTheH100AndOrdersTheDtypes) {
