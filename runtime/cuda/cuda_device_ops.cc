@@ -201,11 +201,14 @@ absl::StatusOr<bool> CudaDevice::RunMatmulOnCublasLt(const OpLaunch& launch, con
   GPUKIT_ASSIGN_OR_RETURN(buffers.out, Resolve(launch.output, 0, 0));
   std::tie(buffers.workspace, buffers.workspace_bytes) = BlasWorkspace(stream);
   GPUKIT_RETURN_IF_ERROR(Bind());
-  // A green context's stream runs on its SMs only: its slices hold that many SMs' work.
-  const int sms = s.sm_count > 0 ? s.sm_count : info_.multiprocessor_count;
+  // The target is the whole GPU's FLOPs even for a green context's stream (whose kernels a
+  // higher class need not wait for on the other SMs): on an H200, targets scaled to the
+  // stream's SMs made both the BestEffort flood and the Guaranteed victim's p99 worse
+  // (docs/benchmarks.md, "Matmul slices along the tiles"). Its waves count its own SMs.
   const double max_slice_flops =
       (launch.sliceable ? s.matmul_slice_seconds : 0.0) *
-      EstimatedMatmulFlopsPerSecond(info_.sm_major, sms, route.shape.dtype, route.shape.allow_tf32);
+      EstimatedMatmulFlopsPerSecond(info_.sm_major, info_.multiprocessor_count, route.shape.dtype,
+                                    route.shape.allow_tf32);
   const absl::Status status =
       blas_->Matmul(s.handle, route.shape, buffers, max_slice_flops, s.sm_count);
   if (absl::IsUnimplemented(status)) {

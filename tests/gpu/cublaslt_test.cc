@@ -673,44 +673,6 @@ TEST_F(CudaDeviceMatmulTest, StreamsOnPartOfTheSmsRunMatmulsBitwise) {
   GPUKIT_EXPECT_OK(device_->DestroyStream(whole));
 }
 
-// A stream on a quarter of the SMs does a quarter of the work in a slice's time: its large
-// matmuls are cut into more slices than on a stream of every SM, with the same bytes. (That
-// its waves count its own SMs: CublasLtMatmulTest.SlicesCountTheStreamsSms.)
-TEST_F(CudaDeviceMatmulTest, AStreamOnPartOfTheSmsCutsSlicesForItsSms) {
-  const int64_t m = 8192, k = 4096, n = 2048;
-  std::mt19937 rng(::gpukit::testing::TestSeed());
-  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  std::vector<float> a_values(m * k), b_values(k * n);
-  for (float& v : a_values) v = value(rng);
-  for (float& v : b_values) v = value(rng);
-  GPUKIT_ASSERT_OK_AND_ASSIGN(StreamId all, device_->CreateStream(StreamPriority::kLow));
-  GPUKIT_ASSERT_OK_AND_ASSIGN(
-      StreamId part, device_->CreateStream({.priority = StreamPriority::kLow, .sm_share = 0.25}));
-  GPUKIT_ASSERT_OK_AND_ASSIGN(int sms, device_->StreamSmCount(part));
-  ASSERT_LT(sms, device_->cuda_info().multiprocessor_count);
-  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId a, Upload(a_values, BF16));
-  GPUKIT_ASSERT_OK_AND_ASSIGN(BufferId b, Upload(b_values, BF16));
-  int64_t slices[2] = {0, 0};
-  BufferId outputs[2];
-  for (int i = 0; i < 2; ++i) {
-    const int64_t before = device_->cublaslt_slice_count();
-    GPUKIT_ASSERT_OK_AND_ASSIGN(
-        outputs[i], Matmul(Desc(BF16, {m, k}), a, Desc(BF16, {k, n}), b, {}, i == 0 ? all : part));
-    slices[i] = device_->cublaslt_slice_count() - before;
-  }
-  std::printf("8192x4096 @ 4096x2048 bf16 at low priority: %lld slices on every SM, %lld on %d\n",
-              static_cast<long long>(slices[0]), static_cast<long long>(slices[1]), sms);
-  EXPECT_GT(slices[0], 1);
-  EXPECT_GT(slices[1], slices[0]);
-  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<double> w, Download(outputs[0], m * n, BF16));
-  GPUKIT_ASSERT_OK_AND_ASSIGN(std::vector<double> p, Download(outputs[1], m * n, BF16));
-  int64_t differ = 0;
-  for (int64_t i = 0; i < m * n; ++i) differ += w[i] != p[i] || std::isnan(w[i]);
-  EXPECT_EQ(differ, 0);
-  GPUKIT_EXPECT_OK(device_->DestroyStream(part));
-  GPUKIT_EXPECT_OK(device_->DestroyStream(all));
-}
-
 // Two threads, each with its own stream (and so its own workspace), many matmuls at once.
 TEST_F(CudaDeviceMatmulTest, ConcurrentStreamsEachGetTheirOwnWorkspace) {
   const int64_t n = 192;

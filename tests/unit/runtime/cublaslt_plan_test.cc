@@ -383,6 +383,18 @@ TEST(PlanMatmulSlicesTest, AlongTheGridNeverAcrossAWave) {
   EXPECT_EQ(PlanMatmulSlices(h, 1, kH200Float16).per_slice, 512);
 }
 
+// The QoS benchmark's flood on a green context of 66 SMs, at the whole GPU's 100 us target
+// (7.5e10 FLOPs): 16 slices of 512 rows, as by FLOPs alone. A target scaled to 66 SMs gave
+// 32 of 256 rows (a wave each, 14 SMs idle), which cost the flood and the victim both.
+TEST(PlanMatmulSlicesTest, AGreenContextCountsItsWavesOnItsSms) {
+  const MatmulShape h = Big(BF16, 8192, 8192, 8192);
+  const MatmulGrid on_66{128, 320, 66};
+  EXPECT_EQ(PlanMatmulSlices(h, 7.5e10, on_66),
+            (MatmulSlicing{MatmulSlicing::Axis::kRows, 512, 16}));
+  EXPECT_EQ(PlanMatmulSlices(h, 7.5e10 / 2, on_66),
+            (MatmulSlicing{MatmulSlicing::Axis::kRows, 256, 32}));
+}
+
 TEST(PlanMatmulSlicesTest, NoSlicesWhereTheWholeIsOneWave) {
   // 15 (so 16) x 8 = 128 tiles: one wave however it is cut.
   const MatmulShape s = Big(F32, 1920, 4096, 4096);
