@@ -204,8 +204,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(Core& core, const Clock& c
       "sessions belong to their opener; admins: local callers with uid 0 or {}{}; tenants: {}",
       policy->daemon_uid(), policy->configured() ? " and those access names" : "",
       policy->configured() ? "from access, else uid-<uid>" : "uid-<uid> for each local uid");
-  server->reaper_ =
-      std::thread([s = server.get(), interval = options.reap_interval] { s->ReapLoop(interval); });
+  // The first reap's time is fixed here, not when the thread first runs: a clock that moves
+  // past it before then (a test's FakeClock) still finds the reaper due.
+  server->reaper_ = std::thread(
+      [s = server.get(), interval = options.reap_interval,
+       first = server->clock_.Now() + options.reap_interval] { s->ReapLoop(interval, first); });
   return server;
 }
 
@@ -248,8 +251,10 @@ absl::Status Server::CheckServing(absl::Duration deadline) {
   return absl::OkStatus();
 }
 
-void Server::ReapLoop(absl::Duration interval) {
-  while (!clock_.AwaitUntil(reaper_mu_, absl::Condition(&stop_reaper_), clock_.Now() + interval)) {
+void Server::ReapLoop(absl::Duration interval, absl::Time first) {
+  for (absl::Time next = first;
+       !clock_.AwaitUntil(reaper_mu_, absl::Condition(&stop_reaper_), next);
+       next = clock_.Now() + interval) {
     core_.ExpireLeases();
   }
 }

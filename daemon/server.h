@@ -122,7 +122,8 @@ class Server {
 
  private:
   Server(Core& core, const Clock& clock, const ServerOptions& options);
-  void ReapLoop(absl::Duration interval);
+  // Expires lapsed leases at `first`, then every `interval`, until Shutdown.
+  void ReapLoop(absl::Duration interval, absl::Time first);
 
   Core& core_;
   std::vector<std::string> addresses_;

@@ -115,10 +115,17 @@ TEST(WorkerPoolTest, TryScheduleRefusesOnlyWhenEveryThreadIsBusy) {
 TEST(WorkerPoolTest, ThreadsWithoutWorkEndAndNewWorkStartsOneAgain) {
   WorkerPool pool(4, absl::Milliseconds(10));
   for (int round = 0; round < 2; ++round) {
-    absl::Notification done;
-    pool.Schedule([&] { done.Notify(); });
-    ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
-    EXPECT_GE(pool.threads(), 1);
+    // The work holds its thread until it was counted: an idle thread may end within 10 ms,
+    // before a descheduled test thread looks.
+    absl::Notification started;
+    absl::Notification release;
+    pool.Schedule([&] {
+      started.Notify();
+      release.WaitForNotification();
+    });
+    ASSERT_TRUE(started.WaitForNotificationWithTimeout(absl::Seconds(30)));
+    EXPECT_EQ(pool.threads(), 1);
+    release.Notify();
     // Polls for the thread's end (an event), up to a deadline.
     const absl::Time deadline = absl::Now() + absl::Seconds(30);
     while (pool.threads() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
