@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -173,17 +174,6 @@ bool SplitsNoK(const CublasLtApi& api, const cublasLtMatmulAlgo_t& algo) {
   return splits <= 1 && scheme == CUBLASLT_REDUCTION_SCHEME_NONE;
 }
 
-// cuBLASLt's tile sizes by id, m x n of its column-major D (cublaslt_tiles.inc is generated
-// from cublasLt.h by runtime/CMakeLists.txt).
-struct TileSize {
-  uint32_t id;
-  int32_t m;
-  int32_t n;
-};
-constexpr TileSize kTileSizes[] = {
-#include "cublaslt_tiles.inc"
-};
-
 // The grid `algo` runs on: cuBLASLt's m is gpukit's columns and its n gpukit's rows
 // (ToColumnMajor; cublasLt.h: "Tile size (in C/D matrix Rows x Cols)"). The tile is 0 x 0 for
 // an id this build does not know; `multiprocessor_count` may be 0 (not known).
@@ -195,15 +185,27 @@ MatmulGrid GridOf(const CublasLtApi& api, const cublasLtMatmulAlgo_t& algo,
                                                sizeof(tile), &written) != CUBLAS_STATUS_SUCCESS) {
     return {};
   }
-  for (const TileSize& size : kTileSizes) {
-    if (size.id == tile && size.m > 0 && size.n > 0) {
-      return {size.n, size.m, multiprocessor_count};
-    }
-  }
-  return {};
+  const std::optional<CublasLtTile> size = CublasLtTileSize(tile);
+  if (!size.has_value()) return {};
+  return {size->n, size->m, multiprocessor_count};
 }
 
 }  // namespace
+
+std::optional<CublasLtTile> CublasLtTileSize(uint32_t id) {
+  // {id, m, n}, generated from cublasLt.h by runtime/CMakeLists.txt.
+  static constexpr struct {
+    uint32_t id;
+    int32_t m;
+    int32_t n;
+  } kTiles[] = {
+#include "cublaslt_tiles.inc"
+  };
+  for (const auto& tile : kTiles) {
+    if (tile.id == id && tile.m > 0 && tile.n > 0) return CublasLtTile{tile.m, tile.n};
+  }
+  return std::nullopt;
+}
 
 std::vector<std::string> CublasLtLibraryNames() {
   return {"libcublasLt.so.13", "libcublasLt.so.12"};
@@ -475,7 +477,8 @@ absl::StatusOr<std::shared_ptr<CublasLtMatmul::Plan>> CublasLtMatmul::FindOrMake
   return plans_.emplace(key, std::move(plan)).first->second;
 }
 
-MatmulKey CublasLtMatmul::KeyOf(const MatmulShape& shape, const MatmulBuffers& buffers) {
+absl::StatusOr<std::shared_ptr<CublasLtMatmul::Plan>> CublasLtMatmul::SupportedPlan(
+    const MatmulShape& shape, const MatmulBuffers& buffers) {
   MatmulKey key;
   key.shape = shape;
   key.a_alignment_bytes = MatrixAlignment(buffers.a, shape.a_batch_stride, shape.dtype);
@@ -485,7 +488,9 @@ MatmulKey CublasLtMatmul::KeyOf(const MatmulShape& shape, const MatmulBuffers& b
   key.bias_alignment_bytes =
       shape.epilogue != MatmulEpilogue::kNone ? AddressAlignment(buffers.bias) : 256;
   key.workspace_bytes = buffers.workspace_bytes;
-  return key;
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Plan> plan, FindOrMakePlan(key, buffers.bias));
+  if (!plan->supported) return absl::UnimplementedError(plan->unsupported_reason);
+  return plan;
 }
 
 absl::StatusOr<CublasLtMatmul::SlicedRun> CublasLtMatmul::Slicing(const MatmulShape& shape,
@@ -493,9 +498,7 @@ absl::StatusOr<CublasLtMatmul::SlicedRun> CublasLtMatmul::Slicing(const MatmulSh
                                                                   double max_slice_flops,
                                                                   int multiprocessors) {
   GPUKIT_RETURN_IF_ERROR(ValidateMatmulShape(shape));
-  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Plan> plan,
-                          FindOrMakePlan(KeyOf(shape, buffers), buffers.bias));
-  if (!plan->supported) return absl::UnimplementedError(plan->unsupported_reason);
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Plan> plan, SupportedPlan(shape, buffers));
   absl::MutexLock lock(&plan->mu);
   return SlicedRun{plan->SlicingFor(handle_, shape, buffers, max_slice_flops, multiprocessors),
                    plan->GridOn(multiprocessors)};
@@ -518,9 +521,7 @@ absl::Status CublasLtMatmul::Matmul(CUstream_st* stream, const MatmulShape& shap
                                                    " bytes at ", buffers.workspace, ": at most ",
                                                    kWorkspaceBytes, " bytes, and not null"));
   }
-  const MatmulKey key = KeyOf(shape, buffers);
-  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Plan> plan, FindOrMakePlan(key, buffers.bias));
-  if (!plan->supported) return absl::UnimplementedError(plan->unsupported_reason);
+  GPUKIT_ASSIGN_OR_RETURN(std::shared_ptr<Plan> plan, SupportedPlan(shape, buffers));
 
   const float alpha = 1.0f;
   const float beta = 0.0f;

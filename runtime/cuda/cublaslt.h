@@ -43,6 +43,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,16 @@ struct CublasLtLibrary {
 // ignore `search_dirs`) and resolves its entry points. FAILED_PRECONDITION "cuBLASLt not
 // available (...)" listing every place it looked, or the entry point that is missing.
 absl::StatusOr<CublasLtLibrary> LoadCublasLt(const std::vector<std::string>& search_dirs);
+
+// A cuBLASLt tile's size, m x n of its column-major D (CUBLASLT_MATMUL_TILE_<m>x<n>).
+struct CublasLtTile {
+  int32_t m = 0;
+  int32_t n = 0;
+};
+
+// The size of tile `id` as the cublasLt.h of this build names it; nullopt for an id that
+// header does not have (a newer library's) or CUBLASLT_MATMUL_TILE_UNDEFINED.
+std::optional<CublasLtTile> CublasLtTileSize(uint32_t id);
 
 // Device addresses for one matmul. `bias` (n elements of the shape's dtype) is required
 // by the bias epilogues and ignored otherwise.
@@ -148,7 +159,10 @@ class CublasLtMatmul {
 
   CublasLtMatmul(const CublasLtApi& api, CublasLtLibrary library, void* handle,
                  int multiprocessor_count);
-  static MatmulKey KeyOf(const MatmulShape& shape, const MatmulBuffers& buffers);
+  // The plan of `shape` with these buffers' alignments and workspace, made when there is
+  // none; UNIMPLEMENTED where cuBLASLt has no algorithm for it (the answer is cached too).
+  absl::StatusOr<std::shared_ptr<Plan>> SupportedPlan(const MatmulShape& shape,
+                                                      const MatmulBuffers& buffers);
   absl::StatusOr<std::shared_ptr<Plan>> FindOrMakePlan(const MatmulKey& key, uint64_t bias);
   absl::StatusOr<std::shared_ptr<Plan>> MakePlan(const MatmulKey& key, uint64_t bias) const;
   // Heuristic candidates asked for a shape that may be sliced.

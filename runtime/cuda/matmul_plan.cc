@@ -208,9 +208,9 @@ MatmulSlicing PlanMatmulSlices(const MatmulShape& shape, double max_slice_flops,
   if (MatmulWaves(shape, grid) > 0) {
     // The most units that take no more waves than one unit does: a smaller slice ends no
     // sooner.
+    const int64_t unit_waves = MatmulWaves(slice_shape(0, 1), grid);
     int64_t one_wave = 1;
-    while (one_wave < units && MatmulWaves(slice_shape(0, one_wave + 1), grid) ==
-                                   MatmulWaves(slice_shape(0, 1), grid)) {
+    while (one_wave < units && MatmulWaves(slice_shape(0, one_wave + 1), grid) == unit_waves) {
       ++one_wave;
     }
     const int64_t largest = std::max({target, one_wave, fewest});

@@ -88,11 +88,9 @@ int Run(const Options& options) {
   if (!stream.ok()) return Die(stream.status().ToString());
   absl::StatusOr<StreamId> low = device.CreateStream(StreamPriority::kLow);
   if (!low.ok()) return Die(low.status().ToString());
-  std::printf(
-      "device: %s (%s), matmul through CudaDevice::RunOp, median of %d runs, %s "
-      "inputs\n",
-      device.properties().name.c_str(), device.cuda_info().arch.c_str(), options.reps,
-      options.random ? "random" : "pattern");
+  std::printf("device: %s (%s), matmul through CudaDevice::RunOp, median of %d runs, %s inputs\n",
+              device.properties().name.c_str(), device.cuda_info().arch.c_str(), options.reps,
+              options.random ? "random" : "pattern");
   std::printf("%-17s %9s %9s | %-24s | %-24s\n", "case", "whole", "TFLOP/s",
               "normal-priority slices", "low-priority slices");
 
@@ -193,9 +191,9 @@ int main(int argc, char** argv) {
       options.reps = std::max(1, std::atoi(argv[i + 1]));
     } else if (flag == "--log-level") {
       spdlog::set_level(spdlog::level::from_str(argv[i + 1]));  // debug: each plan's grid
-    } else if (flag == "--data" &&
-               (std::string(argv[i + 1]) == "random" || std::string(argv[i + 1]) == "pattern")) {
-      options.random = std::string(argv[i + 1]) == "random";
+    } else if (const std::string value = argv[i + 1];
+               flag == "--data" && (value == "random" || value == "pattern")) {
+      options.random = value == "random";
     } else {
       std::fprintf(
           stderr,

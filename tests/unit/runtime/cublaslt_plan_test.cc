@@ -3,10 +3,13 @@
 // checked by carrying out that column-major GEMM on the host exactly as cuBLASLt defines it
 // and comparing with a row-major matmul), shape validation, the plan cache's key, the
 // matmul op's allow_tf32 attribute, and loading libcublasLt from the CUDA toolkit.
+#include <cublasLt.h>  // the tile ids
+
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -316,6 +319,24 @@ TEST(PlanMatmulSlicesTest, BatchesAreCutIntoWholeEntries) {
   MatmulShape transposed = s;
   transposed.transpose_a = true;
   EXPECT_EQ(PlanMatmulSlices(transposed, 1).count, 12);
+}
+
+// ---- cuBLASLt's tile sizes, read from cublasLt.h at build time ----
+
+TEST(CublasLtTileSizeTest, EveryIdTheHeaderNamesHasItsSize) {
+  const std::optional<CublasLtTile> wide = CublasLtTileSize(CUBLASLT_MATMUL_TILE_128x256);
+  ASSERT_TRUE(wide.has_value());
+  EXPECT_EQ(wide->m, 128);
+  EXPECT_EQ(wide->n, 256);
+  const std::optional<CublasLtTile> tall = CublasLtTileSize(CUBLASLT_MATMUL_TILE_320x128);
+  ASSERT_TRUE(tall.has_value());
+  EXPECT_EQ(tall->m, 320);
+  EXPECT_EQ(tall->n, 128);
+  const std::optional<CublasLtTile> narrow = CublasLtTileSize(CUBLASLT_MATMUL_TILE_256x96);
+  ASSERT_TRUE(narrow.has_value());
+  EXPECT_EQ(narrow->n, 96);
+  EXPECT_FALSE(CublasLtTileSize(CUBLASLT_MATMUL_TILE_UNDEFINED).has_value());
+  EXPECT_FALSE(CublasLtTileSize(CUBLASLT_MATMUL_TILE_END).has_value());
 }
 
 // ---- Slices along the algorithm's waves ----
