@@ -189,11 +189,18 @@ absl::Status OpPipeline::Free(uint64_t index, absl::string_view handle) {
 
 std::optional<OpPipeline::Failure> OpPipeline::Sync() {
   uint64_t target = 0;
+  std::vector<Record> batch;
   {
     absl::MutexLock lock(&mu_);
     HandOverLocked();
     target = records_queued_;
+    batch.swap(queued_);
   }
+  // What the completion thread has not taken is completed here, by the thread that waits
+  // for it: the wait goes to the device at once and its answer comes back to this thread,
+  // without the completion thread's wake-up and a hand-off back on the way (every op of a
+  // synchronous client pays both otherwise).
+  if (!batch.empty()) Complete(batch);
   // The answer a synchronous client waits for: spin through the ops' run rather than pay a
   // wake-up at its end, as the executor channel's waits do.
   auto completed = [this, target] { return completed_.load(std::memory_order_acquire) >= target; };
@@ -221,22 +228,26 @@ void OpPipeline::CompletionLoop() {
       if (queued_.empty()) return;
       batch.swap(queued_);
     }
-    CompleteBatch(batch);
-    const int completed = static_cast<int>(batch.size());
-    int64_t completed_bytes = 0;
-    for (const Record& record : batch) completed_bytes += record.bytes;
-    {
-      // Drops the pins outside the lock: an array whose last reference goes frees its
-      // memory, and those of the batch return it to the scheduler together.
-      MemoryReturnBatch returns;
-      batch.clear();
-    }
-    absl::MutexLock lock(&mu_);
-    records_completed_ += completed;
-    completed_.store(records_completed_, std::memory_order_release);
-    in_flight_ -= completed;
-    in_flight_bytes_ -= completed_bytes;
+    Complete(batch);
   }
+}
+
+void OpPipeline::Complete(std::vector<Record>& batch) {
+  CompleteBatch(batch);
+  const int completed = static_cast<int>(batch.size());
+  int64_t completed_bytes = 0;
+  for (const Record& record : batch) completed_bytes += record.bytes;
+  {
+    // Drops the pins outside the lock: an array whose last reference goes frees its
+    // memory, and those of the batch return it to the scheduler together.
+    MemoryReturnBatch returns;
+    batch.clear();
+  }
+  absl::MutexLock lock(&mu_);
+  records_completed_ += completed;
+  completed_.store(records_completed_, std::memory_order_release);
+  in_flight_ -= completed;
+  in_flight_bytes_ -= completed_bytes;
 }
 
 void OpPipeline::CompleteBatch(std::vector<Record>& batch) {

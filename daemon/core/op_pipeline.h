@@ -18,7 +18,9 @@
 // so a later op may name that handle before its producer ran. Each op is a task of kind op of
 // the session's partition, running from its admission until its end event completed: the
 // completion thread then charges the device time the events measured (pacing, ListSessions,
-// ListTenants) and ends the task with the op's device status. Inputs and the output stay
+// ListTenants) and ends the task with the op's device status; Sync completes the ops that
+// the completion thread has not taken yet itself, so that a synchronous client's op is
+// waited for and finished by the thread that answers it. Inputs and the output stay
 // pinned (resident, alive) until then, even if freed meanwhile (Free takes effect at once
 // for new ops; memory comes back once the ops that used the array have run).
 //
@@ -121,9 +123,11 @@ class OpPipeline {
   absl::Status Refuse(uint64_t index, absl::string_view op, absl::Status status);
   // Waits until every op queued so far has run; returns the first failure (lowest index)
   // since the previous Sync, refused or failed on the device, if any, and makes the
-  // pipeline clean again. It spins before it sleeps, as the executor channel's waits do
-  // (SpinForAnswer, while slots are free): a synchronous client waits for this answer, and a
-  // wake-up at the end would be on its path.
+  // pipeline clean again. The ops the completion thread has not taken yet it completes
+  // itself (one wait for them, from this thread); for those the completion thread holds it
+  // spins before it sleeps, as the executor channel's waits do (SpinForAnswer, while slots
+  // are free): a synchronous client waits for this answer, and a wake-up at the end would be
+  // on its path.
   std::optional<Failure> Sync();
   // Waits for the ops queued to run (they run to their end even if the session closed),
   // joins the completion thread and frees the session's pipeline slot. Idempotent.
@@ -174,8 +178,12 @@ class OpPipeline {
   void HandOverLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The completion thread: takes every record queued, completes them, and again.
   void CompletionLoop();
+  // Completes `batch` (CompleteBatch), drops its pins and counts it completed; empties it.
+  // Called by the completion thread, and by Sync for the records it finds queued.
+  void Complete(std::vector<Record>& batch);
   // Waits for a batch (in queue order, one stream) and ends each op's task with its device
-  // status and time. The one place that asks the device about completed ops.
+  // status and time. The one place that asks the device about completed ops (from the
+  // completion thread and a Sync at once, for two batches of the stream).
   void CompleteBatch(std::vector<Record>& batch);
 
   Core& core_;

@@ -15,7 +15,8 @@
 //     batcher.BeforeOp(device);
 //     ... RunOpBetweenEvents on `device` ...
 //   }
-//   batcher.EndBurst();  // before waiting for the device or for the client
+//   pipeline.Sync();      // at a sync point: its wait joins the work held
+//   batcher.EndBurst();  // before waiting for the client or for anything but the device
 //
 // Cost: a DeviceBatch (Device::BeginBatch/EndBatch) and a call of `after_batch` per batch;
 // nothing else per op.

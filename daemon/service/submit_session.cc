@@ -78,8 +78,10 @@ absl::StatusOr<bool> SubmitSession::Answer(const v1::SubmitRequest& request,
     RunOne(op, next_index_++, response.add_results());
   }
   if (request.sync() > 0) {
-    batcher_.EndBurst();
+    // Sync waits inside the burst's batch: its wait for the ops joins the work held, one
+    // message to a device executor (Sync completes what the completion thread has not taken).
     std::optional<OpPipeline::Failure> failure = pipeline_->Sync();
+    batcher_.EndBurst();
     response.set_synced(request.sync());
     if (failure.has_value()) {
       v1::OpResult* error = response.mutable_error();

@@ -2,7 +2,8 @@
 // without waiting give the values a synchronous chain gives, in order; handles are
 // prefix + index and usable at once; a refused op is reported by Sync with its index and
 // fails the pipeline until then; a device failure is reported by Sync; each op takes the
-// outcome of its own event pair from the batch's one WaitEventPairs; the in-flight cap
+// outcome of its own event pair from the batch's one WaitEventPairs; Sync waits for the
+// ops it finds queued on its own thread; the in-flight cap
 // holds; a session closed under queued ops leaves no task and no memory behind; and the
 // device time of pipelined ops is accounted like RunOp's; EnqueuedTask::FinishAll ends each
 // device's works on it.
@@ -15,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -462,6 +464,38 @@ TEST_F(OpPipelineTest, HeldOpsAreWaitedForTogetherOnceReleased) {
   }
   hooks_->after_wait_event_pairs = nullptr;
   EXPECT_THAT(Read(last, 16), Each(6.0f));
+}
+
+// Sync completes the ops the completion thread has not taken on its own thread, in one
+// wait: a synchronous client's op is waited for by the thread that answers it, with no
+// hand-off to the completion thread and back on its path.
+TEST_F(OpPipelineTest, SyncWaitsForTheOpsItFindsOnItsOwnThread) {
+  const std::string x = Floats(std::vector<float>(16, 1.0f));
+  absl::Mutex mu;
+  std::vector<std::pair<size_t, std::thread::id>> waits;  // pairs and thread per wait
+  hooks_->after_wait_event_pairs = [&](absl::Span<const EventPair> pairs,
+                                       const std::vector<EventPairOutcome>&) {
+    absl::MutexLock lock(&mu);
+    waits.emplace_back(pairs.size(), std::this_thread::get_id());
+  };
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> pipeline, core().OpenPipeline(session_));
+  pipeline->HoldCompletions(true);  // as the submit socket does: the ops wait for their batch
+  std::string last = x;
+  for (uint64_t i = 0; i < 3; ++i) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView out,
+                                pipeline->RunOp(i, "add", {Handle(last), Handle(x)}, {}));
+    last = out.handle;
+  }
+  EXPECT_EQ(pipeline->Sync(), std::nullopt);
+  EXPECT_EQ(pipeline->in_flight(), 0);
+  EXPECT_EQ(RunningTasks(), 0);
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_THAT(waits,
+                ::testing::ElementsAre(std::make_pair(size_t{3}, std::this_thread::get_id())));
+  }
+  hooks_->after_wait_event_pairs = nullptr;
+  EXPECT_THAT(Read(last, 16), Each(4.0f));
 }
 
 // Holding never blocks a pipeline at its in-flight cap (the oldest are handed over there),
