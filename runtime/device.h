@@ -363,7 +363,9 @@ class Device {
   // request that waits for an answer (a wait, a query), with another thread's work, or at
   // the outermost EndBatch at the latest. Nothing else changes: the order of a stream's work,
   // errors, waits. A thread that enqueues work and then blocks on something other than this
-  // device's own waits must end its batch first. Nests. Use DeviceBatch, not the calls.
+  // device's own waits must end its batch first, unless what it blocks on is another thread's
+  // wait on this device (which sends what is held first: OpPipeline::Sync). Nests. Use
+  // DeviceBatch, not the calls.
   virtual void BeginBatch() {}
   virtual void EndBatch() {}
 

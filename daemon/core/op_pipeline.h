@@ -36,10 +36,10 @@
 //
 // Cost per op: the op's checks and admission, as Core::RunOp, and one call to the device
 // (RunOpBetweenEvents: the op between its two events; one request to a device executor)
-// with no wait; the completion thread waits once per batch of ops queued meanwhile (they
-// share one stream, so the last end event covers all), measures each op's device time, and
-// ends the batch's tasks in one scheduler call and its events in one DestroyEvents
-// (OpPipeline::CompleteBatch).
+// with no wait; the completion thread (or Sync, for the ops it finds not taken) waits once
+// per batch of ops queued meanwhile (they share one stream, so the last end event covers
+// all), measures each op's device time, and ends the batch's tasks in one scheduler call and
+// its events in one DestroyEvents (OpPipeline::CompleteBatch).
 //
 // Flow control: every op queued holds a task of the session's partition until it completes.
 // A pipeline may always hold its base window of them (BaseWindow: a quarter of
@@ -100,8 +100,10 @@ class OpPipeline {
   const std::string& handle_prefix() const { return handle_prefix_; }
   const std::string& session_id() const { return session_->id(); }
   // The session's device. A DeviceBatch on it around a burst of RunOp calls sends their work
-  // to a device executor in fewer messages; end it before Sync and before waiting for the
-  // client.
+  // to a device executor in fewer messages; end it before waiting for the client. Sync may
+  // come inside it: its own wait carries the work held, and a wait of the completion thread's
+  // carries whatever is still held then (a device executor sends what any thread holds
+  // before a request that waits), so nothing held is left behind while Sync waits.
   Device& device() const;
 
   // Queues op `index` (see the top of this file) and returns its output's layout, without
@@ -137,8 +139,9 @@ class OpPipeline {
   // queued waits to be handed to the completion thread until ReleaseCompletions. Its wait
   // would otherwise send the work held at once (a device executor sends what a thread holds
   // before another thread's message), and a batch would end after a few ops, with one more
-  // round trip to the executor per few ops. Sync, Close, a RunOp that finds its window full
-  // and HoldCompletions(false) hand over what is held. Cost: a lock each.
+  // round trip to the executor per few ops. Close, a RunOp that finds its window full and
+  // HoldCompletions(false) hand over what is held; Sync completes it itself. Cost: a lock
+  // each.
   void HoldCompletions(bool hold);
   // Hands the ops held to the completion thread; call it once their batch has ended.
   void ReleaseCompletions();

@@ -15,8 +15,8 @@
 //     batcher.BeforeOp(device);
 //     ... RunOpBetweenEvents on `device` ...
 //   }
-//   pipeline.Sync();      // at a sync point: its wait joins the work held
-//   batcher.EndBurst();  // before waiting for the client or for anything but the device
+//   pipeline.Sync();      // at a sync point: its wait joins the work held (device.h)
+//   batcher.EndBurst();  // before waiting for the client
 //
 // Cost: a DeviceBatch (Device::BeginBatch/EndBatch) and a call of `after_batch` per batch;
 // nothing else per op.

@@ -3,13 +3,15 @@
 // prefix + index and usable at once; a refused op is reported by Sync with its index and
 // fails the pipeline until then; a device failure is reported by Sync; each op takes the
 // outcome of its own event pair from the batch's one WaitEventPairs; Sync waits for the
-// ops it finds queued on its own thread; the in-flight cap
+// ops it finds queued on its own thread, also while the completion thread holds an earlier
+// batch, and a Submit request's sync point waits inside its DeviceBatch; the in-flight cap
 // holds; a session closed under queued ops leaves no task and no memory behind; and the
 // device time of pipelined ops is accounted like RunOp's; EnqueuedTask::FinishAll ends each
 // device's works on it.
 #include "daemon/core/op_pipeline.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -30,8 +32,10 @@
 #include "daemon/scheduler/partition.h"
 #include "daemon/scheduler/scheduler.h"
 #include "daemon/service/request_strings.h"
+#include "daemon/service/submit_session.h"
 #include "daemon/session/session_manager.h"
 #include "gmock/gmock.h"
+#include "gpukit/v1/compute.pb.h"
 #include "gtest/gtest.h"
 #include "runtime/base/status_macros.h"
 #include "runtime/cpu/cpu_device.h"
@@ -437,7 +441,8 @@ TEST_F(OpPipelineTest, PastItsBaseWindowOnlyWhileItsPartitionHasSlotsToSpare) {
   EXPECT_THAT(values16, Each(10.0f));
 }
 
-// Held ops go to the completion thread together, on release: one wait for all of them.
+// Held ops are handed over together, on release: one wait for all of them (by the completion
+// thread or by the Sync that finds them not taken).
 TEST_F(OpPipelineTest, HeldOpsAreWaitedForTogetherOnceReleased) {
   const std::string x = Floats(std::vector<float>(16, 1.0f));
   absl::Mutex mu;
@@ -496,6 +501,110 @@ TEST_F(OpPipelineTest, SyncWaitsForTheOpsItFindsOnItsOwnThread) {
   }
   hooks_->after_wait_event_pairs = nullptr;
   EXPECT_THAT(Read(last, 16), Each(4.0f));
+}
+
+// While the completion thread still holds an earlier batch (its wait answered, its batch not
+// yet counted), Sync completes the later ops itself and then waits for that batch: it
+// returns only once every op queued before it has completed.
+TEST_F(OpPipelineTest, SyncCompletesLaterOpsWhileTheCompletionThreadHoldsEarlierOnes) {
+  const std::string x = Floats(std::vector<float>(16, 1.0f));
+  absl::Mutex mu;
+  std::vector<std::pair<size_t, std::thread::id>> waits;  // pairs and thread per wait
+  absl::Notification first_waited;
+  absl::Notification release;
+  hooks_->after_wait_event_pairs = [&](absl::Span<const EventPair> pairs,
+                                       const std::vector<EventPairOutcome>&) {
+    {
+      absl::MutexLock lock(&mu);
+      waits.emplace_back(pairs.size(), std::this_thread::get_id());
+    }
+    if (!first_waited.HasBeenNotified()) {  // the completion thread's wait for op 0
+      first_waited.Notify();
+      release.WaitForNotification();
+    }
+  };
+  GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> pipeline, core().OpenPipeline(session_));
+  GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView first,
+                              pipeline->RunOp(0, "add", {Handle(x), Handle(x)}, {}));
+  ASSERT_TRUE(first_waited.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  std::string last = first.handle;
+  for (uint64_t i = 1; i < 3; ++i) {
+    GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView out,
+                                pipeline->RunOp(i, "add", {Handle(last), Handle(x)}, {}));
+    last = out.handle;
+  }
+  std::atomic<bool> synced{false};
+  std::optional<OpPipeline::Failure> failure;
+  std::thread::id syncer;
+  std::thread sync([&] {
+    syncer = std::this_thread::get_id();
+    failure = pipeline->Sync();
+    synced.store(true);
+  });
+  // Sync's own wait (ops 1 and 2) comes while op 0's batch is still held.
+  for (int i = 0; i < 1000; ++i) {
+    {
+      absl::MutexLock lock(&mu);
+      if (waits.size() >= 2) break;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_FALSE(synced.load());  // op 0 is not counted until the completion thread goes on
+  release.Notify();
+  sync.join();
+  EXPECT_TRUE(synced.load());
+  EXPECT_EQ(failure, std::nullopt);
+  EXPECT_EQ(pipeline->in_flight(), 0);
+  EXPECT_EQ(RunningTasks(), 0);
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_EQ(waits.size(), 2u);
+    EXPECT_EQ(waits[0].first, 1u);
+    EXPECT_NE(waits[0].second, syncer);
+    EXPECT_EQ(waits[1], std::make_pair(size_t{2}, syncer));
+  }
+  hooks_->after_wait_event_pairs = nullptr;
+  EXPECT_THAT(Read(last, 16), Each(4.0f));
+}
+
+// A Submit request that ends with a sync point waits for its ops before its DeviceBatch
+// ends, so that on a device executor the wait goes with the work held (one message).
+TEST_F(OpPipelineTest, ASubmitRequestsSyncWaitsBeforeItsBatchEnds) {
+  const std::string x = Floats(std::vector<float>(16, 1.0f));
+  absl::Mutex mu;
+  std::vector<std::string> calls;  // "wait" and "end batch", in order
+  hooks_->after_wait_event_pairs = [&](absl::Span<const EventPair>,
+                                       const std::vector<EventPairOutcome>&) {
+    absl::MutexLock lock(&mu);
+    calls.push_back("wait");
+  };
+  hooks_->on_end_batch = [&] {
+    absl::MutexLock lock(&mu);
+    calls.push_back("end batch");
+  };
+  service::SubmitSession session(core(), [](absl::string_view) { return absl::OkStatus(); });
+  v1::SubmitRequest request;
+  request.set_session_id(session_);
+  v1::PipelinedRunOp& run = *request.add_ops()->mutable_run();
+  run.set_op("add");
+  run.add_inputs()->set_handle(x);
+  run.add_inputs()->set_handle(x);
+  request.set_sync(1);
+  v1::SubmitResponse response;
+  GPUKIT_ASSERT_OK_AND_ASSIGN(bool answered,
+                              session.Answer(request, response, [](v1::SubmitResponse) {}));
+  EXPECT_TRUE(answered);
+  EXPECT_EQ(response.synced(), 1u);
+  ASSERT_EQ(response.results_size(), 1);
+  EXPECT_EQ(response.results(0).code(), 0);
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_THAT(calls, ::testing::ElementsAre("wait", "end batch"));
+  }
+  session.Close();
+  hooks_->after_wait_event_pairs = nullptr;
+  hooks_->on_end_batch = nullptr;
+  EXPECT_THAT(Read(response.results(0).output().handle(), 16), Each(2.0f));
 }
 
 // Holding never blocks a pipeline at its in-flight cap (the oldest are handed over there),
