@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -136,10 +138,32 @@ class OpPipelineTest : public ::testing::Test {
     return running;
   }
 
+  // One WaitEventPairs of the device: its pairs and the thread that waited.
+  using Wait = std::pair<size_t, std::thread::id>;
+  // Logs every WaitEventPairs into Waits(); `then` (if set) runs after each, on the waiting
+  // thread.
+  void LogWaits(std::function<void()> then = nullptr) {
+    hooks_->after_wait_event_pairs = [this, then = std::move(then)](
+                                         absl::Span<const EventPair> pairs,
+                                         const std::vector<EventPairOutcome>&) {
+      {
+        absl::MutexLock lock(&waits_mu_);
+        waits_.emplace_back(pairs.size(), std::this_thread::get_id());
+      }
+      if (then) then();
+    };
+  }
+  std::vector<Wait> Waits() {
+    absl::MutexLock lock(&waits_mu_);
+    return waits_;
+  }
+
   FakeClock clock_;
   std::unique_ptr<Core> core_;
   ForwardingDevice* hooks_ = nullptr;
   std::string session_;
+  absl::Mutex waits_mu_;
+  std::vector<Wait> waits_ ABSL_GUARDED_BY(waits_mu_);
 };
 
 TEST_F(OpPipelineTest, ChainOfDependentAddsGivesTheSynchronousValues) {
@@ -476,13 +500,7 @@ TEST_F(OpPipelineTest, HeldOpsAreWaitedForTogetherOnceReleased) {
 // hand-off to the completion thread and back on its path.
 TEST_F(OpPipelineTest, SyncWaitsForTheOpsItFindsOnItsOwnThread) {
   const std::string x = Floats(std::vector<float>(16, 1.0f));
-  absl::Mutex mu;
-  std::vector<std::pair<size_t, std::thread::id>> waits;  // pairs and thread per wait
-  hooks_->after_wait_event_pairs = [&](absl::Span<const EventPair> pairs,
-                                       const std::vector<EventPairOutcome>&) {
-    absl::MutexLock lock(&mu);
-    waits.emplace_back(pairs.size(), std::this_thread::get_id());
-  };
+  LogWaits();
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> pipeline, core().OpenPipeline(session_));
   pipeline->HoldCompletions(true);  // as the submit socket does: the ops wait for their batch
   std::string last = x;
@@ -494,11 +512,8 @@ TEST_F(OpPipelineTest, SyncWaitsForTheOpsItFindsOnItsOwnThread) {
   EXPECT_EQ(pipeline->Sync(), std::nullopt);
   EXPECT_EQ(pipeline->in_flight(), 0);
   EXPECT_EQ(RunningTasks(), 0);
-  {
-    absl::MutexLock lock(&mu);
-    EXPECT_THAT(waits,
-                ::testing::ElementsAre(std::make_pair(size_t{3}, std::this_thread::get_id())));
-  }
+  EXPECT_THAT(Waits(),
+              ::testing::ElementsAre(std::make_pair(size_t{3}, std::this_thread::get_id())));
   hooks_->after_wait_event_pairs = nullptr;
   EXPECT_THAT(Read(last, 16), Each(4.0f));
 }
@@ -508,21 +523,14 @@ TEST_F(OpPipelineTest, SyncWaitsForTheOpsItFindsOnItsOwnThread) {
 // returns only once every op queued before it has completed.
 TEST_F(OpPipelineTest, SyncCompletesLaterOpsWhileTheCompletionThreadHoldsEarlierOnes) {
   const std::string x = Floats(std::vector<float>(16, 1.0f));
-  absl::Mutex mu;
-  std::vector<std::pair<size_t, std::thread::id>> waits;  // pairs and thread per wait
   absl::Notification first_waited;
   absl::Notification release;
-  hooks_->after_wait_event_pairs = [&](absl::Span<const EventPair> pairs,
-                                       const std::vector<EventPairOutcome>&) {
-    {
-      absl::MutexLock lock(&mu);
-      waits.emplace_back(pairs.size(), std::this_thread::get_id());
-    }
+  LogWaits([&] {
     if (!first_waited.HasBeenNotified()) {  // the completion thread's wait for op 0
       first_waited.Notify();
       release.WaitForNotification();
     }
-  };
+  });
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> pipeline, core().OpenPipeline(session_));
   GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView first,
                               pipeline->RunOp(0, "add", {Handle(x), Handle(x)}, {}));
@@ -542,13 +550,7 @@ TEST_F(OpPipelineTest, SyncCompletesLaterOpsWhileTheCompletionThreadHoldsEarlier
     synced.store(true);
   });
   // Sync's own wait (ops 1 and 2) comes while op 0's batch is still held.
-  for (int i = 0; i < 1000; ++i) {
-    {
-      absl::MutexLock lock(&mu);
-      if (waits.size() >= 2) break;
-    }
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  for (int i = 0; i < 1000 && Waits().size() < 2; ++i) absl::SleepFor(absl::Milliseconds(10));
   EXPECT_FALSE(synced.load());  // op 0 is not counted until the completion thread goes on
   release.Notify();
   sync.join();
@@ -556,13 +558,11 @@ TEST_F(OpPipelineTest, SyncCompletesLaterOpsWhileTheCompletionThreadHoldsEarlier
   EXPECT_EQ(failure, std::nullopt);
   EXPECT_EQ(pipeline->in_flight(), 0);
   EXPECT_EQ(RunningTasks(), 0);
-  {
-    absl::MutexLock lock(&mu);
-    ASSERT_EQ(waits.size(), 2u);
-    EXPECT_EQ(waits[0].first, 1u);
-    EXPECT_NE(waits[0].second, syncer);
-    EXPECT_EQ(waits[1], std::make_pair(size_t{2}, syncer));
-  }
+  const std::vector<Wait> waits = Waits();
+  ASSERT_EQ(waits.size(), 2u);
+  EXPECT_EQ(waits[0].first, 1u);
+  EXPECT_NE(waits[0].second, syncer);
+  EXPECT_EQ(waits[1], std::make_pair(size_t{2}, syncer));
   hooks_->after_wait_event_pairs = nullptr;
   EXPECT_THAT(Read(last, 16), Each(4.0f));
 }
@@ -676,6 +676,9 @@ TEST_F(OpPipelineTest, PipelineDroppedWithOpsInFlightDrainsThem) {
 
 // Every op completes through WaitEventPairs (one call per batch, one pair per op, in order),
 // and the error its pair carries is that op's alone: Sync names it, the ops around it ran.
+// The ops are held until Sync, which waits for them in one call: the hook counts pairs in the
+// order it sees them, which is the ops' order only within one call (the completion thread
+// and a Sync may wait for two batches at once).
 TEST_F(OpPipelineTest, EachOpTakesTheOutcomeOfItsOwnEventPair) {
   constexpr uint64_t kOps = 12;
   constexpr uint64_t kFailing = 5;
@@ -696,6 +699,7 @@ TEST_F(OpPipelineTest, EachOpTakesTheOutcomeOfItsOwnEventPair) {
   };
   const std::string x = Floats(std::vector<float>(4, 1.0f));
   GPUKIT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<OpPipeline> pipeline, core().OpenPipeline(session_));
+  pipeline->HoldCompletions(true);
   std::vector<std::string> outputs;
   for (uint64_t i = 0; i < kOps; ++i) {
     GPUKIT_ASSERT_OK_AND_ASSIGN(ArrayView out,
